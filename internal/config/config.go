@@ -1,0 +1,239 @@
+// Package config loads hookledger.yaml: strict YAML (unknown keys, wrong
+// types and bad values are errors that name file:line), ${VAR} expansion from
+// the environment, defaults and validation in one place.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// DefaultPath is where serve and migrate look when --config is not given.
+const DefaultPath = "hookledger.yaml"
+
+// Defaults applied by setDefaults.
+const (
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultStore             = "sqlite:./data/hookledger.db"
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 10 * time.Second
+	DefaultWriteTimeout      = 15 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultShutdownTimeout   = 20 * time.Second
+	DefaultRetryAfter        = 5 * time.Second
+)
+
+// Kinds are the sender schemes a source may pin.
+var Kinds = []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac"}
+
+// Config is the whole file.
+type Config struct {
+	Listen  string   `yaml:"listen"`
+	Store   string   `yaml:"store"`
+	Admin   Admin    `yaml:"admin"`
+	Receive Receive  `yaml:"receive"`
+	Sources []Source `yaml:"sources"`
+
+	// Path is the file the config was read from (for messages).
+	Path string `yaml:"-"`
+}
+
+// Admin configures the authenticated admin API.
+type Admin struct {
+	// Token is the bearer token for /api/v1; an empty token disables the
+	// admin API rather than leaving it open.
+	Token string `yaml:"token"`
+}
+
+// Receive bounds what one inbound request may cost the server.
+type Receive struct {
+	MaxBodyBytes      int64    `yaml:"max_body_bytes"`
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	ReadTimeout       Duration `yaml:"read_timeout"`
+	WriteTimeout      Duration `yaml:"write_timeout"`
+	IdleTimeout       Duration `yaml:"idle_timeout"`
+	ShutdownTimeout   Duration `yaml:"shutdown_timeout"`
+	// RetryAfter is what a 503 tells the sender when the store cannot commit.
+	RetryAfter Duration `yaml:"retry_after"`
+}
+
+// Source is one sender served at POST /hooks/{name}.
+type Source struct {
+	Name    string   `yaml:"name"`
+	Kind    string   `yaml:"kind"`
+	Version string   `yaml:"version"`
+	Secrets []string `yaml:"secrets"`
+	// Tolerance bounds the age (and future skew) of signed timestamps;
+	// nil means the scheme's default.
+	Tolerance *Duration `yaml:"tolerance"`
+	// Account is the tenant the payload must name (WH04); empty skips the check.
+	Account string `yaml:"account"`
+	// PublicURL is the URL the sender calls, for schemes that sign it
+	// (HubSpot v2/v3) when a proxy changes the Host or path.
+	PublicURL string     `yaml:"public_url"`
+	HMAC      *HMAC      `yaml:"hmac"`
+	Fields    FieldPaths `yaml:"fields"`
+}
+
+// HMAC configures the generic HMAC scheme (kind: hmac).
+type HMAC struct {
+	Header          string `yaml:"header"`
+	Algorithm       string `yaml:"algorithm"`
+	Encoding        string `yaml:"encoding"`
+	Prefix          string `yaml:"prefix"`
+	TimestampHeader string `yaml:"timestamp_header"`
+	TimestampUnit   string `yaml:"timestamp_unit"`
+	Template        string `yaml:"template"`
+}
+
+// FieldPaths overrides where identities are read from the payload.
+type FieldPaths struct {
+	EventID    string `yaml:"event_id"`
+	Type       string `yaml:"type"`
+	OccurredAt string `yaml:"occurred_at"`
+	Entity     string `yaml:"entity"`
+	Account    string `yaml:"account"`
+}
+
+// ToleranceOrZero returns the configured tolerance, or 0 for the scheme default.
+func (s *Source) ToleranceOrZero() time.Duration {
+	if s.Tolerance == nil {
+		return 0
+	}
+	return s.Tolerance.D()
+}
+
+// Duration is a time.Duration written as a Go duration string ("5m", "1h30m").
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// UnmarshalYAML parses a duration string and reports a bad one with its
+// position, which the YAML library does not do for time.Duration.
+func (d *Duration) UnmarshalYAML(node ast.Node) error {
+	s, ok := node.(*ast.StringNode)
+	if !ok {
+		if _, isNull := node.(*ast.NullNode); isNull {
+			*d = 0
+			return nil
+		}
+		return posErrorf(node, "expected a duration such as 5s or 2m, got %s", node.Type())
+	}
+	v, err := time.ParseDuration(s.Value)
+	if err != nil {
+		return posErrorf(node, "invalid duration %q: expected a number with a unit such as 500ms, 5s, 2m or 1h", s.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Error is a config problem at a known place in the file.
+type Error struct {
+	File string
+	Line int // 0 when the problem has no single line
+	Col  int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Line > 0 && e.Col > 0:
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+	case e.Line > 0:
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	default:
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	}
+}
+
+// Errors is every problem found in one file, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+// posError is an error raised while decoding one node, before the file name
+// is known.
+type posError struct {
+	line, col int
+	msg       string
+}
+
+func (e *posError) Error() string { return e.msg }
+
+func posErrorf(node ast.Node, format string, args ...any) error {
+	e := &posError{msg: fmt.Sprintf(format, args...)}
+	if tk := node.GetToken(); tk != nil && tk.Position != nil {
+		e.line, e.col = tk.Position.Line, tk.Position.Column
+	}
+	return e
+}
+
+// Load reads, expands, decodes, defaults and validates the file at path.
+// lookup resolves ${VAR} (os.LookupEnv in production).
+func Load(path string, lookup func(string) (string, bool)) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("cannot read config: %v", errors.Unwrap(err))}
+	}
+	return Parse(path, data, lookup)
+}
+
+// Parse is Load on bytes already read; path is used in messages only.
+func Parse(path string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	protected, refs := protectEnvRefs(data)
+	file, err := parser.ParseBytes(protected, 0)
+	if err != nil {
+		return nil, yamlError(path, err)
+	}
+	if errs := expandEnv(path, file, refs, lookup); len(errs) > 0 {
+		return nil, errs
+	}
+	cfg := &Config{}
+	if len(file.Docs) > 1 {
+		return nil, &Error{File: path, Msg: "expected one YAML document, found several"}
+	}
+	if len(file.Docs) == 1 && file.Docs[0].Body != nil {
+		if err := yaml.NodeToValue(file.Docs[0].Body, cfg, yaml.Strict()); err != nil {
+			return nil, yamlError(path, err)
+		}
+	}
+	cfg.Path = path
+	cfg.setDefaults()
+	if errs := cfg.validate(); len(errs) > 0 {
+		return nil, locate(path, file, errs)
+	}
+	return cfg, nil
+}
+
+// yamlError turns a decoding error into an Error with the position the YAML
+// library or our own unmarshalers recorded.
+func yamlError(path string, err error) error {
+	var pe *posError
+	if errors.As(err, &pe) {
+		return &Error{File: path, Line: pe.line, Col: pe.col, Msg: pe.msg}
+	}
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		e := &Error{File: path, Msg: ye.GetMessage()}
+		if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+			e.Line, e.Col = tk.Position.Line, tk.Position.Column
+		}
+		return e
+	}
+	return &Error{File: path, Msg: err.Error()}
+}

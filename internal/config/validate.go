@@ -1,0 +1,190 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+)
+
+// fieldError is a validation problem at a YAML path such as
+// "$.sources[1].tolerance"; locate turns the path into a line.
+type fieldError struct {
+	path string
+	msg  string
+}
+
+func (c *Config) setDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Store == "" {
+		c.Store = DefaultStore
+	}
+	r := &c.Receive
+	if r.MaxBodyBytes == 0 {
+		r.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	setDur(&r.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	setDur(&r.ReadTimeout, DefaultReadTimeout)
+	setDur(&r.WriteTimeout, DefaultWriteTimeout)
+	setDur(&r.IdleTimeout, DefaultIdleTimeout)
+	setDur(&r.ShutdownTimeout, DefaultShutdownTimeout)
+	setDur(&r.RetryAfter, DefaultRetryAfter)
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if s.Kind == "hubspot" && s.Version == "" {
+			s.Version = "v3"
+		}
+		if s.HMAC != nil {
+			if s.HMAC.Algorithm == "" {
+				s.HMAC.Algorithm = "sha256"
+			}
+			if s.HMAC.Encoding == "" {
+				s.HMAC.Encoding = "hex"
+			}
+		}
+	}
+}
+
+func setDur(d *Duration, def time.Duration) {
+	if *d == 0 {
+		*d = Duration(def)
+	}
+}
+
+// validate checks every rule and returns all problems, not just the first.
+func (c *Config) validate() []fieldError {
+	var errs []fieldError
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fieldError{path: path, msg: fmt.Sprintf(format, args...)})
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("$.listen", "listen: %q is not host:port (for example 127.0.0.1:8080)", c.Listen)
+	}
+	if !strings.HasPrefix(c.Store, "sqlite:") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
+		add("$.store", "store: %q is not supported: use sqlite:PATH or postgres://user@host:port/db", c.Store)
+	} else if c.Store == "sqlite:" {
+		add("$.store", "store: sqlite: needs a file path, for example sqlite:./data/hookledger.db")
+	}
+	if c.Receive.MaxBodyBytes < 0 {
+		add("$.receive.max_body_bytes", "receive.max_body_bytes must be positive")
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{
+		{"read_header_timeout", c.Receive.ReadHeaderTimeout},
+		{"read_timeout", c.Receive.ReadTimeout},
+		{"write_timeout", c.Receive.WriteTimeout},
+		{"idle_timeout", c.Receive.IdleTimeout},
+		{"shutdown_timeout", c.Receive.ShutdownTimeout},
+		{"retry_after", c.Receive.RetryAfter},
+	} {
+		if d.v < 0 {
+			add("$.receive."+d.name, "receive.%s must be positive", d.name)
+		}
+	}
+
+	seen := map[string]int{}
+	for i, s := range c.Sources {
+		p := fmt.Sprintf("$.sources[%d]", i)
+		switch {
+		case s.Name == "":
+			add(p, "sources[%d]: name is required", i)
+		case !validSourceName(s.Name):
+			add(p+".name", "source name %q: use lowercase letters, digits, '-' and '_' (it becomes the path /hooks/%s)", s.Name, s.Name)
+		default:
+			if j, dup := seen[s.Name]; dup {
+				add(p+".name", "duplicate source name %q (already used by sources[%d])", s.Name, j)
+			} else {
+				seen[s.Name] = i
+			}
+		}
+		if s.Kind == "" {
+			add(p, "source %q: kind is required (one of %s)", s.Name, strings.Join(Kinds, ", "))
+		} else if !slices.Contains(Kinds, s.Kind) {
+			add(p+".kind", "source %q: unknown kind %q (one of %s)", s.Name, s.Kind, strings.Join(Kinds, ", "))
+		}
+		if len(s.Secrets) == 0 {
+			add(p, "source %q: secrets is required: at least one secret (several allow rotation)", s.Name)
+		}
+		for k, sec := range s.Secrets {
+			if sec == "" {
+				add(fmt.Sprintf("%s.secrets[%d]", p, k), "source %q: secrets[%d] is empty (is its environment variable set to an empty value?)", s.Name, k)
+			}
+		}
+		if s.Tolerance != nil && *s.Tolerance < 0 {
+			add(p+".tolerance", "source %q: tolerance must be positive", s.Name)
+		}
+		if s.Kind == "stripe" && s.Tolerance != nil && *s.Tolerance == 0 {
+			add(p+".tolerance", "source %q: a Stripe tolerance of 0 disables replay protection; use a positive value such as 5m", s.Name)
+		}
+		if s.Version != "" && s.Kind != "hubspot" {
+			add(p+".version", "source %q: version applies to kind hubspot only", s.Name)
+		}
+		if s.Kind == "hubspot" && !slices.Contains([]string{"v1", "v2", "v3"}, s.Version) {
+			add(p+".version", "source %q: hubspot version %q is not one of v3, v2, v1", s.Name, s.Version)
+		}
+		if s.PublicURL != "" {
+			if u, err := url.Parse(s.PublicURL); err != nil || u.Scheme == "" || u.Host == "" {
+				add(p+".public_url", "source %q: public_url %q is not an absolute URL", s.Name, s.PublicURL)
+			}
+		}
+		if s.Kind == "hmac" && s.HMAC == nil {
+			add(p, "source %q: kind hmac needs an hmac: block (header, algorithm, encoding, ...)", s.Name)
+		}
+		if s.Kind != "hmac" && s.HMAC != nil {
+			add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
+		}
+	}
+	return errs
+}
+
+func validSourceName(n string) bool {
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return n != ""
+}
+
+// locate resolves each path to the line of the node it names, falling back
+// to the nearest ancestor that exists (a missing key is reported at its
+// parent).
+func locate(file string, f *ast.File, errs []fieldError) error {
+	out := make(Errors, 0, len(errs))
+	for _, fe := range errs {
+		e := &Error{File: file, Msg: fe.msg}
+		for p := fe.path; p != "" && p != "$"; p = parentPath(p) {
+			yp, err := yaml.PathString(p)
+			if err != nil {
+				continue
+			}
+			n, err := yp.FilterFile(f)
+			if err != nil || n == nil {
+				continue
+			}
+			if tk := n.GetToken(); tk != nil && tk.Position != nil {
+				e.Line, e.Col = tk.Position.Line, tk.Position.Column
+			}
+			break
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i <= 0 {
+		return ""
+	}
+	return p[:i]
+}
