@@ -1,0 +1,74 @@
+// Package pgtest gives tests a fresh PostgreSQL database on the server named
+// by HOOKLEDGER_TEST_POSTGRES (the test script starts a throwaway server and
+// sets it). Without it the test skips loudly, except under CI where a
+// missing server is a failure: PostgreSQL tests must run there.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvVar names the admin connection URL of the test server.
+const EnvVar = "HOOKLEDGER_TEST_POSTGRES"
+
+// ServerURL returns the admin URL, skipping (or failing under CI) when unset.
+func ServerURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvVar)
+	if u == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not set under CI: PostgreSQL tests must run there (use `make test`, which starts a server)", EnvVar)
+		}
+		t.Skipf("SKIPPING PostgreSQL test: %s is not set. Run `make test` to start a throwaway PostgreSQL and run these.", EnvVar)
+	}
+	return u
+}
+
+// NewDatabase creates an empty database for this test, drops it at cleanup
+// and returns its URL.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	admin := ServerURL(t)
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := "hl_test_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect to test PostgreSQL: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Logf("drop test database %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop test database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("parse %s: %v", EnvVar, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}

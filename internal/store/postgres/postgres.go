@@ -1,0 +1,385 @@
+// Package postgres is the store driver for PostgreSQL (pgx/v5), for
+// deployments where several hookledger processes share one database.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migrationLockKey is the advisory lock that serialises migrations between
+// processes starting at once ("hookledg" as a 64-bit number).
+const migrationLockKey int64 = 0x686f6f6b6c656467
+
+// uniqueViolation is SQLSTATE 23505.
+const uniqueViolation = "23505"
+
+// Store implements store.Store on PostgreSQL.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects with a postgres:// URL. maxConns 0 keeps pgx's default.
+func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse error can echo the URL, password included; say only
+		// what is wrong with its shape.
+		return nil, errors.New("open postgres: the store URL is not a valid postgres:// connection string")
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Pool exposes the connection pool to tests and benchmarks of this driver.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Ping checks a connection answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping postgres: %w", err)
+	}
+	return nil
+}
+
+// Migrate applies pending migrations in one transaction under an advisory
+// lock: a second process starting at the same moment waits for the first
+// and then finds nothing left to do. PostgreSQL DDL is transactional, so a
+// failed migration leaves no half-made schema.
+func (s *Store) Migrate(ctx context.Context) ([]string, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrate postgres: %w", err)
+	}
+	migs, err := store.LoadMigrations(sub)
+	if err != nil {
+		return nil, fmt.Errorf("migrate postgres: %w", err)
+	}
+	var done []string
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create schema_migrations: %w", err)
+		}
+		rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+		if err != nil {
+			return fmt.Errorf("read versions: %w", err)
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return fmt.Errorf("read versions: %w", err)
+		}
+		applied := map[int]bool{}
+		for _, v := range versions {
+			applied[int(v)] = true
+		}
+		for _, m := range migs {
+			if applied[m.Version] {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("apply %s: %w", m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+				return fmt.Errorf("record %s: %w", m.Name, err)
+			}
+			done = append(done, m.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrate postgres: %w", err)
+	}
+	return done, nil
+}
+
+// isUniqueViolation classifies by SQLSTATE.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == uniqueViolation
+}
+
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+const upsertEventSQL = `INSERT INTO events
+	(source, event_id, type, entity, account, occurred_at, received_at, deliveries)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
+	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + 1
+	RETURNING pk, deliveries`
+
+const insertDeliverySQL = `INSERT INTO deliveries
+	(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, headers, body)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`
+
+const insertAuditSQL = `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+	VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`
+
+// InboxCommit writes every submission in one transaction, each under its
+// own savepoint.
+func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("inbox commit: begin: %w: %w", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	results := make([]store.SubmissionResult, len(p.Submissions))
+	for i, sub := range p.Submissions {
+		if _, err := tx.Exec(ctx, `SAVEPOINT sub`); err != nil {
+			return nil, fmt.Errorf("inbox commit: savepoint: %w", err)
+		}
+		items, err := commitOne(ctx, tx, sub)
+		if err != nil {
+			if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT sub`); rerr != nil {
+				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
+			}
+			results[i].Err = err
+		} else {
+			results[i].Items = items
+		}
+		if _, err := tx.Exec(ctx, `RELEASE SAVEPOINT sub`); err != nil {
+			return nil, fmt.Errorf("inbox commit: release savepoint: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("inbox commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return results, nil
+}
+
+func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.DeliveryOutcome, error) {
+	// Pipelining the statements of one submission in a batch saves a round
+	// trip per statement; the delivery insert needs the event pk, so the
+	// two kinds go in two batches.
+	eb := &pgx.Batch{}
+	for _, d := range sub.Deliveries {
+		eb.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt)
+	}
+	items := make([]store.DeliveryOutcome, len(sub.Deliveries))
+	br := tx.SendBatch(ctx, eb)
+	for j := range sub.Deliveries {
+		var n int32
+		if err := br.QueryRow().Scan(&items[j].EventPK, &n); err != nil {
+			br.Close()
+			return nil, wrapErr("record event", err)
+		}
+		items[j].Duplicate = n > 1
+	}
+	if err := br.Close(); err != nil {
+		return nil, wrapErr("record event", err)
+	}
+	db := &pgx.Batch{}
+	for j, d := range sub.Deliveries {
+		headers := d.Headers
+		if headers == nil {
+			headers = map[string]string{}
+		}
+		body := d.Body
+		if body == nil {
+			body = []byte{}
+		}
+		db.Queue(insertDeliverySQL, items[j].EventPK, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
+			d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt, headers, body)
+	}
+	for _, a := range sub.Audit {
+		db.Queue(insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
+	}
+	br = tx.SendBatch(ctx, db)
+	for j := range sub.Deliveries {
+		if err := br.QueryRow().Scan(&items[j].DeliveryID); err != nil {
+			br.Close()
+			return nil, wrapErr("record delivery", err)
+		}
+	}
+	for range sub.Audit {
+		var id int64
+		if err := br.QueryRow().Scan(&id); err != nil {
+			br.Close()
+			return nil, wrapErr("insert audit", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, wrapErr("record delivery", err)
+	}
+	return items, nil
+}
+
+// AuditInsert writes one audit row.
+func (s *Store) AuditInsert(ctx context.Context, a *store.AuditInsertParams) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail).Scan(&id); err != nil {
+		return 0, wrapErr("insert audit", err)
+	}
+	return id, nil
+}
+
+// filter builds "col > $1 AND col2 = $2 ..." with numbered placeholders.
+type filter struct {
+	where []string
+	args  []any
+}
+
+func (f *filter) add(cond string, arg any) {
+	f.args = append(f.args, arg)
+	f.where = append(f.where, strings.Replace(cond, "?", "$"+strconv.Itoa(len(f.args)), 1))
+}
+
+func (f *filter) sql(limit int) string {
+	f.args = append(f.args, limit)
+	return " WHERE " + strings.Join(f.where, " AND ") + " ORDER BY 1 LIMIT $" + strconv.Itoa(len(f.args))
+}
+
+// EventList pages through events.
+func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
+	limit := store.ClampLimit(p.Limit)
+	f := &filter{}
+	f.add("pk > ?", p.AfterPK)
+	if p.Source != "" {
+		f.add("source = ?", p.Source)
+	}
+	if p.EventID != "" {
+		f.add("event_id = ?", p.EventID)
+	}
+	q := `SELECT pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition FROM events` + f.sql(limit+1)
+	rows, err := s.pool.Query(ctx, q, f.args...)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Event, error) {
+		e := &store.Event{}
+		var occ *time.Time
+		if err := r.Scan(&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt,
+			&e.Deliveries, &e.Disposition); err != nil {
+			return nil, err
+		}
+		e.OccurredAt = fromNull(occ)
+		e.ReceivedAt = e.ReceivedAt.UTC()
+		return e, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	out := &store.EventListResult{Events: events}
+	if len(events) > limit {
+		out.Events = events[:limit]
+		out.NextAfterPK = events[limit-1].PK
+	}
+	return out, nil
+}
+
+// DeliveryList pages through deliveries.
+func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error) {
+	f := &filter{}
+	f.add("id > ?", p.AfterID)
+	if p.Source != "" {
+		f.add("source = ?", p.Source)
+	}
+	if p.EventID != "" {
+		f.add("event_id = ?", p.EventID)
+	}
+	q := `SELECT id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at,
+		received_at, headers, body FROM deliveries` + f.sql(store.ClampLimit(p.Limit))
+	rows, err := s.pool.Query(ctx, q, f.args...)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Delivery, error) {
+		d := &store.Delivery{}
+		var occ *time.Time
+		var batch int32
+		if err := r.Scan(&d.ID, &d.EventPK, &d.RequestID, &batch, &d.Source, &d.EventID, &d.Type, &d.Entity,
+			&d.Account, &occ, &d.ReceivedAt, &d.Headers, &d.Body); err != nil {
+			return nil, err
+		}
+		d.BatchIndex = int(batch)
+		d.OccurredAt = fromNull(occ)
+		d.ReceivedAt = d.ReceivedAt.UTC()
+		return d, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// AuditList pages through audit rows.
+func (s *Store) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error) {
+	f := &filter{}
+	f.add("id > ?", p.AfterID)
+	if p.Action != "" {
+		f.add("action = ?", p.Action)
+	}
+	if p.Source != "" {
+		f.add("source = ?", p.Source)
+	}
+	q := `SELECT id, at, actor, action, source, event_id, entity, detail FROM audit` + f.sql(store.ClampLimit(p.Limit))
+	rows, err := s.pool.Query(ctx, q, f.args...)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.AuditEntry, error) {
+		a := &store.AuditEntry{}
+		if err := r.Scan(&a.ID, &a.At, &a.Actor, &a.Action, &a.Source, &a.EventID, &a.Entity, &a.Detail); err != nil {
+			return nil, err
+		}
+		a.At = a.At.UTC()
+		return a, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return out, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func fromNull(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}

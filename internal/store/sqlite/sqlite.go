@@ -1,0 +1,437 @@
+// Package sqlite is the embedded store driver: one database file, WAL,
+// synchronous=FULL and a single writer connection, on the pure-Go
+// modernc.org/sqlite (no cgo, so the binary stays static).
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Store implements store.Store on one SQLite file.
+type Store struct {
+	path string
+	// writer has exactly one connection: SQLite allows one writer at a time,
+	// and serialising in the pool is cheaper than SQLITE_BUSY retries.
+	writer *sql.DB
+	// reader serves queries concurrently; WAL lets readers run beside the
+	// writer without blocking it.
+	reader *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database file at path. The parent
+// directory is created so that the quick-start works on a fresh clone.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("open sqlite: empty path")
+	}
+	if path != ":memory:" {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("open sqlite: create directory: %w", err)
+		}
+	}
+	// journal_mode=WAL: readers never block the writer and commits append.
+	// synchronous=FULL: fsync the WAL on every commit, so a 2xx that follows
+	// a commit survives power loss (NORMAL would only survive a crash of the
+	// process). busy_timeout covers another process briefly holding the lock
+	// (e.g. migrate running beside serve). _txlock=immediate takes the write
+	// lock at BEGIN so a transaction never fails to upgrade halfway.
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	dsn := "file:" + path + "?" + q.Encode()
+
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+
+	rq := url.Values{}
+	rq.Add("_pragma", "busy_timeout(10000)")
+	rq.Add("_pragma", "query_only(ON)")
+	r, err := sql.Open("sqlite", "file:"+path+"?"+rq.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	return &Store{path: path, writer: w, reader: r}, nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.reader.Close(), s.writer.Close())
+}
+
+// Ping checks the file is readable and writable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.writer.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
+	}
+	return nil
+}
+
+// Migrate applies pending migrations in one immediate transaction, which
+// also serialises two processes migrating the same file.
+func (s *Store) Migrate(ctx context.Context) ([]string, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrate sqlite: %w", err)
+	}
+	migs, err := store.LoadMigrations(sub)
+	if err != nil {
+		return nil, fmt.Errorf("migrate sqlite: %w", err)
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("migrate sqlite: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`); err != nil {
+		return nil, fmt.Errorf("migrate sqlite: create schema_migrations: %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, fmt.Errorf("migrate sqlite: read versions: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("migrate sqlite: read versions: %w", err)
+		}
+		applied[v] = true
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("migrate sqlite: read versions: %w", err)
+	}
+	var done []string
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return nil, fmt.Errorf("migrate sqlite: apply %s: %w", m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.Version, m.Name, time.Now().UnixMicro()); err != nil {
+			return nil, fmt.Errorf("migrate sqlite: record %s: %w", m.Name, err)
+		}
+		done = append(done, m.Name)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("migrate sqlite: commit: %w", err)
+	}
+	return done, nil
+}
+
+// isUniqueViolation classifies by SQLite's extended result code.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return true
+	}
+	return false
+}
+
+// wrapErr maps driver errors onto the store's sentinel errors.
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// InboxCommit writes every submission in one transaction, each under its
+// own savepoint.
+func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inbox commit: begin: %w: %w", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+
+	upsertEvent, err := tx.PrepareContext(ctx, `INSERT INTO events
+		(source, event_id, type, entity, account, occurred_at, received_at, deliveries)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 1)
+		ON CONFLICT (source, event_id) DO UPDATE SET deliveries = deliveries + 1
+		RETURNING pk, deliveries`)
+	if err != nil {
+		return nil, fmt.Errorf("inbox commit: prepare: %w", err)
+	}
+	defer upsertEvent.Close()
+	insertDelivery, err := tx.PrepareContext(ctx, `INSERT INTO deliveries
+		(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, headers, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return nil, fmt.Errorf("inbox commit: prepare: %w", err)
+	}
+	defer insertDelivery.Close()
+
+	results := make([]store.SubmissionResult, len(p.Submissions))
+	for i, sub := range p.Submissions {
+		if _, err := tx.ExecContext(ctx, `SAVEPOINT sub`); err != nil {
+			return nil, fmt.Errorf("inbox commit: savepoint: %w", err)
+		}
+		items, err := s.commitOne(ctx, tx, upsertEvent, insertDelivery, sub)
+		if err != nil {
+			if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO sub`); rerr != nil {
+				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
+			}
+			results[i].Err = err
+		} else {
+			results[i].Items = items
+		}
+		if _, err := tx.ExecContext(ctx, `RELEASE sub`); err != nil {
+			return nil, fmt.Errorf("inbox commit: release savepoint: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("inbox commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return results, nil
+}
+
+func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, upsertEvent, insertDelivery *sql.Stmt, sub *store.Submission) ([]store.DeliveryOutcome, error) {
+	items := make([]store.DeliveryOutcome, len(sub.Deliveries))
+	for j, d := range sub.Deliveries {
+		headers, err := json.Marshal(nonNilMap(d.Headers))
+		if err != nil {
+			return nil, fmt.Errorf("encode headers: %w", err)
+		}
+		var pk, n int64
+		if err := upsertEvent.QueryRowContext(ctx, d.Source, d.EventID, d.Type, d.Entity, d.Account,
+			micros(d.OccurredAt), d.ReceivedAt.UnixMicro()).Scan(&pk, &n); err != nil {
+			return nil, wrapErr("record event", err)
+		}
+		res, err := insertDelivery.ExecContext(ctx, pk, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
+			d.Entity, d.Account, micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), string(headers), nonNilBytes(d.Body))
+		if err != nil {
+			return nil, wrapErr("record delivery", err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return nil, fmt.Errorf("record delivery: %w", err)
+		}
+		items[j] = store.DeliveryOutcome{DeliveryID: id, EventPK: pk, Duplicate: n > 1}
+	}
+	for _, a := range sub.Audit {
+		if _, err := insertAudit(ctx, tx, a); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func insertAudit(ctx context.Context, db execer, a *store.AuditInsertParams) (int64, error) {
+	res, err := db.ExecContext(ctx, `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
+	if err != nil {
+		return 0, wrapErr("insert audit", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("insert audit: %w", err)
+	}
+	return id, nil
+}
+
+// AuditInsert writes one audit row in its own transaction.
+func (s *Store) AuditInsert(ctx context.Context, p *store.AuditInsertParams) (int64, error) {
+	return insertAudit(ctx, s.writer, p)
+}
+
+// EventList pages through events.
+func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
+	limit := store.ClampLimit(p.Limit)
+	var where []string
+	args := []any{p.AfterPK}
+	where = append(where, "pk > ?")
+	if p.Source != "" {
+		where = append(where, "source = ?")
+		args = append(args, p.Source)
+	}
+	if p.EventID != "" {
+		where = append(where, "event_id = ?")
+		args = append(args, p.EventID)
+	}
+	args = append(args, limit+1)
+	rows, err := s.reader.QueryContext(ctx, `SELECT pk, source, event_id, type, entity, account, occurred_at,
+		received_at, deliveries, disposition FROM events WHERE `+strings.Join(where, " AND ")+` ORDER BY pk LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	out := &store.EventListResult{}
+	for rows.Next() {
+		e := &store.Event{}
+		var occ sql.NullInt64
+		var rec int64
+		if err := rows.Scan(&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &rec,
+			&e.Deliveries, &e.Disposition); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		e.OccurredAt = fromMicros(occ)
+		e.ReceivedAt = time.UnixMicro(rec).UTC()
+		out.Events = append(out.Events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	if len(out.Events) > limit {
+		out.Events = out.Events[:limit]
+		out.NextAfterPK = out.Events[limit-1].PK
+	}
+	return out, nil
+}
+
+// DeliveryList pages through deliveries.
+func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error) {
+	where := []string{"id > ?"}
+	args := []any{p.AfterID}
+	if p.Source != "" {
+		where = append(where, "source = ?")
+		args = append(args, p.Source)
+	}
+	if p.EventID != "" {
+		where = append(where, "event_id = ?")
+		args = append(args, p.EventID)
+	}
+	args = append(args, store.ClampLimit(p.Limit))
+	rows, err := s.reader.QueryContext(ctx, `SELECT id, event_pk, request_id, batch_index, source, event_id, type,
+		entity, account, occurred_at, received_at, headers, body FROM deliveries WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Delivery
+	for rows.Next() {
+		d := &store.Delivery{}
+		var occ sql.NullInt64
+		var rec int64
+		var headers string
+		if err := rows.Scan(&d.ID, &d.EventPK, &d.RequestID, &d.BatchIndex, &d.Source, &d.EventID, &d.Type,
+			&d.Entity, &d.Account, &occ, &rec, &headers, &d.Body); err != nil {
+			return nil, fmt.Errorf("list deliveries: %w", err)
+		}
+		d.OccurredAt = fromMicros(occ)
+		d.ReceivedAt = time.UnixMicro(rec).UTC()
+		if err := json.Unmarshal([]byte(headers), &d.Headers); err != nil {
+			return nil, fmt.Errorf("list deliveries: decode headers of %d: %w", d.ID, err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// AuditList pages through audit rows.
+func (s *Store) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error) {
+	where := []string{"id > ?"}
+	args := []any{p.AfterID}
+	if p.Action != "" {
+		where = append(where, "action = ?")
+		args = append(args, p.Action)
+	}
+	if p.Source != "" {
+		where = append(where, "source = ?")
+		args = append(args, p.Source)
+	}
+	args = append(args, store.ClampLimit(p.Limit))
+	rows, err := s.reader.QueryContext(ctx, `SELECT id, at, actor, action, source, event_id, entity, detail
+		FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.AuditEntry
+	for rows.Next() {
+		a := &store.AuditEntry{}
+		var at int64
+		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Action, &a.Source, &a.EventID, &a.Entity, &a.Detail); err != nil {
+			return nil, fmt.Errorf("list audit: %w", err)
+		}
+		a.At = time.UnixMicro(at).UTC()
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return out, nil
+}
+
+func micros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// nonNilBytes keeps an empty body a zero-length BLOB rather than NULL.
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

@@ -1,0 +1,71 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/store/storetest"
+)
+
+func open(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Exercise(t, storetest.Opener{
+		Name: "sqlite (file)",
+		Open: func(t *testing.T) store.Store {
+			return open(t, filepath.Join(t.TempDir(), "sub", "hookledger.db"))
+		},
+		Reopen: func(t *testing.T, s store.Store) store.Store {
+			return open(t, s.(*Store).path)
+		},
+	})
+}
+
+func TestPragmas(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "p.db"))
+	var mode string
+	var sync int
+	if err := s.writer.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.writer.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" || sync != 2 {
+		t.Fatalf("journal_mode=%s synchronous=%d, want wal and 2 (FULL)", mode, sync)
+	}
+	if n := s.writer.Stats().MaxOpenConnections; n != 1 {
+		t.Fatalf("writer pool allows %d connections, want exactly 1", n)
+	}
+}
+
+// Unique violations are recognised by SQLite's extended result code.
+func TestUniqueViolationByCode(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "u.db"))
+	_, err := s.writer.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (1, 'again', 0)`)
+	if err == nil {
+		t.Fatal("duplicate version inserted")
+	}
+	wrapped := wrapErr("insert", err)
+	if !errors.Is(wrapped, store.ErrConflict) {
+		t.Fatalf("unique violation not classified as conflict: %v", err)
+	}
+	_, err = s.writer.Exec(`INSERT INTO nosuchtable VALUES (1)`)
+	if err == nil || errors.Is(wrapErr("insert", err), store.ErrConflict) {
+		t.Fatalf("other errors must not be conflicts: %v", err)
+	}
+}

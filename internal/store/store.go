@@ -1,0 +1,204 @@
+// Package store is the durable contract every hookledger component writes
+// through. Each database has its own driver package (sqlite, postgres) with
+// hand-written SQL and embedded migrations; domain code sees only this
+// contract, so dialect differences never leak out of a driver. The
+// storetest package is the conformance suite every driver passes.
+//
+// Methods follow the NounVerb(ctx, *NounVerbParams) shape. Every method that
+// records time takes it from its params: the store never reads a clock.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrConflict reports a unique-constraint violation, detected by the
+// database's error code (never by message text).
+var ErrConflict = errors.New("unique constraint violated")
+
+// ErrUnavailable wraps failures to reach or commit to the database, which
+// the receiver answers with 503 and Retry-After.
+var ErrUnavailable = errors.New("store unavailable")
+
+// Store is the contract both drivers implement.
+type Store interface {
+	// Ping reports whether the database answers (for /readyz).
+	Ping(ctx context.Context) error
+	// Migrate applies the embedded schema migrations not yet applied and
+	// returns their names. Safe when several processes start at once.
+	Migrate(ctx context.Context) ([]string, error)
+	// InboxCommit durably records every submission in ONE transaction (the
+	// group commit). Each submission gets its own outcome: a submission that
+	// fails alone is rolled back to its savepoint and reports its error
+	// without failing the others. A non-nil error means nothing committed.
+	InboxCommit(ctx context.Context, p *InboxCommitParams) ([]SubmissionResult, error)
+	// EventList returns events in id order after the cursor.
+	EventList(ctx context.Context, p *EventListParams) (*EventListResult, error)
+	// DeliveryList returns the deliveries of events, in id order.
+	DeliveryList(ctx context.Context, p *DeliveryListParams) ([]*Delivery, error)
+	// AuditInsert writes one audit row.
+	AuditInsert(ctx context.Context, p *AuditInsertParams) (int64, error)
+	// AuditList returns audit rows in id order.
+	AuditList(ctx context.Context, p *AuditListParams) ([]*AuditEntry, error)
+	// Close releases the connections.
+	Close() error
+}
+
+// Disposition is the closed set of event outcomes (ARCHITECTURE.md §3).
+type Disposition string
+
+// The dispositions. Accepted is the only non-terminal one.
+const (
+	DispositionAccepted     Disposition = "accepted"
+	DispositionApplied      Disposition = "applied"
+	DispositionDuplicate    Disposition = "duplicate"
+	DispositionStale        Disposition = "stale"
+	DispositionSuperseded   Disposition = "superseded"
+	DispositionUnrouted     Disposition = "unrouted"
+	DispositionDeadLettered Disposition = "dead_lettered"
+	DispositionResolved     Disposition = "resolved"
+)
+
+// InboxCommitParams is one group commit.
+type InboxCommitParams struct {
+	Submissions []*Submission
+}
+
+// Submission is what one inbound request contributes: every delivery it
+// carried (a HubSpot batch carries up to 100), committed all or nothing,
+// plus audit rows that belong with it.
+type Submission struct {
+	Deliveries []*DeliveryInput
+	Audit      []*AuditInsertParams
+}
+
+// DeliveryInput is one event as carried by one transport attempt.
+type DeliveryInput struct {
+	// RequestID identifies the HTTP request; BatchIndex the event's place
+	// in it. Neither is ever part of an event or effect identity.
+	RequestID  string
+	BatchIndex int
+	Source     string
+	EventID    string
+	Type       string
+	Entity     string
+	Account    string
+	// OccurredAt is the sender's occurrence time; zero when unknown.
+	OccurredAt time.Time
+	// ReceivedAt is when hookledger read the request (OR03: kept apart).
+	ReceivedAt time.Time
+	// Headers are the selected request headers worth keeping as evidence
+	// (never signature values or credentials).
+	Headers map[string]string
+	Body    []byte
+}
+
+// SubmissionResult is one submission's own outcome in a group commit.
+type SubmissionResult struct {
+	// Err is set when this submission alone failed and was rolled back.
+	Err   error
+	Items []DeliveryOutcome
+}
+
+// DeliveryOutcome is the fate of one delivery in a committed submission.
+type DeliveryOutcome struct {
+	DeliveryID int64
+	EventPK    int64
+	// Duplicate is true when the event (source, event id) already existed:
+	// the delivery is recorded as another delivery of that event.
+	Duplicate bool
+}
+
+// Event is one distinct event (unique on source + event id).
+type Event struct {
+	PK          int64
+	Source      string
+	EventID     string
+	Type        string
+	Entity      string
+	Account     string
+	OccurredAt  time.Time // zero when unknown
+	ReceivedAt  time.Time // first receipt
+	Deliveries  int
+	Disposition Disposition
+}
+
+// EventListParams filters EventList; empty fields do not filter.
+type EventListParams struct {
+	Source  string
+	EventID string
+	// AfterPK is the paging cursor: only events with a larger PK.
+	AfterPK int64
+	// Limit defaults to 100 and is capped at 1000.
+	Limit int
+}
+
+// EventListResult is one page.
+type EventListResult struct {
+	Events []*Event
+	// NextAfterPK is the cursor for the next page, 0 when there is none.
+	NextAfterPK int64
+}
+
+// Delivery is one stored transport attempt of one event.
+type Delivery struct {
+	ID         int64
+	EventPK    int64
+	RequestID  string
+	BatchIndex int
+	Source     string
+	EventID    string
+	Type       string
+	Entity     string
+	Account    string
+	OccurredAt time.Time
+	ReceivedAt time.Time
+	Headers    map[string]string
+	Body       []byte
+}
+
+// DeliveryListParams filters DeliveryList.
+type DeliveryListParams struct {
+	Source  string
+	EventID string
+	AfterID int64
+	Limit   int
+}
+
+// AuditInsertParams is one audit row: who or what did what, when, and why.
+type AuditInsertParams struct {
+	At      time.Time
+	Actor   string // "receiver", "worker", "operator:alice", ...
+	Action  string // "tenant_mismatch", "disposition", ...
+	Source  string
+	EventID string
+	Entity  string
+	Detail  string // human-readable reason; never secrets
+}
+
+// AuditEntry is a stored audit row.
+type AuditEntry struct {
+	ID int64
+	AuditInsertParams
+}
+
+// AuditListParams filters AuditList.
+type AuditListParams struct {
+	Action  string
+	Source  string
+	AfterID int64
+	Limit   int
+}
+
+// ClampLimit applies the default and the cap shared by every list method.
+func ClampLimit(n int) int {
+	switch {
+	case n <= 0:
+		return 100
+	case n > 1000:
+		return 1000
+	}
+	return n
+}

@@ -1,0 +1,375 @@
+// Package storetest is the conformance suite every store driver passes, run
+// against a real database: a SQLite file and a PostgreSQL server. It tests
+// the contract in package store, never a driver's internals.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Opener returns a migrated, empty store for one test; the opener registers
+// its own cleanup. Reopen (optional) opens another handle on the same
+// database, to check durability across handles and concurrent migration.
+type Opener struct {
+	Name   string
+	Open   func(t *testing.T) store.Store
+	Reopen func(t *testing.T, s store.Store) store.Store
+}
+
+// t0 is a fixed instant: the store never reads a clock, so tests never do.
+var t0 = time.Date(2026, 11, 3, 9, 30, 15, 123456000, time.UTC)
+
+// Exercise runs every conformance test against the driver.
+func Exercise(t *testing.T, o Opener) {
+	t.Logf("store conformance suite: driver %s", o.Name)
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, o Opener)
+	}{
+		{"MigrateIsIdempotent", testMigrateIdempotent},
+		{"InboxCommitNewAndDuplicate", testInboxNewAndDuplicate},
+		{"InboxCommitKeepsBytesAndTimes", testInboxKeepsBytesAndTimes},
+		{"InboxCommitIsolatesFailedSubmission", testInboxIsolatesFailure},
+		{"InboxCommitConcurrentSameEvent", testInboxConcurrentSameEvent},
+		{"InboxCommitAuditRides", testInboxAuditRides},
+		{"EventListPagesAndFilters", testEventListPaging},
+		{"AuditInsertAndList", testAudit},
+		{"DurableAcrossHandles", testDurableAcrossHandles},
+		{"CanceledContextCommitsNothing", testCanceledContext},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
+	}
+}
+
+func delivery(source, eventID string, i int) *store.DeliveryInput {
+	return &store.DeliveryInput{
+		RequestID:  fmt.Sprintf("req-%s-%d", eventID, i),
+		Source:     source,
+		EventID:    eventID,
+		Type:       "customer.subscription.updated",
+		Entity:     "sub_" + eventID,
+		Account:    "acct_1",
+		OccurredAt: t0.Add(-time.Minute),
+		ReceivedAt: t0.Add(time.Duration(i) * time.Second),
+		Headers:    map[string]string{"Content-Type": "application/json"},
+		Body:       []byte(`{"id":"` + eventID + `"}`),
+	}
+}
+
+func commit(t *testing.T, s store.Store, subs ...*store.Submission) []store.SubmissionResult {
+	t.Helper()
+	res, err := s.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: subs})
+	if err != nil {
+		t.Fatalf("InboxCommit: %v", err)
+	}
+	if len(res) != len(subs) {
+		t.Fatalf("InboxCommit returned %d results for %d submissions", len(res), len(subs))
+	}
+	return res
+}
+
+func one(ds ...*store.DeliveryInput) *store.Submission { return &store.Submission{Deliveries: ds} }
+
+func events(t *testing.T, s store.Store, p *store.EventListParams) []*store.Event {
+	t.Helper()
+	r, err := s.EventList(context.Background(), p)
+	if err != nil {
+		t.Fatalf("EventList: %v", err)
+	}
+	return r.Events
+}
+
+func testMigrateIdempotent(t *testing.T, o Opener) {
+	s := o.Open(t)
+	applied, err := s.Migrate(context.Background())
+	if err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if len(applied) != 0 {
+		t.Fatalf("second Migrate applied %v, want nothing", applied)
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+}
+
+func testInboxNewAndDuplicate(t *testing.T, o Opener) {
+	s := o.Open(t)
+	res := commit(t, s,
+		one(delivery("stripe", "evt_1", 0)),
+		one(delivery("stripe", "evt_2", 0)),
+		// The same event id from another source is another event.
+		one(delivery("crm", "evt_1", 0)),
+	)
+	for i, r := range res {
+		if r.Err != nil || len(r.Items) != 1 || r.Items[0].Duplicate {
+			t.Fatalf("submission %d: %+v, want one new delivery", i, r)
+		}
+	}
+	// A retry of evt_1, and the same event twice inside one submission.
+	res = commit(t, s,
+		one(delivery("stripe", "evt_1", 1)),
+		one(delivery("stripe", "evt_3", 0), delivery("stripe", "evt_3", 1)),
+	)
+	if r := res[0]; r.Err != nil || !r.Items[0].Duplicate {
+		t.Fatalf("retry of evt_1: %+v, want duplicate", r)
+	}
+	if r := res[1]; r.Err != nil || r.Items[0].Duplicate || !r.Items[1].Duplicate {
+		t.Fatalf("evt_3 twice in one submission: %+v, want new then duplicate", r)
+	}
+	if res[0].Items[0].EventPK == 0 || res[1].Items[0].EventPK != res[1].Items[1].EventPK {
+		t.Fatalf("event pks: %+v", res)
+	}
+	ev := events(t, s, &store.EventListParams{Source: "stripe", EventID: "evt_1"})
+	if len(ev) != 1 || ev[0].Deliveries != 2 || ev[0].Disposition != store.DispositionAccepted {
+		t.Fatalf("stripe/evt_1 = %+v, want one event with 2 deliveries, accepted", ev)
+	}
+	if !ev[0].ReceivedAt.Equal(t0) {
+		t.Errorf("received_at = %v, want the first receipt %v", ev[0].ReceivedAt, t0)
+	}
+	ds, err := s.DeliveryList(context.Background(), &store.DeliveryListParams{Source: "stripe", EventID: "evt_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 2 || ds[0].RequestID == ds[1].RequestID || ds[0].EventPK != ev[0].PK {
+		t.Fatalf("deliveries of evt_1 = %+v, want two attempts of one event", ds)
+	}
+	if all := events(t, s, &store.EventListParams{}); len(all) != 4 {
+		t.Fatalf("%d events, want 4", len(all))
+	}
+}
+
+func testInboxKeepsBytesAndTimes(t *testing.T, o Opener) {
+	s := o.Open(t)
+	body := []byte("{\"a\":\"\\u00e9\"}\x00\xff\xfe raw \r\n")
+	d := delivery("stripe", "evt_bytes", 0)
+	d.Body = body
+	d.Headers = map[string]string{"Stripe-Account": "acct_1", "User-Agent": "Stripe/1.0"}
+	d.BatchIndex = 7
+	noTime := delivery("stripe", "evt_notime", 0)
+	noTime.OccurredAt = time.Time{}
+	noTime.Body = nil
+	commit(t, s, one(d, noTime))
+	ds, err := s.DeliveryList(context.Background(), &store.DeliveryListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 2 {
+		t.Fatalf("%d deliveries, want 2", len(ds))
+	}
+	got := ds[0]
+	if !bytes.Equal(got.Body, body) {
+		t.Errorf("body = %q, want the exact bytes %q", got.Body, body)
+	}
+	if got.Headers["Stripe-Account"] != "acct_1" || len(got.Headers) != 2 {
+		t.Errorf("headers = %v", got.Headers)
+	}
+	if got.BatchIndex != 7 || got.Type != d.Type || got.Entity != d.Entity || got.Account != d.Account {
+		t.Errorf("fields = %+v", got)
+	}
+	if !got.OccurredAt.Equal(d.OccurredAt) || !got.ReceivedAt.Equal(d.ReceivedAt) {
+		t.Errorf("times = %v/%v, want %v/%v (microsecond precision)", got.OccurredAt, got.ReceivedAt, d.OccurredAt, d.ReceivedAt)
+	}
+	if got.OccurredAt.Location() != time.UTC {
+		t.Errorf("times must come back in UTC")
+	}
+	if !ds[1].OccurredAt.IsZero() || len(ds[1].Body) != 0 {
+		t.Errorf("unknown occurred_at must stay unknown, empty body empty: %+v", ds[1])
+	}
+	ev := events(t, s, &store.EventListParams{EventID: "evt_notime"})
+	if len(ev) != 1 || !ev[0].OccurredAt.IsZero() {
+		t.Errorf("event without occurred_at = %+v", ev)
+	}
+}
+
+func testInboxIsolatesFailure(t *testing.T, o Opener) {
+	s := o.Open(t)
+	bad := delivery("stripe", "", 0) // an event must have an id
+	res := commit(t, s,
+		one(delivery("stripe", "evt_a", 0)),
+		one(delivery("stripe", "evt_b", 0), bad),
+		one(delivery("stripe", "evt_c", 0)),
+	)
+	if res[0].Err != nil || res[2].Err != nil {
+		t.Fatalf("good submissions failed: %v / %v", res[0].Err, res[2].Err)
+	}
+	if res[1].Err == nil {
+		t.Fatalf("submission with an empty event id succeeded")
+	}
+	got := map[string]bool{}
+	for _, e := range events(t, s, &store.EventListParams{}) {
+		got[e.EventID] = true
+	}
+	if !got["evt_a"] || !got["evt_c"] || got["evt_b"] || len(got) != 2 {
+		t.Fatalf("stored events %v: want evt_a and evt_c only (the failed submission is all or nothing)", got)
+	}
+	ds, err := s.DeliveryList(context.Background(), &store.DeliveryListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 2 {
+		t.Fatalf("%d deliveries, want 2", len(ds))
+	}
+}
+
+func testInboxConcurrentSameEvent(t *testing.T, o Opener) {
+	s := o.Open(t)
+	const n = 24
+	var wg sync.WaitGroup
+	results := make([]store.SubmissionResult, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.InboxCommit(context.Background(), &store.InboxCommitParams{
+				Submissions: []*store.Submission{one(delivery("stripe", "evt_race", i))},
+			})
+			errs[i] = err
+			if err == nil {
+				results[i] = r[0]
+			}
+		}()
+	}
+	wg.Wait()
+	fresh := 0
+	for i := range n {
+		if errs[i] != nil || results[i].Err != nil {
+			t.Fatalf("commit %d: %v %v", i, errs[i], results[i].Err)
+		}
+		if !results[i].Items[0].Duplicate {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d commits saw the event as new, want exactly 1", fresh)
+	}
+	ev := events(t, s, &store.EventListParams{EventID: "evt_race"})
+	if len(ev) != 1 || ev[0].Deliveries != n {
+		t.Fatalf("evt_race = %+v, want one event with %d deliveries", ev, n)
+	}
+}
+
+func testInboxAuditRides(t *testing.T, o Opener) {
+	s := o.Open(t)
+	sub := one(delivery("stripe", "evt_x", 0))
+	sub.Audit = []*store.AuditInsertParams{{At: t0, Actor: "receiver", Action: "received", Source: "stripe", EventID: "evt_x", Detail: "ok"}}
+	failing := one(delivery("stripe", "", 0))
+	failing.Audit = []*store.AuditInsertParams{{At: t0, Actor: "receiver", Action: "received", Source: "stripe", EventID: "never", Detail: "x"}}
+	commit(t, s, sub, failing)
+	rows, err := s.AuditList(context.Background(), &store.AuditListParams{Action: "received"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].EventID != "evt_x" {
+		t.Fatalf("audit rows %+v: want only the committed submission's row", rows)
+	}
+}
+
+func testEventListPaging(t *testing.T, o Opener) {
+	s := o.Open(t)
+	var subs []*store.Submission
+	for i := range 25 {
+		src := "stripe"
+		if i%5 == 0 {
+			src = "crm"
+		}
+		subs = append(subs, one(delivery(src, fmt.Sprintf("evt_%02d", i), 0)))
+	}
+	commit(t, s, subs...)
+	var seen []string
+	after := int64(0)
+	pages := 0
+	for {
+		r, err := s.EventList(context.Background(), &store.EventListParams{Source: "stripe", AfterPK: after, Limit: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, e := range r.Events {
+			if e.Source != "stripe" {
+				t.Fatalf("filter leaked %+v", e)
+			}
+			seen = append(seen, e.EventID)
+		}
+		if r.NextAfterPK == 0 {
+			break
+		}
+		after = r.NextAfterPK
+	}
+	if len(seen) != 20 || pages != 3 {
+		t.Fatalf("paged %d stripe events in %d pages, want 20 in 3", len(seen), pages)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i] <= seen[i-1] {
+			t.Fatalf("events out of order: %v", seen)
+		}
+	}
+}
+
+func testAudit(t *testing.T, o Opener) {
+	s := o.Open(t)
+	ctx := context.Background()
+	for i, action := range []string{"tenant_mismatch", "disposition", "tenant_mismatch"} {
+		if _, err := s.AuditInsert(ctx, &store.AuditInsertParams{
+			At: t0.Add(time.Duration(i) * time.Second), Actor: "receiver", Action: action,
+			Source: "stripe", EventID: fmt.Sprint("evt_", i), Detail: "payload names acct_9",
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := s.AuditList(ctx, &store.AuditListParams{Action: "tenant_mismatch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].EventID != "evt_0" || rows[1].EventID != "evt_2" || !rows[1].At.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("audit rows = %+v", rows)
+	}
+	rest, err := s.AuditList(ctx, &store.AuditListParams{AfterID: rows[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 2 {
+		t.Fatalf("after first row: %d rows, want 2", len(rest))
+	}
+}
+
+func testDurableAcrossHandles(t *testing.T, o Opener) {
+	if o.Reopen == nil {
+		t.Skip("driver offers no second handle")
+	}
+	s := o.Open(t)
+	commit(t, s, one(delivery("stripe", "evt_durable", 0)))
+	s2 := o.Reopen(t, s)
+	if applied, err := s2.Migrate(context.Background()); err != nil || len(applied) != 0 {
+		t.Fatalf("Migrate on second handle: %v %v", applied, err)
+	}
+	if ev := events(t, s2, &store.EventListParams{EventID: "evt_durable"}); len(ev) != 1 {
+		t.Fatalf("second handle sees %d events, want 1", len(ev))
+	}
+}
+
+func testCanceledContext(t *testing.T, o Opener) {
+	s := o.Open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{one(delivery("stripe", "evt_cancel", 0))}})
+	if err == nil {
+		t.Fatal("InboxCommit with a canceled context reported success")
+	}
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrUnavailable) {
+		t.Logf("error (acceptable as long as nothing is stored): %v", err)
+	}
+	if ev := events(t, s, &store.EventListParams{EventID: "evt_cancel"}); len(ev) != 0 {
+		t.Fatalf("a failed commit stored %d events", len(ev))
+	}
+}
