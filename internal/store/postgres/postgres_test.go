@@ -101,4 +101,3 @@ func TestOpenErrorHidesPassword(t *testing.T) {
 		t.Fatalf("error leaks the password: %s", got)
 	}
 }
-
