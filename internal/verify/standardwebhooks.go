@@ -1,0 +1,243 @@
+package verify
+
+import (
+	"crypto/ed25519"
+	"crypto/hmac"
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Standard Webhooks headers.
+const (
+	WebhookIDHeader        = "webhook-id"
+	WebhookTimestampHeader = "webhook-timestamp"
+	WebhookSignatureHeader = "webhook-signature"
+)
+
+// Secret prefixes defined by the Standard Webhooks specification. whsk_ is
+// accepted so that the sign command and tests can produce v1a signatures; a
+// receiver normally holds only whpk_ public keys.
+const (
+	prefixSymmetric  = "whsec_"
+	prefixPublicKey  = "whpk_"
+	prefixPrivateKey = "whsk_"
+)
+
+// Symmetric secret sizes required by the specification.
+const (
+	minSymmetricKey = 24
+	maxSymmetricKey = 64
+)
+
+// standardWebhooks verifies v1 (HMAC-SHA256 over "<id>.<timestamp>.<body>"
+// with the base64-decoded whsec_ key, base64 encoded) and v1a (ed25519 over
+// the same bytes).
+type standardWebhooks struct {
+	hmacKeys [][]byte
+	pubKeys  []ed25519.PublicKey
+	// signers in configuration order: a whsec_ key (hmac) or a whsk_ key.
+	signers []swSigner
+	tol     time.Duration
+}
+
+type swSigner struct {
+	hmacKey []byte
+	edKey   ed25519.PrivateKey
+}
+
+func newStandardWebhooks(secrets []string, tol time.Duration) (*standardWebhooks, error) {
+	s := &standardWebhooks{tol: tol}
+	for i, sec := range secrets {
+		n := i + 1
+		switch {
+		case strings.HasPrefix(sec, prefixSymmetric):
+			key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(sec, prefixSymmetric))
+			if err != nil {
+				return nil, optErr("secrets", "standard-webhooks secret %d: the part after whsec_ is not valid base64", n)
+			}
+			if len(key) < minSymmetricKey || len(key) > maxSymmetricKey {
+				return nil, optErr("secrets", "standard-webhooks secret %d decodes to %d bytes; the specification requires %d to %d", n, len(key), minSymmetricKey, maxSymmetricKey)
+			}
+			s.hmacKeys = append(s.hmacKeys, key)
+			s.signers = append(s.signers, swSigner{hmacKey: key})
+		case strings.HasPrefix(sec, prefixPublicKey):
+			key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(sec, prefixPublicKey))
+			if err != nil {
+				return nil, optErr("secrets", "standard-webhooks secret %d: the part after whpk_ is not valid base64", n)
+			}
+			if len(key) != ed25519.PublicKeySize {
+				return nil, optErr("secrets", "standard-webhooks secret %d: a whpk_ key must decode to %d bytes, got %d", n, ed25519.PublicKeySize, len(key))
+			}
+			s.pubKeys = append(s.pubKeys, ed25519.PublicKey(key))
+		case strings.HasPrefix(sec, prefixPrivateKey):
+			raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(sec, prefixPrivateKey))
+			if err != nil {
+				return nil, optErr("secrets", "standard-webhooks secret %d: the part after whsk_ is not valid base64", n)
+			}
+			var priv ed25519.PrivateKey
+			switch len(raw) {
+			case ed25519.SeedSize:
+				priv = ed25519.NewKeyFromSeed(raw)
+			case ed25519.PrivateKeySize:
+				priv = ed25519.PrivateKey(raw)
+			default:
+				return nil, optErr("secrets", "standard-webhooks secret %d: a whsk_ key must decode to %d (seed) or %d bytes, got %d", n, ed25519.SeedSize, ed25519.PrivateKeySize, len(raw))
+			}
+			s.pubKeys = append(s.pubKeys, priv.Public().(ed25519.PublicKey))
+			s.signers = append(s.signers, swSigner{edKey: priv})
+		default:
+			return nil, optErr("secrets", "standard-webhooks secret %d must start with whsec_ or whpk_ (or whsk_ to sign v1a)", n)
+		}
+	}
+	return s, nil
+}
+
+// WebhookSignature is one entry of a webhook-signature list.
+type WebhookSignature struct {
+	Version string // v1 or v1a; other versions are kept but never trusted
+	Sig     []byte // decoded signature bytes
+}
+
+// ParseWebhookSignatures parses a space-separated webhook-signature list of
+// "<version>,<base64>" entries. Entries without a comma are skipped, as the
+// reference libraries do; an entry of a known version whose signature is not
+// base64 is an error.
+func ParseWebhookSignatures(v string) ([]WebhookSignature, error) {
+	var out []WebhookSignature
+	for _, item := range strings.Fields(v) {
+		ver, b64, ok := strings.Cut(item, ",")
+		if !ok {
+			continue
+		}
+		if ver != "v1" && ver != "v1a" {
+			out = append(out, WebhookSignature{Version: ver})
+			continue
+		}
+		sig, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return nil, failf(ReasonMalformed, "standard-webhooks: %s has a %s entry that is not base64", WebhookSignatureHeader, ver)
+		}
+		out = append(out, WebhookSignature{Version: ver, Sig: sig})
+	}
+	return out, nil
+}
+
+func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
+	const scheme = "standard-webhooks"
+	id, ok, herr := header(req.Header, WebhookIDHeader, scheme)
+	if herr != nil {
+		return herr
+	}
+	if !ok {
+		return failf(ReasonMissing, "%s: %s header is missing", scheme, WebhookIDHeader)
+	}
+	tsRaw, ok, herr := header(req.Header, WebhookTimestampHeader, scheme)
+	if herr != nil {
+		return herr
+	}
+	if !ok {
+		return failf(ReasonMissing, "%s: %s header is missing", scheme, WebhookTimestampHeader)
+	}
+	sigRaw, ok, herr := header(req.Header, WebhookSignatureHeader, scheme)
+	if herr != nil {
+		return herr
+	}
+	if !ok {
+		return failf(ReasonMissing, "%s: %s header is missing", scheme, WebhookSignatureHeader)
+	}
+	ts, err := strconv.ParseInt(tsRaw, 10, 64)
+	if err != nil || ts < 0 {
+		return failf(ReasonTimestamp, "%s: %s is not a unix time in seconds", scheme, WebhookTimestampHeader)
+	}
+	sigs, perr := ParseWebhookSignatures(sigRaw)
+	if perr != nil {
+		return perr
+	}
+	content := signedContentSW(id, ts, req.Body)
+	usable := false
+	matched := false
+	for _, sg := range sigs {
+		switch sg.Version {
+		case "v1":
+			if len(s.hmacKeys) == 0 {
+				continue
+			}
+			usable = true
+			for _, key := range s.hmacKeys {
+				if hmac.Equal(hmacSHA256(key, content), sg.Sig) {
+					matched = true
+				}
+			}
+		case "v1a":
+			if len(s.pubKeys) == 0 {
+				continue
+			}
+			usable = true
+			for _, pk := range s.pubKeys {
+				if len(sg.Sig) == ed25519.SignatureSize && ed25519.Verify(pk, content, sg.Sig) {
+					matched = true
+				}
+			}
+		}
+	}
+	if !usable {
+		return failf(ReasonMissing, "%s: %s holds no signature of a version this source's secrets verify (%s)", scheme, WebhookSignatureHeader, s.versions())
+	}
+	if !matched {
+		return failf(ReasonMismatch, "%s: no signature matches any configured secret", scheme)
+	}
+	if e := checkWindow(scheme, time.Unix(ts, 0), now, s.tol); e != nil {
+		return e
+	}
+	return nil
+}
+
+func (s *standardWebhooks) versions() string {
+	var v []string
+	if len(s.hmacKeys) > 0 {
+		v = append(v, "v1")
+	}
+	if len(s.pubKeys) > 0 {
+		v = append(v, "v1a")
+	}
+	return strings.Join(v, ", ")
+}
+
+// signedContentSW is "<id>.<timestamp>.<body>". The timestamp is the parsed
+// integer re-formatted, as the reference Go library does.
+func signedContentSW(id string, ts int64, body []byte) []byte {
+	b := make([]byte, 0, len(id)+len(body)+24)
+	b = append(b, id...)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, ts, 10)
+	b = append(b, '.')
+	return append(b, body...)
+}
+
+// Sign signs with the first secret that can sign: a whsec_ key gives a v1
+// entry, a whsk_ key a v1a entry. A whpk_ public key cannot sign.
+func (s *standardWebhooks) Sign(req *Request, now time.Time, eventID string) (http.Header, error) {
+	if eventID == "" {
+		return nil, &OptionError{Field: "event-id", Msg: "standard-webhooks signs the webhook-id header, so an event id is required"}
+	}
+	if len(s.signers) == 0 {
+		return nil, optErr("secrets", "standard-webhooks: no secret can sign; whpk_ keys only verify (configure a whsec_ or whsk_ secret)")
+	}
+	ts := now.Unix()
+	content := signedContentSW(eventID, ts, req.Body)
+	sg := s.signers[0]
+	var entry string
+	if sg.hmacKey != nil {
+		entry = "v1," + base64.StdEncoding.EncodeToString(hmacSHA256(sg.hmacKey, content))
+	} else {
+		entry = "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(sg.edKey, content))
+	}
+	h := http.Header{}
+	h.Set(WebhookIDHeader, eventID)
+	h.Set(WebhookTimestampHeader, strconv.FormatInt(ts, 10))
+	h.Set(WebhookSignatureHeader, entry)
+	return h, nil
+}

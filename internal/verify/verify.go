@@ -1,0 +1,168 @@
+package verify
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Kind names, as written in the config file.
+const (
+	KindStripe           = "stripe"
+	KindHubSpot          = "hubspot"
+	KindKlaviyo          = "klaviyo"
+	KindStandardWebhooks = "standard-webhooks"
+	KindPipedrive        = "pipedrive"
+	KindHMAC             = "hmac"
+)
+
+// HubSpot signature versions. A source is pinned to exactly one.
+const (
+	HubSpotV1 = "v1"
+	HubSpotV2 = "v2"
+	HubSpotV3 = "v3"
+)
+
+// Kinds returns the valid scheme kinds in a fresh slice.
+func Kinds() []string {
+	return []string{KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindPipedrive, KindHMAC}
+}
+
+// DefaultTolerance is the timestamp window used when Options.Tolerance is 0.
+// It is 0 for pipedrive, which carries no timestamp. For hubspot it applies
+// to v3 only and for hmac only when a timestamp header is configured.
+func DefaultTolerance(kind string) time.Duration {
+	switch kind {
+	case KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindHMAC:
+		// Stripe's libraries, HubSpot's v3 guide and the Standard Webhooks
+		// reference libraries all use five minutes.
+		return 5 * time.Minute
+	default:
+		return 0
+	}
+}
+
+// Request is what a scheme sees: the raw body bytes exactly as received, and
+// metadata.
+type Request struct {
+	Method string
+	// URL is the full public URL the sender called, for example
+	// https://hooks.example.com/hooks/crm?x=1. It is configured per source
+	// because behind a proxy the Host the server sees differs. Only the
+	// HubSpot v2 and v3 schemes sign it.
+	URL    string
+	Header http.Header
+	Body   []byte
+}
+
+// Scheme verifies and signs requests for one source.
+type Scheme interface {
+	// Verify checks req at time now. On failure it returns an *Error. The
+	// error text never contains a secret or a signature value.
+	Verify(req *Request, now time.Time) error
+	// Sign returns the headers this scheme's sender would add for req. The
+	// first secret that can sign is used. eventID is used by schemes that
+	// carry an event id in headers (standard-webhooks webhook-id); the
+	// others ignore it.
+	Sign(req *Request, now time.Time, eventID string) (http.Header, error)
+}
+
+// Options configure one source's scheme.
+type Options struct {
+	// Kind is one of Kinds().
+	Kind string
+	// Version pins the HubSpot signature version: v3, v2 or v1. A pinned
+	// source never accepts another version. Empty for the other kinds.
+	Version string
+	// Secrets hold several values during a rotation overlap; a request that
+	// verifies with any one of them is accepted.
+	Secrets []string
+	// Tolerance is the accepted distance between the signed timestamp and
+	// now, in both directions. 0 means DefaultTolerance(Kind); negative is
+	// an error, and so is a non-zero value for a scheme without timestamp.
+	Tolerance time.Duration
+}
+
+// New validates o and returns the scheme. Validation errors are
+// *OptionError values naming the offending field.
+func New(o Options) (Scheme, error) {
+	if o.Tolerance < 0 {
+		return nil, optErr("tolerance", "must not be negative (got %s)", o.Tolerance)
+	}
+	if o.Kind != KindHubSpot && o.Version != "" {
+		return nil, optErr("version", "only kind hubspot takes a version")
+	}
+	if len(o.Secrets) == 0 {
+		return nil, optErr("secrets", "at least one secret is required")
+	}
+	for i, s := range o.Secrets {
+		if s == "" {
+			return nil, optErr("secrets", "secret %d is empty", i+1)
+		}
+	}
+	tol := o.Tolerance
+	if tol == 0 {
+		tol = DefaultTolerance(o.Kind)
+	}
+	switch o.Kind {
+	case KindStripe:
+		return newStripe(o.Secrets, tol), nil
+	case KindStandardWebhooks:
+		return newStandardWebhooks(o.Secrets, tol)
+	case KindHubSpot, KindKlaviyo, KindPipedrive, KindHMAC:
+		return nil, optErr("kind", "kind %q is not available yet", o.Kind)
+	case "":
+		return nil, optErr("kind", "is required (one of %s)", strings.Join(Kinds(), ", "))
+	default:
+		return nil, optErr("kind", "unknown kind %q (one of %s)", o.Kind, strings.Join(Kinds(), ", "))
+	}
+}
+
+// header returns the single value of a header. A header sent several times
+// with different values is refused: which copy a proxy or framework would
+// pick is not defined, and an attacker who can append a header must not be
+// able to choose it.
+func header(h http.Header, name, scheme string) (string, bool, *Error) {
+	vals := h.Values(name)
+	if len(vals) == 0 || (len(vals) == 1 && strings.TrimSpace(vals[0]) == "") {
+		return "", false, nil
+	}
+	for _, v := range vals[1:] {
+		if v != vals[0] {
+			return "", false, failf(ReasonMalformed, "%s: header %s appears %d times with different values", scheme, name, len(vals))
+		}
+	}
+	return strings.TrimSpace(vals[0]), true, nil
+}
+
+// checkWindow refuses a signed time outside [now-tol, now+tol]. Both
+// directions matter: a stale timestamp is a replay, and a far-future one
+// would stay replayable for longer than the tolerance.
+func checkWindow(scheme string, signed, now time.Time, tol time.Duration) *Error {
+	if d := now.Sub(signed); d > tol {
+		return failf(ReasonTimestamp, "%s: signed timestamp is %s old, beyond the %s tolerance", scheme, d.Round(time.Second), tol)
+	}
+	if d := signed.Sub(now); d > tol {
+		return failf(ReasonTimestamp, "%s: signed timestamp is %s in the future, beyond the %s tolerance", scheme, d.Round(time.Second), tol)
+	}
+	return nil
+}
+
+func hmacSHA256(key []byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// equalSecret compares two values of possibly different lengths in constant
+// time. Hashing first hides the length, which subtle.ConstantTimeCompare
+// would otherwise reveal by returning early.
+func equalSecret(a, b string) bool {
+	ha := sha256.Sum256([]byte(a))
+	hb := sha256.Sum256([]byte(b))
+	return hmac.Equal(ha[:], hb[:])
+}
