@@ -83,6 +83,8 @@ type Options struct {
 	// now, in both directions. 0 means DefaultTolerance(Kind); negative is
 	// an error, and so is a non-zero value for a scheme without timestamp.
 	Tolerance time.Duration
+	// HMAC configures kind hmac and must be nil for the others.
+	HMAC *HMACOptions
 }
 
 // New validates o and returns the scheme. Validation errors are
@@ -93,6 +95,9 @@ func New(o Options) (Scheme, error) {
 	}
 	if o.Kind != KindHubSpot && o.Version != "" {
 		return nil, optErr("version", "only kind hubspot takes a version")
+	}
+	if o.Kind != KindHMAC && o.HMAC != nil {
+		return nil, optErr("hmac", "only kind hmac takes hmac options")
 	}
 	if len(o.Secrets) == 0 {
 		return nil, optErr("secrets", "at least one secret is required")
@@ -109,10 +114,19 @@ func New(o Options) (Scheme, error) {
 	switch o.Kind {
 	case KindStripe:
 		return newStripe(o.Secrets, tol), nil
+	case KindHubSpot:
+		return newHubSpot(o.Version, o.Secrets, o.Tolerance, tol)
+	case KindKlaviyo:
+		return newKlaviyo(o.Secrets, tol), nil
 	case KindStandardWebhooks:
 		return newStandardWebhooks(o.Secrets, tol)
-	case KindHubSpot, KindKlaviyo, KindPipedrive, KindHMAC:
-		return nil, optErr("kind", "kind %q is not available yet", o.Kind)
+	case KindPipedrive:
+		if o.Tolerance != 0 {
+			return nil, optErr("tolerance", "pipedrive sends no timestamp, so no tolerance applies")
+		}
+		return newPipedrive(o.Secrets)
+	case KindHMAC:
+		return newHMAC(o.HMAC, o.Secrets, o.Tolerance, tol)
 	case "":
 		return nil, optErr("kind", "is required (one of %s)", strings.Join(Kinds(), ", "))
 	default:

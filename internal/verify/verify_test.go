@@ -25,8 +25,16 @@ type kindCase struct {
 func kindCases() []kindCase {
 	return []kindCase{
 		{name: "stripe", opts: Options{Kind: KindStripe, Secrets: []string{"whsec_primary_5b9c1e"}}, rotated: "whsec_rotated_77aa01", timed: true},
+		{name: "hubspot-v3", opts: Options{Kind: KindHubSpot, Version: HubSpotV3, Secrets: []string{"hs-client-secret-1"}}, rotated: "hs-client-secret-2", timed: true},
+		{name: "hubspot-v2", opts: Options{Kind: KindHubSpot, Version: HubSpotV2, Secrets: []string{"hs-client-secret-1"}}, rotated: "hs-client-secret-2"},
+		{name: "hubspot-v1", opts: Options{Kind: KindHubSpot, Version: HubSpotV1, Secrets: []string{"hs-client-secret-1"}}, rotated: "hs-client-secret-2"},
+		{name: "klaviyo", opts: Options{Kind: KindKlaviyo, Secrets: []string{"klaviyo-secret-0123456789"}}, rotated: "klaviyo-secret-abcdefghij", timed: true},
 		{name: "standard-webhooks-v1", opts: Options{Kind: KindStandardWebhooks, Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}, rotated: "whsec_dGhpcyBpcyBhIHNlY29uZCB0ZXN0IGtleSEh", timed: true},
 		{name: "standard-webhooks-v1a", opts: Options{Kind: KindStandardWebhooks, Secrets: []string{testWhsk(1)}}, rotated: testWhsk(2), timed: true},
+		{name: "pipedrive", opts: Options{Kind: KindPipedrive, Secrets: []string{"hookuser:s3cret-pass"}}, rotated: "hookuser:n3w-pass"},
+		{name: "hmac-github", opts: Options{Kind: KindHMAC, Secrets: []string{"gh-webhook-secret"}, HMAC: &HMACOptions{Header: "X-Hub-Signature-256", Prefix: "sha256="}}, rotated: "gh-webhook-secret-2"},
+		{name: "hmac-shopify", opts: Options{Kind: KindHMAC, Secrets: []string{"shpss_app_secret"}, HMAC: &HMACOptions{Header: "X-Shopify-Hmac-Sha256", Encoding: "base64"}}, rotated: "shpss_app_secret_2"},
+		{name: "hmac-timestamped", opts: Options{Kind: KindHMAC, Secrets: []string{"in-house-secret"}, HMAC: &HMACOptions{Header: "X-Signature", Algorithm: "sha512", TimestampHeader: "X-Timestamp", TimestampUnit: "ms", Template: "{timestamp}.{method}.{url}.{body}"}}, rotated: "in-house-secret-2", timed: true},
 	}
 }
 
@@ -204,10 +212,28 @@ func TestNewValidation(t *testing.T) {
 		{"empty secret", Options{Kind: KindStripe, Secrets: []string{"a", ""}}, "secrets", "secret 2 is empty"},
 		{"negative tolerance", Options{Kind: KindStripe, Secrets: []string{"a"}, Tolerance: -time.Second}, "tolerance", "negative"},
 		{"version on stripe", Options{Kind: KindStripe, Version: "v3", Secrets: []string{"a"}}, "version", "only kind hubspot"},
+		{"hubspot no version", Options{Kind: KindHubSpot, Secrets: []string{"a"}}, "version", "pinned"},
+		{"hubspot bad version", Options{Kind: KindHubSpot, Version: "v4", Secrets: []string{"a"}}, "version", `"v4"`},
+		{"hubspot v2 tolerance", Options{Kind: KindHubSpot, Version: "v2", Secrets: []string{"a"}, Tolerance: time.Minute}, "tolerance", "no timestamp"},
 		{"sw bad prefix", Options{Kind: KindStandardWebhooks, Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "plain"}}, "secrets", "standard-webhooks secret 2 must start with whsec_ or whpk_"},
 		{"sw bad base64", Options{Kind: KindStandardWebhooks, Secrets: []string{"whsec_***"}}, "secrets", "not valid base64"},
 		{"sw short key", Options{Kind: KindStandardWebhooks, Secrets: []string{"whsec_c2hvcnQ="}}, "secrets", "decodes to 5 bytes"},
 		{"sw bad whpk", Options{Kind: KindStandardWebhooks, Secrets: []string{"whpk_c2hvcnQ="}}, "secrets", "must decode to 32 bytes"},
+		{"pipedrive no colon", Options{Kind: KindPipedrive, Secrets: []string{"userpass"}}, "secrets", "pipedrive secret 1 must be user:password"},
+		{"pipedrive empty pass", Options{Kind: KindPipedrive, Secrets: []string{"user:"}}, "secrets", "both a user and a password"},
+		{"pipedrive tolerance", Options{Kind: KindPipedrive, Secrets: []string{"u:p"}, Tolerance: time.Minute}, "tolerance", "no timestamp"},
+		{"hmac without options", Options{Kind: KindHMAC, Secrets: []string{"a"}}, "hmac", "needs hmac options"},
+		{"hmac options on stripe", Options{Kind: KindStripe, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X"}}, "hmac", "only kind hmac"},
+		{"hmac no header", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{}}, "hmac.header", "required"},
+		{"hmac bad algorithm", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", Algorithm: "md5"}}, "hmac.algorithm", `"md5"`},
+		{"hmac bad encoding", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", Encoding: "base32"}}, "hmac.encoding", `"base32"`},
+		{"hmac bad unit", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", TimestampUnit: "us"}}, "hmac.timestamp_unit", `"us"`},
+		{"hmac template no body", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", Template: "{timestamp}", TimestampHeader: "T"}}, "hmac.template", "{body} exactly once"},
+		{"hmac template unknown", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", Template: "{id}.{body}"}}, "hmac.template", "{id}"},
+		{"hmac template unclosed", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", Template: "{body"}}, "hmac.template", "unclosed"},
+		{"hmac ts not signed", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", TimestampHeader: "T"}}, "hmac.template", "not signed"},
+		{"hmac ts header missing", Options{Kind: KindHMAC, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X", Template: "{timestamp}.{body}"}}, "hmac.timestamp_header", "required"},
+		{"hmac tolerance without ts", Options{Kind: KindHMAC, Secrets: []string{"a"}, Tolerance: time.Minute, HMAC: &HMACOptions{Header: "X"}}, "tolerance", "only with"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
