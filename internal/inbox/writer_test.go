@@ -1,0 +1,201 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/store/sqlite"
+)
+
+var t0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
+
+func openStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "inbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func sub(eventID string) *store.Submission {
+	return &store.Submission{Deliveries: []*store.DeliveryInput{{
+		RequestID: "r-" + eventID, Source: "stripe", EventID: eventID, Type: "t",
+		ReceivedAt: t0, Body: []byte("{}"),
+	}}}
+}
+
+// gate wraps the real store and holds the first commit until released, so
+// the test controls exactly what queues up behind it.
+type gate struct {
+	store.Store
+	mu      sync.Mutex
+	sizes   []int
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
+	g.mu.Lock()
+	first := len(g.sizes) == 0
+	g.sizes = append(g.sizes, len(p.Submissions))
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.release
+	}
+	return g.Store.InboxCommit(ctx, p)
+}
+
+func TestConcurrentSubmissionsShareCommits(t *testing.T) {
+	s := openStore(t)
+	g := &gate{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
+	w := New(g, Options{MaxBatch: 64, Registerer: prometheus.NewRegistry()})
+	w.Start()
+	defer w.Stop(context.Background())
+
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	results := make([]error, 41)
+	wg.Add(1)
+	go func() { defer wg.Done(); _, results[0] = w.Submit(ctx, sub("evt_first")) }()
+	<-g.entered
+	// 40 more arrive while the first commit is held open.
+	for i := 1; i <= 40; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, results[i] = w.Submit(ctx, sub(fmt.Sprint("evt_", i))) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(w.queue) < 40 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // waiting for goroutines to enqueue, not for time to pass
+	}
+	close(g.release)
+	wg.Wait()
+	for i, err := range results {
+		if err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+	}
+	g.mu.Lock()
+	sizes := append([]int(nil), g.sizes...)
+	g.mu.Unlock()
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 40 {
+		t.Fatalf("commit sizes %v, want [1 40]: the 40 queued submissions must share one commit", sizes)
+	}
+	r, err := s.EventList(ctx, &store.EventListParams{Limit: 1000})
+	if err != nil || len(r.Events) != 41 {
+		t.Fatalf("stored %d events (%v), want 41", len(r.Events), err)
+	}
+}
+
+func TestEachCallerGetsItsOwnOutcome(t *testing.T) {
+	s := openStore(t)
+	w := New(s, Options{})
+	w.Start()
+	defer w.Stop(context.Background())
+	ctx := context.Background()
+	res, err := w.Submit(ctx, sub("evt_a"))
+	if err != nil || res.Err != nil || res.Items[0].Duplicate {
+		t.Fatalf("first: %+v %v", res, err)
+	}
+	res, err = w.Submit(ctx, sub("evt_a"))
+	if err != nil || res.Err != nil || !res.Items[0].Duplicate {
+		t.Fatalf("second: %+v %v, want duplicate", res, err)
+	}
+	res, err = w.Submit(ctx, sub(""))
+	if err != nil || res.Err == nil {
+		t.Fatalf("invalid submission: %+v %v, want its own error", res, err)
+	}
+}
+
+// A commit that cannot happen must never look like success.
+func TestCommitFailureIsReportedToEveryCaller(t *testing.T) {
+	s := openStore(t)
+	w := New(s, Options{})
+	w.Start()
+	defer w.Stop(context.Background())
+	s.Close() // the database goes away under the writer
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := w.Submit(context.Background(), sub(fmt.Sprint("evt_", i)))
+			if err == nil && res.Err == nil {
+				t.Errorf("submit %d reported success against a closed store", i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestStopDrainsQueuedAndRefusesNew(t *testing.T) {
+	s := openStore(t)
+	g := &gate{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
+	w := New(g, Options{})
+	w.Start()
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range 10 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, errs[i] = w.Submit(context.Background(), sub(fmt.Sprint("evt_", i))) }()
+	}
+	<-g.entered
+	deadline := time.Now().Add(10 * time.Second)
+	for len(w.queue) < 9 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(context.Background()) }()
+	// Stop has begun (or is about to): new submissions are refused.
+	for {
+		w.mu.RLock()
+		closed := w.closed
+		w.mu.RUnlock()
+		if closed {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := w.Submit(context.Background(), sub("evt_late")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("submit after stop: %v, want ErrStopped", err)
+	}
+	close(g.release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("queued submission %d was not committed before stop: %v", i, err)
+		}
+	}
+	r, _ := s.EventList(context.Background(), &store.EventListParams{})
+	if len(r.Events) != 10 {
+		t.Fatalf("%d events stored, want 10", len(r.Events))
+	}
+}
+
+func TestCanceledCallerIsNotCommitted(t *testing.T) {
+	s := openStore(t)
+	w := New(s, Options{})
+	w.Start()
+	defer w.Stop(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := w.Submit(ctx, sub("evt_c")); err == nil {
+		t.Fatal("canceled submit reported success")
+	}
+}
