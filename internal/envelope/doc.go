@@ -1,0 +1,12 @@
+// Package envelope extracts the identities hookledger needs from a verified
+// webhook body: the sender's event id, the event type, the business entity,
+// the account (tenant) and the occurrence time, one Event per event in the
+// body (HubSpot and Klaviyo batch several events in one request).
+//
+// Each kind has default field paths that follow the sender's documented
+// payload; Paths overrides any of them. A body that breaks the sender's
+// contract yields a *MalformedError naming the field, which the receiver
+// returns as HTTP 400. Numeric ids keep their exact digits (json.Number), and
+// an event without an occurrence time gets the zero time, never the receipt
+// time, so the two are never confused (OR03).
+package envelope

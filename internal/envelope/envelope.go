@@ -1,0 +1,403 @@
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind names; the same spellings as the verify package and the config file.
+const (
+	KindStripe           = "stripe"
+	KindHubSpot          = "hubspot"
+	KindKlaviyo          = "klaviyo"
+	KindStandardWebhooks = "standard-webhooks"
+	KindPipedrive        = "pipedrive"
+	KindHMAC             = "hmac"
+)
+
+// MaxHubSpotBatch is the most events HubSpot puts in one request.
+const MaxHubSpotBatch = 100
+
+// Event is one event's identity, extracted from a verified body.
+type Event struct {
+	EventID    string    // the sender's stable event identity
+	Type       string    // the sender's event type
+	Entity     string    // the business object id (may be empty)
+	Account    string    // tenant/portal/account named by the payload (may be empty)
+	OccurredAt time.Time // zero when the payload gives none; never the receipt time (OR03)
+	Body       []byte    // this event's own JSON bytes: the element's raw bytes in a batch
+}
+
+// Paths override the kind's default field paths; empty keeps the default.
+// Syntax: dotted object keys ("data.object.id"), an all-digit segment
+// indexes an array ("items.0.id"), and a leading "$." resolves from the
+// document root rather than from the batch element ("$.meta.account").
+type Paths struct {
+	EventID, Type, OccurredAt, Entity, Account string
+}
+
+// MalformedError says which field of the body breaks the sender's contract.
+// The receiver answers 400 with its text. Field is the path as configured,
+// prefixed with the element's index in a batch ("[3].eventId").
+type MalformedError struct {
+	Field string
+	Msg   string
+}
+
+func (e *MalformedError) Error() string { return e.Field + ": " + e.Msg }
+
+// Kinds returns the kinds Extract understands, in a fresh slice.
+func Kinds() []string {
+	return []string{KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindPipedrive, KindHMAC}
+}
+
+// ValidatePaths checks the syntax of every non-empty override, so that a bad
+// path is refused when the config loads rather than on the first delivery.
+func ValidatePaths(p Paths) error {
+	for _, f := range []struct{ name, v string }{
+		{"event_id", p.EventID}, {"type", p.Type}, {"occurred_at", p.OccurredAt}, {"entity", p.Entity}, {"account", p.Account},
+	} {
+		if f.v == "" {
+			continue
+		}
+		if _, err := parsePath(f.v); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// spec is a kind's contract: default paths, whether the type is required,
+// the unit of numeric times, and special identities.
+type spec struct {
+	defaults     Paths
+	typeRequired bool
+	unit         time.Duration
+}
+
+func specFor(kind string) (spec, bool) {
+	switch kind {
+	case KindStripe:
+		return spec{defaults: Paths{EventID: "id", Type: "type", OccurredAt: "created", Entity: "data.object.id", Account: "account"}, typeRequired: true, unit: time.Second}, true
+	case KindHubSpot:
+		// EventID has no single path: see hubspotEventID.
+		return spec{defaults: Paths{Type: "subscriptionType", OccurredAt: "occurredAt", Entity: "objectId", Account: "portalId"}, typeRequired: true, unit: time.Millisecond}, true
+	case KindKlaviyo:
+		return spec{defaults: Paths{EventID: "external_id", Type: "topic", OccurredAt: "payload.data.attributes.datetime", Entity: "payload.data.relationships.profile.data.id", Account: "$.meta.klaviyo_account_id"}, typeRequired: true, unit: time.Second}, true
+	case KindStandardWebhooks:
+		// EventID comes from the webhook-id header.
+		return spec{defaults: Paths{Type: "type", OccurredAt: "timestamp"}, unit: time.Second}, true
+	case KindPipedrive:
+		// Type is meta.entity + "." + meta.action.
+		return spec{defaults: Paths{EventID: "meta.id", OccurredAt: "meta.timestamp", Entity: "meta.entity_id", Account: "meta.company_id"}, typeRequired: true, unit: time.Second}, true
+	case KindHMAC:
+		return spec{defaults: Paths{EventID: "eventId", Type: "type", OccurredAt: "occurredAt"}, unit: time.Second}, true
+	}
+	return spec{}, false
+}
+
+// Extract returns the events in body, which must already be verified. kind
+// is one of Kinds(); an unknown kind is a configuration error, not a
+// *MalformedError. For single-event kinds Event.Body is body itself.
+func Extract(kind string, paths Paths, header http.Header, body []byte) ([]Event, error) {
+	sp, ok := specFor(kind)
+	if !ok {
+		return nil, fmt.Errorf("envelope: unknown kind %q", kind)
+	}
+	if err := ValidatePaths(paths); err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	root, err := decode(body)
+	if err != nil {
+		return nil, &MalformedError{Field: "body", Msg: err.Error()}
+	}
+	x := extractor{kind: kind, spec: sp, paths: paths, header: header, root: root}
+
+	switch kind {
+	case KindHubSpot:
+		return x.batch(body, "", MaxHubSpotBatch)
+	case KindKlaviyo:
+		if err := x.klaviyoWebhookID(); err != nil {
+			return nil, err
+		}
+		return x.batch(body, "data", 0)
+	case KindPipedrive:
+		if err := x.pipedriveVersion(); err != nil {
+			return nil, err
+		}
+	}
+	if _, isObj := root.(map[string]any); !isObj {
+		return nil, &MalformedError{Field: "body", Msg: "must be a JSON object"}
+	}
+	ev, merr := x.event(root, "")
+	if merr != nil {
+		return nil, merr
+	}
+	ev.Body = body
+	return []Event{ev}, nil
+}
+
+// decode parses exactly one JSON value with numbers kept as json.Number.
+func decode(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("is empty")
+		}
+		return nil, errors.New("is not valid JSON")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("has data after the JSON value")
+	}
+	return v, nil
+}
+
+type extractor struct {
+	kind   string
+	spec   spec
+	paths  Paths
+	header http.Header
+	root   any
+}
+
+// batch splits an array (the body itself when key is empty, else the
+// root's key) into events, keeping each element's raw bytes. limit 0 means no
+// limit.
+func (x extractor) batch(body []byte, key string, limit int) ([]Event, error) {
+	field := "body"
+	var raws []json.RawMessage
+	if key == "" {
+		if _, ok := x.root.([]any); !ok {
+			return nil, &MalformedError{Field: field, Msg: "must be a JSON array of events"}
+		}
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, &MalformedError{Field: field, Msg: "is not a JSON array of events"}
+		}
+	} else {
+		field = key
+		obj, ok := x.root.(map[string]any)
+		if !ok {
+			return nil, &MalformedError{Field: "body", Msg: "must be a JSON object"}
+		}
+		if _, ok := obj[key].([]any); !ok {
+			return nil, &MalformedError{Field: field, Msg: "must be an array of events"}
+		}
+		var env map[string]json.RawMessage
+		if err := json.Unmarshal(body, &env); err != nil {
+			return nil, &MalformedError{Field: "body", Msg: "is not a JSON object"}
+		}
+		if err := json.Unmarshal(env[key], &raws); err != nil {
+			return nil, &MalformedError{Field: field, Msg: "must be an array of events"}
+		}
+	}
+	if len(raws) == 0 {
+		return nil, &MalformedError{Field: field, Msg: "holds no events; the sender never sends an empty batch"}
+	}
+	if limit > 0 && len(raws) > limit {
+		return nil, &MalformedError{Field: field, Msg: fmt.Sprintf("holds %d events; the sender's contract allows at most %d", len(raws), limit)}
+	}
+	events := make([]Event, 0, len(raws))
+	for i, raw := range raws {
+		prefix := fmt.Sprintf("%s[%d]", key, i)
+		elem, err := decode(raw)
+		if err != nil {
+			return nil, &MalformedError{Field: prefix, Msg: err.Error()}
+		}
+		if _, ok := elem.(map[string]any); !ok {
+			return nil, &MalformedError{Field: prefix, Msg: "must be a JSON object"}
+		}
+		ev, merr := x.event(elem, prefix+".")
+		if merr != nil {
+			return nil, merr
+		}
+		ev.Body = raw
+		events = append(events, ev)
+	}
+	return events, nil
+}
+
+// pick returns the configured or default path for one field.
+func pick(override, def string) string {
+	if override != "" {
+		return override
+	}
+	return def
+}
+
+// str resolves a path to a scalar string; absent gives "" and ok.
+func (x extractor) str(elem any, p, prefix string) (string, *MalformedError) {
+	if p == "" {
+		return "", nil
+	}
+	v, found := mustPath(p).lookup(x.root, elem)
+	if !found {
+		return "", nil
+	}
+	s, ok := scalar(v)
+	if !ok {
+		return "", &MalformedError{Field: prefix + p, Msg: "must be a string or a number"}
+	}
+	return s, nil
+}
+
+func (x extractor) required(elem any, p, prefix string) (string, *MalformedError) {
+	s, err := x.str(elem, p, prefix)
+	if err != nil {
+		return "", err
+	}
+	if s == "" {
+		return "", &MalformedError{Field: prefix + p, Msg: "is required"}
+	}
+	return s, nil
+}
+
+func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
+	var ev Event
+	var merr *MalformedError
+	d := x.spec.defaults
+
+	// Event id.
+	switch {
+	case x.paths.EventID != "":
+		ev.EventID, merr = x.required(elem, x.paths.EventID, prefix)
+	case x.kind == KindHubSpot:
+		ev.EventID, merr = x.hubspotEventID(elem, prefix)
+	case x.kind == KindStandardWebhooks:
+		ev.EventID = strings.TrimSpace(x.header.Get("webhook-id"))
+		if ev.EventID == "" {
+			merr = &MalformedError{Field: "webhook-id", Msg: "header is required and names the event"}
+		}
+	default:
+		ev.EventID, merr = x.required(elem, d.EventID, prefix)
+	}
+	if merr != nil {
+		return Event{}, merr
+	}
+
+	// Type.
+	switch {
+	case x.paths.Type != "":
+		ev.Type, merr = x.str(elem, x.paths.Type, prefix)
+	case x.kind == KindPipedrive:
+		ev.Type, merr = x.pipedriveType(elem, prefix)
+	case x.spec.typeRequired:
+		ev.Type, merr = x.required(elem, d.Type, prefix)
+	default:
+		ev.Type, merr = x.str(elem, d.Type, prefix)
+	}
+	if merr != nil {
+		return Event{}, merr
+	}
+
+	if ev.Entity, merr = x.str(elem, pick(x.paths.Entity, d.Entity), prefix); merr != nil {
+		return Event{}, merr
+	}
+	if ev.Account, merr = x.str(elem, pick(x.paths.Account, d.Account), prefix); merr != nil {
+		return Event{}, merr
+	}
+
+	if p := pick(x.paths.OccurredAt, d.OccurredAt); p != "" {
+		if v, found := mustPath(p).lookup(x.root, elem); found {
+			t, ok := parseTime(v, x.spec.unit)
+			if !ok {
+				return Event{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.spec.unit) + ")"}
+			}
+			ev.OccurredAt = t
+		}
+	}
+	return ev, nil
+}
+
+func unitName(u time.Duration) string {
+	if u == time.Millisecond {
+		return "milliseconds"
+	}
+	return "seconds"
+}
+
+// hubspotEventID builds HubSpot's event identity. HubSpot's classic eventId
+// is not guaranteed unique, so it is combined with the fields that scope it:
+// the portal, the subscription, the occurrence time in milliseconds and the
+// object (plus the property for property changes). All of them are the same
+// on every retry of a delivery; attemptNumber, which changes per retry, is
+// never part of the identity (IP02).
+func (x extractor) hubspotEventID(elem any, prefix string) (string, *MalformedError) {
+	parts := make([]string, 0, 6)
+	for _, f := range []string{"portalId", "subscriptionId", "eventId", "occurredAt"} {
+		s, err := x.required(elem, f, prefix)
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, s)
+	}
+	for _, f := range []string{"objectId", "propertyName"} {
+		s, err := x.str(elem, f, prefix)
+		if err != nil {
+			return "", err
+		}
+		if s != "" || f == "objectId" {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, ":"), nil
+}
+
+func (x extractor) pipedriveType(elem any, prefix string) (string, *MalformedError) {
+	entity, err := x.required(elem, "meta.entity", prefix)
+	if err != nil {
+		return "", err
+	}
+	action, err := x.required(elem, "meta.action", prefix)
+	if err != nil {
+		return "", err
+	}
+	return entity + "." + action, nil
+}
+
+// pipedriveVersion refuses webhooks v1 bodies. Their meta.id is the object's
+// id, not the event's, so taking it as the event identity would collapse
+// every change to one object into a single event.
+func (x extractor) pipedriveVersion() *MalformedError {
+	obj, ok := x.root.(map[string]any)
+	if !ok {
+		return nil
+	}
+	if v, ok := obj["v"]; ok {
+		if s, _ := scalar(v); s == "1" {
+			return &MalformedError{Field: "v", Msg: "is a Pipedrive webhooks v1 payload; create the webhook with version 2.0"}
+		}
+	}
+	if v, ok := mustPath("meta.version").lookup(x.root, x.root); ok {
+		if s, _ := scalar(v); s != "" && !strings.HasPrefix(s, "2") {
+			return &MalformedError{Field: "meta.version", Msg: "is " + strconv.Quote(s) + "; only Pipedrive webhooks v2 payloads are supported"}
+		}
+	}
+	return nil
+}
+
+// klaviyoWebhookID enforces Klaviyo's rule that meta.klaviyo_webhook_id
+// matches the Klaviyo-Webhook-Id header: a mismatch means the body was
+// produced for another webhook.
+func (x extractor) klaviyoWebhookID() *MalformedError {
+	h := strings.TrimSpace(x.header.Get("Klaviyo-Webhook-Id"))
+	if h == "" {
+		return nil
+	}
+	v, ok := mustPath("meta.klaviyo_webhook_id").lookup(x.root, x.root)
+	if !ok {
+		return nil
+	}
+	if s, _ := scalar(v); s != h {
+		return &MalformedError{Field: "meta.klaviyo_webhook_id", Msg: "does not match the Klaviyo-Webhook-Id header"}
+	}
+	return nil
+}
