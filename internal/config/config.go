@@ -13,6 +13,8 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/hookledger/hookledger/internal/verify"
 )
 
 // DefaultPath is where serve and migrate look when --config is not given.
@@ -32,7 +34,7 @@ const (
 )
 
 // Kinds are the sender schemes a source may pin.
-var Kinds = []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac"}
+var Kinds = verify.Kinds()
 
 // Config is the whole file.
 type Config struct {
@@ -109,6 +111,19 @@ func (s *Source) ToleranceOrZero() time.Duration {
 		return 0
 	}
 	return s.Tolerance.D()
+}
+
+// SchemeOptions maps the source onto the verifier's options.
+func (s *Source) SchemeOptions() verify.Options {
+	o := verify.Options{Kind: s.Kind, Version: s.Version, Secrets: s.Secrets, Tolerance: s.ToleranceOrZero()}
+	if s.HMAC != nil {
+		o.HMAC = &verify.HMACOptions{
+			Header: s.HMAC.Header, Algorithm: s.HMAC.Algorithm, Encoding: s.HMAC.Encoding,
+			Prefix: s.HMAC.Prefix, TimestampHeader: s.HMAC.TimestampHeader,
+			TimestampUnit: s.HMAC.TimestampUnit, Template: s.HMAC.Template,
+		}
+	}
+	return o
 }
 
 // Duration is a time.Duration written as a Go duration string ("5m", "1h30m").

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/hookledger/hookledger/internal/verify"
 )
 
 // fieldError is a validation problem at a YAML path such as
@@ -93,6 +96,7 @@ func (c *Config) validate() []fieldError {
 
 	seen := map[string]int{}
 	for i, s := range c.Sources {
+		before := len(errs)
 		p := fmt.Sprintf("$.sources[%d]", i)
 		switch {
 		case s.Name == "":
@@ -141,6 +145,18 @@ func (c *Config) validate() []fieldError {
 		}
 		if s.Kind != "hmac" && s.HMAC != nil {
 			add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
+		}
+		if len(errs) == before {
+			// The scheme's own checks (secret formats, HMAC options) run
+			// at load too, so a bad secret stops start-up with its line.
+			if _, err := verify.New(s.SchemeOptions()); err != nil {
+				var oe *verify.OptionError
+				if errors.As(err, &oe) {
+					add(p+"."+oe.Field, "source %q: %s", s.Name, oe.Error())
+				} else {
+					add(p, "source %q: %v", s.Name, err)
+				}
+			}
 		}
 	}
 	return errs

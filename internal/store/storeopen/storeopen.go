@@ -20,7 +20,7 @@ func Open(ctx context.Context, url string) (store.Store, error) {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		return postgres.Open(ctx, url, 0)
 	}
-	return nil, fmt.Errorf("open store: unsupported store %q: use sqlite:PATH or postgres://...", Redact(url))
+	return nil, fmt.Errorf("open store: unsupported store %q: use sqlite:PATH or a postgres:// URL", Redact(url))
 }
 
 // Redact hides the password of a postgres URL for logs and messages.

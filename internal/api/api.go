@@ -1,0 +1,156 @@
+// Package api serves the authenticated admin API under /api/v1: JSON
+// resources named by plural nouns, paged with opaque cursors.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Store is what the API reads.
+type Store interface {
+	EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error)
+}
+
+// Handler serves /api/v1.
+type Handler struct {
+	st        Store
+	tokenHash [32]byte
+	enabled   bool
+	log       *slog.Logger
+	mux       *http.ServeMux
+}
+
+// New returns the API handler. An empty token disables the API (every
+// request is refused) rather than leaving it open.
+func New(st Store, token string, log *slog.Logger) *Handler {
+	h := &Handler{st: st, log: log, enabled: token != "", mux: http.NewServeMux()}
+	// Comparing fixed-size hashes keeps the comparison constant-time
+	// whatever the length of the presented token.
+	h.tokenHash = sha256.Sum256([]byte(token))
+	h.mux.HandleFunc("GET /api/v1/events", h.listEvents)
+	h.mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such resource: "+r.URL.Path)
+	})
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hookledger"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (admin.token)")
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) authorized(r *http.Request) bool {
+	if !h.enabled {
+		return false
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], h.tokenHash[:]) == 1
+}
+
+// EventJSON is the pinned shape of one event.
+type EventJSON struct {
+	Source      string  `json:"source"`
+	EventID     string  `json:"event_id"`
+	Type        string  `json:"type"`
+	Entity      string  `json:"entity"`
+	OccurredAt  *string `json:"occurred_at"`
+	ReceivedAt  string  `json:"received_at"`
+	Deliveries  int     `json:"deliveries"`
+	Disposition string  `json:"disposition"`
+}
+
+// EventListJSON is the pinned response of GET /api/v1/events.
+type EventListJSON struct {
+	Events     []EventJSON `json:"events"`
+	NextCursor string      `json:"next_cursor,omitempty"`
+}
+
+func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := &store.EventListParams{Source: q.Get("source"), EventID: q.Get("event_id")}
+	if c := q.Get("cursor"); c != "" {
+		pk, err := decodeCursor(c)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "cursor: not a cursor returned by this API")
+			return
+		}
+		p.AfterPK = pk
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "limit: expected an integer from 1 to 1000")
+			return
+		}
+		p.Limit = n
+	}
+	res, err := h.st.EventList(r.Context(), p)
+	if err != nil {
+		h.log.Error("list events", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		return
+	}
+	out := EventListJSON{Events: make([]EventJSON, 0, len(res.Events))}
+	for _, e := range res.Events {
+		ej := EventJSON{
+			Source: e.Source, EventID: e.EventID, Type: e.Type, Entity: e.Entity,
+			ReceivedAt: e.ReceivedAt.UTC().Format(time.RFC3339Nano), Deliveries: e.Deliveries,
+			Disposition: string(e.Disposition),
+		}
+		if !e.OccurredAt.IsZero() {
+			s := e.OccurredAt.UTC().Format(time.RFC3339Nano)
+			ej.OccurredAt = &s
+		}
+		out.Events = append(out.Events, ej)
+	}
+	if res.NextAfterPK != 0 {
+		out.NextCursor = encodeCursor(res.NextAfterPK)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func encodeCursor(pk int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("pk:" + strconv.FormatInt(pk, 10)))
+}
+
+func decodeCursor(c string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := strings.CutPrefix(string(b), "pk:")
+	if !ok {
+		return 0, strconv.ErrSyntax
+	}
+	return strconv.ParseInt(n, 10, 64)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

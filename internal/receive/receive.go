@@ -1,0 +1,313 @@
+// Package receive is the front door, POST /hooks/{source}: it reads the body
+// once as raw bytes under a size limit, verifies the pinned signature scheme
+// on those bytes before parsing anything, extracts identities, checks the
+// tenant, and answers 2xx only after the group commit made the delivery
+// durable (WH02, WH03, WH04, WH05).
+package receive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/envelope"
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/verify"
+)
+
+// Submitter is the group-commit writer.
+type Submitter interface {
+	Submit(ctx context.Context, sub *store.Submission) (store.SubmissionResult, error)
+}
+
+// Auditor records refusals that never reach the inbox.
+type Auditor interface {
+	AuditInsert(ctx context.Context, p *store.AuditInsertParams) (int64, error)
+}
+
+// Options are the receiver's dependencies.
+type Options struct {
+	Writer     Submitter
+	Store      Auditor
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+type source struct {
+	cfg       config.Source
+	scheme    verify.Scheme
+	paths     envelope.Paths
+	publicURL *url.URL
+	keep      []string // headers kept as evidence beside the body
+}
+
+// Handler serves POST /hooks/{source}.
+type Handler struct {
+	sources    map[string]*source
+	maxBody    int64
+	retryAfter string
+	w          Submitter
+	audit      Auditor
+	clk        clock.Clock
+	log        *slog.Logger
+
+	requests *prometheus.CounterVec
+	ackDur   *prometheus.HistogramVec
+}
+
+// New builds the handler for every configured source.
+func New(cfg *config.Config, o Options) (*Handler, error) {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{
+		sources:    map[string]*source{},
+		maxBody:    cfg.Receive.MaxBodyBytes,
+		retryAfter: strconv.Itoa(int(math.Ceil(cfg.Receive.RetryAfter.D().Seconds()))),
+		w:          o.Writer,
+		audit:      o.Store,
+		clk:        o.Clock,
+		log:        o.Logger,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hookledger_receive_requests_total",
+			Help: "Inbound webhook requests by source and HTTP status.",
+		}, []string{"source", "code"}),
+		ackDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hookledger_receive_ack_seconds",
+			Help:    "Time from reading the request to acknowledging it, by source.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"source"}),
+	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(h.requests, h.ackDur)
+	}
+	for _, sc := range cfg.Sources {
+		scheme, err := verify.New(sc.SchemeOptions())
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
+		}
+		src := &source{
+			cfg:    sc,
+			scheme: scheme,
+			paths: envelope.Paths{
+				EventID: sc.Fields.EventID, Type: sc.Fields.Type, OccurredAt: sc.Fields.OccurredAt,
+				Entity: sc.Fields.Entity, Account: sc.Fields.Account,
+			},
+			keep: keptHeaders(sc),
+		}
+		if sc.PublicURL != "" {
+			u, err := url.Parse(sc.PublicURL)
+			if err != nil {
+				return nil, fmt.Errorf("source %s: public_url: %w", sc.Name, err)
+			}
+			src.publicURL = u
+		}
+		h.sources[sc.Name] = src
+	}
+	return h, nil
+}
+
+// keptHeaders lists the request headers stored beside the body as evidence:
+// identifiers and timestamps, never signatures or credentials.
+func keptHeaders(sc config.Source) []string {
+	keep := []string{"Content-Type", "User-Agent"}
+	switch sc.Kind {
+	case "stripe":
+		keep = append(keep, "Stripe-Account")
+	case "hubspot":
+		keep = append(keep, "X-HubSpot-Request-Timestamp", "X-HubSpot-Signature-Version")
+	case "klaviyo":
+		keep = append(keep, "Klaviyo-Timestamp", "Klaviyo-Webhook-Id")
+	case "standard-webhooks":
+		keep = append(keep, "Webhook-Id", "Webhook-Timestamp")
+	case "hmac":
+		if sc.HMAC != nil && sc.HMAC.TimestampHeader != "" {
+			keep = append(keep, sc.HMAC.TimestampHeader)
+		}
+	}
+	return keep
+}
+
+// Response is the JSON body of every answer.
+type Response struct {
+	Status     string `json:"status,omitempty"`
+	Events     int    `json:"events,omitempty"`
+	Duplicates int    `json:"duplicates,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	name := r.PathValue("source")
+	src, ok := h.sources[name]
+	if !ok {
+		h.requests.WithLabelValues("unknown", "404").Inc()
+		writeJSON(w, http.StatusNotFound, Response{Error: "unknown source"})
+		return
+	}
+	code := h.serve(w, r, src)
+	h.requests.WithLabelValues(name, strconv.Itoa(code)).Inc()
+	if code == http.StatusOK {
+		h.ackDur.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	}
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int {
+	receivedAt := h.clk.Now()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return reply(w, http.StatusRequestEntityTooLarge, Response{Error: fmt.Sprintf("body exceeds the %d byte limit", h.maxBody)})
+		}
+		return reply(w, http.StatusBadRequest, Response{Error: "request body could not be read"})
+	}
+
+	vreq := &verify.Request{Method: r.Method, URL: h.publicURL(r, src), Header: r.Header, Body: body}
+	if err := src.scheme.Verify(vreq, receivedAt); err != nil {
+		// verify errors name the scheme and header, never a secret or a
+		// signature value, so they are safe to return and log.
+		h.log.Info("webhook refused", "source", src.cfg.Name, "reason", err.Error())
+		return reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
+	}
+
+	events, err := envelope.Extract(src.cfg.Kind, src.paths, r.Header, body)
+	if err != nil {
+		h.log.Info("malformed webhook", "source", src.cfg.Name, "err", err)
+		return reply(w, http.StatusBadRequest, Response{Error: err.Error()})
+	}
+	if len(events) == 0 {
+		return reply(w, http.StatusBadRequest, Response{Error: "payload carries no event"})
+	}
+	for i, ev := range events {
+		if field, bad := invalidText(ev); bad {
+			return reply(w, http.StatusBadRequest, Response{Error: fmt.Sprintf("event %d: %s is not valid UTF-8 text", i, field)})
+		}
+	}
+
+	// WH04: the tenant is checked only after the signature, and a payload
+	// field only ever refuses; it never selects secrets or partitions.
+	if want := src.cfg.Account; want != "" {
+		for _, ev := range events {
+			if ev.Account != "" && ev.Account != want {
+				h.auditTenantMismatch(r.Context(), src, ev, receivedAt)
+				return reply(w, http.StatusForbidden, Response{Error: "payload names an account this source does not serve"})
+			}
+		}
+	}
+
+	requestID, err := uuid.NewV7()
+	if err != nil {
+		return h.unavailable(w, src, fmt.Errorf("request id: %w", err))
+	}
+	headers := map[string]string{}
+	for _, k := range src.keep {
+		if v := r.Header.Get(k); v != "" {
+			headers[k] = v
+		}
+	}
+	sub := &store.Submission{Deliveries: make([]*store.DeliveryInput, len(events))}
+	for i, ev := range events {
+		sub.Deliveries[i] = &store.DeliveryInput{
+			RequestID: requestID.String(), BatchIndex: i, Source: src.cfg.Name,
+			EventID: ev.EventID, Type: ev.Type, Entity: ev.Entity, Account: ev.Account,
+			OccurredAt: ev.OccurredAt, ReceivedAt: receivedAt, Headers: headers, Body: ev.Body,
+		}
+	}
+	res, err := h.w.Submit(r.Context(), sub)
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return h.unavailable(w, src, err)
+	}
+	dups := 0
+	for _, it := range res.Items {
+		if it.Duplicate {
+			dups++
+		}
+	}
+	return reply(w, http.StatusOK, Response{Status: "stored", Events: len(events), Duplicates: dups})
+}
+
+// unavailable answers 503 with Retry-After: the sender must retry, because
+// nothing was durably stored (RT07: never a 2xx to silence it).
+func (h *Handler) unavailable(w http.ResponseWriter, src *source, err error) int {
+	h.log.Error("cannot store webhook", "source", src.cfg.Name, "err", err)
+	w.Header().Set("Retry-After", h.retryAfter)
+	return reply(w, http.StatusServiceUnavailable, Response{Error: "the event could not be stored; retry later"})
+}
+
+func (h *Handler) auditTenantMismatch(ctx context.Context, src *source, ev envelope.Event, at time.Time) {
+	h.log.Warn("tenant mismatch", "source", src.cfg.Name, "event_id", ev.EventID, "payload_account", ev.Account)
+	// The audit row is best effort: the request is refused either way.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := h.audit.AuditInsert(ctx, &store.AuditInsertParams{
+		At: at, Actor: "receiver", Action: "tenant_mismatch", Source: src.cfg.Name,
+		EventID: ev.EventID, Entity: ev.Entity,
+		Detail: fmt.Sprintf("payload names account %q, source serves %q; refused with 403", ev.Account, src.cfg.Account),
+	}); err != nil {
+		h.log.Error("audit tenant mismatch", "err", err)
+	}
+}
+
+// publicURL is the URL the sender signed: the configured public_url (plus
+// the request's query) when set, else what this server saw.
+func (h *Handler) publicURL(r *http.Request, src *source) string {
+	if src.publicURL != nil {
+		u := *src.publicURL
+		if u.RawQuery == "" {
+			u.RawQuery = r.URL.RawQuery
+		}
+		return u.String()
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.RequestURI()
+}
+
+// invalidText rejects identities PostgreSQL text cannot hold, so bad input
+// is a 400 to the sender rather than a store failure it would retry forever.
+func invalidText(ev envelope.Event) (string, bool) {
+	for _, f := range []struct{ name, v string }{
+		{"event id", ev.EventID}, {"type", ev.Type}, {"entity", ev.Entity}, {"account", ev.Account},
+	} {
+		if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
+			return f.name, true
+		}
+	}
+	return "", false
+}
+
+func reply(w http.ResponseWriter, code int, resp Response) int {
+	writeJSON(w, code, resp)
+	return code
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,191 @@
+// Package server assembles a running hookledger: it opens and migrates the
+// store, starts the group-commit writer, serves HTTP (receiver, health,
+// metrics, admin API) and shuts all of it down in order.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/inbox"
+	"github.com/hookledger/hookledger/internal/receive"
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/store/storeopen"
+)
+
+// Options are the injected dependencies.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// Listener, when set, is used instead of listening on cfg.Listen (tests
+	// pass one bound to 127.0.0.1:0).
+	Listener net.Listener
+}
+
+// Server is one running hookledger process.
+type Server struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	clk  clock.Clock
+	reg  *prometheus.Registry
+	opts Options
+
+	mu    sync.Mutex
+	addr  string
+	ready chan struct{}
+}
+
+// New validates nothing further: cfg comes from config.Load.
+func New(cfg *config.Config, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	return &Server{cfg: cfg, log: opts.Logger, clk: opts.Clock, opts: opts, ready: make(chan struct{})}
+}
+
+// Ready is closed once the server accepts requests.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Addr is the address the server listens on, once Ready.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Run serves until ctx ends, then shuts down: stop accepting, drain
+// in-flight requests (their commits complete), stop the writer after its
+// queue is committed, close the store. It returns nil after a clean stop.
+func (s *Server) Run(ctx context.Context) error {
+	st, err := storeopen.Open(ctx, s.cfg.Store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		s.log.Info("schema migrated", "applied", applied)
+	}
+
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	writer := inbox.New(st, inbox.Options{Logger: s.log, Registerer: s.reg, Flushers: flushers(s.cfg.Store)})
+	writer.Start()
+
+	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
+	if err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("POST /hooks/{source}", recv)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", s.readyz(st))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.Handle("/api/v1/", api.New(st, s.cfg.Admin.Token, s.log))
+
+	rc := s.cfg.Receive
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: rc.ReadHeaderTimeout.D(),
+		ReadTimeout:       rc.ReadTimeout.D(),
+		WriteTimeout:      rc.WriteTimeout.D(),
+		IdleTimeout:       rc.IdleTimeout.D(),
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	ln := s.opts.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", s.cfg.Listen)
+		if err != nil {
+			_ = writer.Stop(context.Background())
+			return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+		}
+	}
+	s.mu.Lock()
+	s.addr = ln.Addr().String()
+	s.mu.Unlock()
+	s.log.Info("hookledger serving", "addr", s.addr, "store", storeopen.Redact(s.cfg.Store), "sources", len(s.cfg.Sources))
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	close(s.ready)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			runErr = fmt.Errorf("serve: %w", err)
+		}
+	}
+	s.log.Info("shutting down: draining in-flight requests")
+	shutCtx, cancel := context.WithTimeout(context.Background(), rc.ShutdownTimeout.D())
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("shutdown http: %w", err))
+	}
+	if err := writer.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	s.log.Info("stopped")
+	return runErr
+}
+
+// flushers picks how many group commits may run at once: SQLite has one
+// writer, PostgreSQL gains from a few concurrent transactions.
+func flushers(storeURL string) int {
+	if len(storeURL) >= 7 && storeURL[:7] == "sqlite:" {
+		return 1
+	}
+	return 4
+}
+
+func (s *Server) readyz(st store.Store) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := st.Ping(ctx); err != nil {
+			s.log.Warn("readiness check failed", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("store unreachable\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	}
+}
+
+// Migrate opens the configured store, applies pending migrations and closes it.
+func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
+	st, err := storeopen.Open(ctx, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.Migrate(ctx)
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, go vet, staticcheck and go test -race,
+# with a throwaway PostgreSQL on a private loopback port so that the store
+# conformance suite runs against both SQLite and PostgreSQL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH)/bin"
+STATICCHECK_VERSION=v0.8.2
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go') 2>&1 || true)
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+echo "ok"
+
+step "go vet"
+go vet ./...
+echo "ok"
+
+step "staticcheck"
+if ! command -v staticcheck >/dev/null 2>&1; then
+	echo "installing staticcheck $STATICCHECK_VERSION"
+	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+staticcheck ./...
+echo "ok"
+
+step "PostgreSQL"
+pgdir=""
+cleanup() {
+	if [ -n "$pgdir" ]; then
+		scripts/pg.sh stop "$pgdir" || true
+		rm -rf "$pgdir"
+	fi
+}
+trap cleanup EXIT
+if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+	pgdir=$(mktemp -d /tmp/hookledger-pgtest.XXXXXX)
+	HOOKLEDGER_TEST_POSTGRES=$(scripts/pg.sh start "$pgdir")
+	export HOOKLEDGER_TEST_POSTGRES
+	echo "throwaway PostgreSQL at ${HOOKLEDGER_TEST_POSTGRES}"
+elif [ -n "${CI:-}" ]; then
+	echo "PostgreSQL server binaries are missing under CI: install Debian's postgresql package" >&2
+	exit 1
+else
+	echo "!!! PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin:"
+	echo "!!! every PostgreSQL test will SKIP. Install Debian's postgresql package to run them."
+fi
+
+step "go test -race ./..."
+go test -race -count=1 -timeout 30m ./...
+
+step "store conformance suite, per driver"
+go test -count=1 -run '^TestConformance$' -v ./internal/store/sqlite ./internal/store/postgres 2>&1 \
+	| grep -E '^(--- (PASS|FAIL|SKIP): TestConformance|.*store conformance suite: driver|.*SKIPPING|ok |FAIL)' || true
