@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const lintHeader = "flow_id,method,creates_records,side_effect,idempotency_key,ledger_retention_days,max_replay_window_days,retry_layers,retry_after_unit,inbound_webhook,ack_p99_seconds,sender_timeout_seconds\n"
+
+// runMain runs the binary's Main in-process and returns exit code, stdout
+// and stderr.
+func runMain(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	env := &Env{
+		Stdin:     strings.NewReader(""),
+		Stdout:    &stdout,
+		Stderr:    &stderr,
+		Getenv:    func(string) string { return "" },
+		LookupEnv: func(string) (string, bool) { return "", false },
+	}
+	code := Main(context.Background(), args, env)
+	return code, stdout.String(), stderr.String()
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLintExitCodes(t *testing.T) {
+	clean := writeFile(t, "clean.csv", lintHeader+
+		"billing_to_crm,custom,yes,upsert_deal,billing_to_crm+subscription_id+revision,90,30,worker:6,seconds,yes,1,5\n")
+	warnOnly := writeFile(t, "warn.csv", lintHeader+
+		"billing_to_crm,custom,yes,upsert_deal,billing_to_crm+subscription_id+revision,90,30,,seconds,yes,1,5\n")
+	failing := writeFile(t, "fail.csv", lintHeader+
+		"billing_to_crm,custom,yes,upsert_deal,,90,30,worker:6,seconds,yes,1,5\n")
+	badValue := writeFile(t, "bad.csv", lintHeader+
+		"billing_to_crm,custom,yes,upsert_deal,,90,30,worker:6,seconds,yes,1,5\n"+
+		"other,custom,maybe,upsert_deal,k,90,30,worker:6,seconds,yes,1,5\n")
+	yamlFail := writeFile(t, "inv.yml", "- flow_id: a\n  method: ipaas\n  creates_records: yes\n  side_effect: mail\n  idempotency_key: a+retry\n  ledger_retention_days: 1\n  max_replay_window_days: 1\n  retry_layers: none\n  retry_after_unit: seconds\n  inbound_webhook: no\n  ack_p99_seconds:\n  sender_timeout_seconds:\n")
+	unknownExt := writeFile(t, "inv.txt", lintHeader)
+	emptyCSV := writeFile(t, "empty.csv", "")
+
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		stdout   string
+		stderr   string
+		noStdout bool
+		noStderr bool
+	}{
+		{name: "clean inventory", args: []string{"lint", clean}, code: 0, stdout: "summary: 0 fail, 0 warn, 6 pass", noStderr: true},
+		{name: "warnings pass without strict", args: []string{"lint", warnOnly}, code: 0, stdout: "summary: 0 fail, 1 warn, 5 pass"},
+		{name: "warnings fail with strict", args: []string{"lint", "--strict", warnOnly}, code: 1, stdout: "1 warn"},
+		{name: "flags after the file", args: []string{"lint", warnOnly, "--strict", "--format", "markdown"}, code: 1, stdout: "**Summary:** 0 fail, 1 warn, 5 pass"},
+		{name: "strict on a clean file", args: []string{"lint", "--strict", clean}, code: 0},
+		{name: "FAIL exits 1", args: []string{"lint", failing}, code: 1, stdout: "FAIL   billing_to_crm  IP01"},
+		{name: "yaml FAIL", args: []string{"lint", "--format=json", yamlFail}, code: 1, stdout: `"rule": "IP02"`},
+		{name: "invalid value exits 2 and keeps findings", args: []string{"lint", badValue}, code: 2,
+			stdout: "FAIL   billing_to_crm  IP01", stderr: badValue + `:3: column creates_records: got "maybe", expected yes or no`},
+		{name: "json carries the errors", args: []string{"lint", "--format", "json", badValue}, code: 2, stdout: `"errors": [`},
+		{name: "unknown extension", args: []string{"lint", unknownExt}, code: 2, stderr: `unknown inventory type ".txt"`, noStdout: true},
+		{name: "missing file", args: []string{"lint", filepath.Join(t.TempDir(), "nope.csv")}, code: 2, stderr: "no such file", noStdout: true},
+		{name: "empty file", args: []string{"lint", emptyCSV}, code: 2, stderr: "the file is empty", noStdout: true},
+		{name: "no file", args: []string{"lint"}, code: 2, stderr: "expected one inventory FILE", noStdout: true},
+		{name: "two files", args: []string{"lint", clean, clean}, code: 2, stderr: "got 2 arguments"},
+		{name: "bad format", args: []string{"lint", "--format", "xml", clean}, code: 2, stderr: `unknown format "xml"`, noStdout: true},
+		{name: "unknown flag", args: []string{"lint", "--stric", clean}, code: 2, stderr: "flag provided but not defined: -stric", noStdout: true},
+		{name: "help", args: []string{"lint", "--help"}, code: 0, stdout: "Usage: hookledger lint [--format text|json|sarif|markdown] [--strict] FILE", noStderr: true},
+		{name: "help lists flags", args: []string{"lint", "-h"}, code: 0, stdout: "-strict"},
+		{name: "config has no flows yet", args: []string{"lint", "--config", clean}, code: 2, stderr: "the config holds no flows to lint yet", noStdout: true},
+		{name: "config missing", args: []string{"lint", "--config", filepath.Join(t.TempDir(), "hookledger.yaml")}, code: 2, stderr: "no such file"},
+		{name: "config and file", args: []string{"lint", "--config", clean, clean}, code: 2, stderr: "not both"},
+		{name: "double dash", args: []string{"lint", "--strict", "--", warnOnly}, code: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runMain(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tt.code, stdout, stderr)
+			}
+			if !strings.Contains(stdout, tt.stdout) {
+				t.Errorf("stdout does not contain %q:\n%s", tt.stdout, stdout)
+			}
+			if !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("stderr does not contain %q:\n%s", tt.stderr, stderr)
+			}
+			if tt.noStdout && stdout != "" {
+				t.Errorf("unexpected stdout:\n%s", stdout)
+			}
+			if tt.noStderr && stderr != "" {
+				t.Errorf("unexpected stderr:\n%s", stderr)
+			}
+			if strings.Contains(stdout, "\x1b[") {
+				t.Error("colour codes written to a non-terminal")
+			}
+		})
+	}
+}
+
+func TestLintJSONShape(t *testing.T) {
+	path := writeFile(t, "inv.csv", lintHeader+
+		"a,custom,yes,upsert_deal,,90,30,sdk:3;worker:5,,yes,4,5\n")
+	code, stdout, _ := runMain(t, "lint", "--format", "json", path)
+	if code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	var out struct {
+		Findings []map[string]any `json:"findings"`
+		Summary  map[string]int   `json:"summary"`
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	if err := dec.Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Summary["fail"] != 3 || out.Summary["warn"] != 1 || out.Summary["pass"] != 1 {
+		t.Errorf("summary = %v", out.Summary)
+	}
+	for _, f := range out.Findings {
+		for _, k := range []string{"flow", "rule", "level", "message"} {
+			if _, ok := f[k].(string); !ok {
+				t.Errorf("finding %v lacks string %q", f, k)
+			}
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package lint
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Format is an output format of the linter.
+type Format string
+
+// Output formats.
+const (
+	FormatText     Format = "text"
+	FormatJSON     Format = "json"
+	FormatSARIF    Format = "sarif"
+	FormatMarkdown Format = "markdown"
+)
+
+// Formats lists the output formats.
+func Formats() []Format {
+	return []Format{FormatText, FormatJSON, FormatSARIF, FormatMarkdown}
+}
+
+// ParseFormat checks a --format value.
+func ParseFormat(s string) (Format, error) {
+	for _, f := range Formats() {
+		if string(f) == s {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("unknown format %q, expected text, json, sarif or markdown", s)
+}
+
+// WriteOptions tune the rendering.
+type WriteOptions struct {
+	// Color adds ANSI colours to the text format; set it only when the
+	// output is a terminal.
+	Color bool
+	// ToolVersion is the hookledger version recorded in SARIF output.
+	ToolVersion string
+}
+
+// Write renders the report in the given format.
+func Write(w io.Writer, rep *Report, format Format, opts WriteOptions) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var err error
+	switch format {
+	case FormatText:
+		err = writeText(bw, rep, opts.Color)
+	case FormatJSON:
+		err = writeJSON(bw, rep)
+	case FormatSARIF:
+		err = writeSARIF(bw, rep, opts.ToolVersion)
+	case FormatMarkdown:
+		err = writeMarkdown(bw, rep)
+	default:
+		return fmt.Errorf("write report: unknown format %q", format)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("write %s report: %w", format, err)
+	}
+	return nil
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("%d fail, %d warn, %d pass", s.Fail, s.Warn, s.Pass)
+}
+
+// ANSI colours for the level column. All codes have the same length, so
+// padding computed on the plain text keeps the columns aligned.
+func colour(l Level) string {
+	switch l {
+	case Fail:
+		return "\x1b[31m"
+	case Warn:
+		return "\x1b[33m"
+	default:
+		return "\x1b[32m"
+	}
+}
+
+const colourReset = "\x1b[0m"
+
+func writeText(w *bufio.Writer, rep *Report, color bool) error {
+	if len(rep.Findings) == 0 {
+		fmt.Fprintf(w, "no findings\n\nsummary: %s\n", rep.Summary)
+		return nil
+	}
+	headers := [4]string{"LEVEL", "FLOW", "RULE", "LINE"}
+	var width [4]int
+	for i, h := range headers {
+		width[i] = len(h)
+	}
+	for _, f := range rep.Findings {
+		width[1] = max(width[1], len(f.Flow))
+		width[3] = max(width[3], len(lineText(f.Line)))
+	}
+	pad := func(s string, n int) {
+		w.WriteString(s)
+		for i := len(s); i < n; i++ {
+			w.WriteByte(' ')
+		}
+		w.WriteString("  ")
+	}
+	for i, h := range headers {
+		pad(h, width[i])
+	}
+	w.WriteString("MESSAGE\n")
+	for _, f := range rep.Findings {
+		if color {
+			w.WriteString(colour(f.Level))
+			w.WriteString(string(f.Level))
+			w.WriteString(colourReset)
+			pad("", width[0]-len(f.Level))
+		} else {
+			pad(string(f.Level), width[0])
+		}
+		pad(f.Flow, width[1])
+		pad(f.Rule, width[2])
+		pad(lineText(f.Line), width[3])
+		w.WriteString(f.Message)
+		w.WriteByte('\n')
+	}
+	_, err := fmt.Fprintf(w, "\nsummary: %s\n", rep.Summary)
+	return err
+}
+
+func lineText(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+// jsonReport is the pinned JSON shape: findings and summary, plus the input
+// errors when there are any.
+type jsonReport struct {
+	Findings []Finding `json:"findings"`
+	Summary  Summary   `json:"summary"`
+	Errors   []Problem `json:"errors,omitempty"`
+}
+
+func writeJSON(w io.Writer, rep *Report) error {
+	out := jsonReport{Findings: rep.Findings, Summary: rep.Summary, Errors: rep.Problems}
+	if out.Findings == nil {
+		out.Findings = []Finding{} // an empty list, never null
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeMarkdown(w *bufio.Writer, rep *Report) error {
+	title := "hookledger lint"
+	if rep.Path != "" {
+		title += ": " + mdEscape(rep.Path)
+	}
+	fmt.Fprintf(w, "# %s\n\n", title)
+	if len(rep.Findings) == 0 {
+		w.WriteString("No findings.\n\n")
+	} else {
+		w.WriteString("| Level | Flow | Rule | Line | Message |\n")
+		w.WriteString("| --- | --- | --- | ---: | --- |\n")
+		for _, f := range rep.Findings {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n",
+				mdLevel(f.Level), mdEscape(f.Flow), f.Rule, lineText(f.Line), mdEscape(f.Message))
+		}
+		w.WriteString("\n")
+	}
+	fmt.Fprintf(w, "**Summary:** %d fail, %d warn, %d pass\n", rep.Summary.Fail, rep.Summary.Warn, rep.Summary.Pass)
+	if len(rep.Problems) > 0 {
+		w.WriteString("\n## Input errors\n\n")
+		for _, p := range rep.Problems {
+			fmt.Fprintf(w, "- %s\n", mdEscape(p.Error()))
+		}
+	}
+	return nil
+}
+
+func mdLevel(l Level) string {
+	if l == Pass {
+		return string(l)
+	}
+	return "**" + string(l) + "**"
+}
+
+// mdEscape keeps a cell on one line and inside its table column, and stops
+// inventory text from turning into markup.
+func mdEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '\n', '\r':
+			b.WriteByte(' ')
+		case '|', '\\', '`', '*', '_', '[', ']', '<', '>', '#':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
