@@ -37,8 +37,9 @@ type Event struct {
 
 // Paths override the kind's default field paths; empty keeps the default.
 // Syntax: dotted object keys ("data.object.id"), an all-digit segment
-// indexes an array ("items.0.id"), and a leading "$." resolves from the
-// document root rather than from the batch element ("$.meta.account").
+// indexes an array ("items.0.id"), a leading "$." resolves from the
+// document root rather than from the batch element ("$.meta.account"), and
+// "header:Name" reads a request header ("header:X-GitHub-Delivery").
 type Paths struct {
 	EventID, Type, OccurredAt, Entity, Account string
 }
@@ -238,7 +239,7 @@ func (x extractor) str(elem any, p, prefix string) (string, *MalformedError) {
 	if p == "" {
 		return "", nil
 	}
-	v, found := mustPath(p).lookup(x.root, elem)
+	v, found := mustPath(p).lookup(x.root, elem, x.header)
 	if !found {
 		return "", nil
 	}
@@ -306,7 +307,7 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 	}
 
 	if p := pick(x.paths.OccurredAt, d.OccurredAt); p != "" {
-		if v, found := mustPath(p).lookup(x.root, elem); found {
+		if v, found := mustPath(p).lookup(x.root, elem, x.header); found {
 			t, ok := parseTime(v, x.spec.unit)
 			if !ok {
 				return Event{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.spec.unit) + ")"}
@@ -376,7 +377,7 @@ func (x extractor) pipedriveVersion() *MalformedError {
 			return &MalformedError{Field: "v", Msg: "is a Pipedrive webhooks v1 payload; create the webhook with version 2.0"}
 		}
 	}
-	if v, ok := mustPath("meta.version").lookup(x.root, x.root); ok {
+	if v, ok := mustPath("meta.version").lookup(x.root, x.root, nil); ok {
 		if s, _ := scalar(v); s != "" && !strings.HasPrefix(s, "2") {
 			return &MalformedError{Field: "meta.version", Msg: "is " + strconv.Quote(s) + "; only Pipedrive webhooks v2 payloads are supported"}
 		}
@@ -392,7 +393,7 @@ func (x extractor) klaviyoWebhookID() *MalformedError {
 	if h == "" {
 		return nil
 	}
-	v, ok := mustPath("meta.klaviyo_webhook_id").lookup(x.root, x.root)
+	v, ok := mustPath("meta.klaviyo_webhook_id").lookup(x.root, x.root, nil)
 	if !ok {
 		return nil
 	}

@@ -302,3 +302,24 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal(Kinds())
 	}
 }
+
+// GitHub names the event in headers: X-GitHub-Delivery is one GUID per
+// event (redeliveries keep it) and X-GitHub-Event is the type.
+func TestHeaderPaths(t *testing.T) {
+	h := http.Header{}
+	h.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	h.Set("X-GitHub-Event", "issues")
+	body := `{"action":"opened","issue":{"id":1,"number":1347},"repository":{"id":1296269},"installation":{"id":412}}`
+	p := Paths{EventID: "header:X-GitHub-Delivery", Type: "header:X-GitHub-Event", Entity: "issue.id", Account: "installation.id"}
+	ev := one(t, KindHMAC, p, h, body)
+	if ev.EventID != "72d3162e-cc78-11e3-81ab-4c9367dc0958" || ev.Type != "issues" || ev.Entity != "1" || ev.Account != "412" || !ev.OccurredAt.IsZero() {
+		t.Fatalf("%+v", ev)
+	}
+	_, err := Extract(KindHMAC, p, http.Header{}, []byte(body))
+	wantMalformed(t, err, "header:X-GitHub-Delivery", "is required")
+	for _, bad := range []string{"header:", "header: ", "header:a b", "header:a:b"} {
+		if ValidatePaths(Paths{EventID: bad}) == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func FuzzExtractHMAC(f *testing.F) {
 }
 
 func FuzzParsePath(f *testing.F) {
-	for _, s := range []string{"data.object.id", "$.meta.id", "items.0.id", "a..b", "$.", ".", ""} {
+	for _, s := range []string{"data.object.id", "$.meta.id", "items.0.id", "a..b", "$.", ".", "", "header:X-GitHub-Delivery", "header:"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -81,6 +81,6 @@ func FuzzParsePath(f *testing.F) {
 				t.Fatalf("empty segment accepted in %q", s)
 			}
 		}
-		p.lookup(map[string]any{"a": []any{1}}, nil)
+		p.lookup(map[string]any{"a": []any{1}}, nil, http.Header{"X-A": {"1"}})
 	})
 }

@@ -3,6 +3,7 @@ package envelope
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -12,15 +13,25 @@ import (
 // segment indexes an array (data.0.id). A leading "$." resolves from the
 // document root instead of from the batch element, which matters only for
 // batch kinds (Klaviyo's account lives in the envelope's meta, outside each
-// event). Keys that contain a dot cannot be addressed.
+// event). "header:Name" reads a request header instead of the body, for
+// senders that name the event outside the payload (GitHub's
+// X-GitHub-Delivery). Keys that contain a dot cannot be addressed.
 type path struct {
 	text string
+	hdr  string
 	root bool
 	segs []string
 }
 
 func parsePath(s string) (path, error) {
 	p := path{text: s}
+	if name, ok := strings.CutPrefix(s, "header:"); ok {
+		p.hdr = strings.TrimSpace(name)
+		if p.hdr == "" || strings.ContainsAny(p.hdr, " \t:") {
+			return path{}, fmt.Errorf("path %q does not name a header", s)
+		}
+		return p, nil
+	}
 	if rest, ok := strings.CutPrefix(s, "$."); ok {
 		p.root = true
 		s = rest
@@ -45,9 +56,14 @@ func mustPath(s string) path {
 	return p
 }
 
-// lookup walks p from elem (or root). Missing keys, out-of-range indexes and
-// walking into a scalar all report not found.
-func (p path) lookup(root, elem any) (any, bool) {
+// lookup walks p from elem (or root), or reads the header. Missing keys,
+// out-of-range indexes, walking into a scalar and an empty header all
+// report not found.
+func (p path) lookup(root, elem any, h http.Header) (any, bool) {
+	if p.hdr != "" {
+		v := strings.TrimSpace(h.Get(p.hdr))
+		return v, v != ""
+	}
 	v := elem
 	if p.root {
 		v = root
