@@ -232,7 +232,7 @@ func (h *hubspot) Sign(req *Request, now time.Time, _ string) (http.Header, erro
 	switch h.version {
 	case HubSpotV3:
 		if req.URL == "" {
-			return nil, optErr("url", "hubspot v3 signs the request URL; set the source's public URL")
+			return nil, optErr("public_url", "hubspot v3 signs the request URL; set the source's public_url")
 		}
 		ts := strconv.FormatInt(now.UnixMilli(), 10)
 		mac := hmacSHA256([]byte(sec), []byte(method(req)), []byte(HubSpotDecodeURI(req.URL)), req.Body, []byte(ts))
@@ -240,7 +240,7 @@ func (h *hubspot) Sign(req *Request, now time.Time, _ string) (http.Header, erro
 		out.Set(HubSpotTimestampHeader, ts)
 	default:
 		if h.version == HubSpotV2 && req.URL == "" {
-			return nil, optErr("url", "hubspot v2 signs the request URL; set the source's public URL")
+			return nil, optErr("public_url", "hubspot v2 signs the request URL; set the source's public_url")
 		}
 		out.Set(HubSpotSignatureHeader, hex.EncodeToString(h.legacyDigest(sec, req)))
 		out.Set(HubSpotSignatureVersionHeader, h.version)

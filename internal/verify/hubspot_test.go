@@ -2,6 +2,7 @@ package verify
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"strconv"
 	"testing"
@@ -181,6 +182,17 @@ func TestHubSpotDecodeURI(t *testing.T) {
 	for in, want := range cases {
 		if got := HubSpotDecodeURI(in); got != want {
 			t.Errorf("HubSpotDecodeURI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestHubSpotSignNeedsURL(t *testing.T) {
+	for _, v := range []string{HubSpotV3, HubSpotV2} {
+		s := mustNew(t, Options{Kind: KindHubSpot, Version: v, Secrets: []string{"s"}})
+		_, err := s.Sign(&Request{Method: "POST"}, t0, "")
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Field != "public_url" {
+			t.Fatalf("%s: want public_url option error, got %v", v, err)
 		}
 	}
 }
