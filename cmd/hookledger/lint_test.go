@@ -135,3 +135,70 @@ func TestLintJSONShape(t *testing.T) {
 		}
 	}
 }
+
+func TestVendors(t *testing.T) {
+	code, stdout, stderr := runMain(t, "vendors")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	for _, want := range []string{
+		"stripe: Stripe webhooks (webhook sender)\n  read 2026-11-06 from docs.stripe.com/webhooks\n",
+		"  manual resend window   30 days\n",
+		"hubspot-workflow: HubSpot workflow webhook action",
+		"  Retry-After honoured   milliseconds\n",
+		"pipedrive: Pipedrive webhooks v2",
+		"  ack timeout            10 s\n",
+		"  retry window           24 hours, 17 retries\n",
+		"zapier: Zapier (iPaaS)",
+		"  replay window          60 days\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("text output lacks %q", want)
+		}
+	}
+
+	code, stdout, _ = runMain(t, "vendors", "--format", "json")
+	if code != 0 {
+		t.Fatalf("json: exit %d", code)
+	}
+	var out struct {
+		Vendors []map[string]any `json:"vendors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]map[string]any{}
+	for _, v := range out.Vendors {
+		if v["read"] == nil || v["source"] == nil {
+			t.Errorf("vendor %v lacks read date or source", v["name"])
+		}
+		byName[v["name"].(string)] = v
+	}
+	checks := []struct {
+		vendor, field string
+		want          float64
+	}{
+		{"stripe", "retry_window_seconds", 3 * 86400},
+		{"stripe", "manual_resend_window_seconds", 30 * 86400},
+		{"stripe", "idempotency_key_window_seconds", 86400},
+		{"hubspot-app", "ack_timeout_seconds", 5},
+		{"klaviyo-system", "ack_timeout_seconds", 5},
+		{"zapier", "replay_window_seconds", 60 * 86400},
+		{"segment", "dedupe_window_seconds", 86400},
+		{"meta", "dedupe_window_seconds", 48 * 3600},
+	}
+	for _, c := range checks {
+		if got, _ := byName[c.vendor][c.field].(float64); got != c.want {
+			t.Errorf("%s %s = %v, want %v", c.vendor, c.field, got, c.want)
+		}
+	}
+
+	for _, args := range [][]string{{"vendors", "--format", "xml"}, {"vendors", "stripe"}} {
+		if code, _, _ := runMain(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code, stdout, _ := runMain(t, "vendors", "--help"); code != 0 || !strings.Contains(stdout, "Usage: hookledger vendors") {
+		t.Errorf("--help: exit %d, stdout %q", code, stdout)
+	}
+}

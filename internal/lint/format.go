@@ -199,7 +199,7 @@ func mdEscape(s string) string {
 		switch r {
 		case '\n', '\r':
 			b.WriteByte(' ')
-		case '|', '\\', '`', '*', '_', '[', ']', '<', '>', '#':
+		case '|', '\\', '`', '*', '[', ']', '<', '>':
 			b.WriteByte('\\')
 			b.WriteRune(r)
 		default:

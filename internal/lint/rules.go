@@ -327,7 +327,8 @@ func formatLayers(ls []RetryLayer) string {
 // formatDuration writes a vendor window the way vendors quote it.
 func formatDuration(d time.Duration) string {
 	switch {
-	case d%vendor.Day == 0:
+	case d%vendor.Day == 0 && d > 2*vendor.Day:
+		// Vendors quote a day or two in hours (24 hours, 48 hours).
 		return plural(int(d/vendor.Day), "day")
 	case d%time.Hour == 0:
 		return plural(int(d/time.Hour), "hour")

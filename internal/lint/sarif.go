@@ -62,7 +62,7 @@ type sarifResult struct {
 	RuleIndex  int               `json:"ruleIndex"`
 	Level      string            `json:"level"`
 	Message    sarifText         `json:"message"`
-	Locations  []sarifLocation   `json:"locations"`
+	Locations  []sarifLocation   `json:"locations,omitempty"`
 	Properties map[string]string `json:"properties"`
 }
 
