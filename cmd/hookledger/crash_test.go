@@ -90,7 +90,7 @@ func startBinary(t *testing.T, bin, cfg string) *proc {
 }
 
 type load struct {
-	round   string // keeps event ids of different rounds apart
+	round   string   // keeps event ids of different rounds apart
 	acked   sync.Map // event id -> struct{}
 	nAcked  atomic.Int64
 	refused atomic.Int64
