@@ -312,3 +312,24 @@ func TestArtifactURI(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONStreamMatchesEncoder pins the streamed JSON to what
+// encoding/json writes for the same shape.
+func TestJSONStreamMatchesEncoder(t *testing.T) {
+	rep := sampleReport(t)
+	rep.Problems = []Problem{{Line: 3, Column: "method", Message: `got "<x>" & more`}, {Message: "whole file"}}
+	rep.Findings[0].Message = "tab\there, quote \" and <html> & \u2028"
+	var want bytes.Buffer
+	enc := json.NewEncoder(&want)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(struct {
+		Findings []Finding `json:"findings"`
+		Summary  Summary   `json:"summary"`
+		Errors   []Problem `json:"errors,omitempty"`
+	}{rep.Findings, rep.Summary, rep.Problems}); err != nil {
+		t.Fatal(err)
+	}
+	if got := render(t, rep, FormatJSON); !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("streamed JSON differs from encoding/json:\n%s\nwant:\n%s", got, want.Bytes())
+	}
+}
