@@ -1,10 +1,543 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store/storeopen"
+	"github.com/hookledger/hookledger/internal/verify"
 )
 
-func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) int { return exitUsage }
-func runNoop(ctx context.Context, stdout, stderr io.Writer, args []string) int    { return exitUsage }
-func runServe(ctx context.Context, stdout, stderr io.Writer, args []string) int   { return exitUsage }
+const (
+	targetNoop     = "noop"
+	targetSQLite   = "sqlite"
+	targetPostgres = "postgres"
+)
+
+type receiveFlags struct {
+	postgres    string
+	targets     []string
+	clients     []int
+	duration    time.Duration
+	warmup      time.Duration
+	maxRequests int64
+	hookledger  string
+	module      string
+	sample      int
+	cpuProfile  string
+	dir         string
+	goalRatio   float64
+	goalP99     time.Duration
+}
+
+func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) int {
+	fs := newFlagSet(stderr, "receive", "receive [--postgres URL] [--clients 32,128] [--duration 10s] [flags]",
+		"Drives Stripe-signed webhooks (~2 KB invoice events, unique ids) from this process\n"+
+			"over keep-alive HTTP/1.1, one connection per client, at servers it starts as child\n"+
+			"processes on 127.0.0.1: hookledger serve on SQLite, hookledger serve on PostgreSQL\n"+
+			"(with --postgres) and a no-op net/http server, the baseline. Each cell gets a fresh\n"+
+			"server and database. After each hookledger cell, a sample of acknowledged events\n"+
+			"is looked up through the admin API, the server is stopped, and every acknowledged\n"+
+			"event is looked for in the store itself. Exit 1 if any acknowledged event is missing.")
+	var f receiveFlags
+	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to skip the postgres target)")
+	targets := fs.String("targets", "", "comma-separated `targets`: noop, sqlite, postgres (default noop,sqlite plus postgres with --postgres)")
+	clients := fs.String("clients", "32,128", "comma-separated concurrent client `counts`")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured `time` per cell")
+	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "unmeasured warm-up `time` per cell")
+	fs.Int64Var(&f.maxRequests, "max-requests", 2_000_000, "upper bound on requests sent per cell, warm-up included")
+	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
+	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
+	fs.IntVar(&f.sample, "sample", 200, "acknowledged events per cell looked up through the admin API")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per cell into `dir`")
+	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	fs.Float64Var(&f.goalRatio, "goal-ratio", 0.8, "product target: sqlite throughput over noop at the smallest client count")
+	fs.DurationVar(&f.goalP99, "goal-p99", 25*time.Millisecond, "product target: sqlite p99 at the smallest client count")
+	if code, ok := parseFlags(stdout, fs, args); !ok {
+		return code
+	}
+	var err error
+	if f.clients, err = parseCounts(*clients); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench receive: --clients: %v\n", err)
+		return exitUsage
+	}
+	f.targets = splitList(*targets)
+	if len(f.targets) == 0 {
+		f.targets = []string{targetNoop, targetSQLite}
+		if f.postgres != "" {
+			f.targets = append(f.targets, targetPostgres)
+		}
+	}
+	for _, t := range f.targets {
+		switch {
+		case t == targetPostgres && f.postgres == "":
+			fmt.Fprintln(stderr, "hookledger-bench receive: target postgres needs --postgres URL")
+			return exitUsage
+		case t != targetNoop && t != targetSQLite && t != targetPostgres:
+			fmt.Fprintf(stderr, "hookledger-bench receive: --targets: unknown target %q (noop, sqlite, postgres)\n", t)
+			return exitUsage
+		}
+	}
+	if f.duration <= 0 || f.warmup < 0 || f.maxRequests <= 0 || f.sample < 0 {
+		fmt.Fprintln(stderr, "hookledger-bench receive: --duration and --max-requests must be positive, --warmup and --sample not negative")
+		return exitUsage
+	}
+	ok, err := receiveBench(ctx, stdout, stderr, &f)
+	if err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench receive: %v\n", err)
+		return exitFail
+	}
+	if !ok {
+		return exitFail
+	}
+	return exitOK
+}
+
+// receiveResult is one target × clients cell.
+type receiveResult struct {
+	target   string
+	clients  int
+	sent     int64 // requests answered while measuring
+	elapsed  time.Duration
+	lat      latencies
+	non2xx   int64 // answers other than 2xx, whole cell
+	errs     int64 // transport errors, whole cell
+	firstErr string
+
+	// The durability account (hookledger targets only).
+	acked         int
+	stored        int
+	missing       int
+	sampleAsked   int
+	sampleFound   int
+	stopErr       error
+	profile       string
+	storeAccounts bool
+}
+
+func (r *receiveResult) rate() float64 { return rate(r.sent, r.elapsed) }
+
+// receiveEnv is what every cell shares.
+type receiveEnv struct {
+	f          *receiveFlags
+	dir        string
+	hookledger string
+	self       string
+	secret     string
+	token      string
+	scheme     verify.Scheme
+	stderr     io.Writer
+}
+
+func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags) (bool, error) {
+	dir, err := os.MkdirTemp(f.dir, "hookledger-bench-receive-")
+	if err != nil {
+		return false, fmt.Errorf("make temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	env := &receiveEnv{f: f, dir: dir, stderr: stderr, hookledger: f.hookledger}
+	if env.self, err = os.Executable(); err != nil {
+		return false, fmt.Errorf("find own binary for the noop server: %w", err)
+	}
+	if env.hookledger == "" {
+		env.hookledger = filepath.Join(dir, "hookledger")
+		fmt.Fprintf(stderr, "building hookledger from %s...\n", f.module)
+		build := exec.CommandContext(ctx, "go", "build", "-o", env.hookledger, "./cmd/hookledger")
+		build.Dir = f.module
+		if out, err := build.CombinedOutput(); err != nil {
+			return false, fmt.Errorf("go build ./cmd/hookledger: %w\n%s", err, out)
+		}
+	}
+	if f.cpuProfile != "" {
+		if err := os.MkdirAll(f.cpuProfile, 0o750); err != nil {
+			return false, fmt.Errorf("--cpuprofile: %w", err)
+		}
+	}
+	env.secret = "whsec_" + randomHex(24)
+	env.token = randomHex(24)
+	if env.scheme, err = verify.New(verify.Options{Kind: verify.KindStripe, Secrets: []string{env.secret}}); err != nil {
+		return false, fmt.Errorf("stripe signer: %w", err)
+	}
+
+	var results []*receiveResult
+	for _, n := range f.clients {
+		for _, target := range f.targets {
+			if err := ctx.Err(); err != nil {
+				return false, fmt.Errorf("interrupted: %w", err)
+			}
+			label := fmt.Sprintf("%s-%d", target, n)
+			fmt.Fprintf(stderr, "cell %s: warm-up %s, measure %s...\n", label, f.warmup, f.duration)
+			res, err := env.cell(ctx, target, n, label)
+			if err != nil {
+				return false, fmt.Errorf("cell %s: %w", label, err)
+			}
+			fmt.Fprintf(stderr, "cell %s: %.0f req/s, p50 %s ms, p99 %s ms, p99.9 %s ms, non-2xx %d, errors %d\n",
+				label, res.rate(), ms(res.lat.pct(0.5)), ms(res.lat.pct(0.99)), ms(res.lat.pct(0.999)), res.non2xx, res.errs)
+			if res.storeAccounts {
+				fmt.Fprintf(stderr, "cell %s: acknowledged %d, stored %d, missing %d; admin API sample %d/%d\n",
+					label, res.acked, res.stored, res.missing, res.sampleFound, res.sampleAsked)
+			}
+			results = append(results, res)
+		}
+	}
+	return printReceive(stdout, f, results), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	// crypto/rand.Read never returns an error on supported platforms.
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// cell starts a fresh server for target, loads it, and for hookledger
+// accounts for every acknowledged event.
+func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label string) (res *receiveResult, err error) {
+	res = &receiveResult{target: target, clients: clients}
+	var cs *cellStore
+	var srv *child
+	defer func() {
+		// Whatever happened, the child is stopped by its PID and the
+		// database dropped.
+		if srv != nil {
+			if serr := srv.stop(); serr != nil && res.stopErr == nil {
+				err = errors.Join(err, serr)
+			}
+		}
+		if cs != nil {
+			err = errors.Join(err, cs.Drop())
+		}
+	}()
+
+	logPath := filepath.Join(e.dir, label+".log")
+	switch target {
+	case targetNoop:
+		srv, err = startChild(ctx, "noop server", e.self, []string{"noop", "--listen", "127.0.0.1:0"}, logPath)
+	default:
+		if cs, err = newCellStore(ctx, target, e.dir, e.f.postgres, label); err != nil {
+			return nil, err
+		}
+		cfgPath := filepath.Join(e.dir, label+".yaml")
+		if err = e.writeConfig(cfgPath, cs.URL); err != nil {
+			return nil, err
+		}
+		if e.f.cpuProfile != "" {
+			res.profile = filepath.Join(e.f.cpuProfile, label+".pprof")
+			srv, err = startChild(ctx, "hookledger-bench serve", e.self, []string{"serve", "--config", cfgPath, "--cpuprofile", res.profile}, logPath)
+		} else {
+			srv, err = startChild(ctx, "hookledger serve", e.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"}, logPath)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	base := "http://" + srv.addr
+	if target != targetNoop {
+		if err := waitReady(ctx, base+"/readyz"); err != nil {
+			return nil, err
+		}
+	}
+
+	acked := e.load(ctx, base+"/hooks/stripe", res, label)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
+	if target == targetNoop {
+		return res, nil
+	}
+
+	res.storeAccounts = true
+	res.acked = len(acked)
+	if res.sampleAsked, res.sampleFound, err = e.sampleAdmin(ctx, base, acked); err != nil {
+		return nil, err
+	}
+	// Stop the server before reading the store, so the count sees what a
+	// clean shutdown leaves behind, with no commit still in flight.
+	res.stopErr = srv.stop()
+	if res.stopErr != nil {
+		return nil, res.stopErr
+	}
+	st, err := storeopen.Open(ctx, cs.URL)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := storedEvents(ctx, st, benchSource)
+	if cerr := st.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close store: %w", cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range acked {
+		if stored[id] > 0 {
+			res.stored++
+		} else {
+			res.missing++
+		}
+	}
+	return res, nil
+}
+
+// writeConfig writes a hookledger.yaml for one cell: loopback on a port the
+// kernel picks, one stripe source, the admin API on.
+func (e *receiveEnv) writeConfig(path, storeURL string) error {
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+store: %q
+admin:
+  token: %q
+sources:
+  - name: stripe
+    kind: stripe
+    secrets: [%q]
+`, storeURL, e.token, e.secret)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	return nil
+}
+
+func waitReady(ctx context.Context, u string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return fmt.Errorf("readiness: %w", err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("readiness: %s not ready after 30s (last error %v)", u, err)
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+		if ctx.Err() != nil {
+			return fmt.Errorf("readiness: %w", ctx.Err())
+		}
+	}
+}
+
+// load runs the clients through warm-up and measurement and returns the
+// event ids that were acknowledged with a 2xx.
+func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, label string) []string {
+	const (
+		phaseWarmup int32 = iota
+		phaseMeasure
+		phaseStop
+	)
+	var phase atomic.Int32
+	var issued, measured, non2xx, errs atomic.Int64
+	var errOnce sync.Once
+	parts := make([]latencies, res.clients)
+	ackedParts := make([][]string, res.clients)
+	var wg sync.WaitGroup
+	for i := range res.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// One transport per client holding one keep-alive connection:
+			// each client is one sender connection, as a webhook sender's
+			// worker would be.
+			tr := &http.Transport{
+				MaxIdleConns:        1,
+				MaxIdleConnsPerHost: 1,
+				MaxConnsPerHost:     1,
+				DisableCompression:  true,
+				IdleConnTimeout:     time.Minute,
+			}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+			for seq := 0; phase.Load() != phaseStop && ctx.Err() == nil; seq++ {
+				if issued.Add(1) > e.f.maxRequests {
+					return
+				}
+				id := fmt.Sprintf("evt_%s_%d_%d", label, i, seq)
+				status, lat, err := e.post(ctx, client, u, id)
+				if err != nil {
+					errs.Add(1)
+					errOnce.Do(func() { res.firstErr = err.Error() })
+					continue
+				}
+				if status/100 != 2 {
+					non2xx.Add(1)
+					errOnce.Do(func() { res.firstErr = fmt.Sprintf("HTTP %d", status) })
+					continue
+				}
+				ackedParts[i] = append(ackedParts[i], id)
+				if phase.Load() == phaseMeasure {
+					measured.Add(1)
+					parts[i] = append(parts[i], lat)
+				}
+			}
+		}()
+	}
+	sleepCtx(ctx, e.f.warmup)
+	t0 := time.Now()
+	phase.Store(phaseMeasure)
+	sleepCtx(ctx, e.f.duration)
+	phase.Store(phaseStop)
+	res.elapsed = time.Since(t0)
+	wg.Wait()
+	res.sent, res.non2xx, res.errs = measured.Load(), non2xx.Load(), errs.Load()
+	res.lat = mergeLatencies(parts)
+	var acked []string
+	for _, p := range ackedParts {
+		acked = append(acked, p...)
+	}
+	return acked
+}
+
+// post sends one signed event and reads the whole answer, so the
+// connection is reused. The latency runs from just before the request is
+// written to the end of the answer: the acknowledgement as a sender sees it.
+func (e *receiveEnv) post(ctx context.Context, client *http.Client, u, eventID string) (int, time.Duration, error) {
+	now := time.Now()
+	body := stripeBody(eventID, "in_"+eventID, now)
+	sig, err := e.scheme.Sign(&verify.Request{Method: http.MethodPost, URL: u, Body: body}, now, eventID)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sign: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, fmt.Errorf("new request: %w", err)
+	}
+	req.Header = sig
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	lat := time.Since(start)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read answer: %w", err)
+	}
+	return resp.StatusCode, lat, nil
+}
+
+// sampleAdmin looks up evenly spaced acknowledged events through
+// GET /api/v1/events, the way an operator would.
+func (e *receiveEnv) sampleAdmin(ctx context.Context, base string, acked []string) (asked, found int, err error) {
+	n := min(e.f.sample, len(acked))
+	for k := range n {
+		id := acked[k*len(acked)/n]
+		q := url.Values{"source": {benchSource}, "event_id": {id}}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/events?"+q.Encode(), nil)
+		if err != nil {
+			return asked, found, fmt.Errorf("admin API: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return asked, found, fmt.Errorf("admin API: %w", err)
+		}
+		var out struct {
+			Events []struct {
+				Source     string `json:"source"`
+				EventID    string `json:"event_id"`
+				Deliveries int    `json:"deliveries"`
+			} `json:"events"`
+		}
+		derr := json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || derr != nil {
+			return asked, found, fmt.Errorf("admin API: GET events for %s: HTTP %d (%v)", id, resp.StatusCode, derr)
+		}
+		asked++
+		if len(out.Events) == 1 && out.Events[0].EventID == id && out.Events[0].Source == benchSource && out.Events[0].Deliveries >= 1 {
+			found++
+		}
+	}
+	return asked, found, nil
+}
+
+func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
+	fmt.Fprintf(w, "hookledger-bench receive: %s per cell after %s warm-up; load generator and server share %d CPUs (GOMAXPROCS %d each)\n",
+		f.duration, f.warmup, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "Stripe-signed invoice.paid events of ~%d B, keep-alive HTTP/1.1, one connection per client, 127.0.0.1\n\n",
+		len(stripeBody("evt_x", "in_x", time.Now())))
+	noop := map[int]float64{}
+	for _, r := range results {
+		if r.target == targetNoop {
+			noop[r.clients] = r.rate()
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tclients\treq/s\tp50 ms\tp99 ms\tp99.9 ms\tvs noop\tnon-2xx\terrors\tdurability account\t")
+	allOK := true
+	for _, r := range results {
+		vs := "-"
+		if b, ok := noop[r.clients]; ok && b > 0 && r.target != targetNoop {
+			vs = fmt.Sprintf("%.2f", r.rate()/b)
+		}
+		account := "-"
+		if r.storeAccounts {
+			account = fmt.Sprintf("acknowledged %d, stored %d, missing %d; API %d/%d", r.acked, r.stored, r.missing, r.sampleFound, r.sampleAsked)
+			if r.missing > 0 || r.sampleFound != r.sampleAsked {
+				allOK = false
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n", r.target, r.clients, r.rate(),
+			ms(r.lat.pct(0.50)), ms(r.lat.pct(0.99)), ms(r.lat.pct(0.999)), vs, r.non2xx, r.errs, account)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, r := range results {
+		if r.firstErr != "" {
+			fmt.Fprintf(w, "%s-%d: first failure: %s\n", r.target, r.clients, r.firstErr)
+		}
+		if r.profile != "" {
+			fmt.Fprintf(w, "%s-%d: CPU profile %s\n", r.target, r.clients, r.profile)
+		}
+	}
+	fmt.Fprintln(w, "latency: from writing the request to reading the whole answer, measured by the client.")
+	fmt.Fprintln(w, "vs noop: throughput over the no-op net/http server at the same client count.")
+	fmt.Fprintln(w, "durability account: acknowledged (2xx) events, found in the store after the server stopped; API = admin API sample found/asked.")
+
+	goal := f.clients[0]
+	for _, r := range results {
+		if r.target != targetSQLite || r.clients != goal {
+			continue
+		}
+		ratio := 0.0
+		if b := noop[goal]; b > 0 {
+			ratio = r.rate() / b
+		}
+		p99 := r.lat.pct(0.99)
+		verdict := "MET"
+		if ratio < f.goalRatio || p99 > f.goalP99 {
+			verdict = "NOT MET"
+		}
+		fmt.Fprintf(w, "target (sqlite at %d clients: >= %.2f of noop, p99 <= %s): %.2f of noop, p99 %s ms: %s\n",
+			goal, f.goalRatio, f.goalP99, ratio, ms(p99), verdict)
+	}
+	if allOK {
+		fmt.Fprintln(w, "durability: every acknowledged event is stored")
+	} else {
+		fmt.Fprintln(w, "durability: FAILED, acknowledged events are missing from the store")
+	}
+	return allOK
+}
