@@ -89,6 +89,10 @@ type DeliveryInput struct {
 	OccurredAt time.Time
 	// ReceivedAt is when hookledger read the request (OR03: kept apart).
 	ReceivedAt time.Time
+	// CausationID and Hop come from the inbound causation headers (the
+	// feedback-loop guard); empty and 0 when the sender set none.
+	CausationID string
+	Hop         int
 	// Headers are the selected request headers worth keeping as evidence
 	// (never signature values or credentials).
 	Headers map[string]string
@@ -144,19 +148,21 @@ type EventListResult struct {
 
 // Delivery is one stored transport attempt of one event.
 type Delivery struct {
-	ID         int64
-	EventPK    int64
-	RequestID  string
-	BatchIndex int
-	Source     string
-	EventID    string
-	Type       string
-	Entity     string
-	Account    string
-	OccurredAt time.Time
-	ReceivedAt time.Time
-	Headers    map[string]string
-	Body       []byte
+	ID          int64
+	EventPK     int64
+	RequestID   string
+	BatchIndex  int
+	Source      string
+	EventID     string
+	Type        string
+	Entity      string
+	Account     string
+	OccurredAt  time.Time
+	ReceivedAt  time.Time
+	CausationID string
+	Hop         int
+	Headers     map[string]string
+	Body        []byte
 }
 
 // DeliveryListParams filters DeliveryList.

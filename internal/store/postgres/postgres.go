@@ -142,14 +142,14 @@ func wrapErr(op string, err error) error {
 }
 
 const upsertEventSQL = `INSERT INTO events
-	(source, event_id, type, entity, account, occurred_at, received_at, deliveries)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
+	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, deliveries)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1)
 	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + 1
 	RETURNING pk, deliveries`
 
 const insertDeliverySQL = `INSERT INTO deliveries
-	(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, headers, body)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`
+	(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`
 
 const insertAuditSQL = `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
 	VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`
@@ -192,7 +192,7 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 	// two kinds go in two batches.
 	eb := &pgx.Batch{}
 	for _, d := range sub.Deliveries {
-		eb.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt)
+		eb.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt, d.CausationID, d.Hop)
 	}
 	items := make([]store.DeliveryOutcome, len(sub.Deliveries))
 	br := tx.SendBatch(ctx, eb)
@@ -218,7 +218,7 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 			body = []byte{}
 		}
 		db.Queue(insertDeliverySQL, items[j].EventPK, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
-			d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt, headers, body)
+			d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt, d.CausationID, d.Hop, headers, body)
 	}
 	for _, a := range sub.Audit {
 		db.Queue(insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
@@ -317,7 +317,7 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 		f.add("event_id = ?", p.EventID)
 	}
 	q := `SELECT id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at,
-		received_at, headers, body FROM deliveries` + f.sql(store.ClampLimit(p.Limit))
+		received_at, causation_id, hop, headers, body FROM deliveries` + f.sql(store.ClampLimit(p.Limit))
 	rows, err := s.pool.Query(ctx, q, f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
@@ -327,7 +327,7 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 		var occ *time.Time
 		var batch int32
 		if err := r.Scan(&d.ID, &d.EventPK, &d.RequestID, &batch, &d.Source, &d.EventID, &d.Type, &d.Entity,
-			&d.Account, &occ, &d.ReceivedAt, &d.Headers, &d.Body); err != nil {
+			&d.Account, &occ, &d.ReceivedAt, &d.CausationID, &d.Hop, &d.Headers, &d.Body); err != nil {
 			return nil, err
 		}
 		d.BatchIndex = int(batch)

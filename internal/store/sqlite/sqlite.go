@@ -192,8 +192,8 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
 
 	upsertEvent, err := tx.PrepareContext(ctx, `INSERT INTO events
-		(source, event_id, type, entity, account, occurred_at, received_at, deliveries)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 1)
+		(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, deliveries)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
 		ON CONFLICT (source, event_id) DO UPDATE SET deliveries = deliveries + 1
 		RETURNING pk, deliveries`)
 	if err != nil {
@@ -201,8 +201,8 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 	}
 	defer upsertEvent.Close()
 	insertDelivery, err := tx.PrepareContext(ctx, `INSERT INTO deliveries
-		(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, headers, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return nil, fmt.Errorf("inbox commit: prepare: %w", err)
 	}
@@ -241,11 +241,11 @@ func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, upsertEvent, insertDe
 		}
 		var pk, n int64
 		if err := upsertEvent.QueryRowContext(ctx, d.Source, d.EventID, d.Type, d.Entity, d.Account,
-			micros(d.OccurredAt), d.ReceivedAt.UnixMicro()).Scan(&pk, &n); err != nil {
+			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop).Scan(&pk, &n); err != nil {
 			return nil, wrapErr("record event", err)
 		}
 		res, err := insertDelivery.ExecContext(ctx, pk, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
-			d.Entity, d.Account, micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), string(headers), nonNilBytes(d.Body))
+			d.Entity, d.Account, micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, string(headers), nonNilBytes(d.Body))
 		if err != nil {
 			return nil, wrapErr("record delivery", err)
 		}
@@ -343,7 +343,7 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 	}
 	args = append(args, store.ClampLimit(p.Limit))
 	rows, err := s.reader.QueryContext(ctx, `SELECT id, event_pk, request_id, batch_index, source, event_id, type,
-		entity, account, occurred_at, received_at, headers, body FROM deliveries WHERE `+strings.Join(where, " AND ")+
+		entity, account, occurred_at, received_at, causation_id, hop, headers, body FROM deliveries WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
@@ -356,7 +356,7 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 		var rec int64
 		var headers string
 		if err := rows.Scan(&d.ID, &d.EventPK, &d.RequestID, &d.BatchIndex, &d.Source, &d.EventID, &d.Type,
-			&d.Entity, &d.Account, &occ, &rec, &headers, &d.Body); err != nil {
+			&d.Entity, &d.Account, &occ, &rec, &d.CausationID, &d.Hop, &headers, &d.Body); err != nil {
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
 		d.OccurredAt = fromMicros(occ)

@@ -1,0 +1,265 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrLeaseLost reports that a worker's entity lease expired or was taken by
+// another worker: the caller's transaction was rolled back and it must stop
+// working on that entity (fencing).
+var ErrLeaseLost = errors.New("entity lease lost")
+
+// Pipeline is the part of the contract the ordered processor uses: routing
+// accepted events to flows, leasing entities, applying one event per
+// transaction behind the revision guard, and the effect ledger.
+type Pipeline interface {
+	// EventListUnrouted returns accepted events not yet routed to flows, in
+	// pk order, each with the body of its first delivery.
+	EventListUnrouted(ctx context.Context, p *EventListUnroutedParams) ([]*RoutableEvent, error)
+	// EventRoute records routing decisions: a work item per (event, flow),
+	// an entity row per (flow, entity), and marks the events routed. An
+	// event with no route ends unrouted. Routing an event twice creates no
+	// second work item (safe for concurrent routers).
+	EventRoute(ctx context.Context, p *EventRouteParams) error
+	// EntityClaim leases up to Limit entities that have pending work, whose
+	// lease is free or expired and whose not_before has passed.
+	EntityClaim(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
+	// EntityRelease gives a lease back (only if the token still holds it),
+	// optionally deferring the entity until RetryAt.
+	EntityRelease(ctx context.Context, p *EntityReleaseParams) error
+	// WorkListPending returns an entity's pending work items in business
+	// order (order key, then id), with their events.
+	WorkListPending(ctx context.Context, p *WorkListPendingParams) ([]*WorkItem, error)
+	// FlowApply settles one work item in ONE transaction: fencing check,
+	// feedback-loop guard, revision guard, projection update, superseding
+	// older pending effects of the same name, effect inserts under the
+	// unique episode key, dispositions and audit rows. It returns
+	// ErrLeaseLost (nothing written) when the lease no longer holds.
+	FlowApply(ctx context.Context, p *FlowApplyParams) (*FlowApplyResult, error)
+	// ProjectionGet returns the projection of one entity of one flow, or
+	// nil when it has none.
+	ProjectionGet(ctx context.Context, p *ProjectionGetParams) (*Projection, error)
+	// EffectList pages through the effect ledger.
+	EffectList(ctx context.Context, p *EffectListParams) ([]*Effect, error)
+	// ReplayCreate records a replay attempt and enqueues new work items for
+	// the given routes (same events, same identities, a new replay id).
+	ReplayCreate(ctx context.Context, p *ReplayCreateParams) (int64, error)
+	// WorkCount reports pending work, for drains and readiness of tests.
+	WorkCount(ctx context.Context) (pending int64, err error)
+}
+
+// EventListUnroutedParams selects unrouted events.
+type EventListUnroutedParams struct {
+	Limit int
+}
+
+// RoutableEvent is an accepted event with what routing and processing need.
+type RoutableEvent struct {
+	PK          int64
+	Source      string
+	EventID     string
+	Type        string
+	Entity      string // the receiver's envelope entity (a flow may compute its own)
+	Account     string
+	OccurredAt  time.Time
+	ReceivedAt  time.Time
+	CausationID string
+	Hop         int
+	Body        []byte
+}
+
+// EventRouteParams is a batch of routing decisions.
+type EventRouteParams struct {
+	Now       time.Time
+	Decisions []*RouteDecision
+}
+
+// RouteDecision says which flows an event goes to. No routes: unrouted.
+type RouteDecision struct {
+	EventPK int64
+	Routes  []Route
+}
+
+// Route puts an event on one entity of one flow.
+type Route struct {
+	Flow   string
+	Entity string
+	// OrderKey sorts the entity's work into business order (a padded
+	// revision, an occurrence time with tie-break, or arrival for refetch).
+	OrderKey string
+	// Failed, when set, records that the route could not be computed (the
+	// entity expression failed): the work item is created already settled
+	// as dead_lettered with this reason, visible in the exception queue.
+	Failed string
+}
+
+// EntityClaimParams asks for leases.
+type EntityClaimParams struct {
+	// Owner names the worker; each lease gets a fresh token from it.
+	Owner    string
+	Now      time.Time
+	LeaseFor time.Duration
+	Limit    int
+}
+
+// Lease is a worker's exclusive right to process one entity until Until.
+type Lease struct {
+	Flow   string
+	Entity string
+	Token  string
+	Until  time.Time
+}
+
+// EntityReleaseParams gives a lease back.
+type EntityReleaseParams struct {
+	Lease *Lease
+	Now   time.Time
+	// RetryAt defers the entity (a failing entity must not be retried in a
+	// hot loop, nor block the others); zero makes it claimable at once.
+	RetryAt time.Time
+}
+
+// WorkListPendingParams selects one entity's pending work.
+type WorkListPendingParams struct {
+	Flow   string
+	Entity string
+	Limit  int
+}
+
+// WorkItem is one (event, flow) to process, possibly a replay.
+type WorkItem struct {
+	ID       int64
+	Flow     string
+	Entity   string
+	OrderKey string
+	ReplayID int64 // 0 for the first pass
+	Event    RoutableEvent
+}
+
+// FlowApplyParams settles one work item.
+type FlowApplyParams struct {
+	Lease   *Lease
+	Now     time.Time
+	WorkID  int64
+	EventPK int64
+	Actor   string
+
+	// Fail, when set, settles the item dead_lettered with this reason
+	// (an expression failed, the refetch answered 404, ...); nothing else
+	// below applies.
+	Fail string
+
+	// Version identifies the business version: Version is shown (r18,
+	// h:3fa2…), VersionSort compares. Ordered false means the version is a
+	// hash: only equality is meaningful, and a different hash is newer
+	// because it was refetched after the current one.
+	Version     string
+	VersionSort string
+	Ordered     bool
+	// State is the projected business state (canonical JSON).
+	State json.RawMessage
+
+	// Causation for the feedback-loop guard; empty ID skips it.
+	CausationID string
+	Hop         int
+	MaxHops     int
+
+	// Effects to insert when the event is applied.
+	Effects []*EffectInsert
+}
+
+// EffectInsert is one effect row to create behind its episode key.
+type EffectInsert struct {
+	EpisodeKey  string
+	Effect      string
+	Destination string
+	Request     json.RawMessage
+	CausationID string
+	Hop         int
+}
+
+// FlowApplyResult is what the transaction decided.
+type FlowApplyResult struct {
+	Disposition Disposition
+	// Reason explains a non-applied disposition (stale: "version r2 is
+	// older than applied r3", loop_blocked, version_conflict, ...).
+	Reason          string
+	EffectsInserted int
+	EffectsExisting int
+	Superseded      int
+}
+
+// ProjectionGetParams names one entity of one flow.
+type ProjectionGetParams struct {
+	Flow   string
+	Entity string
+}
+
+// Projection is the newest applied business state of one entity.
+type Projection struct {
+	Flow           string
+	Entity         string
+	Version        string
+	VersionSort    string
+	State          json.RawMessage
+	AppliedEventPK int64
+	UpdatedAt      time.Time
+	Pending        int
+}
+
+// EffectState is the closed set of effect states (ARCHITECTURE.md §3).
+type EffectState string
+
+// The effect states.
+const (
+	EffectApproved            EffectState = "approved"
+	EffectSubmitting          EffectState = "submitting"
+	EffectAcknowledged        EffectState = "acknowledged"
+	EffectDone                EffectState = "done"
+	EffectNeedsReconciliation EffectState = "needs_reconciliation"
+	EffectRetryWait           EffectState = "retry_wait"
+	EffectSuperseded          EffectState = "superseded"
+	EffectDead                EffectState = "dead"
+	EffectResolved            EffectState = "resolved"
+)
+
+// EffectListParams filters the ledger; empty fields do not filter.
+type EffectListParams struct {
+	Flow    string
+	Entity  string
+	State   EffectState
+	AfterID int64
+	Limit   int
+}
+
+// Effect is one row of the effect ledger.
+type Effect struct {
+	ID            int64
+	EpisodeKey    string
+	Flow          string
+	Entity        string
+	Version       string
+	Effect        string
+	Destination   string
+	State         EffectState
+	Request       json.RawMessage
+	Source        string
+	SourceEventID string
+	CausationID   string
+	Hop           int
+	Attempts      int
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// ReplayCreateParams records one replay attempt.
+type ReplayCreateParams struct {
+	Now   time.Time
+	Actor string
+	// Selection describes what was selected (for the audit trail).
+	Selection string
+	Decisions []*RouteDecision
+}
