@@ -1,0 +1,327 @@
+// Package expr compiles and evaluates the CEL expressions of flows (entity,
+// version, state, conditions and request mappings). Expressions are compiled
+// once at config load, so a typo is a start-up error with file:line, never a
+// runtime surprise.
+package expr
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/ext"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// The variables every expression may use. Those a stage cannot know yet
+// are null (for example object before a refetch, state before it is
+// computed).
+const (
+	VarEvent    = "event"    // the event's JSON body
+	VarMeta     = "meta"     // source, event_id, type, occurred_at, received_at, ...
+	VarEntity   = "entity"   // the flow's entity id
+	VarVersion  = "version"  // the business version being applied
+	VarState    = "state"    // the new projected state
+	VarPrevious = "previous" // the previously applied state (null at first)
+	VarObject   = "object"   // the refetched authoritative object
+)
+
+var varNames = []string{VarEvent, VarMeta, VarEntity, VarVersion, VarState, VarPrevious, VarObject}
+
+// Vars binds variables for one evaluation; missing ones are null.
+type Vars map[string]any
+
+var (
+	envOnce sync.Once
+	envVal  *cel.Env
+	envErr  error
+)
+
+// env is shared: a CEL environment is immutable and safe for concurrent use.
+func env() (*cel.Env, error) {
+	envOnce.Do(func() {
+		opts := []cel.EnvOption{ext.Strings(), ext.Encoders(), ext.Math()}
+		for _, v := range varNames {
+			opts = append(opts, cel.Variable(v, cel.DynType))
+		}
+		envVal, envErr = cel.NewEnv(opts...)
+	})
+	return envVal, envErr
+}
+
+// Program is one compiled expression.
+type Program struct {
+	Source string
+	prg    cel.Program
+	refs   []string
+}
+
+// Compile parses and checks src.
+func Compile(src string) (*Program, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("empty expression")
+	}
+	e, err := env()
+	if err != nil {
+		return nil, fmt.Errorf("cel environment: %w", err)
+	}
+	ast, iss := e.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		return nil, fmt.Errorf("%s", strings.ReplaceAll(iss.Err().Error(), "\n", " "))
+	}
+	prg, err := e.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(1_000_000))
+	if err != nil {
+		return nil, fmt.Errorf("plan expression: %w", err)
+	}
+	return &Program{Source: src, prg: prg, refs: references(ast.NativeRep())}, nil
+}
+
+// References lists the variables and dotted field selections the program
+// reads, such as "meta.received_at" and "event", sorted.
+func (p *Program) References() []string { return p.refs }
+
+// Reads reports whether the program reads path ("meta.received_at") or
+// anything below it.
+func (p *Program) Reads(path string) bool {
+	for _, r := range p.refs {
+		if r == path || strings.HasPrefix(r, path+".") {
+			return true
+		}
+	}
+	return false
+}
+
+func references(a *celast.AST) []string {
+	seen := map[string]bool{}
+	celast.PostOrderVisit(a.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if path, ok := dotted(e); ok {
+			seen[path] = true
+		}
+	}))
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dotted renders ident or ident.a.b selections; index access stops the path.
+func dotted(e celast.Expr) (string, bool) {
+	switch e.Kind() {
+	case celast.IdentKind:
+		return e.AsIdent(), true
+	case celast.SelectKind:
+		s := e.AsSelect()
+		base, ok := dotted(s.Operand())
+		if !ok {
+			return "", false
+		}
+		return base + "." + s.FieldName(), true
+	}
+	return "", false
+}
+
+// Eval runs the program and returns its result as a JSON-shaped Go value
+// (nil, bool, int64, float64, string, []any, map[string]any).
+func (p *Program) Eval(vars Vars) (any, error) {
+	act := make(map[string]any, len(varNames))
+	for _, v := range varNames {
+		act[v] = nil
+	}
+	for k, v := range vars {
+		act[k] = v
+	}
+	out, _, err := p.prg.Eval(act)
+	if err != nil {
+		return nil, fmt.Errorf("evaluate %q: %w", p.Source, err)
+	}
+	return native(out)
+}
+
+// EvalString requires a string (numbers are formatted, so an entity may be
+// a numeric id such as HubSpot's objectId).
+func (p *Program) EvalString(vars Vars) (string, error) {
+	v, err := p.Eval(vars)
+	if err != nil {
+		return "", err
+	}
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case int64:
+		return fmt.Sprint(x), nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1e15 {
+			return fmt.Sprintf("%.0f", x), nil
+		}
+	}
+	return "", fmt.Errorf("evaluate %q: want a string, got %s", p.Source, kind(v))
+}
+
+// EvalBool requires a boolean.
+func (p *Program) EvalBool(vars Vars) (bool, error) {
+	v, err := p.Eval(vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("evaluate %q: want a boolean, got %s", p.Source, kind(v))
+	}
+	return b, nil
+}
+
+// EvalInt requires an integer (an integral double or a decimal string is
+// accepted, since JSON senders are loose about numbers).
+func (p *Program) EvalInt(vars Vars) (int64, error) {
+	v, err := p.Eval(vars)
+	if err != nil {
+		return 0, err
+	}
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x), nil
+		}
+	case string:
+		var n json.Number = json.Number(strings.TrimSpace(x))
+		if i, err := n.Int64(); err == nil {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("evaluate %q: want an integer, got %s", p.Source, kind(v))
+}
+
+// EvalJSON evaluates to canonical JSON (sorted keys, no spaces), the form
+// in which states are compared for equality.
+func (p *Program) EvalJSON(vars Vars) (json.RawMessage, error) {
+	v, err := p.Eval(vars)
+	if err != nil {
+		return nil, err
+	}
+	return Canonical(v)
+}
+
+// Canonical marshals a JSON-shaped value with sorted keys and no spaces.
+func Canonical(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode JSON: %w", err)
+	}
+	return json.RawMessage(bytes.TrimRight(buf.Bytes(), "\n")), nil
+}
+
+func kind(v any) string {
+	if v == nil {
+		return "null"
+	}
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	}
+	return reflect.TypeOf(v).String()
+}
+
+var structValueType = reflect.TypeOf(&structpb.Value{})
+
+// native converts a CEL value into a JSON-shaped Go value.
+func native(v ref.Val) (any, error) {
+	switch v.Type() {
+	case types.NullType:
+		return nil, nil
+	case types.BoolType:
+		return v.Value().(bool), nil
+	case types.IntType:
+		return v.Value().(int64), nil
+	case types.UintType:
+		u := v.Value().(uint64)
+		if u > math.MaxInt64 {
+			return float64(u), nil
+		}
+		return int64(u), nil
+	case types.DoubleType:
+		return v.Value().(float64), nil
+	case types.StringType:
+		return v.Value().(string), nil
+	}
+	// Lists, maps, timestamps, durations and bytes go through the JSON
+	// value conversion CEL defines for them.
+	pv, err := v.ConvertToNative(structValueType)
+	if err != nil {
+		return nil, fmt.Errorf("result of type %s cannot be represented as JSON", v.Type().TypeName())
+	}
+	return normalize(pv.(*structpb.Value).AsInterface()), nil
+}
+
+// normalize turns the float64 numbers of structpb into int64 where they
+// are integral, so 3 stays 3 and not 3.0 in states and requests.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x)
+		}
+		return x
+	case []any:
+		for i := range x {
+			x[i] = normalize(x[i])
+		}
+		return x
+	case map[string]any:
+		for k := range x {
+			x[k] = normalize(x[k])
+		}
+		return x
+	}
+	return v
+}
+
+// DecodeJSON parses a JSON document into CEL-friendly Go values: integers
+// that fit stay int64 (so revision 3 compares as an int), other numbers
+// become float64.
+func DecodeJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("decode JSON: %w", err)
+	}
+	return numbers(v), nil
+}
+
+func numbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case []any:
+		for i := range x {
+			x[i] = numbers(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = numbers(x[k])
+		}
+	}
+	return v
+}

@@ -1,0 +1,73 @@
+package expr
+
+import (
+	"testing"
+	"time"
+)
+
+func mustCompile(t *testing.T, src string) *Program {
+	t.Helper()
+	p, err := Compile(src)
+	if err != nil {
+		t.Fatalf("compile %q: %v", src, err)
+	}
+	return p
+}
+
+func TestEvalKinds(t *testing.T) {
+	ev, err := DecodeJSON([]byte(`{"id":"evt_1","revision":3,"amount":12.5,"big":9007199254740993,"data":{"object":{"id":41208,"status":"active","tags":["a","b"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := Vars{VarEvent: ev, VarMeta: map[string]any{"received_at": time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), "source": "shop"}}
+
+	if n, err := mustCompile(t, "event.revision").EvalInt(vars); err != nil || n != 3 {
+		t.Errorf("revision = %d %v", n, err)
+	}
+	if n, err := mustCompile(t, "event.big").EvalInt(vars); err != nil || n != 9007199254740993 {
+		t.Errorf("large ids must keep their precision: %d %v", n, err)
+	}
+	if s, err := mustCompile(t, "event.data.object.id").EvalString(vars); err != nil || s != "41208" {
+		t.Errorf("numeric entity = %q %v", s, err)
+	}
+	if b, err := mustCompile(t, `event.revision > 2 && event.data.object.status == "active"`).EvalBool(vars); err != nil || !b {
+		t.Errorf("condition = %v %v", b, err)
+	}
+	j, err := mustCompile(t, `{"z": event.revision, "a": event.data.object.tags, "m": event.amount}`).EvalJSON(vars)
+	if err != nil || string(j) != `{"a":["a","b"],"m":12.5,"z":3}` {
+		t.Errorf("canonical JSON = %s %v", j, err)
+	}
+	if s, err := mustCompile(t, `"/orders/" + meta.source`).EvalString(vars); err != nil || s != "/orders/shop" {
+		t.Errorf("string = %q %v", s, err)
+	}
+	if _, err := mustCompile(t, "event.missing.field").Eval(vars); err == nil {
+		t.Error("missing field evaluated without error")
+	}
+	if _, err := mustCompile(t, "event.revision").EvalBool(vars); err == nil {
+		t.Error("an int accepted as a boolean")
+	}
+	// Variables a stage has not bound are null.
+	if v, err := mustCompile(t, "object").Eval(vars); err != nil || v != nil {
+		t.Errorf("unbound variable = %v %v, want null", v, err)
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	for _, src := range []string{"", "event.", "nosuchvar.x", "event.a +", `size(1, 2, 3)`} {
+		if _, err := Compile(src); err == nil {
+			t.Errorf("Compile(%q) succeeded", src)
+		}
+	}
+}
+
+func TestReferences(t *testing.T) {
+	p := mustCompile(t, `event.data.id + ":" + string(meta.received_at) + (has(event.x) ? "" : meta.source)`)
+	for _, path := range []string{"meta.received_at", "meta", "event.data.id", "meta.source"} {
+		if !p.Reads(path) {
+			t.Errorf("Reads(%q) = false; refs %v", path, p.References())
+		}
+	}
+	if p.Reads("meta.attempt") || p.Reads("object") {
+		t.Errorf("Reads reports a path the expression does not read: %v", p.References())
+	}
+}
