@@ -42,10 +42,15 @@ type Config struct {
 	Store   string   `yaml:"store"`
 	Admin   Admin    `yaml:"admin"`
 	Receive Receive  `yaml:"receive"`
-	Sources []Source `yaml:"sources"`
+	Sources   []Source  `yaml:"sources"`
+	Causation Causation `yaml:"causation"`
+	Flows     []Flow    `yaml:"flows"`
 
 	// Path is the file the config was read from (for messages).
 	Path string `yaml:"-"`
+	// Warnings are load-time findings that do not stop the server (shown at
+	// start and by lint --config).
+	Warnings Errors `yaml:"-"`
 }
 
 // Admin configures the authenticated admin API.
@@ -83,6 +88,8 @@ type Source struct {
 	PublicURL string     `yaml:"public_url"`
 	HMAC      *HMAC      `yaml:"hmac"`
 	Fields    FieldPaths `yaml:"fields"`
+	// API is the source's own API, read by refetch flows.
+	API *SourceAPI `yaml:"api"`
 }
 
 // HMAC configures the generic HMAC scheme (kind: hmac).
@@ -229,8 +236,12 @@ func Parse(path string, data []byte, lookup func(string) (string, bool)) (*Confi
 	}
 	cfg.Path = path
 	cfg.setDefaults()
-	if errs := cfg.validate(); len(errs) > 0 {
+	errs, warns := cfg.validate()
+	if len(errs) > 0 {
 		return nil, locate(path, file, errs)
+	}
+	if len(warns) > 0 {
+		cfg.Warnings = locate(path, file, warns).(Errors)
 	}
 	return cfg, nil
 }

@@ -23,6 +23,7 @@ type fieldError struct {
 }
 
 func (c *Config) setDefaults() {
+	defer c.setFlowDefaults()
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -62,10 +63,12 @@ func setDur(d *Duration, def time.Duration) {
 }
 
 // validate checks every rule and returns all problems, not just the first.
-func (c *Config) validate() []fieldError {
-	var errs []fieldError
+func (c *Config) validate() (errs, warns []fieldError) {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, fieldError{path: path, msg: fmt.Sprintf(format, args...)})
+	}
+	warn := func(path, format string, args ...any) {
+		warns = append(warns, fieldError{path: path, msg: "warning: " + fmt.Sprintf(format, args...)})
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		add("$.listen", "listen: %q is not host:port (for example 127.0.0.1:8080)", c.Listen)
@@ -146,6 +149,9 @@ func (c *Config) validate() []fieldError {
 		if s.Kind != "hmac" && s.HMAC != nil {
 			add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
 		}
+		if s.API != nil && s.API.Timeout < 0 {
+			add(p+".api.timeout", "source %q: api.timeout must be positive", s.Name)
+		}
 		if len(errs) == before {
 			// The scheme's own checks (secret formats, HMAC options) run
 			// at load too, so a bad secret stops start-up with its line.
@@ -159,7 +165,8 @@ func (c *Config) validate() []fieldError {
 			}
 		}
 	}
-	return errs
+	c.validateFlows(add, warn)
+	return errs, warns
 }
 
 func validSourceName(n string) bool {

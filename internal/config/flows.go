@@ -1,0 +1,325 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/hookledger/hookledger/internal/expr"
+)
+
+// Version modes of a flow.
+const (
+	ModeRevision   = "revision"
+	ModeRefetch    = "refetch"
+	ModeOccurredAt = "occurred_at"
+)
+
+// Defaults of the causation block.
+const (
+	DefaultCausationHeader = "X-Hookledger-Causation"
+	DefaultHopHeader       = "X-Hookledger-Hop"
+	DefaultMaxHops         = 4
+)
+
+// Causation configures the feedback-loop guard: the headers that carry a
+// causation id and hop count in and out, and the hop ceiling.
+type Causation struct {
+	Header    string `yaml:"header"`
+	HopHeader string `yaml:"hop_header"`
+	MaxHops   int    `yaml:"max_hops"`
+}
+
+// SourceAPI is a source's own API, read by refetch flows.
+type SourceAPI struct {
+	BaseURL     string            `yaml:"base_url"`
+	BearerToken string            `yaml:"bearer_token"`
+	Headers     map[string]string `yaml:"headers"`
+	Timeout     Duration          `yaml:"timeout"`
+}
+
+// Flow turns one source's events into a projection and effects.
+type Flow struct {
+	Name    string      `yaml:"name"`
+	Source  string      `yaml:"source"`
+	Events  []string    `yaml:"events"`
+	When    string      `yaml:"when"`
+	Entity  string      `yaml:"entity"`
+	Version FlowVersion `yaml:"version"`
+	State   string      `yaml:"state"`
+	Effects []Effect    `yaml:"effects"`
+
+	// Compiled holds the compiled expressions, filled by validation.
+	Compiled *CompiledFlow `yaml:"-"`
+}
+
+// FlowVersion says how the business version is known.
+type FlowVersion struct {
+	Mode     string   `yaml:"mode"`
+	Revision string   `yaml:"revision"`
+	Path     string   `yaml:"path"`
+	Field    string   `yaml:"field"`
+	Hash     []string `yaml:"hash"`
+	TieBreak string   `yaml:"tie_break"`
+}
+
+// Effect is one business effect a flow may cause, once per episode key
+// flow:entity:version:effect.
+type Effect struct {
+	Name         string        `yaml:"name"`
+	When         string        `yaml:"when"`
+	Destination  string        `yaml:"destination"`
+	Request      EffectRequest `yaml:"request"`
+	Operation    string        `yaml:"operation"`
+	IdempotentBy string        `yaml:"idempotent_by"`
+}
+
+// EffectRequest maps the event and state onto the destination call.
+type EffectRequest struct {
+	Method  string            `yaml:"method"`
+	Path    string            `yaml:"path"`
+	Headers map[string]string `yaml:"headers"`
+	Body    string            `yaml:"body"`
+}
+
+// CompiledFlow is a flow's expressions, compiled at load.
+type CompiledFlow struct {
+	When, Entity, State          *expr.Program
+	Revision, Path, Field, Break *expr.Program
+	Hash                         []*expr.Program
+	Effects                      []*CompiledEffect
+}
+
+// CompiledEffect is one effect's compiled expressions.
+type CompiledEffect struct {
+	When    *expr.Program
+	Path    *expr.Program
+	Body    *expr.Program
+	Headers map[string]*expr.Program
+}
+
+// Operations an effect may declare (IP06).
+var (
+	Operations      = []string{"set", "create", "increment"}
+	IdempotentByAll = []string{"idempotency_key", "unique_event"}
+)
+
+// arrivalData are the meta fields that differ between deliveries of one
+// event; identities built from them make every retry look new (IP02).
+var arrivalData = []string{"meta.received_at", "meta.request_id", "meta.delivery_id", "meta.attempt", "meta.now"}
+
+func (c *Config) setFlowDefaults() {
+	if c.Causation.Header == "" {
+		c.Causation.Header = DefaultCausationHeader
+	}
+	if c.Causation.HopHeader == "" {
+		c.Causation.HopHeader = DefaultHopHeader
+	}
+	if c.Causation.MaxHops == 0 {
+		c.Causation.MaxHops = DefaultMaxHops
+	}
+	for i := range c.Sources {
+		if a := c.Sources[i].API; a != nil && a.Timeout == 0 {
+			a.Timeout = Duration(10e9)
+		}
+	}
+	for i := range c.Flows {
+		f := &c.Flows[i]
+		if f.State == "" {
+			if f.Version.Mode == ModeRefetch {
+				f.State = "object"
+			} else {
+				f.State = "event"
+			}
+		}
+		for j := range f.Effects {
+			e := &f.Effects[j]
+			if e.Operation == "" {
+				e.Operation = "set"
+			}
+			if e.Request.Method == "" {
+				e.Request.Method = "POST"
+			}
+		}
+	}
+}
+
+// validateFlows checks and compiles every flow. warn records load-time
+// warnings that do not stop the server.
+func (c *Config) validateFlows(add func(path, format string, args ...any), warn func(path, format string, args ...any)) {
+	if c.Causation.MaxHops < 0 {
+		add("$.causation.max_hops", "causation.max_hops must be positive")
+	}
+	sources := map[string]*Source{}
+	for i := range c.Sources {
+		sources[c.Sources[i].Name] = &c.Sources[i]
+		if a := c.Sources[i].API; a != nil {
+			if u, err := url.Parse(a.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
+				add(fmt.Sprintf("$.sources[%d].api.base_url", i), "source %q: api.base_url %q is not an absolute URL", c.Sources[i].Name, a.BaseURL)
+			}
+		}
+	}
+	names := map[string]int{}
+	for i := range c.Flows {
+		f := &c.Flows[i]
+		p := fmt.Sprintf("$.flows[%d]", i)
+		cf := &CompiledFlow{}
+		compile := func(field, src string, required bool) *expr.Program {
+			if src == "" {
+				if required {
+					add(p, "flow %q: %s is required", f.Name, field)
+				}
+				return nil
+			}
+			prog, err := expr.Compile(src)
+			if err != nil {
+				add(p+"."+field, "flow %q: %s: %v", f.Name, field, err)
+				return nil
+			}
+			return prog
+		}
+		// IP02: the episode key is flow:entity:version:effect, so neither
+		// the entity nor the version may come from arrival data.
+		identity := func(field string, prog *expr.Program) {
+			if prog == nil {
+				return
+			}
+			for _, a := range arrivalData {
+				if prog.Reads(a) {
+					add(p+"."+field, "flow %q: IP02: %s reads %s, which changes with every delivery, so each retry would look like a new effect; build identities from the entity and the business version", f.Name, field, a)
+				}
+			}
+		}
+
+		switch {
+		case f.Name == "":
+			add(p, "flows[%d]: name is required", i)
+		case !validSourceName(f.Name):
+			add(p+".name", "flow name %q: use lowercase letters, digits, '-' and '_'", f.Name)
+		default:
+			if j, dup := names[f.Name]; dup {
+				add(p+".name", "duplicate flow name %q (already used by flows[%d])", f.Name, j)
+			} else {
+				names[f.Name] = i
+			}
+		}
+		src := sources[f.Source]
+		if f.Source == "" {
+			add(p, "flow %q: source is required", f.Name)
+		} else if src == nil {
+			add(p+".source", "flow %q: no source named %q", f.Name, f.Source)
+		}
+		if len(f.Events) == 0 {
+			add(p, "flow %q: events is required: the event types it subscribes to (globs such as \"order.*\")", f.Name)
+		}
+		for k, g := range f.Events {
+			if _, err := path.Match(g, ""); err != nil || g == "" {
+				add(fmt.Sprintf("%s.events[%d]", p, k), "flow %q: %q is not a valid glob", f.Name, g)
+			}
+		}
+		cf.When = compile("when", f.When, false)
+		cf.Entity = compile("entity", f.Entity, true)
+		identity("entity", cf.Entity)
+		cf.State = compile("state", f.State, true)
+
+		v := f.Version
+		vp := p + ".version"
+		switch v.Mode {
+		case ModeRevision:
+			cf.Revision = compile("version.revision", v.Revision, true)
+			identity("version.revision", cf.Revision)
+			for _, other := range []struct{ k, v string }{{"path", v.Path}, {"field", v.Field}, {"tie_break", v.TieBreak}} {
+				if other.v != "" {
+					add(vp+"."+other.k, "flow %q: version.%s does not apply to mode revision", f.Name, other.k)
+				}
+			}
+		case ModeRefetch:
+			cf.Path = compile("version.path", v.Path, true)
+			if (v.Field == "") == (len(v.Hash) == 0) {
+				add(vp, "flow %q: mode refetch needs exactly one of version.field (a monotonic field of the object) or version.hash (fields whose hash is the version)", f.Name)
+			}
+			cf.Field = compile("version.field", v.Field, false)
+			identity("version.field", cf.Field)
+			for k, h := range v.Hash {
+				prog, err := expr.Compile(h)
+				if err != nil {
+					add(fmt.Sprintf("%s.hash[%d]", vp, k), "flow %q: version.hash[%d]: %v", f.Name, k, err)
+					continue
+				}
+				identity(fmt.Sprintf("version.hash[%d]", k), prog)
+				cf.Hash = append(cf.Hash, prog)
+			}
+			if src != nil && (src.API == nil || src.API.BaseURL == "") {
+				add(p+".source", "flow %q: mode refetch reads source %q's API: give that source an api.base_url", f.Name, f.Source)
+			}
+		case ModeOccurredAt:
+			cf.Break = compile("version.tie_break", v.TieBreak, false)
+			if v.TieBreak == "" {
+				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
+			}
+			identity("version.tie_break", cf.Break)
+			if src != nil && src.Kind == "stripe" && src.Fields.OccurredAt == "" {
+				warn(vp+".mode", "flow %q: OR01: Stripe's created is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name)
+			}
+		case "":
+			add(vp, "flow %q: version.mode is required: revision, refetch or occurred_at", f.Name)
+		default:
+			add(vp+".mode", "flow %q: unknown version.mode %q (revision, refetch or occurred_at)", f.Name, v.Mode)
+		}
+
+		effNames := map[string]bool{}
+		for j := range f.Effects {
+			e := &f.Effects[j]
+			ep := fmt.Sprintf("%s.effects[%d]", p, j)
+			ce := &CompiledEffect{Headers: map[string]*expr.Program{}}
+			switch {
+			case e.Name == "":
+				add(ep, "flow %q: effects[%d]: name is required", f.Name, j)
+			case strings.ContainsAny(e.Name, ": ") || !validSourceName(e.Name):
+				add(ep+".name", "flow %q: effect name %q: use lowercase letters, digits, '-' and '_'", f.Name, e.Name)
+			case effNames[e.Name]:
+				add(ep+".name", "flow %q: duplicate effect name %q", f.Name, e.Name)
+			}
+			effNames[e.Name] = true
+			if e.Destination == "" {
+				add(ep, "flow %q: effect %q: destination is required", f.Name, e.Name)
+			}
+			if !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, e.Request.Method) {
+				add(ep+".request.method", "flow %q: effect %q: method %q is not GET, POST, PUT, PATCH or DELETE", f.Name, e.Name, e.Request.Method)
+			}
+			if !slices.Contains(Operations, e.Operation) {
+				add(ep+".operation", "flow %q: effect %q: operation %q is not one of %s", f.Name, e.Name, e.Operation, strings.Join(Operations, ", "))
+			}
+			if e.Operation == "increment" && e.IdempotentBy == "" {
+				add(ep+".operation", "flow %q: effect %q: IP06: an increment is not idempotent (\"add 1\" twice adds 2); set a value instead, or say how it is made idempotent with idempotent_by: %s", f.Name, e.Name, strings.Join(IdempotentByAll, " or "))
+			}
+			if e.IdempotentBy != "" && !slices.Contains(IdempotentByAll, e.IdempotentBy) {
+				add(ep+".idempotent_by", "flow %q: effect %q: idempotent_by %q is not one of %s", f.Name, e.Name, e.IdempotentBy, strings.Join(IdempotentByAll, ", "))
+			}
+			compileE := func(field, src string, required bool) *expr.Program {
+				if src == "" {
+					if required {
+						add(ep, "flow %q: effect %q: %s is required", f.Name, e.Name, field)
+					}
+					return nil
+				}
+				prog, err := expr.Compile(src)
+				if err != nil {
+					add(ep+"."+field, "flow %q: effect %q: %s: %v", f.Name, e.Name, field, err)
+					return nil
+				}
+				return prog
+			}
+			ce.When = compileE("when", e.When, false)
+			ce.Path = compileE("request.path", e.Request.Path, true)
+			ce.Body = compileE("request.body", e.Request.Body, false)
+			for h, src := range e.Request.Headers {
+				ce.Headers[h] = compileE("request.headers."+h, src, true)
+			}
+			cf.Effects = append(cf.Effects, ce)
+		}
+		f.Compiled = cf
+	}
+}

@@ -1,0 +1,104 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const flowBase = `sources:
+  - name: shop
+    kind: hmac
+    secrets: [s3cret]
+    hmac: {header: X-Sig}
+    api:
+      base_url: https://api.shop.example
+      bearer_token: tok
+  - name: stripe
+    kind: stripe
+    secrets: [whsec_x]
+flows:
+`
+
+func TestFlowsCompile(t *testing.T) {
+	c, err := Parse("f.yaml", []byte(flowBase+`  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version:
+      mode: revision
+      revision: event.revision
+    state: event.state
+    effects:
+      - name: notify_created
+        when: state == "CREATED"
+        destination: crm
+        request:
+          path: '"/notes"'
+          body: '{"order": entity}'
+  - name: orders_refetch
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version:
+      mode: refetch
+      path: '"/orders/" + entity'
+      hash: [object.status, object.total]
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Flows[0]
+	if f.Compiled == nil || f.Compiled.Entity == nil || f.Compiled.Revision == nil || len(f.Compiled.Effects) != 1 || f.Compiled.Effects[0].Path == nil {
+		t.Fatalf("flow not compiled: %+v", f.Compiled)
+	}
+	if f.Effects[0].Request.Method != "POST" || f.Effects[0].Operation != "set" {
+		t.Errorf("effect defaults: %+v", f.Effects[0])
+	}
+	if c.Flows[1].State != "object" || len(c.Flows[1].Compiled.Hash) != 2 {
+		t.Errorf("refetch defaults: state %q hash %d", c.Flows[1].State, len(c.Flows[1].Compiled.Hash))
+	}
+	if c.Causation.Header != DefaultCausationHeader || c.Causation.MaxHops != DefaultMaxHops {
+		t.Errorf("causation defaults: %+v", c.Causation)
+	}
+}
+
+func TestFlowErrors(t *testing.T) {
+	cases := []struct {
+		name, flow string
+		line       int
+		want       string
+	}{
+		{"unknown source", "  - name: a\n    source: nope\n    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n", 14, "no source named"},
+		{"bad CEL", "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id +\n    version: {mode: revision, revision: event.r}\n", 16, "entity"},
+		{"IP02 arrival data", "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id + string(meta.received_at)\n    version: {mode: revision, revision: event.r}\n", 16, "IP02"},
+		{"IP02 version", "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version:\n      mode: revision\n      revision: meta.attempt\n", 19, "IP02"},
+		{"IP06 increment", "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n    effects:\n      - name: bump\n        destination: crm\n        operation: increment\n        request: {path: '\"/x\"'}\n", 21, "IP06"},
+		{"refetch without api", "  - name: a\n    source: stripe\n    events: [x]\n    entity: event.id\n    version: {mode: refetch, path: '\"/x\"', field: object.v}\n", 14, "api.base_url"},
+		{"unknown mode", "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version:\n      mode: latest\n", 18, "unknown version.mode"},
+		{"duplicate flow", "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n", 18, "duplicate flow name"},
+		{"bad glob", "  - name: a\n    source: shop\n    events: [\"order.[\"]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n", 15, "glob"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("f.yaml", []byte(flowBase+tc.flow), env(nil))
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("err = %v, want config errors", err)
+			}
+			if es[0].Line != tc.line || !strings.Contains(es[0].Msg, tc.want) {
+				t.Errorf("got %v, want line %d containing %q", es[0], tc.line, tc.want)
+			}
+		})
+	}
+}
+
+func TestOccurredAtOnStripeWarns(t *testing.T) {
+	c, err := Parse("f.yaml", []byte(flowBase+"  - name: a\n    source: stripe\n    events: [\"invoice.*\"]\n    entity: event.data.object.id\n    version:\n      mode: occurred_at\n      tie_break: meta.event_id\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Msg, "seconds") || c.Warnings[0].Line != 18 {
+		t.Fatalf("warnings = %v, want the seconds warning at line 18", c.Warnings)
+	}
+}
