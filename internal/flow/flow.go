@@ -1,0 +1,277 @@
+// Package flow is the ordered processor: it routes accepted events to the
+// flows that subscribe to them, processes each entity under a lease one
+// event at a time in business order (OR01, OR02), computes the business
+// version (revision, refetch or occurrence time) and settles every event in
+// one store transaction behind the revision guard, creating effect rows
+// that can exist only once per episode key (IP05).
+package flow
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Options tune the engine; zero values take the defaults.
+type Options struct {
+	// Workers bounds how many entities are processed in parallel (default 4).
+	Workers int
+	// LeaseFor is how long a claimed entity stays leased (default 30 s); a
+	// worker that dies loses it after this.
+	LeaseFor time.Duration
+	// RetryDelay defers an entity whose refetch failed transiently
+	// (default 5 s), so it neither spins nor blocks other entities.
+	RetryDelay time.Duration
+	// PollInterval is how often the background loop looks for work when
+	// idle (default 200 ms).
+	PollInterval time.Duration
+	// Owner names this worker in leases and audit rows.
+	Owner      string
+	Logger     *slog.Logger
+	Clock      clock.Clock
+	HTTPClient *http.Client
+}
+
+// Engine routes and processes events for the configured flows.
+type Engine struct {
+	cfg      *config.Config
+	st       store.Pipeline
+	opts     Options
+	log      *slog.Logger
+	clk      clock.Clock
+	bySource map[string][]*config.Flow
+	flows    map[string]*config.Flow
+	apis     map[string]*config.SourceAPI
+	kinds    map[string]string
+	http     *http.Client
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New returns an engine over the store's pipeline.
+func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.LeaseFor <= 0 {
+		opts.LeaseFor = 30 * time.Second
+	}
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = 5 * time.Second
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 200 * time.Millisecond
+	}
+	if opts.Owner == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		opts.Owner = "worker-" + hex.EncodeToString(b[:])
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.HTTPClient == nil {
+		// No client-side retries: refetch failures go back through the
+		// entity's own deferral (RT01: one retry layer).
+		opts.HTTPClient = &http.Client{}
+	}
+	e := &Engine{
+		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: opts.HTTPClient,
+		bySource: map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
+		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{},
+	}
+	for i := range cfg.Flows {
+		f := &cfg.Flows[i]
+		e.bySource[f.Source] = append(e.bySource[f.Source], f)
+		e.flows[f.Name] = f
+	}
+	for i := range cfg.Sources {
+		s := &cfg.Sources[i]
+		e.kinds[s.Name] = s.Kind
+		if s.API != nil {
+			e.apis[s.Name] = s.API
+		}
+	}
+	return e
+}
+
+// Start runs routing and processing in the background until Stop.
+func (e *Engine) Start(ctx context.Context) {
+	e.stop = make(chan struct{})
+	e.done = make(chan struct{})
+	go func() {
+		defer close(e.done)
+		t := time.NewTicker(e.opts.PollInterval)
+		defer t.Stop()
+		for {
+			n, err := e.Step(ctx)
+			if err != nil && ctx.Err() == nil {
+				e.log.Error("processing step failed", "err", err)
+			}
+			if n > 0 && err == nil {
+				continue // more may be waiting: do not sleep between batches
+			}
+			select {
+			case <-e.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the background loop after its current step.
+func (e *Engine) Stop() {
+	if e.stop == nil {
+		return
+	}
+	close(e.stop)
+	<-e.done
+}
+
+// Step routes one batch of events and processes one round of entities,
+// returning how many events and work items it settled.
+func (e *Engine) Step(ctx context.Context) (int, error) {
+	routed, err := e.RouteOnce(ctx)
+	if err != nil {
+		return routed, err
+	}
+	processed, err := e.ProcessOnce(ctx)
+	return routed + processed, err
+}
+
+// Drain steps until no work is pending or ctx ends. Entities deferred into
+// the future are not waited for: the caller advances its clock.
+func (e *Engine) Drain(ctx context.Context) error {
+	for {
+		n, err := e.Step(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+// RouteOnce routes up to one batch of accepted events.
+func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
+	evs, err := e.st.EventListUnrouted(ctx, &store.EventListUnroutedParams{Limit: 200})
+	if err != nil {
+		return 0, fmt.Errorf("list unrouted events: %w", err)
+	}
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	p := &store.EventRouteParams{Now: e.clk.Now()}
+	for _, ev := range evs {
+		p.Decisions = append(p.Decisions, &store.RouteDecision{EventPK: ev.PK, Routes: e.Routes(ev)})
+	}
+	if err := e.st.EventRoute(ctx, p); err != nil {
+		return 0, fmt.Errorf("route events: %w", err)
+	}
+	return len(evs), nil
+}
+
+// Routes computes, for one event, the flows and entities it belongs to and
+// its place in each entity's business order.
+func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
+	var routes []store.Route
+	in := newInput(ev)
+	for _, f := range e.bySource[ev.Source] {
+		if !subscribes(f, ev.Type) {
+			continue
+		}
+		r := store.Route{Flow: f.Name}
+		if in.err != nil {
+			r.Failed = "payload: " + in.err.Error()
+			routes = append(routes, r)
+			continue
+		}
+		vars := in.vars()
+		if c := f.Compiled.When; c != nil {
+			ok, err := c.EvalBool(vars)
+			if err != nil {
+				r.Failed = "when: " + err.Error()
+				routes = append(routes, r)
+				continue
+			}
+			if !ok {
+				continue
+			}
+		}
+		entity, err := f.Compiled.Entity.EvalString(vars)
+		switch {
+		case err != nil:
+			r.Failed = "entity: " + err.Error()
+		case entity == "":
+			r.Failed = "entity: the expression gave an empty id"
+		default:
+			r.Entity = entity
+			r.OrderKey, err = orderKey(f, ev, vars)
+			if err != nil {
+				r.Failed = err.Error()
+			}
+		}
+		routes = append(routes, r)
+	}
+	return routes
+}
+
+func subscribes(f *config.Flow, typ string) bool {
+	for _, g := range f.Events {
+		if ok, _ := path.Match(g, typ); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// ProcessOnce claims up to Workers entities and processes their pending
+// work in parallel, each entity by one goroutine.
+func (e *Engine) ProcessOnce(ctx context.Context) (int, error) {
+	leases, err := e.st.EntityClaim(ctx, &store.EntityClaimParams{
+		Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: e.opts.Workers,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim entities: %w", err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int
+		errs  []error
+	)
+	for _, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := e.processEntity(ctx, l)
+			mu.Lock()
+			total += n
+			if err != nil {
+				errs = append(errs, err)
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return total, errors.Join(errs...)
+}

@@ -1,0 +1,366 @@
+package flow
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// input is one event prepared for expressions.
+type input struct {
+	ev   *store.RoutableEvent
+	body any
+	err  error
+}
+
+func newInput(ev *store.RoutableEvent) *input {
+	in := &input{ev: ev}
+	in.body, in.err = expr.DecodeJSON(ev.Body)
+	return in
+}
+
+// meta exposes the event's identity and times. Receipt data is here for
+// conditions; the config refuses it in identities (IP02).
+func (in *input) meta() map[string]any {
+	m := map[string]any{
+		"source":          in.ev.Source,
+		"event_id":        in.ev.EventID,
+		"type":            in.ev.Type,
+		"account":         in.ev.Account,
+		"envelope_entity": in.ev.Entity,
+		"received_at":     in.ev.ReceivedAt,
+		"causation_id":    in.ev.CausationID,
+		"hop":             int64(in.ev.Hop),
+		"occurred_at":     nil,
+	}
+	if !in.ev.OccurredAt.IsZero() {
+		m["occurred_at"] = in.ev.OccurredAt
+	}
+	return m
+}
+
+func (in *input) vars() expr.Vars {
+	return expr.Vars{expr.VarEvent: in.body, expr.VarMeta: in.meta()}
+}
+
+// sortInt encodes a signed integer so that byte order is numeric order.
+func sortInt(n int64) string {
+	return fmt.Sprintf("%020d", uint64(n)^(1<<63))
+}
+
+// orderKey places the event in its entity's business order.
+func orderKey(f *config.Flow, ev *store.RoutableEvent, vars expr.Vars) (string, error) {
+	switch f.Version.Mode {
+	case config.ModeRevision:
+		rev, err := f.Compiled.Revision.EvalInt(vars)
+		if err != nil {
+			return "", fmt.Errorf("version.revision: %w", err)
+		}
+		return sortInt(rev), nil
+	case config.ModeOccurredAt:
+		return occurredKey(f, ev, vars)
+	default:
+		// Refetch reads the current state whatever the order, so arrival
+		// order is as good as any and never starves an event.
+		return sortInt(ev.PK), nil
+	}
+}
+
+func occurredKey(f *config.Flow, ev *store.RoutableEvent, vars expr.Vars) (string, error) {
+	if ev.OccurredAt.IsZero() {
+		return "", errors.New("version: mode occurred_at, but the event carries no occurrence time")
+	}
+	tb, err := f.Compiled.Break.EvalString(vars)
+	if err != nil {
+		return "", fmt.Errorf("version.tie_break: %w", err)
+	}
+	return sortInt(ev.OccurredAt.UnixMicro()) + "|" + tb, nil
+}
+
+// errTransient marks a failure worth retrying later (a refetch that timed
+// out or got a 5xx): the entity is deferred, the event stays pending.
+type errTransient struct{ err error }
+
+func (e *errTransient) Error() string { return e.err.Error() }
+func (e *errTransient) Unwrap() error { return e.err }
+
+// processEntity settles the leased entity's pending work in order.
+func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error) {
+	f := e.flows[l.Flow]
+	release := func(retryAt time.Time) {
+		// Releasing on a fresh context: a canceled caller must not leave
+		// the entity leased until expiry.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := e.st.EntityRelease(rctx, &store.EntityReleaseParams{Lease: l, Now: e.clk.Now(), RetryAt: retryAt}); err != nil {
+			e.log.Warn("release entity", "flow", l.Flow, "entity", l.Entity, "err", err)
+		}
+	}
+	if f == nil {
+		// Work for a flow no longer in the config stays visible as pending.
+		e.log.Warn("pending work for a flow that is not configured", "flow", l.Flow, "entity", l.Entity)
+		release(e.clk.Now().Add(time.Hour))
+		return 0, nil
+	}
+	settled := 0
+	for {
+		items, err := e.st.WorkListPending(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: 50})
+		if err != nil {
+			release(time.Time{})
+			return settled, fmt.Errorf("list work of %s/%s: %w", l.Flow, l.Entity, err)
+		}
+		if len(items) == 0 {
+			release(time.Time{})
+			return settled, nil
+		}
+		for _, it := range items {
+			if e.clk.Now().After(l.Until) {
+				// The lease ran out: another worker may own the entity now.
+				return settled, nil
+			}
+			p, err := e.prepare(ctx, f, l, it)
+			var tr *errTransient
+			if errors.As(err, &tr) {
+				e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)
+				release(e.clk.Now().Add(e.opts.RetryDelay))
+				return settled, nil
+			}
+			if err != nil {
+				p = &store.FlowApplyParams{Fail: err.Error()}
+			}
+			p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
+			res, err := e.st.FlowApply(ctx, p)
+			if errors.Is(err, store.ErrLeaseLost) {
+				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
+				return settled, nil
+			}
+			if err != nil {
+				release(e.clk.Now().Add(e.opts.RetryDelay))
+				return settled, fmt.Errorf("apply %s/%s event %d: %w", l.Flow, l.Entity, it.Event.PK, err)
+			}
+			settled++
+			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
+				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted)
+		}
+	}
+}
+
+// prepare computes version, state and effects for one work item. A plain
+// error is permanent (the item is dead-lettered with it); an errTransient
+// defers the entity.
+func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem) (*store.FlowApplyParams, error) {
+	in := newInput(&it.Event)
+	if in.err != nil {
+		return nil, fmt.Errorf("payload: %w", in.err)
+	}
+	vars := in.vars()
+	vars[expr.VarEntity] = l.Entity
+	p := &store.FlowApplyParams{Ordered: true}
+
+	switch f.Version.Mode {
+	case config.ModeRevision:
+		rev, err := f.Compiled.Revision.EvalInt(vars)
+		if err != nil {
+			return nil, fmt.Errorf("version.revision: %w", err)
+		}
+		p.Version, p.VersionSort = fmt.Sprintf("r%d", rev), sortInt(rev)
+		vars[expr.VarVersion] = rev
+	case config.ModeOccurredAt:
+		key, err := occurredKey(f, &it.Event, vars)
+		if err != nil {
+			return nil, err
+		}
+		tb := key[strings.IndexByte(key, '|')+1:]
+		p.Version = "t" + it.Event.OccurredAt.UTC().Format(time.RFC3339Nano) + "/" + tb
+		p.VersionSort = key
+		vars[expr.VarVersion] = p.Version
+	case config.ModeRefetch:
+		obj, err := e.refetch(ctx, f, l.Entity, vars)
+		if err != nil {
+			return nil, err
+		}
+		vars[expr.VarObject] = obj
+		if f.Compiled.Field != nil {
+			n, err := f.Compiled.Field.EvalInt(vars)
+			if err != nil {
+				return nil, fmt.Errorf("version.field: %w", err)
+			}
+			p.Version, p.VersionSort = fmt.Sprintf("r%d", n), sortInt(n)
+			vars[expr.VarVersion] = n
+		} else {
+			parts := make([]any, len(f.Compiled.Hash))
+			for i, h := range f.Compiled.Hash {
+				v, err := h.Eval(vars)
+				if err != nil {
+					return nil, fmt.Errorf("version.hash[%d]: %w", i, err)
+				}
+				parts[i] = v
+			}
+			canon, err := expr.Canonical(parts)
+			if err != nil {
+				return nil, fmt.Errorf("version.hash: %w", err)
+			}
+			sum := sha256.Sum256(canon)
+			full := hex.EncodeToString(sum[:])
+			// Equal fields give an equal hash, so a second event for the
+			// same change is a no-op; only equality is meaningful.
+			p.Version, p.VersionSort, p.Ordered = "h"+full[:16], full, false
+			vars[expr.VarVersion] = p.Version
+		}
+	}
+
+	state, err := f.Compiled.State.EvalJSON(vars)
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	p.State = state
+	stateVal, _ := expr.DecodeJSON(state)
+	vars[expr.VarState] = stateVal
+	prev, err := e.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: f.Name, Entity: l.Entity})
+	if err != nil {
+		return nil, &errTransient{fmt.Errorf("read projection: %w", err)}
+	}
+	if prev != nil && len(prev.State) > 0 {
+		pv, _ := expr.DecodeJSON(prev.State)
+		vars[expr.VarPrevious] = pv
+	}
+
+	// Causation: an inbound chain is guarded and continued; without one the
+	// event starts its own chain, named by its stable identity (never by
+	// attempt data).
+	causation, hop := it.Event.CausationID, it.Event.Hop
+	if causation != "" {
+		p.CausationID, p.Hop, p.MaxHops = causation, hop, e.cfg.Causation.MaxHops
+	} else {
+		causation = it.Event.Source + "/" + it.Event.EventID
+	}
+
+	for i, eff := range f.Effects {
+		ce := f.Compiled.Effects[i]
+		if ce.When != nil {
+			ok, err := ce.When.EvalBool(vars)
+			if err != nil {
+				return nil, fmt.Errorf("effect %s: when: %w", eff.Name, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		req, err := buildRequest(&eff, ce, vars)
+		if err != nil {
+			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
+		}
+		p.Effects = append(p.Effects, &store.EffectInsert{
+			EpisodeKey:  EpisodeKey(f.Name, l.Entity, p.Version, eff.Name),
+			Effect:      eff.Name,
+			Destination: eff.Destination,
+			Request:     req,
+			CausationID: causation,
+			Hop:         hop + 1,
+		})
+	}
+	return p, nil
+}
+
+// EpisodeKey is the identity of a business effect: flow, entity, business
+// version and effect name (IP08), never attempt or arrival data.
+func EpisodeKey(flow, entity, version, effect string) string {
+	return flow + ":" + entity + ":" + version + ":" + effect
+}
+
+// Request is the stored shape of an effect's call, built at apply time so
+// that delivery needs no expressions.
+type Request struct {
+	Method  string            `json:"method"`
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    json.RawMessage   `json:"body,omitempty"`
+}
+
+func buildRequest(eff *config.Effect, ce *config.CompiledEffect, vars expr.Vars) (json.RawMessage, error) {
+	r := Request{Method: eff.Request.Method}
+	var err error
+	if r.Path, err = ce.Path.EvalString(vars); err != nil {
+		return nil, fmt.Errorf("request.path: %w", err)
+	}
+	if ce.Body != nil {
+		if r.Body, err = ce.Body.EvalJSON(vars); err != nil {
+			return nil, fmt.Errorf("request.body: %w", err)
+		}
+	}
+	for h, prog := range ce.Headers {
+		v, err := prog.EvalString(vars)
+		if err != nil {
+			return nil, fmt.Errorf("request.headers.%s: %w", h, err)
+		}
+		if r.Headers == nil {
+			r.Headers = map[string]string{}
+		}
+		r.Headers[h] = v
+	}
+	out, err := expr.Canonical(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	return out, nil
+}
+
+// refetch GETs the authoritative object from the source's API. A 404 or
+// another 4xx is permanent; network errors, 429 and 5xx are transient.
+func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, vars expr.Vars) (any, error) {
+	api := e.apis[f.Source]
+	if api == nil {
+		return nil, fmt.Errorf("refetch: source %s has no api", f.Source)
+	}
+	p, err := f.Compiled.Path.EvalString(vars)
+	if err != nil {
+		return nil, fmt.Errorf("version.path: %w", err)
+	}
+	url := strings.TrimRight(api.BaseURL, "/") + "/" + strings.TrimLeft(p, "/")
+	rctx, cancel := context.WithTimeout(ctx, api.Timeout.D())
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("refetch %s: %w", p, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	for k, v := range api.Headers {
+		req.Header.Set(k, v)
+	}
+	if api.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+api.BearerToken)
+	}
+	resp, err := e.http.Do(req)
+	if err != nil {
+		// The error may name the URL but never the token.
+		return nil, &errTransient{fmt.Errorf("refetch %s: %w", p, err)}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, &errTransient{fmt.Errorf("refetch %s: read body: %w", p, err)}
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return nil, &errTransient{fmt.Errorf("refetch %s: HTTP %d", p, resp.StatusCode)}
+	default:
+		return nil, fmt.Errorf("refetch %s: HTTP %d", p, resp.StatusCode)
+	}
+	obj, err := expr.DecodeJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("refetch %s: %w", p, err)
+	}
+	return obj, nil
+}
