@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/mattn/go-isatty"
 
+	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/lint"
 )
 
@@ -58,7 +60,7 @@ func runLint(ctx context.Context, env *Env, args []string) int {
 
 	var rep *lint.Report
 	if *configPath != "" {
-		flows, err := configFlows(*configPath)
+		flows, err := configFlows(env, *configPath)
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "hookledger lint: %v\n", err)
 			return exitUsage
@@ -100,19 +102,65 @@ func problemText(path string, p lint.Problem) string {
 	return fmt.Sprintf("%s: %s", path, p.Error())
 }
 
-// errNoConfigFlows is returned until the config gains a flows: section.
-var errNoConfigFlows = errors.New("the config holds no flows to lint yet (it has no flows: section); lint an inventory instead: hookledger lint FILE")
+// errNoConfigFlows is returned when the config defines no flows.
+var errNoConfigFlows = errors.New("the config defines no flows to lint (it has no flows: section); lint an inventory instead: hookledger lint FILE")
 
-// configFlows derives one inventory row per flow defined in a hookledger
-// config, for lint.CheckFlows. The config has no flows: section yet, so
-// there is nothing to derive: once it has, build the rows here (method
-// event_pipeline, the ledger's retention, the sources' vendor names, the
-// delivery retry layers) and the rest of lint --config works unchanged.
-func configFlows(path string) ([]lint.Flow, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
+// vendorOfKind maps a source kind onto the vendor catalogue, so the linter
+// can fill replay windows and sender timeouts; generic kinds have no entry.
+var vendorOfKind = map[string]string{
+	"stripe": "stripe", "hubspot": "hubspot", "klaviyo": "klaviyo-system", "pipedrive": "pipedrive",
+}
+
+// configFlows derives one inventory row per flow of a hookledger config, as
+// the engine runs it: an event pipeline that keys every effect on flow,
+// entity, business version and effect name, behind an inbound webhook. The
+// ledger is never pruned, so its retention is unbounded; acknowledgement
+// latency is left blank because it is a property of the deployment (measure
+// it with /metrics' hookledger_receive_ack_seconds).
+func configFlows(env *Env, path string) ([]lint.Flow, error) {
+	cfg, err := config.Load(path, env.LookupEnv)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("--config %s: %w", path, errNoConfigFlows)
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(env.Stderr, "hookledger lint: %v\n", w)
+	}
+	if len(cfg.Flows) == 0 {
+		return nil, fmt.Errorf("--config %s: %w", path, errNoConfigFlows)
+	}
+	kinds := map[string]string{}
+	for _, s := range cfg.Sources {
+		kinds[s.Name] = s.Kind
+	}
+	var out []lint.Flow
+	for _, f := range cfg.Flows {
+		row := lint.Flow{
+			ID:                  f.Name,
+			Method:              lint.MethodEventPipeline,
+			CreatesRecords:      lint.No,
+			SideEffect:          "none",
+			IdempotencyKey:      "flow+entity+version+effect",
+			LedgerRetentionDays: lint.Num(36500),
+			RetryLayers:         lint.RetryLayers{Known: true},
+			InboundWebhook:      lint.Yes,
+			Extra:               map[string]string{"source": f.Source},
+		}
+		var effects []string
+		for _, e := range f.Effects {
+			effects = append(effects, e.Name)
+			if e.Operation == "create" {
+				row.CreatesRecords = lint.Yes
+			}
+		}
+		if len(effects) > 0 {
+			row.SideEffect = strings.Join(effects, ";")
+		}
+		if v, ok := vendorOfKind[kinds[f.Source]]; ok {
+			row.Sources = []string{v}
+		}
+		out = append(out, row)
+	}
+	return out, nil
 }
 
 // colourTerminal reports whether stdout is a terminal that should get

@@ -79,7 +79,8 @@ func TestLintExitCodes(t *testing.T) {
 		{name: "unknown flag", args: []string{"lint", "--stric", clean}, code: 2, stderr: "flag provided but not defined: -stric", noStdout: true},
 		{name: "help", args: []string{"lint", "--help"}, code: 0, stdout: "Usage: hookledger lint [--format text|json|sarif|markdown] [--strict] FILE", noStderr: true},
 		{name: "help lists flags", args: []string{"lint", "-h"}, code: 0, stdout: "-strict"},
-		{name: "config has no flows yet", args: []string{"lint", "--config", clean}, code: 2, stderr: "the config holds no flows to lint yet", noStdout: true},
+		{name: "config has no flows", args: []string{"lint", "--config", filepath.Join("..", "..", "hookledger.yaml")}, code: 2, stderr: "defines no flows", noStdout: true},
+		{name: "config is not a config", args: []string{"lint", "--config", clean}, code: 2, stderr: "clean.csv:1", noStdout: true},
 		{name: "config missing", args: []string{"lint", "--config", filepath.Join(t.TempDir(), "hookledger.yaml")}, code: 2, stderr: "no such file"},
 		{name: "config and file", args: []string{"lint", "--config", clean, clean}, code: 2, stderr: "not both"},
 		{name: "double dash", args: []string{"lint", "--strict", "--", warnOnly}, code: 1},
@@ -200,5 +201,54 @@ func TestVendors(t *testing.T) {
 	}
 	if code, stdout, _ := runMain(t, "vendors", "--help"); code != 0 || !strings.Contains(stdout, "Usage: hookledger vendors") {
 		t.Errorf("--help: exit %d, stdout %q", code, stdout)
+	}
+}
+
+// lint --config derives one inventory row per configured flow.
+func TestLintConfigFlows(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "hookledger.yaml")
+	if err := os.WriteFile(cfg, []byte(`sources:
+  - name: stripe
+    kind: stripe
+    secrets: [whsec_x]
+flows:
+  - name: billing_to_crm
+    source: stripe
+    events: ["customer.subscription.*"]
+    entity: event.data.object.id
+    version:
+      mode: occurred_at
+      tie_break: meta.event_id
+    effects:
+      - name: upsert_deal
+        destination: crm
+        request: {path: '"/deals"'}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runMain(t, "lint", "--format", "json", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "OR01") {
+		t.Errorf("the config's load-time warning is not shown: %s", stderr)
+	}
+	var rep struct {
+		Findings []struct{ Flow, Rule, Level string }
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range rep.Findings {
+		if f.Flow != "billing_to_crm" {
+			t.Errorf("finding for unexpected flow %q", f.Flow)
+		}
+		got[f.Rule] = f.Level
+	}
+	for rule, level := range map[string]string{"IP01": "PASS", "IP02": "PASS", "IP03": "PASS", "RT01": "PASS", "WH01": "WARN"} {
+		if got[rule] != level {
+			t.Errorf("%s = %q, want %s (findings %v)", rule, got[rule], level, got)
+		}
 	}
 }

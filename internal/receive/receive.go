@@ -60,6 +60,7 @@ type source struct {
 // Handler serves POST /hooks/{source}.
 type Handler struct {
 	sources    map[string]*source
+	causation  config.Causation
 	maxBody    int64
 	retryAfter string
 	w          Submitter
@@ -81,6 +82,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		sources:    map[string]*source{},
+		causation:  cfg.Causation,
 		maxBody:    cfg.Receive.MaxBodyBytes,
 		retryAfter: strconv.Itoa(int(math.Ceil(cfg.Receive.RetryAfter.D().Seconds()))),
 		w:          o.Writer,
@@ -225,12 +227,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 			headers[k] = v
 		}
 	}
+	causation, hop, err := h.causationOf(r)
+	if err != nil {
+		return reply(w, http.StatusBadRequest, Response{Error: err.Error()})
+	}
 	sub := &store.Submission{Deliveries: make([]*store.DeliveryInput, len(events))}
 	for i, ev := range events {
 		sub.Deliveries[i] = &store.DeliveryInput{
 			RequestID: requestID.String(), BatchIndex: i, Source: src.cfg.Name,
 			EventID: ev.EventID, Type: ev.Type, Entity: ev.Entity, Account: ev.Account,
 			OccurredAt: ev.OccurredAt, ReceivedAt: receivedAt, Headers: headers, Body: ev.Body,
+			CausationID: causation, Hop: hop,
 		}
 	}
 	res, err := h.w.Submit(r.Context(), sub)
@@ -247,6 +254,28 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 		}
 	}
 	return reply(w, http.StatusOK, Response{Status: "stored", Events: len(events), Duplicates: dups})
+}
+
+// causationOf reads the feedback-loop headers. They are only as trusted as
+// the signature that covers the request: a sender can always start a new
+// chain, which is what the hop ceiling is for.
+func (h *Handler) causationOf(r *http.Request) (string, int, error) {
+	id := strings.TrimSpace(r.Header.Get(h.causation.Header))
+	hopText := strings.TrimSpace(r.Header.Get(h.causation.HopHeader))
+	if id == "" {
+		return "", 0, nil
+	}
+	if len(id) > 200 || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+		return "", 0, fmt.Errorf("header %s: not a causation id (at most 200 characters of text)", h.causation.Header)
+	}
+	if hopText == "" {
+		return id, 0, nil
+	}
+	hop, err := strconv.Atoi(hopText)
+	if err != nil || hop < 0 || hop > 1000 {
+		return "", 0, fmt.Errorf("header %s: %q is not a hop count from 0 to 1000", h.causation.HopHeader, hopText)
+	}
+	return id, hop, nil
 }
 
 // unavailable answers 503 with Retry-After: the sender must retry, because
