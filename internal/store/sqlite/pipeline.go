@@ -1,0 +1,727 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Every pipeline write goes through the single writer connection in an
+// immediate transaction, so the writer lock already serialises routers,
+// claimers and appliers: no statement here needs row locks, and a
+// read-then-write inside one transaction cannot race another process.
+
+var _ store.Pipeline = (*Store)(nil)
+
+// leaseFree is the lease_until of an entity nobody holds (the column's
+// default): any now is past it.
+const leaseFree = 0
+
+// routableColumns selects a RoutableEvent from events e joined to its first
+// delivery d (the lowest delivery id): the body, causation and hop the
+// processor sees are those of the first receipt, whatever the retries sent.
+const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account, e.occurred_at, e.received_at,
+	d.causation_id, d.hop, d.body`
+
+const firstDeliveryJoin = `JOIN deliveries d ON d.id = (SELECT min(id) FROM deliveries WHERE event_pk = e.pk)`
+
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+func scanRoutable(sc scanner, e *store.RoutableEvent, extra ...any) error {
+	var occ sql.NullInt64
+	var rec int64
+	dest := append([]any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &rec,
+		&e.CausationID, &e.Hop, &e.Body}, extra...)
+	if err := sc.Scan(dest...); err != nil {
+		return err
+	}
+	e.OccurredAt = fromMicros(occ)
+	e.ReceivedAt = time.UnixMicro(rec).UTC()
+	return nil
+}
+
+// EventListUnrouted returns accepted events not yet routed, in pk order.
+func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroutedParams) ([]*store.RoutableEvent, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+routableColumns+` FROM events e `+firstDeliveryJoin+`
+		WHERE e.routed = 0 AND e.disposition = 'accepted' ORDER BY e.pk LIMIT ?`, store.ClampLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unrouted events: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.RoutableEvent
+	for rows.Next() {
+		e := &store.RoutableEvent{}
+		if err := scanRoutable(rows, e); err != nil {
+			return nil, fmt.Errorf("list unrouted events: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list unrouted events: %w", err)
+	}
+	return out, nil
+}
+
+// EventRoute records the decisions in one transaction. A decision for an
+// event that is already routed (another router got there first) is skipped
+// as a whole, which is what makes concurrent routing safe: the routed flag
+// is claimed before anything else is written.
+func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("route events: begin: %w: %w", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	for _, d := range p.Decisions {
+		if err := routeOne(ctx, tx, p.Now, d); err != nil {
+			return fmt.Errorf("route events: event %d: %w", d.EventPK, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("route events: commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func routeOne(ctx context.Context, tx *sql.Tx, now time.Time, d *store.RouteDecision) error {
+	var ev eventRef
+	err := tx.QueryRowContext(ctx, `UPDATE events SET routed = 1 WHERE pk = ? AND routed = 0
+		RETURNING source, event_id, type, entity, disposition`, d.EventPK).
+		Scan(&ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // already routed, or no such event
+	}
+	if err != nil {
+		return fmt.Errorf("mark routed: %w", err)
+	}
+	ev.pk = d.EventPK
+	if len(d.Routes) == 0 {
+		if ev.disposition != store.DispositionAccepted {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE events SET disposition = 'unrouted' WHERE pk = ?`, ev.pk); err != nil {
+			return fmt.Errorf("set unrouted: %w", err)
+		}
+		_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: "router", Action: "disposition",
+			Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
+			Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
+		return err
+	}
+	if _, err := enqueue(ctx, tx, now, ev, d.Routes, 0, "router"); err != nil {
+		return err
+	}
+	return settleEvent(ctx, tx, ev.pk, 0, now, "router")
+}
+
+// eventRef is what audit rows and dispositions need of an event.
+type eventRef struct {
+	pk          int64
+	source      string
+	eventID     string
+	typ         string
+	entity      string
+	disposition store.Disposition
+}
+
+// enqueue creates the work rows of one event's routes for one pass and
+// returns how many pending rows it inserted. Failed routes are inserted
+// already settled as dead letters.
+func enqueue(ctx context.Context, tx *sql.Tx, now time.Time, ev eventRef, routes []store.Route, replayID int64, actor string) (int, error) {
+	at := now.UnixMicro()
+	inserted := 0
+	for _, r := range routes {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO entities (flow, entity, updated_at) VALUES (?, ?, ?)
+			ON CONFLICT (flow, entity) DO NOTHING`, r.Flow, r.Entity, at); err != nil {
+			return 0, fmt.Errorf("upsert entity %s/%s: %w", r.Flow, r.Entity, err)
+		}
+		if r.Failed != "" {
+			res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
+				VALUES (?, ?, ?, ?, ?, ?, ?, 'dead_lettered', ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
+				r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, at, at, r.Failed)
+			if err != nil {
+				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
+			} else if n == 0 {
+				continue
+			}
+			if _, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: "dead_lettered",
+				Source: ev.source, EventID: ev.eventID, Entity: r.Entity,
+				Detail: fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed)}); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
+			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
+			r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, at)
+		if err != nil {
+			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
+		}
+		if n == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending + 1 WHERE flow = ? AND entity = ?`,
+			r.Flow, r.Entity); err != nil {
+			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
+		}
+		inserted++
+	}
+	return inserted, nil
+}
+
+// aggregate is the event disposition over the work rows of one pass.
+func aggregate(ds []store.Disposition) store.Disposition {
+	has := map[store.Disposition]bool{}
+	for _, d := range ds {
+		has[d] = true
+	}
+	for _, d := range []store.Disposition{store.DispositionDeadLettered, store.DispositionApplied, store.DispositionDuplicate} {
+		if has[d] {
+			return d
+		}
+	}
+	return store.DispositionStale
+}
+
+// settleEvent applies the aggregate rule once an event has no pending work:
+// the disposition becomes the aggregate of the pass just settled, but only
+// over accepted or dead_lettered (a replay repairs a dead letter and never
+// downgrades an applied event).
+func settleEvent(ctx context.Context, tx *sql.Tx, eventPK, replayID int64, now time.Time, actor string) error {
+	var pending int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE event_pk = ? AND done_at IS NULL`, eventPK).Scan(&pending); err != nil {
+		return fmt.Errorf("count pending work of event %d: %w", eventPK, err)
+	}
+	if pending > 0 {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT disposition FROM work WHERE event_pk = ? AND replay_id = ?`, eventPK, replayID)
+	if err != nil {
+		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
+	}
+	var ds []store.Disposition
+	for rows.Next() {
+		var d store.Disposition
+		if err := rows.Scan(&d); err != nil {
+			rows.Close()
+			return fmt.Errorf("aggregate event %d: %w", eventPK, err)
+		}
+		ds = append(ds, d)
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	agg := aggregate(ds)
+	var ev eventRef
+	if err := tx.QueryRowContext(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = ?`, eventPK).
+		Scan(&ev.source, &ev.eventID, &ev.entity, &ev.disposition); err != nil {
+		return fmt.Errorf("read event %d: %w", eventPK, err)
+	}
+	if ev.disposition == agg || (ev.disposition != store.DispositionAccepted && ev.disposition != store.DispositionDeadLettered) {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE events SET disposition = ? WHERE pk = ?`, agg, eventPK); err != nil {
+		return fmt.Errorf("set disposition of event %d: %w", eventPK, err)
+	}
+	_, err = insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: "disposition",
+		Source: ev.source, EventID: ev.eventID, Entity: ev.entity, Detail: fmt.Sprintf("%s -> %s", ev.disposition, agg)})
+	return err
+}
+
+// newToken makes a lease token that names its owner and cannot be guessed
+// or repeated by another claim.
+func newToken(owner string) (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("lease token: %w", err)
+	}
+	return owner + ":" + hex.EncodeToString(b[:]), nil
+}
+
+// EntityClaim leases ready entities. The writer lock makes the select and
+// the updates one atomic step, so two claimers never lease one entity.
+func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
+	now := p.Now.UnixMicro()
+	until := p.Now.Add(p.LeaseFor).UnixMicro()
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: begin: %w: %w", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	rows, err := tx.QueryContext(ctx, `SELECT flow, entity FROM entities
+		WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
+		ORDER BY not_before, flow, entity LIMIT ?`, now, now, store.ClampLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	var out []*store.Lease
+	for rows.Next() {
+		l := &store.Lease{Until: time.UnixMicro(until).UTC()}
+		if err := rows.Scan(&l.Flow, &l.Entity); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim entities: %w", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	for _, l := range out {
+		if l.Token, err = newToken(p.Owner); err != nil {
+			return nil, fmt.Errorf("claim entities: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ? WHERE flow = ? AND entity = ?`,
+			l.Token, until, l.Flow, l.Entity); err != nil {
+			return nil, fmt.Errorf("claim entities: lease %s/%s: %w", l.Flow, l.Entity, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("claim entities: commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+// EntityRelease frees a lease that the token still holds; a lease already
+// lost to another worker is left alone and is not an error, because the
+// releasing worker has nothing left to do either way.
+func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams) error {
+	if p.Lease == nil {
+		return errors.New("release entity: no lease")
+	}
+	var retry any // NULL keeps not_before
+	if !p.RetryAt.IsZero() {
+		retry = p.RetryAt.UnixMicro()
+	}
+	if _, err := s.writer.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?,
+		not_before = coalesce(?, not_before) WHERE flow = ? AND entity = ? AND lease_token = ?`,
+		leaseFree, retry, p.Lease.Flow, p.Lease.Entity, p.Lease.Token); err != nil {
+		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
+	}
+	return nil
+}
+
+// WorkListPending returns one entity's unsettled work in business order.
+// SQLite compares TEXT with BINARY collation, i.e. byte order, like the
+// COLLATE "C" columns in PostgreSQL.
+func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingParams) ([]*store.WorkItem, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+routableColumns+`, w.id, w.flow, w.entity, w.order_key, w.replay_id
+		FROM work w JOIN events e ON e.pk = w.event_pk `+firstDeliveryJoin+`
+		WHERE w.flow = ? AND w.entity = ? AND w.done_at IS NULL
+		ORDER BY w.order_key, w.id LIMIT ?`, p.Flow, p.Entity, store.ClampLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list pending work: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.WorkItem
+	for rows.Next() {
+		w := &store.WorkItem{}
+		if err := scanRoutable(rows, &w.Event, &w.ID, &w.Flow, &w.Entity, &w.OrderKey, &w.ReplayID); err != nil {
+			return nil, fmt.Errorf("list pending work: %w", err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list pending work: %w", err)
+	}
+	return out, nil
+}
+
+// workRow is a work item as FlowApply reads it.
+type workRow struct {
+	flow, entity string
+	eventPK      int64
+	replayID     int64
+	disposition  store.Disposition
+	reason       string
+	ev           eventRef
+}
+
+// FlowApply settles one work item in one transaction; any error rolls the
+// whole of it back.
+func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
+	if p.Lease == nil {
+		return nil, errors.New("flow apply: no lease")
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("flow apply: begin: %w: %w", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	res, err := flowApply(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("flow apply: commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return res, nil
+}
+
+func flowApply(ctx context.Context, tx *sql.Tx, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
+	now := p.Now.UnixMicro()
+	l := p.Lease
+	// Fencing: a worker whose lease expired or was re-claimed writes nothing.
+	r, err := tx.ExecContext(ctx, `UPDATE entities SET lease_until = lease_until
+		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, now)
+	if err != nil {
+		return nil, fmt.Errorf("check lease: %w", err)
+	}
+	if n, err := r.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("check lease: %w", err)
+	} else if n == 0 {
+		return nil, store.ErrLeaseLost
+	}
+
+	var w workRow
+	var doneAt sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.done_at, w.disposition, w.reason,
+		e.source, e.event_id, e.entity FROM work w JOIN events e ON e.pk = w.event_pk WHERE w.id = ?`, p.WorkID).
+		Scan(&w.flow, &w.entity, &w.eventPK, &w.replayID, &doneAt, &w.disposition, &w.reason,
+			&w.ev.source, &w.ev.eventID, &w.ev.entity)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errors.New("no such work item")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read work: %w", err)
+	}
+	w.ev.pk = w.eventPK
+	if w.flow != l.Flow || w.entity != l.Entity {
+		return nil, fmt.Errorf("work item belongs to %s/%s, not the leased entity", w.flow, w.entity)
+	}
+	if p.EventPK != 0 && p.EventPK != w.eventPK {
+		return nil, fmt.Errorf("work item is for event %d, not %d", w.eventPK, p.EventPK)
+	}
+	if doneAt.Valid {
+		return &store.FlowApplyResult{Disposition: w.disposition, Reason: w.reason}, nil
+	}
+
+	res := &store.FlowApplyResult{}
+	audit := func(action, detail string) error {
+		_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
+			Source: w.ev.source, EventID: w.ev.eventID, Entity: w.entity, Detail: detail})
+		return err
+	}
+	subject := fmt.Sprintf("flow %s entity %s", w.flow, w.entity)
+
+	decided := false
+	switch {
+	case p.Fail != "":
+		res.Disposition, res.Reason, decided = store.DispositionDeadLettered, p.Fail, true
+		if err := audit("dead_lettered", subject+": "+p.Fail); err != nil {
+			return nil, err
+		}
+	case p.CausationID != "" && p.MaxHops > 0 && p.Hop >= p.MaxHops:
+		res.Disposition, decided = store.DispositionDeadLettered, true
+		res.Reason = fmt.Sprintf("loop_hop_limit: causation %s reached hop %d (ceiling %d)", p.CausationID, p.Hop, p.MaxHops)
+		if err := audit("loop_hop_limit", subject+": "+res.Reason); err != nil {
+			return nil, err
+		}
+	case p.CausationID != "":
+		var first int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO loop_visits (flow, causation_id, event_pk, at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (flow, causation_id) DO UPDATE SET flow = excluded.flow RETURNING event_pk`,
+			w.flow, p.CausationID, w.eventPK, now).Scan(&first); err != nil {
+			return nil, fmt.Errorf("record loop visit: %w", err)
+		}
+		if first != w.eventPK {
+			res.Disposition, decided = store.DispositionDuplicate, true
+			res.Reason = fmt.Sprintf("loop_blocked: causation %s already visited flow %s with event %d", p.CausationID, w.flow, first)
+			if err := audit("loop_blocked", subject+": "+res.Reason); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	if !decided {
+		var curVersion, curSort, curState string
+		if err := tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities WHERE flow = ? AND entity = ?`,
+			w.flow, w.entity).Scan(&curVersion, &curSort, &curState); err != nil {
+			return nil, fmt.Errorf("read projection: %w", err)
+		}
+		// The caller passes canonical JSON, so equal states are equal text.
+		res.Disposition, res.Reason = revisionGuard(curVersion, curSort, curState == stateText(p.State), p)
+		if res.Disposition == store.DispositionDeadLettered {
+			if err := audit("dead_lettered", subject+": "+res.Reason); err != nil {
+				return nil, err
+			}
+		}
+		if res.Disposition == store.DispositionApplied {
+			if err := apply(ctx, tx, p, w, res, audit); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	if _, err := tx.ExecContext(ctx, `UPDATE work SET done_at = ?, disposition = ?, reason = ? WHERE id = ?`,
+		now, res.Disposition, res.Reason, p.WorkID); err != nil {
+		return nil, fmt.Errorf("settle work: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1 WHERE flow = ? AND entity = ?`,
+		w.flow, w.entity); err != nil {
+		return nil, fmt.Errorf("count pending: %w", err)
+	}
+	if err := audit("work_settled", settledDetail(subject, res, p.Version)); err != nil {
+		return nil, err
+	}
+	if err := settleEvent(ctx, tx, w.eventPK, w.replayID, p.Now, p.Actor); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// apply writes the projection, supersedes older pending effects of the
+// same names and inserts the new effects behind their episode keys.
+func apply(ctx context.Context, tx *sql.Tx, p *store.FlowApplyParams, w workRow, res *store.FlowApplyResult, audit func(action, detail string) error) error {
+	now := p.Now.UnixMicro()
+	if _, err := tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?
+		WHERE flow = ? AND entity = ?`, p.Version, p.VersionSort, stateText(p.State), w.eventPK, now, w.flow, w.entity); err != nil {
+		return fmt.Errorf("update projection: %w", err)
+	}
+	older := `version_sort < ?`
+	if !p.Ordered {
+		older = `version_sort <> ?`
+	}
+	for _, name := range effectNames(p.Effects) {
+		rows, err := tx.QueryContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ?
+			WHERE flow = ? AND entity = ? AND effect = ? AND state IN ('approved', 'retry_wait') AND `+older+`
+			RETURNING episode_key, version`, now, w.flow, w.entity, name, p.VersionSort)
+		if err != nil {
+			return fmt.Errorf("supersede %s: %w", name, err)
+		}
+		var keys []string
+		for rows.Next() {
+			var key, version string
+			if err := rows.Scan(&key, &version); err != nil {
+				rows.Close()
+				return fmt.Errorf("supersede %s: %w", name, err)
+			}
+			keys = append(keys, fmt.Sprintf("%s (version %s superseded by %s)", key, version, p.Version))
+		}
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("supersede %s: %w", name, err)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if err := audit("effect_superseded", k); err != nil {
+				return err
+			}
+		}
+		res.Superseded += len(keys)
+	}
+	for _, e := range p.Effects {
+		r, err := tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+			state, request, source_event_pk, causation_id, hop, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
+			e.EpisodeKey, w.flow, w.entity, p.Version, p.VersionSort, e.Effect, e.Destination, stateText(e.Request),
+			w.eventPK, e.CausationID, e.Hop, now, now)
+		if err != nil {
+			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
+		}
+		if n == 0 {
+			res.EffectsExisting++
+			continue
+		}
+		res.EffectsInserted++
+		if err := audit("effect_approved", e.EpisodeKey); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// revisionGuard decides what an event's version does to the projection.
+func revisionGuard(curVersion, curSort string, sameState bool, p *store.FlowApplyParams) (store.Disposition, string) {
+	if curSort == "" {
+		return store.DispositionApplied, ""
+	}
+	switch {
+	case p.VersionSort == curSort:
+		if sameState {
+			return store.DispositionDuplicate, fmt.Sprintf("version %s already applied", p.Version)
+		}
+		return store.DispositionDeadLettered, fmt.Sprintf("version_conflict: version %s already applied with a different state", p.Version)
+	case !p.Ordered:
+		// A different hash was refetched after the current one: newer.
+		return store.DispositionApplied, ""
+	case p.VersionSort > curSort:
+		return store.DispositionApplied, ""
+	default:
+		return store.DispositionStale, fmt.Sprintf("version %s is older than applied %s", p.Version, curVersion)
+	}
+}
+
+func settledDetail(subject string, res *store.FlowApplyResult, version string) string {
+	if res.Disposition == store.DispositionApplied {
+		return fmt.Sprintf("%s: applied %s", subject, version)
+	}
+	return fmt.Sprintf("%s: %s: %s", subject, res.Disposition, res.Reason)
+}
+
+// effectNames returns the distinct effect names in first-seen order.
+func effectNames(es []*store.EffectInsert) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range es {
+		if !seen[e.Effect] {
+			seen[e.Effect] = true
+			out = append(out, e.Effect)
+		}
+	}
+	return out
+}
+
+// stateText stores an absent JSON value as JSON null.
+func stateText(b []byte) string {
+	if len(b) == 0 {
+		return "null"
+	}
+	return string(b)
+}
+
+// ProjectionGet returns one entity's projection, or nil when it has none.
+func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams) (*store.Projection, error) {
+	pr := &store.Projection{}
+	var state string
+	var applied sql.NullInt64
+	var updated int64
+	err := s.reader.QueryRowContext(ctx, `SELECT flow, entity, version, version_sort, state, applied_event_pk, updated_at, pending
+		FROM entities WHERE flow = ? AND entity = ?`, p.Flow, p.Entity).
+		Scan(&pr.Flow, &pr.Entity, &pr.Version, &pr.VersionSort, &state, &applied, &updated, &pr.Pending)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get projection %s/%s: %w", p.Flow, p.Entity, err)
+	}
+	pr.State = []byte(state)
+	pr.AppliedEventPK = applied.Int64
+	pr.UpdatedAt = time.UnixMicro(updated).UTC()
+	return pr, nil
+}
+
+// EffectList pages through the effect ledger in id order.
+func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error) {
+	where := []string{"f.id > ?"}
+	args := []any{p.AfterID}
+	if p.Flow != "" {
+		where = append(where, "f.flow = ?")
+		args = append(args, p.Flow)
+	}
+	if p.Entity != "" {
+		where = append(where, "f.entity = ?")
+		args = append(args, p.Entity)
+	}
+	if p.State != "" {
+		where = append(where, "f.state = ?")
+		args = append(args, p.State)
+	}
+	args = append(args, store.ClampLimit(p.Limit))
+	rows, err := s.reader.QueryContext(ctx, `SELECT f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination,
+		f.state, f.request, e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at
+		FROM effects f JOIN events e ON e.pk = f.source_event_pk WHERE `+strings.Join(where, " AND ")+` ORDER BY f.id LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Effect
+	for rows.Next() {
+		f := &store.Effect{}
+		var req string
+		var created, updated int64
+		if err := rows.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State,
+			&req, &f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &created, &updated); err != nil {
+			return nil, fmt.Errorf("list effects: %w", err)
+		}
+		f.Request = []byte(req)
+		f.CreatedAt = time.UnixMicro(created).UTC()
+		f.UpdatedAt = time.UnixMicro(updated).UTC()
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list effects: %w", err)
+	}
+	return out, nil
+}
+
+// ReplayCreate records a replay and enqueues a new pass of work for its
+// routes. The replays row counts the work items actually enqueued.
+func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("create replay: begin: %w: %w", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	id, err := createReplay(ctx, tx, p)
+	if err != nil {
+		return 0, fmt.Errorf("create replay: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("create replay: commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return id, nil
+}
+
+func createReplay(ctx context.Context, tx *sql.Tx, p *store.ReplayCreateParams) (int64, error) {
+	var id int64
+	if err := tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES (?, ?, ?, 0) RETURNING id`,
+		p.Now.UnixMicro(), p.Actor, p.Selection).Scan(&id); err != nil {
+		return 0, fmt.Errorf("insert replay: %w", err)
+	}
+	items := 0
+	for _, d := range p.Decisions {
+		var routes []store.Route
+		for _, r := range d.Routes {
+			if r.Failed == "" {
+				routes = append(routes, r)
+			}
+		}
+		if len(routes) == 0 {
+			continue
+		}
+		n, err := enqueue(ctx, tx, p.Now, eventRef{pk: d.EventPK}, routes, id, p.Actor)
+		if err != nil {
+			return 0, fmt.Errorf("event %d: %w", d.EventPK, err)
+		}
+		items += n
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE replays SET items = ? WHERE id = ?`, items, id); err != nil {
+		return 0, fmt.Errorf("count replay items: %w", err)
+	}
+	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "replay",
+		Detail: fmt.Sprintf("replay %d: %d work items for %s", id, items, p.Selection)})
+	return id, err
+}
+
+// WorkCount counts pending work items plus accepted events not yet routed.
+func (s *Store) WorkCount(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.reader.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM work WHERE done_at IS NULL) +
+		(SELECT count(*) FROM events WHERE routed = 0 AND disposition = 'accepted')`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count work: %w", err)
+	}
+	return n, nil
+}

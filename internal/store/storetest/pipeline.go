@@ -1,0 +1,987 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// pipelineStore is a driver that implements the pipeline contract.
+type pipelineStore interface {
+	store.Store
+	store.Pipeline
+}
+
+// pipe is one pipeline test's store with the helpers its cases share.
+type pipe struct {
+	t   *testing.T
+	s   pipelineStore
+	ctx context.Context
+}
+
+func newPipe(t *testing.T, o Opener) *pipe {
+	s, ok := o.Open(t).(pipelineStore)
+	if !ok {
+		t.Skipf("driver %s does not implement store.Pipeline yet", o.Name)
+	}
+	return &pipe{t: t, s: s, ctx: context.Background()}
+}
+
+// event stores one delivery of crm/eventID and returns the event pk.
+func (f *pipe) event(eventID string, mods ...func(*store.DeliveryInput)) int64 {
+	f.t.Helper()
+	d := delivery("crm", eventID, 0)
+	d.Type = "deal.updated"
+	d.Entity = "deal_" + eventID
+	for _, m := range mods {
+		m(d)
+	}
+	res := commit(f.t, f.s, one(d))
+	if res[0].Err != nil {
+		f.t.Fatalf("store %s: %v", eventID, res[0].Err)
+	}
+	return res[0].Items[0].EventPK
+}
+
+func caused(id string, hop int) func(*store.DeliveryInput) {
+	return func(d *store.DeliveryInput) { d.CausationID, d.Hop = id, hop }
+}
+
+func (f *pipe) route(at time.Time, decisions ...*store.RouteDecision) {
+	f.t.Helper()
+	if err := f.s.EventRoute(f.ctx, &store.EventRouteParams{Now: at, Decisions: decisions}); err != nil {
+		f.t.Fatalf("EventRoute: %v", err)
+	}
+}
+
+func to(pk int64, routes ...store.Route) *store.RouteDecision {
+	return &store.RouteDecision{EventPK: pk, Routes: routes}
+}
+
+func rt(flow, entity, orderKey string) store.Route {
+	return store.Route{Flow: flow, Entity: entity, OrderKey: orderKey}
+}
+
+func (f *pipe) claim(owner string, at time.Time, limit int) []*store.Lease {
+	f.t.Helper()
+	ls, err := f.s.EntityClaim(f.ctx, &store.EntityClaimParams{Owner: owner, Now: at, LeaseFor: time.Minute, Limit: limit})
+	if err != nil {
+		f.t.Fatalf("EntityClaim: %v", err)
+	}
+	return ls
+}
+
+func (f *pipe) release(l *store.Lease, at, retryAt time.Time) {
+	f.t.Helper()
+	if err := f.s.EntityRelease(f.ctx, &store.EntityReleaseParams{Lease: l, Now: at, RetryAt: retryAt}); err != nil {
+		f.t.Fatalf("EntityRelease: %v", err)
+	}
+}
+
+// lease claims every ready entity at `at`, keeps the lease on flow/entity
+// and gives the others back.
+func (f *pipe) lease(flow, entity string, at time.Time) *store.Lease {
+	f.t.Helper()
+	var mine *store.Lease
+	for _, l := range f.claim("w", at, 1000) {
+		if l.Flow == flow && l.Entity == entity {
+			mine = l
+			continue
+		}
+		f.release(l, at, time.Time{})
+	}
+	if mine == nil {
+		f.t.Fatalf("entity %s/%s not claimable at %v", flow, entity, at)
+	}
+	return mine
+}
+
+func (f *pipe) pending(flow, entity string) []*store.WorkItem {
+	f.t.Helper()
+	ws, err := f.s.WorkListPending(f.ctx, &store.WorkListPendingParams{Flow: flow, Entity: entity})
+	if err != nil {
+		f.t.Fatalf("WorkListPending: %v", err)
+	}
+	return ws
+}
+
+// step processes the first pending work item of flow/entity with ap as
+// the worker's decision, under a fresh lease that it then gives back.
+func (f *pipe) step(flow, entity string, at time.Time, ap store.FlowApplyParams) *store.FlowApplyResult {
+	f.t.Helper()
+	l := f.lease(flow, entity, at)
+	ws := f.pending(flow, entity)
+	if len(ws) == 0 {
+		f.t.Fatalf("no pending work for %s/%s", flow, entity)
+	}
+	ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor = l, at, ws[0].ID, ws[0].Event.PK, "worker"
+	res, err := f.s.FlowApply(f.ctx, &ap)
+	if err != nil {
+		f.t.Fatalf("FlowApply %s/%s work %d: %v", flow, entity, ws[0].ID, err)
+	}
+	f.release(l, at, time.Time{})
+	return res
+}
+
+func (f *pipe) disposition(pk int64) store.Disposition {
+	f.t.Helper()
+	ev := events(f.t, f.s, &store.EventListParams{AfterPK: pk - 1, Limit: 1})
+	if len(ev) != 1 || ev[0].PK != pk {
+		f.t.Fatalf("event %d not found", pk)
+	}
+	return ev[0].Disposition
+}
+
+func (f *pipe) projection(flow, entity string) *store.Projection {
+	f.t.Helper()
+	pr, err := f.s.ProjectionGet(f.ctx, &store.ProjectionGetParams{Flow: flow, Entity: entity})
+	if err != nil {
+		f.t.Fatalf("ProjectionGet: %v", err)
+	}
+	return pr
+}
+
+func (f *pipe) effects(p *store.EffectListParams) []*store.Effect {
+	f.t.Helper()
+	es, err := f.s.EffectList(f.ctx, p)
+	if err != nil {
+		f.t.Fatalf("EffectList: %v", err)
+	}
+	return es
+}
+
+func (f *pipe) audit(action string) []*store.AuditEntry {
+	f.t.Helper()
+	rows, err := f.s.AuditList(f.ctx, &store.AuditListParams{Action: action, Limit: 1000})
+	if err != nil {
+		f.t.Fatalf("AuditList: %v", err)
+	}
+	return rows
+}
+
+func (f *pipe) workCount() int64 {
+	f.t.Helper()
+	n, err := f.s.WorkCount(f.ctx)
+	if err != nil {
+		f.t.Fatalf("WorkCount: %v", err)
+	}
+	return n
+}
+
+// rev is an ordered revision: shown as rN, sorted zero-padded.
+func rev(n int, state string, effects ...*store.EffectInsert) store.FlowApplyParams {
+	return store.FlowApplyParams{Version: fmt.Sprintf("r%d", n), VersionSort: fmt.Sprintf("%010d", n), Ordered: true,
+		State: []byte(state), Effects: effects}
+}
+
+// hash is an unordered version (a refetched state's hash).
+func hash(h, state string, effects ...*store.EffectInsert) store.FlowApplyParams {
+	return store.FlowApplyParams{Version: "h:" + h, VersionSort: h, State: []byte(state), Effects: effects}
+}
+
+func eff(key, name string) *store.EffectInsert {
+	return &store.EffectInsert{EpisodeKey: key, Effect: name, Destination: "crm", Request: []byte(`{"k":"` + key + `"}`)}
+}
+
+func effectSummary(es []*store.Effect) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, fmt.Sprintf("%s %s %s", e.Effect, e.Version, e.State))
+	}
+	return out
+}
+
+func testRouteUnrouted(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	first := delivery("crm", "evt_u", 0)
+	first.Type, first.CausationID, first.Hop, first.Body = "deal.deleted", "cause-1", 2, []byte(`{"first":true}`)
+	retry := delivery("crm", "evt_u", 1)
+	retry.Type, retry.Body = "deal.deleted", []byte(`{"retry":true}`)
+	commit(t, f.s, one(first))
+	commit(t, f.s, one(retry))
+	if n := f.workCount(); n != 1 {
+		t.Fatalf("WorkCount = %d before routing, want 1 (an accepted unrouted event)", n)
+	}
+	evs, err := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 {
+		t.Fatalf("%d unrouted events, want 1", len(evs))
+	}
+	e := evs[0]
+	if string(e.Body) != `{"first":true}` || e.CausationID != "cause-1" || e.Hop != 2 {
+		t.Fatalf("unrouted event carries body %s causation %q hop %d, want the first delivery's", e.Body, e.CausationID, e.Hop)
+	}
+	if e.Source != "crm" || e.EventID != "evt_u" || e.Type != "deal.deleted" || !e.ReceivedAt.Equal(t0) || !e.OccurredAt.Equal(first.OccurredAt) {
+		t.Fatalf("unrouted event = %+v", e)
+	}
+	f.route(t0, to(e.PK))
+	if d := f.disposition(e.PK); d != store.DispositionUnrouted {
+		t.Fatalf("disposition %s, want unrouted", d)
+	}
+	rows := f.audit("disposition")
+	if len(rows) != 1 || rows[0].Actor != "router" || rows[0].EventID != "evt_u" || !strings.Contains(rows[0].Detail, "no flow subscribes") {
+		t.Fatalf("disposition audit = %+v", rows)
+	}
+	if evs, _ := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{}); len(evs) != 0 {
+		t.Fatalf("routed event still listed as unrouted")
+	}
+	if n := f.workCount(); n != 0 {
+		t.Fatalf("WorkCount = %d, want 0", n)
+	}
+}
+
+func testRouteTwice(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	pk := f.event("evt_1")
+	other := f.event("evt_2")
+	f.route(t0, to(pk, rt("deals", "d1", "k1")))
+	f.route(t0, to(pk, rt("deals", "d1", "k1")))
+	// Concurrent routers deciding the same events.
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.s.EventRoute(f.ctx, &store.EventRouteParams{Now: t0, Decisions: []*store.RouteDecision{
+				to(pk, rt("deals", "d1", "k1")), to(other, rt("deals", "d1", "k2"))}})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent EventRoute: %v", err)
+		}
+	}
+	ws := f.pending("deals", "d1")
+	if len(ws) != 2 || ws[0].Event.PK != pk || ws[1].Event.PK != other {
+		t.Fatalf("pending work = %d items, want one per event", len(ws))
+	}
+	if pr := f.projection("deals", "d1"); pr == nil || pr.Pending != 2 {
+		t.Fatalf("projection = %+v, want pending 2", pr)
+	}
+	if n := f.workCount(); n != 2 {
+		t.Fatalf("WorkCount = %d, want 2", n)
+	}
+	if d := f.disposition(pk); d != store.DispositionAccepted {
+		t.Fatalf("routed event with pending work is %s, want accepted", d)
+	}
+}
+
+func testRouteFailed(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	both := f.event("evt_both")
+	only := f.event("evt_only")
+	bad := store.Route{Flow: "billing", Entity: "", OrderKey: "k", Failed: "entity expression: no field deal_id"}
+	f.route(t0, to(both, rt("deals", "d1", "k1"), bad), to(only, bad))
+	if d := f.disposition(only); d != store.DispositionDeadLettered {
+		t.Fatalf("event whose only route failed is %s, want dead_lettered", d)
+	}
+	if d := f.disposition(both); d != store.DispositionAccepted {
+		t.Fatalf("event with a pending route is %s, want accepted", d)
+	}
+	if ws := f.pending("billing", ""); len(ws) != 0 {
+		t.Fatalf("failed route left %d pending items", len(ws))
+	}
+	if pr := f.projection("billing", ""); pr != nil && pr.Pending != 0 {
+		t.Fatalf("failed route counted as pending: %+v", pr)
+	}
+	dl := f.audit("dead_lettered")
+	if len(dl) != 2 || !strings.Contains(dl[0].Detail, "no field deal_id") {
+		t.Fatalf("dead-letter audit = %+v, want one row per failed route", dl)
+	}
+	if n := f.workCount(); n != 1 {
+		t.Fatalf("WorkCount = %d, want 1", n)
+	}
+	res := f.step("deals", "d1", t0, rev(1, `{"a":1}`))
+	if res.Disposition != store.DispositionApplied {
+		t.Fatalf("apply: %+v", res)
+	}
+	if d := f.disposition(both); d != store.DispositionDeadLettered {
+		t.Fatalf("event applied in one flow and dead-lettered in another is %s, want dead_lettered", d)
+	}
+}
+
+// seedEntities puts one pending work item on each of n entities of flow f.
+func (f *pipe) seedEntities(flow string, n int) {
+	f.t.Helper()
+	var ds []*store.RouteDecision
+	for i := range n {
+		pk := f.event(fmt.Sprintf("evt_%s_%03d", flow, i))
+		ds = append(ds, to(pk, rt(flow, fmt.Sprintf("e%03d", i), "k")))
+	}
+	f.route(t0, ds...)
+}
+
+func testClaimExclusive(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	f.seedEntities("deals", 3)
+	a := f.claim("worker-a", t0, 2)
+	b := f.claim("worker-b", t0, 10)
+	c := f.claim("worker-c", t0, 10)
+	if len(a) != 2 || len(b) != 1 || len(c) != 0 {
+		t.Fatalf("claims got %d, %d, %d leases, want 2, 1, 0", len(a), len(b), len(c))
+	}
+	if a[0].Entity != "e000" || a[1].Entity != "e001" || b[0].Entity != "e002" {
+		t.Fatalf("claim order: %s %s %s, want e000 e001 e002", a[0].Entity, a[1].Entity, b[0].Entity)
+	}
+	if !strings.HasPrefix(a[0].Token, "worker-a:") || a[0].Token == a[1].Token || !strings.HasPrefix(b[0].Token, "worker-b:") {
+		t.Fatalf("tokens %q %q %q: want fresh tokens named after their owner", a[0].Token, a[1].Token, b[0].Token)
+	}
+	if !a[0].Until.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("lease until %v, want %v", a[0].Until, t0.Add(time.Minute))
+	}
+	if got := f.claim("worker-c", t0.Add(time.Minute-time.Microsecond), 10); len(got) != 0 {
+		t.Fatalf("claimed %d live leases", len(got))
+	}
+	// A released lease is free at once; expired leases can be re-claimed.
+	f.release(b[0], t0, time.Time{})
+	if got := f.claim("worker-c", t0, 10); len(got) != 1 || got[0].Entity != "e002" {
+		t.Fatalf("after release: %d leases, want e002", len(got))
+	}
+	got := f.claim("worker-d", t0.Add(time.Minute), 10)
+	if len(got) != 3 {
+		t.Fatalf("%d expired leases re-claimed, want 3", len(got))
+	}
+	for _, l := range got {
+		if !strings.HasPrefix(l.Token, "worker-d:") {
+			t.Fatalf("re-claimed token %q", l.Token)
+		}
+	}
+}
+
+func testClaimNotBefore(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	f.seedEntities("deals", 2)
+	ls := f.claim("w", t0, 10)
+	if len(ls) != 2 {
+		t.Fatalf("%d leases, want 2", len(ls))
+	}
+	// Releasing with a stale token changes nothing.
+	zombie := *ls[1]
+	zombie.Token = "w:stale"
+	f.release(&zombie, t0, time.Time{})
+	if got := f.claim("x", t0, 10); len(got) != 0 {
+		t.Fatalf("a release with the wrong token freed the lease")
+	}
+	f.release(ls[0], t0, t0.Add(30*time.Second))
+	f.release(ls[1], t0, time.Time{})
+	got := f.claim("x", t0.Add(time.Second), 10)
+	if len(got) != 1 || got[0].Entity != "e001" {
+		t.Fatalf("claim before not_before: %d leases, want only e001", len(got))
+	}
+	f.release(got[0], t0.Add(time.Second), time.Time{})
+	got = f.claim("x", t0.Add(30*time.Second), 10)
+	// not_before orders the claim: e001 (free since the start) comes first.
+	if len(got) != 2 || got[0].Entity != "e001" || got[1].Entity != "e000" {
+		t.Fatalf("claim at not_before: %d leases, want e001 then e000", len(got))
+	}
+}
+
+func testClaimConcurrent(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	const entities, workers = 24, 8
+	f.seedEntities("deals", entities)
+	var wg sync.WaitGroup
+	got := make([][]*store.Lease, workers)
+	errs := make([]error, workers)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = f.s.EntityClaim(f.ctx, &store.EntityClaimParams{
+				Owner: fmt.Sprintf("w%d", i), Now: t0, LeaseFor: time.Minute, Limit: 5})
+		}()
+	}
+	wg.Wait()
+	seen := map[string]string{}
+	for i := range workers {
+		if errs[i] != nil {
+			t.Fatalf("claimer %d: %v", i, errs[i])
+		}
+		for _, l := range got[i] {
+			if prev, dup := seen[l.Entity]; dup {
+				t.Fatalf("entity %s leased twice (%s and %s)", l.Entity, prev, l.Token)
+			}
+			seen[l.Entity] = l.Token
+		}
+	}
+	if len(seen) != entities {
+		t.Fatalf("%d entities leased, want all %d", len(seen), entities)
+	}
+}
+
+func testFencing(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	pk := f.event("evt_1")
+	f.route(t0, to(pk, rt("deals", "d1", "k1")))
+	a := f.lease("deals", "d1", t0)
+	ws := f.pending("deals", "d1")
+	ap := rev(1, `{"stage":"won"}`, eff("deals:d1:r1:notify", "notify"))
+	ap.Lease, ap.WorkID, ap.EventPK, ap.Actor = a, ws[0].ID, pk, "worker"
+	check := func(when string) {
+		t.Helper()
+		if ws := f.pending("deals", "d1"); len(ws) != 1 {
+			t.Fatalf("%s: %d pending items, want the item untouched", when, len(ws))
+		}
+		if pr := f.projection("deals", "d1"); pr.Version != "" || pr.Pending != 1 {
+			t.Fatalf("%s: projection written: %+v", when, pr)
+		}
+		if es := f.effects(&store.EffectListParams{}); len(es) != 0 {
+			t.Fatalf("%s: %d effects written", when, len(es))
+		}
+		if rows := f.audit("work_settled"); len(rows) != 0 {
+			t.Fatalf("%s: audit written", when)
+		}
+		if d := f.disposition(pk); d != store.DispositionAccepted {
+			t.Fatalf("%s: disposition %s", when, d)
+		}
+	}
+	// The lease expired: the worker is fenced off.
+	ap.Now = a.Until
+	if _, err := f.s.FlowApply(f.ctx, &ap); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("FlowApply after expiry: %v, want ErrLeaseLost", err)
+	}
+	check("expired lease")
+	// Another worker re-claims; the first one's token is a zombie even
+	// at a time its own lease would still cover.
+	b := f.lease("deals", "d1", a.Until)
+	ap.Now = a.Until.Add(-time.Second)
+	if _, err := f.s.FlowApply(f.ctx, &ap); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("FlowApply with a zombie token: %v, want ErrLeaseLost", err)
+	}
+	check("zombie token")
+	ap.Lease, ap.Now = b, a.Until
+	res, err := f.s.FlowApply(f.ctx, &ap)
+	if err != nil || res.Disposition != store.DispositionApplied || res.EffectsInserted != 1 {
+		t.Fatalf("FlowApply by the new holder: %+v %v", res, err)
+	}
+}
+
+func testRevisionGuard(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	type step struct {
+		ap     store.FlowApplyParams
+		want   store.Disposition
+		reason string
+	}
+	steps := []step{
+		{rev(2, `{"s":2}`), store.DispositionApplied, ""},
+		{rev(2, `{"s":2}`), store.DispositionDuplicate, "version r2 already applied"},
+		{rev(2, `{"s":"other"}`), store.DispositionDeadLettered, "version_conflict:"},
+		{rev(1, `{"s":1}`), store.DispositionStale, "version r1 is older than applied r2"},
+		{rev(3, `{"s":3}`), store.DispositionApplied, ""},
+	}
+	var pks []int64
+	for i := range steps {
+		pk := f.event(fmt.Sprintf("evt_%d", i))
+		pks = append(pks, pk)
+		f.route(t0, to(pk, rt("deals", "d1", fmt.Sprintf("k%d", i))))
+	}
+	for i, s := range steps {
+		res := f.step("deals", "d1", t0.Add(time.Duration(i)*time.Second), s.ap)
+		if res.Disposition != s.want || !strings.HasPrefix(res.Reason, s.reason) || (s.reason == "") != (res.Reason == "") {
+			t.Fatalf("step %d (%s): %s %q, want %s %q", i, s.ap.Version, res.Disposition, res.Reason, s.want, s.reason)
+		}
+		if d := f.disposition(pks[i]); d != s.want {
+			t.Fatalf("step %d: event disposition %s, want %s", i, d, s.want)
+		}
+	}
+	pr := f.projection("deals", "d1")
+	if pr.Version != "r3" || pr.VersionSort != "0000000003" || pr.AppliedEventPK != pks[4] || pr.Pending != 0 || !pr.UpdatedAt.Equal(t0.Add(4*time.Second)) {
+		t.Fatalf("projection = %+v", pr)
+	}
+	if !jsonEqual(pr.State, `{"s":3}`) {
+		t.Fatalf("projection state %s", pr.State)
+	}
+	if rows := f.audit("work_settled"); len(rows) != 5 || rows[0].Detail != "flow deals entity d1: applied r2" || rows[0].Actor != "worker" {
+		t.Fatalf("work_settled audit = %+v", rows)
+	}
+	var transitions []string
+	for _, r := range f.audit("disposition") {
+		transitions = append(transitions, r.Detail)
+	}
+	want := "accepted -> applied|accepted -> duplicate|accepted -> dead_lettered|accepted -> stale|accepted -> applied"
+	if strings.Join(transitions, "|") != want {
+		t.Fatalf("disposition audit %q, want %q", transitions, want)
+	}
+}
+
+// jsonEqual compares JSON texts ignoring the whitespace PostgreSQL's jsonb
+// output adds.
+func jsonEqual(got []byte, want string) bool {
+	return strings.NewReplacer(" ", "").Replace(string(got)) == want
+}
+
+// The dossier: r1 created, r3 cancelled, then r2 arrives late. The late
+// revision must neither overwrite the projection nor cause an effect.
+func testDossierLateRevision(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	r1 := f.event("evt_r1")
+	r3 := f.event("evt_r3")
+	r2 := f.event("evt_r2")
+	// Arrival order keys: processed r1, r3, r2.
+	f.route(t0, to(r1, rt("dossier", "D-7", "a1")), to(r3, rt("dossier", "D-7", "a2")), to(r2, rt("dossier", "D-7", "a3")))
+	want := []store.Disposition{store.DispositionApplied, store.DispositionApplied, store.DispositionStale}
+	aps := []store.FlowApplyParams{
+		rev(1, `{"status":"created"}`, eff("dossier:D-7:r1:notify_created", "notify_created")),
+		rev(3, `{"status":"cancelled"}`, eff("dossier:D-7:r3:notify_cancel", "notify_cancel")),
+		rev(2, `{"status":"reviewed"}`, eff("dossier:D-7:r2:notify_review", "notify_review")),
+	}
+	for i, ap := range aps {
+		if res := f.step("dossier", "D-7", t0.Add(time.Duration(i)*time.Second), ap); res.Disposition != want[i] {
+			t.Fatalf("%s: %s %q, want %s", ap.Version, res.Disposition, res.Reason, want[i])
+		}
+	}
+	if pr := f.projection("dossier", "D-7"); pr.Version != "r3" || !jsonEqual(pr.State, `{"status":"cancelled"}`) || pr.AppliedEventPK != r3 {
+		t.Fatalf("projection = %+v, want r3 cancelled", pr)
+	}
+	got := effectSummary(f.effects(&store.EffectListParams{Flow: "dossier"}))
+	if strings.Join(got, ", ") != "notify_created r1 approved, notify_cancel r3 approved" {
+		t.Fatalf("effects = %v, want exactly notify_created r1 and notify_cancel r3", got)
+	}
+	for pk, d := range map[int64]store.Disposition{r1: store.DispositionApplied, r3: store.DispositionApplied, r2: store.DispositionStale} {
+		if got := f.disposition(pk); got != d {
+			t.Fatalf("event %d: %s, want %s", pk, got, d)
+		}
+	}
+}
+
+func testHashVersions(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	a := f.event("evt_a")
+	again := f.event("evt_again")
+	b := f.event("evt_b")
+	f.route(t0, to(a, rt("sync", "c1", "1")), to(again, rt("sync", "c1", "2")), to(b, rt("sync", "c1", "3")))
+	// "fff" sorts after "aaa": an ordered comparison would call aaa stale.
+	steps := []struct {
+		ap   store.FlowApplyParams
+		want store.Disposition
+	}{
+		{hash("fff", `{"n":1}`, eff("sync:c1:fff:push", "push")), store.DispositionApplied},
+		{hash("fff", `{"n":1}`, eff("sync:c1:fff:push", "push")), store.DispositionDuplicate},
+		{hash("aaa", `{"n":2}`, eff("sync:c1:aaa:push", "push")), store.DispositionApplied},
+	}
+	for i, s := range steps {
+		res := f.step("sync", "c1", t0, s.ap)
+		if res.Disposition != s.want {
+			t.Fatalf("step %d: %s %q, want %s", i, res.Disposition, res.Reason, s.want)
+		}
+	}
+	if pr := f.projection("sync", "c1"); pr.Version != "h:aaa" || !jsonEqual(pr.State, `{"n":2}`) {
+		t.Fatalf("projection = %+v", pr)
+	}
+	got := effectSummary(f.effects(&store.EffectListParams{Flow: "sync"}))
+	if strings.Join(got, ", ") != "push h:fff superseded, push h:aaa approved" {
+		t.Fatalf("effects = %v: a different hash supersedes the pending push", got)
+	}
+	// The same hash with a different state is a conflict, not a duplicate.
+	c := f.event("evt_c")
+	f.route(t0, to(c, rt("sync", "c1", "4")))
+	if res := f.step("sync", "c1", t0, hash("aaa", `{"n":3}`)); res.Disposition != store.DispositionDeadLettered || !strings.HasPrefix(res.Reason, "version_conflict:") {
+		t.Fatalf("same hash, other state: %+v", res)
+	}
+}
+
+func testSupersede(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	e1 := f.event("evt_1")
+	e2 := f.event("evt_2")
+	x := f.event("evt_x")
+	f.route(t0, to(e1, rt("b2c", "s1", "1")), to(e2, rt("b2c", "s1", "2")), to(x, rt("b2c", "s2", "1")))
+	f.step("b2c", "s2", t0, rev(1, `{}`, eff("b2c:s2:r1:upsert_deal", "upsert_deal")))
+	r := f.step("b2c", "s1", t0, rev(1, `{"v":1}`, eff("b2c:s1:r1:upsert_deal", "upsert_deal"), eff("b2c:s1:r1:notify", "notify")))
+	if r.EffectsInserted != 2 || r.Superseded != 0 {
+		t.Fatalf("r1: %+v", r)
+	}
+	r = f.step("b2c", "s1", t0.Add(time.Second), rev(2, `{"v":2}`, eff("b2c:s1:r2:upsert_deal", "upsert_deal")))
+	if r.Disposition != store.DispositionApplied || r.EffectsInserted != 1 || r.Superseded != 1 {
+		t.Fatalf("r2: %+v, want one inserted and one superseded", r)
+	}
+	var got []string
+	for _, e := range f.effects(&store.EffectListParams{Flow: "b2c"}) {
+		got = append(got, fmt.Sprintf("%s %s %s %s", e.Entity, e.Effect, e.Version, e.State))
+	}
+	want := "s2 upsert_deal r1 approved|s1 upsert_deal r1 superseded|s1 notify r1 approved|s1 upsert_deal r2 approved"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("effects:\n%s\nwant\n%s", strings.Join(got, "|"), want)
+	}
+	if rows := f.audit("effect_superseded"); len(rows) != 1 || !strings.Contains(rows[0].Detail, "b2c:s1:r1:upsert_deal") {
+		t.Fatalf("effect_superseded audit = %+v", rows)
+	}
+	if rows := f.audit("effect_approved"); len(rows) != 4 || rows[3].Detail != "b2c:s1:r2:upsert_deal" {
+		t.Fatalf("effect_approved audit = %+v", rows)
+	}
+	sup := f.effects(&store.EffectListParams{State: store.EffectSuperseded})
+	if len(sup) != 1 || !sup[0].UpdatedAt.Equal(t0.Add(time.Second)) || !sup[0].CreatedAt.Equal(t0) {
+		t.Fatalf("superseded effect = %+v", sup)
+	}
+	// Only pending effects are superseded: r1's, already superseded, is not
+	// counted again when r3 supersedes r2's.
+	pk := f.event("evt_3")
+	f.route(t0, to(pk, rt("b2c", "s1", "3")))
+	if r := f.step("b2c", "s1", t0.Add(2*time.Second), rev(3, `{"v":3}`, eff("b2c:s1:r3:upsert_deal", "upsert_deal"))); r.Superseded != 1 {
+		t.Fatalf("r3: %+v, want only r2's pending upsert superseded", r)
+	}
+	if sup := f.effects(&store.EffectListParams{State: store.EffectSuperseded}); len(sup) != 2 || sup[1].Version != "r2" {
+		t.Fatalf("superseded effects = %v", effectSummary(sup))
+	}
+}
+
+func testEffectLedger(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	e1 := f.event("evt_1", caused("cause-9", 1))
+	e2 := f.event("evt_2")
+	f.route(t0, to(e1, rt("b2c", "s1", "1")), to(e2, rt("b2c", "s1", "2")))
+	first := eff("b2c:s1:r1:upsert", "upsert")
+	first.CausationID, first.Hop = "cause-9", 2
+	first.Request = []byte(`{"amount":12}`)
+	r := f.step("b2c", "s1", t0, rev(1, `{}`, first))
+	if r.EffectsInserted != 1 || r.EffectsExisting != 0 {
+		t.Fatalf("first insert: %+v", r)
+	}
+	// Another event asks for the same episode: the ledger keeps one row.
+	r = f.step("b2c", "s1", t0.Add(time.Second), rev(2, `{"x":1}`, eff("b2c:s1:r1:upsert", "upsert"), eff("b2c:s1:r2:mail", "mail")))
+	if r.EffectsInserted != 1 || r.EffectsExisting != 1 {
+		t.Fatalf("same episode key again: %+v, want 1 inserted and 1 existing", r)
+	}
+	es := f.effects(&store.EffectListParams{})
+	if len(es) != 2 {
+		t.Fatalf("%d effects, want 2", len(es))
+	}
+	// r2 superseded the pending r1 upsert before asking for it again: the
+	// existing row keeps its identity and is not revived.
+	e := es[0]
+	if e.EpisodeKey != "b2c:s1:r1:upsert" || e.Flow != "b2c" || e.Entity != "s1" || e.Version != "r1" || e.Destination != "crm" ||
+		e.State != store.EffectSuperseded || !jsonEqual(e.Request, `{"amount":12}`) || e.Source != "crm" || e.SourceEventID != "evt_1" ||
+		e.CausationID != "cause-9" || e.Hop != 2 || e.Attempts != 0 || !e.CreatedAt.Equal(t0) || !e.UpdatedAt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("effect row = %+v", e)
+	}
+	// Filters and paging.
+	if got := f.effects(&store.EffectListParams{AfterID: es[0].ID}); len(got) != 1 || got[0].ID != es[1].ID {
+		t.Fatalf("after id: %d rows", len(got))
+	}
+	if got := f.effects(&store.EffectListParams{Entity: "s2"}); len(got) != 0 {
+		t.Fatalf("entity filter leaked %d rows", len(got))
+	}
+	if got := f.effects(&store.EffectListParams{Flow: "b2c", Entity: "s1", State: store.EffectApproved}); len(got) != 1 || got[0].Effect != "mail" {
+		t.Fatalf("state filter: %d rows", len(got))
+	}
+	if got := f.effects(&store.EffectListParams{Limit: 1}); len(got) != 1 {
+		t.Fatalf("limit: %d rows", len(got))
+	}
+	if got := f.effects(&store.EffectListParams{Flow: "other"}); len(got) != 0 {
+		t.Fatalf("flow filter leaked %d rows", len(got))
+	}
+}
+
+// A→B→A: a causation that already visited flow A with one event is
+// blocked when it comes back to A with another.
+func testLoopGuard(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	e1 := f.event("evt_1", caused("c1", 0))
+	f.route(t0, to(e1, rt("crm_to_billing", "acct1", "1")))
+	ap := rev(1, `{"v":1}`, eff("c2b:acct1:r1:push", "push"))
+	ap.CausationID, ap.Hop, ap.MaxHops = "c1", 0, 5
+	if r := f.step("crm_to_billing", "acct1", t0, ap); r.Disposition != store.DispositionApplied {
+		t.Fatalf("first visit: %+v", r)
+	}
+	// Billing's webhook caused by our push reaches the other flow: first visit there.
+	e2 := f.event("evt_2", caused("c1", 1))
+	f.route(t0, to(e2, rt("billing_to_crm", "acct1", "1")))
+	ap = rev(1, `{"v":1}`, eff("b2c:acct1:r1:push", "push"))
+	ap.CausationID, ap.Hop, ap.MaxHops = "c1", 1, 5
+	if r := f.step("billing_to_crm", "acct1", t0, ap); r.Disposition != store.DispositionApplied {
+		t.Fatalf("other flow: %+v", r)
+	}
+	// ...and comes back to the first flow: blocked.
+	e3 := f.event("evt_3", caused("c1", 2))
+	f.route(t0, to(e3, rt("crm_to_billing", "acct1", "2")))
+	ap = rev(2, `{"v":2}`, eff("c2b:acct1:r2:push", "push"))
+	ap.CausationID, ap.Hop, ap.MaxHops = "c1", 2, 5
+	r := f.step("crm_to_billing", "acct1", t0, ap)
+	if r.Disposition != store.DispositionDuplicate || !strings.HasPrefix(r.Reason, "loop_blocked:") || r.EffectsInserted != 0 {
+		t.Fatalf("loop back: %+v, want duplicate loop_blocked", r)
+	}
+	if pr := f.projection("crm_to_billing", "acct1"); pr.Version != "r1" {
+		t.Fatalf("blocked visit changed the projection: %+v", pr)
+	}
+	if d := f.disposition(e3); d != store.DispositionDuplicate {
+		t.Fatalf("blocked event: %s", d)
+	}
+	if rows := f.audit("loop_blocked"); len(rows) != 1 || rows[0].EventID != "evt_3" {
+		t.Fatalf("loop_blocked audit = %+v", rows)
+	}
+	// A replay of the first visit is the same event: not a loop.
+	if _, err := f.s.ReplayCreate(f.ctx, &store.ReplayCreateParams{Now: t0, Actor: "operator:ann", Selection: "evt_1",
+		Decisions: []*store.RouteDecision{to(e1, rt("crm_to_billing", "acct1", "1"))}}); err != nil {
+		t.Fatal(err)
+	}
+	ap = rev(1, `{"v":1}`, eff("c2b:acct1:r1:push", "push"))
+	ap.CausationID, ap.Hop, ap.MaxHops = "c1", 0, 5
+	r = f.step("crm_to_billing", "acct1", t0, ap)
+	if strings.HasPrefix(r.Reason, "loop_blocked") || r.Disposition != store.DispositionDuplicate {
+		t.Fatalf("replay of the first visit: %+v, want the revision guard's duplicate", r)
+	}
+	if rows := f.audit("loop_blocked"); len(rows) != 1 {
+		t.Fatalf("%d loop_blocked rows, want still 1", len(rows))
+	}
+	// The hop ceiling dead-letters, whether or not the causation is new.
+	e4 := f.event("evt_4", caused("c2", 5))
+	f.route(t0, to(e4, rt("crm_to_billing", "acct1", "3")))
+	ap = rev(3, `{"v":3}`, eff("c2b:acct1:r3:push", "push"))
+	ap.CausationID, ap.Hop, ap.MaxHops = "c2", 5, 5
+	r = f.step("crm_to_billing", "acct1", t0, ap)
+	if r.Disposition != store.DispositionDeadLettered || !strings.HasPrefix(r.Reason, "loop_hop_limit:") {
+		t.Fatalf("hop ceiling: %+v", r)
+	}
+	if rows := f.audit("loop_hop_limit"); len(rows) != 1 || rows[0].EventID != "evt_4" {
+		t.Fatalf("loop_hop_limit audit = %+v", rows)
+	}
+	if es := f.effects(&store.EffectListParams{Flow: "crm_to_billing"}); len(es) != 1 {
+		t.Fatalf("%d effects in the looping flow, want only the first visit's", len(es))
+	}
+}
+
+func testAggregateMultiFlow(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	// Both flows' entities start at r5 with state {}.
+	seed := f.event("evt_seed")
+	f.route(t0, to(seed, rt("one", "x", "0"), rt("two", "x", "0")))
+	f.step("one", "x", t0, rev(5, `{}`))
+	if d := f.disposition(seed); d != store.DispositionAccepted {
+		t.Fatalf("event with work left in another flow is %s, want accepted", d)
+	}
+	f.step("two", "x", t0, rev(5, `{}`))
+	if d := f.disposition(seed); d != store.DispositionApplied {
+		t.Fatalf("seed event: %s", d)
+	}
+	cases := []struct {
+		one, two store.FlowApplyParams
+		want     store.Disposition
+	}{
+		{rev(6, `{}`), rev(6, `{}`), store.DispositionApplied},
+		{rev(6, `{}`), rev(5, `{}`), store.DispositionDuplicate},
+		{rev(5, `{}`), rev(5, `{}`), store.DispositionStale},
+		{rev(5, `{}`), store.FlowApplyParams{Fail: "refetch: 404"}, store.DispositionDeadLettered},
+		{rev(7, `{}`), rev(4, `{}`), store.DispositionApplied},
+	}
+	for i, c := range cases {
+		pk := f.event(fmt.Sprintf("evt_%d", i))
+		f.route(t0, to(pk, rt("one", "x", fmt.Sprint(i+1)), rt("two", "x", fmt.Sprint(i+1))))
+		r1 := f.step("one", "x", t0, c.one)
+		r2 := f.step("two", "x", t0, c.two)
+		if d := f.disposition(pk); d != c.want {
+			t.Fatalf("case %d (%s, %s): event %s, want %s", i, r1.Disposition, r2.Disposition, d, c.want)
+		}
+	}
+	if n := f.workCount(); n != 0 {
+		t.Fatalf("WorkCount = %d after every item settled", n)
+	}
+}
+
+func testReplay(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	ok := f.event("evt_ok")
+	bad := f.event("evt_bad")
+	f.route(t0, to(ok, rt("deals", "d1", "1")), to(bad, rt("deals", "d2", "1")))
+	f.step("deals", "d1", t0, rev(1, `{"v":1}`, eff("deals:d1:r1:notify", "notify")))
+	f.step("deals", "d2", t0, store.FlowApplyParams{Fail: "refetch: 503"})
+	if d := f.disposition(bad); d != store.DispositionDeadLettered {
+		t.Fatalf("failed event: %s", d)
+	}
+	before := f.projection("deals", "d1")
+	at := t0.Add(time.Hour)
+	id, err := f.s.ReplayCreate(f.ctx, &store.ReplayCreateParams{Now: at, Actor: "operator:ann", Selection: "flow deals since t0",
+		Decisions: []*store.RouteDecision{
+			to(ok, rt("deals", "d1", "1")),
+			to(bad, rt("deals", "d2", "1"), store.Route{Flow: "other", Entity: "z", OrderKey: "1", Failed: "no entity"}),
+		}})
+	if err != nil || id <= 0 {
+		t.Fatalf("ReplayCreate: %d %v", id, err)
+	}
+	if n := f.workCount(); n != 2 {
+		t.Fatalf("WorkCount after replay = %d, want 2 (failed routes are not replayed)", n)
+	}
+	ws := f.pending("deals", "d1")
+	if len(ws) != 1 || ws[0].ReplayID != id || ws[0].Event.PK != ok || ws[0].Event.EventID != "evt_ok" || string(ws[0].Event.Body) != `{"id":"evt_ok"}` {
+		t.Fatalf("replayed work = %+v", ws)
+	}
+	if rows := f.audit("replay"); len(rows) != 1 || rows[0].Actor != "operator:ann" || !strings.Contains(rows[0].Detail, "flow deals since t0") {
+		t.Fatalf("replay audit = %+v", rows)
+	}
+	r := f.step("deals", "d1", at, rev(1, `{"v":1}`, eff("deals:d1:r1:notify", "notify")))
+	if r.Disposition != store.DispositionDuplicate || r.EffectsInserted != 0 {
+		t.Fatalf("replay of an applied event: %+v", r)
+	}
+	after := f.projection("deals", "d1")
+	if after.Version != before.Version || after.AppliedEventPK != before.AppliedEventPK || !after.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Fatalf("replay changed the projection: %+v -> %+v", before, after)
+	}
+	if d := f.disposition(ok); d != store.DispositionApplied {
+		t.Fatalf("replayed applied event is %s, want still applied", d)
+	}
+	r = f.step("deals", "d2", at, rev(1, `{"v":1}`, eff("deals:d2:r1:notify", "notify")))
+	if r.Disposition != store.DispositionApplied || r.EffectsInserted != 1 {
+		t.Fatalf("replay of a dead letter: %+v", r)
+	}
+	if d := f.disposition(bad); d != store.DispositionApplied {
+		t.Fatalf("repaired event is %s, want applied", d)
+	}
+	if es := f.effects(&store.EffectListParams{}); len(es) != 2 {
+		t.Fatalf("%d effects, want 2 (one per entity)", len(es))
+	}
+	// A replay of the same selection is another pass, with its own id.
+	// The same route twice in one replay is one work item.
+	id2, err := f.s.ReplayCreate(f.ctx, &store.ReplayCreateParams{Now: at, Actor: "operator:ann", Selection: "again",
+		Decisions: []*store.RouteDecision{to(ok, rt("deals", "d1", "1")), to(ok, rt("deals", "d1", "1"))}})
+	if err != nil || id2 == id {
+		t.Fatalf("second replay: %d %v", id2, err)
+	}
+	if n := f.workCount(); n != 1 {
+		t.Fatalf("WorkCount = %d after the second replay, want 1", n)
+	}
+	if pr := f.projection("deals", "d1"); pr.Pending != 1 {
+		t.Fatalf("pending = %d after the second replay, want 1", pr.Pending)
+	}
+}
+
+// An unordered replay re-applies an old hash: its effect's episode is
+// already in the ledger and is counted, not inserted.
+func testReplayEpisodeExisting(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	a := f.event("evt_a")
+	b := f.event("evt_b")
+	f.route(t0, to(a, rt("sync", "c1", "1")), to(b, rt("sync", "c1", "2")))
+	f.step("sync", "c1", t0, hash("aaa", `{"n":1}`, eff("sync:c1:aaa:mail", "mail")))
+	f.step("sync", "c1", t0, hash("bbb", `{"n":2}`))
+	if _, err := f.s.ReplayCreate(f.ctx, &store.ReplayCreateParams{Now: t0, Actor: "operator:ann", Selection: "evt_a",
+		Decisions: []*store.RouteDecision{to(a, rt("sync", "c1", "1"))}}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.step("sync", "c1", t0, hash("aaa", `{"n":1}`, eff("sync:c1:aaa:mail", "mail")))
+	if r.Disposition != store.DispositionApplied || r.EffectsInserted != 0 || r.EffectsExisting != 1 {
+		t.Fatalf("replay: %+v, want applied with the effect counted as existing", r)
+	}
+	if es := f.effects(&store.EffectListParams{}); len(es) != 1 {
+		t.Fatalf("%d effects, want 1", len(es))
+	}
+}
+
+func testWorkListPendingOrder(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	keys := []string{"b", "a-2", "Z", "a-10", "b"}
+	var ds []*store.RouteDecision
+	for i, k := range keys {
+		pk := f.event(fmt.Sprintf("evt_%d", i), caused(fmt.Sprintf("c%d", i), i))
+		ds = append(ds, to(pk, rt("f", "e", k)))
+	}
+	f.route(t0, ds...)
+	ws := f.pending("f", "e")
+	var got []string
+	for _, w := range ws {
+		got = append(got, w.OrderKey+"/"+w.Event.EventID)
+		if w.Flow != "f" || w.Entity != "e" || w.ReplayID != 0 || w.Event.CausationID == "" {
+			t.Fatalf("work item = %+v", w)
+		}
+	}
+	// Byte order: upper case before lower case, "a-10" before "a-2"; equal
+	// keys in id order.
+	want := "Z/evt_2 a-10/evt_3 a-2/evt_1 b/evt_0 b/evt_4"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("pending order %v, want %s", got, want)
+	}
+	if ws, _ := f.s.WorkListPending(f.ctx, &store.WorkListPendingParams{Flow: "f", Entity: "e", Limit: 2}); len(ws) != 2 {
+		t.Fatalf("limit 2 returned %d", len(ws))
+	}
+	if ws := f.pending("f", "other"); len(ws) != 0 {
+		t.Fatalf("other entity has %d items", len(ws))
+	}
+}
+
+func testWorkCount(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	a := f.event("evt_a")
+	f.event("evt_b")
+	c := f.event("evt_c")
+	if n := f.workCount(); n != 3 {
+		t.Fatalf("WorkCount = %d, want 3 unrouted", n)
+	}
+	f.route(t0, to(a, rt("one", "x", "1"), rt("two", "x", "1")), to(c))
+	if n := f.workCount(); n != 3 {
+		t.Fatalf("WorkCount = %d, want 2 work items + 1 unrouted", n)
+	}
+	f.step("one", "x", t0, rev(1, `{}`))
+	if n := f.workCount(); n != 2 {
+		t.Fatalf("WorkCount = %d, want 2", n)
+	}
+}
+
+func testFlowApplyIdempotent(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	pk := f.event("evt_1")
+	f.route(t0, to(pk, rt("deals", "d1", "1")))
+	l := f.lease("deals", "d1", t0)
+	ws := f.pending("deals", "d1")
+	ap := rev(1, `{"v":1}`, eff("deals:d1:r1:notify", "notify"))
+	ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor = l, t0, ws[0].ID, pk, "worker"
+	r1, err := f.s.FlowApply(f.ctx, &ap)
+	if err != nil || r1.Disposition != store.DispositionApplied || r1.EffectsInserted != 1 {
+		t.Fatalf("first apply: %+v %v", r1, err)
+	}
+	ap.Version, ap.VersionSort, ap.State = "r2", "0000000002", []byte(`{"v":2}`)
+	r2, err := f.s.FlowApply(f.ctx, &ap)
+	if err != nil || r2.Disposition != store.DispositionApplied || r2.EffectsInserted != 0 || r2.EffectsExisting != 0 {
+		t.Fatalf("second apply of a settled item: %+v %v", r2, err)
+	}
+	pr := f.projection("deals", "d1")
+	if pr.Version != "r1" || pr.Pending != 0 {
+		t.Fatalf("projection = %+v, want r1 and pending 0 (settled once)", pr)
+	}
+	if rows := f.audit("work_settled"); len(rows) != 1 {
+		t.Fatalf("%d work_settled rows, want 1", len(rows))
+	}
+	// A failed item reports its reason again.
+	pk2 := f.event("evt_2")
+	f.route(t0, to(pk2, rt("deals", "d1", "2")))
+	ws = f.pending("deals", "d1")
+	fail := store.FlowApplyParams{Lease: l, Now: t0, WorkID: ws[0].ID, EventPK: pk2, Actor: "worker", Fail: "refetch: 404"}
+	for i := range 2 {
+		r, err := f.s.FlowApply(f.ctx, &fail)
+		if err != nil || r.Disposition != store.DispositionDeadLettered || r.Reason != "refetch: 404" {
+			t.Fatalf("fail %d: %+v %v", i, r, err)
+		}
+	}
+	// A work item of another entity is refused under this lease.
+	pk3 := f.event("evt_3")
+	f.route(t0, to(pk3, rt("deals", "d9", "1")))
+	other := f.pending("deals", "d9")
+	bad := store.FlowApplyParams{Lease: l, Now: t0, WorkID: other[0].ID, EventPK: pk3, Actor: "worker", Fail: "x"}
+	if _, err := f.s.FlowApply(f.ctx, &bad); err == nil {
+		t.Fatalf("FlowApply settled another entity's work under this lease")
+	}
+	if ws := f.pending("deals", "d9"); len(ws) != 1 {
+		t.Fatalf("refused apply settled the item")
+	}
+}
+
+func testProjectionGetAbsent(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	if pr := f.projection("deals", "nope"); pr != nil {
+		t.Fatalf("projection of an unknown entity = %+v, want nil", pr)
+	}
+	pk := f.event("evt_1")
+	f.route(t0.Add(time.Second), to(pk, rt("deals", "d1", "1")))
+	pr := f.projection("deals", "d1")
+	if pr == nil || pr.Version != "" || pr.Pending != 1 || pr.AppliedEventPK != 0 || !pr.UpdatedAt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("projection before any apply = %+v", pr)
+	}
+}
