@@ -38,13 +38,14 @@ var Kinds = verify.Kinds()
 
 // Config is the whole file.
 type Config struct {
-	Listen  string   `yaml:"listen"`
-	Store   string   `yaml:"store"`
-	Admin   Admin    `yaml:"admin"`
-	Receive Receive  `yaml:"receive"`
-	Sources   []Source  `yaml:"sources"`
-	Causation Causation `yaml:"causation"`
-	Flows     []Flow    `yaml:"flows"`
+	Listen     string     `yaml:"listen"`
+	Store      string     `yaml:"store"`
+	Admin      Admin      `yaml:"admin"`
+	Receive    Receive    `yaml:"receive"`
+	Sources    []Source   `yaml:"sources"`
+	Causation  Causation  `yaml:"causation"`
+	Processing Processing `yaml:"processing"`
+	Flows      []Flow     `yaml:"flows"`
 
 	// Path is the file the config was read from (for messages).
 	Path string `yaml:"-"`
@@ -70,6 +71,19 @@ type Receive struct {
 	ShutdownTimeout   Duration `yaml:"shutdown_timeout"`
 	// RetryAfter is what a 503 tells the sender when the store cannot commit.
 	RetryAfter Duration `yaml:"retry_after"`
+}
+
+// Processing tunes the ordered processor.
+type Processing struct {
+	// Workers bounds the entities processed in parallel by this process.
+	Workers int `yaml:"workers"`
+	// Lease is how long a worker holds an entity; a crashed worker's
+	// entities are taken over after it.
+	Lease Duration `yaml:"lease"`
+	// RetryDelay defers an entity whose refetch failed transiently.
+	RetryDelay Duration `yaml:"retry_delay"`
+	// PollInterval is how often an idle worker looks for work.
+	PollInterval Duration `yaml:"poll_interval"`
 }
 
 // Source is one sender served at POST /hooks/{name}.

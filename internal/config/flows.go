@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hookledger/hookledger/internal/expr"
 )
@@ -120,9 +121,15 @@ func (c *Config) setFlowDefaults() {
 	if c.Causation.MaxHops == 0 {
 		c.Causation.MaxHops = DefaultMaxHops
 	}
+	if c.Processing.Workers == 0 {
+		c.Processing.Workers = 4
+	}
+	setDur(&c.Processing.Lease, 30*time.Second)
+	setDur(&c.Processing.RetryDelay, 5*time.Second)
+	setDur(&c.Processing.PollInterval, 200*time.Millisecond)
 	for i := range c.Sources {
 		if a := c.Sources[i].API; a != nil && a.Timeout == 0 {
-			a.Timeout = Duration(10e9)
+			a.Timeout = Duration(10 * time.Second)
 		}
 	}
 	for i := range c.Flows {
@@ -151,6 +158,17 @@ func (c *Config) setFlowDefaults() {
 func (c *Config) validateFlows(add func(path, format string, args ...any), warn func(path, format string, args ...any)) {
 	if c.Causation.MaxHops < 0 {
 		add("$.causation.max_hops", "causation.max_hops must be positive")
+	}
+	if c.Processing.Workers < 0 || c.Processing.Workers > 256 {
+		add("$.processing.workers", "processing.workers must be from 1 to 256")
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"lease", c.Processing.Lease}, {"retry_delay", c.Processing.RetryDelay}, {"poll_interval", c.Processing.PollInterval}} {
+		if d.v < 0 {
+			add("$.processing."+d.name, "processing.%s must be positive", d.name)
+		}
 	}
 	sources := map[string]*Source{}
 	for i := range c.Sources {
