@@ -1,0 +1,672 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Several processes share the database, so every read that a write depends
+// on is fenced by a row lock. Lock order, to keep transactions from
+// deadlocking one another:
+//
+//   - routers lock the events they route (in pk order) before any entity,
+//     and only events not yet routed;
+//   - routers and replays lock entities in (flow, entity) order;
+//   - FlowApply locks its one entity first (the fencing update) and an
+//     event last, and only events that are already routed.
+
+var _ store.Pipeline = (*Store)(nil)
+
+// routableColumns selects a RoutableEvent from events e joined to its first
+// delivery d (the lowest delivery id): the body, causation and hop the
+// processor sees are those of the first receipt, whatever the retries sent.
+const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account, e.occurred_at, e.received_at,
+	d.causation_id, d.hop, d.body`
+
+const firstDeliveryJoin = `JOIN deliveries d ON d.id = (SELECT min(id) FROM deliveries WHERE event_pk = e.pk)`
+
+func scanRoutable(row pgx.Row, e *store.RoutableEvent, extra ...any) error {
+	var occ *time.Time
+	dest := append([]any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt,
+		&e.CausationID, &e.Hop, &e.Body}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	e.OccurredAt = fromNull(occ)
+	e.ReceivedAt = e.ReceivedAt.UTC()
+	return nil
+}
+
+// EventListUnrouted returns accepted events not yet routed, in pk order.
+func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroutedParams) ([]*store.RoutableEvent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+routableColumns+` FROM events e `+firstDeliveryJoin+`
+		WHERE NOT e.routed AND e.disposition = 'accepted' ORDER BY e.pk LIMIT $1`, store.ClampLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unrouted events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.RoutableEvent, error) {
+		e := &store.RoutableEvent{}
+		return e, scanRoutable(r, e)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list unrouted events: %w", err)
+	}
+	return out, nil
+}
+
+// eventRef is what audit rows and dispositions need of an event.
+type eventRef struct {
+	pk          int64
+	source      string
+	eventID     string
+	typ         string
+	entity      string
+	disposition store.Disposition
+}
+
+// routed is one route of one event, ready to enqueue.
+type routed struct {
+	ev    eventRef
+	route store.Route
+}
+
+// EventRoute records the decisions in one transaction. Each event is
+// claimed first by setting its routed flag under a row lock: a second
+// router blocks on that lock, then finds the event routed and skips the
+// decision as a whole, so concurrent routing creates no duplicate work.
+func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		decisions := slices.Clone(p.Decisions)
+		slices.SortStableFunc(decisions, func(a, b *store.RouteDecision) int { return cmp.Compare(a.EventPK, b.EventPK) })
+		var claimed []eventRef
+		var items []routed
+		for _, d := range decisions {
+			var ev eventRef
+			err := tx.QueryRow(ctx, `UPDATE events SET routed = true WHERE pk = $1 AND NOT routed
+				RETURNING pk, source, event_id, type, entity, disposition`, d.EventPK).
+				Scan(&ev.pk, &ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // already routed, or no such event
+			}
+			if err != nil {
+				return fmt.Errorf("event %d: mark routed: %w", d.EventPK, err)
+			}
+			claimed = append(claimed, ev)
+			if len(d.Routes) == 0 {
+				if ev.disposition != store.DispositionAccepted {
+					continue
+				}
+				if _, err := tx.Exec(ctx, `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk); err != nil {
+					return fmt.Errorf("event %d: set unrouted: %w", ev.pk, err)
+				}
+				if _, err := tx.Exec(ctx, insertAuditSQL, p.Now, "router", "disposition", ev.source, ev.eventID, ev.entity,
+					fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)); err != nil {
+					return fmt.Errorf("event %d: %w", ev.pk, wrapErr("insert audit", err))
+				}
+				continue
+			}
+			for _, r := range d.Routes {
+				items = append(items, routed{ev: ev, route: r})
+			}
+		}
+		if _, err := enqueue(ctx, tx, p.Now, items, 0, "router"); err != nil {
+			return err
+		}
+		for _, ev := range claimed {
+			if err := settleEvent(ctx, tx, ev.pk, 0, p.Now, "router"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("route events: %w", err)
+	}
+	return nil
+}
+
+// enqueue creates the work rows of routes for one pass, in (flow, entity)
+// order, and returns how many pending rows it inserted. Failed routes are
+// inserted already settled as dead letters.
+func enqueue(ctx context.Context, tx pgx.Tx, now time.Time, items []routed, replayID int64, actor string) (int, error) {
+	slices.SortStableFunc(items, func(a, b routed) int {
+		return cmp.Or(cmp.Compare(a.route.Flow, b.route.Flow), cmp.Compare(a.route.Entity, b.route.Entity))
+	})
+	inserted := 0
+	for _, it := range items {
+		r, ev := it.route, it.ev
+		if _, err := tx.Exec(ctx, `INSERT INTO entities (flow, entity, updated_at) VALUES ($1, $2, $3)
+			ON CONFLICT (flow, entity) DO NOTHING`, r.Flow, r.Entity, now); err != nil {
+			return 0, fmt.Errorf("upsert entity %s/%s: %w", r.Flow, r.Entity, err)
+		}
+		if r.Failed != "" {
+			tag, err := tx.Exec(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
+				VALUES ($1, $2, $3, $4, $5, $6, $6, 'dead_lettered', $7) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
+				r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, now, r.Failed)
+			if err != nil {
+				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
+			}
+			if tag.RowsAffected() == 0 {
+				continue
+			}
+			if _, err := tx.Exec(ctx, insertAuditSQL, now, actor, "dead_lettered", ev.source, ev.eventID, r.Entity,
+				fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed)); err != nil {
+				return 0, wrapErr("insert audit", err)
+			}
+			continue
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
+			r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, now)
+		if err != nil {
+			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
+		}
+		if tag.RowsAffected() == 0 {
+			continue
+		}
+		if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending + 1 WHERE flow = $1 AND entity = $2`,
+			r.Flow, r.Entity); err != nil {
+			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
+		}
+		inserted++
+	}
+	return inserted, nil
+}
+
+// aggregate is the event disposition over the work rows of one pass.
+func aggregate(ds []store.Disposition) store.Disposition {
+	for _, d := range []store.Disposition{store.DispositionDeadLettered, store.DispositionApplied, store.DispositionDuplicate} {
+		if slices.Contains(ds, d) {
+			return d
+		}
+	}
+	return store.DispositionStale
+}
+
+// settleEvent applies the aggregate rule once an event has no pending work:
+// the disposition becomes the aggregate of the pass just settled, but only
+// over accepted or dead_lettered (a replay repairs a dead letter and never
+// downgrades an applied event). The event row is locked before counting:
+// two flows settling their items of one event at once would otherwise each
+// see the other's item pending and leave the event accepted forever.
+func settleEvent(ctx context.Context, tx pgx.Tx, eventPK, replayID int64, now time.Time, actor string) error {
+	var ev eventRef
+	if err := tx.QueryRow(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = $1 FOR UPDATE`, eventPK).
+		Scan(&ev.source, &ev.eventID, &ev.entity, &ev.disposition); err != nil {
+		return fmt.Errorf("lock event %d: %w", eventPK, err)
+	}
+	var pending int64
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM work WHERE event_pk = $1 AND done_at IS NULL`, eventPK).Scan(&pending); err != nil {
+		return fmt.Errorf("count pending work of event %d: %w", eventPK, err)
+	}
+	if pending > 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT disposition FROM work WHERE event_pk = $1 AND replay_id = $2`, eventPK, replayID)
+	if err != nil {
+		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
+	}
+	ds, err := pgx.CollectRows(rows, pgx.RowTo[store.Disposition])
+	if err != nil {
+		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	agg := aggregate(ds)
+	if ev.disposition == agg || (ev.disposition != store.DispositionAccepted && ev.disposition != store.DispositionDeadLettered) {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE events SET disposition = $1 WHERE pk = $2`, agg, eventPK); err != nil {
+		return fmt.Errorf("set disposition of event %d: %w", eventPK, err)
+	}
+	if _, err := tx.Exec(ctx, insertAuditSQL, now, actor, "disposition", ev.source, ev.eventID, ev.entity,
+		fmt.Sprintf("%s -> %s", ev.disposition, agg)); err != nil {
+		return wrapErr("insert audit", err)
+	}
+	return nil
+}
+
+// EntityClaim leases ready entities. SKIP LOCKED lets claimers in several
+// processes run at once: each passes over rows another is claiming (or
+// applying to) instead of waiting, and re-checks the lease on the rows it
+// locks, so no entity is leased twice. The candidates are MATERIALIZED so
+// the locking select runs exactly once. Tokens come from gen_random_uuid
+// (built in since PostgreSQL 13), one per row.
+func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
+	rows, err := s.pool.Query(ctx, `WITH c AS MATERIALIZED (
+			SELECT flow, entity FROM entities
+			WHERE pending > 0 AND lease_until <= $1 AND not_before <= $1
+			ORDER BY not_before, flow COLLATE "C", entity COLLATE "C"
+			LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE entities e SET lease_token = $3 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $4
+		FROM c WHERE e.flow = c.flow AND e.entity = c.entity
+		RETURNING e.not_before, e.flow, e.entity, e.lease_token, e.lease_until`,
+		p.Now, store.ClampLimit(p.Limit), p.Owner, p.Now.Add(p.LeaseFor))
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	type claimed struct {
+		notBefore time.Time
+		lease     *store.Lease
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
+		c := claimed{lease: &store.Lease{}}
+		// -infinity (never deferred) sorts as the zero time.
+		var nb pgtype.Timestamptz
+		if err := r.Scan(&nb, &c.lease.Flow, &c.lease.Entity, &c.lease.Token, &c.lease.Until); err != nil {
+			return c, err
+		}
+		if nb.InfinityModifier == pgtype.Finite {
+			c.notBefore = nb.Time
+		}
+		c.lease.Until = c.lease.Until.UTC()
+		return c, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	// RETURNING keeps no order: restore the claim order.
+	slices.SortFunc(got, func(a, b claimed) int {
+		return cmp.Or(a.notBefore.Compare(b.notBefore), cmp.Compare(a.lease.Flow, b.lease.Flow), cmp.Compare(a.lease.Entity, b.lease.Entity))
+	})
+	out := make([]*store.Lease, len(got))
+	for i, c := range got {
+		out[i] = c.lease
+	}
+	return out, nil
+}
+
+// EntityRelease frees a lease that the token still holds; a lease already
+// lost to another worker is left alone and is not an error, because the
+// releasing worker has nothing left to do either way.
+func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams) error {
+	if p.Lease == nil {
+		return errors.New("release entity: no lease")
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE entities SET lease_token = '', lease_until = '-infinity',
+		not_before = coalesce($1::timestamptz, not_before) WHERE flow = $2 AND entity = $3 AND lease_token = $4`,
+		nullTime(p.RetryAt), p.Lease.Flow, p.Lease.Entity, p.Lease.Token); err != nil {
+		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
+	}
+	return nil
+}
+
+// WorkListPending returns one entity's unsettled work in business order
+// (order_key is COLLATE "C": byte order, as in SQLite).
+func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingParams) ([]*store.WorkItem, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+routableColumns+`, w.id, w.flow, w.entity, w.order_key, w.replay_id
+		FROM work w JOIN events e ON e.pk = w.event_pk `+firstDeliveryJoin+`
+		WHERE w.flow = $1 AND w.entity = $2 AND w.done_at IS NULL
+		ORDER BY w.order_key, w.id LIMIT $3`, p.Flow, p.Entity, store.ClampLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list pending work: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.WorkItem, error) {
+		w := &store.WorkItem{}
+		return w, scanRoutable(r, &w.Event, &w.ID, &w.Flow, &w.Entity, &w.OrderKey, &w.ReplayID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pending work: %w", err)
+	}
+	return out, nil
+}
+
+// workRow is a work item as FlowApply reads it.
+type workRow struct {
+	flow, entity string
+	eventPK      int64
+	replayID     int64
+	disposition  store.Disposition
+	reason       string
+	ev           eventRef
+}
+
+// FlowApply settles one work item in one transaction; any error rolls the
+// whole of it back.
+func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
+	if p.Lease == nil {
+		return nil, errors.New("flow apply: no lease")
+	}
+	var res *store.FlowApplyResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = flowApply(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
+	}
+	return res, nil
+}
+
+func flowApply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
+	l := p.Lease
+	// Fencing: a worker whose lease expired or was re-claimed writes
+	// nothing. The update also row-locks the entity until commit, so a
+	// claimer cannot take it over halfway (it skips the locked row).
+	tag, err := tx.Exec(ctx, `UPDATE entities SET lease_until = lease_until
+		WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND lease_until > $4`, l.Flow, l.Entity, l.Token, p.Now)
+	if err != nil {
+		return nil, fmt.Errorf("check lease: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, store.ErrLeaseLost
+	}
+
+	var w workRow
+	var doneAt *time.Time
+	err = tx.QueryRow(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.done_at, w.disposition, w.reason,
+		e.source, e.event_id, e.entity FROM work w JOIN events e ON e.pk = w.event_pk WHERE w.id = $1`, p.WorkID).
+		Scan(&w.flow, &w.entity, &w.eventPK, &w.replayID, &doneAt, &w.disposition, &w.reason,
+			&w.ev.source, &w.ev.eventID, &w.ev.entity)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errors.New("no such work item")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read work: %w", err)
+	}
+	w.ev.pk = w.eventPK
+	if w.flow != l.Flow || w.entity != l.Entity {
+		return nil, fmt.Errorf("work item belongs to %s/%s, not the leased entity", w.flow, w.entity)
+	}
+	if p.EventPK != 0 && p.EventPK != w.eventPK {
+		return nil, fmt.Errorf("work item is for event %d, not %d", w.eventPK, p.EventPK)
+	}
+	if doneAt != nil {
+		return &store.FlowApplyResult{Disposition: w.disposition, Reason: w.reason}, nil
+	}
+
+	res := &store.FlowApplyResult{}
+	audit := func(action, detail string) error {
+		if _, err := tx.Exec(ctx, insertAuditSQL, p.Now, p.Actor, action, w.ev.source, w.ev.eventID, w.entity, detail); err != nil {
+			return wrapErr("insert audit", err)
+		}
+		return nil
+	}
+	subject := fmt.Sprintf("flow %s entity %s", w.flow, w.entity)
+
+	decided := false
+	switch {
+	case p.Fail != "":
+		res.Disposition, res.Reason, decided = store.DispositionDeadLettered, p.Fail, true
+		if err := audit("dead_lettered", subject+": "+p.Fail); err != nil {
+			return nil, err
+		}
+	case p.CausationID != "" && p.MaxHops > 0 && p.Hop >= p.MaxHops:
+		res.Disposition, decided = store.DispositionDeadLettered, true
+		res.Reason = fmt.Sprintf("loop_hop_limit: causation %s reached hop %d (ceiling %d)", p.CausationID, p.Hop, p.MaxHops)
+		if err := audit("loop_hop_limit", subject+": "+res.Reason); err != nil {
+			return nil, err
+		}
+	case p.CausationID != "":
+		// A concurrent first visit of the same causation waits here for the
+		// other transaction, then sees its row: exactly one is first.
+		var first int64
+		if err := tx.QueryRow(ctx, `INSERT INTO loop_visits (flow, causation_id, event_pk, at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (flow, causation_id) DO UPDATE SET flow = excluded.flow RETURNING event_pk`,
+			w.flow, p.CausationID, w.eventPK, p.Now).Scan(&first); err != nil {
+			return nil, fmt.Errorf("record loop visit: %w", err)
+		}
+		if first != w.eventPK {
+			res.Disposition, decided = store.DispositionDuplicate, true
+			res.Reason = fmt.Sprintf("loop_blocked: causation %s already visited flow %s with event %d", p.CausationID, w.flow, first)
+			if err := audit("loop_blocked", subject+": "+res.Reason); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	if !decided {
+		var curVersion, curSort string
+		var sameState bool
+		if err := tx.QueryRow(ctx, `SELECT version, version_sort, state = $3::jsonb FROM entities WHERE flow = $1 AND entity = $2`,
+			w.flow, w.entity, stateText(p.State)).Scan(&curVersion, &curSort, &sameState); err != nil {
+			return nil, fmt.Errorf("read projection: %w", err)
+		}
+		res.Disposition, res.Reason = revisionGuard(curVersion, curSort, sameState, p)
+		if res.Disposition == store.DispositionDeadLettered {
+			if err := audit("dead_lettered", subject+": "+res.Reason); err != nil {
+				return nil, err
+			}
+		}
+		if res.Disposition == store.DispositionApplied {
+			if err := apply(ctx, tx, p, w, res, audit); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	if _, err := tx.Exec(ctx, `UPDATE work SET done_at = $1, disposition = $2, reason = $3 WHERE id = $4`,
+		p.Now, res.Disposition, res.Reason, p.WorkID); err != nil {
+		return nil, fmt.Errorf("settle work: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending - 1 WHERE flow = $1 AND entity = $2`,
+		w.flow, w.entity); err != nil {
+		return nil, fmt.Errorf("count pending: %w", err)
+	}
+	if err := audit("work_settled", settledDetail(subject, res, p.Version)); err != nil {
+		return nil, err
+	}
+	if err := settleEvent(ctx, tx, w.eventPK, w.replayID, p.Now, p.Actor); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// apply writes the projection, supersedes older pending effects of the
+// same names and inserts the new effects behind their episode keys.
+func apply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams, w workRow, res *store.FlowApplyResult, audit func(action, detail string) error) error {
+	if _, err := tx.Exec(ctx, `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5
+		WHERE flow = $6 AND entity = $7`, p.Version, p.VersionSort, stateText(p.State), w.eventPK, p.Now, w.flow, w.entity); err != nil {
+		return fmt.Errorf("update projection: %w", err)
+	}
+	older := `version_sort < $5`
+	if !p.Ordered {
+		older = `version_sort <> $5`
+	}
+	for _, name := range effectNames(p.Effects) {
+		rows, err := tx.Query(ctx, `UPDATE effects SET state = 'superseded', updated_at = $1
+			WHERE flow = $2 AND entity = $3 AND effect = $4 AND state IN ('approved', 'retry_wait') AND `+older+`
+			RETURNING episode_key, version`, p.Now, w.flow, w.entity, name, p.VersionSort)
+		if err != nil {
+			return fmt.Errorf("supersede %s: %w", name, err)
+		}
+		keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+			var key, version string
+			err := r.Scan(&key, &version)
+			return fmt.Sprintf("%s (version %s superseded by %s)", key, version, p.Version), err
+		})
+		if err != nil {
+			return fmt.Errorf("supersede %s: %w", name, err)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if err := audit("effect_superseded", k); err != nil {
+				return err
+			}
+		}
+		res.Superseded += len(keys)
+	}
+	for _, e := range p.Effects {
+		tag, err := tx.Exec(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+			state, request, source_event_pk, causation_id, hop, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'approved', $8::jsonb, $9, $10, $11, $12, $12) ON CONFLICT (episode_key) DO NOTHING`,
+			e.EpisodeKey, w.flow, w.entity, p.Version, p.VersionSort, e.Effect, e.Destination, stateText(e.Request),
+			w.eventPK, e.CausationID, e.Hop, p.Now)
+		if err != nil {
+			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
+		}
+		if tag.RowsAffected() == 0 {
+			res.EffectsExisting++
+			continue
+		}
+		res.EffectsInserted++
+		if err := audit("effect_approved", e.EpisodeKey); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// revisionGuard decides what an event's version does to the projection.
+// Versions compare as Go strings, i.e. bytes, like the COLLATE "C" columns.
+func revisionGuard(curVersion, curSort string, sameState bool, p *store.FlowApplyParams) (store.Disposition, string) {
+	if curSort == "" {
+		return store.DispositionApplied, ""
+	}
+	switch {
+	case p.VersionSort == curSort:
+		if sameState {
+			return store.DispositionDuplicate, fmt.Sprintf("version %s already applied", p.Version)
+		}
+		return store.DispositionDeadLettered, fmt.Sprintf("version_conflict: version %s already applied with a different state", p.Version)
+	case !p.Ordered:
+		// A different hash was refetched after the current one: newer.
+		return store.DispositionApplied, ""
+	case p.VersionSort > curSort:
+		return store.DispositionApplied, ""
+	default:
+		return store.DispositionStale, fmt.Sprintf("version %s is older than applied %s", p.Version, curVersion)
+	}
+}
+
+func settledDetail(subject string, res *store.FlowApplyResult, version string) string {
+	if res.Disposition == store.DispositionApplied {
+		return fmt.Sprintf("%s: applied %s", subject, version)
+	}
+	return fmt.Sprintf("%s: %s: %s", subject, res.Disposition, res.Reason)
+}
+
+// effectNames returns the distinct effect names in first-seen order.
+func effectNames(es []*store.EffectInsert) []string {
+	var out []string
+	for _, e := range es {
+		if !slices.Contains(out, e.Effect) {
+			out = append(out, e.Effect)
+		}
+	}
+	return out
+}
+
+// stateText stores an absent JSON value as JSON null.
+func stateText(b []byte) string {
+	if len(b) == 0 {
+		return "null"
+	}
+	return string(b)
+}
+
+// ProjectionGet returns one entity's projection, or nil when it has none.
+func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams) (*store.Projection, error) {
+	pr := &store.Projection{}
+	var state string
+	var applied *int64
+	err := s.pool.QueryRow(ctx, `SELECT flow, entity, version, version_sort, state::text, applied_event_pk, updated_at, pending
+		FROM entities WHERE flow = $1 AND entity = $2`, p.Flow, p.Entity).
+		Scan(&pr.Flow, &pr.Entity, &pr.Version, &pr.VersionSort, &state, &applied, &pr.UpdatedAt, &pr.Pending)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get projection %s/%s: %w", p.Flow, p.Entity, err)
+	}
+	pr.State = []byte(state)
+	if applied != nil {
+		pr.AppliedEventPK = *applied
+	}
+	pr.UpdatedAt = pr.UpdatedAt.UTC()
+	return pr, nil
+}
+
+// EffectList pages through the effect ledger in id order.
+func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error) {
+	f := &filter{}
+	f.add("f.id > ?", p.AfterID)
+	if p.Flow != "" {
+		f.add("f.flow = ?", p.Flow)
+	}
+	if p.Entity != "" {
+		f.add("f.entity = ?", p.Entity)
+	}
+	if p.State != "" {
+		f.add("f.state = ?", string(p.State))
+	}
+	rows, err := s.pool.Query(ctx, `SELECT f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination,
+		f.state, f.request::text, e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at
+		FROM effects f JOIN events e ON e.pk = f.source_event_pk`+f.sql(store.ClampLimit(p.Limit)), f.args...)
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Effect, error) {
+		e := &store.Effect{}
+		var req string
+		if err := r.Scan(&e.ID, &e.EpisodeKey, &e.Flow, &e.Entity, &e.Version, &e.Effect, &e.Destination, &e.State,
+			&req, &e.Source, &e.SourceEventID, &e.CausationID, &e.Hop, &e.Attempts, &e.CreatedAt, &e.UpdatedAt); err != nil {
+			return nil, err
+		}
+		e.Request = []byte(req)
+		e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
+		return e, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", err)
+	}
+	return out, nil
+}
+
+// ReplayCreate records a replay and enqueues a new pass of work for its
+// routes. The replays row counts the work items actually enqueued.
+func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
+			p.Now, p.Actor, p.Selection).Scan(&id); err != nil {
+			return fmt.Errorf("insert replay: %w", err)
+		}
+		var items []routed
+		for _, d := range p.Decisions {
+			for _, r := range d.Routes {
+				if r.Failed == "" {
+					items = append(items, routed{ev: eventRef{pk: d.EventPK}, route: r})
+				}
+			}
+		}
+		n, err := enqueue(ctx, tx, p.Now, items, id, p.Actor)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE replays SET items = $1 WHERE id = $2`, n, id); err != nil {
+			return fmt.Errorf("count replay items: %w", err)
+		}
+		if _, err := tx.Exec(ctx, insertAuditSQL, p.Now, p.Actor, "replay", "", "", "",
+			fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)); err != nil {
+			return wrapErr("insert audit", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("create replay: %w", err)
+	}
+	return id, nil
+}
+
+// WorkCount counts pending work items plus accepted events not yet routed.
+func (s *Store) WorkCount(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM work WHERE done_at IS NULL) +
+		(SELECT count(*) FROM events WHERE NOT routed AND disposition = 'accepted')`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count work: %w", err)
+	}
+	return n, nil
+}
