@@ -24,6 +24,8 @@ var ErrUnavailable = errors.New("store unavailable")
 
 // Store is the contract both drivers implement.
 type Store interface {
+	// Pipeline is the ordered processor's part (pipeline.go).
+	Pipeline
 	// Ping reports whether the database answers (for /readyz).
 	Ping(ctx context.Context) error
 	// Migrate applies the embedded schema migrations not yet applied and

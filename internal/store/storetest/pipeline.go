@@ -12,25 +12,15 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// pipelineStore is a driver that implements the pipeline contract.
-type pipelineStore interface {
-	store.Store
-	store.Pipeline
-}
-
 // pipe is one pipeline test's store with the helpers its cases share.
 type pipe struct {
 	t   *testing.T
-	s   pipelineStore
+	s   store.Store
 	ctx context.Context
 }
 
 func newPipe(t *testing.T, o Opener) *pipe {
-	s, ok := o.Open(t).(pipelineStore)
-	if !ok {
-		t.Skipf("driver %s does not implement store.Pipeline yet", o.Name)
-	}
-	return &pipe{t: t, s: s, ctx: context.Background()}
+	return &pipe{t: t, s: o.Open(t), ctx: context.Background()}
 }
 
 // event stores one delivery of crm/eventID and returns the event pk.
