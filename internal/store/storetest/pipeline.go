@@ -975,3 +975,142 @@ func testProjectionGetAbsent(t *testing.T, o Opener) {
 		t.Fatalf("projection before any apply = %+v", pr)
 	}
 }
+
+// Flows settling their items of one event at the same moment must leave
+// the event settled: each must see the others' settled items, or the event
+// stays accepted forever. Concurrent first visits of one causation must
+// elect exactly one first visitor.
+func testConcurrentSettle(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	const flows = 8
+	for round := range 3 {
+		pk := f.event(fmt.Sprintf("evt_%d", round), caused(fmt.Sprintf("cause-%d", round), 0))
+		var routes []store.Route
+		for i := range flows {
+			routes = append(routes, rt(fmt.Sprintf("flow%d", i), fmt.Sprintf("e%d", round), "1"))
+		}
+		other := f.event(fmt.Sprintf("evt_other_%d", round), caused(fmt.Sprintf("cause-%d", round), 0))
+		f.route(t0, to(pk, routes...), to(other, rt("flow0", fmt.Sprintf("x%d", round), "1")))
+		at := t0.Add(time.Duration(round) * time.Hour)
+		leases := f.claim("w", at, 1000)
+		if len(leases) != flows+1 {
+			t.Fatalf("round %d: %d leases, want %d", round, len(leases), flows+1)
+		}
+		var wg sync.WaitGroup
+		results := make([]*store.FlowApplyResult, len(leases))
+		errs := make([]error, len(leases))
+		for i, l := range leases {
+			ws := f.pending(l.Flow, l.Entity)
+			if len(ws) != 1 {
+				t.Fatalf("%s/%s: %d pending", l.Flow, l.Entity, len(ws))
+			}
+			ap := rev(1, `{}`)
+			ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor = l, at, ws[0].ID, ws[0].Event.PK, "worker"
+			ap.CausationID, ap.MaxHops = ws[0].Event.CausationID, 10
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i], errs[i] = f.s.FlowApply(f.ctx, &ap)
+			}()
+		}
+		wg.Wait()
+		blocked := 0
+		for i := range leases {
+			if errs[i] != nil {
+				t.Fatalf("round %d: FlowApply %s/%s: %v", round, leases[i].Flow, leases[i].Entity, errs[i])
+			}
+			if strings.HasPrefix(results[i].Reason, "loop_blocked:") {
+				blocked++
+			}
+		}
+		if blocked != 1 {
+			t.Fatalf("round %d: %d loop_blocked results, want exactly 1 (two events, one causation, flow0)", round, blocked)
+		}
+		if d := f.disposition(pk); d != store.DispositionApplied {
+			t.Fatalf("round %d: event is %s after every flow settled it, want applied", round, d)
+		}
+		if n := f.workCount(); n != 0 {
+			t.Fatalf("round %d: WorkCount = %d", round, n)
+		}
+	}
+}
+
+// Two processes (two handles on one database) route, claim and apply the
+// same events at once: every event is processed exactly once.
+func testTwoProcesses(t *testing.T, o Opener) {
+	if o.Reopen == nil {
+		t.Skip("driver offers no second handle")
+	}
+	f := newPipe(t, o)
+	handles := []store.Store{f.s, o.Reopen(t, f.s)}
+	const n = 12
+	for i := range n {
+		f.event(fmt.Sprintf("evt_%02d", i))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(handles))
+	settled := make([]int, len(handles))
+	for h, s := range handles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[h] = func() error {
+				evs, err := s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{})
+				if err != nil {
+					return err
+				}
+				var ds []*store.RouteDecision
+				for _, e := range evs {
+					ds = append(ds, to(e.PK, rt("deals", e.Entity, "1")))
+				}
+				if err := s.EventRoute(f.ctx, &store.EventRouteParams{Now: t0, Decisions: ds}); err != nil {
+					return err
+				}
+				for range n {
+					ls, err := s.EntityClaim(f.ctx, &store.EntityClaimParams{Owner: fmt.Sprint("p", h), Now: t0, LeaseFor: time.Minute, Limit: 3})
+					if err != nil {
+						return err
+					}
+					for _, l := range ls {
+						ws, err := s.WorkListPending(f.ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity})
+						if err != nil {
+							return err
+						}
+						for _, w := range ws {
+							ap := rev(1, `{}`, eff("deals:"+l.Entity+":r1:notify", "notify"))
+							ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor = l, t0, w.ID, w.Event.PK, "worker"
+							if _, err := s.FlowApply(f.ctx, &ap); err != nil {
+								return err
+							}
+							settled[h]++
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for h, err := range errs {
+		if err != nil {
+			t.Fatalf("process %d: %v", h, err)
+		}
+	}
+	if settled[0]+settled[1] != n {
+		t.Fatalf("processes settled %d + %d items, want %d in all", settled[0], settled[1], n)
+	}
+	if rows := f.audit("work_settled"); len(rows) != n {
+		t.Fatalf("%d work_settled rows, want %d", len(rows), n)
+	}
+	if es := f.effects(&store.EffectListParams{}); len(es) != n {
+		t.Fatalf("%d effects, want %d", len(es), n)
+	}
+	for _, e := range events(t, f.s, &store.EventListParams{}) {
+		if e.Disposition != store.DispositionApplied {
+			t.Fatalf("event %s is %s", e.EventID, e.Disposition)
+		}
+	}
+	if c := f.workCount(); c != 0 {
+		t.Fatalf("WorkCount = %d", c)
+	}
+}

@@ -64,6 +64,8 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineWorkCount", testWorkCount},
 		{"PipelineFlowApplyIdempotent", testFlowApplyIdempotent},
 		{"PipelineProjectionGet", testProjectionGetAbsent},
+		{"PipelineConcurrentSettle", testConcurrentSettle},
+		{"PipelineTwoProcesses", testTwoProcesses},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
