@@ -22,13 +22,16 @@ type Pipeline interface {
 	// EventRoute records routing decisions: a work item per (event, flow),
 	// an entity row per (flow, entity), and marks the events routed. An
 	// event with no route ends unrouted. Routing an event twice creates no
-	// second work item (safe for concurrent routers).
+	// second work item (safe for concurrent routers): a decision for an
+	// event that is already routed is skipped as a whole.
 	EventRoute(ctx context.Context, p *EventRouteParams) error
 	// EntityClaim leases up to Limit entities that have pending work, whose
-	// lease is free or expired and whose not_before has passed.
+	// lease is free or expired and whose not_before has passed, in claim
+	// order (not_before, flow, entity).
 	EntityClaim(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
 	// EntityRelease gives a lease back (only if the token still holds it),
-	// optionally deferring the entity until RetryAt.
+	// optionally deferring the entity until RetryAt. Releasing a lease that
+	// was already lost is a no-op, not an error.
 	EntityRelease(ctx context.Context, p *EntityReleaseParams) error
 	// WorkListPending returns an entity's pending work items in business
 	// order (order key, then id), with their events.
@@ -37,7 +40,10 @@ type Pipeline interface {
 	// feedback-loop guard, revision guard, projection update, superseding
 	// older pending effects of the same name, effect inserts under the
 	// unique episode key, dispositions and audit rows. It returns
-	// ErrLeaseLost (nothing written) when the lease no longer holds.
+	// ErrLeaseLost (nothing written) when the lease no longer holds, and an
+	// error when the work item is not the leased entity's or not EventPK's.
+	// An effect whose episode already exists is counted as existing and
+	// left as it is (a superseded row is not revived).
 	FlowApply(ctx context.Context, p *FlowApplyParams) (*FlowApplyResult, error)
 	// ProjectionGet returns the projection of one entity of one flow, or
 	// nil when it has none.
@@ -46,6 +52,8 @@ type Pipeline interface {
 	EffectList(ctx context.Context, p *EffectListParams) ([]*Effect, error)
 	// ReplayCreate records a replay attempt and enqueues new work items for
 	// the given routes (same events, same identities, a new replay id).
+	// Failed routes are not replayed; the replay's items count is the number
+	// of work items enqueued.
 	ReplayCreate(ctx context.Context, p *ReplayCreateParams) (int64, error)
 	// WorkCount reports pending work, for drains and readiness of tests.
 	WorkCount(ctx context.Context) (pending int64, err error)
