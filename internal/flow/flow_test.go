@@ -20,14 +20,9 @@ import (
 
 var t0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
 
-type pipelineStore interface {
-	store.Store
-	store.Pipeline
-}
-
 type fixture struct {
 	t   *testing.T
-	st  pipelineStore
+	st  store.Store
 	clk *clock.Fake
 	eng *Engine
 	cfg *config.Config
@@ -48,13 +43,8 @@ func newFixture(t *testing.T, yaml string) *fixture {
 	if _, err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var st any = s
-	ps, ok := st.(pipelineStore)
-	if !ok {
-		t.Fatal("sqlite store does not implement the pipeline")
-	}
 	clk := clock.NewFake(t0)
-	return &fixture{t: t, st: ps, clk: clk, cfg: cfg, eng: New(cfg, ps, Options{Clock: clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second})}
+	return &fixture{t: t, st: s, clk: clk, cfg: cfg, eng: New(cfg, s, Options{Clock: clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second})}
 }
 
 func (f *fixture) send(source, eventID, body string) {

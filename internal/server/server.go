@@ -20,6 +20,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/inbox"
 	"github.com/hookledger/hookledger/internal/receive"
 	"github.com/hookledger/hookledger/internal/store"
@@ -98,6 +99,21 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 
+	engine := flow.New(s.cfg, st, flow.Options{
+		Workers:      s.cfg.Processing.Workers,
+		LeaseFor:     s.cfg.Processing.Lease.D(),
+		RetryDelay:   s.cfg.Processing.RetryDelay.D(),
+		PollInterval: s.cfg.Processing.PollInterval.D(),
+		Logger:       s.log,
+		Clock:        s.clk,
+	})
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	engine.Start(engineCtx)
+	for _, w := range s.cfg.Warnings {
+		s.log.Warn("config", "warning", w.Error())
+	}
+
 	mux := http.NewServeMux()
 	mux.Handle("POST /hooks/{source}", recv)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -152,6 +168,10 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := writer.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
+	// The processor stops after the inbox: every acknowledged event is
+	// already durable, and unprocessed work simply waits for the next start.
+	stopEngine()
+	engine.Stop()
 	s.log.Info("stopped")
 	return runErr
 }

@@ -88,7 +88,12 @@ type harness struct {
 
 func start(t *testing.T, storeURL string) *harness {
 	t.Helper()
-	cfg, err := config.Parse("e2e.yaml", []byte(testConfig(storeURL)), func(string) (string, bool) { return "", false })
+	return startWith(t, testConfig(storeURL))
+}
+
+func startWith(t *testing.T, yaml string) *harness {
+	t.Helper()
+	cfg, err := config.Parse("e2e.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

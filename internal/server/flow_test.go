@@ -1,0 +1,226 @@
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/store/storeopen"
+)
+
+const shopSecret = "shop-signing-secret"
+
+// The dossier's order flow, and two systems that echo each other's effects.
+const flowConfig = `
+processing:
+  poll_interval: 5ms
+flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version:
+      mode: revision
+      revision: event.revision
+    state: event.intent
+    effects:
+      - name: notify_created
+        when: state == "CREATED"
+        destination: notifier
+        request:
+          path: '"/notify/created"'
+          body: '{"order": entity, "revision": version}'
+      - name: notify_cancel
+        when: state == "CANCELLED"
+        destination: notifier
+        request:
+          path: '"/notify/cancelled"'
+          body: '{"order": entity}'
+  - name: a_to_b
+    source: sys_a
+    events: ["*"]
+    entity: event.id
+    version: {mode: revision, revision: event.rev}
+    effects:
+      - name: push_b
+        destination: sys_b
+        request: {path: '"/contacts"'}
+  - name: b_to_a
+    source: sys_b
+    events: ["*"]
+    entity: event.id
+    version: {mode: revision, revision: event.rev}
+    effects:
+      - name: push_a
+        destination: sys_a
+        request: {path: '"/contacts"'}
+`
+
+func flowSources() string {
+	var b strings.Builder
+	for _, name := range []string{"shop", "sys_a", "sys_b"} {
+		fmt.Fprintf(&b, `  - name: %s
+    kind: hmac
+    secrets: [%s]
+    hmac: {header: X-Signature, prefix: "sha256="}
+`, name, shopSecret)
+	}
+	return b.String()
+}
+
+func startFlows(t *testing.T, storeURL string) *harness {
+	t.Helper()
+	base := testConfig(storeURL)
+	base = strings.Replace(base, "sources:\n", "sources:\n"+flowSources(), 1)
+	return startWith(t, base+flowConfig)
+}
+
+func shopPost(t *testing.T, h *harness, source, body string, extra http.Header) (int, string) {
+	t.Helper()
+	m := hmac.New(sha256.New, []byte(shopSecret))
+	m.Write([]byte(body))
+	hdr := http.Header{"X-Signature": {"sha256=" + hex.EncodeToString(m.Sum(nil))}}
+	for k, v := range extra {
+		hdr[k] = v
+	}
+	code, resp, _ := h.post("/hooks/"+source, []byte(body), hdr)
+	return code, resp
+}
+
+// settled waits until the event leaves accepted; the processor runs in the
+// background of the real server.
+func settled(t *testing.T, h *harness, source, eventID string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ev := h.events(source, eventID)
+		if len(ev) == 1 && ev[0].Disposition != "accepted" {
+			return ev[0].Disposition
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s still not settled: %+v", source, eventID, ev)
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for the processor, not measuring time
+	}
+}
+
+func orderEvent(eventID, intent string, rev int) string {
+	return fmt.Sprintf(`{"eventId":%q,"type":"order.%s","occurredAt":"2026-11-03T08:5%d:00Z","order_id":"ord-42","revision":%d,"intent":%q}`,
+		eventID, strings.ToLower(intent), rev, rev, intent)
+}
+
+func TestDossierScenario(t *testing.T) { stores(t, testDossierScenario) }
+
+func testDossierScenario(t *testing.T, storeURL string) {
+	h := startFlows(t, storeURL)
+
+	// create r1: applied.
+	create := orderEvent("evt-create", "CREATED", 1)
+	if code, resp := shopPost(t, h, "shop", create, nil); code != 200 {
+		t.Fatalf("create: %d %s", code, resp)
+	}
+	if d := settled(t, h, "shop", "evt-create"); d != "applied" {
+		t.Fatalf("create r1 = %s, want applied", d)
+	}
+	// The same delivery again, and the same event under a new delivery:
+	// both are duplicates of the one event.
+	for i, hdr := range []http.Header{nil, {"X-Delivery-Attempt": {"2"}}} {
+		code, resp := shopPost(t, h, "shop", create, hdr)
+		if code != 200 || !strings.Contains(resp, `"duplicates":1`) {
+			t.Fatalf("repeat %d: %d %s, want 200 reporting a duplicate", i, code, resp)
+		}
+	}
+	// cancel r3 arrives before confirm r2.
+	if code, resp := shopPost(t, h, "shop", orderEvent("evt-cancel", "CANCELLED", 3), nil); code != 200 {
+		t.Fatalf("cancel: %d %s", code, resp)
+	}
+	if d := settled(t, h, "shop", "evt-cancel"); d != "applied" {
+		t.Fatalf("cancel r3 = %s, want applied", d)
+	}
+	if code, resp := shopPost(t, h, "shop", orderEvent("evt-confirm", "CONFIRMED", 2), nil); code != 200 {
+		t.Fatalf("late confirm: %d %s", code, resp)
+	}
+	if d := settled(t, h, "shop", "evt-confirm"); d != "stale" {
+		t.Fatalf("late confirm r2 = %s, want stale", d)
+	}
+	if ev := h.events("shop", "evt-create"); ev[0].Deliveries != 3 || ev[0].Disposition != "applied" {
+		t.Fatalf("evt-create = %+v, want 3 deliveries of one applied event", ev[0])
+	}
+
+	st, err := storeopen.Open(context.Background(), h.cfg.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	proj, err := st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: "orders", Entity: "ord-42"})
+	if err != nil || proj == nil {
+		t.Fatalf("projection: %v %v", proj, err)
+	}
+	if proj.Version != "r3" || string(proj.State) != `"CANCELLED"` {
+		t.Fatalf("final projection %s %s, want CANCELLED at revision 3", proj.Version, proj.State)
+	}
+	effects, err := st.EffectList(ctx, &store.EffectListParams{Flow: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, e := range effects {
+		keys = append(keys, e.EpisodeKey+"="+string(e.State))
+	}
+	want := "orders:ord-42:r1:notify_created=approved orders:ord-42:r3:notify_cancel=approved"
+	if strings.Join(keys, " ") != want {
+		t.Fatalf("effects %v, want exactly %s", keys, want)
+	}
+	var req struct {
+		Method, Path string
+		Body         struct {
+			Order    string
+			Revision int
+		}
+	}
+	if err := json.Unmarshal(effects[0].Request, &req); err != nil || req.Method != "POST" || req.Path != "/notify/created" || req.Body.Order != "ord-42" || req.Body.Revision != 1 {
+		t.Errorf("request of notify_created = %s (%v)", effects[0].Request, err)
+	}
+
+	// A -> B -> A under one causation: the second visit to A is blocked once.
+	causation := func(hop int) http.Header {
+		return http.Header{"X-Hookledger-Causation": {"cause-7"}, "X-Hookledger-Hop": {fmt.Sprint(hop)}}
+	}
+	if code, resp := shopPost(t, h, "sys_a", `{"eventId":"a-1","type":"contact.updated","id":"c-1","rev":1}`, causation(0)); code != 200 {
+		t.Fatalf("A: %d %s", code, resp)
+	}
+	if d := settled(t, h, "sys_a", "a-1"); d != "applied" {
+		t.Fatalf("first visit to A = %s", d)
+	}
+	if code, resp := shopPost(t, h, "sys_b", `{"eventId":"b-1","type":"contact.updated","id":"c-1","rev":1}`, causation(1)); code != 200 {
+		t.Fatalf("B: %d %s", code, resp)
+	}
+	if d := settled(t, h, "sys_b", "b-1"); d != "applied" {
+		t.Fatalf("visit to B = %s", d)
+	}
+	if code, resp := shopPost(t, h, "sys_a", `{"eventId":"a-2","type":"contact.updated","id":"c-1","rev":2}`, causation(2)); code != 200 {
+		t.Fatalf("A again: %d %s", code, resp)
+	}
+	if d := settled(t, h, "sys_a", "a-2"); d != "duplicate" {
+		t.Fatalf("second visit to A = %s, want blocked as a duplicate of the causation", d)
+	}
+	blocks, err := st.AuditList(ctx, &store.AuditListParams{Action: "loop_blocked"})
+	if err != nil || len(blocks) != 1 || blocks[0].EventID != "a-2" && !strings.Contains(blocks[0].Detail, "cause-7") {
+		t.Fatalf("loop_blocked audit rows = %+v (%v), want exactly one for cause-7", blocks, err)
+	}
+	for flow, wantHop := range map[string]int{"a_to_b": 1, "b_to_a": 2} {
+		effs, err := st.EffectList(ctx, &store.EffectListParams{Flow: flow})
+		if err != nil || len(effs) != 1 || effs[0].CausationID != "cause-7" || effs[0].Hop != wantHop {
+			t.Fatalf("%s effects = %+v (%v), want one carrying cause-7 at hop %d", flow, effs, err, wantHop)
+		}
+	}
+}
