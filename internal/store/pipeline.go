@@ -261,6 +261,17 @@ type Effect struct {
 	Attempts      int
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+
+	// Delivery evidence and the exception queue.
+	NextAttemptAt   time.Time // zero when nothing is scheduled
+	Redrives        int
+	ErrorClass      ErrorClass
+	Reason          string
+	SuggestedRepair string
+	DestinationRef  string
+	LastResponse    string
+	Owner           string // who owns the repair of an effect in the exception queue
+	Note            string // the operator's note (required to resolve)
 }
 
 // ReplayCreateParams records one replay attempt.
