@@ -38,14 +38,16 @@ var Kinds = verify.Kinds()
 
 // Config is the whole file.
 type Config struct {
-	Listen     string     `yaml:"listen"`
-	Store      string     `yaml:"store"`
-	Admin      Admin      `yaml:"admin"`
-	Receive    Receive    `yaml:"receive"`
-	Sources    []Source   `yaml:"sources"`
-	Causation  Causation  `yaml:"causation"`
-	Processing Processing `yaml:"processing"`
-	Flows      []Flow     `yaml:"flows"`
+	Listen        string        `yaml:"listen"`
+	Store         string        `yaml:"store"`
+	Admin         Admin         `yaml:"admin"`
+	Receive       Receive       `yaml:"receive"`
+	Sources       []Source      `yaml:"sources"`
+	Causation     Causation     `yaml:"causation"`
+	Processing    Processing    `yaml:"processing"`
+	Flows         []Flow        `yaml:"flows"`
+	Destinations  []Destination `yaml:"destinations"`
+	Notifications Notifications `yaml:"notifications"`
 
 	// Path is the file the config was read from (for messages).
 	Path string `yaml:"-"`

@@ -23,6 +23,7 @@ type fieldError struct {
 }
 
 func (c *Config) setDefaults() {
+	defer c.setDestinationDefaults()
 	defer c.setFlowDefaults()
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -166,6 +167,7 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		}
 	}
 	c.validateFlows(add, warn)
+	c.validateDestinations(add, warn)
 	return errs, warns
 }
 

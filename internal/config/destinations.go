@@ -1,0 +1,279 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/vendor"
+)
+
+// Error classes a classification rule may name.
+var Classes = []string{"success", "transient", "quota", "contention", "permanent", "hidden_failure"}
+
+// Destination is a system effects are delivered to.
+type Destination struct {
+	Name    string `yaml:"name"`
+	Preset  string `yaml:"preset"`
+	Kind    string `yaml:"kind"`
+	BaseURL string `yaml:"base_url"`
+	Auth    *Auth  `yaml:"auth"`
+	// Timeout bounds one call (connect to last byte).
+	Timeout    Duration       `yaml:"timeout"`
+	RateLimit  RateLimit      `yaml:"rate_limit"`
+	Retry      RetryPolicy    `yaml:"retry"`
+	RetryAfter RetryAfter     `yaml:"retry_after"`
+	Idem       *Idempotency   `yaml:"idempotency"`
+	Lookup     *Lookup        `yaml:"lookup"`
+	Classify   []ClassifyRule `yaml:"classify"`
+	// Owner is who repairs this destination's dead effects.
+	Owner string `yaml:"owner"`
+
+	Compiled   *CompiledDest  `yaml:"-"`
+	PresetData *vendor.Preset `yaml:"-"`
+}
+
+// Auth is how calls authenticate; set exactly one way.
+type Auth struct {
+	Bearer string      `yaml:"bearer"`
+	Basic  *BasicAuth  `yaml:"basic"`
+	Header *HeaderAuth `yaml:"header"`
+}
+
+// BasicAuth is HTTP basic authentication.
+type BasicAuth struct {
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+}
+
+// HeaderAuth sends a credential in a named header.
+type HeaderAuth struct {
+	Name  string `yaml:"name"`
+	Value string `yaml:"value"`
+}
+
+// RateLimit is a token bucket shared by first calls and retries, so one
+// failing destination cannot flood itself or starve the others (RT04).
+type RateLimit struct {
+	PerSecond float64 `yaml:"per_second"`
+	Burst     int     `yaml:"burst"`
+}
+
+// RetryPolicy is exponential backoff with full jitter, then the exception
+// queue with scheduled re-drives, then a person.
+type RetryPolicy struct {
+	Base     Duration   `yaml:"base"`
+	Factor   float64    `yaml:"factor"`
+	Cap      Duration   `yaml:"cap"`
+	Attempts int        `yaml:"attempts"`
+	Redrive  []Duration `yaml:"redrive"`
+}
+
+// RetryAfter says how to read the destination's Retry-After (RT05).
+type RetryAfter struct {
+	Unit string   `yaml:"unit"`
+	Max  Duration `yaml:"max"`
+}
+
+// Idempotency is the destination's own dedupe on a request header (IP07).
+type Idempotency struct {
+	Header string   `yaml:"header"`
+	Window Duration `yaml:"window"`
+}
+
+// Lookup finds an effect at the destination by its natural key, to settle
+// an unknown outcome without a blind resend (IP04).
+type Lookup struct {
+	Method string `yaml:"method"`
+	Path   string `yaml:"path"`
+	Found  string `yaml:"found"`
+	Ref    string `yaml:"ref"`
+}
+
+// ClassifyRule classifies an answer beyond its status (RT03).
+type ClassifyRule struct {
+	Status       int    `yaml:"status"`
+	BodyContains string `yaml:"body_contains"`
+	When         string `yaml:"when"`
+	Class        string `yaml:"class"`
+	Reason       string `yaml:"reason"`
+}
+
+// CompiledDest holds a destination's compiled expressions.
+type CompiledDest struct {
+	LookupPath, LookupFound, LookupRef *expr.Program
+	Rules                              []*expr.Program // per Classify rule; nil when it has no when
+}
+
+// Notifications configures the message sent when an effect needs a person.
+type Notifications struct {
+	WebhookURL string   `yaml:"webhook_url"`
+	Timeout    Duration `yaml:"timeout"`
+}
+
+func (c *Config) setDestinationDefaults() {
+	if c.Notifications.Timeout == 0 {
+		c.Notifications.Timeout = Duration(5 * time.Second)
+	}
+	for i := range c.Destinations {
+		d := &c.Destinations[i]
+		if d.Preset == "" {
+			d.Preset = "generic"
+		}
+		if d.Kind == "" {
+			d.Kind = "http"
+		}
+		setDur(&d.Timeout, 10*time.Second)
+		r := &d.Retry
+		setDur(&r.Base, time.Second)
+		if r.Factor == 0 {
+			r.Factor = 2
+		}
+		setDur(&r.Cap, 60*time.Second)
+		if r.Attempts == 0 {
+			r.Attempts = 6
+		}
+		if r.Redrive == nil {
+			r.Redrive = []Duration{Duration(15 * time.Minute), Duration(time.Hour), Duration(6 * time.Hour)}
+		}
+		setDur(&d.RetryAfter.Max, time.Hour)
+		if p, ok := vendor.PresetByName(d.Preset); ok {
+			d.PresetData = &p
+			if d.RetryAfter.Unit == "" {
+				d.RetryAfter.Unit = string(p.RetryAfterUnit)
+			}
+			if d.Idem == nil && p.IdempotencyHeader != "" {
+				d.Idem = &Idempotency{Header: p.IdempotencyHeader, Window: Duration(p.IdempotencyWindow)}
+			}
+		}
+		if d.RetryAfter.Unit == "" {
+			d.RetryAfter.Unit = "seconds"
+		}
+		if d.Lookup != nil && d.Lookup.Method == "" {
+			d.Lookup.Method = "GET"
+		}
+	}
+}
+
+func (c *Config) validateDestinations(add, warn func(path, format string, args ...any)) {
+	if c.Notifications.WebhookURL != "" {
+		if u, err := url.Parse(c.Notifications.WebhookURL); err != nil || u.Scheme == "" || u.Host == "" {
+			add("$.notifications.webhook_url", "notifications.webhook_url is not an absolute URL")
+		}
+	}
+	names := map[string]int{}
+	for i := range c.Destinations {
+		d := &c.Destinations[i]
+		p := fmt.Sprintf("$.destinations[%d]", i)
+		switch {
+		case d.Name == "":
+			add(p, "destinations[%d]: name is required", i)
+		case !validSourceName(d.Name):
+			add(p+".name", "destination name %q: use lowercase letters, digits, '-' and '_'", d.Name)
+		default:
+			if j, dup := names[d.Name]; dup {
+				add(p+".name", "duplicate destination name %q (already used by destinations[%d])", d.Name, j)
+			} else {
+				names[d.Name] = i
+			}
+		}
+		if d.PresetData == nil {
+			add(p+".preset", "destination %q: unknown preset %q (one of %s)", d.Name, d.Preset, strings.Join(vendor.PresetNames(), ", "))
+		}
+		if d.Kind == "http" {
+			if u, err := url.Parse(d.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
+				add(p+".base_url", "destination %q: base_url %q is not an absolute URL", d.Name, d.BaseURL)
+			}
+		}
+		if a := d.Auth; a != nil {
+			n := 0
+			if a.Bearer != "" {
+				n++
+			}
+			if a.Basic != nil {
+				n++
+			}
+			if a.Header != nil {
+				n++
+				if a.Header.Name == "" {
+					add(p+".auth.header", "destination %q: auth.header needs a name", d.Name)
+				}
+			}
+			if n != 1 {
+				add(p+".auth", "destination %q: auth needs exactly one of bearer, basic or header", d.Name)
+			}
+		}
+		if d.Timeout < 0 {
+			add(p+".timeout", "destination %q: timeout must be positive", d.Name)
+		}
+		if d.RateLimit.PerSecond < 0 || d.RateLimit.Burst < 0 {
+			add(p+".rate_limit", "destination %q: rate_limit values must be positive", d.Name)
+		}
+		r := d.Retry
+		if r.Base <= 0 || r.Cap < r.Base || r.Factor < 1 || r.Attempts < 1 || r.Attempts > 100 {
+			add(p+".retry", "destination %q: retry needs base > 0, cap >= base, factor >= 1 and attempts from 1 to 100", d.Name)
+		}
+		for k, rd := range r.Redrive {
+			if rd <= 0 {
+				add(fmt.Sprintf("%s.retry.redrive[%d]", p, k), "destination %q: re-drive delays must be positive", d.Name)
+			}
+		}
+		if !slices.Contains([]string{"seconds", "milliseconds"}, d.RetryAfter.Unit) {
+			add(p+".retry_after.unit", "destination %q: retry_after.unit %q is not seconds or milliseconds", d.Name, d.RetryAfter.Unit)
+		}
+		if d.Idem != nil && (d.Idem.Header == "" || d.Idem.Window <= 0) {
+			add(p+".idempotency", "destination %q: idempotency needs a header and a positive window (how long the destination keeps keys)", d.Name)
+		}
+		cd := &CompiledDest{}
+		compile := func(field, src string, required bool) *expr.Program {
+			if src == "" {
+				if required {
+					add(p, "destination %q: %s is required", d.Name, field)
+				}
+				return nil
+			}
+			prog, err := expr.Compile(src)
+			if err != nil {
+				add(p+"."+field, "destination %q: %s: %v", d.Name, field, err)
+				return nil
+			}
+			return prog
+		}
+		if l := d.Lookup; l != nil {
+			cd.LookupPath = compile("lookup.path", l.Path, true)
+			cd.LookupFound = compile("lookup.found", l.Found, true)
+			cd.LookupRef = compile("lookup.ref", l.Ref, false)
+		}
+		for k, rule := range d.Classify {
+			rp := fmt.Sprintf("%s.classify[%d]", p, k)
+			if !slices.Contains(Classes, rule.Class) {
+				add(rp+".class", "destination %q: class %q is not one of %s", d.Name, rule.Class, strings.Join(Classes, ", "))
+			}
+			if rule.Status == 0 && rule.BodyContains == "" && rule.When == "" {
+				add(rp, "destination %q: a classify rule needs status, body_contains or when", d.Name)
+			}
+			var prog *expr.Program
+			if rule.When != "" {
+				var err error
+				if prog, err = expr.Compile(rule.When); err != nil {
+					add(rp+".when", "destination %q: classify when: %v", d.Name, err)
+				}
+			}
+			cd.Rules = append(cd.Rules, prog)
+		}
+		d.Compiled = cd
+	}
+	for i, f := range c.Flows {
+		for j, e := range f.Effects {
+			if e.Destination != "" {
+				if _, ok := names[e.Destination]; !ok {
+					warn(fmt.Sprintf("$.flows[%d].effects[%d].destination", i, j),
+						"flow %q: effect %q: no destination named %q is configured, so its effects stay approved (visible, not delivered)", f.Name, e.Name, e.Destination)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDestinationDefaultsAndPresets(t *testing.T) {
+	c, err := Parse("d.yaml", []byte(`destinations:
+  - name: billing
+    preset: stripe
+    base_url: https://api.stripe.com
+    auth: {bearer: sk_test}
+  - name: hooks
+    base_url: https://hooks.example
+    retry_after: {unit: milliseconds}
+    lookup:
+      path: '"/items/" + episode_key'
+      found: status == 200
+    classify:
+      - when: 'status == 200 && body.ok == false'
+        class: hidden_failure
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Destinations[0]
+	if b.Idem == nil || b.Idem.Header != "Idempotency-Key" || b.Idem.Window.D() != 24*time.Hour {
+		t.Errorf("stripe preset idempotency = %+v", b.Idem)
+	}
+	if b.Retry.Attempts != 6 || b.Retry.Base.D() != time.Second || b.Retry.Cap.D() != time.Minute || b.Retry.Factor != 2 || len(b.Retry.Redrive) != 3 || b.Retry.Redrive[2].D() != 6*time.Hour {
+		t.Errorf("retry defaults = %+v", b.Retry)
+	}
+	h := c.Destinations[1]
+	if h.Preset != "generic" || h.RetryAfter.Unit != "milliseconds" || h.Idem != nil || h.Compiled.LookupFound == nil || h.Compiled.Rules[0] == nil {
+		t.Errorf("generic destination = %+v", h)
+	}
+}
+
+func TestDestinationErrors(t *testing.T) {
+	cases := []struct{ name, yaml, want string }{
+		{"unknown preset", "destinations:\n  - name: a\n    preset: paypal\n    base_url: https://x\n", "unknown preset"},
+		{"no base url", "destinations:\n  - name: a\n", "base_url"},
+		{"two auths", "destinations:\n  - name: a\n    base_url: https://x\n    auth: {bearer: t, basic: {user: u, password: p}}\n", "exactly one"},
+		{"bad class", "destinations:\n  - name: a\n    base_url: https://x\n    classify: [{status: 200, class: fine}]\n", "class"},
+		{"bad unit", "destinations:\n  - name: a\n    base_url: https://x\n    retry_after: {unit: minutes}\n", "retry_after.unit"},
+		{"lookup without found", "destinations:\n  - name: a\n    base_url: https://x\n    lookup: {path: '\"/x\"'}\n", "lookup.found"},
+	}
+	for _, tc := range cases {
+		_, err := Parse("d.yaml", []byte(tc.yaml), env(nil))
+		var es Errors
+		if !errors.As(err, &es) || es[0].Line == 0 || !strings.Contains(es[0].Msg, tc.want) {
+			t.Errorf("%s: %v, want a located error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
