@@ -34,9 +34,18 @@ const (
 	VarState    = "state"    // the new projected state
 	VarPrevious = "previous" // the previously applied state (null at first)
 	VarObject   = "object"   // the refetched authoritative object
+
+	// Delivery: a destination's lookup and classification rules.
+	VarEpisodeKey = "episode_key" // the effect's episode key
+	VarEffect     = "effect"      // the effect's name
+	VarRequest    = "request"     // the stored request (method, path, headers, body)
+	VarStatus     = "status"      // the answer's HTTP status
+	VarHeaders    = "headers"     // the answer's headers (lower-case names)
+	VarBody       = "body"        // the answer's JSON body, or its text
 )
 
-var varNames = []string{VarEvent, VarMeta, VarEntity, VarVersion, VarState, VarPrevious, VarObject}
+var varNames = []string{VarEvent, VarMeta, VarEntity, VarVersion, VarState, VarPrevious, VarObject,
+	VarEpisodeKey, VarEffect, VarRequest, VarStatus, VarHeaders, VarBody}
 
 // Vars binds variables for one evaluation; missing ones are null.
 type Vars map[string]any
