@@ -1,0 +1,130 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+
+	"github.com/hookledger/hookledger/internal/config"
+)
+
+// Call is one request to a destination, built from an effect's stored
+// request.
+type Call struct {
+	Destination *config.Destination
+	Method      string
+	Path        string
+	Header      http.Header
+	Body        []byte
+	// EpisodeKey identifies the effect (and is the idempotency key).
+	EpisodeKey string
+}
+
+// Response is what a destination answered. Sent reports whether the request
+// reached the wire completely: a failure after that is an unknown outcome
+// (the destination may have done the work), before it a plain transient
+// failure (IP04).
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	Sent   bool
+}
+
+// Action performs calls for one destination kind. Programs that embed
+// hookledger register their own kinds through Options.Actions; "http" is
+// built in. An error means no answer was received; Response.Sent must
+// still say whether the request was sent.
+type Action interface {
+	Do(ctx context.Context, c *Call) (*Response, error)
+}
+
+// HTTPAction calls HTTP destinations. It never retries on its own (RT01):
+// the body is not rewindable, so the transport cannot replay a request it
+// already wrote; retries belong to the worker's policy alone.
+type HTTPAction struct {
+	Client *http.Client
+	// MaxBody bounds how much of an answer is read (default 1 MiB).
+	MaxBody int64
+}
+
+// Do sends the call.
+func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
+	d := c.Destination
+	url := strings.TrimRight(d.BaseURL, "/") + "/" + strings.TrimLeft(c.Path, "/")
+	ctx, cancel := context.WithTimeout(ctx, d.Timeout.D())
+	defer cancel()
+	resp := &Response{}
+	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			resp.Sent = true
+		}
+	}}
+	var body io.Reader
+	if c.Body != nil {
+		body = bytes.NewReader(c.Body)
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), c.Method, url, body)
+	if err != nil {
+		return resp, fmt.Errorf("build request: %w", err)
+	}
+	req.GetBody = nil // not replayable: the transport must not resend it
+	for k, vs := range c.Header {
+		req.Header[k] = vs
+	}
+	applyAuth(req, d.Auth)
+	client := a.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	hr, err := client.Do(req)
+	if err != nil {
+		return resp, err
+	}
+	defer hr.Body.Close()
+	limit := a.MaxBody
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	resp.Status, resp.Header = hr.StatusCode, hr.Header
+	// A body cut short by a reset is evidence lost, not an unknown
+	// outcome: the status already says what the destination did.
+	resp.Body, _ = io.ReadAll(io.LimitReader(hr.Body, limit))
+	return resp, nil
+}
+
+func applyAuth(req *http.Request, a *config.Auth) {
+	switch {
+	case a == nil:
+	case a.Bearer != "":
+		req.Header.Set("Authorization", "Bearer "+a.Bearer)
+	case a.Basic != nil:
+		req.SetBasicAuth(a.Basic.User, a.Basic.Password)
+	case a.Header != nil:
+		req.Header.Set(a.Header.Name, a.Header.Value)
+	}
+}
+
+// storedRequest is the shape the flow processor stores on each effect.
+type storedRequest struct {
+	Method  string            `json:"method"`
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers"`
+	Body    json.RawMessage   `json:"body"`
+}
+
+// excerpt trims a response for storage: evidence, not a copy, and never
+// more than n bytes.
+func excerpt(b []byte, n int) string {
+	s := strings.ToValidUTF8(string(b), "?")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+

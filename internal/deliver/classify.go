@@ -1,0 +1,124 @@
+package deliver
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// classSuccess is the pseudo-class of an answer that did the work.
+const classSuccess store.ErrorClass = "success"
+
+// Classify decides what an answer means (RT03), by status AND body: the
+// destination's own rules first, then its preset's, then the defaults.
+// A transport error (resp without status) is transient before the request
+// was sent and an unknown outcome after.
+func Classify(d *config.Destination, resp *Response, callErr error) (store.ErrorClass, string) {
+	if callErr != nil || resp == nil || resp.Status == 0 {
+		if resp != nil && resp.Sent {
+			return store.ClassUnknown, fmt.Sprintf("no answer after the request was sent: %v", callErr)
+		}
+		return store.ClassTransient, fmt.Sprintf("request not sent: %v", callErr)
+	}
+	var jsonBody any
+	if b := bytes.TrimSpace(resp.Body); len(b) > 0 && (b[0] == '{' || b[0] == '[') {
+		jsonBody, _ = expr.DecodeJSON(b)
+	}
+	for i, r := range d.Classify {
+		if matchConfigRule(r, d.Compiled, i, resp, jsonBody) {
+			return store.ErrorClass(r.Class), ruleReason(r.Reason, resp.Status, "configured rule")
+		}
+	}
+	if d.PresetData != nil {
+		for _, r := range d.PresetData.Rules {
+			if r.Status != 0 && r.Status != resp.Status {
+				continue
+			}
+			if r.BodyContains != "" && !bytes.Contains(resp.Body, []byte(r.BodyContains)) {
+				continue
+			}
+			if r.JSONField != "" && !jsonFieldEquals(jsonBody, r.JSONField, r.JSONEquals) {
+				continue
+			}
+			return store.ErrorClass(r.Class), ruleReason(r.Reason, resp.Status, d.Preset+" preset")
+		}
+	}
+	s := resp.Status
+	switch {
+	case s >= 200 && s < 300:
+		return classSuccess, ""
+	case s == http.StatusTooManyRequests:
+		return store.ClassQuota, "HTTP 429: rate limited"
+	case s == http.StatusConflict:
+		// IETF Idempotency-Key: the first request with this key is still
+		// being processed.
+		return store.ClassContention, "HTTP 409: conflicting request in progress"
+	case s == http.StatusRequestTimeout:
+		return store.ClassTransient, "HTTP 408: the destination timed out reading the request"
+	case s >= 500:
+		return store.ClassTransient, fmt.Sprintf("HTTP %d", s)
+	default:
+		// 3xx, 400, 401, 403, 404, 422 ...: retrying cannot help (RT06).
+		return store.ClassPermanent, fmt.Sprintf("HTTP %d", s)
+	}
+}
+
+func ruleReason(reason string, status int, from string) string {
+	if reason != "" {
+		return fmt.Sprintf("%s (HTTP %d)", reason, status)
+	}
+	return fmt.Sprintf("HTTP %d matched a %s", status, from)
+}
+
+func matchConfigRule(r config.ClassifyRule, cd *config.CompiledDest, i int, resp *Response, jsonBody any) bool {
+	if r.Status != 0 && r.Status != resp.Status {
+		return false
+	}
+	if r.BodyContains != "" && !bytes.Contains(resp.Body, []byte(r.BodyContains)) {
+		return false
+	}
+	if cd != nil && i < len(cd.Rules) && cd.Rules[i] != nil {
+		body := jsonBody
+		if body == nil {
+			body = string(resp.Body)
+		}
+		ok, err := cd.Rules[i].EvalBool(expr.Vars{
+			expr.VarStatus: int64(resp.Status), expr.VarHeaders: lowerHeaders(resp.Header), expr.VarBody: body,
+		})
+		if err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerHeaders(h http.Header) map[string]any {
+	out := make(map[string]any, len(h))
+	for k, v := range h {
+		out[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	return out
+}
+
+// jsonFieldEquals compares a dotted field of a JSON body with a JSON
+// literal ("false", "\"ERROR\"", "3").
+func jsonFieldEquals(body any, path, want string) bool {
+	cur := body
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if cur, ok = m[k]; !ok {
+			return false
+		}
+	}
+	got, err := json.Marshal(cur)
+	return err == nil && string(got) == strings.TrimSpace(want)
+}

@@ -1,0 +1,484 @@
+// Package deliver carries out the effects in the ledger against real,
+// unreliable destinations: it claims an effect before calling (IP05), makes
+// exactly one call per attempt with no retries below it (RT01), classifies
+// the answer by status and body (RT03), waits with full-jitter backoff or
+// the destination's Retry-After (RT04, RT05), never retries a permanent
+// error (RT06), settles unknown outcomes by lookup or by an idempotent
+// resend inside the key's window and otherwise hands them to a person
+// (IP04, IP07), and leaves the evidence of every call in the attempts table.
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Store is the part of the ledger the worker uses.
+type Store interface {
+	EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error)
+	EffectSettle(ctx context.Context, p *store.EffectSettleParams) error
+	EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error
+}
+
+// Options tune the worker; zero values take defaults.
+type Options struct {
+	// Workers bounds concurrent calls (default 8).
+	Workers int
+	// Batch is how many effects one claim takes (default 2 × Workers).
+	Batch int
+	// LeaseFor must exceed the longest destination timeout: an effect
+	// still submitting after it is presumed abandoned (default 2 min).
+	LeaseFor time.Duration
+	// PollInterval is how often an idle worker looks for due effects.
+	PollInterval time.Duration
+	Owner        string
+	Logger       *slog.Logger
+	Clock        clock.Clock
+	// Actions adds destination kinds beyond "http".
+	Actions map[string]Action
+	// HTTPClient is used by the http action (default: a client with
+	// keep-alives and no redirects followed).
+	HTTPClient *http.Client
+	// Rand draws jitter in [0, 1) (default math/rand/v2); tests fix it.
+	Rand func() float64
+	// Notifier is told when an effect needs a person (default: the
+	// configured webhook, or nothing).
+	Notifier Notifier
+}
+
+// Worker delivers due effects.
+type Worker struct {
+	cfg     *config.Config
+	st      Store
+	opts    Options
+	log     *slog.Logger
+	clk     clock.Clock
+	dests   map[string]*config.Destination
+	names   []string
+	limits  map[string]*rate.Limiter
+	actions map[string]Action
+	notify  Notifier
+	redrive int
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New builds a worker for the configured destinations.
+func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 2 * opts.Workers
+	}
+	if opts.LeaseFor <= 0 {
+		opts.LeaseFor = 2 * time.Minute
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 200 * time.Millisecond
+	}
+	if opts.Owner == "" {
+		opts.Owner = fmt.Sprintf("deliver-%08x", rand.Uint32())
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Float64
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{
+			// A redirect is an answer to classify, not something to follow
+			// with a second request.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	w := &Worker{
+		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
+		dests: map[string]*config.Destination{}, limits: map[string]*rate.Limiter{},
+		actions: map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient}},
+		notify:  opts.Notifier,
+	}
+	for k, a := range opts.Actions {
+		w.actions[k] = a
+	}
+	if w.notify == nil {
+		w.notify = NewWebhookNotifier(cfg.Notifications, opts.HTTPClient)
+	}
+	for i := range cfg.Destinations {
+		d := &cfg.Destinations[i]
+		if _, ok := w.actions[d.Kind]; !ok {
+			return nil, fmt.Errorf("destination %s: no action registered for kind %q", d.Name, d.Kind)
+		}
+		w.dests[d.Name] = d
+		w.names = append(w.names, d.Name)
+		if d.RateLimit.PerSecond > 0 {
+			burst := d.RateLimit.Burst
+			if burst <= 0 {
+				burst = max(1, int(d.RateLimit.PerSecond))
+			}
+			w.limits[d.Name] = rate.NewLimiter(rate.Limit(d.RateLimit.PerSecond), burst)
+		}
+		w.redrive = max(w.redrive, len(d.Retry.Redrive))
+	}
+	return w, nil
+}
+
+// Start delivers in the background until Stop.
+func (w *Worker) Start(ctx context.Context) {
+	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(w.opts.PollInterval)
+		defer t.Stop()
+		for {
+			n, err := w.Step(ctx)
+			if err != nil && ctx.Err() == nil {
+				w.log.Error("delivery step failed", "err", err)
+			}
+			if n > 0 && err == nil {
+				continue
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends the background loop after its current step.
+func (w *Worker) Stop() {
+	if w.stop == nil {
+		return
+	}
+	close(w.stop)
+	<-w.done
+}
+
+// Step claims one batch of due effects and handles them, returning how
+// many it claimed.
+func (w *Worker) Step(ctx context.Context) (int, error) {
+	if len(w.names) == 0 {
+		return 0, nil
+	}
+	claims, err := w.st.EffectClaim(ctx, &store.EffectClaimParams{
+		Owner: w.opts.Owner, Now: w.clk.Now(), LeaseFor: w.opts.LeaseFor, Limit: w.opts.Batch,
+		Destinations: w.names, MaxRedrives: w.redrive,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim effects: %w", err)
+	}
+	sem := make(chan struct{}, w.opts.Workers)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, c := range claims {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := w.handle(ctx, c); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("effect %d (%s): %w", c.ID, c.EpisodeKey, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return len(claims), errors.Join(errs...)
+}
+
+// Drain steps until no effect is due now.
+func (w *Worker) Drain(ctx context.Context) error {
+	for {
+		n, err := w.Step(ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
+	d := w.dests[c.Destination]
+	if d == nil {
+		return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: w.clk.Now(), NotBefore: w.clk.Now().Add(time.Hour)})
+	}
+	if c.Resumed {
+		// A previous call's outcome is unknown: reconcile, never resend
+		// blindly (IP04).
+		return w.reconcile(ctx, c, d, nil, "a previous call's outcome is unknown (the worker stopped during it or a lookup was scheduled)")
+	}
+	if lim := w.limits[d.Name]; lim != nil {
+		now := w.clk.Now()
+		if !lim.AllowN(now, 1) {
+			r := lim.ReserveN(now, 1)
+			delay := r.DelayFrom(now)
+			r.CancelAt(now)
+			return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: now.Add(max(delay, time.Millisecond))})
+		}
+	}
+	call, err := w.buildCall(c, d)
+	if err != nil {
+		return w.settle(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: store.ClassPermanent,
+			Reason: "the stored request is unusable: " + err.Error(), SuggestedRepair: "fix the flow's request mapping, then replay the event"})
+	}
+	started := w.clk.Now()
+	resp, callErr := w.actions[d.Kind].Do(ctx, call)
+	class, reason := Classify(d, resp, callErr)
+	att := &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Class: class, Error: reason}
+	if class == classSuccess {
+		att.Class, att.Error = store.ClassNone, ""
+	}
+	if resp != nil {
+		att.Status, att.Response = resp.Status, excerpt(resp.Body, 2000)
+	}
+	return w.decide(ctx, c, d, resp, class, reason, att)
+}
+
+// decide turns a classified answer into the effect's next state.
+func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, resp *Response, class store.ErrorClass, reason string, att *store.Attempt) error {
+	now := w.clk.Now()
+	p := &store.EffectSettleParams{Attempt: att, AddAttempt: true, Class: class, Reason: reason, LastResponse: att.Response}
+	switch class {
+	case classSuccess:
+		p.State, p.Class, p.Reason = store.EffectDone, store.ClassNone, ""
+		p.DestinationRef = destinationRef(resp)
+		return w.settle(ctx, c, d, p)
+	case store.ClassTransient, store.ClassQuota, store.ClassContention:
+		attempt := c.Attempts + 1
+		if attempt >= d.Retry.Attempts {
+			return w.die(ctx, c, d, p, fmt.Sprintf("%s; %d attempts made", reason, attempt),
+				"the destination kept failing: check its status and credentials; the effect is re-driven on schedule, or retry it by hand")
+		}
+		var ra RetryAfter
+		if resp != nil {
+			ra = ParseRetryAfter(resp.Header, d.RetryAfter.Unit, d.RetryAfter.Max.D(), now)
+		}
+		wait := BackoffFor(d.Retry).Wait(attempt, w.opts.Rand)
+		if ra.OK {
+			wait = ra.Wait
+		}
+		att.RetryAfter, att.RetryAfterUnit, att.Wait = ra.Raw, ra.Unit, wait
+		p.State, p.NextAttemptAt = store.EffectRetryWait, now.Add(wait)
+		return w.settle(ctx, c, d, p)
+	case store.ClassUnknown:
+		return w.reconcile(ctx, c, d, att, reason)
+	default: // permanent, hidden failure: never retried (RT06)
+		repair := "the destination refused the request: fix the data or the mapping, then retry the effect"
+		if class == store.ClassHiddenFailure {
+			repair = "the destination answered success but reported a failure in the body: inspect the response, repair, then retry or resolve"
+		}
+		p.State = store.EffectDead
+		p.SuggestedRepair = repair
+		return w.settleAndNotify(ctx, c, d, p)
+	}
+}
+
+// die moves an effect that exhausted its attempts to the exception queue,
+// with the next scheduled re-drive if any is left.
+func (w *Worker) die(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, p *store.EffectSettleParams, reason, repair string) error {
+	p.State, p.Reason, p.SuggestedRepair = store.EffectDead, reason, repair
+	if c.Redrives < len(d.Retry.Redrive) {
+		p.NextAttemptAt = w.clk.Now().Add(d.Retry.Redrive[c.Redrives].D())
+		p.Reason += fmt.Sprintf("; re-drive %d of %d scheduled", c.Redrives+1, len(d.Retry.Redrive))
+		return w.settle(ctx, c, d, p)
+	}
+	p.Reason += "; no re-drive left"
+	return w.settleAndNotify(ctx, c, d, p)
+}
+
+// reconcile settles an unknown outcome: look the effect up by its natural
+// key, or resend under the same idempotency key while the destination
+// still keeps it, or hand it to a person.
+func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, att *store.Attempt, reason string) error {
+	now := w.clk.Now()
+	p := &store.EffectSettleParams{Attempt: att, AddAttempt: att != nil, Class: store.ClassUnknown, Reason: reason}
+	if att != nil {
+		p.LastResponse = att.Response
+	}
+	if c.Attempts+1 >= d.Retry.Attempts && att != nil {
+		// Out of attempts: a person decides, whatever a lookup might say.
+		p.State = store.EffectNeedsReconciliation
+		p.Reason = reason + fmt.Sprintf("; %d attempts made", c.Attempts+1)
+		p.SuggestedRepair = fmt.Sprintf("check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it", d.Name, c.EpisodeKey)
+		return w.settleAndNotify(ctx, c, d, p)
+	}
+	if d.Lookup != nil && d.Compiled != nil && d.Compiled.LookupPath != nil {
+		found, ref, lookAtt, err := w.lookup(ctx, c, d)
+		if lookAtt != nil && att == nil {
+			p.Attempt = lookAtt
+		}
+		switch {
+		case err != nil:
+			p.State = store.EffectNeedsReconciliation
+			p.NextAttemptAt = now.Add(BackoffFor(d.Retry).Wait(c.Attempts+1, w.opts.Rand) + time.Second)
+			p.Reason = reason + "; lookup failed, retrying it: " + err.Error()
+			return w.settle(ctx, c, d, p)
+		case found:
+			p.State, p.Class, p.DestinationRef = store.EffectDone, store.ClassNone, ref
+			p.Reason = "reconciled: the destination already holds the effect"
+			return w.settle(ctx, c, d, p)
+		default:
+			p.State = store.EffectRetryWait
+			p.NextAttemptAt = now.Add(BackoffFor(d.Retry).Wait(c.Attempts+1, w.opts.Rand))
+			p.Reason = reason + "; lookup found nothing, so a resend is safe"
+			return w.settle(ctx, c, d, p)
+		}
+	}
+	if d.Idem != nil && now.Before(c.CreatedAt.Add(d.Idem.Window.D())) {
+		// The destination still remembers the key: resending with the same
+		// key cannot do the work twice (IP07).
+		p.State = store.EffectRetryWait
+		p.NextAttemptAt = now.Add(BackoffFor(d.Retry).Wait(c.Attempts+1, w.opts.Rand))
+		p.Reason = reason + "; resending under the same " + d.Idem.Header + " within its window"
+		return w.settle(ctx, c, d, p)
+	}
+	p.State = store.EffectNeedsReconciliation
+	p.Reason = reason + "; no lookup is configured and no idempotency key window applies, so a resend could do the work twice"
+	p.SuggestedRepair = fmt.Sprintf("check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it", d.Name, c.EpisodeKey)
+	return w.settleAndNotify(ctx, c, d, p)
+}
+
+// lookup asks the destination whether the effect exists.
+func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.Destination) (found bool, ref string, att *store.Attempt, err error) {
+	var req any
+	_ = json.Unmarshal(c.Request, &req)
+	vars := expr.Vars{expr.VarEntity: c.Entity, expr.VarEpisodeKey: c.EpisodeKey, expr.VarEffect: c.Effect.Effect, expr.VarRequest: req}
+	path, err := d.Compiled.LookupPath.EvalString(vars)
+	if err != nil {
+		return false, "", nil, fmt.Errorf("lookup.path: %w", err)
+	}
+	call := &Call{Destination: d, Method: d.Lookup.Method, Path: path, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
+	w.causationHeaders(call.Header, c)
+	started := w.clk.Now()
+	resp, callErr := w.actions[d.Kind].Do(ctx, call)
+	att = &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Reconcile: true}
+	if callErr != nil || resp == nil || resp.Status == 0 {
+		att.Class, att.Error = store.ClassTransient, fmt.Sprint("lookup: ", callErr)
+		return false, "", att, fmt.Errorf("lookup: %w", callErr)
+	}
+	att.Status, att.Response = resp.Status, excerpt(resp.Body, 2000)
+	if resp.Status >= 500 || resp.Status == http.StatusTooManyRequests {
+		att.Class, att.Error = store.ClassTransient, fmt.Sprintf("lookup: HTTP %d", resp.Status)
+		return false, "", att, fmt.Errorf("lookup: HTTP %d", resp.Status)
+	}
+	var body any = string(resp.Body)
+	if j, err := expr.DecodeJSON(resp.Body); err == nil {
+		body = j
+	}
+	vars[expr.VarStatus], vars[expr.VarHeaders], vars[expr.VarBody] = int64(resp.Status), lowerHeaders(resp.Header), body
+	found, err = d.Compiled.LookupFound.EvalBool(vars)
+	if err != nil {
+		return false, "", att, fmt.Errorf("lookup.found: %w", err)
+	}
+	if found && d.Compiled.LookupRef != nil {
+		ref, _ = d.Compiled.LookupRef.EvalString(vars)
+	}
+	return found, ref, att, nil
+}
+
+func (w *Worker) buildCall(c *store.ClaimedEffect, d *config.Destination) (*Call, error) {
+	var r storedRequest
+	if err := json.Unmarshal(c.Request, &r); err != nil {
+		return nil, fmt.Errorf("decode request: %w", err)
+	}
+	call := &Call{Destination: d, Method: r.Method, Path: r.Path, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
+	if call.Method == "" {
+		call.Method = http.MethodPost
+	}
+	for k, v := range r.Headers {
+		call.Header.Set(k, v)
+	}
+	if len(r.Body) > 0 {
+		call.Body = r.Body
+		call.Header.Set("Content-Type", "application/json")
+	}
+	if d.Idem != nil {
+		// The episode key is derived, never random, so every attempt and
+		// every worker sends the same key for the same effect (IP02).
+		call.Header.Set(d.Idem.Header, c.EpisodeKey)
+	}
+	w.causationHeaders(call.Header, c)
+	return call, nil
+}
+
+// causationHeaders carry the feedback-loop chain on every outbound call.
+func (w *Worker) causationHeaders(h http.Header, c *store.ClaimedEffect) {
+	if c.CausationID != "" {
+		h.Set(w.cfg.Causation.Header, c.CausationID)
+		h.Set(w.cfg.Causation.HopHeader, strconv.Itoa(c.Hop))
+	}
+}
+
+func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, p *store.EffectSettleParams) error {
+	p.EffectID, p.Token, p.Now, p.Actor = c.ID, c.Token, w.clk.Now(), w.opts.Owner
+	if p.Attempt != nil && p.Attempt.StartedAt.IsZero() {
+		p.Attempt.StartedAt = p.Now
+	}
+	if err := w.st.EffectSettle(ctx, p); err != nil {
+		return fmt.Errorf("settle: %w", err)
+	}
+	w.log.Debug("effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
+	return nil
+}
+
+// settleAndNotify settles an effect that now needs a person and tells them.
+func (w *Worker) settleAndNotify(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, p *store.EffectSettleParams) error {
+	if err := w.settle(ctx, c, d, p); err != nil {
+		return err
+	}
+	w.log.Warn("effect needs a person", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
+	if w.notify != nil {
+		n := Notification{EffectID: c.ID, EpisodeKey: c.EpisodeKey, Destination: d.Name, State: p.State,
+			Class: p.Class, Reason: p.Reason, SuggestedRepair: p.SuggestedRepair, Owner: d.Owner}
+		if err := w.notify.Notify(ctx, n); err != nil {
+			w.log.Error("notification failed", "episode", c.EpisodeKey, "err", err)
+		}
+	}
+	return nil
+}
+
+// destinationRef keeps the destination's id for the created object when
+// the answer names one (a top-level "id", or a Location header).
+func destinationRef(resp *Response) string {
+	if resp == nil {
+		return ""
+	}
+	if v, err := expr.DecodeJSON(resp.Body); err == nil {
+		if m, ok := v.(map[string]any); ok {
+			switch id := m["id"].(type) {
+			case string:
+				return id
+			case int64:
+				return strconv.FormatInt(id, 10)
+			}
+		}
+	}
+	return resp.Header.Get("Location")
+}

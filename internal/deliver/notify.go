@@ -1,0 +1,82 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Notification says an effect entered the exception queue.
+type Notification struct {
+	EffectID        int64
+	EpisodeKey      string
+	Destination     string
+	State           store.EffectState
+	Class           store.ErrorClass
+	Reason          string
+	SuggestedRepair string
+	Owner           string
+}
+
+// Notifier tells a person about an effect that needs them.
+type Notifier interface {
+	Notify(ctx context.Context, n Notification) error
+}
+
+// WebhookNotifier posts a Slack-compatible message ({"text": ...}) to a
+// configured incoming-webhook URL.
+type WebhookNotifier struct {
+	url    string
+	cfg    config.Notifications
+	client *http.Client
+}
+
+// NewWebhookNotifier returns nil when no webhook is configured.
+func NewWebhookNotifier(cfg config.Notifications, client *http.Client) Notifier {
+	if cfg.WebhookURL == "" {
+		return nil
+	}
+	return &WebhookNotifier{url: cfg.WebhookURL, cfg: cfg, client: client}
+}
+
+// Text renders the message.
+func (n Notification) Text() string {
+	owner := ""
+	if n.Owner != "" {
+		owner = " Owner: " + n.Owner + "."
+	}
+	return fmt.Sprintf("hookledger: effect %d (%s) to %s is %s [%s]: %s. Suggested repair: %s.%s Inspect: hookledger effects show %d",
+		n.EffectID, n.EpisodeKey, n.Destination, n.State, n.Class, n.Reason, n.SuggestedRepair, owner, n.EffectID)
+}
+
+// Notify posts the message; the URL (which embeds a secret token in Slack's
+// scheme) never appears in errors.
+func (w *WebhookNotifier) Notify(ctx context.Context, n Notification) error {
+	body, err := json.Marshal(map[string]string{"text": n.Text()})
+	if err != nil {
+		return fmt.Errorf("encode notification: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout.D())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("notification request could not be built")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("notification webhook unreachable")
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("notification webhook answered HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
