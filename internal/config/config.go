@@ -47,6 +47,7 @@ type Config struct {
 	Processing    Processing    `yaml:"processing"`
 	Flows         []Flow        `yaml:"flows"`
 	Destinations  []Destination `yaml:"destinations"`
+	Delivery      Delivery      `yaml:"delivery"`
 	Notifications Notifications `yaml:"notifications"`
 
 	// Path is the file the config was read from (for messages).
@@ -85,6 +86,16 @@ type Processing struct {
 	// RetryDelay defers an entity whose refetch failed transiently.
 	RetryDelay Duration `yaml:"retry_delay"`
 	// PollInterval is how often an idle worker looks for work.
+	PollInterval Duration `yaml:"poll_interval"`
+}
+
+// Delivery tunes the effect delivery worker.
+type Delivery struct {
+	// Workers bounds concurrent destination calls of this process.
+	Workers int `yaml:"workers"`
+	// Lease must exceed the longest destination timeout: an effect still
+	// submitting after it is presumed abandoned and reconciled.
+	Lease        Duration `yaml:"lease"`
 	PollInterval Duration `yaml:"poll_interval"`
 }
 

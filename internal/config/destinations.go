@@ -115,6 +115,11 @@ type Notifications struct {
 }
 
 func (c *Config) setDestinationDefaults() {
+	if c.Delivery.Workers == 0 {
+		c.Delivery.Workers = 8
+	}
+	setDur(&c.Delivery.Lease, 2*time.Minute)
+	setDur(&c.Delivery.PollInterval, 200*time.Millisecond)
 	if c.Notifications.Timeout == 0 {
 		c.Notifications.Timeout = Duration(5 * time.Second)
 	}
@@ -164,9 +169,17 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			add("$.notifications.webhook_url", "notifications.webhook_url is not an absolute URL")
 		}
 	}
+	if c.Delivery.Workers < 0 || c.Delivery.Workers > 1024 {
+		add("$.delivery.workers", "delivery.workers must be from 1 to 1024")
+	}
+	if c.Delivery.Lease < 0 || c.Delivery.PollInterval < 0 {
+		add("$.delivery", "delivery durations must be positive")
+	}
+	longest := time.Duration(0)
 	names := map[string]int{}
 	for i := range c.Destinations {
 		d := &c.Destinations[i]
+		longest = max(longest, d.Timeout.D())
 		p := fmt.Sprintf("$.destinations[%d]", i)
 		switch {
 		case d.Name == "":
@@ -265,6 +278,9 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			cd.Rules = append(cd.Rules, prog)
 		}
 		d.Compiled = cd
+	}
+	if longest > 0 && c.Delivery.Lease.D() <= longest {
+		add("$.delivery.lease", "delivery.lease (%s) must exceed the longest destination timeout (%s): otherwise a slow call looks abandoned and is reconciled while still running", c.Delivery.Lease.D(), longest)
 	}
 	for i, f := range c.Flows {
 		for j, e := range f.Effects {

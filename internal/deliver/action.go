@@ -127,4 +127,3 @@ func excerpt(b []byte, n int) string {
 	}
 	return s
 }
-

@@ -70,7 +70,9 @@ func TestClassify(t *testing.T) {
 	sf := dest(t, "  - name: sf\n    preset: salesforce\n    base_url: https://x\n")
 	marketo := dest(t, "  - name: m\n    preset: marketo\n    base_url: https://x\n")
 	custom := dest(t, "  - name: c\n    base_url: https://x\n    classify:\n      - when: 'status == 200 && body.results.exists(r, r.status == \"failed\")'\n        class: hidden_failure\n        reason: a record failed\n")
-	r := func(status int, body string) *Response { return &Response{Status: status, Body: []byte(body), Sent: true} }
+	r := func(status int, body string) *Response {
+		return &Response{Status: status, Body: []byte(body), Sent: true}
+	}
 	cases := []struct {
 		name string
 		d    *config.Destination

@@ -20,6 +20,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/inbox"
 	"github.com/hookledger/hookledger/internal/receive"
@@ -34,6 +35,9 @@ type Options struct {
 	// Listener, when set, is used instead of listening on cfg.Listen (tests
 	// pass one bound to 127.0.0.1:0).
 	Listener net.Listener
+	// Actions registers custom destination kinds for programs that embed
+	// hookledger (see package deliver).
+	Actions map[string]deliver.Action
 }
 
 // Server is one running hookledger process.
@@ -110,6 +114,24 @@ func (s *Server) Run(ctx context.Context) error {
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	engine.Start(engineCtx)
+	var worker *deliver.Worker
+	if ds, ok := st.(deliver.Store); ok {
+		worker, err = deliver.New(s.cfg, ds, deliver.Options{
+			Workers:      s.cfg.Delivery.Workers,
+			LeaseFor:     s.cfg.Delivery.Lease.D(),
+			PollInterval: s.cfg.Delivery.PollInterval.D(),
+			Logger:       s.log,
+			Clock:        s.clk,
+			Actions:      s.opts.Actions,
+		})
+		if err != nil {
+			stopEngine()
+			engine.Stop()
+			_ = writer.Stop(context.Background())
+			return err
+		}
+		worker.Start(engineCtx)
+	}
 	for _, w := range s.cfg.Warnings {
 		s.log.Warn("config", "warning", w.Error())
 	}
@@ -172,6 +194,11 @@ func (s *Server) Run(ctx context.Context) error {
 	// already durable, and unprocessed work simply waits for the next start.
 	stopEngine()
 	engine.Stop()
+	if worker != nil {
+		// An effect whose call was cut short stays submitting and is
+		// reconciled after its lease by the next process.
+		worker.Stop()
+	}
 	s.log.Info("stopped")
 	return runErr
 }
