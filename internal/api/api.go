@@ -29,16 +29,20 @@ type Handler struct {
 	enabled   bool
 	log       *slog.Logger
 	mux       *http.ServeMux
+	now       func() time.Time
 }
 
 // New returns the API handler. An empty token disables the API (every
 // request is refused) rather than leaving it open.
-func New(st Store, token string, log *slog.Logger) *Handler {
-	h := &Handler{st: st, log: log, enabled: token != "", mux: http.NewServeMux()}
+func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handler {
+	h := &Handler{st: st, log: log, enabled: token != "", mux: http.NewServeMux(), now: now}
 	// Comparing fixed-size hashes keeps the comparison constant-time
 	// whatever the length of the presented token.
 	h.tokenHash = sha256.Sum256([]byte(token))
 	h.mux.HandleFunc("GET /api/v1/events", h.listEvents)
+	h.mux.HandleFunc("GET /api/v1/effects", h.listEffects)
+	h.mux.HandleFunc("GET /api/v1/effects/{id}", h.getEffect)
+	h.mux.HandleFunc("POST /api/v1/effects/{id}/{action}", h.operateEffect)
 	h.mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such resource: "+r.URL.Path)
 	})

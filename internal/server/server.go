@@ -144,7 +144,7 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz(st))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.Handle("/api/v1/", api.New(st, s.cfg.Admin.Token, s.log))
+	mux.Handle("/api/v1/", api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now))
 
 	rc := s.cfg.Receive
 	srv := &http.Server{
