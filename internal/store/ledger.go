@@ -11,29 +11,52 @@ import (
 // settling each call with its evidence, and the exception queue.
 type Ledger interface {
 	// EffectClaim moves up to Limit due effects to submitting under a
-	// fresh lease token and returns them. Due means: approved; retry_wait
-	// with next_attempt_at <= now; dead with redrives left and
-	// next_attempt_at <= now (a scheduled re-drive: attempts restart,
-	// redrives+1); or submitting with an expired lease — a worker died
-	// during the call, so its outcome is unknown and the claim says
-	// Resumed (the worker must reconcile, never blindly resend: IP04).
+	// fresh lease token and returns them, oldest due first (next attempt
+	// time, then id). Due means: approved; retry_wait with
+	// next_attempt_at <= now; needs_reconciliation with a scheduled
+	// next_attempt_at <= now (unscheduled, it waits for a person); dead
+	// with redrives < MaxRedrives and a scheduled next_attempt_at <= now
+	// (a scheduled re-drive: attempts restart, redrives+1, audited as
+	// effect_redrive); or submitting with an expired lease — a worker died
+	// during the call, so its outcome is unknown: the claim records class
+	// unknown_outcome on the row and says Resumed (the worker must
+	// reconcile, never blindly resend: IP04). Resumed claims are audited
+	// as effect_resumed; plain claims write no audit row.
 	// Destinations, when set, restricts the claim to those destinations.
 	EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*ClaimedEffect, error)
-	// EffectSettle records one call (an attempts row) and moves the effect
-	// to its next state, fenced by the claim token: ErrLeaseLost when the
-	// lease no longer holds (nothing written). Every transition writes an
-	// audit row.
+	// EffectSettle records one call (an attempts row, when Attempt is set)
+	// and moves the effect to its next state, fenced by the claim token:
+	// ErrLeaseLost when the lease no longer holds, was re-claimed or has
+	// run out at Now (nothing written). The error fields, the last
+	// response and the next attempt time are set from the params (they
+	// describe the last call); DestinationRef only when non-empty. Every
+	// settle writes an audit row "effect_<state>".
 	EffectSettle(ctx context.Context, p *EffectSettleParams) error
-	// EffectRelease gives a claimed effect back unchanged (no call was
-	// made, for example the destination's token bucket was empty), due
-	// again at NotBefore.
+	// EffectRelease gives a claimed effect back (no call was made, for
+	// example the destination's token bucket was empty), due again at
+	// NotBefore (zero: nothing scheduled, due at once). The state it was
+	// claimed from is not kept, so the release decides from the row:
+	// needs_reconciliation when its error class is unknown_outcome (an
+	// unknown outcome stays one; a zero NotBefore then schedules it at
+	// Now), approved when it has no attempts and no error class, and
+	// retry_wait otherwise. A claim that no longer holds is left alone,
+	// which is not an error.
 	EffectRelease(ctx context.Context, p *EffectReleaseParams) error
-	// EffectGet returns one effect by id, or nil.
+	// EffectGet returns one effect by id with every field, or nil.
 	EffectGet(ctx context.Context, id int64) (*Effect, error)
 	// EffectOperate is an operator's action on the exception queue: retry
-	// (dead or needs_reconciliation back to approved, attempts restarted)
-	// or resolve (closed by a person, with a note). It fails with
-	// ErrInvalidTransition for effects in other states.
+	// (dead or needs_reconciliation back to approved, attempts restarted,
+	// nothing scheduled; the error class and reason of the last failure
+	// stay until the next settle), resolve (from dead,
+	// needs_reconciliation, retry_wait or approved; closed by a person,
+	// with a required note) or assign (sets Owner, from any state that is
+	// not final: approved, acknowledged, retry_wait, needs_reconciliation,
+	// dead). A non-empty Note is stored on the effect. A submitting effect
+	// is never operated on: its call may be in flight. Other states fail
+	// with ErrInvalidTransition; an unknown action or a resolve without a
+	// note fails with another error. Each action writes an audit row
+	// (effect_retry, effect_resolved, effect_assigned) and returns the
+	// updated effect.
 	EffectOperate(ctx context.Context, p *EffectOperateParams) (*Effect, error)
 	// AttemptList returns an effect's calls in order.
 	AttemptList(ctx context.Context, effectID int64) ([]*Attempt, error)
@@ -55,13 +78,16 @@ type EffectClaimParams struct {
 	MaxRedrives int
 }
 
-// ClaimedEffect is an effect leased to one worker for one call.
+// ClaimedEffect is an effect leased to one worker for one call. Its State
+// is the state it was claimed from (so the worker knows what it resumes);
+// every other field is the row as the claim left it, so a re-drive shows
+// attempts 0 and the redrives count including this one.
 type ClaimedEffect struct {
 	Effect
 	Token string
 	Until time.Time
 	// Resumed is set when the effect was found submitting with an expired
-	// lease: a previous call's outcome is unknown.
+	// lease, or needs_reconciliation: a previous call's outcome is unknown.
 	Resumed bool
 	// Redrive is set when this claim is a scheduled re-drive of a dead
 	// effect.

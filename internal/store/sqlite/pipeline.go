@@ -639,9 +639,8 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 		args = append(args, p.State)
 	}
 	args = append(args, store.ClampLimit(p.Limit))
-	rows, err := s.reader.QueryContext(ctx, `SELECT f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination,
-		f.state, f.request, e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at
-		FROM effects f JOIN events e ON e.pk = f.source_event_pk WHERE `+strings.Join(where, " AND ")+` ORDER BY f.id LIMIT ?`, args...)
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY f.id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)
 	}
@@ -649,15 +648,9 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 	var out []*store.Effect
 	for rows.Next() {
 		f := &store.Effect{}
-		var req string
-		var created, updated int64
-		if err := rows.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State,
-			&req, &f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &created, &updated); err != nil {
+		if err := scanEffect(rows, f); err != nil {
 			return nil, fmt.Errorf("list effects: %w", err)
 		}
-		f.Request = []byte(req)
-		f.CreatedAt = time.UnixMicro(created).UTC()
-		f.UpdatedAt = time.UnixMicro(updated).UTC()
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {

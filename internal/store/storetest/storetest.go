@@ -66,6 +66,16 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineProjectionGet", testProjectionGetAbsent},
 		{"PipelineConcurrentSettle", testConcurrentSettle},
 		{"PipelineTwoProcesses", testTwoProcesses},
+		{"LedgerClaimDueKinds", testLedgerClaimDueKinds},
+		{"LedgerClaimOrder", testLedgerClaimOrder},
+		{"LedgerClaimDestinations", testLedgerClaimDestinations},
+		{"LedgerClaimConcurrent", testLedgerClaimConcurrent},
+		{"LedgerFencing", testLedgerFencing},
+		{"LedgerRedrive", testLedgerRedrive},
+		{"LedgerSettleEvidence", testLedgerSettleEvidence},
+		{"LedgerRelease", testLedgerRelease},
+		{"LedgerOperate", testLedgerOperate},
+		{"LedgerGetAndList", testLedgerGetAndList},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })

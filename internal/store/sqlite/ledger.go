@@ -1,0 +1,421 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Like the pipeline, every ledger write runs in an immediate transaction on
+// the single writer connection: selecting due effects and leasing them is
+// one atomic step, so two claimers never lease one effect.
+
+var _ store.Ledger = (*Store)(nil)
+
+// noTime is the next_attempt_at of an effect with nothing scheduled (the
+// column's default).
+const noTime = 0
+
+// effectColumns selects a store.Effect from effects f joined to its source
+// event e; scanEffect reads them in this order.
+const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination, f.state, f.request,
+	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
+	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
+	f.last_response, f.owner, f.note`
+
+const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
+
+func scanEffect(sc scanner, f *store.Effect) error {
+	var req string
+	var created, updated, next int64
+	if err := sc.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &req,
+		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &created, &updated,
+		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
+		&f.LastResponse, &f.Owner, &f.Note); err != nil {
+		return err
+	}
+	f.Request = []byte(req)
+	f.CreatedAt = time.UnixMicro(created).UTC()
+	f.UpdatedAt = time.UnixMicro(updated).UTC()
+	f.NextAttemptAt = time.Time{}
+	if next != noTime {
+		f.NextAttemptAt = time.UnixMicro(next).UTC()
+	}
+	return nil
+}
+
+// dueAt stores a zero time as "nothing scheduled".
+func dueAt(t time.Time) int64 {
+	if t.IsZero() {
+		return noTime
+	}
+	return t.UnixMicro()
+}
+
+func getEffect(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, id int64) (*store.Effect, error) {
+	f := &store.Effect{}
+	err := scanEffect(q.QueryRowContext(ctx, `SELECT `+effectColumns+effectFrom+` WHERE f.id = ?`, id), f)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func effectAudit(ctx context.Context, tx *sql.Tx, f *store.Effect, at time.Time, actor, action, detail string) error {
+	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: at, Actor: actor, Action: action,
+		Source: f.Source, EventID: f.SourceEventID, Entity: f.Entity, Detail: detail})
+	return err
+}
+
+// EffectClaim leases due effects, oldest due first.
+func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
+	now := p.Now.UnixMicro()
+	until := p.Now.Add(p.LeaseFor)
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("claim effects: begin: %w: %w", store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	out, err := claimEffects(ctx, tx, p, now, until)
+	if err != nil {
+		return nil, fmt.Errorf("claim effects: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("claim effects: commit: %w: %w", store.ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+func claimEffects(ctx context.Context, tx *sql.Tx, p *store.EffectClaimParams, now int64, until time.Time) ([]*store.ClaimedEffect, error) {
+	// A needs_reconciliation or dead effect is only due when something
+	// scheduled it; without a time it waits for a person.
+	where := `(f.state = 'approved'
+		OR (f.state = 'retry_wait' AND f.next_attempt_at <= ?)
+		OR (f.state = 'needs_reconciliation' AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
+		OR (f.state = 'dead' AND f.redrives < ? AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
+		OR (f.state = 'submitting' AND f.lease_until <= ?))`
+	args := []any{now, now, p.MaxRedrives, now, now}
+	if len(p.Destinations) > 0 {
+		where += ` AND f.destination IN (?` + strings.Repeat(", ?", len(p.Destinations)-1) + `)`
+		for _, d := range p.Destinations {
+			args = append(args, d)
+		}
+	}
+	args = append(args, store.ClampLimit(p.Limit))
+	rows, err := tx.QueryContext(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+where+
+		` ORDER BY f.next_attempt_at, f.id LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []*store.ClaimedEffect
+	for rows.Next() {
+		c := &store.ClaimedEffect{Until: until.UTC()}
+		if err := scanEffect(rows, &c.Effect); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	for _, c := range out {
+		if c.Token, err = newToken(p.Owner); err != nil {
+			return nil, err
+		}
+		c.UpdatedAt = p.Now.UTC()
+		switch c.State {
+		case store.EffectDead:
+			c.Redrive = true
+			c.Attempts = 0
+			c.Redrives++
+		case store.EffectSubmitting:
+			// The previous holder died during its call: record that the
+			// outcome is unknown, so that giving this claim back without a
+			// call leaves the effect awaiting reconciliation, never a
+			// blind resend (IP04).
+			c.Resumed = true
+			c.ErrorClass = store.ClassUnknown
+			c.Reason = "the lease expired during the call: outcome unknown"
+		case store.EffectNeedsReconciliation:
+			c.Resumed = true
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = 'submitting', lease_token = ?, lease_until = ?,
+			attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ? WHERE id = ?`,
+			c.Token, until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.ID); err != nil {
+			return nil, fmt.Errorf("lease effect %d: %w", c.ID, err)
+		}
+		switch {
+		case c.Redrive:
+			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_redrive",
+				fmt.Sprintf("%s: dead -> submitting: re-drive %d of %d", c.EpisodeKey, c.Redrives, p.MaxRedrives))
+		case c.Resumed:
+			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_resumed",
+				fmt.Sprintf("%s: %s -> submitting: resumed, outcome of the previous call to be reconciled", c.EpisodeKey, c.State))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// settleStates are the states a settle may move a submitting effect to.
+var settleStates = map[store.EffectState]bool{
+	store.EffectDone:                true,
+	store.EffectAcknowledged:        true,
+	store.EffectRetryWait:           true,
+	store.EffectNeedsReconciliation: true,
+	store.EffectDead:                true,
+}
+
+// EffectSettle records one call and moves the effect on, fenced by its
+// lease token.
+func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
+	if !settleStates[p.State] {
+		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("settle effect %d: begin: %w: %w", p.EffectID, store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	if err := settleEffect(ctx, tx, p); err != nil {
+		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("settle effect %d: commit: %w: %w", p.EffectID, store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func settleEffect(ctx context.Context, tx *sql.Tx, p *store.EffectSettleParams) error {
+	now := p.Now.UnixMicro()
+	// Fencing: a worker whose lease expired or was re-claimed writes nothing.
+	r, err := tx.ExecContext(ctx, `UPDATE effects SET lease_until = lease_until
+		WHERE id = ? AND lease_token = ? AND state = 'submitting' AND lease_until > ?`, p.EffectID, p.Token, now)
+	if err != nil {
+		return fmt.Errorf("check lease: %w", err)
+	}
+	if n, err := r.RowsAffected(); err != nil {
+		return fmt.Errorf("check lease: %w", err)
+	} else if n == 0 {
+		return store.ErrLeaseLost
+	}
+	f, err := getEffect(ctx, tx, p.EffectID)
+	if err != nil || f == nil {
+		return fmt.Errorf("read effect: %w", errors.Join(err, errors.New("effect vanished")))
+	}
+	attempts := f.Attempts
+	if p.AddAttempt {
+		attempts++
+	}
+	number := 0
+	if p.Attempt != nil {
+		number = max(attempts, 1)
+		a := p.Attempt
+		started := a.StartedAt
+		if started.IsZero() {
+			started = p.Now
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+			class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.EffectID, number, started.UnixMicro(), a.Duration.Microseconds(), a.Status, a.Class, a.Error, a.Response,
+			a.RetryAfter, a.RetryAfterUnit, a.Wait.Microseconds(), a.Reconcile); err != nil {
+			return fmt.Errorf("record attempt: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = ?, next_attempt_at = ?, attempts = ?, error_class = ?,
+		reason = ?, suggested_repair = ?, destination_ref = CASE WHEN ? = '' THEN destination_ref ELSE ? END,
+		last_response = ?, lease_token = '', lease_until = ?, updated_at = ? WHERE id = ?`,
+		p.State, dueAt(p.NextAttemptAt), attempts, p.Class, p.Reason, p.SuggestedRepair, p.DestinationRef, p.DestinationRef,
+		p.LastResponse, leaseFree, now, p.EffectID); err != nil {
+		return fmt.Errorf("update effect: %w", err)
+	}
+	return effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_"+string(p.State), settleDetail(f.EpisodeKey, number, p))
+}
+
+func settleDetail(key string, number int, p *store.EffectSettleParams) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: submitting -> %s", key, p.State)
+	if number > 0 {
+		fmt.Fprintf(&b, " after attempt %d", number)
+	}
+	if p.Class != store.ClassNone {
+		fmt.Fprintf(&b, " [%s]", p.Class)
+	}
+	if p.Reason != "" {
+		b.WriteString(": " + p.Reason)
+	}
+	if !p.NextAttemptAt.IsZero() {
+		b.WriteString("; next at " + p.NextAttemptAt.UTC().Format(time.RFC3339Nano))
+	}
+	return b.String()
+}
+
+// EffectRelease gives a claim back without a call; see store.Ledger for
+// where the effect goes. A claim already lost is left alone.
+func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error {
+	// A reconciliation without a time would wait for a person: one given
+	// back with a zero NotBefore is due at once instead.
+	if _, err := s.writer.ExecContext(ctx, `UPDATE effects SET state = CASE
+			WHEN error_class = 'unknown_outcome' THEN 'needs_reconciliation'
+			WHEN attempts = 0 AND error_class = '' THEN 'approved'
+			ELSE 'retry_wait' END,
+		next_attempt_at = CASE WHEN ? = 0 AND error_class = 'unknown_outcome' THEN ? ELSE ? END,
+		lease_token = '', lease_until = ?, updated_at = ?
+		WHERE id = ? AND lease_token = ? AND state = 'submitting'`,
+		dueAt(p.NotBefore), p.Now.UnixMicro(), dueAt(p.NotBefore), leaseFree, p.Now.UnixMicro(), p.EffectID, p.Token); err != nil {
+		return fmt.Errorf("release effect %d: %w", p.EffectID, err)
+	}
+	return nil
+}
+
+// EffectGet returns one effect, or nil when there is none.
+func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) {
+	f, err := getEffect(ctx, s.reader, id)
+	if err != nil {
+		return nil, fmt.Errorf("get effect %d: %w", id, err)
+	}
+	return f, nil
+}
+
+// operateFrom lists the states each operator action is allowed from. A
+// submitting effect is never among them: its call may be in flight.
+var operateFrom = map[string][]store.EffectState{
+	store.OperateRetry:   {store.EffectDead, store.EffectNeedsReconciliation},
+	store.OperateResolve: {store.EffectDead, store.EffectNeedsReconciliation, store.EffectRetryWait, store.EffectApproved},
+	store.OperateAssign: {store.EffectApproved, store.EffectAcknowledged, store.EffectNeedsReconciliation,
+		store.EffectRetryWait, store.EffectDead},
+}
+
+// checkOperate refuses what no effect state could make valid.
+func checkOperate(p *store.EffectOperateParams) error {
+	switch p.Action {
+	case store.OperateRetry, store.OperateAssign:
+		return nil
+	case store.OperateResolve:
+		if strings.TrimSpace(p.Note) == "" {
+			return errors.New("resolve needs a note saying how the effect was closed")
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown operator action %q", p.Action)
+}
+
+// operateDetail is the audit detail of an operator action.
+func operateDetail(f *store.Effect, p *store.EffectOperateParams) string {
+	var b strings.Builder
+	b.WriteString(f.EpisodeKey + ": ")
+	switch p.Action {
+	case store.OperateRetry:
+		fmt.Fprintf(&b, "%s -> approved (retry; last failure [%s] %s)", f.State, f.ErrorClass, f.Reason)
+	case store.OperateResolve:
+		fmt.Fprintf(&b, "%s -> resolved", f.State)
+	case store.OperateAssign:
+		fmt.Fprintf(&b, "assigned to %q (was %q)", p.Owner, f.Owner)
+	}
+	if p.Note != "" {
+		b.WriteString("; note: " + p.Note)
+	}
+	return b.String()
+}
+
+// EffectOperate applies one operator action in one transaction.
+func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error) {
+	if err := checkOperate(p); err != nil {
+		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("operate on effect %d: begin: %w: %w", p.EffectID, store.ErrUnavailable, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	f, err := operate(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("operate on effect %d: commit: %w: %w", p.EffectID, store.ErrUnavailable, err)
+	}
+	return f, nil
+}
+
+func operate(ctx context.Context, tx *sql.Tx, p *store.EffectOperateParams) (*store.Effect, error) {
+	f, err := getEffect(ctx, tx, p.EffectID)
+	if err != nil {
+		return nil, fmt.Errorf("read effect: %w", err)
+	}
+	if f == nil {
+		return nil, errors.New("no such effect")
+	}
+	from := f.State
+	if !slices.Contains(operateFrom[p.Action], from) {
+		return nil, fmt.Errorf("%s from %s: %w", p.Action, from, store.ErrInvalidTransition)
+	}
+	now := p.Now.UnixMicro()
+	var action string
+	switch p.Action {
+	case store.OperateRetry:
+		action = "effect_retry"
+		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = ?,
+			note = CASE WHEN ? = '' THEN note ELSE ? END, updated_at = ? WHERE id = ?`, noTime, p.Note, p.Note, now, p.EffectID)
+	case store.OperateResolve:
+		action = "effect_resolved"
+		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = ?, note = ?, updated_at = ?
+			WHERE id = ?`, noTime, p.Note, now, p.EffectID)
+	case store.OperateAssign:
+		action = "effect_assigned"
+		_, err = tx.ExecContext(ctx, `UPDATE effects SET owner = ?, note = CASE WHEN ? = '' THEN note ELSE ? END,
+			updated_at = ? WHERE id = ?`, p.Owner, p.Note, p.Note, now, p.EffectID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("update effect: %w", err)
+	}
+	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, operateDetail(f, p)); err != nil {
+		return nil, err
+	}
+	if f, err = getEffect(ctx, tx, p.EffectID); err != nil {
+		return nil, fmt.Errorf("read effect: %w", err)
+	}
+	return f, nil
+}
+
+// AttemptList returns an effect's attempts in order.
+func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT id, effect_id, number, started_at, duration_us, status, class, error,
+		response, retry_after, retry_after_unit, wait_us, reconcile FROM effect_attempts WHERE effect_id = ? ORDER BY id`, effectID)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
+	}
+	defer rows.Close()
+	var out []*store.Attempt
+	for rows.Next() {
+		a := &store.Attempt{}
+		var started, dur, wait int64
+		if err := rows.Scan(&a.ID, &a.EffectID, &a.Number, &started, &dur, &a.Status, &a.Class, &a.Error,
+			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &a.Reconcile); err != nil {
+			return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
+		}
+		a.StartedAt = time.UnixMicro(started).UTC()
+		a.Duration = time.Duration(dur) * time.Microsecond
+		a.Wait = time.Duration(wait) * time.Microsecond
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,731 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// led is one ledger test's store with effects made through the pipeline.
+type led struct {
+	*pipe
+	l store.Ledger
+	n int // events made so far, for unique ids
+}
+
+func newLed(t *testing.T, o Opener) *led {
+	f := newPipe(t, o)
+	l, ok := f.s.(store.Ledger)
+	if !ok {
+		t.Skip("driver does not implement the ledger yet")
+	}
+	return &led{pipe: f, l: l}
+}
+
+// seed creates one approved effect per destination, each on its own
+// entity of flow "out", in id order.
+func (f *led) seed(dests ...string) []*store.Effect {
+	f.t.Helper()
+	var ids []int64
+	for _, d := range dests {
+		f.n++
+		id := fmt.Sprintf("led_%03d", f.n)
+		pk := f.event(id)
+		f.route(t0, to(pk, rt("out", id, "1")))
+		e := eff("out:"+id+":r1:push", "push")
+		e.Destination = d
+		if r := f.step("out", id, t0, rev(1, `{"n":1}`, e)); r.EffectsInserted != 1 {
+			f.t.Fatalf("seed %s: %+v", id, r)
+		}
+		got := f.effects(&store.EffectListParams{Flow: "out", Entity: id})
+		ids = append(ids, got[0].ID)
+	}
+	out := make([]*store.Effect, len(ids))
+	for i, id := range ids {
+		out[i] = f.get(id)
+	}
+	return out
+}
+
+func (f *led) get(id int64) *store.Effect {
+	f.t.Helper()
+	e, err := f.l.EffectGet(f.ctx, id)
+	if err != nil {
+		f.t.Fatalf("EffectGet %d: %v", id, err)
+	}
+	if e == nil {
+		f.t.Fatalf("EffectGet %d: absent", id)
+	}
+	return e
+}
+
+func (f *led) claimP(p store.EffectClaimParams) []*store.ClaimedEffect {
+	f.t.Helper()
+	if p.Owner == "" {
+		p.Owner = "d1"
+	}
+	if p.LeaseFor == 0 {
+		p.LeaseFor = time.Minute
+	}
+	cs, err := f.l.EffectClaim(f.ctx, &p)
+	if err != nil {
+		f.t.Fatalf("EffectClaim: %v", err)
+	}
+	return cs
+}
+
+func (f *led) claimAt(at time.Time) []*store.ClaimedEffect {
+	f.t.Helper()
+	return f.claimP(store.EffectClaimParams{Now: at, Limit: 1000, MaxRedrives: 3})
+}
+
+// claimOne claims every due effect at `at`, keeps the one with id and
+// releases the others (due again at once).
+func (f *led) claimOne(id int64, at time.Time) *store.ClaimedEffect {
+	f.t.Helper()
+	var mine *store.ClaimedEffect
+	for _, c := range f.claimAt(at) {
+		if c.ID == id {
+			mine = c
+			continue
+		}
+		f.releaseC(c, at, time.Time{})
+	}
+	if mine == nil {
+		f.t.Fatalf("effect %d not claimable at %v", id, at)
+	}
+	return mine
+}
+
+func (f *led) releaseC(c *store.ClaimedEffect, at, notBefore time.Time) {
+	f.t.Helper()
+	if err := f.l.EffectRelease(f.ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: at, NotBefore: notBefore}); err != nil {
+		f.t.Fatalf("EffectRelease %d: %v", c.ID, err)
+	}
+}
+
+// settle settles a claim with AddAttempt and no attempt row unless given.
+func (f *led) settle(c *store.ClaimedEffect, at time.Time, state store.EffectState, next time.Time, mods ...func(*store.EffectSettleParams)) {
+	f.t.Helper()
+	p := &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: at, Actor: "delivery", State: state,
+		NextAttemptAt: next, AddAttempt: true}
+	if state != store.EffectDone && state != store.EffectAcknowledged {
+		p.Class, p.Reason = store.ClassTransient, "503 from destination"
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	if err := f.l.EffectSettle(f.ctx, p); err != nil {
+		f.t.Fatalf("EffectSettle %d -> %s: %v", c.ID, state, err)
+	}
+}
+
+// into puts effect id into state (claimed at `at` and settled).
+func (f *led) into(id int64, at time.Time, state store.EffectState, next time.Time) {
+	f.t.Helper()
+	f.settle(f.claimOne(id, at), at, state, next)
+}
+
+func (f *led) operate(id int64, action, note string, at time.Time) (*store.Effect, error) {
+	return f.l.EffectOperate(f.ctx, &store.EffectOperateParams{EffectID: id, Action: action, Actor: "operator:alice",
+		Owner: "bob", Note: note, Now: at})
+}
+
+func ids(cs []*store.ClaimedEffect) []int64 {
+	var out []int64
+	for _, c := range cs {
+		out = append(out, c.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func idsOf(es ...*store.Effect) []int64 {
+	var out []int64
+	for _, e := range es {
+		out = append(out, e.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Every due kind is claimed, every other effect is left alone.
+func testLedgerClaimDueKinds(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	es := f.seed("crm", "crm", "crm", "crm", "crm", "crm", "crm", "crm", "crm", "crm", "slow")
+	approved, retryDue, retryLater, reconDue, reconUnsched, deadDue, deadUnsched, done, resolved, expired, live :=
+		es[0], es[1], es[2], es[3], es[4], es[5], es[6], es[7], es[8], es[9], es[10]
+	t1 := t0.Add(10 * time.Minute)
+	f.into(retryDue.ID, t0, store.EffectRetryWait, t1.Add(-time.Second))
+	f.into(retryLater.ID, t0, store.EffectRetryWait, t1.Add(time.Second))
+	f.into(reconDue.ID, t0, store.EffectNeedsReconciliation, t1)
+	f.into(reconUnsched.ID, t0, store.EffectNeedsReconciliation, time.Time{})
+	f.into(deadDue.ID, t0, store.EffectDead, t1.Add(-time.Minute))
+	f.into(deadUnsched.ID, t0, store.EffectDead, time.Time{})
+	f.into(done.ID, t0, store.EffectDone, time.Time{})
+	f.into(resolved.ID, t0, store.EffectDead, time.Time{})
+	if _, err := f.operate(resolved.ID, store.OperateResolve, "fixed by hand in the CRM", t0); err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	// expired: claimed at t0 for a minute and never settled.
+	f.claimOne(expired.ID, t0)
+	// live: claimed just before t1 for an hour.
+	if cs := f.claimP(store.EffectClaimParams{Now: t1.Add(-time.Minute), LeaseFor: time.Hour, Limit: 10, Destinations: []string{"slow"}}); len(cs) != 1 || cs[0].ID != live.ID {
+		t.Fatalf("claim of slow = %v", ids(cs))
+	}
+	// A superseded effect: a newer revision of approved's entity supersedes
+	// it and asks for a new one (which is due).
+	f.route(t0, to(f.event("led_sup"), rt("out", approved.Entity, "2")))
+	e2 := eff("out:"+approved.Entity+":r2:push", "push")
+	if r := f.step("out", approved.Entity, t0, rev(2, `{"n":2}`, e2)); r.Superseded != 1 || r.EffectsInserted != 1 {
+		t.Fatalf("supersede: %+v", r)
+	}
+	sup := f.get(approved.ID)
+	if sup.State != store.EffectSuperseded {
+		t.Fatalf("effect %d is %s, want superseded", sup.ID, sup.State)
+	}
+	fresh := f.effects(&store.EffectListParams{Entity: approved.Entity, State: store.EffectApproved})
+	if len(fresh) != 1 {
+		t.Fatalf("%d approved effects for %s, want the new one", len(fresh), approved.Entity)
+	}
+
+	before := map[int64]*store.Effect{}
+	for _, e := range f.effects(&store.EffectListParams{}) {
+		before[e.ID] = e
+	}
+	cs := f.claimP(store.EffectClaimParams{Owner: "d2", Now: t1, LeaseFor: time.Minute, Limit: 100, MaxRedrives: 3})
+	want := idsOf(fresh[0], retryDue, reconDue, deadDue, expired)
+	if got := ids(cs); !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+	for _, c := range cs {
+		prior := before[c.ID]
+		if c.State != prior.State {
+			t.Fatalf("claim of %d says state %s, want the state before the claim %s", c.ID, c.State, prior.State)
+		}
+		if !strings.HasPrefix(c.Token, "d2:") || len(c.Token) <= len("d2:") || !c.Until.Equal(t1.Add(time.Minute)) {
+			t.Fatalf("claim of %d: token %q until %v", c.ID, c.Token, c.Until)
+		}
+		wantResumed := prior.State == store.EffectSubmitting || prior.State == store.EffectNeedsReconciliation
+		if c.Resumed != wantResumed || c.Redrive != (prior.State == store.EffectDead) {
+			t.Fatalf("claim of %d from %s: resumed %v redrive %v", c.ID, prior.State, c.Resumed, c.Redrive)
+		}
+		if c.EpisodeKey != prior.EpisodeKey || c.Source != "crm" || c.SourceEventID == "" || c.Destination != prior.Destination ||
+			!jsonEqual(c.Request, string(prior.Request)) {
+			t.Fatalf("claim of %d lacks fields: %+v", c.ID, c.Effect)
+		}
+		if g := f.get(c.ID); g.State != store.EffectSubmitting || !g.UpdatedAt.Equal(t1) {
+			t.Fatalf("effect %d after claim: %s updated %v", c.ID, g.State, g.UpdatedAt)
+		}
+	}
+	for id, e := range before {
+		if slices.Contains(want, id) {
+			continue
+		}
+		if g := f.get(id); g.State != e.State || !g.UpdatedAt.Equal(e.UpdatedAt) {
+			t.Fatalf("unclaimed effect %d changed: %s -> %s", id, e.State, g.State)
+		}
+	}
+	if rows := f.audit("effect_redrive"); len(rows) != 1 || !strings.Contains(rows[0].Detail, deadDue.EpisodeKey) || rows[0].Actor != "d2" {
+		t.Fatalf("effect_redrive audit = %+v", rows)
+	}
+	if rows := f.audit("effect_resumed"); len(rows) != 2 {
+		t.Fatalf("%d effect_resumed audit rows, want 2", len(rows))
+	}
+	// Nothing else is due, not even the claims just made.
+	if cs := f.claimAt(t1); len(cs) != 0 {
+		t.Fatalf("second claim got %v", ids(cs))
+	}
+}
+
+// Oldest due first: by next attempt time, then id; Limit bounds a claim.
+func testLedgerClaimOrder(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	es := f.seed("crm", "crm", "crm", "crm")
+	f.into(es[0].ID, t0, store.EffectRetryWait, t0.Add(3*time.Minute))
+	f.into(es[1].ID, t0, store.EffectRetryWait, t0.Add(2*time.Minute))
+	// es[2] and es[3] stay approved with nothing scheduled: due first.
+	var got []int64
+	for range 5 {
+		cs := f.claimP(store.EffectClaimParams{Now: t0.Add(time.Hour), Limit: 1})
+		if len(cs) > 1 {
+			t.Fatalf("Limit 1 claimed %d", len(cs))
+		}
+		for _, c := range cs {
+			got = append(got, c.ID)
+		}
+	}
+	if want := []int64{es[2].ID, es[3].ID, es[1].ID, es[0].ID}; !slices.Equal(got, want) {
+		t.Fatalf("claim order %v, want %v", got, want)
+	}
+}
+
+func testLedgerClaimDestinations(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	es := f.seed("crm", "erp", "mail", "erp")
+	cs := f.claimP(store.EffectClaimParams{Now: t0, Limit: 100, Destinations: []string{"erp", "mail"}})
+	if got, want := ids(cs), idsOf(es[1], es[2], es[3]); !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+	for _, c := range cs {
+		if c.Destination == "crm" {
+			t.Fatalf("destination filter leaked %d", c.ID)
+		}
+	}
+	if cs := f.claimP(store.EffectClaimParams{Now: t0, Limit: 100, Destinations: []string{"nowhere"}}); len(cs) != 0 {
+		t.Fatalf("unknown destination claimed %v", ids(cs))
+	}
+	if cs := f.claimAt(t0); len(cs) != 1 || cs[0].ID != es[0].ID {
+		t.Fatalf("unfiltered claim got %v, want only the crm effect", ids(cs))
+	}
+}
+
+// Concurrent claimers, on one handle and (where the driver offers one) a
+// second handle, never lease one effect twice.
+func testLedgerClaimConcurrent(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	const n = 24
+	var all []string
+	for range n {
+		all = append(all, "crm")
+	}
+	es := f.seed(all...)
+	handles := []store.Ledger{f.l}
+	if o.Reopen != nil {
+		handles = append(handles, o.Reopen(t, f.s).(store.Ledger))
+	}
+	const workers = 6
+	var wg sync.WaitGroup
+	got := make([][]int64, workers)
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := handles[w%len(handles)]
+			for range n {
+				cs, err := l.EffectClaim(f.ctx, &store.EffectClaimParams{Owner: fmt.Sprint("w", w), Now: t0, LeaseFor: time.Minute, Limit: 3})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				for _, c := range cs {
+					got[w] = append(got[w], c.ID)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[int64]int{}
+	for w := range workers {
+		if errs[w] != nil {
+			t.Fatalf("claimer %d: %v", w, errs[w])
+		}
+		for _, id := range got[w] {
+			seen[id]++
+		}
+	}
+	for _, e := range es {
+		if seen[e.ID] != 1 {
+			t.Fatalf("effect %d claimed %d times, want exactly once", e.ID, seen[e.ID])
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct effects, want %d", len(seen), n)
+	}
+}
+
+// A worker whose lease expired and was taken over writes nothing.
+func testLedgerFencing(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	e := f.seed("crm")[0]
+	a := f.claimOne(e.ID, t0)
+	if a.Resumed || a.State != store.EffectApproved {
+		t.Fatalf("first claim: resumed %v state %s", a.Resumed, a.State)
+	}
+	// Still held: nobody else gets it.
+	if cs := f.claimAt(t0.Add(30 * time.Second)); len(cs) != 0 {
+		t.Fatalf("live lease re-claimed: %v", ids(cs))
+	}
+	t1 := t0.Add(2 * time.Minute)
+	b := f.claimOne(e.ID, t1)
+	if !b.Resumed || b.State != store.EffectSubmitting || b.Token == a.Token || b.ErrorClass != store.ClassUnknown {
+		t.Fatalf("take-over: resumed %v state %s class %q", b.Resumed, b.State, b.ErrorClass)
+	}
+	if rows := f.audit("effect_resumed"); len(rows) != 1 || rows[0].Entity != e.Entity || rows[0].Source != "crm" {
+		t.Fatalf("effect_resumed audit = %+v", rows)
+	}
+	stale := &store.EffectSettleParams{EffectID: e.ID, Token: a.Token, Now: t1, Actor: "delivery", State: store.EffectDone,
+		AddAttempt: true, DestinationRef: "deal-1", Attempt: &store.Attempt{Status: 200, StartedAt: t0}}
+	if err := f.l.EffectSettle(f.ctx, stale); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("settle with the stale token: %v, want ErrLeaseLost", err)
+	}
+	// Even the current token is fenced once its lease has run out.
+	late := *stale
+	late.Token, late.Now = b.Token, t1.Add(time.Minute)
+	if err := f.l.EffectSettle(f.ctx, &late); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("settle after the lease ran out: %v, want ErrLeaseLost", err)
+	}
+	if g := f.get(e.ID); g.State != store.EffectSubmitting || g.Attempts != 0 || g.DestinationRef != "" {
+		t.Fatalf("fenced settle wrote: %+v", g)
+	}
+	if as, err := f.l.AttemptList(f.ctx, e.ID); err != nil || len(as) != 0 {
+		t.Fatalf("fenced settle wrote attempts: %v %v", as, err)
+	}
+	if rows := f.audit("effect_done"); len(rows) != 0 {
+		t.Fatalf("fenced settle wrote audit: %+v", rows)
+	}
+	// A stale release is ignored too.
+	f.releaseC(a, t1, time.Time{})
+	if g := f.get(e.ID); g.State != store.EffectSubmitting {
+		t.Fatalf("stale release moved the effect to %s", g.State)
+	}
+	ok := *stale
+	ok.Token = b.Token
+	if err := f.l.EffectSettle(f.ctx, &ok); err != nil {
+		t.Fatalf("settle with the current token: %v", err)
+	}
+	if g := f.get(e.ID); g.State != store.EffectDone || g.DestinationRef != "deal-1" || g.Attempts != 1 || g.ErrorClass != "" {
+		t.Fatalf("after settle: %+v", g)
+	}
+	// Settled: the token is spent.
+	if err := f.l.EffectSettle(f.ctx, &ok); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("second settle: %v, want ErrLeaseLost", err)
+	}
+}
+
+// Scheduled re-drives restart attempts, count themselves and stop at
+// MaxRedrives.
+func testLedgerRedrive(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	e := f.seed("crm")[0]
+	c := f.claimOne(e.ID, t0)
+	f.settle(c, t0, store.EffectRetryWait, t0)
+	c = f.claimOne(e.ID, t0)
+	f.settle(c, t0, store.EffectDead, t0.Add(15*time.Minute))
+	if g := f.get(e.ID); g.Attempts != 2 || g.Redrives != 0 || !g.NextAttemptAt.Equal(t0.Add(15*time.Minute)) {
+		t.Fatalf("dead: %+v", g)
+	}
+	at := t0
+	for i, wait := range []time.Duration{15 * time.Minute, time.Hour, 6 * time.Hour} {
+		// Not before its time.
+		if cs := f.claimP(store.EffectClaimParams{Now: at.Add(wait - time.Second), Limit: 10, MaxRedrives: 3}); len(cs) != 0 {
+			t.Fatalf("re-drive %d claimed early", i+1)
+		}
+		// Never with re-drives disabled.
+		if cs := f.claimP(store.EffectClaimParams{Now: at.Add(wait), Limit: 10, MaxRedrives: 0}); len(cs) != 0 {
+			t.Fatalf("re-drive %d claimed with MaxRedrives 0", i+1)
+		}
+		at = at.Add(wait)
+		cs := f.claimP(store.EffectClaimParams{Now: at, Limit: 10, MaxRedrives: 3})
+		if len(cs) != 1 || !cs[0].Redrive || cs[0].Resumed || cs[0].State != store.EffectDead || cs[0].Attempts != 0 || cs[0].Redrives != i+1 {
+			t.Fatalf("re-drive %d: %+v", i+1, cs)
+		}
+		if g := f.get(e.ID); g.Attempts != 0 || g.Redrives != i+1 || g.State != store.EffectSubmitting {
+			t.Fatalf("after re-drive %d: %+v", i+1, g)
+		}
+		next := time.Time{}
+		if i < 2 {
+			next = at.Add([]time.Duration{time.Hour, 6 * time.Hour}[i])
+		} else {
+			next = at.Add(24 * time.Hour) // scheduled, but no re-drive is left
+		}
+		f.settle(cs[0], at, store.EffectDead, next)
+		if g := f.get(e.ID); g.Attempts != 1 {
+			t.Fatalf("attempts after re-drive %d = %d, want 1", i+1, g.Attempts)
+		}
+	}
+	if rows := f.audit("effect_redrive"); len(rows) != 3 {
+		t.Fatalf("%d effect_redrive rows, want 3", len(rows))
+	}
+	// Three re-drives spent: the schedule is over.
+	if cs := f.claimP(store.EffectClaimParams{Now: at.Add(48 * time.Hour), Limit: 10, MaxRedrives: 3}); len(cs) != 0 {
+		t.Fatalf("re-drive past MaxRedrives: %+v", cs)
+	}
+	// A larger bound would allow one more: the bound is what stopped it.
+	if cs := f.claimP(store.EffectClaimParams{Now: at.Add(48 * time.Hour), Limit: 10, MaxRedrives: 4}); len(cs) != 1 || cs[0].Redrives != 4 {
+		t.Fatalf("MaxRedrives 4: %+v", cs)
+	}
+}
+
+// Settling writes the call's evidence, the effect's new state and an
+// audit row.
+func testLedgerSettleEvidence(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	es := f.seed("crm", "crm")
+	e := es[0]
+	c := f.claimOne(e.ID, t0)
+	started := t0.Add(time.Second)
+	a1 := &store.Attempt{StartedAt: started, Duration: 1234 * time.Millisecond, Status: 429, Class: store.ClassQuota,
+		Error: "rate limited", Response: `{"error":"slow down"}`, RetryAfter: "60", RetryAfterUnit: "ms", Wait: 60 * time.Millisecond}
+	next := t0.Add(2 * time.Second)
+	f.settle(c, t0.Add(3*time.Second), store.EffectRetryWait, next, func(p *store.EffectSettleParams) {
+		p.Attempt, p.Class, p.Reason, p.LastResponse = a1, store.ClassQuota, "429 with Retry-After 60 (ms)", `{"error":"slow down"}`
+		p.SuggestedRepair = "raise the quota"
+	})
+	g := f.get(e.ID)
+	if g.State != store.EffectRetryWait || g.Attempts != 1 || !g.NextAttemptAt.Equal(next) || g.ErrorClass != store.ClassQuota ||
+		g.Reason != "429 with Retry-After 60 (ms)" || g.LastResponse != `{"error":"slow down"}` || g.SuggestedRepair != "raise the quota" ||
+		!g.UpdatedAt.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("after retry_wait settle: %+v", g)
+	}
+	as, err := f.l.AttemptList(f.ctx, e.ID)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("AttemptList: %v %v", as, err)
+	}
+	want := *a1
+	want.ID, want.EffectID, want.Number = as[0].ID, e.ID, 1
+	if !reflect.DeepEqual(*as[0], want) {
+		t.Fatalf("attempt = %+v\nwant      %+v", *as[0], want)
+	}
+	rows := f.audit("effect_retry_wait")
+	if len(rows) != 1 || rows[0].Actor != "delivery" || rows[0].Source != "crm" || rows[0].EventID != e.SourceEventID ||
+		rows[0].Entity != e.Entity || !rows[0].At.Equal(t0.Add(3*time.Second)) ||
+		!strings.Contains(rows[0].Detail, e.EpisodeKey) || !strings.Contains(rows[0].Detail, "quota") ||
+		!strings.Contains(rows[0].Detail, "Retry-After 60") {
+		t.Fatalf("effect_retry_wait audit = %+v", rows)
+	}
+	// The second call succeeds; the failure fields describe the last call.
+	c = f.claimOne(e.ID, next)
+	if c.State != store.EffectRetryWait || c.Attempts != 1 || c.Resumed {
+		t.Fatalf("retry claim: %+v", c)
+	}
+	f.settle(c, next, store.EffectAcknowledged, time.Time{}, func(p *store.EffectSettleParams) {
+		p.Attempt, p.DestinationRef = &store.Attempt{StartedAt: next, Status: 201}, "deal-77"
+	})
+	g = f.get(e.ID)
+	if g.State != store.EffectAcknowledged || g.Attempts != 2 || !g.NextAttemptAt.IsZero() || g.ErrorClass != "" || g.Reason != "" ||
+		g.LastResponse != "" || g.DestinationRef != "deal-77" {
+		t.Fatalf("after acknowledged settle: %+v", g)
+	}
+	if as, _ := f.l.AttemptList(f.ctx, e.ID); len(as) != 2 || as[1].Number != 2 || as[1].Status != 201 || as[0].ID >= as[1].ID {
+		t.Fatalf("attempts after second call: %+v", as)
+	}
+	if rows := f.audit("effect_acknowledged"); len(rows) != 1 {
+		t.Fatalf("%d effect_acknowledged rows", len(rows))
+	}
+
+	// Reconciliation without a call, then a lookup that does not count
+	// against the retry policy.
+	r := es[1]
+	c = f.claimOne(r.ID, t0)
+	f.settle(c, t0, store.EffectNeedsReconciliation, t0.Add(time.Minute), func(p *store.EffectSettleParams) {
+		p.AddAttempt, p.Class, p.Reason, p.DestinationRef = false, store.ClassUnknown, "timeout after send", "ref-1"
+	})
+	if g := f.get(r.ID); g.Attempts != 0 || g.DestinationRef != "ref-1" || g.ErrorClass != store.ClassUnknown {
+		t.Fatalf("after reconciliation settle: %+v", g)
+	}
+	if as, _ := f.l.AttemptList(f.ctx, r.ID); len(as) != 0 {
+		t.Fatalf("settle without a call wrote %d attempts", len(as))
+	}
+	c = f.claimOne(r.ID, t0.Add(time.Minute))
+	if !c.Resumed || c.State != store.EffectNeedsReconciliation {
+		t.Fatalf("reconciliation claim: %+v", c)
+	}
+	f.settle(c, t0.Add(time.Minute), store.EffectDone, time.Time{}, func(p *store.EffectSettleParams) {
+		p.AddAttempt, p.Attempt = false, &store.Attempt{StartedAt: t0.Add(time.Minute), Status: 200, Reconcile: true}
+	})
+	g = f.get(r.ID)
+	if g.State != store.EffectDone || g.Attempts != 0 || g.DestinationRef != "ref-1" {
+		t.Fatalf("after reconcile: %+v", g)
+	}
+	if as, _ := f.l.AttemptList(f.ctx, r.ID); len(as) != 1 || as[0].Number != 1 || !as[0].Reconcile {
+		t.Fatalf("reconcile attempt: %+v", as)
+	}
+
+	// Only the settle states are accepted; a refused settle writes nothing.
+	e3 := f.seed("crm")[0]
+	c = f.claimOne(e3.ID, t0)
+	for _, bad := range []store.EffectState{store.EffectApproved, store.EffectSubmitting, store.EffectResolved, store.EffectSuperseded, "bogus"} {
+		err := f.l.EffectSettle(f.ctx, &store.EffectSettleParams{EffectID: e3.ID, Token: c.Token, Now: t0, Actor: "delivery",
+			State: bad, AddAttempt: true, Attempt: &store.Attempt{Status: 200}})
+		if err == nil || errors.Is(err, store.ErrLeaseLost) {
+			t.Fatalf("settle to %q: %v, want an error", bad, err)
+		}
+	}
+	if g := f.get(e3.ID); g.State != store.EffectSubmitting || g.Attempts != 0 {
+		t.Fatalf("refused settle wrote: %+v", g)
+	}
+	if as, _ := f.l.AttemptList(f.ctx, e3.ID); len(as) != 0 {
+		t.Fatalf("refused settle wrote %d attempts", len(as))
+	}
+	f.settle(c, t0, store.EffectDone, time.Time{})
+}
+
+// A claim given back without a call returns to approved when nothing has
+// happened to the effect yet, to retry_wait otherwise, and to
+// needs_reconciliation when the outcome of an earlier call is unknown.
+func testLedgerRelease(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	es := f.seed("crm", "crm", "crm")
+	fresh, tried, lost := es[0], es[1], es[2]
+	f.into(tried.ID, t0, store.EffectRetryWait, t0)
+	f.claimOne(lost.ID, t0) // the worker dies during the call
+
+	t1 := t0.Add(5 * time.Minute)
+	later := t1.Add(30 * time.Second)
+	for _, c := range f.claimAt(t1) {
+		f.releaseC(c, t1, later)
+	}
+	for _, tc := range []struct {
+		e     *store.Effect
+		state store.EffectState
+	}{{fresh, store.EffectApproved}, {tried, store.EffectRetryWait}, {lost, store.EffectNeedsReconciliation}} {
+		g := f.get(tc.e.ID)
+		if g.State != tc.state || !g.NextAttemptAt.Equal(later) || !g.UpdatedAt.Equal(t1) {
+			t.Fatalf("effect %d released: %s next %v, want %s next %v", g.ID, g.State, g.NextAttemptAt, tc.state, later)
+		}
+	}
+	if g := f.get(tried.ID); g.Attempts != 1 {
+		t.Fatalf("release changed attempts: %d", g.Attempts)
+	}
+	// retry_wait and needs_reconciliation wait for NotBefore; approved is
+	// always due.
+	if cs := f.claimAt(later.Add(-time.Microsecond)); !slices.Equal(ids(cs), idsOf(fresh)) {
+		t.Fatalf("claim before NotBefore got %v, want only the approved effect", ids(cs))
+	}
+	cs := f.claimAt(later)
+	if !slices.Equal(ids(cs), idsOf(tried, lost)) {
+		t.Fatalf("claim at NotBefore got %v", ids(cs))
+	}
+	for _, c := range cs {
+		if c.ID == lost.ID && (!c.Resumed || c.State != store.EffectNeedsReconciliation) {
+			t.Fatalf("released unknown outcome came back as %s resumed %v", c.State, c.Resumed)
+		}
+	}
+}
+
+func testLedgerOperate(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	es := f.seed("crm", "crm", "crm", "crm", "crm", "slow")
+	dead, recon, waiting, approved, done, submitting := es[0], es[1], es[2], es[3], es[4], es[5]
+	f.into(dead.ID, t0, store.EffectDead, time.Time{})
+	f.into(recon.ID, t0, store.EffectNeedsReconciliation, time.Time{})
+	f.into(waiting.ID, t0, store.EffectRetryWait, t0.Add(2*time.Hour))
+	f.into(done.ID, t0, store.EffectDone, time.Time{})
+	if cs := f.claimP(store.EffectClaimParams{Now: t0, LeaseFor: 24 * time.Hour, Limit: 10, Destinations: []string{"slow"}}); len(cs) != 1 {
+		t.Fatalf("claim of the slow effect: %v", ids(cs))
+	}
+	t1 := t0.Add(time.Hour)
+
+	refused := func(id int64, action, note string) {
+		t.Helper()
+		before := f.get(id)
+		if _, err := f.operate(id, action, note, t1); !errors.Is(err, store.ErrInvalidTransition) {
+			t.Fatalf("%s on %s: %v, want ErrInvalidTransition", action, before.State, err)
+		}
+		if g := f.get(id); !reflect.DeepEqual(g, before) {
+			t.Fatalf("refused %s changed the effect: %+v", action, g)
+		}
+	}
+	refused(approved.ID, store.OperateRetry, "")
+	refused(waiting.ID, store.OperateRetry, "")
+	refused(done.ID, store.OperateRetry, "")
+	refused(done.ID, store.OperateResolve, "closed")
+	refused(done.ID, store.OperateAssign, "")
+	for _, a := range []string{store.OperateRetry, store.OperateResolve, store.OperateAssign} {
+		refused(submitting.ID, a, "the call may be in flight")
+	}
+	if _, err := f.operate(dead.ID, "delete", "", t1); err == nil || errors.Is(err, store.ErrInvalidTransition) {
+		t.Fatalf("unknown action: %v", err)
+	}
+	if _, err := f.operate(dead.ID, store.OperateResolve, "  ", t1); err == nil || !strings.Contains(err.Error(), "note") {
+		t.Fatalf("resolve without a note: %v", err)
+	}
+	if g := f.get(dead.ID); g.State != store.EffectDead {
+		t.Fatalf("refused resolve moved the effect to %s", g.State)
+	}
+	if _, err := f.operate(1<<40, store.OperateRetry, "", t1); err == nil {
+		t.Fatal("operate on a missing effect succeeded")
+	}
+	if rows := f.audit(""); slices.ContainsFunc(rows, func(a *store.AuditEntry) bool { return a.Actor == "operator:alice" }) {
+		t.Fatal("refused actions wrote audit rows")
+	}
+
+	// assign from the exception queue.
+	g, err := f.operate(dead.ID, store.OperateAssign, "", t1)
+	if err != nil || g.Owner != "bob" || g.State != store.EffectDead || !g.UpdatedAt.Equal(t1) {
+		t.Fatalf("assign: %+v %v", g, err)
+	}
+	// retry: back to approved, attempts restarted, the last failure kept.
+	g, err = f.operate(dead.ID, store.OperateRetry, "destination fixed", t1)
+	if err != nil || g.State != store.EffectApproved || g.Attempts != 0 || !g.NextAttemptAt.IsZero() || g.Note != "destination fixed" ||
+		g.ErrorClass != store.ClassTransient || g.Reason != "503 from destination" || g.Owner != "bob" {
+		t.Fatalf("retry from dead: %+v %v", g, err)
+	}
+	if g, err = f.operate(recon.ID, store.OperateRetry, "checked: not created", t1); err != nil || g.State != store.EffectApproved {
+		t.Fatalf("retry from needs_reconciliation: %+v %v", g, err)
+	}
+	if cs := f.claimAt(t1); !slices.Equal(ids(cs), idsOf(dead, recon, approved)) {
+		t.Fatalf("after retries claimed %v", ids(cs))
+	} else {
+		for _, c := range cs {
+			f.releaseC(c, t1, time.Time{})
+		}
+	}
+	// resolve from retry_wait and approved, with a note.
+	for _, e := range []*store.Effect{waiting, approved} {
+		g, err := f.operate(e.ID, store.OperateResolve, "done by hand", t1)
+		if err != nil || g.State != store.EffectResolved || g.Note != "done by hand" || !g.NextAttemptAt.IsZero() {
+			t.Fatalf("resolve %d: %+v %v", e.ID, g, err)
+		}
+	}
+	refused(approved.ID, store.OperateResolve, "again")
+	refused(approved.ID, store.OperateAssign, "")
+
+	if rows := f.audit("effect_assigned"); len(rows) != 1 || rows[0].Actor != "operator:alice" || !strings.Contains(rows[0].Detail, "bob") {
+		t.Fatalf("effect_assigned audit = %+v", rows)
+	}
+	if rows := f.audit("effect_retry"); len(rows) != 2 || !strings.Contains(rows[0].Detail, "destination fixed") ||
+		rows[0].Entity != dead.Entity || rows[0].EventID != dead.SourceEventID {
+		t.Fatalf("effect_retry audit = %+v", rows)
+	}
+	if rows := f.audit("effect_resolved"); len(rows) != 2 || !strings.Contains(rows[1].Detail, "done by hand") {
+		t.Fatalf("effect_resolved audit = %+v", rows)
+	}
+}
+
+// EffectGet and EffectList show every field of the ledger row alike.
+func testLedgerGetAndList(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	if g, err := f.l.EffectGet(f.ctx, 1<<40); g != nil || err != nil {
+		t.Fatalf("EffectGet of a missing id: %+v %v", g, err)
+	}
+	if as, err := f.l.AttemptList(f.ctx, 1<<40); len(as) != 0 || err != nil {
+		t.Fatalf("AttemptList of a missing id: %+v %v", as, err)
+	}
+	es := f.seed("crm", "erp")
+	next := t0.Add(time.Hour)
+	f.settle(f.claimOne(es[0].ID, t0), t0, store.EffectDead, next, func(p *store.EffectSettleParams) {
+		p.Class, p.Reason, p.SuggestedRepair, p.DestinationRef, p.LastResponse =
+			store.ClassPermanent, "400 validation", "fix the mapping", "deal-9", `{"errors":["bad"]}`
+	})
+	if _, err := f.operate(es[0].ID, store.OperateAssign, "looking", t0); err != nil {
+		t.Fatal(err)
+	}
+	list := f.effects(&store.EffectListParams{})
+	if len(list) != 2 {
+		t.Fatalf("%d effects", len(list))
+	}
+	g := list[0]
+	if g.State != store.EffectDead || !g.NextAttemptAt.Equal(next) || g.Redrives != 0 || g.ErrorClass != store.ClassPermanent ||
+		g.Reason != "400 validation" || g.SuggestedRepair != "fix the mapping" || g.DestinationRef != "deal-9" ||
+		g.LastResponse != `{"errors":["bad"]}` || g.Owner != "bob" || g.Note != "looking" || g.Attempts != 1 {
+		t.Fatalf("EffectList row = %+v", g)
+	}
+	if !list[1].NextAttemptAt.IsZero() || list[1].ErrorClass != "" || list[1].State != store.EffectApproved || list[1].Destination != "erp" {
+		t.Fatalf("approved row = %+v", list[1])
+	}
+	for _, e := range list {
+		if got := f.get(e.ID); !reflect.DeepEqual(got, e) {
+			t.Fatalf("EffectGet and EffectList differ:\n%+v\n%+v", got, e)
+		}
+	}
+}
