@@ -601,23 +601,11 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 	if p.State != "" {
 		f.add("f.state = ?", string(p.State))
 	}
-	rows, err := s.pool.Query(ctx, `SELECT f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination,
-		f.state, f.request::text, e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at
-		FROM effects f JOIN events e ON e.pk = f.source_event_pk`+f.sql(store.ClampLimit(p.Limit)), f.args...)
+	rows, err := s.pool.Query(ctx, `SELECT `+effectColumns+effectFrom+f.sql(store.ClampLimit(p.Limit)), f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Effect, error) {
-		e := &store.Effect{}
-		var req string
-		if err := r.Scan(&e.ID, &e.EpisodeKey, &e.Flow, &e.Entity, &e.Version, &e.Effect, &e.Destination, &e.State,
-			&req, &e.Source, &e.SourceEventID, &e.CausationID, &e.Hop, &e.Attempts, &e.CreatedAt, &e.UpdatedAt); err != nil {
-			return nil, err
-		}
-		e.Request = []byte(req)
-		e.CreatedAt, e.UpdatedAt = e.CreatedAt.UTC(), e.UpdatedAt.UTC()
-		return e, nil
-	})
+	out, err := collectEffects(rows)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)
 	}

@@ -1,0 +1,408 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Ledger locking: each transaction locks effect rows only, and waits on at
+// most one (settle, release and operate touch one effect; claims never
+// wait, they skip locked rows). FlowApply's superseding update may wait on
+// a claim's locks, never the other way round, so no cycle can form.
+
+var _ store.Ledger = (*Store)(nil)
+
+// effectColumns selects a store.Effect from effects f joined to its source
+// event e; scanEffect reads them in this order.
+const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination, f.state, f.request::text,
+	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
+	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
+	f.last_response, f.owner, f.note`
+
+const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
+
+func scanEffect(row pgx.Row, f *store.Effect) error {
+	var req string
+	var next pgtype.Timestamptz
+	if err := row.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &req,
+		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &f.CreatedAt, &f.UpdatedAt,
+		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
+		&f.LastResponse, &f.Owner, &f.Note); err != nil {
+		return err
+	}
+	f.Request = []byte(req)
+	f.CreatedAt, f.UpdatedAt = f.CreatedAt.UTC(), f.UpdatedAt.UTC()
+	// '-infinity' is "nothing scheduled": the zero time.
+	f.NextAttemptAt = time.Time{}
+	if next.Valid && next.InfinityModifier == pgtype.Finite {
+		f.NextAttemptAt = next.Time.UTC()
+	}
+	return nil
+}
+
+func collectEffects(rows pgx.Rows) ([]*store.Effect, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Effect, error) {
+		f := &store.Effect{}
+		return f, scanEffect(r, f)
+	})
+}
+
+func getEffect(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, id int64, lock string) (*store.Effect, error) {
+	f := &store.Effect{}
+	err := scanEffect(q.QueryRow(ctx, `SELECT `+effectColumns+effectFrom+` WHERE f.id = $1`+lock, id), f)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func effectAudit(ctx context.Context, tx pgx.Tx, f *store.Effect, at time.Time, actor, action, detail string) error {
+	if _, err := tx.Exec(ctx, insertAuditSQL, at, actor, action, f.Source, f.SourceEventID, f.Entity, detail); err != nil {
+		return wrapErr("insert audit", err)
+	}
+	return nil
+}
+
+// resumedReason is recorded on an effect found submitting with an expired
+// lease.
+const resumedReason = "the lease expired during the call: outcome unknown"
+
+// EffectClaim leases due effects, oldest due first. As in EntityClaim,
+// SKIP LOCKED lets claimers in several processes run at once, each passing
+// over rows another holds and re-checking the due condition on the rows it
+// locks; the candidates are MATERIALIZED so the locking select runs once.
+// The update reads the state each row had before the claim from the
+// candidate list.
+func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
+	dests := p.Destinations
+	if dests == nil {
+		dests = []string{}
+	}
+	until := p.Now.Add(p.LeaseFor)
+	var out []*store.ClaimedEffect
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
+				SELECT id, state FROM effects
+				WHERE (state = 'approved'
+					OR (state = 'retry_wait' AND next_attempt_at <= $1)
+					OR (state = 'needs_reconciliation' AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
+					OR (state = 'dead' AND redrives < $2 AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
+					OR (state = 'submitting' AND lease_until <= $1))
+				AND (cardinality($3::text[]) = 0 OR destination = ANY($3::text[]))
+				ORDER BY next_attempt_at, id
+				LIMIT $4 FOR UPDATE SKIP LOCKED)
+			UPDATE effects f SET state = 'submitting',
+				lease_token = $5 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $6, updated_at = $1,
+				attempts = CASE WHEN c.state = 'dead' THEN 0 ELSE f.attempts END,
+				redrives = CASE WHEN c.state = 'dead' THEN f.redrives + 1 ELSE f.redrives END,
+				error_class = CASE WHEN c.state = 'submitting' THEN 'unknown_outcome' ELSE f.error_class END,
+				reason = CASE WHEN c.state = 'submitting' THEN $7 ELSE f.reason END
+			FROM c WHERE f.id = c.id
+			RETURNING f.id, c.state, f.lease_token`,
+			p.Now, p.MaxRedrives, dests, store.ClampLimit(p.Limit), p.Owner, until, resumedReason)
+		if err != nil {
+			return err
+		}
+		type lease struct {
+			prior store.EffectState
+			token string
+		}
+		leases := map[int64]lease{}
+		var ids []int64
+		var id int64
+		var l lease
+		if _, err := pgx.ForEachRow(rows, []any{&id, &l.prior, &l.token}, func() error {
+			leases[id] = l
+			ids = append(ids, id)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// RETURNING keeps no order: read the rows back in claim order.
+		rows, err = tx.Query(ctx, `SELECT `+effectColumns+effectFrom+` WHERE f.id = ANY($1) ORDER BY f.next_attempt_at, f.id`, ids)
+		if err != nil {
+			return err
+		}
+		es, err := collectEffects(rows)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			l := leases[e.ID]
+			c := &store.ClaimedEffect{Effect: *e, Token: l.token, Until: until.UTC()}
+			c.State = l.prior
+			c.Redrive = l.prior == store.EffectDead
+			c.Resumed = l.prior == store.EffectSubmitting || l.prior == store.EffectNeedsReconciliation
+			switch {
+			case c.Redrive:
+				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_redrive",
+					fmt.Sprintf("%s: dead -> submitting: re-drive %d of %d", c.EpisodeKey, c.Redrives, p.MaxRedrives))
+			case c.Resumed:
+				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_resumed",
+					fmt.Sprintf("%s: %s -> submitting: resumed, outcome of the previous call to be reconciled", c.EpisodeKey, c.State))
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim effects: %w", err)
+	}
+	return out, nil
+}
+
+// settleStates are the states a settle may move a submitting effect to.
+var settleStates = map[store.EffectState]bool{
+	store.EffectDone:                true,
+	store.EffectAcknowledged:        true,
+	store.EffectRetryWait:           true,
+	store.EffectNeedsReconciliation: true,
+	store.EffectDead:                true,
+}
+
+// EffectSettle records one call and moves the effect on, fenced by its
+// lease token.
+func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
+	if !settleStates[p.State] {
+		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
+	}
+	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return settleEffect(ctx, tx, p) }); err != nil {
+		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
+	}
+	return nil
+}
+
+func settleEffect(ctx context.Context, tx pgx.Tx, p *store.EffectSettleParams) error {
+	// Fencing: a worker whose lease expired or was re-claimed writes
+	// nothing. The update also locks the row until commit, so a claimer
+	// cannot take the effect over halfway (it skips the locked row).
+	tag, err := tx.Exec(ctx, `UPDATE effects SET lease_until = lease_until
+		WHERE id = $1 AND lease_token = $2 AND state = 'submitting' AND lease_until > $3`, p.EffectID, p.Token, p.Now)
+	if err != nil {
+		return fmt.Errorf("check lease: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrLeaseLost
+	}
+	f, err := getEffect(ctx, tx, p.EffectID, "")
+	if err != nil || f == nil {
+		return fmt.Errorf("read effect: %w", errors.Join(err, errors.New("effect vanished")))
+	}
+	attempts := f.Attempts
+	if p.AddAttempt {
+		attempts++
+	}
+	number := 0
+	if p.Attempt != nil {
+		number = max(attempts, 1)
+		a := p.Attempt
+		started := a.StartedAt
+		if started.IsZero() {
+			started = p.Now
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+			class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			p.EffectID, number, started, a.Duration.Microseconds(), a.Status, string(a.Class), a.Error, a.Response,
+			a.RetryAfter, a.RetryAfterUnit, a.Wait.Microseconds(), a.Reconcile); err != nil {
+			return fmt.Errorf("record attempt: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE effects SET state = $1, next_attempt_at = coalesce($2::timestamptz, '-infinity'),
+		attempts = $3, error_class = $4, reason = $5, suggested_repair = $6,
+		destination_ref = CASE WHEN $7::text = '' THEN destination_ref ELSE $7::text END,
+		last_response = $8, lease_token = '', lease_until = '-infinity', updated_at = $9 WHERE id = $10`,
+		string(p.State), nullTime(p.NextAttemptAt), attempts, string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef,
+		p.LastResponse, p.Now, p.EffectID); err != nil {
+		return fmt.Errorf("update effect: %w", err)
+	}
+	return effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_"+string(p.State), settleDetail(f.EpisodeKey, number, p))
+}
+
+func settleDetail(key string, number int, p *store.EffectSettleParams) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: submitting -> %s", key, p.State)
+	if number > 0 {
+		fmt.Fprintf(&b, " after attempt %d", number)
+	}
+	if p.Class != store.ClassNone {
+		fmt.Fprintf(&b, " [%s]", p.Class)
+	}
+	if p.Reason != "" {
+		b.WriteString(": " + p.Reason)
+	}
+	if !p.NextAttemptAt.IsZero() {
+		b.WriteString("; next at " + p.NextAttemptAt.UTC().Format(time.RFC3339Nano))
+	}
+	return b.String()
+}
+
+// EffectRelease gives a claim back without a call; see store.Ledger for
+// where the effect goes. A claim already lost is left alone. A
+// reconciliation without a time would wait for a person: one given back
+// with a zero NotBefore is due at once instead.
+func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE effects SET state = CASE
+			WHEN error_class = 'unknown_outcome' THEN 'needs_reconciliation'
+			WHEN attempts = 0 AND error_class = '' THEN 'approved'
+			ELSE 'retry_wait' END,
+		next_attempt_at = CASE WHEN $1::timestamptz IS NULL AND error_class = 'unknown_outcome' THEN $2
+			ELSE coalesce($1::timestamptz, '-infinity') END,
+		lease_token = '', lease_until = '-infinity', updated_at = $2
+		WHERE id = $3 AND lease_token = $4 AND state = 'submitting'`,
+		nullTime(p.NotBefore), p.Now, p.EffectID, p.Token); err != nil {
+		return fmt.Errorf("release effect %d: %w", p.EffectID, err)
+	}
+	return nil
+}
+
+// EffectGet returns one effect, or nil when there is none.
+func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) {
+	f, err := getEffect(ctx, s.pool, id, "")
+	if err != nil {
+		return nil, fmt.Errorf("get effect %d: %w", id, err)
+	}
+	return f, nil
+}
+
+// operateFrom lists the states each operator action is allowed from. A
+// submitting effect is never among them: its call may be in flight.
+var operateFrom = map[string][]store.EffectState{
+	store.OperateRetry:   {store.EffectDead, store.EffectNeedsReconciliation},
+	store.OperateResolve: {store.EffectDead, store.EffectNeedsReconciliation, store.EffectRetryWait, store.EffectApproved},
+	store.OperateAssign: {store.EffectApproved, store.EffectAcknowledged, store.EffectNeedsReconciliation,
+		store.EffectRetryWait, store.EffectDead},
+}
+
+// checkOperate refuses what no effect state could make valid.
+func checkOperate(p *store.EffectOperateParams) error {
+	switch p.Action {
+	case store.OperateRetry, store.OperateAssign:
+		return nil
+	case store.OperateResolve:
+		if strings.TrimSpace(p.Note) == "" {
+			return errors.New("resolve needs a note saying how the effect was closed")
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown operator action %q", p.Action)
+}
+
+// operateDetail is the audit detail of an operator action.
+func operateDetail(f *store.Effect, p *store.EffectOperateParams) string {
+	var b strings.Builder
+	b.WriteString(f.EpisodeKey + ": ")
+	switch p.Action {
+	case store.OperateRetry:
+		fmt.Fprintf(&b, "%s -> approved (retry; last failure [%s] %s)", f.State, f.ErrorClass, f.Reason)
+	case store.OperateResolve:
+		fmt.Fprintf(&b, "%s -> resolved", f.State)
+	case store.OperateAssign:
+		fmt.Fprintf(&b, "assigned to %q (was %q)", p.Owner, f.Owner)
+	}
+	if p.Note != "" {
+		b.WriteString("; note: " + p.Note)
+	}
+	return b.String()
+}
+
+// EffectOperate applies one operator action in one transaction, with the
+// effect row locked so a claim cannot take it halfway.
+func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error) {
+	if err := checkOperate(p); err != nil {
+		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
+	}
+	var f *store.Effect
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		f, err = operate(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
+	}
+	return f, nil
+}
+
+func operate(ctx context.Context, tx pgx.Tx, p *store.EffectOperateParams) (*store.Effect, error) {
+	f, err := getEffect(ctx, tx, p.EffectID, " FOR UPDATE OF f")
+	if err != nil {
+		return nil, fmt.Errorf("read effect: %w", err)
+	}
+	if f == nil {
+		return nil, errors.New("no such effect")
+	}
+	if !slices.Contains(operateFrom[p.Action], f.State) {
+		return nil, fmt.Errorf("%s from %s: %w", p.Action, f.State, store.ErrInvalidTransition)
+	}
+	var action string
+	switch p.Action {
+	case store.OperateRetry:
+		action = "effect_retry"
+		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = '-infinity',
+			note = CASE WHEN $1::text = '' THEN note ELSE $1::text END, updated_at = $2 WHERE id = $3`, p.Note, p.Now, p.EffectID)
+	case store.OperateResolve:
+		action = "effect_resolved"
+		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = '-infinity', note = $1, updated_at = $2
+			WHERE id = $3`, p.Note, p.Now, p.EffectID)
+	case store.OperateAssign:
+		action = "effect_assigned"
+		_, err = tx.Exec(ctx, `UPDATE effects SET owner = $1, note = CASE WHEN $2::text = '' THEN note ELSE $2::text END,
+			updated_at = $3 WHERE id = $4`, p.Owner, p.Note, p.Now, p.EffectID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("update effect: %w", err)
+	}
+	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, operateDetail(f, p)); err != nil {
+		return nil, err
+	}
+	if f, err = getEffect(ctx, tx, p.EffectID, ""); err != nil {
+		return nil, fmt.Errorf("read effect: %w", err)
+	}
+	return f, nil
+}
+
+// AttemptList returns an effect's attempts in order.
+func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, effect_id, number, started_at, duration_us, status, class, error,
+		response, retry_after, retry_after_unit, wait_us, reconcile FROM effect_attempts WHERE effect_id = $1 ORDER BY id`, effectID)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Attempt, error) {
+		a := &store.Attempt{}
+		var dur, wait int64
+		if err := r.Scan(&a.ID, &a.EffectID, &a.Number, &a.StartedAt, &dur, &a.Status, &a.Class, &a.Error,
+			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &a.Reconcile); err != nil {
+			return nil, err
+		}
+		a.StartedAt = a.StartedAt.UTC()
+		a.Duration = time.Duration(dur) * time.Microsecond
+		a.Wait = time.Duration(wait) * time.Microsecond
+		return a, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
+	}
+	return out, nil
+}
