@@ -194,10 +194,13 @@ func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 // its place in each entity's business order.
 func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 	var routes []store.Route
-	in := newInput(ev)
+	var in *input // decoded only when a flow subscribes to the type
 	for _, f := range e.bySource[ev.Source] {
 		if !subscribes(f, ev.Type) {
 			continue
+		}
+		if in == nil {
+			in = newInput(ev)
 		}
 		r := store.Route{Flow: f.Name}
 		if in.err != nil {
@@ -233,6 +236,17 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 		routes = append(routes, r)
 	}
 	return routes
+}
+
+// Subscribes reports whether any flow of the source subscribes to the event
+// type, so the receiver can store an event nobody wants as unrouted at once.
+func (e *Engine) Subscribes(source, typ string) bool {
+	for _, f := range e.bySource[source] {
+		if subscribes(f, typ) {
+			return true
+		}
+	}
+	return false
 }
 
 func subscribes(f *config.Flow, typ string) bool {

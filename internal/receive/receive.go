@@ -40,9 +40,17 @@ type Auditor interface {
 	AuditInsert(ctx context.Context, p *store.AuditInsertParams) (int64, error)
 }
 
+// Router tells whether any flow wants an event type.
+type Router interface {
+	Subscribes(source, typ string) bool
+}
+
 // Options are the receiver's dependencies.
 type Options struct {
-	Writer     Submitter
+	Writer Submitter
+	// Router, when set, lets events no flow subscribes to be stored
+	// unrouted at once (nil: the processor decides later).
+	Router     Router
 	Store      Auditor
 	Clock      clock.Clock
 	Logger     *slog.Logger
@@ -64,6 +72,7 @@ type Handler struct {
 	maxBody    int64
 	retryAfter string
 	w          Submitter
+	router     Router
 	audit      Auditor
 	clk        clock.Clock
 	log        *slog.Logger
@@ -86,6 +95,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		maxBody:    cfg.Receive.MaxBodyBytes,
 		retryAfter: strconv.Itoa(int(math.Ceil(cfg.Receive.RetryAfter.D().Seconds()))),
 		w:          o.Writer,
+		router:     o.Router,
 		audit:      o.Store,
 		clk:        o.Clock,
 		log:        o.Logger,
@@ -238,6 +248,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 			EventID: ev.EventID, Type: ev.Type, Entity: ev.Entity, Account: ev.Account,
 			OccurredAt: ev.OccurredAt, ReceivedAt: receivedAt, Headers: headers, Body: ev.Body,
 			CausationID: causation, Hop: hop,
+			Unrouted: h.router != nil && !h.router.Subscribes(src.cfg.Name, ev.Type),
 		}
 	}
 	res, err := h.w.Submit(r.Context(), sub)

@@ -97,12 +97,6 @@ func (s *Server) Run(ctx context.Context) error {
 	writer := inbox.New(st, inbox.Options{Logger: s.log, Registerer: s.reg, Flushers: flushers(s.cfg.Store)})
 	writer.Start()
 
-	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
-	if err != nil {
-		_ = writer.Stop(context.Background())
-		return err
-	}
-
 	engine := flow.New(s.cfg, st, flow.Options{
 		Workers:      s.cfg.Processing.Workers,
 		LeaseFor:     s.cfg.Processing.Lease.D(),
@@ -111,6 +105,11 @@ func (s *Server) Run(ctx context.Context) error {
 		Logger:       s.log,
 		Clock:        s.clk,
 	})
+	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
+	if err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	engine.Start(engineCtx)

@@ -290,7 +290,7 @@ func testEverySchemeStores(t *testing.T, storeURL string) {
 			t.Fatalf("%s/%s: %d events stored, want 1", want.source, want.id, len(ev))
 		}
 		e := ev[0]
-		if (want.typ != "" && e.Type != want.typ) || (want.entity != "" && e.Entity != want.entity) || e.Deliveries != 1 || e.Disposition != "accepted" {
+		if (want.typ != "" && e.Type != want.typ) || (want.entity != "" && e.Entity != want.entity) || e.Deliveries != 1 || e.Disposition != "unrouted" {
 			t.Errorf("%s/%s = %+v", want.source, want.id, e)
 		}
 		if e.ReceivedAt != t0.Format(time.RFC3339Nano) {
@@ -349,8 +349,8 @@ func testStatusCodes(t *testing.T, storeURL string) {
 	if ev := h.events("stripe", "evt_1"); len(ev) != 1 || ev[0].Deliveries != 3 {
 		t.Fatalf("evt_1 = %+v, want one event with 3 deliveries", ev)
 	}
-	if ev := h.events("stripe", "evt_odd"); len(ev) != 1 || ev[0].Type != "brand.new.type" {
-		t.Fatalf("unknown type not stored: %+v", ev)
+	if ev := h.events("stripe", "evt_odd"); len(ev) != 1 || ev[0].Type != "brand.new.type" || ev[0].Disposition != "unrouted" {
+		t.Fatalf("unknown type not stored as unrouted (WH05): %+v", ev)
 	}
 	for _, id := range []string{"evt_other"} {
 		if ev := h.events("stripe", id); len(ev) != 0 {
@@ -367,6 +367,12 @@ func testStatusCodes(t *testing.T, storeURL string) {
 	rows, err := st.AuditList(context.Background(), &store.AuditListParams{Action: "tenant_mismatch"})
 	if err != nil || len(rows) != 1 || rows[0].EventID != "evt_other" || !strings.Contains(rows[0].Detail, "acct_999") {
 		t.Fatalf("tenant audit rows = %+v (%v)", rows, err)
+	}
+	// No flow subscribes to anything here: each new event was stored
+	// unrouted at receipt, with its audit row, and duplicates add none.
+	rows, err = st.AuditList(context.Background(), &store.AuditListParams{Action: "disposition"})
+	if err != nil || len(rows) != 2 || rows[0].EventID != "evt_1" || rows[1].EventID != "evt_odd" || !strings.Contains(rows[1].Detail, "unrouted") {
+		t.Fatalf("disposition audit rows = %+v (%v), want one per new event", rows, err)
 	}
 
 	// A weaker HubSpot scheme on the v3-pinned source is refused.

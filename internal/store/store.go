@@ -91,6 +91,11 @@ type DeliveryInput struct {
 	OccurredAt time.Time
 	// ReceivedAt is when hookledger read the request (OR03: kept apart).
 	ReceivedAt time.Time
+	// Unrouted says no flow subscribes to the event's type, known at
+	// receipt: a new event is then created unrouted (terminal, WH05) with
+	// its audit row in the same transaction, instead of costing the router
+	// a second write.
+	Unrouted bool
 	// CausationID and Hop come from the inbound causation headers (the
 	// feedback-loop guard); empty and 0 when the sender set none.
 	CausationID string

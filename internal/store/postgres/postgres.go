@@ -142,8 +142,8 @@ func wrapErr(op string, err error) error {
 }
 
 const upsertEventSQL = `INSERT INTO events
-	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, deliveries)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1)
+	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1)
 	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + 1
 	RETURNING pk, deliveries`
 
@@ -192,7 +192,12 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 	// two kinds go in two batches.
 	eb := &pgx.Batch{}
 	for _, d := range sub.Deliveries {
-		eb.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt, d.CausationID, d.Hop)
+		disposition := store.DispositionAccepted
+		if d.Unrouted {
+			disposition = store.DispositionUnrouted
+		}
+		eb.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt,
+			d.CausationID, d.Hop, string(disposition), d.Unrouted)
 	}
 	items := make([]store.DeliveryOutcome, len(sub.Deliveries))
 	br := tx.SendBatch(ctx, eb)
@@ -220,7 +225,15 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 		db.Queue(insertDeliverySQL, items[j].EventPK, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
 			d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt, d.CausationID, d.Hop, headers, body)
 	}
-	for _, a := range sub.Audit {
+	audits := sub.Audit
+	for j, d := range sub.Deliveries {
+		if d.Unrouted && !items[j].Duplicate {
+			audits = append(audits, &store.AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: "disposition",
+				Source: d.Source, EventID: d.EventID, Entity: d.Entity,
+				Detail: fmt.Sprintf("unrouted: no flow subscribes to type %q", d.Type)})
+		}
+	}
+	for _, a := range audits {
 		db.Queue(insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
 	}
 	br = tx.SendBatch(ctx, db)
@@ -230,7 +243,7 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 			return nil, wrapErr("record delivery", err)
 		}
 	}
-	for range sub.Audit {
+	for range audits {
 		var id int64
 		if err := br.QueryRow().Scan(&id); err != nil {
 			br.Close()

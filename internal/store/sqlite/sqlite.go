@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -35,6 +36,10 @@ type Store struct {
 	// reader serves queries concurrently; WAL lets readers run beside the
 	// writer without blocking it.
 	reader *sql.DB
+
+	inboxOnce sync.Once
+	inbox     *inboxStmts
+	inboxErr  error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -182,48 +187,96 @@ func wrapErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// InboxCommit writes every submission in one transaction, each under its
-// own savepoint.
+// InboxCommit writes every submission in one transaction. The common case
+// (every statement succeeds) runs without savepoints; only when a statement
+// fails is the group redone with one savepoint per submission, so that the
+// failing submission alone is rolled back and reported.
 func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
+	results, err := s.inboxCommit(ctx, p, false)
+	if errors.Is(err, errRetryWithSavepoints) {
+		results, err = s.inboxCommit(ctx, p, true)
+	}
+	return results, err
+}
+
+// errRetryWithSavepoints reports that a submission failed on the fast path.
+var errRetryWithSavepoints = errors.New("a submission failed: retry the group with savepoints")
+
+// inboxStmts are prepared once on the single writer connection and bound
+// into each transaction: parsing them per commit was a large share of the
+// serial commit path.
+type inboxStmts struct {
+	upsertEvent, insertDelivery, insertAudit, savepoint, rollbackTo, release *sql.Stmt
+}
+
+func (s *Store) prepareInbox(ctx context.Context) error {
+	var err error
+	prep := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = s.writer.PrepareContext(ctx, q)
+		return st
+	}
+	s.inbox = &inboxStmts{
+		upsertEvent: prep(`INSERT INTO events
+		(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+		ON CONFLICT (source, event_id) DO UPDATE SET deliveries = deliveries + 1
+		RETURNING pk, deliveries`),
+		insertDelivery: prep(`INSERT INTO deliveries
+		(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		insertAudit: prep(`INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		savepoint:  prep(`SAVEPOINT sub`),
+		rollbackTo: prep(`ROLLBACK TO sub`),
+		release:    prep(`RELEASE sub`),
+	}
+	if err != nil {
+		s.inbox = nil
+		return fmt.Errorf("prepare inbox statements: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, savepoints bool) ([]store.SubmissionResult, error) {
+	s.inboxOnce.Do(func() { s.inboxErr = s.prepareInbox(context.WithoutCancel(ctx)) })
+	if s.inboxErr != nil {
+		return nil, fmt.Errorf("inbox commit: %w: %w", store.ErrUnavailable, s.inboxErr)
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inbox commit: begin: %w: %w", store.ErrUnavailable, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-
-	upsertEvent, err := tx.PrepareContext(ctx, `INSERT INTO events
-		(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, deliveries)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
-		ON CONFLICT (source, event_id) DO UPDATE SET deliveries = deliveries + 1
-		RETURNING pk, deliveries`)
-	if err != nil {
-		return nil, fmt.Errorf("inbox commit: prepare: %w", err)
-	}
-	defer upsertEvent.Close()
-	insertDelivery, err := tx.PrepareContext(ctx, `INSERT INTO deliveries
-		(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return nil, fmt.Errorf("inbox commit: prepare: %w", err)
-	}
-	defer insertDelivery.Close()
+	bind := func(st *sql.Stmt) *sql.Stmt { return tx.StmtContext(ctx, st) }
+	upsertEvent, insertDelivery, audit := bind(s.inbox.upsertEvent), bind(s.inbox.insertDelivery), bind(s.inbox.insertAudit)
 
 	results := make([]store.SubmissionResult, len(p.Submissions))
 	for i, sub := range p.Submissions {
-		if _, err := tx.ExecContext(ctx, `SAVEPOINT sub`); err != nil {
-			return nil, fmt.Errorf("inbox commit: savepoint: %w", err)
+		if savepoints {
+			if _, err := bind(s.inbox.savepoint).ExecContext(ctx); err != nil {
+				return nil, fmt.Errorf("inbox commit: savepoint: %w", err)
+			}
 		}
-		items, err := s.commitOne(ctx, tx, upsertEvent, insertDelivery, sub)
-		if err != nil {
-			if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO sub`); rerr != nil {
+		items, err := s.commitOne(ctx, upsertEvent, insertDelivery, audit, sub)
+		switch {
+		case err != nil && !savepoints:
+			return nil, errRetryWithSavepoints
+		case err != nil:
+			if _, rerr := bind(s.inbox.rollbackTo).ExecContext(ctx); rerr != nil {
 				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
 			}
 			results[i].Err = err
-		} else {
+		default:
 			results[i].Items = items
 		}
-		if _, err := tx.ExecContext(ctx, `RELEASE sub`); err != nil {
-			return nil, fmt.Errorf("inbox commit: release savepoint: %w", err)
+		if savepoints {
+			if _, err := bind(s.inbox.release).ExecContext(ctx); err != nil {
+				return nil, fmt.Errorf("inbox commit: release savepoint: %w", err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -232,16 +285,20 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 	return results, nil
 }
 
-func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, upsertEvent, insertDelivery *sql.Stmt, sub *store.Submission) ([]store.DeliveryOutcome, error) {
+func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audit *sql.Stmt, sub *store.Submission) ([]store.DeliveryOutcome, error) {
 	items := make([]store.DeliveryOutcome, len(sub.Deliveries))
 	for j, d := range sub.Deliveries {
 		headers, err := json.Marshal(nonNilMap(d.Headers))
 		if err != nil {
 			return nil, fmt.Errorf("encode headers: %w", err)
 		}
+		disposition, routed := store.DispositionAccepted, 0
+		if d.Unrouted {
+			disposition, routed = store.DispositionUnrouted, 1
+		}
 		var pk, n int64
 		if err := upsertEvent.QueryRowContext(ctx, d.Source, d.EventID, d.Type, d.Entity, d.Account,
-			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop).Scan(&pk, &n); err != nil {
+			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, disposition, routed).Scan(&pk, &n); err != nil {
 			return nil, wrapErr("record event", err)
 		}
 		res, err := insertDelivery.ExecContext(ctx, pk, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
@@ -254,10 +311,16 @@ func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, upsertEvent, insertDe
 			return nil, fmt.Errorf("record delivery: %w", err)
 		}
 		items[j] = store.DeliveryOutcome{DeliveryID: id, EventPK: pk, Duplicate: n > 1}
+		if d.Unrouted && n == 1 {
+			if _, err := audit.ExecContext(ctx, d.ReceivedAt.UnixMicro(), "receiver", "disposition", d.Source, d.EventID, d.Entity,
+				fmt.Sprintf("unrouted: no flow subscribes to type %q", d.Type)); err != nil {
+				return nil, wrapErr("insert audit", err)
+			}
+		}
 	}
 	for _, a := range sub.Audit {
-		if _, err := insertAudit(ctx, tx, a); err != nil {
-			return nil, err
+		if _, err := audit.ExecContext(ctx, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail); err != nil {
+			return nil, wrapErr("insert audit", err)
 		}
 	}
 	return items, nil
