@@ -26,6 +26,8 @@ var ErrUnavailable = errors.New("store unavailable")
 type Store interface {
 	// Pipeline is the ordered processor's part (pipeline.go).
 	Pipeline
+	// Ledger is the delivery worker's and the operators' part (ledger.go).
+	Ledger
 	// Ping reports whether the database answers (for /readyz).
 	Ping(ctx context.Context) error
 	// Migrate applies the embedded schema migrations not yet applied and

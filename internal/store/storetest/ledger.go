@@ -23,11 +23,7 @@ type led struct {
 
 func newLed(t *testing.T, o Opener) *led {
 	f := newPipe(t, o)
-	l, ok := f.s.(store.Ledger)
-	if !ok {
-		t.Skip("driver does not implement the ledger yet")
-	}
-	return &led{pipe: f, l: l}
+	return &led{pipe: f, l: f.s}
 }
 
 // seed creates one approved effect per destination, each on its own
@@ -300,7 +296,7 @@ func testLedgerClaimConcurrent(t *testing.T, o Opener) {
 	es := f.seed(all...)
 	handles := []store.Ledger{f.l}
 	if o.Reopen != nil {
-		handles = append(handles, o.Reopen(t, f.s).(store.Ledger))
+		handles = append(handles, o.Reopen(t, f.s))
 	}
 	const workers = 6
 	var wg sync.WaitGroup
