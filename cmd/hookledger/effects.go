@@ -131,11 +131,7 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger effects: %v\n", err)
 		return exitFail
 	}
-	st, ok := opened.(effectsStore)
-	if !ok {
-		fmt.Fprintln(env.Stderr, "hookledger effects: this store driver has no effect ledger")
-		return exitFail
-	}
+	var st effectsStore = opened
 
 	switch sub {
 	case "list":

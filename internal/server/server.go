@@ -113,24 +113,21 @@ func (s *Server) Run(ctx context.Context) error {
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	engine.Start(engineCtx)
-	var worker *deliver.Worker
-	if ds, ok := st.(deliver.Store); ok {
-		worker, err = deliver.New(s.cfg, ds, deliver.Options{
-			Workers:      s.cfg.Delivery.Workers,
-			LeaseFor:     s.cfg.Delivery.Lease.D(),
-			PollInterval: s.cfg.Delivery.PollInterval.D(),
-			Logger:       s.log,
-			Clock:        s.clk,
-			Actions:      s.opts.Actions,
-		})
-		if err != nil {
-			stopEngine()
-			engine.Stop()
-			_ = writer.Stop(context.Background())
-			return err
-		}
-		worker.Start(engineCtx)
+	worker, err := deliver.New(s.cfg, st, deliver.Options{
+		Workers:      s.cfg.Delivery.Workers,
+		LeaseFor:     s.cfg.Delivery.Lease.D(),
+		PollInterval: s.cfg.Delivery.PollInterval.D(),
+		Logger:       s.log,
+		Clock:        s.clk,
+		Actions:      s.opts.Actions,
+	})
+	if err != nil {
+		stopEngine()
+		engine.Stop()
+		_ = writer.Stop(context.Background())
+		return err
 	}
+	worker.Start(engineCtx)
 	for _, w := range s.cfg.Warnings {
 		s.log.Warn("config", "warning", w.Error())
 	}
@@ -193,11 +190,9 @@ func (s *Server) Run(ctx context.Context) error {
 	// already durable, and unprocessed work simply waits for the next start.
 	stopEngine()
 	engine.Stop()
-	if worker != nil {
-		// An effect whose call was cut short stays submitting and is
-		// reconciled after its lease by the next process.
-		worker.Stop()
-	}
+	// An effect whose call was cut short stays submitting and is
+	// reconciled after its lease by the next process.
+	worker.Stop()
 	s.log.Info("stopped")
 	return runErr
 }
