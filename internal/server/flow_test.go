@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -222,5 +223,45 @@ func testDossierScenario(t *testing.T, storeURL string) {
 		if err != nil || len(effs) != 1 || effs[0].CausationID != "cause-7" || effs[0].Hop != wantHop {
 			t.Fatalf("%s effects = %+v (%v), want one carrying cause-7 at hop %d", flow, effs, err, wantHop)
 		}
+	}
+
+	// The ledger through the admin API.
+	code, b := h.get("/api/v1/effects?flow=orders", adminToken)
+	var list struct {
+		Effects []struct {
+			ID         int64  `json:"id"`
+			EpisodeKey string `json:"episode_key"`
+			State      string `json:"state"`
+		} `json:"effects"`
+	}
+	if code != 200 || json.Unmarshal(b, &list) != nil || len(list.Effects) != 2 || list.Effects[0].EpisodeKey != "orders:ord-42:r1:notify_created" {
+		t.Fatalf("GET /api/v1/effects: %d %s", code, b)
+	}
+	id := list.Effects[0].ID
+	if code, b := h.get(fmt.Sprintf("/api/v1/effects/%d", id), adminToken); code != 200 || !strings.Contains(string(b), `"attempts": []`) && !strings.Contains(string(b), `"attempts":[]`) {
+		t.Fatalf("GET effect: %d %s", code, b)
+	}
+	if code, _ := h.get(fmt.Sprintf("/api/v1/effects/%d", id), ""); code != 401 {
+		t.Fatalf("effects without a token: %d", code)
+	}
+	post := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", h.base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		rb, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(rb)
+	}
+	if code, b := post(fmt.Sprintf("/api/v1/effects/%d/resolve", id), `{}`); code != 400 || !strings.Contains(b, "note") {
+		t.Fatalf("resolve without a note: %d %s", code, b)
+	}
+	if code, b := post(fmt.Sprintf("/api/v1/effects/%d/resolve", id), `{"note":"sent by hand","actor":"alice"}`); code != 200 || !strings.Contains(b, `"state":"resolved"`) {
+		t.Fatalf("resolve: %d %s", code, b)
+	}
+	if code, b := post(fmt.Sprintf("/api/v1/effects/%d/retry", id), `{"note":"again"}`); code != 409 {
+		t.Fatalf("retry of a resolved effect: %d %s, want 409", code, b)
 	}
 }
