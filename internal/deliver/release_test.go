@@ -1,8 +1,3 @@
-//go:build repro
-
-// Reproduction kept out of the default suite until the ledger fix lands:
-// go test -tags repro -run TestReleasedEffectIsNotDueBeforeNotBefore ./internal/deliver/
-
 package deliver_test
 
 import (

@@ -12,7 +12,8 @@ import (
 type Ledger interface {
 	// EffectClaim moves up to Limit due effects to submitting under a
 	// fresh lease token and returns them, oldest due first (next attempt
-	// time, then id). Due means: approved; retry_wait with
+	// time, then id). Due means: approved with next_attempt_at <= now (a
+	// released effect waits for its NotBefore); retry_wait with
 	// next_attempt_at <= now; needs_reconciliation with a scheduled
 	// next_attempt_at <= now (unscheduled, it waits for a person); dead
 	// with redrives < MaxRedrives and a scheduled next_attempt_at <= now

@@ -97,7 +97,7 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
 				SELECT id, state FROM effects
-				WHERE (state = 'approved'
+				WHERE ((state = 'approved' AND next_attempt_at <= $1)
 					OR (state = 'retry_wait' AND next_attempt_at <= $1)
 					OR (state = 'needs_reconciliation' AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
 					OR (state = 'dead' AND redrives < $2 AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)

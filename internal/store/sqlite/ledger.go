@@ -100,12 +100,14 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 func claimEffects(ctx context.Context, tx *sql.Tx, p *store.EffectClaimParams, now int64, until time.Time) ([]*store.ClaimedEffect, error) {
 	// A needs_reconciliation or dead effect is only due when something
 	// scheduled it; without a time it waits for a person.
-	where := `(f.state = 'approved'
+	// An approved effect released by a worker (its destination's token
+	// bucket was empty) is due again only at the release's NotBefore.
+	where := `((f.state = 'approved' AND f.next_attempt_at <= ?)
 		OR (f.state = 'retry_wait' AND f.next_attempt_at <= ?)
 		OR (f.state = 'needs_reconciliation' AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
 		OR (f.state = 'dead' AND f.redrives < ? AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
 		OR (f.state = 'submitting' AND f.lease_until <= ?))`
-	args := []any{now, now, p.MaxRedrives, now, now}
+	args := []any{now, now, now, p.MaxRedrives, now, now}
 	if len(p.Destinations) > 0 {
 		where += ` AND f.destination IN (?` + strings.Repeat(", ?", len(p.Destinations)-1) + `)`
 		for _, d := range p.Destinations {

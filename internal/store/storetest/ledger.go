@@ -583,13 +583,14 @@ func testLedgerRelease(t *testing.T, o Opener) {
 	if g := f.get(tried.ID); g.Attempts != 1 {
 		t.Fatalf("release changed attempts: %d", g.Attempts)
 	}
-	// retry_wait and needs_reconciliation wait for NotBefore; approved is
-	// always due.
-	if cs := f.claimAt(later.Add(-time.Microsecond)); !slices.Equal(ids(cs), idsOf(fresh)) {
-		t.Fatalf("claim before NotBefore got %v, want only the approved effect", ids(cs))
+	// Every released effect waits for NotBefore, the approved one too:
+	// otherwise a worker whose token bucket is empty claims and releases
+	// the same effects in a loop.
+	if cs := f.claimAt(later.Add(-time.Microsecond)); len(cs) != 0 {
+		t.Fatalf("claim before NotBefore got %v, want nothing", ids(cs))
 	}
 	cs := f.claimAt(later)
-	if !slices.Equal(ids(cs), idsOf(tried, lost)) {
+	if !slices.Equal(ids(cs), idsOf(fresh, tried, lost)) {
 		t.Fatalf("claim at NotBefore got %v", ids(cs))
 	}
 	for _, c := range cs {
