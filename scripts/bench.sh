@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Runs both benchmark commands against SQLite and a throwaway PostgreSQL and
+# Runs the benchmark commands against SQLite and a throwaway PostgreSQL and
 # prints every figure with its same-run baseline:
 #
 #   commit   durable commits/s, one row per transaction vs group commit,
 #            beside raw fsync/s on the same disk
 #   receive  signed webhooks/s through hookledger vs a no-op server, then an
 #            account of every acknowledged event in the store
+#   pipeline events/s from a preloaded inbox to the effect ledger through
+#            the flow engine (one hot entity, 10,000 entities), beside the
+#            InboxCommit rate of the same events, then a correctness check
+#   e2e      signed webhooks in at half the probed ingest rate for 60 s,
+#            effects done at a loopback destination, latency, server RSS,
+#            then an exactly-once count per event at the destination
 #
-# Extra flags go to both commands (e.g. scripts/bench.sh --duration 2s).
+# Extra flags go to commit and receive (e.g. scripts/bench.sh --duration 2s);
+# pipeline and e2e run with their defaults (their flags differ).
 # The PostgreSQL data lives in a temp dir on the same disk as the SQLite
 # files and is stopped and removed on exit, whatever happens.
 #
@@ -56,4 +63,10 @@ echo "== commit"
 echo
 echo "== receive"
 "$bindir/hookledger-bench" receive --postgres "$pgurl" --hookledger "$bindir/hookledger" "$@" || status=1
+echo
+echo "== pipeline"
+"$bindir/hookledger-bench" pipeline --postgres "$pgurl" || status=1
+echo
+echo "== e2e"
+"$bindir/hookledger-bench" e2e --hookledger "$bindir/hookledger" || status=1
 exit $status

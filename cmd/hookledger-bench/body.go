@@ -74,3 +74,36 @@ func stripeBody(eventID, entity string, created time.Time) []byte {
 }
 `, eventID, ts, entity, ts, ts+30*86400, ts, entity, ts, ts-30*86400)
 }
+
+// orderBody returns a shop order event of about 1.5 KB carrying the order
+// id and a revision that increases with every change of the order, the
+// shape a revision-mode flow reads.
+func orderBody(eventID, orderID string, revision int, created time.Time) []byte {
+	return fmt.Appendf(nil, `{
+  "id": %q,
+  "type": "order.updated",
+  "created_at": %q,
+  "channel": "web",
+  "order_id": %q,
+  "revision": %d,
+  "status": "processing",
+  "currency": "EUR",
+  "total": {"amount": 14700, "tax": 2347, "shipping": 490},
+  "customer": {
+    "id": "cus_81726354",
+    "email": "buyer@example.com",
+    "name": "Example Buyer",
+    "address": {"line1": "Hauptstrasse 12", "line2": null, "city": "Berlin", "postal_code": "10115", "country": "DE"}
+  },
+  "items": [
+    {"sku": "TSHIRT-BLK-M", "name": "T-shirt black, size M", "quantity": 2, "unit_price": 2900, "tax_rate": "19.0", "fulfilment": "warehouse-1"},
+    {"sku": "HOODIE-GRY-L", "name": "Hoodie grey, size L", "quantity": 1, "unit_price": 5900, "tax_rate": "19.0", "fulfilment": "warehouse-1"},
+    {"sku": "CAP-NAVY", "name": "Cap navy, one size", "quantity": 1, "unit_price": 2510, "tax_rate": "19.0", "fulfilment": "warehouse-2"}
+  ],
+  "shipping": {"method": "standard", "carrier": "dhl", "tracking": null, "eta_days": 3},
+  "payment": {"method": "card", "brand": "visa", "last4": "4242", "captured": true},
+  "notes": "Please leave the parcel with the neighbour if nobody is at home. Gift wrapping not required.",
+  "metadata": {"campaign": "autumn-sale", "referrer": "newsletter", "ab_bucket": "b", "app_version": "5.14.2"}
+}
+`, eventID, created.UTC().Format(time.RFC3339Nano), orderID, revision)
+}

@@ -9,6 +9,11 @@
 //	receive   signed webhooks per second through a running hookledger
 //	          (SQLite and PostgreSQL) beside a no-op net/http server, then
 //	          an account of every acknowledged event in the store
+//	pipeline  events/s from a preloaded inbox to the effect ledger through
+//	          the flow engine, one hot entity and many entities, beside the
+//	          InboxCommit rate of the same events
+//	e2e       signed webhooks in, effects done at a loopback destination,
+//	          sustained, with end-to-end latency and the server's memory
 //	noop      the no-op server the receive benchmark measures against
 //	serve     hookledger's server in this process, with an optional CPU
 //	          profile, for finding where the receive time goes
@@ -45,6 +50,8 @@ func subcommands() []subcommand {
 	return []subcommand{
 		{"commit", "durable commits/s: one row per transaction against group commit", runCommit},
 		{"receive", "signed webhooks/s through hookledger against a no-op server", runReceive},
+		{"pipeline", "events/s from inbox to effect ledger through the flow engine", runPipeline},
+		{"e2e", "signed webhooks in, effects done at a loopback destination, sustained", runE2E},
 		{"noop", "serve a no-op HTTP handler (child process of receive)", runNoop},
 		{"serve", "run hookledger's server in-process, optionally CPU-profiled", runServe},
 	}
