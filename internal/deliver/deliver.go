@@ -39,7 +39,9 @@ type Store interface {
 type Options struct {
 	// Workers bounds concurrent calls (default 8).
 	Workers int
-	// Batch is how many effects one claim takes (default 2 × Workers).
+	// Batch is how many effects one claim takes (default Workers): a
+	// claimed effect's lease runs while it waits for a free slot, so
+	// claiming more than can be called at once only burns leases.
 	Batch int
 	// LeaseFor must exceed the longest destination timeout: an effect
 	// still submitting after it is presumed abandoned (default 2 min).
@@ -85,7 +87,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		opts.Workers = 8
 	}
 	if opts.Batch <= 0 {
-		opts.Batch = 2 * opts.Workers
+		opts.Batch = opts.Workers
 	}
 	if opts.LeaseFor <= 0 {
 		opts.LeaseFor = 2 * time.Minute
@@ -233,6 +235,13 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		// A previous call's outcome is unknown: reconcile, never resend
 		// blindly (IP04).
 		return w.reconcile(ctx, c, d, nil, "a previous call's outcome is unknown (the worker stopped during it or a lookup was scheduled)")
+	}
+	if now := w.clk.Now(); now.Add(d.Timeout.D() + w.opts.LeaseFor/4).After(c.Until) {
+		// Not enough lease left for a call and its settlement: a settle
+		// that lost the lease would leave the outcome unknown to the
+		// ledger, and the next claim would have to reconcile a call whose
+		// answer was in hand. Give it back instead of calling.
+		return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: now})
 	}
 	if lim := w.limits[d.Name]; lim != nil {
 		now := w.clk.Now()
