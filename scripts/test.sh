@@ -54,6 +54,9 @@ fi
 step "go test -race ./..."
 go test -race -count=1 -timeout 30m ./...
 
+step "deterministic simulation (10,000 seeds)"
+go test -count=1 -timeout 30m -run '^TestSimulation' ./internal/sim -seeds=10000 -v
+
 step "store conformance suite, per driver"
 go test -count=1 -run '^TestConformance$' -v ./internal/store/sqlite ./internal/store/postgres 2>&1 \
 	| grep -E '^(--- (PASS|FAIL|SKIP): TestConformance|.*store conformance suite: driver|.*SKIPPING|ok |FAIL)' || true

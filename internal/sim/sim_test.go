@@ -1,0 +1,268 @@
+package sim
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store/pgtest"
+	"github.com/hookledger/hookledger/internal/store/postgres"
+	"github.com/hookledger/hookledger/internal/store/sqlite"
+)
+
+var (
+	flagSeeds   = flag.Int("seeds", 0, "how many seeds TestSimulation runs on SQLite (default 300, 12 under -race; CI runs 10,000)")
+	flagPGSeeds = flag.Int("pg-seeds", 0, "how many seeds TestSimulationPostgres runs (default 50, 10 under -race)")
+	flagKnown   = flag.Bool("known-bugs", false, "run the simulations that a known, reported bug makes fail")
+	flagSeed    = flag.Int64("seed", -1, "run only this seed, printing its whole schedule")
+	flagBase    = flag.Uint64("seed-base", 1, "first seed of the range; change it to explore other schedules")
+)
+
+// backend opens a fresh, migrated, empty store for each seed of one
+// goroutine (slot); done releases it.
+type backend struct {
+	name  string
+	rerun string // the go test command that reruns one seed (%d)
+	open  func(ctx context.Context, t *testing.T, slot int) (st simStore, done func(), err error)
+}
+
+// TestSimulation runs seeded schedules against SQLite.
+func TestSimulation(t *testing.T) {
+	dir := t.TempDir()
+	// tmpfs keeps thousands of short-lived databases off the disk.
+	if shm, err := os.MkdirTemp("/dev/shm", "hookledger-sim-"); err == nil {
+		dir = shm
+		t.Cleanup(func() { os.RemoveAll(shm) })
+	}
+	b := backend{
+		name:  "sqlite",
+		rerun: "go test ./internal/sim -run 'TestSimulation$' -seed=%d -v",
+		open: func(ctx context.Context, t *testing.T, slot int) (simStore, func(), error) {
+			path := filepath.Join(dir, fmt.Sprintf("slot%d.db", slot))
+			remove := func() {
+				for _, suffix := range []string{"", "-wal", "-shm"} {
+					os.Remove(path + suffix)
+				}
+			}
+			remove()
+			st, err := sqlite.OpenWithOptions(ctx, path, sqlite.Options{NoSync: true})
+			if err != nil {
+				return nil, nil, err
+			}
+			if _, err := st.Migrate(ctx); err != nil {
+				st.Close()
+				return nil, nil, err
+			}
+			return st, func() { st.Close(); remove() }, nil
+		},
+	}
+	n := *flagSeeds
+	if n <= 0 {
+		// Enough to catch regressions in an ordinary `go test ./...` while
+		// keeping it quick; scripts/test.sh runs the full 10,000.
+		n = 300
+		if raceEnabled {
+			n = 12
+		}
+	}
+	runSeeds(t, b, n)
+}
+
+// TestSimulationPostgres runs fewer seeds against PostgreSQL: one database
+// per goroutine, emptied between seeds.
+func TestSimulationPostgres(t *testing.T) {
+	pgtest.ServerURL(t)
+	if !*flagKnown {
+		// KNOWN BUG, reported to the store owner; remove this skip with the
+		// fix. postgres settleEvent takes the event row FOR UPDATE after
+		// the effect inserts of the same transaction took it FOR KEY SHARE
+		// (the effects.source_event_pk foreign key): two flows applying
+		// one event at once each hold KEY SHARE and wait for the other's,
+		// and PostgreSQL aborts one with 40P01 (deadlock detected). See it
+		// with -known-bugs, e.g. -seed=15 (fails on every run).
+		t.Skip("KNOWN BUG: postgres FlowApply deadlocks when two flows settle one event at once (settleEvent FOR UPDATE after FOR KEY SHARE); run with -known-bugs")
+	}
+	// Databases are made here, on the test goroutine, because a failure
+	// to make one must stop the test (t.Fatal) there.
+	var stores []*postgres.Store
+	for range runtime.GOMAXPROCS(0) {
+		st, err := postgres.Open(t.Context(), pgtest.NewDatabase(t), 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		if _, err := st.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, st)
+	}
+	b := backend{
+		name:  "postgres",
+		rerun: pgtest.EnvVar + "=<admin URL> go test ./internal/sim -run 'TestSimulationPostgres$' -known-bugs -seed=%d -v",
+		open: func(ctx context.Context, _ *testing.T, slot int) (simStore, func(), error) {
+			st := stores[slot]
+			if err := truncate(ctx, st); err != nil {
+				return nil, nil, err
+			}
+			return st, func() {}, nil
+		},
+	}
+	n := *flagPGSeeds
+	if n <= 0 {
+		n = 50
+		if raceEnabled {
+			n = 10
+		}
+	}
+	runSeeds(t, b, n)
+}
+
+// truncate empties every table but the migration record, restarting the
+// identities so that a seed sees the same ids whichever seed ran before.
+func truncate(ctx context.Context, st *postgres.Store) error {
+	rows, err := st.Pool().Query(ctx, `SELECT quote_ident(tablename) FROM pg_tables
+		WHERE schemaname = current_schema() AND tablename <> 'schema_migrations'`)
+	if err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("list tables: %w", err)
+		}
+		tables = append(tables, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	if _, err := st.Pool().Exec(ctx, "TRUNCATE "+strings.Join(tables, ", ")+" RESTART IDENTITY CASCADE"); err != nil {
+		return fmt.Errorf("truncate: %w", err)
+	}
+	return nil
+}
+
+// runSeeds runs n seeds (or only -seed) on as many goroutines as there are
+// CPUs, each with its own store and its own loopback source API.
+func runSeeds(t *testing.T, b backend, n int) {
+	var seeds []uint64
+	if *flagSeed >= 0 {
+		seeds = []uint64{uint64(*flagSeed)}
+	} else {
+		for i := range n {
+			seeds = append(seeds, *flagBase+uint64(i))
+		}
+	}
+	slots := min(runtime.GOMAXPROCS(0), len(seeds))
+	ctx := t.Context()
+	todo := make(chan uint64)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		failures int
+		total    stats
+	)
+	start := time.Now()
+	for slot := range slots {
+		api := &apiServer{}
+		srv := httptest.NewServer(api)
+		t.Cleanup(srv.Close)
+		// Keep-alive connections to the loopback API are reused across
+		// seeds instead of leaving thousands of sockets in TIME_WAIT.
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		t.Cleanup(hc.CloseIdleConnections)
+		wg.Go(func() {
+			for seed := range todo {
+				r, err := runOne(ctx, t, b, slot, seed, api, srv.URL, hc)
+				var errs, trace []string
+				if r != nil {
+					errs, trace = r.errs, r.trace
+					mu.Lock()
+					total.add(&r.stats)
+					mu.Unlock()
+				}
+				if err == nil && len(errs) == 0 {
+					if len(seeds) == 1 && testing.Verbose() {
+						t.Logf("seed %d schedule:\n%s", seed, strings.Join(trace, "\n"))
+					}
+					continue
+				}
+				mu.Lock()
+				failures++
+				mu.Unlock()
+				if err != nil {
+					errs = append(errs, err.Error())
+				}
+				report(t, b, seed, errs, trace)
+			}
+		})
+	}
+	for _, s := range seeds {
+		mu.Lock()
+		stop := failures >= 5
+		mu.Unlock()
+		if stop || ctx.Err() != nil {
+			break
+		}
+		todo <- s
+	}
+	close(todo)
+	wg.Wait()
+	el := time.Since(start)
+	t.Logf("%s: %d seeds from %d in %s on %d goroutines (%.1f seeds/s, %.1f ms/seed/goroutine)",
+		b.name, len(seeds), seeds[0], el.Round(time.Millisecond), slots,
+		float64(len(seeds))/el.Seconds(), el.Seconds()*1000*float64(slots)/float64(len(seeds)))
+	t.Logf("%s: exercised %d events, %d deliveries, %d zombie writes refused, %d replays, %d lease-expiring clock jumps during steps, %d refetch 503s; settled %v",
+		b.name, total.events, total.deliveries, total.zombies, total.replays, total.jumps, total.refetch503, total.settled)
+}
+
+func runOne(ctx context.Context, t *testing.T, b backend, slot int, seed uint64, api *apiServer, url string, hc *http.Client) (*run, error) {
+	st, done, err := b.open(ctx, t, slot)
+	if err != nil {
+		return nil, fmt.Errorf("open %s store: %w", b.name, err)
+	}
+	defer done()
+	r, err := newRun(ctx, seed, st, api, url, hc)
+	if err != nil {
+		return nil, err
+	}
+	r.execute()
+	return r, nil
+}
+
+// report prints a failing seed's violations, the end of its schedule and
+// the command that reruns it alone.
+func report(t *testing.T, b backend, seed uint64, errs, trace []string) {
+	const maxErrs, maxTrace = 20, 80
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "seed %d (%s): %d invariant violations\n", seed, b.name, len(errs))
+	for i, e := range errs {
+		if i == maxErrs {
+			fmt.Fprintf(&sb, "  ... and %d more\n", len(errs)-maxErrs)
+			break
+		}
+		fmt.Fprintf(&sb, "  - %s\n", e)
+	}
+	if len(trace) > maxTrace {
+		fmt.Fprintf(&sb, "schedule (last %d of %d ops):\n", maxTrace, len(trace))
+		trace = trace[len(trace)-maxTrace:]
+	} else {
+		fmt.Fprintf(&sb, "schedule:\n")
+	}
+	for _, l := range trace {
+		fmt.Fprintf(&sb, "  %s\n", l)
+	}
+	fmt.Fprintf(&sb, "rerun this seed alone: "+b.rerun, seed)
+	t.Error(sb.String())
+}
