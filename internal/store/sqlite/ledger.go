@@ -82,17 +82,14 @@ func effectAudit(ctx context.Context, tx *sql.Tx, f *store.Effect, at time.Time,
 func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
 	now := p.Now.UnixMicro()
 	until := p.Now.Add(p.LeaseFor)
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("claim effects: begin: %w: %w", store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	out, err := claimEffects(ctx, tx, p, now, until)
+	var out []*store.ClaimedEffect
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		out, err = claimEffects(ctx, tx, p, now, until)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("claim effects: commit: %w: %w", store.ErrUnavailable, err)
 	}
 	return out, nil
 }
@@ -188,16 +185,8 @@ func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) e
 	if !settleStates[p.State] {
 		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
 	}
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("settle effect %d: begin: %w: %w", p.EffectID, store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	if err := settleEffect(ctx, tx, p); err != nil {
+	if err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return settleEffect(ctx, tx, p) }); err != nil {
 		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("settle effect %d: commit: %w: %w", p.EffectID, store.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -272,14 +261,17 @@ func settleDetail(key string, number int, p *store.EffectSettleParams) string {
 func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error {
 	// A reconciliation without a time would wait for a person: one given
 	// back with a zero NotBefore is due at once instead.
-	if _, err := s.writer.ExecContext(ctx, `UPDATE effects SET state = CASE
+	if err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE effects SET state = CASE
 			WHEN error_class = 'unknown_outcome' THEN 'needs_reconciliation'
 			WHEN attempts = 0 AND error_class = '' THEN 'approved'
 			ELSE 'retry_wait' END,
 		next_attempt_at = CASE WHEN ? = 0 AND error_class = 'unknown_outcome' THEN ? ELSE ? END,
 		lease_token = '', lease_until = ?, updated_at = ?
 		WHERE id = ? AND lease_token = ? AND state = 'submitting'`,
-		dueAt(p.NotBefore), p.Now.UnixMicro(), dueAt(p.NotBefore), leaseFree, p.Now.UnixMicro(), p.EffectID, p.Token); err != nil {
+			dueAt(p.NotBefore), p.Now.UnixMicro(), dueAt(p.NotBefore), leaseFree, p.Now.UnixMicro(), p.EffectID, p.Token)
+		return err
+	}); err != nil {
 		return fmt.Errorf("release effect %d: %w", p.EffectID, err)
 	}
 	return nil

@@ -77,18 +77,16 @@ func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroute
 // as a whole, which is what makes concurrent routing safe: the routed flag
 // is claimed before anything else is written.
 func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("route events: begin: %w: %w", store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	for _, d := range p.Decisions {
-		if err := routeOne(ctx, tx, p.Now, d); err != nil {
-			return fmt.Errorf("route events: event %d: %w", d.EventPK, err)
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, d := range p.Decisions {
+			if err := routeOne(ctx, tx, p.Now, d); err != nil {
+				return fmt.Errorf("event %d: %w", d.EventPK, err)
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("route events: commit: %w: %w", store.ErrUnavailable, err)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("route events: %w", err)
 	}
 	return nil
 }
@@ -262,40 +260,39 @@ func newToken(owner string) (string, error) {
 func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
 	now := p.Now.UnixMicro()
 	until := p.Now.Add(p.LeaseFor).UnixMicro()
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("claim entities: begin: %w: %w", store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	rows, err := tx.QueryContext(ctx, `SELECT flow, entity FROM entities
-		WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
-		ORDER BY not_before, flow, entity LIMIT ?`, now, now, store.ClampLimit(p.Limit))
-	if err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
-	}
 	var out []*store.Lease
-	for rows.Next() {
-		l := &store.Lease{Until: time.UnixMicro(until).UTC()}
-		if err := rows.Scan(&l.Flow, &l.Entity); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("claim entities: %w", err)
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		out = nil
+		rows, err := tx.QueryContext(ctx, `SELECT flow, entity FROM entities
+			WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
+			ORDER BY not_before, flow, entity LIMIT ?`, now, now, store.ClampLimit(p.Limit))
+		if err != nil {
+			return fmt.Errorf("claim entities: %w", err)
 		}
-		out = append(out, l)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
-	}
-	for _, l := range out {
-		if l.Token, err = newToken(p.Owner); err != nil {
-			return nil, fmt.Errorf("claim entities: %w", err)
+		for rows.Next() {
+			l := &store.Lease{Until: time.UnixMicro(until).UTC()}
+			if err := rows.Scan(&l.Flow, &l.Entity); err != nil {
+				rows.Close()
+				return fmt.Errorf("claim entities: %w", err)
+			}
+			out = append(out, l)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ? WHERE flow = ? AND entity = ?`,
-			l.Token, until, l.Flow, l.Entity); err != nil {
-			return nil, fmt.Errorf("claim entities: lease %s/%s: %w", l.Flow, l.Entity, err)
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("claim entities: %w", err)
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("claim entities: commit: %w: %w", store.ErrUnavailable, err)
+		for _, l := range out {
+			if l.Token, err = newToken(p.Owner); err != nil {
+				return fmt.Errorf("claim entities: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ? WHERE flow = ? AND entity = ?`,
+				l.Token, until, l.Flow, l.Entity); err != nil {
+				return fmt.Errorf("claim entities: lease %s/%s: %w", l.Flow, l.Entity, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -311,9 +308,12 @@ func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams)
 	if !p.RetryAt.IsZero() {
 		retry = p.RetryAt.UnixMicro()
 	}
-	if _, err := s.writer.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?,
-		not_before = coalesce(?, not_before) WHERE flow = ? AND entity = ? AND lease_token = ?`,
-		leaseFree, retry, p.Lease.Flow, p.Lease.Entity, p.Lease.Token); err != nil {
+	if err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?,
+			not_before = coalesce(?, not_before) WHERE flow = ? AND entity = ? AND lease_token = ?`,
+			leaseFree, retry, p.Lease.Flow, p.Lease.Entity, p.Lease.Token)
+		return err
+	}); err != nil {
 		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
 	}
 	return nil
@@ -361,17 +361,14 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 	if p.Lease == nil {
 		return nil, errors.New("flow apply: no lease")
 	}
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("flow apply: begin: %w: %w", store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	res, err := flowApply(ctx, tx, p)
+	var res *store.FlowApplyResult
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		res, err = flowApply(ctx, tx, p)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("flow apply: commit: %w: %w", store.ErrUnavailable, err)
 	}
 	return res, nil
 }

@@ -40,6 +40,12 @@ type Store struct {
 	inboxOnce sync.Once
 	inbox     *inboxStmts
 	inboxErr  error
+
+	// The shared write transaction loop (see batch.go).
+	jobs        chan *txJob
+	quit        chan struct{}
+	batcherDone chan struct{}
+	closeOnce   sync.Once
 }
 
 var _ store.Store = (*Store)(nil)
@@ -91,11 +97,17 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	return &Store{path: path, writer: w, reader: r}, nil
+	s := &Store{path: path, writer: w, reader: r}
+	s.startBatcher()
+	return s, nil
 }
 
-// Close closes both pools.
+// Close stops the shared writer loop and closes both pools.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.batcherDone
+	})
 	return errors.Join(s.reader.Close(), s.writer.Close())
 }
 

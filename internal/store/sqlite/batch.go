@@ -1,0 +1,159 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// SQLite has one writer, and with synchronous=FULL every commit costs an
+// fsync. The processor and the delivery worker settle one event or one call
+// per transaction, from several goroutines at once; committing each alone
+// would cap the pipeline near the raw fsync rate. inTx therefore runs
+// concurrent write transactions back to back inside ONE database
+// transaction, each under its own savepoint: a caller's error rolls back
+// only its own writes, and every caller learns its own outcome only after
+// the shared commit is durable (or that it failed).
+
+type txJob struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	done chan error
+}
+
+// maxTxBatch bounds the callers sharing one commit.
+const maxTxBatch = 64
+
+// errStoreClosed is returned to callers after Close.
+var errStoreClosed = errors.New("sqlite store closed")
+
+// startBatcher runs the shared writer loop until Close.
+func (s *Store) startBatcher() {
+	s.jobs = make(chan *txJob, maxTxBatch)
+	s.quit = make(chan struct{})
+	s.batcherDone = make(chan struct{})
+	go func() {
+		defer close(s.batcherDone)
+		batch := make([]*txJob, 0, maxTxBatch)
+		for {
+			select {
+			case <-s.quit:
+				s.failPending()
+				return
+			case j := <-s.jobs:
+				batch = append(batch[:0], j)
+			drain:
+				for len(batch) < maxTxBatch {
+					select {
+					case j := <-s.jobs:
+						batch = append(batch, j)
+					default:
+						break drain
+					}
+				}
+				s.runBatch(batch)
+			}
+		}
+	}()
+}
+
+func (s *Store) failPending() {
+	for {
+		select {
+		case j := <-s.jobs:
+			j.done <- errStoreClosed
+		default:
+			return
+		}
+	}
+}
+
+// inTx runs fn in a write transaction shared with concurrent callers.
+//
+// fn gets a context that is never canceled: cancelling a statement would
+// make SQLite roll back the whole shared transaction, and with it the other
+// callers' work. A caller that gives up still waits for its outcome.
+func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	j := &txJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.jobs <- j:
+	case <-s.quit:
+		return errStoreClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Wait for the outcome even if ctx ends meanwhile: the job may already
+	// be part of a commit, and the caller must not guess.
+	return <-j.done
+}
+
+func (s *Store) runBatch(batch []*txJob) {
+	live := batch[:0:0]
+	for _, j := range batch {
+		if err := j.ctx.Err(); err != nil {
+			j.done <- err
+			continue
+		}
+		live = append(live, j)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The transaction serves several callers, so it runs on its own
+	// context: one caller giving up must not roll back the others.
+	ctx := context.Background()
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		for _, j := range live {
+			j.done <- fmt.Errorf("begin: %w: %w", store.ErrUnavailable, err)
+		}
+		return
+	}
+	results := make([]error, len(live))
+	single := len(live) == 1
+	for i, j := range live {
+		if single {
+			// Alone in the transaction: no savepoint needed, a failure
+			// rolls the whole transaction back.
+			results[i] = j.fn(context.WithoutCancel(j.ctx), tx)
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `SAVEPOINT job`); err != nil {
+			results[i] = fmt.Errorf("savepoint: %w", err)
+			continue
+		}
+		if results[i] = j.fn(context.WithoutCancel(j.ctx), tx); results[i] != nil {
+			if _, err := tx.ExecContext(ctx, `ROLLBACK TO job`); err != nil {
+				_ = tx.Rollback()
+				for _, j := range live {
+					j.done <- fmt.Errorf("rollback to savepoint: %w: %w", store.ErrUnavailable, err)
+				}
+				return
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `RELEASE job`); err != nil {
+			_ = tx.Rollback()
+			for _, j := range live {
+				j.done <- fmt.Errorf("release savepoint: %w: %w", store.ErrUnavailable, err)
+			}
+			return
+		}
+	}
+	if single && results[0] != nil {
+		_ = tx.Rollback()
+		live[0].done <- results[0]
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		for _, j := range live {
+			j.done <- fmt.Errorf("commit: %w: %w", store.ErrUnavailable, err)
+		}
+		return
+	}
+	for i, j := range live {
+		j.done <- results[i]
+	}
+}
