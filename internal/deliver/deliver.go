@@ -77,8 +77,18 @@ type Worker struct {
 	notify  Notifier
 	redrive int
 
+	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
+}
+
+// Wake makes an idle background loop look for due effects now (the
+// processor calls it after creating effects).
+func (w *Worker) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
 }
 
 // New builds a worker for the configured destinations.
@@ -119,6 +129,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		dests: map[string]*config.Destination{}, limits: map[string]*rate.Limiter{},
 		actions: map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient}},
 		notify:  opts.Notifier,
+		wake:    make(chan struct{}, 1),
 	}
 	for k, a := range opts.Actions {
 		w.actions[k] = a
@@ -165,6 +176,7 @@ func (w *Worker) Start(ctx context.Context) {
 				return
 			case <-ctx.Done():
 				return
+			case <-w.wake:
 			case <-t.C:
 			}
 		}

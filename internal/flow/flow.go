@@ -42,6 +42,9 @@ type Options struct {
 	Logger     *slog.Logger
 	Clock      clock.Clock
 	HTTPClient *http.Client
+	// OnEffects is called after an event created effects (the delivery
+	// worker's Wake), so they are delivered without waiting for a poll.
+	OnEffects func()
 }
 
 // Engine routes and processes events for the configured flows.
@@ -57,8 +60,18 @@ type Engine struct {
 	kinds    map[string]string
 	http     *http.Client
 
+	wake chan struct{}
 	stop chan struct{}
 	done chan struct{}
+}
+
+// Wake makes an idle background loop look for work now (the receiver calls
+// it after storing events a flow subscribes to).
+func (e *Engine) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
 }
 
 // New returns an engine over the store's pipeline.
@@ -95,6 +108,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: opts.HTTPClient,
 		bySource: map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
 		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{},
+		wake: make(chan struct{}, 1),
 	}
 	for i := range cfg.Flows {
 		f := &cfg.Flows[i]
@@ -132,6 +146,7 @@ func (e *Engine) Start(ctx context.Context) {
 				return
 			case <-ctx.Done():
 				return
+			case <-e.wake:
 			case <-t.C:
 			}
 		}

@@ -150,6 +150,9 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 				return settled, fmt.Errorf("apply %s/%s event %d: %w", l.Flow, l.Entity, it.Event.PK, err)
 			}
 			settled++
+			if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
+				e.opts.OnEffects()
+			}
 			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
 				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted)
 		}

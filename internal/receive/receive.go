@@ -50,7 +50,10 @@ type Options struct {
 	Writer Submitter
 	// Router, when set, lets events no flow subscribes to be stored
 	// unrouted at once (nil: the processor decides later).
-	Router     Router
+	Router Router
+	// OnStored is called after a commit that stored events some flow
+	// wants (the processor's Wake).
+	OnStored   func()
 	Store      Auditor
 	Clock      clock.Clock
 	Logger     *slog.Logger
@@ -73,6 +76,7 @@ type Handler struct {
 	retryAfter string
 	w          Submitter
 	router     Router
+	onStored   func()
 	audit      Auditor
 	clk        clock.Clock
 	log        *slog.Logger
@@ -96,6 +100,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		retryAfter: strconv.Itoa(int(math.Ceil(cfg.Receive.RetryAfter.D().Seconds()))),
 		w:          o.Writer,
 		router:     o.Router,
+		onStored:   o.OnStored,
 		audit:      o.Store,
 		clk:        o.Clock,
 		log:        o.Logger,
@@ -258,11 +263,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 	if err != nil {
 		return h.unavailable(w, src, err)
 	}
-	dups := 0
-	for _, it := range res.Items {
+	dups, routed := 0, false
+	for i, it := range res.Items {
 		if it.Duplicate {
 			dups++
+		} else if !sub.Deliveries[i].Unrouted {
+			routed = true
 		}
+	}
+	if routed && h.onStored != nil {
+		h.onStored()
 	}
 	return reply(w, http.StatusOK, Response{Status: "stored", Events: len(events), Duplicates: dups})
 }

@@ -97,22 +97,9 @@ func (s *Server) Run(ctx context.Context) error {
 	writer := inbox.New(st, inbox.Options{Logger: s.log, Registerer: s.reg, Flushers: flushers(s.cfg.Store)})
 	writer.Start()
 
-	engine := flow.New(s.cfg, st, flow.Options{
-		Workers:      s.cfg.Processing.Workers,
-		LeaseFor:     s.cfg.Processing.Lease.D(),
-		RetryDelay:   s.cfg.Processing.RetryDelay.D(),
-		PollInterval: s.cfg.Processing.PollInterval.D(),
-		Logger:       s.log,
-		Clock:        s.clk,
-	})
-	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
-	if err != nil {
-		_ = writer.Stop(context.Background())
-		return err
-	}
-	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopEngine()
-	engine.Start(engineCtx)
+	// The delivery worker and the processor sleep when idle; each stage
+	// wakes the next as soon as it hands work on, so latency is not bound
+	// to the poll interval.
 	worker, err := deliver.New(s.cfg, st, deliver.Options{
 		Workers:      s.cfg.Delivery.Workers,
 		LeaseFor:     s.cfg.Delivery.Lease.D(),
@@ -122,11 +109,27 @@ func (s *Server) Run(ctx context.Context) error {
 		Actions:      s.opts.Actions,
 	})
 	if err != nil {
-		stopEngine()
-		engine.Stop()
 		_ = writer.Stop(context.Background())
 		return err
 	}
+	engine := flow.New(s.cfg, st, flow.Options{
+		Workers:      s.cfg.Processing.Workers,
+		LeaseFor:     s.cfg.Processing.Lease.D(),
+		RetryDelay:   s.cfg.Processing.RetryDelay.D(),
+		PollInterval: s.cfg.Processing.PollInterval.D(),
+		Logger:       s.log,
+		Clock:        s.clk,
+		OnEffects:    worker.Wake,
+	})
+	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, OnStored: engine.Wake,
+		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
+	if err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	engine.Start(engineCtx)
 	worker.Start(engineCtx)
 	for _, w := range s.cfg.Warnings {
 		s.log.Warn("config", "warning", w.Error())
