@@ -22,7 +22,6 @@ import (
 var (
 	flagSeeds   = flag.Int("seeds", 0, "how many seeds TestSimulation runs on SQLite (default 300, 12 under -race; CI runs 10,000)")
 	flagPGSeeds = flag.Int("pg-seeds", 0, "how many seeds TestSimulationPostgres runs (default 50, 10 under -race)")
-	flagKnown   = flag.Bool("known-bugs", false, "run the simulations that a known, reported bug makes fail")
 	flagSeed    = flag.Int64("seed", -1, "run only this seed, printing its whole schedule")
 	flagBase    = flag.Uint64("seed-base", 1, "first seed of the range; change it to explore other schedules")
 )
@@ -97,16 +96,6 @@ func TestSimulation(t *testing.T) {
 // per goroutine, emptied between seeds.
 func TestSimulationPostgres(t *testing.T) {
 	pgtest.ServerURL(t)
-	if !*flagKnown {
-		// KNOWN BUG, reported to the store owner; remove this skip with the
-		// fix. postgres settleEvent takes the event row FOR UPDATE after
-		// the effect inserts of the same transaction took it FOR KEY SHARE
-		// (the effects.source_event_pk foreign key): two flows applying
-		// one event at once each hold KEY SHARE and wait for the other's,
-		// and PostgreSQL aborts one with 40P01 (deadlock detected). See it
-		// with -known-bugs, e.g. -seed=15 (fails on every run).
-		t.Skip("KNOWN BUG: postgres FlowApply deadlocks when two flows settle one event at once (settleEvent FOR UPDATE after FOR KEY SHARE); run with -known-bugs")
-	}
 	// Databases are made here, on the test goroutine, because a failure
 	// to make one must stop the test (t.Fatal) there.
 	var stores []*postgres.Store
@@ -123,7 +112,7 @@ func TestSimulationPostgres(t *testing.T) {
 	}
 	b := backend{
 		name:  "postgres",
-		rerun: pgtest.EnvVar + "=<admin URL> go test ./internal/sim -run 'TestSimulationPostgres$' -known-bugs -seed=%d -v",
+		rerun: pgtest.EnvVar + "=<admin URL> go test ./internal/sim -run 'TestSimulationPostgres$' -seed=%d -v",
 		open: func(ctx context.Context, _ *testing.T, slot int) (simStore, func(), error) {
 			st := stores[slot]
 			if err := truncate(ctx, st); err != nil {

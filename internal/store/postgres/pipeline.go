@@ -197,10 +197,15 @@ func aggregate(ds []store.Disposition) store.Disposition {
 // over accepted or dead_lettered (a replay repairs a dead letter and never
 // downgrades an applied event). The event row is locked before counting:
 // two flows settling their items of one event at once would otherwise each
-// see the other's item pending and leave the event accepted forever.
+// see the other's item pending and leave the event accepted forever. The
+// lock is FOR NO KEY UPDATE, not FOR UPDATE: the effect inserts earlier in
+// the same transaction hold FOR KEY SHARE on this row (their foreign key),
+// and FOR UPDATE conflicts with another transaction's KEY SHARE, so two
+// flows settling one event would deadlock. NO KEY UPDATE still serialises
+// the settlers, and it is the level the disposition UPDATE takes anyway.
 func settleEvent(ctx context.Context, tx pgx.Tx, eventPK, replayID int64, now time.Time, actor string) error {
 	var ev eventRef
-	if err := tx.QueryRow(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = $1 FOR UPDATE`, eventPK).
+	if err := tx.QueryRow(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = $1 FOR NO KEY UPDATE`, eventPK).
 		Scan(&ev.source, &ev.eventID, &ev.entity, &ev.disposition); err != nil {
 		return fmt.Errorf("lock event %d: %w", eventPK, err)
 	}
