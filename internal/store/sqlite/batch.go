@@ -20,7 +20,7 @@ import (
 
 type txJob struct {
 	ctx  context.Context
-	fn   func(ctx context.Context, tx *sql.Tx) error
+	fn   func(ctx context.Context, tx *wtx) error
 	done chan error
 }
 
@@ -76,7 +76,7 @@ func (s *Store) failPending() {
 // fn gets a context that is never canceled: cancelling a statement would
 // make SQLite roll back the whole shared transaction, and with it the other
 // callers' work. A caller that gives up still waits for its outcome.
-func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *wtx) error) error {
 	j := &txJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	select {
 	case s.jobs <- j:
@@ -114,18 +114,19 @@ func (s *Store) runBatch(batch []*txJob) {
 	}
 	results := make([]error, len(live))
 	single := len(live) == 1
+	shared := &wtx{Tx: tx, stmts: map[string]*sql.Stmt{}}
 	for i, j := range live {
 		if single {
 			// Alone in the transaction: no savepoint needed, a failure
 			// rolls the whole transaction back.
-			results[i] = j.fn(context.WithoutCancel(j.ctx), tx)
+			results[i] = j.fn(context.WithoutCancel(j.ctx), shared)
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT job`); err != nil {
 			results[i] = fmt.Errorf("savepoint: %w", err)
 			continue
 		}
-		if results[i] = j.fn(context.WithoutCancel(j.ctx), tx); results[i] != nil {
+		if results[i] = j.fn(context.WithoutCancel(j.ctx), shared); results[i] != nil {
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO job`); err != nil {
 				_ = tx.Rollback()
 				for _, j := range live {
@@ -156,4 +157,53 @@ func (s *Store) runBatch(batch []*txJob) {
 	for i, j := range live {
 		j.done <- results[i]
 	}
+}
+
+// wtx is a write transaction that prepares each distinct statement once and
+// reuses it for every caller sharing the transaction: the driver would
+// otherwise parse the same SQL again for each of them, and parsing is a
+// large share of the single writer's time.
+type wtx struct {
+	*sql.Tx
+	stmts map[string]*sql.Stmt // nil: no reuse (a transaction of its own)
+}
+
+func (t *wtx) prepared(ctx context.Context, q string) *sql.Stmt {
+	if t.stmts == nil {
+		return nil
+	}
+	if st, ok := t.stmts[q]; ok {
+		return st
+	}
+	st, err := t.Tx.PrepareContext(ctx, q)
+	if err != nil {
+		// The plain call below reports the same error to the caller.
+		return nil
+	}
+	t.stmts[q] = st
+	return st
+}
+
+// ExecContext runs q through the transaction's statement cache.
+func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if st := t.prepared(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return t.Tx.ExecContext(ctx, q, args...)
+}
+
+// QueryContext runs q through the transaction's statement cache.
+func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := t.prepared(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return t.Tx.QueryContext(ctx, q, args...)
+}
+
+// QueryRowContext runs q through the transaction's statement cache.
+func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := t.prepared(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return t.Tx.QueryRowContext(ctx, q, args...)
 }

@@ -72,7 +72,7 @@ func getEffect(ctx context.Context, q interface {
 	return f, nil
 }
 
-func effectAudit(ctx context.Context, tx *sql.Tx, f *store.Effect, at time.Time, actor, action, detail string) error {
+func effectAudit(ctx context.Context, tx *wtx, f *store.Effect, at time.Time, actor, action, detail string) error {
 	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: at, Actor: actor, Action: action,
 		Source: f.Source, EventID: f.SourceEventID, Entity: f.Entity, Detail: detail})
 	return err
@@ -83,7 +83,7 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	now := p.Now.UnixMicro()
 	until := p.Now.Add(p.LeaseFor)
 	var out []*store.ClaimedEffect
-	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		var err error
 		out, err = claimEffects(ctx, tx, p, now, until)
 		return err
@@ -94,7 +94,7 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	return out, nil
 }
 
-func claimEffects(ctx context.Context, tx *sql.Tx, p *store.EffectClaimParams, now int64, until time.Time) ([]*store.ClaimedEffect, error) {
+func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now int64, until time.Time) ([]*store.ClaimedEffect, error) {
 	// A needs_reconciliation or dead effect is only due when something
 	// scheduled it; without a time it waits for a person.
 	// An approved effect released by a worker (its destination's token
@@ -185,13 +185,13 @@ func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) e
 	if !settleStates[p.State] {
 		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
 	}
-	if err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return settleEffect(ctx, tx, p) }); err != nil {
+	if err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error { return settleEffect(ctx, tx, p) }); err != nil {
 		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
 	}
 	return nil
 }
 
-func settleEffect(ctx context.Context, tx *sql.Tx, p *store.EffectSettleParams) error {
+func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) error {
 	now := p.Now.UnixMicro()
 	// Fencing: a worker whose lease expired or was re-claimed writes nothing.
 	r, err := tx.ExecContext(ctx, `UPDATE effects SET lease_until = lease_until
@@ -261,7 +261,7 @@ func settleDetail(key string, number int, p *store.EffectSettleParams) string {
 func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error {
 	// A reconciliation without a time would wait for a person: one given
 	// back with a zero NotBefore is due at once instead.
-	if err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	if err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE effects SET state = CASE
 			WHEN error_class = 'unknown_outcome' THEN 'needs_reconciliation'
 			WHEN attempts = 0 AND error_class = '' THEN 'approved'
@@ -337,7 +337,7 @@ func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams)
 		return nil, fmt.Errorf("operate on effect %d: begin: %w: %w", p.EffectID, store.ErrUnavailable, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	f, err := operate(ctx, tx, p)
+	f, err := operate(ctx, &wtx{Tx: tx}, p)
 	if err != nil {
 		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
 	}
@@ -347,7 +347,7 @@ func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams)
 	return f, nil
 }
 
-func operate(ctx context.Context, tx *sql.Tx, p *store.EffectOperateParams) (*store.Effect, error) {
+func operate(ctx context.Context, tx *wtx, p *store.EffectOperateParams) (*store.Effect, error) {
 	f, err := getEffect(ctx, tx, p.EffectID)
 	if err != nil {
 		return nil, fmt.Errorf("read effect: %w", err)

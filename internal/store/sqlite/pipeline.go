@@ -77,7 +77,7 @@ func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroute
 // as a whole, which is what makes concurrent routing safe: the routed flag
 // is claimed before anything else is written.
 func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
-	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		for _, d := range p.Decisions {
 			if err := routeOne(ctx, tx, p.Now, d); err != nil {
 				return fmt.Errorf("event %d: %w", d.EventPK, err)
@@ -91,7 +91,7 @@ func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error
 	return nil
 }
 
-func routeOne(ctx context.Context, tx *sql.Tx, now time.Time, d *store.RouteDecision) error {
+func routeOne(ctx context.Context, tx *wtx, now time.Time, d *store.RouteDecision) error {
 	var ev eventRef
 	err := tx.QueryRowContext(ctx, `UPDATE events SET routed = 1 WHERE pk = ? AND routed = 0
 		RETURNING source, event_id, type, entity, disposition`, d.EventPK).
@@ -134,7 +134,7 @@ type eventRef struct {
 // enqueue creates the work rows of one event's routes for one pass and
 // returns how many pending rows it inserted. Failed routes are inserted
 // already settled as dead letters.
-func enqueue(ctx context.Context, tx *sql.Tx, now time.Time, ev eventRef, routes []store.Route, replayID int64, actor string) (int, error) {
+func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []store.Route, replayID int64, actor string) (int, error) {
 	at := now.UnixMicro()
 	inserted := 0
 	for _, r := range routes {
@@ -201,7 +201,7 @@ func aggregate(ds []store.Disposition) store.Disposition {
 // the disposition becomes the aggregate of the pass just settled, but only
 // over accepted or dead_lettered (a replay repairs a dead letter and never
 // downgrades an applied event).
-func settleEvent(ctx context.Context, tx *sql.Tx, eventPK, replayID int64, now time.Time, actor string) error {
+func settleEvent(ctx context.Context, tx *wtx, eventPK, replayID int64, now time.Time, actor string) error {
 	var pending int
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE event_pk = ? AND done_at IS NULL`, eventPK).Scan(&pending); err != nil {
 		return fmt.Errorf("count pending work of event %d: %w", eventPK, err)
@@ -261,7 +261,7 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 	now := p.Now.UnixMicro()
 	until := p.Now.Add(p.LeaseFor).UnixMicro()
 	var out []*store.Lease
-	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		out = nil
 		rows, err := tx.QueryContext(ctx, `SELECT flow, entity FROM entities
 			WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
@@ -308,7 +308,7 @@ func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams)
 	if !p.RetryAt.IsZero() {
 		retry = p.RetryAt.UnixMicro()
 	}
-	if err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	if err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?,
 			not_before = coalesce(?, not_before) WHERE flow = ? AND entity = ? AND lease_token = ?`,
 			leaseFree, retry, p.Lease.Flow, p.Lease.Entity, p.Lease.Token)
@@ -362,7 +362,7 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 		return nil, errors.New("flow apply: no lease")
 	}
 	var res *store.FlowApplyResult
-	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		var err error
 		res, err = flowApply(ctx, tx, p)
 		return err
@@ -373,7 +373,7 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 	return res, nil
 }
 
-func flowApply(ctx context.Context, tx *sql.Tx, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
+func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
 	now := p.Now.UnixMicro()
 	l := p.Lease
 	// Fencing: a worker whose lease expired or was re-claimed writes nothing.
@@ -487,7 +487,7 @@ func flowApply(ctx context.Context, tx *sql.Tx, p *store.FlowApplyParams) (*stor
 
 // apply writes the projection, supersedes older pending effects of the
 // same names and inserts the new effects behind their episode keys.
-func apply(ctx context.Context, tx *sql.Tx, p *store.FlowApplyParams, w workRow, res *store.FlowApplyResult, audit func(action, detail string) error) error {
+func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, res *store.FlowApplyResult, audit func(action, detail string) error) error {
 	now := p.Now.UnixMicro()
 	if _, err := tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?
 		WHERE flow = ? AND entity = ?`, p.Version, p.VersionSort, stateText(p.State), w.eventPK, now, w.flow, w.entity); err != nil {
@@ -664,7 +664,7 @@ func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (
 		return 0, fmt.Errorf("create replay: begin: %w: %w", store.ErrUnavailable, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	id, err := createReplay(ctx, tx, p)
+	id, err := createReplay(ctx, &wtx{Tx: tx}, p)
 	if err != nil {
 		return 0, fmt.Errorf("create replay: %w", err)
 	}
@@ -674,7 +674,7 @@ func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (
 	return id, nil
 }
 
-func createReplay(ctx context.Context, tx *sql.Tx, p *store.ReplayCreateParams) (int64, error) {
+func createReplay(ctx context.Context, tx *wtx, p *store.ReplayCreateParams) (int64, error) {
 	var id int64
 	if err := tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES (?, ?, ?, 0) RETURNING id`,
 		p.Now.UnixMicro(), p.Actor, p.Selection).Scan(&id); err != nil {
