@@ -21,7 +21,6 @@ dir=${2:-}
 case "$cmd" in
 start)
 	bin=$(pgbin) || { echo "pg.sh: no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (apt-get install postgresql)" >&2; exit 3; }
-	port=${3:-$(( 20000 + RANDOM % 20000 ))}
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
 	# initdb refuses to run as root: the cluster belongs to postgres, whose
@@ -36,10 +35,21 @@ start)
 	fi
 	"${run[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 \
 		|| { cat "$dir/initdb.log" >&2; exit 1; }
-	# fsync stays on: the benchmarks measure durable commits.
-	"${run[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=200 -c shared_buffers=256MB" start >/dev/null \
-		|| { cat "$dir/server.log" >&2; exit 1; }
+	# A random port below the kernel's ephemeral range (32768 and up), so
+	# that it cannot collide with an outgoing connection; a port another
+	# program holds is retried with another one.
+	started=""
+	for attempt in 1 2 3 4 5 6 7 8; do
+		port=${3:-$(( 20000 + RANDOM % 12000 ))}
+		# fsync stays on: the benchmarks measure durable commits.
+		if "${run[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=200 -c shared_buffers=256MB" start >/dev/null; then
+			started=1
+			break
+		fi
+		[ -n "${3:-}" ] && break
+	done
+	[ -n "$started" ] || { cat "$dir/server.log" >&2; exit 1; }
 	echo "$port" >"$dir/port"
 	echo "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 	;;
