@@ -91,6 +91,9 @@ type CompiledFlow struct {
 	Revision, Path, Field, Break *expr.Program
 	Hash                         []*expr.Program
 	Effects                      []*CompiledEffect
+	// ReadsPrevious is set when an effect expression reads previous, the
+	// only reason to load the projection before applying an event.
+	ReadsPrevious bool
 }
 
 // CompiledEffect is one effect's compiled expressions.
@@ -337,7 +340,20 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				ce.Headers[h] = compileE("request.headers."+h, src, true)
 			}
 			cf.Effects = append(cf.Effects, ce)
+			for _, prog := range append([]*expr.Program{ce.When, ce.Path, ce.Body}, mapValues(ce.Headers)...) {
+				if prog != nil && prog.Reads(expr.VarPrevious) {
+					cf.ReadsPrevious = true
+				}
+			}
 		}
 		f.Compiled = cf
 	}
+}
+
+func mapValues(m map[string]*expr.Program) []*expr.Program {
+	out := make([]*expr.Program, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
 }

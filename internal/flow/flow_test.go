@@ -296,3 +296,37 @@ func TestAbandonedLeaseIsTakenOver(t *testing.T) {
 		t.Fatalf("after the lease expired = %s, want applied", d)
 	}
 }
+
+// An effect may compare the new state with the previously applied one.
+func TestPreviousState(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+`flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.rev}
+    state: event.state
+    effects:
+      - name: changed
+        when: previous != null && previous != state
+        destination: crm
+        request: {path: '"/changes"', body: '{"from": previous, "to": state}'}
+`)
+	if !f.cfg.Flows[0].Compiled.ReadsPrevious {
+		t.Fatal("the flow reads previous but is not marked so")
+	}
+	f.send("shop", "e1", `{"order_id":"o1","rev":1,"state":"CREATED"}`)
+	f.drain()
+	f.send("shop", "e2", `{"order_id":"o1","rev":2,"state":"CREATED"}`)
+	f.drain()
+	f.send("shop", "e3", `{"order_id":"o1","rev":3,"state":"PAID"}`)
+	f.drain()
+	got := f.effects("orders")
+	if len(got) != 1 || got[0] != "orders:o1:r3:changed=approved" {
+		t.Fatalf("effects %v, want only the change at r3", got)
+	}
+	es, err := f.st.EffectList(context.Background(), &store.EffectListParams{Flow: "orders"})
+	if err != nil || !strings.Contains(string(es[0].Request), `"from":"CREATED"`) {
+		t.Fatalf("request %s (%v)", es[0].Request, err)
+	}
+}

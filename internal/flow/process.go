@@ -230,13 +230,15 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 	p.State = state
 	stateVal, _ := expr.DecodeJSON(state)
 	vars[expr.VarState] = stateVal
-	prev, err := e.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: f.Name, Entity: l.Entity})
-	if err != nil {
-		return nil, &errTransient{fmt.Errorf("read projection: %w", err)}
-	}
-	if prev != nil && len(prev.State) > 0 {
-		pv, _ := expr.DecodeJSON(prev.State)
-		vars[expr.VarPrevious] = pv
+	if f.Compiled.ReadsPrevious {
+		prev, err := e.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: f.Name, Entity: l.Entity})
+		if err != nil {
+			return nil, &errTransient{fmt.Errorf("read projection: %w", err)}
+		}
+		if prev != nil && len(prev.State) > 0 {
+			pv, _ := expr.DecodeJSON(prev.State)
+			vars[expr.VarPrevious] = pv
+		}
 	}
 
 	// Causation: an inbound chain is guarded and continued; without one the
