@@ -132,6 +132,10 @@ func configFlows(env *Env, path string) ([]lint.Flow, error) {
 	for _, s := range cfg.Sources {
 		kinds[s.Name] = s.Kind
 	}
+	destAttempts := map[string]int{}
+	for _, d := range cfg.Destinations {
+		destAttempts[d.Name] = d.Retry.Attempts
+	}
 	var out []lint.Flow
 	for _, f := range cfg.Flows {
 		row := lint.Flow{
@@ -146,11 +150,20 @@ func configFlows(env *Env, path string) ([]lint.Flow, error) {
 			Extra:               map[string]string{"source": f.Source},
 		}
 		var effects []string
+		attempts := 0
 		for _, e := range f.Effects {
 			effects = append(effects, e.Name)
 			if e.Operation == "create" {
 				row.CreatesRecords = lint.Yes
 			}
+			if n, ok := destAttempts[e.Destination]; ok && n > attempts {
+				attempts = n
+			}
+		}
+		if attempts > 0 {
+			// The delivery worker is the one retry layer: the HTTP client
+			// below it never retries.
+			row.RetryLayers = lint.RetryLayers{Known: true, Layers: []lint.RetryLayer{{Name: "worker", Attempts: attempts}}}
 		}
 		if len(effects) > 0 {
 			row.SideEffect = strings.Join(effects, ";")

@@ -223,6 +223,10 @@ flows:
       - name: upsert_deal
         destination: crm
         request: {path: '"/deals"'}
+destinations:
+  - name: crm
+    base_url: https://crm.example
+    retry: {attempts: 6}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
