@@ -207,3 +207,42 @@ func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.R
 	}
 	return t.Tx.QueryRowContext(ctx, q, args...)
 }
+
+// readQuery runs a read through a statement prepared once for the reader
+// pool (database/sql prepares it again on each pooled connection the first
+// time it is used there): the processor lists work and projections for
+// every event, and parsing the same SQL each time was most of its cost.
+func (s *Store) readQuery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := s.readStmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// readQueryRow is readQuery for a single row.
+func (s *Store) readQueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := s.readStmt(ctx, q)
+	if err != nil {
+		// The plain call reports the same preparation error through Scan.
+		return s.reader.QueryRowContext(ctx, q, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (s *Store) readStmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if st, ok := s.readStmts[q]; ok {
+		return st, nil
+	}
+	st, err := s.reader.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if s.readStmts == nil {
+		s.readStmts = map[string]*sql.Stmt{}
+	}
+	s.readStmts[q] = st
+	return st, nil
+}

@@ -389,7 +389,7 @@ func operate(ctx context.Context, tx *wtx, p *store.EffectOperateParams) (*store
 
 // AttemptList returns an effect's attempts in order.
 func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT id, effect_id, number, started_at, duration_us, status, class, error,
+	rows, err := s.readQuery(ctx, `SELECT id, effect_id, number, started_at, duration_us, status, class, error,
 		response, retry_after, retry_after_unit, wait_us, reconcile FROM effect_attempts WHERE effect_id = ? ORDER BY id`, effectID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)

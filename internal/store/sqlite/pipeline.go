@@ -52,7 +52,7 @@ func scanRoutable(sc scanner, e *store.RoutableEvent, extra ...any) error {
 
 // EventListUnrouted returns accepted events not yet routed, in pk order.
 func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroutedParams) ([]*store.RoutableEvent, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+routableColumns+` FROM events e `+firstDeliveryJoin+`
+	rows, err := s.readQuery(ctx, `SELECT `+routableColumns+` FROM events e `+firstDeliveryJoin+`
 		WHERE e.routed = 0 AND e.disposition = 'accepted' ORDER BY e.pk LIMIT ?`, store.ClampLimit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list unrouted events: %w", err)
@@ -323,7 +323,7 @@ func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams)
 // SQLite compares TEXT with BINARY collation, i.e. byte order, like the
 // COLLATE "C" columns in PostgreSQL.
 func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingParams) ([]*store.WorkItem, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+routableColumns+`, w.id, w.flow, w.entity, w.order_key, w.replay_id
+	rows, err := s.readQuery(ctx, `SELECT `+routableColumns+`, w.id, w.flow, w.entity, w.order_key, w.replay_id
 		FROM work w JOIN events e ON e.pk = w.event_pk `+firstDeliveryJoin+`
 		WHERE w.flow = ? AND w.entity = ? AND w.done_at IS NULL
 		ORDER BY w.order_key, w.id LIMIT ?`, p.Flow, p.Entity, store.ClampLimit(p.Limit))
@@ -604,7 +604,7 @@ func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams)
 	var state string
 	var applied sql.NullInt64
 	var updated int64
-	err := s.reader.QueryRowContext(ctx, `SELECT flow, entity, version, version_sort, state, applied_event_pk, updated_at, pending
+	err := s.readQueryRow(ctx, `SELECT flow, entity, version, version_sort, state, applied_event_pk, updated_at, pending
 		FROM entities WHERE flow = ? AND entity = ?`, p.Flow, p.Entity).
 		Scan(&pr.Flow, &pr.Entity, &pr.Version, &pr.VersionSort, &state, &applied, &updated, &pr.Pending)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -636,7 +636,7 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 		args = append(args, p.State)
 	}
 	args = append(args, store.ClampLimit(p.Limit))
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+strings.Join(where, " AND ")+
+	rows, err := s.readQuery(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY f.id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)
@@ -708,7 +708,7 @@ func createReplay(ctx context.Context, tx *wtx, p *store.ReplayCreateParams) (in
 // WorkCount counts pending work items plus accepted events not yet routed.
 func (s *Store) WorkCount(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.reader.QueryRowContext(ctx, `SELECT
+	if err := s.readQueryRow(ctx, `SELECT
 		(SELECT count(*) FROM work WHERE done_at IS NULL) +
 		(SELECT count(*) FROM events WHERE routed = 0 AND disposition = 'accepted')`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count work: %w", err)

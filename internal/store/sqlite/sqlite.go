@@ -46,6 +46,9 @@ type Store struct {
 	quit        chan struct{}
 	batcherDone chan struct{}
 	closeOnce   sync.Once
+
+	readMu    sync.Mutex
+	readStmts map[string]*sql.Stmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -107,6 +110,12 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.quit)
 		<-s.batcherDone
+		s.readMu.Lock()
+		for _, st := range s.readStmts {
+			st.Close()
+		}
+		s.readStmts = nil
+		s.readMu.Unlock()
 	})
 	return errors.Join(s.reader.Close(), s.writer.Close())
 }
@@ -375,7 +384,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 		args = append(args, p.EventID)
 	}
 	args = append(args, limit+1)
-	rows, err := s.reader.QueryContext(ctx, `SELECT pk, source, event_id, type, entity, account, occurred_at,
+	rows, err := s.readQuery(ctx, `SELECT pk, source, event_id, type, entity, account, occurred_at,
 		received_at, deliveries, disposition FROM events WHERE `+strings.Join(where, " AND ")+` ORDER BY pk LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
@@ -417,7 +426,7 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 		args = append(args, p.EventID)
 	}
 	args = append(args, store.ClampLimit(p.Limit))
-	rows, err := s.reader.QueryContext(ctx, `SELECT id, event_pk, request_id, batch_index, source, event_id, type,
+	rows, err := s.readQuery(ctx, `SELECT id, event_pk, request_id, batch_index, source, event_id, type,
 		entity, account, occurred_at, received_at, causation_id, hop, headers, body FROM deliveries WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
@@ -460,7 +469,7 @@ func (s *Store) AuditList(ctx context.Context, p *store.AuditListParams) ([]*sto
 		args = append(args, p.Source)
 	}
 	args = append(args, store.ClampLimit(p.Limit))
-	rows, err := s.reader.QueryContext(ctx, `SELECT id, at, actor, action, source, event_id, entity, detail
+	rows, err := s.readQuery(ctx, `SELECT id, at, actor, action, source, event_id, entity, detail
 		FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
