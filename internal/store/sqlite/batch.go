@@ -55,6 +55,7 @@ func (s *Store) startBatcher() {
 					}
 				}
 				s.runBatch(batch)
+				s.prepareWanted()
 			}
 		}
 	}()
@@ -114,7 +115,7 @@ func (s *Store) runBatch(batch []*txJob) {
 	}
 	results := make([]error, len(live))
 	single := len(live) == 1
-	shared := &wtx{Tx: tx, stmts: map[string]*sql.Stmt{}}
+	shared := &wtx{Tx: tx, s: s, stmts: map[string]*sql.Stmt{}}
 	for i, j := range live {
 		if single {
 			// Alone in the transaction: no savepoint needed, a failure
@@ -165,6 +166,7 @@ func (s *Store) runBatch(batch []*txJob) {
 // large share of the single writer's time.
 type wtx struct {
 	*sql.Tx
+	s     *Store
 	stmts map[string]*sql.Stmt // nil: no reuse (a transaction of its own)
 }
 
@@ -175,13 +177,64 @@ func (t *wtx) prepared(ctx context.Context, q string) *sql.Stmt {
 	if st, ok := t.stmts[q]; ok {
 		return st
 	}
-	st, err := t.Tx.PrepareContext(ctx, q)
-	if err != nil {
-		// The plain call below reports the same error to the caller.
-		return nil
+	var st *sql.Stmt
+	if persistent := t.s.writeStmt(q); persistent != nil {
+		// Prepared on the writer connection between transactions: binding
+		// it to this transaction reuses the compiled statement.
+		st = t.Tx.StmtContext(ctx, persistent)
+	} else {
+		var err error
+		if st, err = t.Tx.PrepareContext(ctx, q); err != nil {
+			// The plain call below reports the same error to the caller.
+			return nil
+		}
+		t.s.wantWriteStmt(q)
 	}
 	t.stmts[q] = st
 	return st
+}
+
+// writeStmt returns the statement prepared for q on the writer, if any.
+func (s *Store) writeStmt(q string) *sql.Stmt {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	return s.writeStmts[q]
+}
+
+// wantWriteStmt notes a statement to prepare once the writer is free.
+func (s *Store) wantWriteStmt(q string) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if s.wantStmts == nil {
+		s.wantStmts = map[string]bool{}
+	}
+	s.wantStmts[q] = true
+}
+
+// prepareWanted prepares, between transactions, the statements the last
+// ones used for the first time. The writer has one connection, so a
+// statement prepared on the pool lives on that connection.
+func (s *Store) prepareWanted() {
+	s.writeMu.Lock()
+	want := s.wantStmts
+	s.wantStmts = nil
+	s.writeMu.Unlock()
+	for q := range want {
+		st, err := s.writer.PrepareContext(context.Background(), q)
+		if err != nil {
+			continue // used unprepared, as before
+		}
+		s.writeMu.Lock()
+		if s.writeStmts == nil {
+			s.writeStmts = map[string]*sql.Stmt{}
+		}
+		if _, dup := s.writeStmts[q]; dup {
+			st.Close()
+		} else {
+			s.writeStmts[q] = st
+		}
+		s.writeMu.Unlock()
+	}
 }
 
 // ExecContext runs q through the transaction's statement cache.

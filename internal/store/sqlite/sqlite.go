@@ -49,6 +49,10 @@ type Store struct {
 
 	readMu    sync.Mutex
 	readStmts map[string]*sql.Stmt
+
+	writeMu    sync.Mutex
+	writeStmts map[string]*sql.Stmt
+	wantStmts  map[string]bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -116,6 +120,12 @@ func (s *Store) Close() error {
 		}
 		s.readStmts = nil
 		s.readMu.Unlock()
+		s.writeMu.Lock()
+		for _, st := range s.writeStmts {
+			st.Close()
+		}
+		s.writeStmts = nil
+		s.writeMu.Unlock()
 	})
 	return errors.Join(s.reader.Close(), s.writer.Close())
 }
