@@ -78,14 +78,7 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger effects: --format %q: want text or json\n", *format)
 		return exitUsage
 	}
-	who := *actor
-	if who == "" {
-		u := "unknown"
-		if env.Getenv != nil && env.Getenv("USER") != "" {
-			u = env.Getenv("USER")
-		}
-		who = "operator:" + u
-	}
+	who := operatorActor(env, *actor)
 	var id int64
 	switch sub {
 	case "list":
@@ -257,6 +250,19 @@ func writeJSONOut(w io.Writer, v any) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// operatorActor names who acts in the audit trail: --actor, or the login
+// name as operator:$USER.
+func operatorActor(env *Env, flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	u := "unknown"
+	if env.Getenv != nil && env.Getenv("USER") != "" {
+		u = env.Getenv("USER")
+	}
+	return "operator:" + u
 }
 
 func dash(s string) string {

@@ -57,14 +57,7 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		}
 		*t.dst = parsed
 	}
-	sel.Actor = *actor
-	if sel.Actor == "" {
-		u := "unknown"
-		if env.Getenv != nil && env.Getenv("USER") != "" {
-			u = env.Getenv("USER")
-		}
-		sel.Actor = "operator:" + u
-	}
+	sel.Actor = operatorActor(env, *actor)
 	cfg, code := loadConfig(env, "replay", *cfgPath)
 	if cfg == nil {
 		return code
