@@ -43,6 +43,7 @@ func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handle
 	h.mux.HandleFunc("GET /api/v1/effects", h.listEffects)
 	h.mux.HandleFunc("GET /api/v1/effects/{id}", h.getEffect)
 	h.mux.HandleFunc("POST /api/v1/effects/{id}/{action}", h.operateEffect)
+	h.mux.HandleFunc("GET /api/v1/audit", h.listAudit)
 	h.mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such resource: "+r.URL.Path)
 	})
@@ -157,4 +158,69 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// AuditStore is what the audit resource needs.
+type AuditStore interface {
+	AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error)
+}
+
+// AuditJSON is one audit row: who or what did what, when, and why.
+type AuditJSON struct {
+	ID      int64  `json:"id"`
+	At      string `json:"at"`
+	Actor   string `json:"actor"`
+	Action  string `json:"action"`
+	Source  string `json:"source,omitempty"`
+	EventID string `json:"event_id,omitempty"`
+	Entity  string `json:"entity,omitempty"`
+	Detail  string `json:"detail"`
+}
+
+// listAudit serves GET /api/v1/audit?action=A&source=S&limit=N&cursor=C.
+func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
+	as, ok := h.st.(AuditStore)
+	if !ok {
+		writeError(w, http.StatusNotFound, "this store has no audit trail")
+		return
+	}
+	q := r.URL.Query()
+	p := &store.AuditListParams{Action: q.Get("action"), Source: q.Get("source"), Limit: 100}
+	if c := q.Get("cursor"); c != "" {
+		id, err := decodeCursor(c)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "cursor: not a cursor returned by this API")
+			return
+		}
+		p.AfterID = id
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "limit: expected an integer from 1 to 1000")
+			return
+		}
+		p.Limit = n
+	}
+	limit := p.Limit
+	p.Limit++
+	rows, err := as.AuditList(r.Context(), p)
+	if err != nil {
+		h.log.Error("list audit", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		return
+	}
+	out := struct {
+		Audit      []AuditJSON `json:"audit"`
+		NextCursor string      `json:"next_cursor,omitempty"`
+	}{Audit: []AuditJSON{}}
+	if len(rows) > limit {
+		rows = rows[:limit]
+		out.NextCursor = encodeCursor(rows[limit-1].ID)
+	}
+	for _, a := range rows {
+		out.Audit = append(out.Audit, AuditJSON{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Actor: a.Actor,
+			Action: a.Action, Source: a.Source, EventID: a.EventID, Entity: a.Entity, Detail: a.Detail})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

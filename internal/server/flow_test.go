@@ -264,4 +264,20 @@ func testDossierScenario(t *testing.T, storeURL string) {
 	if code, b := post(fmt.Sprintf("/api/v1/effects/%d/retry", id), `{"note":"again"}`); code != 409 {
 		t.Fatalf("retry of a resolved effect: %d %s, want 409", code, b)
 	}
+
+	// The audit trail through the admin API.
+	code, b = h.get("/api/v1/audit?action=loop_blocked", adminToken)
+	var audit struct {
+		Audit []struct {
+			Action, Actor, Detail string
+			EventID               string `json:"event_id"`
+		} `json:"audit"`
+	}
+	if code != 200 || json.Unmarshal(b, &audit) != nil || len(audit.Audit) != 1 || audit.Audit[0].EventID != "a-2" {
+		t.Fatalf("GET /api/v1/audit?action=loop_blocked: %d %s", code, b)
+	}
+	code, b = h.get("/api/v1/audit?action=effect_resolved", adminToken)
+	if code != 200 || !strings.Contains(string(b), "sent by hand") || !strings.Contains(string(b), "operator:alice") {
+		t.Fatalf("the resolution is not in the audit trail: %d %s", code, b)
+	}
 }
