@@ -113,9 +113,10 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 		release(e.clk.Now().Add(time.Hour))
 		return 0, nil
 	}
+	const page = 50
 	settled := 0
 	for {
-		items, err := e.st.WorkListPending(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: 50})
+		items, err := e.st.WorkListPending(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: page})
 		if err != nil {
 			release(time.Time{})
 			return settled, fmt.Errorf("list work of %s/%s: %w", l.Flow, l.Entity, err)
@@ -155,6 +156,13 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			}
 			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
 				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted)
+		}
+		if len(items) < page {
+			// A short page was all the work there was; anything routed
+			// since keeps the entity pending, so a later claim finds it.
+			// Releasing now saves listing again to learn it is empty.
+			release(time.Time{})
+			return settled, nil
 		}
 	}
 }
