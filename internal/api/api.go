@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -93,22 +94,11 @@ type EventListJSON struct {
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := &store.EventListParams{Source: q.Get("source"), EventID: q.Get("event_id")}
-	if c := q.Get("cursor"); c != "" {
-		pk, err := decodeCursor(c)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "cursor: not a cursor returned by this API")
-			return
-		}
-		p.AfterPK = pk
+	after, limit, ok := readPage(w, q)
+	if !ok {
+		return
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit: expected an integer from 1 to 1000")
-			return
-		}
-		p.Limit = n
-	}
+	p.AfterPK, p.Limit = after, limit
 	res, err := h.st.EventList(r.Context(), p)
 	if err != nil {
 		h.log.Error("list events", "err", err)
@@ -132,6 +122,39 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) {
 		out.NextCursor = encodeCursor(res.NextAfterPK)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// readPage reads the cursor and limit every list resource takes; on a bad
+// value it has answered 400 and ok is false. The default limit is 100.
+func readPage(w http.ResponseWriter, q url.Values) (after int64, limit int, ok bool) {
+	limit = 100
+	if c := q.Get("cursor"); c != "" {
+		id, err := decodeCursor(c)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "cursor: not a cursor returned by this API")
+			return 0, 0, false
+		}
+		after = id
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "limit: expected an integer from 1 to 1000")
+			return 0, 0, false
+		}
+		limit = n
+	}
+	return after, limit, true
+}
+
+// trimPage cuts a list fetched with limit+1 rows back to limit and returns
+// the cursor of the next page, empty when there is none.
+func trimPage[T any](rows []T, limit int, id func(T) int64) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, encodeCursor(id(rows[limit-1]))
 }
 
 func encodeCursor(pk int64) string {
@@ -185,25 +208,12 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	p := &store.AuditListParams{Action: q.Get("action"), Source: q.Get("source"), Limit: 100}
-	if c := q.Get("cursor"); c != "" {
-		id, err := decodeCursor(c)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "cursor: not a cursor returned by this API")
-			return
-		}
-		p.AfterID = id
+	after, limit, ok := readPage(w, q)
+	if !ok {
+		return
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit: expected an integer from 1 to 1000")
-			return
-		}
-		p.Limit = n
-	}
-	limit := p.Limit
-	p.Limit++
+	// One row more than asked tells whether a next page exists.
+	p := &store.AuditListParams{Action: q.Get("action"), Source: q.Get("source"), AfterID: after, Limit: limit + 1}
 	rows, err := as.AuditList(r.Context(), p)
 	if err != nil {
 		h.log.Error("list audit", "err", err)
@@ -214,10 +224,7 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 		Audit      []AuditJSON `json:"audit"`
 		NextCursor string      `json:"next_cursor,omitempty"`
 	}{Audit: []AuditJSON{}}
-	if len(rows) > limit {
-		rows = rows[:limit]
-		out.NextCursor = encodeCursor(rows[limit-1].ID)
-	}
+	rows, out.NextCursor = trimPage(rows, limit, func(a *store.AuditEntry) int64 { return a.ID })
 	for _, a := range rows {
 		out.Audit = append(out.Audit, AuditJSON{ID: a.ID, At: a.At.UTC().Format(time.RFC3339Nano), Actor: a.Actor,
 			Action: a.Action, Source: a.Source, EventID: a.EventID, Entity: a.Entity, Detail: a.Detail})

@@ -99,26 +99,13 @@ func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	p := &store.EffectListParams{Flow: q.Get("flow"), Entity: q.Get("entity"), State: store.EffectState(q.Get("state"))}
-	if c := q.Get("cursor"); c != "" {
-		id, err := decodeCursor(c)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "cursor: not a cursor returned by this API")
-			return
-		}
-		p.AfterID = id
+	after, limit, ok := readPage(w, q)
+	if !ok {
+		return
 	}
-	p.Limit = 100
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit: expected an integer from 1 to 1000")
-			return
-		}
-		p.Limit = n
-	}
-	limit := p.Limit
-	p.Limit++
+	// One row more than asked tells whether a next page exists.
+	p := &store.EffectListParams{Flow: q.Get("flow"), Entity: q.Get("entity"), State: store.EffectState(q.Get("state")),
+		AfterID: after, Limit: limit + 1}
 	list, err := es.EffectList(r.Context(), p)
 	if err != nil {
 		h.log.Error("list effects", "err", err)
@@ -129,10 +116,7 @@ func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request) {
 		Effects    []EffectJSON `json:"effects"`
 		NextCursor string       `json:"next_cursor,omitempty"`
 	}{Effects: []EffectJSON{}}
-	if len(list) > limit {
-		list = list[:limit]
-		out.NextCursor = encodeCursor(list[limit-1].ID)
-	}
+	list, out.NextCursor = trimPage(list, limit, func(e *store.Effect) int64 { return e.ID })
 	for _, e := range list {
 		out.Effects = append(out.Effects, NewEffectJSON(e))
 	}

@@ -238,6 +238,26 @@ func testDossierScenario(t *testing.T, storeURL string) {
 		t.Fatalf("GET /api/v1/effects: %d %s", code, b)
 	}
 	id := list.Effects[0].ID
+	// Paging: one effect per page, the cursor leads to the second.
+	var page struct {
+		Effects []struct {
+			EpisodeKey string `json:"episode_key"`
+		} `json:"effects"`
+		NextCursor string `json:"next_cursor"`
+	}
+	code, b = h.get("/api/v1/effects?flow=orders&limit=1", adminToken)
+	if code != 200 || json.Unmarshal(b, &page) != nil || len(page.Effects) != 1 || page.NextCursor == "" {
+		t.Fatalf("first page: %d %s", code, b)
+	}
+	code, b = h.get("/api/v1/effects?flow=orders&limit=1&cursor="+page.NextCursor, adminToken)
+	page.NextCursor = ""
+	if code != 200 || json.Unmarshal(b, &page) != nil || len(page.Effects) != 1 ||
+		page.Effects[0].EpisodeKey != "orders:ord-42:r3:notify_cancel" || page.NextCursor != "" {
+		t.Fatalf("second page: %d %s", code, b)
+	}
+	if code, _ := h.get("/api/v1/effects?limit=0", adminToken); code != 400 {
+		t.Fatalf("limit=0: %d, want 400", code)
+	}
 	if code, b := h.get(fmt.Sprintf("/api/v1/effects/%d", id), adminToken); code != 200 || !strings.Contains(string(b), `"attempts": []`) && !strings.Contains(string(b), `"attempts":[]`) {
 		t.Fatalf("GET effect: %d %s", code, b)
 	}
