@@ -173,8 +173,13 @@ func enqueue(ctx context.Context, tx pgx.Tx, now time.Time, items []routed, repl
 		if tag.RowsAffected() == 0 {
 			continue
 		}
-		if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending + 1 WHERE flow = $1 AND entity = $2`,
-			r.Flow, r.Entity); err != nil {
+		// An entity that becomes ready joins the back of the claim order
+		// (not_before, then keys): first come, first served, so an entity
+		// whose key sorts late is not starved by newer ones. A retry's
+		// later not_before is kept.
+		if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending + 1,
+			not_before = CASE WHEN pending = 0 AND not_before < $3 THEN $3 ELSE not_before END
+			WHERE flow = $1 AND entity = $2`, r.Flow, r.Entity, now); err != nil {
 			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
 		}
 		inserted++

@@ -174,8 +174,13 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 		if n == 0 {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending + 1 WHERE flow = ? AND entity = ?`,
-			r.Flow, r.Entity); err != nil {
+		// An entity that becomes ready joins the back of the claim order
+		// (not_before, then keys): claims are first come, first served, so
+		// an entity whose key sorts late is not starved by newer ones. A
+		// retry's later not_before is kept.
+		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending + 1,
+			not_before = CASE WHEN pending = 0 AND not_before < ? THEN ? ELSE not_before END
+			WHERE flow = ? AND entity = ?`, at, at, r.Flow, r.Entity); err != nil {
 			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
 		}
 		inserted++

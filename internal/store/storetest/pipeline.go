@@ -376,6 +376,40 @@ func testClaimNotBefore(t *testing.T, o Opener) {
 	}
 }
 
+// testClaimFirstReadyFirst: entities are claimed in the order they became
+// ready, not in key order, so under a steady stream of new entities one
+// whose key sorts late is not starved. An entity that stays pending keeps
+// its place; one that drains and becomes ready again joins the back.
+func testClaimFirstReadyFirst(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	z, a, m := f.event("evt_z"), f.event("evt_a"), f.event("evt_m")
+	f.route(t0, to(z, rt("deals", "zz", "k")))
+	f.route(t0.Add(time.Second), to(a, rt("deals", "aa", "k")))
+	f.route(t0.Add(2*time.Second), to(m, rt("deals", "mm", "k")))
+	at := t0.Add(time.Minute)
+	got := f.claim("w", at, 10)
+	if len(got) != 3 || got[0].Entity != "zz" || got[1].Entity != "aa" || got[2].Entity != "mm" {
+		var names []string
+		for _, l := range got {
+			names = append(names, l.Entity)
+		}
+		t.Fatalf("claim order %v, want [zz aa mm]: first ready, first claimed", names)
+	}
+	for _, l := range got {
+		f.release(l, at, time.Time{})
+	}
+	// zz drains and becomes ready again later than aa and mm: it goes last.
+	if res := f.step("deals", "zz", at, rev(1, `{}`)); res.Disposition != store.DispositionApplied {
+		t.Fatalf("apply zz: %+v", res)
+	}
+	z2 := f.event("evt_z2")
+	f.route(at.Add(time.Second), to(z2, rt("deals", "zz", "k2")))
+	got = f.claim("w", at.Add(time.Minute), 10)
+	if len(got) != 3 || got[0].Entity != "aa" || got[1].Entity != "mm" || got[2].Entity != "zz" {
+		t.Fatalf("after zz drained and came back: %d leases, want aa, mm, zz", len(got))
+	}
+}
+
 func testClaimConcurrent(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	const entities, workers = 24, 8

@@ -49,6 +49,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
 		{"PipelineClaimExclusive", testClaimExclusive},
 		{"PipelineClaimNotBefore", testClaimNotBefore},
+		{"PipelineClaimFirstReadyFirst", testClaimFirstReadyFirst},
 		{"PipelineClaimConcurrent", testClaimConcurrent},
 		{"PipelineFencing", testFencing},
 		{"PipelineRevisionGuard", testRevisionGuard},
