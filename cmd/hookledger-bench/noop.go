@@ -17,15 +17,25 @@ import (
 )
 
 func runNoop(ctx context.Context, stdout, stderr io.Writer, args []string) int {
-	fs := newFlagSet(stderr, "noop", "noop [--listen 127.0.0.1:0]",
+	fs := newFlagSet(stderr, "noop", "noop [--listen 127.0.0.1:0] [--durable FILE]",
 		"Serves a handler that reads the request body and answers 200 with a small JSON\n"+
 			"body: the ceiling of what any receiver can reach on this machine with this load\n"+
-			"generator. Logs one JSON line with its address on stderr; SIGTERM stops it.")
+			"generator. With --durable, the body is first appended to FILE (a preallocated\n"+
+			"256 MiB ring) and the answer waits for a shared fdatasync: the floor of any\n"+
+			"receiver that acknowledges only durable data. Logs one JSON line with its\n"+
+			"address on stderr; SIGTERM stops it.")
 	listen := fs.String("listen", "127.0.0.1:0", "loopback `address` to listen on")
+	durable := fs.String("durable", "", "append each body to this `file` and fdatasync before answering")
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
-	if err := serveNoop(ctx, stderr, *listen); err != nil {
+	var err error
+	if *durable != "" {
+		err = serveFloor(ctx, stderr, *listen, *durable)
+	} else {
+		err = serveNoop(ctx, stderr, *listen)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench noop: %v\n", err)
 		return exitFail
 	}
@@ -33,6 +43,18 @@ func runNoop(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 }
 
 func serveNoop(ctx context.Context, stderr io.Writer, listen string) error {
+	// Same shape of answer as hookledger's receiver, so both servers write
+	// the same bytes back.
+	return serveHandler(ctx, stderr, listen, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"status":"stored","events":1}`+"\n")
+	}))
+}
+
+// serveHandler serves h on a loopback address until ctx ends.
+func serveHandler(ctx context.Context, stderr io.Writer, listen string, h http.Handler) error {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: %w", listen, err)
@@ -46,14 +68,7 @@ func serveNoop(ctx context.Context, stderr io.Writer, listen string) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	srv := &http.Server{
-		// Same shape of answer as hookledger's receiver, so both servers
-		// write the same bytes back.
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			_, _ = io.WriteString(w, `{"status":"stored","events":1}`+"\n")
-		}),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	log.Info("noop serving", "addr", ln.Addr().String())

@@ -26,6 +26,7 @@ import (
 
 const (
 	targetNoop     = "noop"
+	targetFloor    = "floor"
 	targetSQLite   = "sqlite"
 	targetPostgres = "postgres"
 )
@@ -51,13 +52,16 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		"Drives Stripe-signed webhooks (~2 KB invoice events, unique ids) from this process\n"+
 			"over keep-alive HTTP/1.1, one connection per client, at servers it starts as child\n"+
 			"processes on 127.0.0.1: hookledger serve on SQLite, hookledger serve on PostgreSQL\n"+
-			"(with --postgres) and a no-op net/http server, the baseline. Each cell gets a fresh\n"+
+			"(with --postgres), a no-op net/http server (the ceiling) and the same no-op server\n"+
+			"answering only after appending the body to a file and a shared fdatasync (the\n"+
+			"durable floor: no receiver that acknowledges only durable data can beat it on this\n"+
+			"disk and these processors). Each cell gets a fresh\n"+
 			"server and database. After each hookledger cell, a sample of acknowledged events\n"+
 			"is looked up through the admin API, the server is stopped, and every acknowledged\n"+
 			"event is looked for in the store itself. Exit 1 if any acknowledged event is missing.")
 	var f receiveFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to skip the postgres target)")
-	targets := fs.String("targets", "", "comma-separated `targets`: noop, sqlite, postgres (default noop,sqlite plus postgres with --postgres)")
+	targets := fs.String("targets", "", "comma-separated `targets`: noop, floor, sqlite, postgres (default noop,floor,sqlite plus postgres with --postgres)")
 	clients := fs.String("clients", "32,128", "comma-separated concurrent client `counts`")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured `time` per cell")
 	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "unmeasured warm-up `time` per cell")
@@ -79,7 +83,7 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	}
 	f.targets = splitList(*targets)
 	if len(f.targets) == 0 {
-		f.targets = []string{targetNoop, targetSQLite}
+		f.targets = []string{targetNoop, targetFloor, targetSQLite}
 		if f.postgres != "" {
 			f.targets = append(f.targets, targetPostgres)
 		}
@@ -89,8 +93,8 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		case t == targetPostgres && f.postgres == "":
 			fmt.Fprintln(stderr, "hookledger-bench receive: target postgres needs --postgres URL")
 			return exitUsage
-		case t != targetNoop && t != targetSQLite && t != targetPostgres:
-			fmt.Fprintf(stderr, "hookledger-bench receive: --targets: unknown target %q (noop, sqlite, postgres)\n", t)
+		case t != targetNoop && t != targetFloor && t != targetSQLite && t != targetPostgres:
+			fmt.Fprintf(stderr, "hookledger-bench receive: --targets: unknown target %q (noop, floor, sqlite, postgres)\n", t)
 			return exitUsage
 		}
 	}
@@ -229,6 +233,10 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 	switch target {
 	case targetNoop:
 		srv, err = startChild(ctx, "noop server", e.self, []string{"noop", "--listen", "127.0.0.1:0"}, logPath)
+	case targetFloor:
+		ring := filepath.Join(e.dir, label+".ring")
+		defer os.Remove(ring)
+		srv, err = startChild(ctx, "durable floor server", e.self, []string{"noop", "--listen", "127.0.0.1:0", "--durable", ring}, logPath)
 	default:
 		if cs, err = newCellStore(ctx, target, e.dir, e.f.postgres, label); err != nil {
 			return nil, err
@@ -248,7 +256,7 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 		return nil, err
 	}
 	base := "http://" + srv.addr
-	if target != targetNoop {
+	if target != targetNoop && target != targetFloor {
 		if err := waitReady(ctx, base+"/readyz"); err != nil {
 			return nil, err
 		}
@@ -258,7 +266,7 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
-	if target == targetNoop {
+	if target == targetNoop || target == targetFloor {
 		return res, nil
 	}
 
@@ -479,19 +487,26 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 		f.duration, f.warmup, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "Stripe-signed invoice.paid events of ~%d B, keep-alive HTTP/1.1, one connection per client, 127.0.0.1\n\n",
 		len(stripeBody("evt_x", "in_x", time.Now())))
-	noop := map[int]float64{}
+	noop, floor := map[int]float64{}, map[int]float64{}
 	for _, r := range results {
-		if r.target == targetNoop {
+		switch r.target {
+		case targetNoop:
 			noop[r.clients] = r.rate()
+		case targetFloor:
+			floor[r.clients] = r.rate()
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tclients\treq/s\tp50 ms\tp99 ms\tp99.9 ms\tvs noop\tnon-2xx\terrors\tdurability account\t")
+	fmt.Fprintln(tw, "target\tclients\treq/s\tp50 ms\tp99 ms\tp99.9 ms\tvs noop\tvs floor\tnon-2xx\terrors\tdurability account\t")
 	allOK := true
 	for _, r := range results {
 		vs := "-"
 		if b, ok := noop[r.clients]; ok && b > 0 && r.target != targetNoop {
 			vs = fmt.Sprintf("%.2f", r.rate()/b)
+		}
+		vsFloor := "-"
+		if b, ok := floor[r.clients]; ok && b > 0 && r.target != targetNoop && r.target != targetFloor {
+			vsFloor = fmt.Sprintf("%.2f", r.rate()/b)
 		}
 		account := "-"
 		if r.storeAccounts {
@@ -500,8 +515,8 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 				allOK = false
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n", r.target, r.clients, r.rate(),
-			ms(r.lat.pct(0.50)), ms(r.lat.pct(0.99)), ms(r.lat.pct(0.999)), vs, r.non2xx, r.errs, account)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n", r.target, r.clients, r.rate(),
+			ms(r.lat.pct(0.50)), ms(r.lat.pct(0.99)), ms(r.lat.pct(0.999)), vs, vsFloor, r.non2xx, r.errs, account)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -515,6 +530,7 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 	}
 	fmt.Fprintln(w, "latency: from writing the request to reading the whole answer, measured by the client.")
 	fmt.Fprintln(w, "vs noop: throughput over the no-op net/http server at the same client count.")
+	fmt.Fprintln(w, "vs floor: throughput over the durable floor (no-op handler + body appended to a preallocated file + group fdatasync).")
 	fmt.Fprintln(w, "durability account: acknowledged (2xx) events, found in the store after the server stopped; API = admin API sample found/asked.")
 
 	goal := f.clients[0]
@@ -533,6 +549,12 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 		}
 		fmt.Fprintf(w, "target (sqlite at %d clients: >= %.2f of noop, p99 <= %s): %.2f of noop, p99 %s ms: %s\n",
 			goal, f.goalRatio, f.goalP99, ratio, ms(p99), verdict)
+		if b, n := floor[goal], noop[goal]; b > 0 && n > 0 {
+			fmt.Fprintf(w, "durable floor at %d clients: %.2f of noop; sqlite reaches %.2f of the floor\n", goal, b/n, r.rate()/b)
+			if b/n < f.goalRatio {
+				fmt.Fprintf(w, "  the floor itself is below %.2f of noop: no receiver that acknowledges only durable data can meet that ratio here\n", f.goalRatio)
+			}
+		}
 	}
 	if allOK {
 		fmt.Fprintln(w, "durability: every acknowledged event is stored")
