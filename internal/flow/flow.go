@@ -102,7 +102,10 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	if opts.HTTPClient == nil {
 		// No client-side retries: refetch failures go back through the
 		// entity's own deferral (RT01: one retry layer).
-		opts.HTTPClient = &http.Client{}
+		// One idle connection per worker, as the deliver package does.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = max(opts.Workers, 2)
+		opts.HTTPClient = &http.Client{Transport: tr}
 	}
 	e := &Engine{
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: opts.HTTPClient,
