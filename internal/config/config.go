@@ -76,6 +76,13 @@ type Receive struct {
 	RetryAfter Duration `yaml:"retry_after"`
 }
 
+// DefaultWorkers is the default number of processing workers and of
+// delivery workers. A worker spends most of its time waiting for a durable
+// commit that it shares with every other writer, so it costs a goroutine,
+// not a processor; with 16 the end-to-end benchmark fell behind a send rate
+// that 64 sustained with a p99 of 77 ms (BENCHMARKS.md).
+const DefaultWorkers = 64
+
 // Processing tunes the ordered processor.
 type Processing struct {
 	// Workers bounds the entities processed in parallel by this process.

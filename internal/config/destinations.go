@@ -116,7 +116,7 @@ type Notifications struct {
 
 func (c *Config) setDestinationDefaults() {
 	if c.Delivery.Workers == 0 {
-		c.Delivery.Workers = 16
+		c.Delivery.Workers = DefaultWorkers
 	}
 	setDur(&c.Delivery.Lease, 2*time.Minute)
 	setDur(&c.Delivery.PollInterval, 200*time.Millisecond)

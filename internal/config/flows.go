@@ -125,7 +125,7 @@ func (c *Config) setFlowDefaults() {
 		c.Causation.MaxHops = DefaultMaxHops
 	}
 	if c.Processing.Workers == 0 {
-		c.Processing.Workers = 16
+		c.Processing.Workers = DefaultWorkers
 	}
 	setDur(&c.Processing.Lease, 30*time.Second)
 	setDur(&c.Processing.RetryDelay, 5*time.Second)

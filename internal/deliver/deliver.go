@@ -37,7 +37,7 @@ type Store interface {
 
 // Options tune the worker; zero values take defaults.
 type Options struct {
-	// Workers bounds concurrent calls (default 16).
+	// Workers bounds concurrent calls (default config.DefaultWorkers).
 	Workers int
 	// Batch is how many effects one claim takes (default Workers): a
 	// claimed effect's lease runs while it waits for a free slot, so
@@ -94,7 +94,7 @@ func (w *Worker) Wake() {
 // New builds a worker for the configured destinations.
 func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	if opts.Workers <= 0 {
-		opts.Workers = 16
+		opts.Workers = config.DefaultWorkers
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = opts.Workers

@@ -26,7 +26,8 @@ import (
 // Options tune the engine; zero values take the defaults.
 type Options struct {
 	// Workers bounds how many entities are processed in parallel (default
-	// 16). More workers also mean larger shared commits on SQLite.
+	// config.DefaultWorkers). More workers also mean larger shared commits
+	// on SQLite.
 	Workers int
 	// LeaseFor is how long a claimed entity stays leased (default 30 s); a
 	// worker that dies loses it after this.
@@ -77,7 +78,7 @@ func (e *Engine) Wake() {
 // New returns an engine over the store's pipeline.
 func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	if opts.Workers <= 0 {
-		opts.Workers = 16
+		opts.Workers = config.DefaultWorkers
 	}
 	if opts.LeaseFor <= 0 {
 		opts.LeaseFor = 30 * time.Second
