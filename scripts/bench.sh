@@ -9,7 +9,7 @@
 #   pipeline events/s from a preloaded inbox to the effect ledger through
 #            the flow engine (one hot entity, 10,000 entities), beside the
 #            InboxCommit rate of the same events, then a correctness check
-#   e2e      signed webhooks in at half the probed ingest rate for 60 s,
+#   e2e      signed webhooks in at 0.55 of the probed ingest rate for 60 s,
 #            effects done at a loopback destination, latency, server RSS,
 #            then an exactly-once count per event at the destination
 #
