@@ -87,8 +87,20 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *wtx) 
 		return ctx.Err()
 	}
 	// Wait for the outcome even if ctx ends meanwhile: the job may already
-	// be part of a commit, and the caller must not guess.
-	return <-j.done
+	// be part of a commit, and the caller must not guess. A job queued while
+	// Close stopped the loop is never run: the loop has answered every job
+	// it took before batcherDone closes, so no answer by then means none.
+	select {
+	case err := <-j.done:
+		return err
+	case <-s.batcherDone:
+		select {
+		case err := <-j.done:
+			return err
+		default:
+			return errStoreClosed
+		}
+	}
 }
 
 func (s *Store) runBatch(batch []*txJob) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/storetest"
@@ -67,5 +68,34 @@ func TestUniqueViolationByCode(t *testing.T) {
 	_, err = s.writer.Exec(`INSERT INTO nosuchtable VALUES (1)`)
 	if err == nil || errors.Is(wrapErr("insert", err), store.ErrConflict) {
 		t.Fatalf("other errors must not be conflicts: %v", err)
+	}
+}
+
+// Writes racing Close must each get an error, never wait forever for a
+// shared transaction that will not run.
+func TestWritesAfterCloseFail(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "c.db"))
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	const n = 200
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := s.EntityClaim(context.Background(), &store.EntityClaimParams{Owner: "w", Now: time.Unix(0, 0), LeaseFor: time.Minute, Limit: 1})
+			errs <- err
+		}()
+	}
+	// A generous bound that only a hang exceeds: this is not a timing test.
+	deadline := time.After(time.Minute)
+	for i := range n {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Fatalf("write %d after Close succeeded", i)
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d writes after Close still waiting: they would never return", n-i, n)
+		}
 	}
 }
