@@ -82,6 +82,12 @@ type RetryAfter struct {
 type Idempotency struct {
 	Header string   `yaml:"header"`
 	Window Duration `yaml:"window"`
+	// ReplayedHeader names the answer header by which the destination says
+	// it replayed the saved answer of an earlier request with the same key
+	// (Stripe: Idempotent-Replayed: true). A replayed 5xx is the first
+	// attempt's failure again: every retry under the key inside its window
+	// would get it too, so the effect goes to the exception queue at once.
+	ReplayedHeader string `yaml:"replayed_header"`
 }
 
 // Lookup finds an effect at the destination by its natural key, to settle
@@ -151,7 +157,8 @@ func (c *Config) setDestinationDefaults() {
 				d.RetryAfter.Unit = string(p.RetryAfterUnit)
 			}
 			if d.Idem == nil && p.IdempotencyHeader != "" {
-				d.Idem = &Idempotency{Header: p.IdempotencyHeader, Window: Duration(p.IdempotencyWindow)}
+				d.Idem = &Idempotency{Header: p.IdempotencyHeader, Window: Duration(p.IdempotencyWindow),
+					ReplayedHeader: p.IdempotencyReplayedHeader}
 			}
 		}
 		if d.RetryAfter.Unit == "" {

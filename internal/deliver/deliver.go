@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -301,6 +302,18 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		p.DestinationRef = destinationRef(resp)
 		return w.settle(ctx, c, d, p)
 	case store.ClassTransient, store.ClassQuota, store.ClassContention:
+		if replayedFailure(d, resp) {
+			// The destination began executing the first request with this
+			// key, failed, saved that answer and now replays it: retries and
+			// re-drives under the same key inside its window cannot get
+			// anything else, so waste none of them.
+			p.State = store.EffectDead
+			p.Reason = fmt.Sprintf("%s, replayed by %s from its saved answer to an earlier request with %s %s (%s: %s): every retry under this key within its %s window gets the same answer",
+				reason, d.Name, d.Idem.Header, c.EpisodeKey, d.Idem.ReplayedHeader, resp.Header.Get(d.Idem.ReplayedHeader), d.Idem.Window.D())
+			p.SuggestedRepair = fmt.Sprintf("the first call failed after %s began executing it: check %s for episode %s; if it took effect, resolve the effect with a note; if not, retry it once the key's %s window has passed, or fix the cause and replay the event",
+				d.Name, d.Name, c.EpisodeKey, d.Idem.Window.D())
+			return w.settleAndNotify(ctx, c, d, p)
+		}
 		attempt := c.Attempts + 1
 		if attempt >= d.Retry.Attempts {
 			return w.die(ctx, c, d, p, fmt.Sprintf("%s; %d attempts made", reason, attempt),
@@ -328,6 +341,15 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		p.SuggestedRepair = repair
 		return w.settleAndNotify(ctx, c, d, p)
 	}
+}
+
+// replayedFailure reports a 5xx that the destination says it replayed
+// from a saved answer (Idempotency.ReplayedHeader).
+func replayedFailure(d *config.Destination, resp *Response) bool {
+	if d.Idem == nil || d.Idem.ReplayedHeader == "" || resp == nil || resp.Status < 500 {
+		return false
+	}
+	return strings.EqualFold(strings.TrimSpace(resp.Header.Get(d.Idem.ReplayedHeader)), "true")
 }
 
 // die moves an effect that exhausted its attempts to the exception queue,

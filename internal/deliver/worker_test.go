@@ -419,6 +419,47 @@ func TestPermanentAndHiddenFailuresAreNeverRetried(t *testing.T) {
 	}
 }
 
+// A destination that saved the 500 of a call it began (Stripe's rule) and
+// replays it for the same key: with the replay marker known (the stripe
+// preset sets it), the effect goes to a person at the first replay instead
+// of burning its retries and re-drives on the same answer; without it, the
+// retries run as for any 500.
+func TestReplayedFailureGoesToAPersonAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		dest      string
+		wantCalls int
+	}{
+		{"stripe preset", "preset: stripe", 2},
+		{"explicit replayed_header", "idempotency: {header: Idempotency-Key, window: 24h, replayed_header: Idempotent-Replayed}", 2},
+		{"no replay marker configured", idem + "\nretry: {attempts: 3, redrive: []}", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newWorld(t, setup{dest: tc.dest, srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+			e := x.order("o1", 1)
+			x.dest.Script(e.EpisodeKey, deliverytest.Fail500Saved)
+			e = x.until(e.ID, store.EffectDead)
+			if e.ErrorClass != store.ClassTransient || e.SuggestedRepair == "" || !e.NextAttemptAt.IsZero() {
+				t.Fatalf("dead: [%s] %q / %q next %v", e.ErrorClass, e.Reason, e.SuggestedRepair, e.NextAttemptAt)
+			}
+			replayed := strings.Contains(e.Reason, "Idempotent-Replayed: true") && strings.Contains(e.Reason, e.EpisodeKey)
+			if replayed != (tc.wantCalls == 2) {
+				t.Fatalf("reason %q: replay named %v, want %v", e.Reason, replayed, tc.wantCalls == 2)
+			}
+			for range 4 {
+				x.clk.Advance(7 * time.Hour)
+				x.drain()
+			}
+			if n := x.dest.Calls(e.EpisodeKey); n != tc.wantCalls {
+				t.Fatalf("destination saw %d calls, want %d", n, tc.wantCalls)
+			}
+			if texts := x.hook.all(); len(texts) != 1 || !strings.Contains(texts[0], e.EpisodeKey) {
+				t.Fatalf("notifications %q", texts)
+			}
+		})
+	}
+}
+
 const idem = "idempotency: {header: Idempotency-Key, window: 24h}"
 
 // A timeout after the work inside the key's window: resent under the same

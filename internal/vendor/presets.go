@@ -22,6 +22,9 @@ type Preset struct {
 	// IdempotencyWindow is how long the vendor keeps a key: a resend with
 	// the same key after it is a new request (IP07).
 	IdempotencyWindow time.Duration
+	// IdempotencyReplayedHeader is the answer header that says "true" when
+	// the vendor replays a saved answer for a repeated key.
+	IdempotencyReplayedHeader string
 	// Rules classify answers the status alone misreads, checked in order.
 	Rules []Rule
 	Notes []string
@@ -60,13 +63,14 @@ func presets() []Preset {
 			IdempotencyWindow: 0,
 		},
 		{
-			Name:              "stripe",
-			Title:             "Stripe API v1",
-			Source:            "docs.stripe.com (idempotent requests, error codes)",
-			Read:              "2026-11-06",
-			RetryAfterUnit:    UnitSeconds,
-			IdempotencyHeader: "Idempotency-Key",
-			IdempotencyWindow: 24 * time.Hour,
+			Name:                      "stripe",
+			Title:                     "Stripe API v1",
+			Source:                    "docs.stripe.com (idempotent requests, error codes)",
+			Read:                      "2026-11-06",
+			RetryAfterUnit:            UnitSeconds,
+			IdempotencyHeader:         "Idempotency-Key",
+			IdempotencyWindow:         24 * time.Hour,
+			IdempotencyReplayedHeader: "Idempotent-Replayed",
 			Rules: []Rule{
 				// Object contention, not quota: retry soon, do not slow down
 				// the whole destination.
