@@ -55,7 +55,7 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 	fs.IntVar(&f.events, "events", 10_000, "events preloaded per cell")
 	fs.IntVar(&f.entities, "entities", 10_000, "entities of the spread shape")
 	fs.IntVar(&f.group, "group", 64, "submissions per InboxCommit while preloading")
-	fs.IntVar(&f.workers, "workers", 4, "flow engine workers (entities processed in parallel; the product default is 4)")
+	fs.IntVar(&f.workers, "workers", 4, "flow engine workers (entities processed in parallel; the product default is 64, processing.workers)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "upper bound on each cell's processing `time`")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding SQLite files (default the system temp dir)")
 	if code, ok := parseFlags(stdout, fs, args); !ok {
