@@ -207,30 +207,32 @@ func aggregate(ds []store.Disposition) store.Disposition {
 // over accepted or dead_lettered (a replay repairs a dead letter and never
 // downgrades an applied event).
 func settleEvent(ctx context.Context, tx *wtx, eventPK, replayID int64, now time.Time, actor string) error {
-	var pending int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE event_pk = ? AND done_at IS NULL`, eventPK).Scan(&pending); err != nil {
-		return fmt.Errorf("count pending work of event %d: %w", eventPK, err)
-	}
-	if pending > 0 {
-		return nil
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT disposition FROM work WHERE event_pk = ? AND replay_id = ?`, eventPK, replayID)
+	// One read of the event's work rows (a handful: one per flow and
+	// pass) answers both questions: is any still pending, and what do this
+	// pass's dispositions add up to.
+	rows, err := tx.QueryContext(ctx, `SELECT done_at IS NULL, replay_id, disposition FROM work WHERE event_pk = ?`, eventPK)
 	if err != nil {
 		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
 	}
 	var ds []store.Disposition
+	pending := false
 	for rows.Next() {
+		var open bool
+		var pass int64
 		var d store.Disposition
-		if err := rows.Scan(&d); err != nil {
+		if err := rows.Scan(&open, &pass, &d); err != nil {
 			rows.Close()
 			return fmt.Errorf("aggregate event %d: %w", eventPK, err)
 		}
-		ds = append(ds, d)
+		pending = pending || open
+		if pass == replayID {
+			ds = append(ds, d)
+		}
 	}
 	if err := rows.Close(); err != nil {
 		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
 	}
-	if len(ds) == 0 {
+	if pending || len(ds) == 0 {
 		return nil
 	}
 	agg := aggregate(ds)
@@ -381,16 +383,19 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
 	now := p.Now.UnixMicro()
 	l := p.Lease
-	// Fencing: a worker whose lease expired or was re-claimed writes nothing.
-	r, err := tx.ExecContext(ctx, `UPDATE entities SET lease_until = lease_until
-		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, now)
+	// Fencing: a worker whose lease expired or was re-claimed writes
+	// nothing. The same read fetches the projection for the revision guard:
+	// the transaction holds SQLite's only write lock, so neither can change
+	// before it commits.
+	var curVersion, curSort, curState string
+	err := tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities
+		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, now).
+		Scan(&curVersion, &curSort, &curState)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrLeaseLost
+	}
 	if err != nil {
 		return nil, fmt.Errorf("check lease: %w", err)
-	}
-	if n, err := r.RowsAffected(); err != nil {
-		return nil, fmt.Errorf("check lease: %w", err)
-	} else if n == 0 {
-		return nil, store.ErrLeaseLost
 	}
 
 	var w workRow
@@ -454,11 +459,6 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 	}
 
 	if !decided {
-		var curVersion, curSort, curState string
-		if err := tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities WHERE flow = ? AND entity = ?`,
-			w.flow, w.entity).Scan(&curVersion, &curSort, &curState); err != nil {
-			return nil, fmt.Errorf("read projection: %w", err)
-		}
 		// The caller passes canonical JSON, so equal states are equal text.
 		res.Disposition, res.Reason = revisionGuard(curVersion, curSort, curState == stateText(p.State), p)
 		if res.Disposition == store.DispositionDeadLettered {
@@ -477,9 +477,11 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 		now, res.Disposition, res.Reason, p.WorkID); err != nil {
 		return nil, fmt.Errorf("settle work: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1 WHERE flow = ? AND entity = ?`,
-		w.flow, w.entity); err != nil {
-		return nil, fmt.Errorf("count pending: %w", err)
+	if res.Disposition != store.DispositionApplied { // apply counted it down with the projection
+		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1 WHERE flow = ? AND entity = ?`,
+			w.flow, w.entity); err != nil {
+			return nil, fmt.Errorf("count pending: %w", err)
+		}
 	}
 	if err := audit("work_settled", settledDetail(subject, res, p.Version)); err != nil {
 		return nil, err
@@ -494,8 +496,10 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 // same names and inserts the new effects behind their episode keys.
 func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, res *store.FlowApplyResult, audit func(action, detail string) error) error {
 	now := p.Now.UnixMicro()
-	if _, err := tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?
-		WHERE flow = ? AND entity = ?`, p.Version, p.VersionSort, stateText(p.State), w.eventPK, now, w.flow, w.entity); err != nil {
+	// The work item settles in this transaction, so the pending count goes
+	// down here too, in the same statement.
+	if _, err := tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?,
+		pending = pending - 1 WHERE flow = ? AND entity = ?`, p.Version, p.VersionSort, stateText(p.State), w.eventPK, now, w.flow, w.entity); err != nil {
 		return fmt.Errorf("update projection: %w", err)
 	}
 	older := `version_sort < ?`
