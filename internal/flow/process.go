@@ -125,7 +125,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			release(time.Time{})
 			return settled, nil
 		}
-		for _, it := range items {
+		for i, it := range items {
 			if e.clk.Now().After(l.Until) {
 				// The lease ran out: another worker may own the entity now.
 				return settled, nil
@@ -141,6 +141,9 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 				p = &store.FlowApplyParams{Fail: err.Error()}
 			}
 			p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
+			// The last item of a short page is all the work listed: the
+			// apply frees the lease itself if nothing arrived meanwhile.
+			p.ReleaseIfDrained = len(items) < page && i == len(items)-1
 			res, err := e.st.FlowApply(ctx, p)
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
@@ -156,6 +159,9 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			}
 			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
 				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted)
+			if res.Released {
+				return settled, nil
+			}
 		}
 		if len(items) < page {
 			// A short page was all the work there was; anything routed

@@ -154,6 +154,10 @@ type FlowApplyParams struct {
 	WorkID  int64
 	EventPK int64
 	Actor   string
+	// ReleaseIfDrained frees the lease in the same transaction when the
+	// entity has no pending work left once this item is settled: the
+	// worker was about to release it anyway, and this saves a commit.
+	ReleaseIfDrained bool
 
 	// Fail, when set, settles the item dead_lettered with this reason
 	// (an expression failed, the refetch answered 404, ...); nothing else
@@ -198,6 +202,9 @@ type FlowApplyResult struct {
 	EffectsInserted int
 	EffectsExisting int
 	Superseded      int
+	// Released says ReleaseIfDrained freed the lease: the entity had no
+	// pending work left.
+	Released bool
 }
 
 // ProjectionGetParams names one entity of one flow.

@@ -470,6 +470,14 @@ func flowApply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams) (*store
 	if err := settleEvent(ctx, tx, w.eventPK, w.replayID, p.Now, p.Actor); err != nil {
 		return nil, err
 	}
+	if p.ReleaseIfDrained {
+		tag, err := tx.Exec(ctx, `UPDATE entities SET lease_token = '', lease_until = '-infinity'
+			WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND pending = 0`, w.flow, w.entity, p.Lease.Token)
+		if err != nil {
+			return nil, fmt.Errorf("release drained entity: %w", err)
+		}
+		res.Released = tag.RowsAffected() == 1
+	}
 	return res, nil
 }
 

@@ -489,6 +489,18 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 	if err := settleEvent(ctx, tx, w.eventPK, w.replayID, p.Now, p.Actor); err != nil {
 		return nil, err
 	}
+	if p.ReleaseIfDrained {
+		r, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?
+			WHERE flow = ? AND entity = ? AND lease_token = ? AND pending = 0`, leaseFree, w.flow, w.entity, l.Token)
+		if err != nil {
+			return nil, fmt.Errorf("release drained entity: %w", err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return nil, fmt.Errorf("release drained entity: %w", err)
+		}
+		res.Released = n == 1
+	}
 	return res, nil
 }
 

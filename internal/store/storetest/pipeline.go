@@ -410,6 +410,52 @@ func testClaimFirstReadyFirst(t *testing.T, o Opener) {
 	}
 }
 
+// testApplyReleasesDrained: FlowApply with ReleaseIfDrained frees the lease
+// only when no pending work is left, in the same transaction.
+func testApplyReleasesDrained(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	e1, e2 := f.event("evt_r1"), f.event("evt_r2")
+	f.route(t0, to(e1, rt("deals", "d1", "k1")), to(e2, rt("deals", "d1", "k2")))
+	l := f.lease("deals", "d1", t0)
+	ws := f.pending("deals", "d1")
+	if len(ws) != 2 {
+		t.Fatalf("%d pending items, want 2", len(ws))
+	}
+	apply := func(w *store.WorkItem, n int) *store.FlowApplyResult {
+		t.Helper()
+		p := rev(n, fmt.Sprintf(`{"n":%d}`, n))
+		p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor, p.ReleaseIfDrained = l, t0, w.ID, w.Event.PK, "worker", true
+		res, err := f.s.FlowApply(f.ctx, &p)
+		if err != nil {
+			t.Fatalf("FlowApply: %v", err)
+		}
+		return res
+	}
+	if res := apply(ws[0], 1); res.Released || res.Disposition != store.DispositionApplied {
+		t.Fatalf("first of two items: %+v, want applied and still leased", res)
+	}
+	if got := f.claim("other", t0, 10); len(got) != 0 {
+		t.Fatalf("another worker claimed %d entities while work is pending under a live lease", len(got))
+	}
+	if res := apply(ws[1], 2); !res.Released || res.Disposition != store.DispositionApplied {
+		t.Fatalf("last item: %+v, want applied and released", res)
+	}
+	// Free at once: new work is claimable by anyone before the old lease
+	// would have run out.
+	e3 := f.event("evt_r3")
+	f.route(t0, to(e3, rt("deals", "d1", "k3")))
+	if got := f.claim("other", t0, 10); len(got) != 1 || got[0].Entity != "d1" {
+		t.Fatalf("after a drained release: %d leases, want d1", len(got))
+	}
+	// The old lease is gone: its holder is fenced off.
+	p := rev(3, `{"n":3}`)
+	ws = f.pending("deals", "d1")
+	p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor, p.ReleaseIfDrained = l, t0, ws[0].ID, ws[0].Event.PK, "worker", true
+	if _, err := f.s.FlowApply(f.ctx, &p); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("apply under the released lease: %v, want ErrLeaseLost", err)
+	}
+}
+
 func testClaimConcurrent(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	const entities, workers = 24, 8

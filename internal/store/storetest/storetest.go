@@ -50,6 +50,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineClaimExclusive", testClaimExclusive},
 		{"PipelineClaimNotBefore", testClaimNotBefore},
 		{"PipelineClaimFirstReadyFirst", testClaimFirstReadyFirst},
+		{"PipelineApplyReleasesDrained", testApplyReleasesDrained},
 		{"PipelineClaimConcurrent", testClaimConcurrent},
 		{"PipelineFencing", testFencing},
 		{"PipelineRevisionGuard", testRevisionGuard},
