@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -642,22 +641,9 @@ func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams)
 
 // EffectList pages through the effect ledger in id order.
 func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error) {
-	where := []string{"f.id > ?"}
-	args := []any{p.AfterID}
-	if p.Flow != "" {
-		where = append(where, "f.flow = ?")
-		args = append(args, p.Flow)
-	}
-	if p.Entity != "" {
-		where = append(where, "f.entity = ?")
-		args = append(args, p.Entity)
-	}
-	if p.State != "" {
-		where = append(where, "f.state = ?")
-		args = append(args, p.State)
-	}
-	args = append(args, store.ClampLimit(p.Limit))
-	rows, err := s.readQuery(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+strings.Join(where, " AND ")+
+	where, args := cursor("f.id > ?", p.AfterID).eq("f.flow", p.Flow).eq("f.entity", p.Entity).
+		eq("f.state", string(p.State)).sql(store.ClampLimit(p.Limit))
+	rows, err := s.readQuery(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+where+
 		` ORDER BY f.id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)

@@ -379,23 +379,38 @@ func (s *Store) AuditInsert(ctx context.Context, p *store.AuditInsertParams) (in
 	return insertAudit(ctx, s.writer, p)
 }
 
+// filter is the WHERE clause of a paged list: the cursor condition, then
+// equalities that apply only when their value is set.
+type filter struct {
+	where []string
+	args  []any
+}
+
+func cursor(cond string, after int64) *filter {
+	return &filter{where: []string{cond}, args: []any{after}}
+}
+
+// eq adds col = v unless v is empty.
+func (f *filter) eq(col, v string) *filter {
+	if v != "" {
+		f.where = append(f.where, col+" = ?")
+		f.args = append(f.args, v)
+	}
+	return f
+}
+
+// sql returns the conditions and the arguments with limit last, for a
+// query ending in "WHERE " + conds + " ORDER BY ... LIMIT ?".
+func (f *filter) sql(limit int) (string, []any) {
+	return strings.Join(f.where, " AND "), append(f.args, limit)
+}
+
 // EventList pages through events.
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
 	limit := store.ClampLimit(p.Limit)
-	var where []string
-	args := []any{p.AfterPK}
-	where = append(where, "pk > ?")
-	if p.Source != "" {
-		where = append(where, "source = ?")
-		args = append(args, p.Source)
-	}
-	if p.EventID != "" {
-		where = append(where, "event_id = ?")
-		args = append(args, p.EventID)
-	}
-	args = append(args, limit+1)
+	where, args := cursor("pk > ?", p.AfterPK).eq("source", p.Source).eq("event_id", p.EventID).sql(limit + 1)
 	rows, err := s.readQuery(ctx, `SELECT pk, source, event_id, type, entity, account, occurred_at,
-		received_at, deliveries, disposition FROM events WHERE `+strings.Join(where, " AND ")+` ORDER BY pk LIMIT ?`, args...)
+		received_at, deliveries, disposition FROM events WHERE `+where+` ORDER BY pk LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
@@ -425,19 +440,9 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 
 // DeliveryList pages through deliveries.
 func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error) {
-	where := []string{"id > ?"}
-	args := []any{p.AfterID}
-	if p.Source != "" {
-		where = append(where, "source = ?")
-		args = append(args, p.Source)
-	}
-	if p.EventID != "" {
-		where = append(where, "event_id = ?")
-		args = append(args, p.EventID)
-	}
-	args = append(args, store.ClampLimit(p.Limit))
+	where, args := cursor("id > ?", p.AfterID).eq("source", p.Source).eq("event_id", p.EventID).sql(store.ClampLimit(p.Limit))
 	rows, err := s.readQuery(ctx, `SELECT id, event_pk, request_id, batch_index, source, event_id, type,
-		entity, account, occurred_at, received_at, causation_id, hop, headers, body FROM deliveries WHERE `+strings.Join(where, " AND ")+
+		entity, account, occurred_at, received_at, causation_id, hop, headers, body FROM deliveries WHERE `+where+
 		` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
@@ -468,19 +473,9 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 
 // AuditList pages through audit rows.
 func (s *Store) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error) {
-	where := []string{"id > ?"}
-	args := []any{p.AfterID}
-	if p.Action != "" {
-		where = append(where, "action = ?")
-		args = append(args, p.Action)
-	}
-	if p.Source != "" {
-		where = append(where, "source = ?")
-		args = append(args, p.Source)
-	}
-	args = append(args, store.ClampLimit(p.Limit))
+	where, args := cursor("id > ?", p.AfterID).eq("action", p.Action).eq("source", p.Source).sql(store.ClampLimit(p.Limit))
 	rows, err := s.readQuery(ctx, `SELECT id, at, actor, action, source, event_id, entity, detail
-		FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT ?`, args...)
+		FROM audit WHERE `+where+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
