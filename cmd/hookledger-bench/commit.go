@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,22 +73,9 @@ func runCommit(ctx context.Context, stdout, stderr io.Writer, args []string) int
 			return exitUsage
 		}
 	}
-	f.drivers = splitList(*drivers)
-	if len(f.drivers) == 0 {
-		f.drivers = []string{"sqlite"}
-		if f.postgres != "" {
-			f.drivers = append(f.drivers, "postgres")
-		}
-	}
-	for _, d := range f.drivers {
-		switch {
-		case d == "postgres" && f.postgres == "":
-			fmt.Fprintln(stderr, "hookledger-bench commit: driver postgres needs --postgres URL")
-			return exitUsage
-		case d != "sqlite" && d != "postgres":
-			fmt.Fprintf(stderr, "hookledger-bench commit: --drivers: unknown driver %q (sqlite, postgres)\n", d)
-			return exitUsage
-		}
+	if f.drivers, err = chooseTargets(*drivers, []string{"sqlite"}, []string{"sqlite", "postgres"}, f.postgres); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench commit: --drivers: %v\n", err)
+		return exitUsage
 	}
 	if f.duration <= 0 || f.warmup < 0 || f.fsyncDur <= 0 {
 		fmt.Fprintln(stderr, "hookledger-bench commit: --duration and --fsync-duration must be positive, --warmup not negative")
@@ -102,6 +90,28 @@ func runCommit(ctx context.Context, stdout, stderr io.Writer, args []string) int
 		return exitFail
 	}
 	return exitOK
+}
+
+// chooseTargets reads a --drivers or --targets list: empty means defaults,
+// plus postgres when a PostgreSQL URL is given; every name must be known,
+// and postgres needs the URL.
+func chooseTargets(list string, defaults, known []string, postgresURL string) ([]string, error) {
+	out := splitList(list)
+	if len(out) == 0 {
+		out = defaults
+		if postgresURL != "" {
+			out = append(slices.Clone(defaults), "postgres")
+		}
+	}
+	for _, t := range out {
+		switch {
+		case !slices.Contains(known, t):
+			return nil, fmt.Errorf("unknown %q (%s)", t, strings.Join(known, ", "))
+		case t == "postgres" && postgresURL == "":
+			return nil, errors.New("postgres needs --postgres URL")
+		}
+	}
+	return out, nil
 }
 
 func splitList(s string) []string {

@@ -68,22 +68,10 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 			return exitUsage
 		}
 	}
-	f.drivers = splitList(*drivers)
-	if len(f.drivers) == 0 {
-		f.drivers = []string{"sqlite"}
-		if f.postgres != "" {
-			f.drivers = append(f.drivers, "postgres")
-		}
-	}
-	for _, d := range f.drivers {
-		switch {
-		case d == "postgres" && f.postgres == "":
-			fmt.Fprintln(stderr, "hookledger-bench pipeline: driver postgres needs --postgres URL")
-			return exitUsage
-		case d != "sqlite" && d != "postgres":
-			fmt.Fprintf(stderr, "hookledger-bench pipeline: --drivers: unknown driver %q (sqlite, postgres)\n", d)
-			return exitUsage
-		}
+	var err error
+	if f.drivers, err = chooseTargets(*drivers, []string{"sqlite"}, []string{"sqlite", "postgres"}, f.postgres); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench pipeline: --drivers: %v\n", err)
+		return exitUsage
 	}
 	if f.events < 1 || f.entities < 1 || f.group < 1 || f.workers < 1 || f.timeout <= 0 {
 		fmt.Fprintln(stderr, "hookledger-bench pipeline: --events, --entities, --group, --workers and --timeout must be positive")

@@ -81,22 +81,10 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		fmt.Fprintf(stderr, "hookledger-bench receive: --clients: %v\n", err)
 		return exitUsage
 	}
-	f.targets = splitList(*targets)
-	if len(f.targets) == 0 {
-		f.targets = []string{targetNoop, targetFloor, targetSQLite}
-		if f.postgres != "" {
-			f.targets = append(f.targets, targetPostgres)
-		}
-	}
-	for _, t := range f.targets {
-		switch {
-		case t == targetPostgres && f.postgres == "":
-			fmt.Fprintln(stderr, "hookledger-bench receive: target postgres needs --postgres URL")
-			return exitUsage
-		case t != targetNoop && t != targetFloor && t != targetSQLite && t != targetPostgres:
-			fmt.Fprintf(stderr, "hookledger-bench receive: --targets: unknown target %q (noop, floor, sqlite, postgres)\n", t)
-			return exitUsage
-		}
+	if f.targets, err = chooseTargets(*targets, []string{targetNoop, targetFloor, targetSQLite},
+		[]string{targetNoop, targetFloor, targetSQLite, targetPostgres}, f.postgres); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench receive: --targets: %v\n", err)
+		return exitUsage
 	}
 	if f.duration <= 0 || f.warmup < 0 || f.maxRequests <= 0 || f.sample < 0 {
 		fmt.Fprintln(stderr, "hookledger-bench receive: --duration and --max-requests must be positive, --warmup and --sample not negative")
