@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
@@ -26,12 +27,17 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 		}
 		return store.ClassTransient, fmt.Sprintf("request not sent: %v", callErr)
 	}
-	var jsonBody any
-	if b := bytes.TrimSpace(resp.Body); len(b) > 0 && (b[0] == '{' || b[0] == '[') {
-		jsonBody, _ = expr.DecodeJSON(b)
-	}
+	// The body is decoded only for a rule that reads it, at most once: most
+	// answers match no such rule, and this runs for every call.
+	body := sync.OnceValue(func() any {
+		if b := bytes.TrimSpace(resp.Body); len(b) > 0 && (b[0] == '{' || b[0] == '[') {
+			v, _ := expr.DecodeJSON(b)
+			return v
+		}
+		return nil
+	})
 	for i, r := range d.Classify {
-		if matchConfigRule(r, d.Compiled, i, resp, jsonBody) {
+		if matchConfigRule(r, d.Compiled, i, resp, body) {
 			return store.ErrorClass(r.Class), ruleReason(r.Reason, resp.Status, "configured rule")
 		}
 	}
@@ -43,7 +49,7 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 			if r.BodyContains != "" && !bytes.Contains(resp.Body, []byte(r.BodyContains)) {
 				continue
 			}
-			if r.JSONField != "" && !jsonFieldEquals(jsonBody, r.JSONField, r.JSONEquals) {
+			if r.JSONField != "" && !jsonFieldEquals(body(), r.JSONField, r.JSONEquals) {
 				continue
 			}
 			return store.ErrorClass(r.Class), ruleReason(r.Reason, resp.Status, d.Preset+" preset")
@@ -76,7 +82,7 @@ func ruleReason(reason string, status int, from string) string {
 	return fmt.Sprintf("HTTP %d matched a %s", status, from)
 }
 
-func matchConfigRule(r config.ClassifyRule, cd *config.CompiledDest, i int, resp *Response, jsonBody any) bool {
+func matchConfigRule(r config.ClassifyRule, cd *config.CompiledDest, i int, resp *Response, jsonBody func() any) bool {
 	if r.Status != 0 && r.Status != resp.Status {
 		return false
 	}
@@ -84,7 +90,7 @@ func matchConfigRule(r config.ClassifyRule, cd *config.CompiledDest, i int, resp
 		return false
 	}
 	if cd != nil && i < len(cd.Rules) && cd.Rules[i] != nil {
-		body := jsonBody
+		body := jsonBody()
 		if body == nil {
 			body = string(resp.Body)
 		}
