@@ -31,6 +31,7 @@ const (
 	DefaultIdleTimeout       = 60 * time.Second
 	DefaultShutdownTimeout   = 20 * time.Second
 	DefaultRetryAfter        = 5 * time.Second
+	DefaultCommitTimeout     = 5 * time.Second
 )
 
 // Kinds are the sender schemes a source may pin.
@@ -74,6 +75,17 @@ type Receive struct {
 	ShutdownTimeout   Duration `yaml:"shutdown_timeout"`
 	// RetryAfter is what a 503 tells the sender when the store cannot commit.
 	RetryAfter Duration `yaml:"retry_after"`
+	// CommitTimeout bounds how long a request waits for its durable commit
+	// before it is answered 503 with Retry-After. It must stay below
+	// WriteTimeout: an answer decided after the connection's write deadline
+	// is never delivered, and the sender sees a dropped connection instead
+	// of a reason to retry.
+	CommitTimeout Duration `yaml:"commit_timeout"`
+	// TrustedProxies are the addresses (IPs or CIDR prefixes) whose
+	// X-Forwarded-Proto, X-Forwarded-Host and Forwarded headers are believed
+	// when the URL a sender signed is rebuilt for a source without
+	// public_url. From any other peer those headers are ignored.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 // DefaultWorkers is the default number of processing workers and of

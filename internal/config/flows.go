@@ -31,6 +31,13 @@ type Causation struct {
 	Header    string `yaml:"header"`
 	HopHeader string `yaml:"hop_header"`
 	MaxHops   int    `yaml:"max_hops"`
+	// TrustedSources are the sources whose requests may carry the causation
+	// headers: senders that hookledger's own effects call and that pass the
+	// headers back (your own apps). No signature scheme covers these
+	// headers, so from any other source they are ignored: a forged
+	// causation id could otherwise settle a real event as a loop duplicate,
+	// and a forged hop count could dead-letter it.
+	TrustedSources []string `yaml:"trusted_sources"`
 }
 
 // SourceAPI is a source's own API, read by refetch flows.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -41,6 +42,9 @@ func (c *Config) setDefaults() {
 	setDur(&r.IdleTimeout, DefaultIdleTimeout)
 	setDur(&r.ShutdownTimeout, DefaultShutdownTimeout)
 	setDur(&r.RetryAfter, DefaultRetryAfter)
+	// A commit wait that fits inside the write deadline whatever the user
+	// chose for write_timeout.
+	setDur(&r.CommitTimeout, min(DefaultCommitTimeout, r.WriteTimeout.D()/2))
 	for i := range c.Sources {
 		s := &c.Sources[i]
 		if s.Kind == "hubspot" && s.Version == "" {
@@ -92,9 +96,18 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		{"idle_timeout", c.Receive.IdleTimeout},
 		{"shutdown_timeout", c.Receive.ShutdownTimeout},
 		{"retry_after", c.Receive.RetryAfter},
+		{"commit_timeout", c.Receive.CommitTimeout},
 	} {
 		if d.v < 0 {
 			add("$.receive."+d.name, "receive.%s must be positive", d.name)
+		}
+	}
+	if c.Receive.CommitTimeout >= c.Receive.WriteTimeout {
+		add("$.receive.commit_timeout", "receive.commit_timeout (%s) must be below receive.write_timeout (%s): a 503 decided after the write deadline never reaches the sender, who sees a dropped connection instead", c.Receive.CommitTimeout.D(), c.Receive.WriteTimeout.D())
+	}
+	for i, tp := range c.Receive.TrustedProxies {
+		if _, err := ParseTrustedProxy(tp); err != nil {
+			add(fmt.Sprintf("$.receive.trusted_proxies[%d]", i), "receive.trusted_proxies[%d]: %v", i, err)
 		}
 	}
 
@@ -150,6 +163,12 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		if s.Kind != "hmac" && s.HMAC != nil {
 			add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
 		}
+		if s.PublicURL == "" && signsURL(s) {
+			warn(p+".kind", "source %q: its scheme signs the URL the sender called, but public_url is not set, so the URL is rebuilt from the request's Host header (and http, or X-Forwarded-Proto from receive.trusted_proxies); set public_url to the exact URL configured at the sender", s.Name)
+		}
+		if s.Kind == "hmac" && (strings.HasPrefix(s.Fields.EventID, "header:") || strings.HasPrefix(s.Fields.Type, "header:")) {
+			warn(p+".fields", "source %q: the event id or type is read from a request header, which the hmac signature does not cover: anyone who captured one signed body can resend it under new ids and types; keep tolerance short and prefer fields from the signed body", s.Name)
+		}
 		if s.API != nil && s.API.Timeout < 0 {
 			add(p+".api.timeout", "source %q: api.timeout must be positive", s.Name)
 		}
@@ -166,9 +185,45 @@ func (c *Config) validate() (errs, warns []fieldError) {
 			}
 		}
 	}
+	for i, name := range c.Causation.TrustedSources {
+		if _, ok := seen[name]; !ok {
+			add(fmt.Sprintf("$.causation.trusted_sources[%d]", i), "causation.trusted_sources[%d]: no source named %q is configured", i, name)
+		}
+	}
 	c.validateFlows(add, warn)
 	c.validateDestinations(add, warn)
 	return errs, warns
+}
+
+// signsURL reports whether the source's scheme signs the request URL, so a
+// wrong guess of that URL fails verification or, worse, trusts the Host
+// header a client chose.
+func signsURL(s Source) bool {
+	switch s.Kind {
+	case "hubspot":
+		return s.Version == "v2" || s.Version == "v3"
+	case "hmac":
+		return s.HMAC != nil && strings.Contains(s.HMAC.Template, "{url}")
+	}
+	return false
+}
+
+// ParseTrustedProxy reads one receive.trusted_proxies entry: an IP address
+// or a CIDR prefix.
+func ParseTrustedProxy(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 func validSourceName(n string) bool {

@@ -14,7 +14,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +68,9 @@ type source struct {
 	paths     envelope.Paths
 	publicURL *url.URL
 	keep      []string // headers kept as evidence beside the body
+	// causation says whether this source may carry the causation headers
+	// (config causation.trusted_sources).
+	causation bool
 }
 
 // Handler serves POST /hooks/{source}.
@@ -74,6 +79,12 @@ type Handler struct {
 	causation  config.Causation
 	maxBody    int64
 	retryAfter string
+	// commitWait bounds the wait for a durable commit; writeBy is how long
+	// after the request started an answer must be written (the server's
+	// write timeout less a margin), whichever ends first.
+	commitWait time.Duration
+	writeBy    time.Duration
+	proxies    []netip.Prefix
 	w          Submitter
 	router     Router
 	onStored   func()
@@ -98,6 +109,8 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		causation:  cfg.Causation,
 		maxBody:    cfg.Receive.MaxBodyBytes,
 		retryAfter: strconv.Itoa(int(math.Ceil(cfg.Receive.RetryAfter.D().Seconds()))),
+		commitWait: cfg.Receive.CommitTimeout.D(),
+		writeBy:    writeBy(cfg.Receive.WriteTimeout.D()),
 		w:          o.Writer,
 		router:     o.Router,
 		onStored:   o.OnStored,
@@ -117,6 +130,13 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(h.requests, h.ackDur)
 	}
+	for _, tp := range cfg.Receive.TrustedProxies {
+		p, err := config.ParseTrustedProxy(tp)
+		if err != nil {
+			return nil, fmt.Errorf("receive.trusted_proxies: %w", err)
+		}
+		h.proxies = append(h.proxies, p)
+	}
 	for _, sc := range cfg.Sources {
 		scheme, err := verify.New(sc.SchemeOptions())
 		if err != nil {
@@ -129,7 +149,8 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 				EventID: sc.Fields.EventID, Type: sc.Fields.Type, OccurredAt: sc.Fields.OccurredAt,
 				Entity: sc.Fields.Entity, Account: sc.Fields.Account,
 			},
-			keep: keptHeaders(sc),
+			keep:      keptHeaders(sc),
+			causation: slices.Contains(cfg.Causation.TrustedSources, sc.Name),
 		}
 		if sc.PublicURL != "" {
 			u, err := url.Parse(sc.PublicURL)
@@ -172,6 +193,15 @@ type Response struct {
 	Error      string `json:"error,omitempty"`
 }
 
+// writeBy leaves a margin between the last moment the handler decides its
+// answer and the connection's write deadline, for the answer to be written.
+func writeBy(writeTimeout time.Duration) time.Duration {
+	if writeTimeout <= 0 {
+		return 0
+	}
+	return writeTimeout - min(time.Second, writeTimeout/4)
+}
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	name := r.PathValue("source")
@@ -181,14 +211,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Response{Error: "unknown source"})
 		return
 	}
-	code := h.serve(w, r, src)
+	code := h.serve(w, r, src, start)
 	h.requests.WithLabelValues(name, strconv.Itoa(code)).Inc()
 	if code == http.StatusOK {
 		h.ackDur.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	}
 }
 
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, start time.Time) int {
 	receivedAt := h.clk.Now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
@@ -199,11 +229,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 		return reply(w, http.StatusBadRequest, Response{Error: "request body could not be read"})
 	}
 
-	vreq := &verify.Request{Method: r.Method, URL: h.publicURL(r, src), Header: r.Header, Body: body}
+	signedURL, urlFrom := h.publicURL(r, src)
+	vreq := &verify.Request{Method: r.Method, URL: signedURL, Header: r.Header, Body: body}
 	if err := src.scheme.Verify(vreq, receivedAt); err != nil {
 		// verify errors name the scheme and header, never a secret or a
-		// signature value, so they are safe to return and log.
-		h.log.Info("webhook refused", "source", src.cfg.Name, "reason", err.Error())
+		// signature value, so they are safe to return and log. What the
+		// signature was checked over is logged too (never the secret): a
+		// URL-signing scheme most often fails on the URL, not the secret.
+		attrs := []any{"source", src.cfg.Name, "reason", err.Error(), "body_bytes", len(body)}
+		if urlFrom != "" {
+			attrs = append(attrs, "signed_url", redactURL(signedURL), "url_from", urlFrom)
+		}
+		h.log.Info("webhook refused", attrs...)
 		return reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
 	}
 
@@ -216,8 +253,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 		return reply(w, http.StatusBadRequest, Response{Error: "payload carries no event"})
 	}
 	for i, ev := range events {
-		if field, bad := invalidText(ev); bad {
-			return reply(w, http.StatusBadRequest, Response{Error: fmt.Sprintf("event %d: %s is not valid UTF-8 text", i, field)})
+		if err := checkIdentities(ev); err != nil {
+			return reply(w, http.StatusBadRequest, Response{Error: fmt.Sprintf("event %d: %v", i, err)})
 		}
 	}
 
@@ -242,9 +279,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 			headers[k] = v
 		}
 	}
-	causation, hop, err := h.causationOf(r)
-	if err != nil {
-		return reply(w, http.StatusBadRequest, Response{Error: err.Error()})
+	var causation string
+	var hop int
+	if src.causation {
+		if causation, hop, err = h.causationOf(r); err != nil {
+			return reply(w, http.StatusBadRequest, Response{Error: err.Error()})
+		}
 	}
 	sub := &store.Submission{Deliveries: make([]*store.DeliveryInput, len(events))}
 	for i, ev := range events {
@@ -256,7 +296,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source) int
 			Unrouted: h.router != nil && !h.router.Subscribes(src.cfg.Name, ev.Type),
 		}
 	}
-	res, err := h.w.Submit(r.Context(), sub)
+	// The wait for the commit is bounded so that a busy or locked store
+	// still gets the sender a 503 with Retry-After before the connection's
+	// write deadline, never a dropped connection.
+	ctx, cancel := context.WithTimeout(r.Context(), h.commitWait)
+	if h.writeBy > 0 {
+		ctx, cancel = boundBy(ctx, cancel, start.Add(h.writeBy))
+	}
+	res, err := h.w.Submit(ctx, sub)
+	cancel()
 	if err == nil {
 		err = res.Err
 	}
@@ -322,33 +370,120 @@ func (h *Handler) auditTenantMismatch(ctx context.Context, src *source, ev envel
 }
 
 // publicURL is the URL the sender signed: the configured public_url (plus
-// the request's query) when set, else what this server saw.
-func (h *Handler) publicURL(r *http.Request, src *source) string {
+// the request's query) when set, else what this server saw. from says where
+// a rebuilt URL came from, for the refusal log; it is empty when public_url
+// was used.
+func (h *Handler) publicURL(r *http.Request, src *source) (u string, from string) {
 	if src.publicURL != nil {
-		u := *src.publicURL
-		if u.RawQuery == "" {
-			u.RawQuery = r.URL.RawQuery
+		pu := *src.publicURL
+		if pu.RawQuery == "" {
+			pu.RawQuery = r.URL.RawQuery
 		}
-		return u.String()
+		return pu.String(), ""
 	}
-	scheme := "http"
+	scheme, host, from := "http", r.Host, "Host header"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return scheme + "://" + r.Host + r.URL.RequestURI()
+	if h.fromTrustedProxy(r) {
+		if p, hst := forwarded(r.Header); p != "" || hst != "" {
+			if p == "http" || p == "https" {
+				scheme = p
+			}
+			if hst != "" {
+				host = hst
+			}
+			from = "forwarding headers of a trusted proxy"
+		}
+	}
+	return scheme + "://" + host + r.URL.RequestURI(), from
 }
 
-// invalidText rejects identities PostgreSQL text cannot hold, so bad input
-// is a 400 to the sender rather than a store failure it would retry forever.
-func invalidText(ev envelope.Event) (string, bool) {
+// fromTrustedProxy reports whether the peer is in receive.trusted_proxies.
+func (h *Handler) fromTrustedProxy(r *http.Request) bool {
+	if len(h.proxies) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().Unmap()
+	for _, p := range h.proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwarded reads the scheme and host a proxy says the client used: the
+// first element of RFC 7239 Forwarded, else X-Forwarded-Proto and
+// X-Forwarded-Host (their first value: the one the outermost proxy set).
+func forwarded(hd http.Header) (proto, host string) {
+	if f := hd.Get("Forwarded"); f != "" {
+		first, _, _ := strings.Cut(f, ",")
+		for _, pair := range strings.Split(first, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if !ok {
+				continue
+			}
+			v = strings.Trim(v, `"`)
+			switch strings.ToLower(k) {
+			case "proto":
+				proto = strings.ToLower(v)
+			case "host":
+				host = v
+			}
+		}
+		return proto, host
+	}
+	firstOf := func(v string) string {
+		first, _, _ := strings.Cut(v, ",")
+		return strings.TrimSpace(first)
+	}
+	return strings.ToLower(firstOf(hd.Get("X-Forwarded-Proto"))), firstOf(hd.Get("X-Forwarded-Host"))
+}
+
+// redactURL drops userinfo and the query from a URL for a log line: either
+// may carry a credential.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = "…"
+	}
+	return u.String()
+}
+
+// boundBy shortens ctx to end at deadline when that comes first.
+func boundBy(ctx context.Context, cancel context.CancelFunc, deadline time.Time) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && !deadline.Before(d) {
+		return ctx, cancel
+	}
+	inner, innerCancel := context.WithDeadline(ctx, deadline)
+	return inner, func() { innerCancel(); cancel() }
+}
+
+// checkIdentities rejects identities that are not text PostgreSQL can hold
+// or that exceed store.MaxIdentityBytes, so bad input is a precise 400 to
+// the sender rather than a store failure it would retry forever (an index
+// entry has a size limit) or a page of the admin API megabytes long.
+func checkIdentities(ev envelope.Event) error {
 	for _, f := range []struct{ name, v string }{
 		{"event id", ev.EventID}, {"type", ev.Type}, {"entity", ev.Entity}, {"account", ev.Account},
 	} {
 		if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
-			return f.name, true
+			return fmt.Errorf("%s is not valid UTF-8 text", f.name)
+		}
+		if len(f.v) > store.MaxIdentityBytes {
+			return fmt.Errorf("%s is %d bytes long; the limit is %d", f.name, len(f.v), store.MaxIdentityBytes)
 		}
 	}
-	return "", false
+	return nil
 }
 
 func reply(w http.ResponseWriter, code int, resp Response) int {

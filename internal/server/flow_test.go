@@ -23,6 +23,8 @@ const shopSecret = "shop-signing-secret"
 const flowConfig = `
 processing:
   poll_interval: 5ms
+causation:
+  trusted_sources: [sys_a, sys_b]   # they pass hookledger's causation headers back
 flows:
   - name: orders
     source: shop

@@ -94,7 +94,10 @@ func (s *Server) Run(ctx context.Context) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	writer := inbox.New(st, inbox.Options{Logger: s.log, Registerer: s.reg, Flushers: flushers(s.cfg.Store)})
+	writer := inbox.New(st, inbox.Options{Logger: s.log, Registerer: s.reg, Flushers: flushers(s.cfg.Store),
+		// A commit that outlasts every waiting request's commit_timeout
+		// only holds the writer: its callers have been answered 503.
+		CommitTimeout: s.cfg.Receive.CommitTimeout.D()})
 	writer.Start()
 
 	// The delivery worker and the processor sleep when idle; each stage
@@ -209,15 +212,84 @@ func flushers(storeURL string) int {
 	return 4
 }
 
+// readiness answers /readyz: ready when the store can commit now, which a
+// ping cannot tell (a full disk or a lock held elsewhere still answers
+// reads). Each check is one durable write, so results are reused for a
+// second and at most one probe runs at a time: an unauthenticated client
+// polling /readyz cannot turn it into a write load.
+type readiness struct {
+	st  store.Store
+	clk clock.Clock
+	log *slog.Logger
+
+	mu       sync.Mutex
+	at       time.Time
+	err      error
+	inflight chan struct{} // closed when the running probe ends
+	wasDown  bool
+}
+
+const (
+	readyCacheFor = time.Second
+	readyTimeout  = 2 * time.Second
+)
+
+func (rd *readiness) check() error {
+	rd.mu.Lock()
+	if !rd.at.IsZero() && rd.clk.Now().Sub(rd.at) < readyCacheFor {
+		err := rd.err
+		rd.mu.Unlock()
+		return err
+	}
+	wait := rd.inflight
+	if wait == nil {
+		wait = make(chan struct{})
+		rd.inflight = wait
+		go rd.probe(wait)
+	}
+	rd.mu.Unlock()
+	t := time.NewTimer(readyTimeout)
+	defer t.Stop()
+	select {
+	case <-wait:
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		return rd.err
+	case <-t.C:
+		return fmt.Errorf("the store did not commit a probe write within %s", readyTimeout)
+	}
+}
+
+// probe runs apart from the request: a driver stuck waiting for a lock
+// must not hold /readyz past its own timeout.
+func (rd *readiness) probe(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*readyTimeout)
+	defer cancel()
+	err := rd.st.Ping(ctx)
+	if err == nil {
+		err = rd.st.ProbeWrite(ctx, rd.clk.Now())
+	}
+	rd.mu.Lock()
+	rd.at, rd.err, rd.inflight = rd.clk.Now(), err, nil
+	switch {
+	case err != nil && !rd.wasDown:
+		rd.wasDown = true
+		rd.log.Warn("not ready: the store cannot commit", "err", err)
+	case err == nil && rd.wasDown:
+		rd.wasDown = false
+		rd.log.Info("ready again: the store commits")
+	}
+	rd.mu.Unlock()
+	close(done)
+}
+
 func (s *Server) readyz(st store.Store) http.HandlerFunc {
+	rd := &readiness{st: st, clk: s.clk, log: s.log}
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := st.Ping(ctx); err != nil {
-			s.log.Warn("readiness check failed", "err", err)
+		if err := rd.check(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("store unreachable\n"))
+			_, _ = w.Write([]byte("not ready: the store cannot commit\n"))
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -84,6 +85,7 @@ type harness struct {
 	t    *testing.T
 	base string
 	cfg  *config.Config
+	clk  *clock.Fake
 }
 
 func start(t *testing.T, storeURL string) *harness {
@@ -101,7 +103,8 @@ func startWith(t *testing.T, yaml string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(cfg, Options{Clock: clock.NewFake(t0), Listener: ln})
+	clk := clock.NewFake(t0)
+	srv := New(cfg, Options{Clock: clk, Listener: ln})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -116,7 +119,7 @@ func startWith(t *testing.T, yaml string) *harness {
 			t.Errorf("server stopped with %v, want a clean stop", err)
 		}
 	})
-	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg}
+	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk}
 }
 
 func sqliteURL(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "e2e.db") }
@@ -495,5 +498,50 @@ func TestStoreFailureIs503(t *testing.T) {
 	}
 	if ev := h.events("stripe", "evt_during"); len(ev) != 1 || ev[0].Deliveries != 1 {
 		t.Fatalf("retried event = %+v, want stored once", ev)
+	}
+}
+
+// /readyz reflects whether the store can commit, not only whether it
+// answers: with the SQLite write lock held by another process every webhook
+// gets 503, so the process must not be ready either.
+func TestReadyzFollowsCommits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ready.db")
+	h := start(t, "sqlite:"+path)
+	if code, b := h.get("/readyz", ""); code != 200 {
+		t.Fatalf("/readyz at start: %d %s", code, b)
+	}
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(100)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(2 * time.Second) // past the cached answer
+	if code, b := h.get("/readyz", ""); code != 503 || !strings.Contains(string(b), "cannot commit") {
+		t.Fatalf("/readyz with the write lock held elsewhere: %d %s, want 503", code, b)
+	}
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	// The probe that timed out may still be waiting for the lock; once it
+	// ends, a fresh one commits.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h.clk.Advance(2 * time.Second)
+		code, b := h.get("/readyz", "")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz after the lock was released: still %d %s after 30 s", code, b)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// MaxIdentityBytes caps every identity the receiver stores and the
+// processor computes (event id, type, entity, account): far above any
+// vendor's ids, and far below the size of a PostgreSQL index entry.
+const MaxIdentityBytes = 512
+
 // ErrConflict reports a unique-constraint violation, detected by the
 // database's error code (never by message text).
 var ErrConflict = errors.New("unique constraint violated")
@@ -28,8 +33,12 @@ type Store interface {
 	Pipeline
 	// Ledger is the delivery worker's and the operators' part (ledger.go).
 	Ledger
-	// Ping reports whether the database answers (for /readyz).
+	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
+	// ProbeWrite makes one small durable write (a single row rewritten with
+	// now), for /readyz: a database that answers reads but cannot commit
+	// is not ready to acknowledge webhooks.
+	ProbeWrite(ctx context.Context, now time.Time) error
 	// Migrate applies the embedded schema migrations not yet applied and
 	// returns their names. Safe when several processes start at once.
 	Migrate(ctx context.Context) ([]string, error)

@@ -71,6 +71,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// ProbeWrite rewrites the probe row: one durable commit.
+func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO probe (id, at) VALUES (1, $1)
+		ON CONFLICT (id) DO UPDATE SET at = excluded.at`, now); err != nil {
+		return fmt.Errorf("probe write: %w: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
 // Migrate applies pending migrations in one transaction under an advisory
 // lock: a second process starting at the same moment waits for the first
 // and then finds nothing left to do. PostgreSQL DDL is transactional, so a

@@ -138,6 +138,20 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// ProbeWrite rewrites the probe row in the shared write transaction, so it
+// fails exactly when the writer cannot commit.
+func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO probe (id, at) VALUES (1, ?)
+			ON CONFLICT (id) DO UPDATE SET at = excluded.at`, now.UnixMicro())
+		return err
+	})
+	if err != nil {
+		return wrapErr("probe write", err)
+	}
+	return nil
+}
+
 // Migrate applies pending migrations in one immediate transaction, which
 // also serialises two processes migrating the same file.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {

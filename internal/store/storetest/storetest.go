@@ -35,6 +35,7 @@ func Exercise(t *testing.T, o Opener) {
 		fn   func(t *testing.T, o Opener)
 	}{
 		{"MigrateIsIdempotent", testMigrateIdempotent},
+		{"ProbeWrite", testProbeWrite},
 		{"InboxCommitNewAndDuplicate", testInboxNewAndDuplicate},
 		{"InboxCommitKeepsBytesAndTimes", testInboxKeepsBytesAndTimes},
 		{"InboxCommitIsolatesFailedSubmission", testInboxIsolatesFailure},
@@ -405,5 +406,27 @@ func testCanceledContext(t *testing.T, o Opener) {
 	}
 	if ev := events(t, s, &store.EventListParams{EventID: "evt_cancel"}); len(ev) != 0 {
 		t.Fatalf("a failed commit stored %d events", len(ev))
+	}
+}
+
+// testProbeWrite: the readiness probe commits, again and again, and from a
+// second handle on the same database.
+func testProbeWrite(t *testing.T, o Opener) {
+	s := o.Open(t)
+	ctx := context.Background()
+	for i := range 3 {
+		if err := s.ProbeWrite(ctx, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatalf("ProbeWrite %d: %v", i, err)
+		}
+	}
+	if o.Reopen != nil {
+		if err := o.Reopen(t, s).ProbeWrite(ctx, t0.Add(time.Minute)); err != nil {
+			t.Fatalf("ProbeWrite from a second handle: %v", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.ProbeWrite(ctx, t0); err == nil {
+		t.Fatal("ProbeWrite with a canceled context succeeded, want an error")
 	}
 }
