@@ -408,4 +408,3 @@ func TestCommitTimeoutMustBeBelowWriteTimeout(t *testing.T) {
 		t.Fatalf("default commit_timeout with write_timeout 4s = %s, want 2s", got)
 	}
 }
-
