@@ -246,6 +246,8 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 			r.Failed = "entity: " + err.Error()
 		case entity == "":
 			r.Failed = "entity: the expression gave an empty id"
+		case len(entity) > store.MaxIdentityBytes:
+			r.Failed = fmt.Sprintf("entity: the expression gave an id of %d bytes; the limit is %d", len(entity), store.MaxIdentityBytes)
 		default:
 			r.Entity = entity
 			r.OrderKey, err = orderKey(f, ev, vars)

@@ -545,3 +545,26 @@ func TestReadyzFollowsCommits(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// An event id at the 512-byte limit fits PostgreSQL's unique index, so it
+// is stored and its retry is a duplicate (never a 503 loop); one byte more
+// is a precise 400.
+func TestLongEventIDsOnPostgres(t *testing.T) {
+	h := start(t, pgtest.NewDatabase(t))
+	atLimit := "evt_" + strings.Repeat("9", store.MaxIdentityBytes-4)
+	body := stripeBody(atLimit, "invoice.paid", "")
+	for i := range 2 {
+		if code, resp, _ := h.post("/hooks/stripe", body, stripeHeader(body, stripeSecret, t0)); code != 200 {
+			t.Fatalf("delivery %d of a %d-byte id: %d %s, want 200", i+1, len(atLimit), code, resp)
+		}
+	}
+	if ev := h.events("stripe", atLimit); len(ev) != 1 || ev[0].Deliveries != 2 {
+		t.Fatalf("events = %+v, want one event with two deliveries", ev)
+	}
+	over := atLimit + "9"
+	body = stripeBody(over, "invoice.paid", "")
+	code, resp, _ := h.post("/hooks/stripe", body, stripeHeader(body, stripeSecret, t0))
+	if code != 400 || !strings.Contains(resp, "event id is 513 bytes long") {
+		t.Fatalf("513-byte id: %d %s, want 400 naming the limit", code, resp)
+	}
+}
