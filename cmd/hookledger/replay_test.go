@@ -35,6 +35,8 @@ flows:
       - name: sync
         destination: crm
         request: {path: '"/x"'}
+destinations:
+  - {name: crm, base_url: "http://127.0.0.1:1"}
 `, db)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

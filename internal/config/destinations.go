@@ -293,10 +293,24 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		for j, e := range f.Effects {
 			if e.Destination != "" {
 				if _, ok := names[e.Destination]; !ok {
-					warn(fmt.Sprintf("$.flows[%d].effects[%d].destination", i, j),
-						"flow %q: effect %q: no destination named %q is configured, so its effects stay approved (visible, not delivered)", f.Name, e.Name, e.Destination)
+					// An effect nobody can deliver would wait in approved
+					// forever, out of the exception queue's sight.
+					add(fmt.Sprintf("$.flows[%d].effects[%d].destination", i, j),
+						"flow %q: effect %q: no destination named %q is configured (destinations: %s)", f.Name, e.Name, e.Destination, strings.Join(sortedKeys(names), ", "))
 				}
 			}
 		}
 	}
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if len(keys) == 0 {
+		return []string{"none"}
+	}
+	return keys
 }

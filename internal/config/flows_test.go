@@ -44,6 +44,8 @@ func TestFlowsCompile(t *testing.T) {
       mode: refetch
       path: '"/orders/" + entity'
       hash: [object.status, object.total]
+destinations:
+  - {name: crm, base_url: "https://crm.example"}
 `), env(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -100,5 +102,25 @@ func TestOccurredAtOnStripeWarns(t *testing.T) {
 	}
 	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Msg, "seconds") || c.Warnings[0].Line != 18 {
 		t.Fatalf("warnings = %v, want the seconds warning at line 18", c.Warnings)
+	}
+}
+
+// An effect whose destination is not configured could never be delivered
+// and would wait in approved forever, out of the exception queue's sight:
+// it is a load error at the effect's line, like an unknown source.
+func TestUnknownDestinationIsAnError(t *testing.T) {
+	_, err := Parse("f.yaml", []byte(flowBase+`  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.revision}
+    effects:
+      - name: notify
+        destination: crmm
+destinations:
+  - {name: crm, base_url: "https://crm.example"}
+`), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:20:22:") || !strings.Contains(err.Error(), `no destination named "crmm" is configured (destinations: crm)`) {
+		t.Fatalf("err = %v, want the effect's line and the known destinations", err)
 	}
 }

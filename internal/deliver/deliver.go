@@ -26,6 +26,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -77,6 +78,9 @@ type Worker struct {
 	actions map[string]Action
 	notify  Notifier
 	redrive int
+
+	// errs keeps a failing store from filling the log at every poll.
+	errs *logging.Repeats
 
 	wake chan struct{}
 	stop chan struct{}
@@ -140,6 +144,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		actions: map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient}},
 		notify:  opts.Notifier,
 		wake:    make(chan struct{}, 1),
+		errs:    logging.NewRepeats(opts.Logger, opts.Clock, "delivery", 0),
 	}
 	for k, a := range opts.Actions {
 		w.actions[k] = a
@@ -175,8 +180,11 @@ func (w *Worker) Start(ctx context.Context) {
 		defer t.Stop()
 		for {
 			n, err := w.Step(ctx)
-			if err != nil && ctx.Err() == nil {
-				w.log.Error("delivery step failed", "err", err)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				w.errs.Fail("delivery step failed", err)
+			case err == nil:
+				w.errs.OK()
 			}
 			if n > 0 && err == nil {
 				continue
@@ -359,7 +367,12 @@ func (w *Worker) die(ctx context.Context, c *store.ClaimedEffect, d *config.Dest
 	if c.Redrives < len(d.Retry.Redrive) {
 		p.NextAttemptAt = w.clk.Now().Add(d.Retry.Redrive[c.Redrives].D())
 		p.Reason += fmt.Sprintf("; re-drive %d of %d scheduled", c.Redrives+1, len(d.Retry.Redrive))
-		return w.settle(ctx, c, d, p)
+		if err := w.settle(ctx, c, d, p); err != nil {
+			return err
+		}
+		w.log.Info("effect dead, re-drive scheduled", "episode", c.EpisodeKey, "destination", d.Name,
+			"class", p.Class, "redrive_at", p.NextAttemptAt.UTC().Format(time.RFC3339), "reason", p.Reason)
+		return nil
 	}
 	p.Reason += "; no re-drive left"
 	return w.settleAndNotify(ctx, c, d, p)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -41,7 +42,26 @@ type world struct {
 	w      *deliver.Worker
 	dest   *deliverytest.Server
 	hook   *hookRecorder
+	logs   *lockedBuffer
 	events int
+}
+
+// lockedBuffer collects the worker's log records.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // hookRecorder is the Slack-compatible incoming webhook notifications go to.
@@ -146,12 +166,14 @@ func newWorld(t *testing.T, s setup) *world {
 	if _, err := st.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	logs := &lockedBuffer{}
 	w, err := deliver.New(cfg, st, deliver.Options{Workers: 4, LeaseFor: cfg.Delivery.Lease.D(), Clock: clk,
-		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a"})
+		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a",
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &world{t: t, ctx: context.Background(), clk: clk, st: st, cfg: cfg, w: w, dest: dest, hook: hook,
+	return &world{t: t, ctx: context.Background(), clk: clk, st: st, cfg: cfg, w: w, dest: dest, hook: hook, logs: logs,
 		eng: flow.New(cfg, st, flow.Options{Clock: clk, LeaseFor: 10 * time.Second})}
 }
 
@@ -379,6 +401,15 @@ func TestExhaustedIsDeadThenRedrivenThenAPerson(t *testing.T) {
 	texts := x.hook.all()
 	if len(texts) != 1 || !strings.Contains(texts[0], e.EpisodeKey) || !strings.Contains(texts[0], "dead") {
 		t.Fatalf("notifications %q", texts)
+	}
+	// Each state change a person must know of is logged at the default
+	// level: three scheduled re-drives, then the hand-over to a person.
+	logs := x.logs.String()
+	if n := strings.Count(logs, `level=INFO msg="effect dead, re-drive scheduled"`); n != 3 {
+		t.Errorf("%d re-drive records, want 3:\n%s", n, logs)
+	}
+	if n := strings.Count(logs, `level=WARN msg="effect needs a person"`); n != 1 {
+		t.Errorf("%d hand-over records, want 1:\n%s", n, logs)
 	}
 }
 

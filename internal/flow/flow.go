@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -60,6 +61,9 @@ type Engine struct {
 	apis     map[string]*config.SourceAPI
 	kinds    map[string]string
 	http     *http.Client
+
+	// errs keeps a failing store from filling the log at every poll.
+	errs *logging.Repeats
 
 	wake chan struct{}
 	stop chan struct{}
@@ -113,6 +117,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		bySource: map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
 		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{},
 		wake: make(chan struct{}, 1),
+		errs: logging.NewRepeats(opts.Logger, opts.Clock, "processing", 0),
 	}
 	for i := range cfg.Flows {
 		f := &cfg.Flows[i]
@@ -139,8 +144,11 @@ func (e *Engine) Start(ctx context.Context) {
 		defer t.Stop()
 		for {
 			n, err := e.Step(ctx)
-			if err != nil && ctx.Err() == nil {
-				e.log.Error("processing step failed", "err", err)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				e.errs.Fail("processing step failed", err)
+			case err == nil:
+				e.errs.OK()
 			}
 			if n > 0 && err == nil {
 				continue // more may be waiting: do not sleep between batches
@@ -206,6 +214,13 @@ func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 	}
 	if err := e.st.EventRoute(ctx, p); err != nil {
 		return 0, fmt.Errorf("route events: %w", err)
+	}
+	for i, d := range p.Decisions {
+		for _, r := range d.Routes {
+			if r.Failed != "" {
+				e.log.Warn("event dead-lettered", "source", evs[i].Source, "event_id", evs[i].EventID, "flow", r.Flow, "reason", r.Failed)
+			}
+		}
 	}
 	return len(evs), nil
 }

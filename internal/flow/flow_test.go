@@ -90,7 +90,10 @@ func (f *fixture) effects(flow string) []string {
 	return out
 }
 
-const sources = `sources:
+const sources = `destinations:
+  - name: crm
+    base_url: http://127.0.0.1:1
+sources:
   - name: shop
     kind: hmac
     secrets: [x]

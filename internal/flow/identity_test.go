@@ -1,7 +1,9 @@
 package flow
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"fmt"
 	"strings"
 	"testing"
@@ -21,6 +23,8 @@ func TestComputedEntityIsCapped(t *testing.T) {
     version: {mode: revision, revision: event.revision}
 `
 	f := newFixture(t, yaml)
+	var logs bytes.Buffer
+	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	long := strings.Repeat("o", store.MaxIdentityBytes+1)
 	f.send("shop", "evt-long", fmt.Sprintf(`{"order_id":%q,"revision":1}`, long))
 	f.send("shop", "evt-ok", fmt.Sprintf(`{"order_id":%q,"revision":1}`, long[:store.MaxIdentityBytes]))
@@ -43,5 +47,9 @@ func TestComputedEntityIsCapped(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no audit row gives the reason: %+v", rows)
+	}
+	// A person must hear of it at the default level, with the reason.
+	if !strings.Contains(logs.String(), "level=WARN msg=\"event dead-lettered\" source=shop event_id=evt-long flow=orders reason=\"entity: the expression gave an id of 513 bytes") {
+		t.Fatalf("the dead letter is not logged at WARN with its reason:\n%s", logs.String())
 	}
 }

@@ -157,8 +157,14 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
 				e.opts.OnEffects()
 			}
-			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
-				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted)
+			if res.Disposition == store.DispositionDeadLettered {
+				// A person must look at it: say so at the default level.
+				e.log.Warn("event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
+					"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
+			} else {
+				e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
+					"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted)
+			}
 			if res.Released {
 				return settled, nil
 			}

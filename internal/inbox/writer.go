@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -37,6 +39,8 @@ type Options struct {
 	Logger        *slog.Logger
 	// Registerer receives the writer's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Clock times the windows of repeated-failure logging (default real).
+	Clock clock.Clock
 }
 
 type request struct {
@@ -62,6 +66,9 @@ type Writer struct {
 	started bool
 	wg      sync.WaitGroup
 
+	// errs logs a failing store once per window and its recovery.
+	errs *logging.Repeats
+
 	batchSize prometheus.Histogram
 	commitDur prometheus.Histogram
 	outcomes  *prometheus.CounterVec
@@ -86,6 +93,7 @@ func New(st Committer, opts Options) *Writer {
 		opts:  opts,
 		log:   opts.Logger,
 		queue: make(chan *request, opts.MaxBatch*opts.Flushers*2),
+		errs:  logging.NewRepeats(opts.Logger, opts.Clock, "inbox commits", 0),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hookledger_inbox_batch_submissions",
 			Help:    "Submissions sharing one group commit.",
@@ -220,13 +228,14 @@ func (w *Writer) commit(batch []*request) {
 		err = fmt.Errorf("inbox commit returned %d results for %d submissions", len(results), len(live))
 	}
 	if err != nil {
-		w.log.Error("group commit failed", "submissions", len(live), "err", err)
+		w.errs.Fail("group commit failed", err, "submissions", len(live))
 		w.outcomes.WithLabelValues("error").Add(float64(len(live)))
 		for _, r := range live {
 			r.reply <- reply{err: err}
 		}
 		return
 	}
+	w.errs.OK()
 	for i, r := range live {
 		if results[i].Err != nil {
 			w.outcomes.WithLabelValues("failed").Inc()

@@ -28,6 +28,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/envelope"
+	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/verify"
 )
@@ -85,12 +86,14 @@ type Handler struct {
 	commitWait time.Duration
 	writeBy    time.Duration
 	proxies    []netip.Prefix
-	w          Submitter
-	router     Router
-	onStored   func()
-	audit      Auditor
-	clk        clock.Clock
-	log        *slog.Logger
+	// storeErrs logs a failing store once per window, not per request.
+	storeErrs *logging.Repeats
+	w         Submitter
+	router    Router
+	onStored  func()
+	audit     Auditor
+	clk       clock.Clock
+	log       *slog.Logger
 
 	requests *prometheus.CounterVec
 	ackDur   *prometheus.HistogramVec
@@ -110,6 +113,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		maxBody:    cfg.Receive.MaxBodyBytes,
 		retryAfter: strconv.Itoa(int(math.Ceil(cfg.Receive.RetryAfter.D().Seconds()))),
 		commitWait: cfg.Receive.CommitTimeout.D(),
+		storeErrs:  logging.NewRepeats(o.Logger, o.Clock, "storing webhooks", 0),
 		writeBy:    writeBy(cfg.Receive.WriteTimeout.D()),
 		w:          o.Writer,
 		router:     o.Router,
@@ -311,6 +315,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 	if err != nil {
 		return h.unavailable(w, src, err)
 	}
+	h.storeErrs.OK()
 	dups, routed := 0, false
 	for i, it := range res.Items {
 		if it.Duplicate {
@@ -350,7 +355,7 @@ func (h *Handler) causationOf(r *http.Request) (string, int, error) {
 // unavailable answers 503 with Retry-After: the sender must retry, because
 // nothing was durably stored (RT07: never a 2xx to silence it).
 func (h *Handler) unavailable(w http.ResponseWriter, src *source, err error) int {
-	h.log.Error("cannot store webhook", "source", src.cfg.Name, "err", err)
+	h.storeErrs.Fail("cannot store webhook", err, "source", src.cfg.Name)
 	w.Header().Set("Retry-After", h.retryAfter)
 	return reply(w, http.StatusServiceUnavailable, Response{Error: "the event could not be stored; retry later"})
 }

@@ -94,7 +94,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	writer := inbox.New(st, inbox.Options{Logger: s.log, Registerer: s.reg, Flushers: flushers(s.cfg.Store),
+	writer := inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: flushers(s.cfg.Store),
 		// A commit that outlasts every waiting request's commit_timeout
 		// only holds the writer: its callers have been answered 503.
 		CommitTimeout: s.cfg.Receive.CommitTimeout.D()})

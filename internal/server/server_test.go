@@ -10,11 +10,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,6 +88,25 @@ type harness struct {
 	base string
 	cfg  *config.Config
 	clk  *clock.Fake
+	logs *syncBuffer
+}
+
+// syncBuffer collects the server's log records.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func start(t *testing.T, storeURL string) *harness {
@@ -104,7 +125,8 @@ func startWith(t *testing.T, yaml string) *harness {
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(t0)
-	srv := New(cfg, Options{Clock: clk, Listener: ln})
+	logs := &syncBuffer{}
+	srv := New(cfg, Options{Clock: clk, Listener: ln, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -119,7 +141,7 @@ func startWith(t *testing.T, yaml string) *harness {
 			t.Errorf("server stopped with %v, want a clean stop", err)
 		}
 	})
-	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk}
+	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs}
 }
 
 func sqliteURL(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "e2e.db") }
@@ -566,5 +588,75 @@ func TestLongEventIDsOnPostgres(t *testing.T) {
 	code, resp, _ := h.post("/hooks/stripe", body, stripeHeader(body, stripeSecret, t0))
 	if code != 400 || !strings.Contains(resp, "event id is 513 bytes long") {
 		t.Fatalf("513-byte id: %d %s, want 400 naming the limit", code, resp)
+	}
+}
+
+// While the store is down the log says so once per failing activity, on one
+// line each, instead of at every poll; when it is back, the log says that.
+func TestStoreOutageIsLoggedOnceAndRecoveryToo(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	h := startFlows(t, dbURL) // flows and destinations: both background loops poll the store
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgtest.ServerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	u, _ := url.Parse(dbURL)
+	dbName := strings.TrimPrefix(u.Path, "/")
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+dbName+" ALLOW_CONNECTIONS false"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", dbName); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		body := stripeBody(fmt.Sprintf("evt_down_%d", i), "invoice.paid", "")
+		if code, _, _ := h.post("/hooks/stripe", body, stripeHeader(body, stripeSecret, t0)); code != 503 {
+			t.Fatalf("during the outage: %d, want 503", code)
+		}
+	}
+	// Wait until both background loops have failed a few times (each polls
+	// every 10 ms), by what they log.
+	waitFor(t, "the background loops to fail", func() bool {
+		l := h.logs.String()
+		return strings.Contains(l, "processing step failed") && strings.Contains(l, "delivery step failed")
+	})
+	time.Sleep(200 * time.Millisecond) // about twenty more polls of each loop
+	logs := h.logs.String()
+	for _, msg := range []string{"cannot store webhook", "processing step failed", "delivery step failed"} {
+		if n := strings.Count(logs, msg); n != 1 {
+			t.Errorf("%q logged %d times during the outage, want once:\n%s", msg, n, logs)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		if !strings.HasPrefix(line, "time=") {
+			t.Errorf("a log record spans several lines: %q", line)
+		}
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+dbName+" ALLOW_CONNECTIONS true"); err != nil {
+		t.Fatal(err)
+	}
+	body := stripeBody("evt_back", "invoice.paid", "")
+	if code, resp, _ := h.post("/hooks/stripe", body, stripeHeader(body, stripeSecret, t0)); code != 200 {
+		t.Fatalf("after the outage: %d %s", code, resp)
+	}
+	waitFor(t, "the recovery to be logged", func() bool {
+		l := h.logs.String()
+		return strings.Contains(l, "storing webhooks recovered") && strings.Contains(l, "processing recovered") &&
+			strings.Contains(l, "delivery recovered")
+	})
+}
+
+// waitFor polls cond until it holds, failing with what it waited for after
+// a generous deadline (the machine may be busy; nothing is timed).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after 60 s waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -142,7 +142,12 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // simConfig is the flows under test, on one source whose API is the
 // simulated truth.
 func simConfig(apiURL string) string {
-	return `sources:
+	return `destinations:
+  - {name: notifier, base_url: "http://127.0.0.1:1"}
+  - {name: crm, base_url: "http://127.0.0.1:1"}
+  - {name: warehouse, base_url: "http://127.0.0.1:1"}
+  - {name: carrier, base_url: "http://127.0.0.1:1"}
+sources:
   - name: shop
     kind: hmac
     secrets: [sim-secret]
