@@ -3,8 +3,8 @@ package flow
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
