@@ -164,6 +164,16 @@ func checkWindow(scheme string, signed, now time.Time, tol time.Duration) *Error
 	return nil
 }
 
+// maxSignatures caps the entries of a signature list header
+// (webhook-signature, Stripe-Signature). A sender puts one signature per
+// active secret in the list, so a rotation needs two or three, and a sender
+// that signs with both a symmetric and an asymmetric key a few more; 16
+// leaves ample room. The cap bounds what one unauthenticated request can
+// cost: HMACs are shared between entries, but each ed25519 entry needs its
+// own signature check over the whole body, and a 64 KB header holds
+// thousands of entries.
+const maxSignatures = 16
+
 func hmacSHA256(key []byte, parts ...[]byte) []byte {
 	m := hmac.New(sha256.New, key)
 	for _, p := range parts {
