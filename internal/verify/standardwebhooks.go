@@ -41,6 +41,10 @@ type standardWebhooks struct {
 	// signers in configuration order: a whsec_ key (hmac) or a whsk_ key.
 	signers []swSigner
 	tol     time.Duration
+	// onCrypto, set only by tests, is called once per HMAC computed or
+	// ed25519 signature checked, so a test can count the work a request
+	// costs instead of timing it.
+	onCrypto func()
 }
 
 type swSigner struct {
@@ -104,9 +108,19 @@ type WebhookSignature struct {
 // ParseWebhookSignatures parses a space-separated webhook-signature list of
 // "<version>,<base64>" entries. Entries without a comma are skipped, as the
 // reference libraries do; an entry of a known version whose signature is not
-// base64 is an error.
+// base64 is an error, and so is a list of more than 16 entries of any kind
+// (see maxSignatures).
 func ParseWebhookSignatures(v string) ([]WebhookSignature, error) {
-	var out []WebhookSignature
+	// Counted before anything is decoded, so an oversized list costs one
+	// scan of the header and nothing more.
+	n := 0
+	for range strings.FieldsSeq(v) {
+		n++
+	}
+	if n > maxSignatures {
+		return nil, failf(ReasonMalformed, "standard-webhooks: %s holds %d entries; at most %d are accepted", WebhookSignatureHeader, n, maxSignatures)
+	}
+	out := make([]WebhookSignature, 0, n)
 	for _, item := range strings.Fields(v) {
 		ver, b64, ok := strings.Cut(item, ",")
 		if !ok {
@@ -159,6 +173,12 @@ func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 	content := signedContentSW(id, ts, req.Body)
 	usable := false
 	matched := false
+	// macs holds each HMAC key's signature of content, computed at the
+	// first v1 entry: the MAC depends only on the key and the request, so
+	// every entry is compared against the same values and a list costs one
+	// MAC per key however many entries it holds. ed25519 checks cannot be
+	// shared between entries; the cap on the list bounds them.
+	var macs [][]byte
 	for _, sg := range sigs {
 		switch sg.Version {
 		case "v1":
@@ -166,8 +186,14 @@ func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 				continue
 			}
 			usable = true
-			for _, key := range s.hmacKeys {
-				if hmac.Equal(hmacSHA256(key, content), sg.Sig) {
+			if macs == nil {
+				macs = make([][]byte, len(s.hmacKeys))
+				for i, key := range s.hmacKeys {
+					macs[i] = s.mac(key, content)
+				}
+			}
+			for _, want := range macs {
+				if hmac.Equal(want, sg.Sig) {
 					matched = true
 				}
 			}
@@ -177,7 +203,7 @@ func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 			}
 			usable = true
 			for _, pk := range s.pubKeys {
-				if len(sg.Sig) == ed25519.SignatureSize && ed25519.Verify(pk, content, sg.Sig) {
+				if len(sg.Sig) == ed25519.SignatureSize && s.verifyEd25519(pk, content, sg.Sig) {
 					matched = true
 				}
 			}
@@ -193,6 +219,20 @@ func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 		return e
 	}
 	return nil
+}
+
+func (s *standardWebhooks) mac(key, content []byte) []byte {
+	if s.onCrypto != nil {
+		s.onCrypto()
+	}
+	return hmacSHA256(key, content)
+}
+
+func (s *standardWebhooks) verifyEd25519(pk ed25519.PublicKey, content, sig []byte) bool {
+	if s.onCrypto != nil {
+		s.onCrypto()
+	}
+	return ed25519.Verify(pk, content, sig)
 }
 
 func (s *standardWebhooks) versions() string {

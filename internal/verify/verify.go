@@ -102,11 +102,28 @@ func New(o Options) (Scheme, error) {
 	if len(o.Secrets) == 0 {
 		return nil, optErr("secrets", "at least one secret is required")
 	}
+	// Errors name the secret by its position and never quote it: a secret
+	// pasted into the wrong field must not end up in a log.
 	for i, s := range o.Secrets {
-		if s == "" {
+		switch {
+		case s == "":
 			return nil, optErr("secrets", "secret %d is empty", i+1)
+		case strings.TrimSpace(s) == "":
+			return nil, optErr("secrets", "secret %d is blank (only whitespace)", i+1)
+		case strings.TrimSpace(s) != s:
+			// Almost always a line ending kept from a file or a paste. No
+			// sender signs with it, so the source would refuse every
+			// delivery; saying so at load time beats a stream of 401s.
+			return nil, optErr("secrets", "secret %d starts or ends with whitespace (a pasted newline?); remove it", i+1)
 		}
 	}
+	// Beyond this, only Standard Webhooks defines a secret size (24 to 64
+	// bytes decoded, checked in newStandardWebhooks). Stripe and HubSpot
+	// issue their secrets themselves and publish no minimum a receiver
+	// should check, and Klaviyo's API takes any secret_key string (its
+	// reference states no minimum length), so no length is enforced for
+	// them or for hmac and pipedrive: a limit of our own could refuse a
+	// real secret.
 	tol := o.Tolerance
 	if tol == 0 {
 		tol = DefaultTolerance(o.Kind)
@@ -163,6 +180,16 @@ func checkWindow(scheme string, signed, now time.Time, tol time.Duration) *Error
 	}
 	return nil
 }
+
+// maxSignatures caps the entries of a signature list header
+// (webhook-signature, Stripe-Signature). A sender puts one signature per
+// active secret in the list, so a rotation needs two or three, and a sender
+// that signs with both a symmetric and an asymmetric key a few more; 16
+// leaves ample room. The cap bounds what one unauthenticated request can
+// cost: HMACs are shared between entries, but each ed25519 entry needs its
+// own signature check over the whole body, and a 64 KB header holds
+// thousands of entries.
+const maxSignatures = 16
 
 func hmacSHA256(key []byte, parts ...[]byte) []byte {
 	m := hmac.New(sha256.New, key)

@@ -210,6 +210,13 @@ func TestNewValidation(t *testing.T) {
 		{"unknown kind", Options{Kind: "svix", Secrets: []string{"x"}}, "kind", `unknown kind "svix"`},
 		{"no secrets", Options{Kind: KindStripe}, "secrets", "at least one"},
 		{"empty secret", Options{Kind: KindStripe, Secrets: []string{"a", ""}}, "secrets", "secret 2 is empty"},
+		{"blank secret", Options{Kind: KindStripe, Secrets: []string{"whsec_live_7a1b2c3d4e5f", "   "}}, "secrets", "secret 2 is blank"},
+		{"whitespace-only secret", Options{Kind: KindHMAC, Secrets: []string{"\t\r\n"}, HMAC: &HMACOptions{Header: "X"}}, "secrets", "secret 1 is blank"},
+		{"trailing newline", Options{Kind: KindStripe, Secrets: []string{"whsec_live_7a1b2c3d4e5f\n"}}, "secrets", "secret 1 starts or ends with whitespace"},
+		{"trailing CRLF", Options{Kind: KindKlaviyo, Secrets: []string{"klaviyo-secret-0123456789", "klaviyo-secret-abcdefghij\r\n"}}, "secrets", "secret 2 starts or ends with whitespace"},
+		{"leading space", Options{Kind: KindHubSpot, Version: HubSpotV3, Secrets: []string{" 1f0c9e3a-7b2d-4c5e-9a8f-0d1e2f3a4b5c"}}, "secrets", "secret 1 starts or ends with whitespace"},
+		{"sw trailing newline", Options{Kind: KindStandardWebhooks, Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"}}, "secrets", "secret 1 starts or ends with whitespace"},
+		{"pipedrive trailing space", Options{Kind: KindPipedrive, Secrets: []string{"hookuser:s3cret-pass "}}, "secrets", "secret 1 starts or ends with whitespace"},
 		{"negative tolerance", Options{Kind: KindStripe, Secrets: []string{"a"}, Tolerance: -time.Second}, "tolerance", "negative"},
 		{"version on stripe", Options{Kind: KindStripe, Version: "v3", Secrets: []string{"a"}}, "version", "only kind hubspot"},
 		{"hubspot no version", Options{Kind: KindHubSpot, Secrets: []string{"a"}}, "version", "pinned"},
@@ -246,6 +253,7 @@ func TestNewValidation(t *testing.T) {
 				t.Fatalf("want field %q containing %q, got %q", c.field, c.text, err)
 			}
 			for _, s := range c.opts.Secrets {
+				s = strings.TrimSpace(s)
 				if len(s) > 4 && strings.Contains(err.Error(), s) {
 					t.Fatalf("option error leaks a secret: %q", err)
 				}
@@ -274,5 +282,49 @@ func TestKindsAndDefaults(t *testing.T) {
 	}
 	if DefaultTolerance("nope") != 0 {
 		t.Error("unknown kind should have no tolerance")
+	}
+}
+
+// A secret with whitespace at either end is refused for every kind, named by
+// its position and never quoted: no sender signs with a pasted line ending,
+// so such a source would refuse every delivery.
+func TestSecretWhitespaceRefused(t *testing.T) {
+	for _, kc := range kindCases() {
+		for _, variant := range []struct{ secret, text string }{
+			{kc.rotated + "\n", "secret 2 starts or ends with whitespace"},
+			{kc.rotated + "\r\n", "secret 2 starts or ends with whitespace"},
+			{"\t" + kc.rotated, "secret 2 starts or ends with whitespace"},
+			{" " + kc.rotated + " ", "secret 2 starts or ends with whitespace"},
+			{" ", "secret 2 is blank"},
+			{"\n\n", "secret 2 is blank"},
+		} {
+			o := kc.opts
+			o.Secrets = append(append([]string{}, kc.opts.Secrets...), variant.secret)
+			_, err := New(o)
+			var oe *OptionError
+			if !errors.As(err, &oe) || oe.Field != "secrets" || !strings.Contains(err.Error(), variant.text) {
+				t.Errorf("%s, secret %q: want a secrets error containing %q, got %v", kc.name, variant.secret, variant.text, err)
+				continue
+			}
+			noLeak(t, err, append([]string{kc.rotated}, kc.opts.Secrets...), newReq())
+		}
+	}
+}
+
+// Stripe, HubSpot and Klaviyo publish no minimum secret length a receiver
+// should enforce, so none is invented: a short secret that is not blank
+// loads. Standard Webhooks does define one (see TestNewValidation).
+func TestNoSecretMinimumWithoutVendorRule(t *testing.T) {
+	for _, o := range []Options{
+		{Kind: KindStripe, Secrets: []string{"k"}},
+		{Kind: KindHubSpot, Version: HubSpotV3, Secrets: []string{"k"}},
+		{Kind: KindHubSpot, Version: HubSpotV1, Secrets: []string{"k"}},
+		{Kind: KindKlaviyo, Secrets: []string{"k"}},
+		{Kind: KindHMAC, Secrets: []string{"k"}, HMAC: &HMACOptions{Header: "X-Signature"}},
+		{Kind: KindPipedrive, Secrets: []string{"u:p"}},
+	} {
+		if _, err := New(o); err != nil {
+			t.Errorf("%s %s: a short secret was refused: %v", o.Kind, o.Version, err)
+		}
 	}
 }
