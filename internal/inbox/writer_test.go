@@ -190,12 +190,57 @@ func TestStopDrainsQueuedAndRefusesNew(t *testing.T) {
 
 func TestCanceledCallerIsNotCommitted(t *testing.T) {
 	s := openStore(t)
-	w := New(s, Options{})
+	g := &gate{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
+	w := New(g, Options{})
 	w.Start()
 	defer w.Stop(context.Background())
+
+	// The first submission holds the writer inside its commit, so the
+	// second waits in the queue when its caller gives up.
+	first := make(chan error, 1)
+	go func() {
+		_, err := w.Submit(context.Background(), sub("evt_first"))
+		first <- err
+	}()
+	<-g.entered
 	ctx, cancel := context.WithCancel(context.Background())
+	queued := make(chan error, 1)
+	go func() {
+		_, err := w.Submit(ctx, sub("evt_canceled"))
+		queued <- err
+	}()
+	// Wait until the second submission is in the queue, not merely
+	// racing towards it.
+	for len(w.queue) == 0 {
+		time.Sleep(time.Millisecond)
+	}
 	cancel()
-	if _, err := w.Submit(ctx, sub("evt_c")); err == nil {
+	if err := <-queued; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled submit returned %v, want context.Canceled", err)
+	}
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatalf("first submit: %v", err)
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// What the store holds is the proof: the caller was never told its
+	// event was stored, so storing it would be a silent acknowledgement.
+	res, err := s.EventList(context.Background(), &store.EventListParams{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Events) != 1 || res.Events[0].EventID != "evt_first" {
+		t.Fatalf("stored events %+v, want only evt_first", res.Events)
+	}
+	// And an already-canceled caller is refused outright.
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	w2 := New(s, Options{})
+	w2.Start()
+	defer w2.Stop(context.Background())
+	if _, err := w2.Submit(ctx, sub("evt_c")); err == nil {
 		t.Fatal("canceled submit reported success")
 	}
 }
