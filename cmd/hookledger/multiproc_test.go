@@ -166,10 +166,19 @@ destinations:
 		}
 	}
 	// Both processes took part.
-	rows, err := st.AuditList(ctx, &store.AuditListParams{Action: "work_settled", Limit: 1000})
-	if err != nil {
-		t.Fatal(err)
+	var rows []*store.AuditEntry
+	for after := int64(0); ; {
+		page, err := st.AuditList(ctx, &store.AuditListParams{Action: "work_settled", AfterID: after, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		rows = append(rows, page...)
+		after = page[len(page)-1].ID
 	}
+	checkBusinessOrder(t, rows, revisions)
 	actors := map[string]int{}
 	for _, row := range rows {
 		actors[strings.SplitN(row.Actor, ":", 2)[0]]++
@@ -177,5 +186,47 @@ destinations:
 	t.Logf("work settled per worker: %v", actors)
 	if len(actors) < 2 {
 		t.Errorf("only %d worker(s) settled work; both processes should share it", len(actors))
+	}
+}
+
+// checkBusinessOrder follows each entity's settlements in commit order (the
+// lease serialises an entity's transactions, so audit ids follow it): the
+// versions applied rise strictly, every revision settled stale was older
+// than one already applied, and the newest revision ends applied.
+func checkBusinessOrder(t *testing.T, rows []*store.AuditEntry, newest int) {
+	t.Helper()
+	applied := map[string]int{}
+	for _, a := range rows {
+		rest, ok := strings.CutPrefix(a.Detail, "flow orders entity ")
+		if !ok {
+			t.Fatalf("audit %d: unexpected work_settled detail %q", a.ID, a.Detail)
+		}
+		entity, outcome, _ := strings.Cut(rest, ": ")
+		var rev int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(a.EventID, entity+"-"), "r%d", &rev); err != nil {
+			t.Fatalf("audit %d: event id %q does not name a revision of %s", a.ID, a.EventID, entity)
+		}
+		switch {
+		case strings.HasPrefix(outcome, "applied "):
+			if rev <= applied[entity] {
+				t.Errorf("%s: r%d applied after r%d (audit %d)", entity, rev, applied[entity], a.ID)
+			}
+			applied[entity] = rev
+		case strings.HasPrefix(outcome, "stale"):
+			if rev >= applied[entity] {
+				t.Errorf("%s: r%d settled stale while only r%d was applied (audit %d)", entity, rev, applied[entity], a.ID)
+			}
+		case strings.HasPrefix(outcome, "duplicate"):
+			if rev != applied[entity] {
+				t.Errorf("%s: r%d settled duplicate while r%d is applied (audit %d)", entity, rev, applied[entity], a.ID)
+			}
+		default:
+			t.Errorf("%s: r%d settled %s", entity, rev, outcome)
+		}
+	}
+	for entity, rev := range applied {
+		if rev != newest {
+			t.Errorf("%s: newest applied r%d, want r%d", entity, rev, newest)
+		}
 	}
 }

@@ -135,8 +135,10 @@ func newRun(ctx context.Context, seed uint64, st simStore, api *apiServer, apiUR
 		published: map[string]int{}, events: map[string]evInfo{},
 	}
 	api.set(r.truth)
+	// Every engine, zombie and replay goes through the order watch.
+	r.st = newOrderWatch(st, r)
 	for i := range w.engines {
-		r.engines = append(r.engines, flow.New(cfg, st, flow.Options{
+		r.engines = append(r.engines, flow.New(cfg, r.st, flow.Options{
 			Workers: w.workers[i], LeaseFor: leaseFor, RetryDelay: retryDelay,
 			Owner: fmt.Sprintf("engine-%c", 'a'+i), Clock: r.clk, HTTPClient: hc,
 		}))

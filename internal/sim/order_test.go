@@ -1,0 +1,68 @@
+package sim
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// orderWatch wraps the store every engine, zombie and replay of a run uses
+// and checks business order while it happens (OR01): when an entity's work
+// is listed, its pending events are known, and each one applied must be the
+// first in business order of those still pending. An engine that took
+// them in arrival order would still never apply an old revision over a
+// newer one (the revision guard settles the old one stale), so checking
+// only what ends up applied cannot tell; but the stale event's effects
+// (the confirmation mail of r2 when r3 arrived first) would never happen
+// although the event was waiting when r3 was applied. That is the
+// violation recorded here.
+type orderWatch struct {
+	simStore
+	r *run
+
+	mu      sync.Mutex
+	listed  map[string][]*store.WorkItem // flow\x00entity: the latest listing
+	settled map[int64]bool               // work ids settled by a successful apply
+}
+
+func newOrderWatch(st simStore, r *run) *orderWatch {
+	return &orderWatch{simStore: st, r: r, listed: map[string][]*store.WorkItem{}, settled: map[int64]bool{}}
+}
+
+func (o *orderWatch) WorkListPending(ctx context.Context, p *store.WorkListPendingParams) ([]*store.WorkItem, error) {
+	items, err := o.simStore.WorkListPending(ctx, p)
+	if err == nil {
+		o.mu.Lock()
+		o.listed[p.Flow+"\x00"+p.Entity] = items
+		o.mu.Unlock()
+	}
+	return items, err
+}
+
+func (o *orderWatch) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
+	res, err := o.simStore.FlowApply(ctx, p)
+	if err != nil {
+		// A fenced or failed apply settled nothing; its caller reports it.
+		return res, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	key := p.Lease.Flow + "\x00" + p.Lease.Entity
+	var this *store.WorkItem
+	for _, it := range o.listed[key] {
+		if it.ID == p.WorkID {
+			this = it
+		}
+	}
+	if this != nil {
+		for _, it := range o.listed[key] {
+			if it.ID != this.ID && !o.settled[it.ID] && it.OrderKey < this.OrderKey {
+				o.r.failf("%s/%s: event %s applied (%s) while event %s, earlier in business order, was already waiting: business order broken (OR01)",
+					p.Lease.Flow, p.Lease.Entity, this.Event.EventID, res.Disposition, it.Event.EventID)
+			}
+		}
+	}
+	o.settled[p.WorkID] = true
+	return res, err
+}
