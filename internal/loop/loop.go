@@ -1,0 +1,175 @@
+// Package loop is the one runtime every background activity of hookledger
+// runs on (processing, delivery, notifications): started once, woken when
+// work arrives, polling while idle, stopped idempotently within a deadline,
+// with repeated failures logged once per window, and a panic in code the
+// user supplied (a custom destination action, a CEL expression) turned
+// into an error for that item instead of the end of the process.
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/logging"
+)
+
+// ErrStarted is returned by a second Start: a loop runs once.
+var ErrStarted = errors.New("loop already started")
+
+// Step does one round of work. more reports that work may be waiting, so
+// the loop runs again at once instead of sleeping until a wake-up or the
+// poll interval.
+type Step func(ctx context.Context) (more bool, err error)
+
+// Options configure a loop; zero values take defaults.
+type Options struct {
+	// PollInterval is how often an idle loop looks for work (default 200 ms).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+	// Clock times the log windows of repeated failures (default real).
+	Clock clock.Clock
+}
+
+// Loop runs a Step in the background.
+type Loop struct {
+	name string
+	step Step
+	opts Options
+	log  *slog.Logger
+	errs *logging.Repeats
+	wake chan struct{}
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// New returns a loop named name (for logs) that runs step.
+func New(name string, step Step, opts Options) *Loop {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 200 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	return &Loop{
+		name: name, step: step, opts: opts, log: opts.Logger,
+		errs: logging.NewRepeats(opts.Logger, opts.Clock, name, 0),
+		wake: make(chan struct{}, 1),
+	}
+}
+
+// Wake makes an idle loop run its step now. It never blocks: a pending
+// wake-up already covers this one.
+func (l *Loop) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the loop until Stop or until ctx ends. A second call returns
+// ErrStarted and starts nothing.
+func (l *Loop) Start(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return ErrStarted
+	}
+	l.started = true
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go l.run(ctx)
+	return nil
+}
+
+func (l *Loop) run(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.opts.PollInterval)
+	defer t.Stop()
+	for {
+		more, err := l.safeStep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			l.errs.Fail(l.name+" step failed", err)
+		case err == nil:
+			l.errs.OK()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if more && err == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// safeStep runs the step; a panic the step itself did not contain is an
+// error of this round, and the loop goes on.
+func (l *Loop) safeStep(ctx context.Context) (more bool, err error) {
+	err = Safe(l.log, l.name+" step", func() error {
+		var e error
+		more, e = l.step(ctx)
+		return e
+	})
+	return more, err
+}
+
+// Stop ends the loop: the current step's context is canceled and Stop
+// waits for the step to return, or for ctx. Calling it again, or on a loop
+// never started, is safe.
+func (l *Loop) Stop(ctx context.Context) error {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop %s: %w", l.name, ctx.Err())
+	}
+}
+
+// PanicError is a panic recovered from code run under Safe.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Safe runs fn and turns a panic into a *PanicError, logging the stack at
+// ERROR (the stack goes to the log only: it is evidence for a developer,
+// not text for an effect's reason).
+func Safe(log *slog.Logger, what string, fn func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			if log != nil {
+				log.Error("recovered from a panic", "in", what, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			}
+			err = pe
+		}
+	}()
+	return fn()
+}

@@ -1,0 +1,164 @@
+package loop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestStartTwiceStartsOnce(t *testing.T) {
+	var steps atomic.Int64
+	l := New("test", func(ctx context.Context) (bool, error) { steps.Add(1); return false, nil }, Options{PollInterval: time.Hour})
+	before := runtime.NumGoroutine()
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start: %v, want ErrStarted", err)
+	}
+	if n := runtime.NumGoroutine() - before; n > 1 {
+		t.Errorf("%d goroutines started, want 1", n)
+	}
+	if err := l.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStopIsIdempotentAndSafeBeforeStart(t *testing.T) {
+	l := New("test", func(ctx context.Context) (bool, error) { return false, nil }, Options{})
+	if err := l.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop before Start: %v", err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := l.Stop(context.Background()); err != nil {
+			t.Fatalf("Stop %d: %v", i+1, err)
+		}
+	}
+}
+
+// Stop cancels the running step's context and is bounded by its own.
+func TestStopCancelsTheStepAndIsBounded(t *testing.T) {
+	entered := make(chan struct{})
+	var once sync.Once
+	release := make(chan struct{})
+	l := New("stuck", func(ctx context.Context) (bool, error) {
+		once.Do(func() { close(entered) })
+		<-release // ignores its context, as a stuck driver call might
+		return false, nil
+	}, Options{})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Stop(ctx); err == nil || !strings.Contains(err.Error(), "stop stuck") {
+		t.Fatalf("Stop with an ended context while the step hangs: %v, want a bounded error", err)
+	}
+	close(release)
+	if err := l.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop once the step returned: %v", err)
+	}
+
+	// A step that honours its context ends at once.
+	saw := make(chan error, 1)
+	l2 := New("polite", func(ctx context.Context) (bool, error) {
+		<-ctx.Done()
+		select {
+		case saw <- ctx.Err():
+		default:
+		}
+		return false, ctx.Err()
+	}, Options{})
+	if err := l2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-saw; !errors.Is(err, context.Canceled) {
+		t.Fatalf("step saw %v, want its context canceled", err)
+	}
+}
+
+func TestWakeRunsAnIdleLoop(t *testing.T) {
+	ran := make(chan struct{}, 10)
+	l := New("test", func(ctx context.Context) (bool, error) { ran <- struct{}{}; return false, nil }, Options{PollInterval: time.Hour})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(context.Background())
+	<-ran // the first round runs at start
+	l.Wake()
+	select {
+	case <-ran:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wake did not run the step (the poll interval is an hour)")
+	}
+}
+
+// A panic in a step is an error of that round: it is logged with its
+// stack, and the loop runs again.
+func TestPanicInStepKeepsTheLoopRunning(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	var n atomic.Int64
+	second := make(chan struct{})
+	l := New("test", func(ctx context.Context) (bool, error) {
+		switch n.Add(1) {
+		case 1:
+			panic("custom action exploded")
+		case 2:
+			close(second)
+		}
+		return false, nil
+	}, Options{PollInterval: time.Millisecond, Logger: log})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(context.Background())
+	select {
+	case <-second:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the loop did not run again after a panic")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(buf.String(), "custom action exploded") || !strings.Contains(buf.String(), "stack=") {
+		t.Fatalf("the panic is not logged with its stack:\n%s", buf.String())
+	}
+}
+
+func TestSafe(t *testing.T) {
+	err := Safe(nil, "x", func() error { panic(errors.New("boom")) })
+	var pe *PanicError
+	if !errors.As(err, &pe) || err.Error() != "panic: boom" || len(pe.Stack) == 0 {
+		t.Fatalf("Safe = %v, want a PanicError with a stack", err)
+	}
+	if err := Safe(nil, "x", func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := errors.New("plain")
+	if err := Safe(nil, "x", func() error { return want }); err != want {
+		t.Fatalf("Safe passed %v, want the function's own error", err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
