@@ -20,8 +20,10 @@ type Ledger interface {
 	// (a scheduled re-drive: attempts restart, redrives+1, audited as
 	// effect_redrive); or submitting with an expired lease — a worker died
 	// during the call, so its outcome is unknown: the claim records class
-	// unknown_outcome on the row and says Resumed (the worker must
-	// reconcile, never blindly resend: IP04). Resumed claims are audited
+	// unknown_outcome on the row, counts the abandoned call (attempts+1 and
+	// an attempts row with error AbandonedCall, started when the dead
+	// worker claimed it) and says Resumed (the worker must reconcile, never
+	// blindly resend: IP04). Resumed claims are audited
 	// as effect_resumed; plain claims write no audit row.
 	// Destinations, when set, restricts the claim to those destinations.
 	EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*ClaimedEffect, error)
@@ -62,6 +64,13 @@ type Ledger interface {
 	// AttemptList returns an effect's calls in order.
 	AttemptList(ctx context.Context, effectID int64) ([]*Attempt, error)
 }
+
+// AbandonedCall is the error of the attempt row a claim records when it
+// finds an effect still submitting after its lease ran out: the worker that
+// held it stopped during (or just before) its call, which the destination
+// may have seen. Recording it keeps the attempts equal to the calls the
+// destination may have received.
+const AbandonedCall = "outcome unknown: the worker stopped during the call"
 
 // ErrInvalidTransition reports an operator action the effect's state does
 // not allow.

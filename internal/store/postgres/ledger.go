@@ -77,6 +77,11 @@ func effectAudit(ctx context.Context, tx pgx.Tx, f *store.Effect, at time.Time, 
 	return nil
 }
 
+// abandonedDetail is the error of an abandoned call's attempt row.
+func abandonedDetail(leaseUntil time.Time) string {
+	return store.AbandonedCall + " (its lease ran out at " + leaseUntil.UTC().Format(time.RFC3339Nano) + ")"
+}
+
 // resumedReason is recorded on an effect found submitting with an expired
 // lease.
 const resumedReason = "the lease expired during the call: outcome unknown"
@@ -96,7 +101,11 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	var out []*store.ClaimedEffect
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
-				SELECT id, state FROM effects
+				-- A free lease is -infinity, which no time.Time holds: only
+				-- an abandoned call needs its lease's end.
+				SELECT id, state, updated_at,
+					CASE WHEN state = 'submitting' THEN lease_until ELSE updated_at END AS lease_until
+				FROM effects
 				WHERE ((state = 'approved' AND next_attempt_at <= $1)
 					OR (state = 'retry_wait' AND next_attempt_at <= $1)
 					OR (state = 'needs_reconciliation' AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
@@ -107,12 +116,12 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 				LIMIT $4 FOR UPDATE SKIP LOCKED)
 			UPDATE effects f SET state = 'submitting',
 				lease_token = $5 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $6, updated_at = $1,
-				attempts = CASE WHEN c.state = 'dead' THEN 0 ELSE f.attempts END,
+				attempts = CASE WHEN c.state = 'dead' THEN 0 WHEN c.state = 'submitting' THEN f.attempts + 1 ELSE f.attempts END,
 				redrives = CASE WHEN c.state = 'dead' THEN f.redrives + 1 ELSE f.redrives END,
 				error_class = CASE WHEN c.state = 'submitting' THEN 'unknown_outcome' ELSE f.error_class END,
 				reason = CASE WHEN c.state = 'submitting' THEN $7 ELSE f.reason END
 			FROM c WHERE f.id = c.id
-			RETURNING f.id, c.state, f.lease_token`,
+			RETURNING f.id, c.state, f.lease_token, c.updated_at, c.lease_until`,
 			p.Now, p.MaxRedrives, dests, store.ClampLimit(p.Limit), p.Owner, until, resumedReason)
 		if err != nil {
 			return err
@@ -120,12 +129,15 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 		type lease struct {
 			prior store.EffectState
 			token string
+			// When the previous holder claimed the effect and when its
+			// lease ran out: the span of an abandoned call.
+			priorAt, priorUntil time.Time
 		}
 		leases := map[int64]lease{}
 		var ids []int64
 		var id int64
 		var l lease
-		if _, err := pgx.ForEachRow(rows, []any{&id, &l.prior, &l.token}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&id, &l.prior, &l.token, &l.priorAt, &l.priorUntil}, func() error {
 			leases[id] = l
 			ids = append(ids, id)
 			return nil
@@ -157,6 +169,13 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 			case c.Resumed:
 				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_resumed",
 					fmt.Sprintf("%s: %s -> submitting: resumed, outcome of the previous call to be reconciled", c.EpisodeKey, c.State))
+			}
+			if err == nil && l.prior == store.EffectSubmitting {
+				_, err = tx.Exec(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+					class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+					VALUES ($1, $2, $3, $4, 0, $5, $6, '', '', '', 0, false)`,
+					c.ID, c.Attempts, l.priorAt, l.priorUntil.Sub(l.priorAt).Microseconds(), string(store.ClassUnknown),
+					abandonedDetail(l.priorUntil))
 			}
 			if err != nil {
 				return err

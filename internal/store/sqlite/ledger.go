@@ -133,7 +133,6 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 		if c.Token, err = newToken(p.Owner); err != nil {
 			return nil, err
 		}
-		c.UpdatedAt = p.Now.UTC()
 		switch c.State {
 		case store.EffectDead:
 			c.Redrive = true
@@ -143,13 +142,27 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 			// The previous holder died during its call: record that the
 			// outcome is unknown, so that giving this claim back without a
 			// call leaves the effect awaiting reconciliation, never a
-			// blind resend (IP04).
+			// blind resend (IP04), and count the call it may have made.
 			c.Resumed = true
 			c.ErrorClass = store.ClassUnknown
 			c.Reason = "the lease expired during the call: outcome unknown"
+			c.Attempts++
+			var untilUS int64
+			if err := tx.QueryRowContext(ctx, `SELECT lease_until FROM effects WHERE id = ?`, c.ID).Scan(&untilUS); err != nil {
+				return nil, fmt.Errorf("read lease of effect %d: %w", c.ID, err)
+			}
+			priorAt, priorUntil := c.UpdatedAt, time.UnixMicro(untilUS)
+			if _, err := tx.ExecContext(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+				class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+				VALUES (?, ?, ?, ?, 0, ?, ?, '', '', '', 0, 0)`,
+				c.ID, c.Attempts, priorAt.UnixMicro(), priorUntil.Sub(priorAt).Microseconds(), store.ClassUnknown,
+				store.AbandonedCall+" (its lease ran out at "+priorUntil.UTC().Format(time.RFC3339Nano)+")"); err != nil {
+				return nil, fmt.Errorf("record abandoned call of effect %d: %w", c.ID, err)
+			}
 		case store.EffectNeedsReconciliation:
 			c.Resumed = true
 		}
+		c.UpdatedAt = p.Now.UTC()
 		if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = 'submitting', lease_token = ?, lease_until = ?,
 			attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ? WHERE id = ?`,
 			c.Token, until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.ID); err != nil {

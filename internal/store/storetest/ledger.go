@@ -370,11 +370,13 @@ func testLedgerFencing(t *testing.T, o Opener) {
 	if err := f.l.EffectSettle(f.ctx, &late); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("settle after the lease ran out: %v, want ErrLeaseLost", err)
 	}
-	if g := f.get(e.ID); g.State != store.EffectSubmitting || g.Attempts != 0 || g.DestinationRef != "" {
+	// The take-over counted the abandoned call (one attempt); the fenced
+	// settles added nothing to it.
+	if g := f.get(e.ID); g.State != store.EffectSubmitting || g.Attempts != 1 || g.DestinationRef != "" {
 		t.Fatalf("fenced settle wrote: %+v", g)
 	}
-	if as, err := f.l.AttemptList(f.ctx, e.ID); err != nil || len(as) != 0 {
-		t.Fatalf("fenced settle wrote attempts: %v %v", as, err)
+	if as, err := f.l.AttemptList(f.ctx, e.ID); err != nil || len(as) != 1 || as[0].Class != store.ClassUnknown {
+		t.Fatalf("attempts after fenced settles: %v %v, want only the abandoned call", as, err)
 	}
 	if rows := f.audit("effect_done"); len(rows) != 0 {
 		t.Fatalf("fenced settle wrote audit: %+v", rows)
@@ -389,7 +391,7 @@ func testLedgerFencing(t *testing.T, o Opener) {
 	if err := f.l.EffectSettle(f.ctx, &ok); err != nil {
 		t.Fatalf("settle with the current token: %v", err)
 	}
-	if g := f.get(e.ID); g.State != store.EffectDone || g.DestinationRef != "deal-1" || g.Attempts != 1 || g.ErrorClass != "" {
+	if g := f.get(e.ID); g.State != store.EffectDone || g.DestinationRef != "deal-1" || g.Attempts != 2 || g.ErrorClass != "" {
 		t.Fatalf("after settle: %+v", g)
 	}
 	// Settled: the token is spent.
@@ -725,5 +727,52 @@ func testLedgerGetAndList(t *testing.T, o Opener) {
 		if got := f.get(e.ID); !reflect.DeepEqual(got, e) {
 			t.Fatalf("EffectGet and EffectList differ:\n%+v\n%+v", got, e)
 		}
+	}
+}
+
+// testLedgerAbandonedCallCounted: a worker that claimed an effect and died
+// may have made its call. The next claim counts that call: attempts+1 and
+// an attempts row, unknown outcome, started when the dead worker claimed
+// it, so attempts equal the calls the destination may have seen.
+func testLedgerAbandonedCallCounted(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	e := f.seed("crm")[0]
+	// One real call first: a 503, then due again at t0+1m.
+	c := f.claimOne(e.ID, t0)
+	f.settle(c, t0.Add(time.Second), store.EffectRetryWait, t0.Add(time.Minute), func(p *store.EffectSettleParams) {
+		p.Attempt = &store.Attempt{StartedAt: t0, Status: 503, Class: store.ClassTransient, Error: "HTTP 503"}
+		p.Class = store.ClassTransient
+	})
+	// Claimed at t0+1m for a minute; the worker dies during the call.
+	died := t0.Add(time.Minute)
+	if cs := f.claimP(store.EffectClaimParams{Owner: "dying", Now: died, LeaseFor: time.Minute, Limit: 1}); len(cs) != 1 || cs[0].ID != e.ID {
+		t.Fatalf("claim = %v", ids(cs))
+	}
+	resumed := f.claimP(store.EffectClaimParams{Owner: "next", Now: died.Add(2 * time.Minute), LeaseFor: time.Minute, Limit: 1})
+	if len(resumed) != 1 || !resumed[0].Resumed || resumed[0].Attempts != 2 {
+		t.Fatalf("resumed claim = %+v, want the effect resumed with 2 attempts", resumed)
+	}
+	as, err := f.l.AttemptList(f.ctx, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != 2 {
+		t.Fatalf("%d attempts recorded, want 2 (the 503 and the abandoned call)", len(as))
+	}
+	a := as[1]
+	if a.Number != 2 || a.Class != store.ClassUnknown || !strings.HasPrefix(a.Error, store.AbandonedCall) ||
+		!a.StartedAt.Equal(died) || a.Duration != time.Minute || a.Status != 0 {
+		t.Fatalf("abandoned call recorded as %+v, want number 2, unknown outcome, started %v, lasting the lease", a, died)
+	}
+	if g := f.get(e.ID); g.Attempts != 2 || g.ErrorClass != store.ClassUnknown {
+		t.Fatalf("effect after the resumed claim: attempts %d class %s", g.Attempts, g.ErrorClass)
+	}
+	// The reconciliation that follows is the third row, numbered 3 when it
+	// is a call of its own.
+	f.settle(resumed[0], died.Add(2*time.Minute+time.Second), store.EffectDone, time.Time{}, func(p *store.EffectSettleParams) {
+		p.Attempt = &store.Attempt{StartedAt: died.Add(2 * time.Minute), Status: 200}
+	})
+	if as, _ := f.l.AttemptList(f.ctx, e.ID); len(as) != 3 || as[2].Number != 3 {
+		t.Fatalf("after the resend: %d attempts (last numbered %d), want 3", len(as), as[len(as)-1].Number)
 	}
 }

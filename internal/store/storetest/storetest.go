@@ -75,6 +75,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerClaimConcurrent", testLedgerClaimConcurrent},
 		{"LedgerFencing", testLedgerFencing},
 		{"LedgerRedrive", testLedgerRedrive},
+		{"LedgerAbandonedCallCounted", testLedgerAbandonedCallCounted},
 		{"LedgerSettleEvidence", testLedgerSettleEvidence},
 		{"LedgerRelease", testLedgerRelease},
 		{"LedgerOperate", testLedgerOperate},
