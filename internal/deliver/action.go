@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/outbound"
 )
 
 // Call is one request to a destination, built from an effect's stored
@@ -46,7 +47,8 @@ type Action interface {
 
 // HTTPAction calls HTTP destinations. It never retries on its own (RT01):
 // the body is not rewindable, so the transport cannot replay a request it
-// already wrote; retries belong to the worker's policy alone.
+// already wrote; retries belong to the worker's policy alone. It never
+// follows a redirect either, whatever Client says: a 3xx is the answer.
 type HTTPAction struct {
 	Client *http.Client
 	// MaxBody bounds how much of an answer is read (default 1 MiB).
@@ -78,11 +80,9 @@ func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
 		req.Header[k] = vs
 	}
 	applyAuth(req, d.Auth)
-	client := a.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	hr, err := client.Do(req)
+	// Whatever client was injected, a redirect comes back as the answer:
+	// following it would resend the body and the credentials elsewhere.
+	hr, err := outbound.NoRedirects(a.Client).Do(req)
 	if err != nil {
 		return resp, err
 	}

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -69,8 +71,12 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 		return store.ClassTransient, "HTTP 408: the destination timed out reading the request"
 	case s >= 500:
 		return store.ClassTransient, fmt.Sprintf("HTTP %d", s)
+	case s >= 300 && s < 400:
+		// Never followed (the request and its credentials would go to an
+		// address nobody configured), so it did nothing: permanent (RT06).
+		return store.ClassPermanent, redirectReason(d.Name, resp)
 	default:
-		// 3xx, 400, 401, 403, 404, 422 ...: retrying cannot help (RT06).
+		// 400, 401, 403, 404, 422 ...: retrying cannot help (RT06).
 		return store.ClassPermanent, fmt.Sprintf("HTTP %d", s)
 	}
 }
@@ -127,4 +133,23 @@ func jsonFieldEquals(body any, path, want string) bool {
 	}
 	got, err := json.Marshal(cur)
 	return err == nil && string(got) == strings.TrimSpace(want)
+}
+
+// redirectReason says that the destination redirected and where to, the
+// Location cut to scheme, host and path (a query string may hold a token).
+func redirectReason(dest string, resp *Response) string {
+	loc := strings.TrimSpace(resp.Header.Get("Location"))
+	if loc == "" {
+		return fmt.Sprintf("HTTP %d: %s redirected without a Location; redirects are not followed", resp.Status, dest)
+	}
+	loc = excerpt([]byte(outbound.RedactURL(loc)), 300)
+	if strings.ContainsFunc(loc, unicode.IsControl) {
+		loc = fmt.Sprintf("%q", loc)
+	}
+	return fmt.Sprintf("HTTP %d: %s redirected to %s; redirects are not followed", resp.Status, dest, loc)
+}
+
+// isRedirect reports a 3xx answer.
+func isRedirect(resp *Response) bool {
+	return resp != nil && resp.Status >= 300 && resp.Status < 400
 }

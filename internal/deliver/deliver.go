@@ -55,8 +55,9 @@ type Options struct {
 	Clock        clock.Clock
 	// Actions adds destination kinds beyond "http".
 	Actions map[string]Action
-	// HTTPClient is used by the http action (default: a client with
-	// keep-alives and no redirects followed).
+	// HTTPClient is used by the http action, lookups and the notification
+	// webhook (default: a client with keep-alives). Redirects are never
+	// followed, whatever its CheckRedirect says: a 3xx is an answer.
 	HTTPClient *http.Client
 	// Rand draws jitter in [0, 1) (default math/rand/v2); tests fix it.
 	Rand func() float64
@@ -131,12 +132,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(opts.Workers, 2)
 		tr.MaxIdleConns = max(tr.MaxIdleConns, 4*opts.Workers)
-		opts.HTTPClient = &http.Client{
-			Transport: tr,
-			// A redirect is an answer to classify, not something to follow
-			// with a second request.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		opts.HTTPClient = &http.Client{Transport: tr}
 	}
 	w := &Worker{
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
@@ -342,8 +338,11 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return w.reconcile(ctx, c, d, att, reason)
 	default: // permanent, hidden failure: never retried (RT06)
 		repair := "the destination refused the request: fix the data or the mapping, then retry the effect"
-		if class == store.ClassHiddenFailure {
+		switch {
+		case class == store.ClassHiddenFailure:
 			repair = "the destination answered success but reported a failure in the body: inspect the response, repair, then retry or resolve"
+		case isRedirect(resp):
+			repair = fmt.Sprintf("fix base_url of destination %s (or the flow's request path) to the address the destination answers at, which the reason names; then retry the effect", d.Name)
 		}
 		p.State = store.EffectDead
 		p.SuggestedRepair = repair
@@ -399,7 +398,15 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 		if lookAtt != nil && att == nil {
 			p.Attempt = lookAtt
 		}
+		var refused *lookupRefused
 		switch {
+		case errors.As(err, &refused):
+			// Asking again cannot help: a person decides, and is told.
+			p.State = store.EffectNeedsReconciliation
+			p.Reason = reason + "; " + err.Error()
+			p.SuggestedRepair = fmt.Sprintf("fix the lookup of destination %s (base_url, lookup.path): it cannot succeed as configured; meanwhile check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it",
+				d.Name, d.Name, c.EpisodeKey)
+			return w.settleAndNotify(ctx, c, d, p)
 		case err != nil:
 			p.State = store.EffectNeedsReconciliation
 			p.NextAttemptAt = now.Add(BackoffFor(d.Retry).Wait(c.Attempts+1, w.opts.Rand) + time.Second)
@@ -430,6 +437,12 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 	return w.settleAndNotify(ctx, c, d, p)
 }
 
+// lookupRefused is a lookup that asking again cannot make succeed (a
+// redirect, a request refused before it was sent).
+type lookupRefused struct{ msg string }
+
+func (e *lookupRefused) Error() string { return e.msg }
+
 // lookup asks the destination whether the effect exists.
 func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.Destination) (found bool, ref string, att *store.Attempt, err error) {
 	var req any
@@ -452,6 +465,13 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	if resp.Status >= 500 || resp.Status == http.StatusTooManyRequests {
 		att.Class, att.Error = store.ClassTransient, fmt.Sprintf("lookup: HTTP %d", resp.Status)
 		return false, "", att, fmt.Errorf("lookup: HTTP %d", resp.Status)
+	}
+	if isRedirect(resp) {
+		// Not followed, so nothing was looked up: neither "found" nor "not
+		// found" (which would make a resend look safe) is known.
+		msg := "lookup: " + redirectReason(d.Name, resp)
+		att.Class, att.Error = store.ClassPermanent, msg
+		return false, "", att, &lookupRefused{msg}
 	}
 	var body any = string(resp.Body)
 	if j, err := expr.DecodeJSON(resp.Body); err == nil {

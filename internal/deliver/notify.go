@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -37,12 +38,13 @@ type WebhookNotifier struct {
 	client *http.Client
 }
 
-// NewWebhookNotifier returns nil when no webhook is configured.
+// NewWebhookNotifier returns nil when no webhook is configured. The
+// message is never sent on to an address a redirect names.
 func NewWebhookNotifier(cfg config.Notifications, client *http.Client) Notifier {
 	if cfg.WebhookURL == "" {
 		return nil
 	}
-	return &WebhookNotifier{url: cfg.WebhookURL, cfg: cfg, client: client}
+	return &WebhookNotifier{url: cfg.WebhookURL, cfg: cfg, client: outbound.NoRedirects(client)}
 }
 
 // Text renders the message.

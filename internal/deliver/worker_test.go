@@ -84,6 +84,10 @@ type setup struct {
 	srv     deliverytest.Options
 	actions map[string]deliver.Action
 	kind    string
+	// baseURL replaces the fault server as the destination's base_url.
+	baseURL string
+	// client is the worker's injected Options.HTTPClient.
+	client *http.Client
 }
 
 const flowYAML = `sources:
@@ -153,7 +157,11 @@ func newWorld(t *testing.T, s setup) *world {
 			indented += "    " + l + "\n"
 		}
 	}
-	yaml := fmt.Sprintf(flowYAML, hook.URL, dest.URL, kind, indented)
+	base := dest.URL
+	if s.baseURL != "" {
+		base = s.baseURL
+	}
+	yaml := fmt.Sprintf(flowYAML, hook.URL, base, kind, indented)
 	cfg, err := config.Parse("hookledger.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
@@ -168,7 +176,7 @@ func newWorld(t *testing.T, s setup) *world {
 	}
 	logs := &lockedBuffer{}
 	w, err := deliver.New(cfg, st, deliver.Options{Workers: 4, LeaseFor: cfg.Delivery.Lease.D(), Clock: clk,
-		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a",
+		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a", HTTPClient: s.client,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

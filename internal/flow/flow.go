@@ -21,6 +21,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/logging"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -40,9 +41,11 @@ type Options struct {
 	// idle (default 200 ms).
 	PollInterval time.Duration
 	// Owner names this worker in leases and audit rows.
-	Owner      string
-	Logger     *slog.Logger
-	Clock      clock.Clock
+	Owner  string
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// HTTPClient makes refetch requests; redirects are never followed,
+	// whatever its CheckRedirect says.
 	HTTPClient *http.Client
 	// OnEffects is called after an event created effects (the delivery
 	// worker's Wake), so they are delivered without waiting for a poll.
@@ -112,8 +115,10 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		tr.MaxIdleConnsPerHost = max(opts.Workers, 2)
 		opts.HTTPClient = &http.Client{Transport: tr}
 	}
+	// A refetch never follows a redirect, whatever the injected client
+	// says: the source API's credentials would go along.
 	e := &Engine{
-		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: opts.HTTPClient,
+		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: outbound.NoRedirects(opts.HTTPClient),
 		bySource: map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
 		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{},
 		wake: make(chan struct{}, 1),

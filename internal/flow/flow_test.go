@@ -333,3 +333,36 @@ func TestPreviousState(t *testing.T) {
 		t.Fatalf("request %s (%v)", es[0].Request, err)
 	}
 }
+
+// A refetch never follows a redirect: the source API's credentials would go
+// to whatever address the answer names. The redirect is a permanent
+// failure of that refetch, reported with where it pointed.
+func TestRefetchDoesNotFollowRedirects(t *testing.T) {
+	var stolen sync.Map // what reached the second listener
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stolen.Store(r.URL.Path, r.Header.Get("Authorization")+" "+r.Header.Get("X-Api-Key"))
+		fmt.Fprint(w, `{"id":"o1","status":"paid","total":42}`)
+	}))
+	defer other.Close()
+	for _, target := range []string{other.URL, strings.Replace(other.URL, "127.0.0.1", "localhost", 1)} {
+		api := httptest.NewServer(http.RedirectHandler(target+"/stolen?token=s3cret", http.StatusFound))
+		f := newFixture(t, fmt.Sprintf(sources, api.URL)+"      headers: {X-Api-Key: key-123}\n"+refetchFlow)
+		f.send("shop", "e1", `{"order_id":"o1"}`)
+		f.drain()
+		api.Close()
+		if d := f.disposition("shop", "e1"); d != "dead_lettered" {
+			t.Fatalf("redirect to %s: e1 = %s, want dead_lettered", target, d)
+		}
+		audit, err := f.st.AuditList(context.Background(), &store.AuditListParams{Action: "dead_lettered"})
+		if err != nil || len(audit) != 1 {
+			t.Fatalf("audit %v %v", audit, err)
+		}
+		if d := audit[0].Detail; !strings.Contains(d, "HTTP 302") || !strings.Contains(d, "redirected to "+target+"/stolen") || strings.Contains(d, "s3cret") {
+			t.Errorf("dead-letter reason %q: want the 302 and its target without the query", d)
+		}
+	}
+	stolen.Range(func(k, v any) bool {
+		t.Errorf("the redirect was followed: %v received credentials %q", k, v)
+		return true
+	})
+}

@@ -11,9 +11,11 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -342,7 +344,8 @@ func buildRequest(eff *config.Effect, ce *config.CompiledEffect, vars expr.Vars)
 }
 
 // refetch GETs the authoritative object from the source's API. A 404 or
-// another 4xx is permanent; network errors, 429 and 5xx are transient.
+// another 4xx, and a 3xx (never followed), are permanent; network errors,
+// 429 and 5xx are transient.
 func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, vars expr.Vars) (any, error) {
 	api := e.apis[f.Source]
 	if api == nil {
@@ -380,6 +383,11 @@ func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, var
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return nil, &errTransient{fmt.Errorf("refetch %s: HTTP %d", p, resp.StatusCode)}
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		// Not followed, so nothing was read; permanent like any other
+		// answer but 200, 429 and 5xx: the configuration must change.
+		return nil, fmt.Errorf("refetch %s: HTTP %d: the API redirected to %s; redirects are not followed: fix api.base_url or version.path",
+			p, resp.StatusCode, redirectTarget(resp.Header.Get("Location")))
 	default:
 		return nil, fmt.Errorf("refetch %s: HTTP %d", p, resp.StatusCode)
 	}
@@ -388,4 +396,21 @@ func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, var
 		return nil, fmt.Errorf("refetch %s: %w", p, err)
 	}
 	return obj, nil
+}
+
+// redirectTarget renders a Location for a reason: without credentials or
+// query string, and quoted if it holds control characters.
+func redirectTarget(loc string) string {
+	loc = strings.TrimSpace(loc)
+	if loc == "" {
+		return "no Location"
+	}
+	loc = outbound.RedactURL(loc)
+	if len(loc) > 300 {
+		loc = loc[:300] + "…"
+	}
+	if strings.ContainsFunc(loc, unicode.IsControl) {
+		return fmt.Sprintf("%q", loc)
+	}
+	return loc
 }

@@ -1,0 +1,115 @@
+package deliver_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// recorder is a listener that must never be reached: it records every
+// request with the credentials it carried.
+type recorder struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func newRecorder(t *testing.T) *recorder {
+	r := &recorder{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.seen = append(r.seen, fmt.Sprintf("%s %s (Authorization %q)", req.Method, req.URL, req.Header.Get("Authorization")))
+		r.mu.Unlock()
+		fmt.Fprint(w, `{"id":"obj_stolen"}`)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *recorder) requests() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.seen...)
+}
+
+// followingClient is an injected client that follows redirects, as
+// http.DefaultClient does.
+var followingClient = &http.Client{Timeout: 10 * time.Second}
+
+// A redirect is an answer: permanent at once, with where it pointed (the
+// query cut off) and the repair, and the credentials never follow it, even
+// through an injected client that would follow.
+func TestRedirectIsPermanentAndNeverFollowed(t *testing.T) {
+	for _, status := range []int{http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			other := newRecorder(t)
+			target := other.URL + "/charges?token=s3cret"
+			first := httptest.NewServer(http.RedirectHandler(target, status))
+			defer first.Close()
+			x := newWorld(t, setup{baseURL: first.URL, client: followingClient, dest: "auth: {bearer: api-token}"})
+			e := x.order("o1", 1)
+			x.drain()
+			e = x.get(e.ID)
+			x.wantState(e, store.EffectDead)
+			if e.ErrorClass != store.ClassPermanent || !strings.Contains(e.Reason, fmt.Sprintf("HTTP %d", status)) ||
+				!strings.Contains(e.Reason, "redirected to "+other.URL+"/charges") || strings.Contains(e.Reason, "s3cret") ||
+				!strings.Contains(e.SuggestedRepair, "fix base_url") || !e.NextAttemptAt.IsZero() {
+				t.Fatalf("dead: [%s] %q / %q next %v", e.ErrorClass, e.Reason, e.SuggestedRepair, e.NextAttemptAt)
+			}
+			if as := x.attempts(e.ID); len(as) != 1 || as[0].Status != status || strings.Contains(as[0].Error, "s3cret") {
+				t.Fatalf("attempts %+v", as)
+			}
+			if texts := x.hook.all(); len(texts) != 1 || !strings.Contains(texts[0], "fix base_url") || strings.Contains(texts[0], "s3cret") {
+				t.Fatalf("notifications %q", texts)
+			}
+			if got := other.requests(); len(got) != 0 {
+				t.Fatalf("the redirect was followed: %q", got)
+			}
+		})
+	}
+}
+
+// A lookup answered with a redirect has not looked: neither "found" (the
+// redirect target may say anything) nor "not found" (a resend could do the
+// work twice). A person decides, and is told.
+func TestLookupRedirectGoesToAPerson(t *testing.T) {
+	other := newRecorder(t)
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer first.Close()
+	x := newWorld(t, setup{baseURL: first.URL, client: followingClient, dest: lookup + "\nauth: {bearer: api-token}"})
+	e := x.order("o1", 1)
+	// A worker took the effect and died during its call: the next claim
+	// reconciles by lookup.
+	if _, err := x.st.EffectClaim(x.ctx, &store.EffectClaimParams{Owner: "worker-dead", Now: x.clk.Now(),
+		LeaseFor: 30 * time.Second, Limit: 10, Destinations: []string{"dest"}, MaxRedrives: 3}); err != nil {
+		t.Fatal(err)
+	}
+	x.clk.Advance(31 * time.Second)
+	x.drain()
+	e = x.get(e.ID)
+	x.wantState(e, store.EffectNeedsReconciliation)
+	if !strings.Contains(e.Reason, "lookup") || !strings.Contains(e.Reason, "redirected to "+other.URL) ||
+		!strings.Contains(e.SuggestedRepair, "base_url") || !e.NextAttemptAt.IsZero() {
+		t.Fatalf("[%s] %q / %q next %v", e.ErrorClass, e.Reason, e.SuggestedRepair, e.NextAttemptAt)
+	}
+	if texts := x.hook.all(); len(texts) != 1 || !strings.Contains(texts[0], e.EpisodeKey) {
+		t.Fatalf("notifications %q", texts)
+	}
+	if got := other.requests(); len(got) != 0 {
+		t.Fatalf("the lookup's redirect was followed: %q", got)
+	}
+	// Nothing is scheduled: later steps neither look up again nor resend.
+	x.clk.Advance(48 * time.Hour)
+	x.drain()
+	if got := x.get(e.ID); got.State != store.EffectNeedsReconciliation {
+		t.Fatalf("state %s, want it left to a person", got.State)
+	}
+}
