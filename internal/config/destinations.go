@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/vendor"
 )
 
@@ -172,8 +173,12 @@ func (c *Config) setDestinationDefaults() {
 
 func (c *Config) validateDestinations(add, warn func(path, format string, args ...any)) {
 	if c.Notifications.WebhookURL != "" {
+		// Never repeated in a message: in Slack's scheme the URL itself is
+		// the secret.
 		if u, err := url.Parse(c.Notifications.WebhookURL); err != nil || u.Scheme == "" || u.Host == "" {
 			add("$.notifications.webhook_url", "notifications.webhook_url is not an absolute URL")
+		} else if u.User != nil {
+			add("$.notifications.webhook_url", "notifications.webhook_url carries credentials (user:password@), which would show wherever the URL does; use a webhook whose URL alone authorizes it, as Slack's incoming webhooks do")
 		}
 	}
 	if c.Delivery.Workers < 0 || c.Delivery.Workers > 1024 {
@@ -204,9 +209,8 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			add(p+".preset", "destination %q: unknown preset %q (one of %s)", d.Name, d.Preset, strings.Join(vendor.PresetNames(), ", "))
 		}
 		if d.Kind == "http" {
-			if u, err := url.Parse(d.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
-				add(p+".base_url", "destination %q: base_url %q is not an absolute URL", d.Name, d.BaseURL)
-			}
+			checkBaseURL(add, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), d.BaseURL,
+				"put them in auth: (bearer, basic or header), which sends them in headers only")
 		}
 		if a := d.Auth; a != nil {
 			n := 0
@@ -313,4 +317,20 @@ func sortedKeys(m map[string]int) []string {
 		return []string{"none"}
 	}
 	return keys
+}
+
+// checkBaseURL refuses a base URL that is not absolute http(s), or that
+// carries userinfo: credentials in a URL end up wherever the URL is shown
+// (transport errors, reasons, logs), while credentials in headers do not.
+// The message repeats the URL without userinfo or query string.
+func checkBaseURL(add func(path, format string, args ...any), path, what, raw, instead string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || u.Scheme == "" || u.Host == "":
+		add(path, "%s %q is not an absolute URL", what, outbound.RedactURL(raw))
+	case u.Scheme != "http" && u.Scheme != "https":
+		add(path, "%s %q: the scheme must be http or https", what, outbound.RedactURL(raw))
+	case u.User != nil:
+		add(path, "%s %q carries credentials (user:password@), which would show in errors and logs: %s", what, outbound.RedactURL(raw), instead)
+	}
 }

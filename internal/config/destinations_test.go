@@ -56,3 +56,29 @@ func TestDestinationErrors(t *testing.T) {
 		}
 	}
 }
+
+// Credentials in a URL show wherever the URL does; the config refuses them
+// with the line, points to where they belong, and never repeats them.
+func TestURLCredentialsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		line       int
+		want       string
+	}{
+		{"destination", "destinations:\n  - name: a\n    base_url: https://bot:s3cret@api.example/v1?key=s3cret\n", 3, "auth:"},
+		{"source api", "sources:\n  - name: shop\n    kind: hmac\n    secrets: [x]\n    hmac: {header: X-Sig}\n    api:\n      base_url: https://bot:s3cret@api.example\n", 7, "api.bearer_token"},
+		{"notifications", "notifications:\n  webhook_url: https://bot:s3cret@hooks.example/T0/s3cret\n", 2, "credentials"},
+		{"unparseable", "destinations:\n  - name: a\n    base_url: https://bot:s3/cret@api.example:x\n", 3, "not an absolute URL"},
+		{"not http", "destinations:\n  - name: a\n    base_url: ftp://files.example\n", 3, "http or https"},
+	} {
+		_, err := Parse("d.yaml", []byte(tc.yaml), env(nil))
+		var es Errors
+		if !errors.As(err, &es) || es[0].Line != tc.line || !strings.Contains(es[0].Msg, tc.want) {
+			t.Errorf("%s: %v, want an error at line %d containing %q", tc.name, err, tc.line, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3") {
+			t.Errorf("%s: the message repeats the credentials: %v", tc.name, err)
+		}
+	}
+}

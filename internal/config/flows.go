@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -184,9 +183,8 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 	for i := range c.Sources {
 		sources[c.Sources[i].Name] = &c.Sources[i]
 		if a := c.Sources[i].API; a != nil {
-			if u, err := url.Parse(a.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
-				add(fmt.Sprintf("$.sources[%d].api.base_url", i), "source %q: api.base_url %q is not an absolute URL", c.Sources[i].Name, a.BaseURL)
-			}
+			checkBaseURL(add, fmt.Sprintf("$.sources[%d].api.base_url", i), fmt.Sprintf("source %q: api.base_url", c.Sources[i].Name), a.BaseURL,
+				"put them in api.bearer_token or api.headers, which are sent in headers only")
 		}
 	}
 	names := map[string]int{}
