@@ -73,7 +73,7 @@ func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
 	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), c.Method, url, body)
 	if err != nil {
-		return resp, fmt.Errorf("build request: %w", err)
+		return resp, fmt.Errorf("build request: %w", outbound.RedactError(err))
 	}
 	req.GetBody = nil // not replayable: the transport must not resend it
 	for k, vs := range c.Header {
@@ -84,7 +84,8 @@ func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
 	// following it would resend the body and the credentials elsewhere.
 	hr, err := outbound.NoRedirects(a.Client).Do(req)
 	if err != nil {
-		return resp, err
+		// The transport's error names the full URL, query string included.
+		return resp, outbound.RedactError(err)
 	}
 	defer hr.Body.Close()
 	limit := a.MaxBody

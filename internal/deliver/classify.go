@@ -24,6 +24,9 @@ const classSuccess store.ErrorClass = "success"
 // was sent and an unknown outcome after.
 func Classify(d *config.Destination, resp *Response, callErr error) (store.ErrorClass, string) {
 	if callErr != nil || resp == nil || resp.Status == 0 {
+		// An action's error may name the URL it called; the reason is
+		// stored, logged and sent on, so it names it without secrets.
+		callErr = outbound.RedactError(callErr)
 		if resp != nil && resp.Sent {
 			return store.ClassUnknown, fmt.Sprintf("no answer after the request was sent: %v", callErr)
 		}

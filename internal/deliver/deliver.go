@@ -27,6 +27,7 @@ import (
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/logging"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -456,6 +457,7 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	w.causationHeaders(call.Header, c)
 	started := w.clk.Now()
 	resp, callErr := w.actions[d.Kind].Do(ctx, call)
+	callErr = outbound.RedactError(callErr)
 	att = &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Reconcile: true}
 	if callErr != nil || resp == nil || resp.Status == 0 {
 		att.Class, att.Error = store.ClassTransient, fmt.Sprint("lookup: ", callErr)
@@ -523,8 +525,14 @@ func (w *Worker) causationHeaders(h http.Header, c *store.ClaimedEffect) {
 
 func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, p *store.EffectSettleParams) error {
 	p.EffectID, p.Token, p.Now, p.Actor = c.ID, c.Token, w.clk.Now(), w.opts.Owner
-	if p.Attempt != nil && p.Attempt.StartedAt.IsZero() {
-		p.Attempt.StartedAt = p.Now
+	// The last net before the ledger, the log and the notification: a URL
+	// in a reason (from any action or rule) keeps no credentials or query.
+	p.Reason = redact(p.Reason)
+	if p.Attempt != nil {
+		p.Attempt.Error = redact(p.Attempt.Error)
+		if p.Attempt.StartedAt.IsZero() {
+			p.Attempt.StartedAt = p.Now
+		}
 	}
 	if err := w.st.EffectSettle(ctx, p); err != nil {
 		return fmt.Errorf("settle: %w", err)
@@ -547,6 +555,15 @@ func (w *Worker) settleAndNotify(ctx context.Context, c *store.ClaimedEffect, d 
 		}
 	}
 	return nil
+}
+
+// redact is outbound.RedactText for text that names a URL; most reasons
+// name none, and those skip the scan.
+func redact(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	return outbound.RedactText(s)
 }
 
 // destinationRef keeps the destination's id for the created object when

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/outbound"
@@ -73,7 +75,13 @@ func (w *WebhookNotifier) Notify(ctx context.Context, n Notification) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("notification webhook unreachable")
+		// Only the cause below the *url.Error: in Slack's scheme the URL's
+		// path is itself the secret, so no part of it is repeated.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("notification webhook unreachable: %w", outbound.RedactError(err))
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -111,5 +112,73 @@ func TestLookupRedirectGoesToAPerson(t *testing.T) {
 	x.drain()
 	if got := x.get(e.ID); got.State != store.EffectNeedsReconciliation {
 		t.Fatalf("state %s, want it left to a person", got.State)
+	}
+}
+
+// A destination whose calls fail with a token in base_url's query string:
+// transport errors name the URL, and none of the places a reason goes
+// (the effect, its attempts, the audit trail, the notification, the log)
+// may show the token.
+func TestFailedCallsNeverShowTheQueryString(t *testing.T) {
+	const secret = "s3cret-api-key"
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // connection refused from now on
+	for _, tc := range []struct {
+		name  string
+		base  string
+		fault deliverytest.Fault
+		want  store.EffectState
+	}{
+		{"connection refused", closed.URL + "/?api_key=" + secret, deliverytest.Success, store.EffectDead},
+		{"timeout after sending", "{dest}/?api_key=" + secret, deliverytest.TimeoutBeforeWork, store.EffectNeedsReconciliation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newWorld(t, setup{baseURL: tc.base,
+				dest: "retry: {base: 1s, cap: 1m, factor: 2, attempts: 2, redrive: []}"})
+			e := x.order("o1", 1)
+			x.dest.Script(e.EpisodeKey, tc.fault)
+			e = x.until(e.ID, tc.want)
+			texts := []string{e.Reason, e.SuggestedRepair, e.LastResponse}
+			for _, a := range x.attempts(e.ID) {
+				texts = append(texts, a.Error)
+			}
+			audit, err := x.st.AuditList(x.ctx, &store.AuditListParams{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range audit {
+				texts = append(texts, a.Detail)
+			}
+			texts = append(texts, x.hook.all()...)
+			logs := x.logs.String()
+			texts = append(texts, logs)
+			for _, s := range texts {
+				if strings.Contains(s, secret) {
+					t.Errorf("the query string's token shows: %q", s)
+				}
+			}
+			// The URL is still named, without its query.
+			url := strings.ReplaceAll(tc.base, "{dest}", x.dest.URL)
+			url = url[:strings.IndexByte(url, '?')]
+			if !strings.Contains(e.Reason, `"`+url) || len(x.hook.all()) != 1 || !strings.Contains(logs, "effect needs a person") {
+				t.Errorf("reason %q does not name %s, or %d notifications, or the log misses the effect:\n%s", e.Reason, url, len(x.hook.all()), logs)
+			}
+		})
+	}
+}
+
+// In Slack's scheme the webhook URL's path is the secret: a failed
+// notification is logged with its cause and no part of the URL.
+func TestFailedNotificationNeverShowsTheWebhookURL(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	x := newWorld(t, setup{webhookURL: closed.URL + "/services/T000/B000/s3cretpath?token=s3cretquery"})
+	e := x.order("o1", 1)
+	x.dest.Script(e.EpisodeKey, deliverytest.Fail400)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDead)
+	out := x.logs.String()
+	if !strings.Contains(out, "notification failed") || !strings.Contains(out, "connection refused") || strings.Contains(out, "s3cret") {
+		t.Fatalf("log:\n%s", out)
 	}
 }

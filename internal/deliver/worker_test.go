@@ -84,10 +84,13 @@ type setup struct {
 	srv     deliverytest.Options
 	actions map[string]deliver.Action
 	kind    string
-	// baseURL replaces the fault server as the destination's base_url.
+	// baseURL replaces the fault server as the destination's base_url;
+	// "{dest}" in it stands for the fault server's URL.
 	baseURL string
 	// client is the worker's injected Options.HTTPClient.
 	client *http.Client
+	// webhookURL replaces the recording notification webhook.
+	webhookURL string
 }
 
 const flowYAML = `sources:
@@ -159,9 +162,13 @@ func newWorld(t *testing.T, s setup) *world {
 	}
 	base := dest.URL
 	if s.baseURL != "" {
-		base = s.baseURL
+		base = strings.ReplaceAll(s.baseURL, "{dest}", dest.URL)
 	}
-	yaml := fmt.Sprintf(flowYAML, hook.URL, base, kind, indented)
+	webhook := hook.URL
+	if s.webhookURL != "" {
+		webhook = s.webhookURL
+	}
+	yaml := fmt.Sprintf(flowYAML, webhook, base, kind, indented)
 	cfg, err := config.Parse("hookledger.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
@@ -177,7 +184,7 @@ func newWorld(t *testing.T, s setup) *world {
 	logs := &lockedBuffer{}
 	w, err := deliver.New(cfg, st, deliver.Options{Workers: 4, LeaseFor: cfg.Delivery.Lease.D(), Clock: clk,
 		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a", HTTPClient: s.client,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -365,4 +366,24 @@ func TestRefetchDoesNotFollowRedirects(t *testing.T) {
 		t.Errorf("the redirect was followed: %v received credentials %q", k, v)
 		return true
 	})
+}
+
+// A refetch that cannot connect is logged and retried; neither the log nor
+// a reason shows the token in api.base_url's query string.
+func TestRefetchErrorsNeverShowTheQueryString(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	f := newFixture(t, fmt.Sprintf(sources, closed.URL+"/?token=s3cret")+refetchFlow)
+	var logs strings.Builder
+	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	f.send("shop", "e1", `{"order_id":"o1"}`)
+	f.drain()
+	if d := f.disposition("shop", "e1"); d != "accepted" {
+		t.Fatalf("e1 = %s, want pending after a refused connection", d)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "deferring entity") || !strings.Contains(out, closed.URL+"/") || strings.Contains(out, "s3cret") {
+		t.Fatalf("log:\n%s", out)
+	}
 }

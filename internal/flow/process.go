@@ -360,7 +360,7 @@ func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, var
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("refetch %s: %w", p, err)
+		return nil, fmt.Errorf("refetch %s: %w", p, outbound.RedactError(err))
 	}
 	req.Header.Set("Accept", "application/json")
 	for k, v := range api.Headers {
@@ -371,13 +371,15 @@ func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, var
 	}
 	resp, err := e.http.Do(req)
 	if err != nil {
-		// The error may name the URL but never the token.
-		return nil, &errTransient{fmt.Errorf("refetch %s: %w", p, err)}
+		// The transport's error names the URL: without credentials or
+		// query string (a token may be in either), it goes into the log
+		// and, if permanent, the event's reason.
+		return nil, &errTransient{fmt.Errorf("refetch %s: %w", p, outbound.RedactError(err))}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		return nil, &errTransient{fmt.Errorf("refetch %s: read body: %w", p, err)}
+		return nil, &errTransient{fmt.Errorf("refetch %s: read body: %w", p, outbound.RedactError(err))}
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
