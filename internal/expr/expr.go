@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -59,13 +61,30 @@ var (
 // env is shared: a CEL environment is immutable and safe for concurrent use.
 func env() (*cel.Env, error) {
 	envOnce.Do(func() {
-		opts := []cel.EnvOption{ext.Strings(), ext.Encoders(), ext.Math()}
+		opts := []cel.EnvOption{ext.Strings(), ext.Encoders(), ext.Math(),
+			escaper("pathEscape", url.PathEscape), escaper("queryEscape", url.QueryEscape)}
 		for _, v := range varNames {
 			opts = append(opts, cel.Variable(v, cel.DynType))
 		}
 		envVal, envErr = cel.NewEnv(opts...)
 	})
 	return envVal, envErr
+}
+
+// escaper declares a function that escapes a string, or an integer's
+// decimal form, for one part of a URL: pathEscape(s) makes s one path
+// segment ("a/b?c" -> "a%2Fb%3Fc"), queryEscape(s) one query component
+// ("a&b=c d" -> "a%26b%3Dc+d"). Payload data concatenated into a path
+// unescaped could climb out of it or add query parameters.
+func escaper(name string, escape func(string) string) cel.EnvOption {
+	return cel.Function(name,
+		cel.Overload(name+"_string", []*cel.Type{cel.StringType}, cel.StringType,
+			cel.UnaryBinding(func(v ref.Val) ref.Val { return types.String(escape(string(v.(types.String)))) })),
+		cel.Overload(name+"_int", []*cel.Type{cel.IntType}, cel.StringType,
+			cel.UnaryBinding(func(v ref.Val) ref.Val { return types.String(strconv.FormatInt(int64(v.(types.Int)), 10)) })),
+		cel.Overload(name+"_uint", []*cel.Type{cel.UintType}, cel.StringType,
+			cel.UnaryBinding(func(v ref.Val) ref.Val { return types.String(strconv.FormatUint(uint64(v.(types.Uint)), 10)) })),
+	)
 }
 
 // Program is one compiled expression.

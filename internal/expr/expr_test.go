@@ -71,3 +71,34 @@ func TestReferences(t *testing.T) {
 		t.Errorf("Reads reports a path the expression does not read: %v", p.References())
 	}
 }
+
+// pathEscape makes a value one path segment, queryEscape one query
+// component; both take strings and integers (numeric ids).
+func TestEscapeFunctions(t *testing.T) {
+	ev, err := DecodeJSON([]byte(`{"id":"../../admin/secret","q":"x?admin=1&y=2","n":41208,"email":"ann@example.com","f":1.5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := Vars{VarEvent: ev}
+	for src, want := range map[string]string{
+		`"/orders/" + pathEscape(event.id)`:      "/orders/..%2F..%2Fadmin%2Fsecret",
+		`"/orders/" + pathEscape(event.q)`:       "/orders/x%3Fadmin=1&y=2",
+		`"/orders/" + pathEscape(event.n)`:       "/orders/41208",
+		`"/contacts/" + pathEscape(event.email)`: "/contacts/ann@example.com",
+		`pathEscape("a b#c")`:                    "a%20b%23c",
+		`pathEscape(7u)`:                         "7",
+		`"q=" + queryEscape(event.q)`:            "q=x%3Fadmin%3D1%26y%3D2",
+		`queryEscape("a b/c")`:                   "a+b%2Fc",
+		`queryEscape(event.n)`:                   "41208",
+	} {
+		if got, err := mustCompile(t, src).EvalString(vars); err != nil || got != want {
+			t.Errorf("%s = %q %v, want %q", src, got, err, want)
+		}
+	}
+	if _, err := mustCompile(t, `pathEscape(event.f)`).EvalString(vars); err == nil {
+		t.Error("pathEscape of a fraction succeeded")
+	}
+	if _, err := Compile(`pathEscape("a", "b")`); err == nil {
+		t.Error("pathEscape with two arguments compiled")
+	}
+}
