@@ -19,6 +19,7 @@ import (
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
@@ -92,6 +93,7 @@ type Program struct {
 	Source string
 	prg    cel.Program
 	refs   []string
+	lits   []string
 }
 
 // Compile parses and checks src.
@@ -111,7 +113,35 @@ func Compile(src string) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plan expression: %w", err)
 	}
-	return &Program{Source: src, prg: prg, refs: references(ast.NativeRep())}, nil
+	native := ast.NativeRep()
+	p := &Program{Source: src, prg: prg, refs: references(native)}
+	concatLiterals(native.Expr(), &p.lits)
+	return p, nil
+}
+
+// Constant reports whether the program reads no variable, so that its one
+// value can be computed (and checked) when the config loads.
+func (p *Program) Constant() bool { return len(p.refs) == 0 }
+
+// ConcatLiterals lists the string literals the result is concatenated
+// from: for `"/deals/" + entity + "?x=1"`, "/deals/" and "?x=1"; for a
+// lone literal, that literal. Literals inside function calls are not
+// parts of the result and are left out.
+func (p *Program) ConcatLiterals() []string { return p.lits }
+
+func concatLiterals(e celast.Expr, out *[]string) {
+	switch e.Kind() {
+	case celast.LiteralKind:
+		if s, ok := e.AsLiteral().(types.String); ok {
+			*out = append(*out, string(s))
+		}
+	case celast.CallKind:
+		if c := e.AsCall(); c.FunctionName() == operators.Add && !c.IsMemberFunction() {
+			for _, a := range c.Args() {
+				concatLiterals(a, out)
+			}
+		}
+	}
 }
 
 // References lists the variables and dotted field selections the program
@@ -231,6 +261,63 @@ func (p *Program) EvalInt(vars Vars) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("evaluate %q: want an integer, got %s", p.Source, kind(v))
+}
+
+// EvalQuery requires a map of query parameters: string keys, and values
+// that are strings, numbers, booleans, null (the parameter is left out) or
+// lists of those (the parameter repeats). The caller escapes keys and
+// values when it encodes them; null as a whole means no parameters.
+func (p *Program) EvalQuery(vars Vars) (url.Values, error) {
+	v, err := p.Eval(vars)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("evaluate %q: want a map of query parameters, got %s", p.Source, kind(v))
+	}
+	q := url.Values{}
+	for k, v := range m {
+		if k == "" {
+			return nil, fmt.Errorf("evaluate %q: a query parameter has an empty name", p.Source)
+		}
+		vs, isList := v.([]any)
+		if !isList {
+			vs = []any{v}
+		}
+		for _, v := range vs {
+			s, err := queryValue(v)
+			if err != nil {
+				return nil, fmt.Errorf("evaluate %q: query parameter %q: %w", p.Source, k, err)
+			}
+			if v != nil {
+				q.Add(k, s)
+			}
+		}
+	}
+	if len(q) == 0 {
+		return nil, nil
+	}
+	return q, nil
+}
+
+func queryValue(v any) (string, error) {
+	switch x := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return x, nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), nil
+	}
+	return "", fmt.Errorf("want a string, number, boolean, null or a list of those, got %s", kind(v))
 }
 
 // EvalJSON evaluates to canonical JSON (sorted keys, no spaces), the form

@@ -1,6 +1,7 @@
 package expr
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,5 +101,44 @@ func TestEscapeFunctions(t *testing.T) {
 	}
 	if _, err := Compile(`pathEscape("a", "b")`); err == nil {
 		t.Error("pathEscape with two arguments compiled")
+	}
+}
+
+func TestEvalQuery(t *testing.T) {
+	ev, _ := DecodeJSON([]byte(`{"id":"x?admin=1&y=2","n":3,"tags":["a","b"],"none":null}`))
+	vars := Vars{VarEvent: ev}
+	q, err := mustCompile(t, `{"id": event.id, "n": event.n, "tag": event.tags, "ok": true, "skip": event.none, "f": 1.5}`).EvalQuery(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Encode(); got != "f=1.5&id=x%3Fadmin%3D1%26y%3D2&n=3&ok=true&tag=a&tag=b" {
+		t.Errorf("query = %s", got)
+	}
+	if q, err := mustCompile(t, `null`).EvalQuery(vars); err != nil || q != nil {
+		t.Errorf("null query = %v %v", q, err)
+	}
+	for _, bad := range []string{`"a=1"`, `{"a": {"b": 1}}`, `{"a": [[1]]}`, `{"": "x"}`} {
+		if _, err := mustCompile(t, bad).EvalQuery(vars); err == nil {
+			t.Errorf("EvalQuery(%s) succeeded", bad)
+		}
+	}
+}
+
+func TestConstantAndConcatLiterals(t *testing.T) {
+	for src, want := range map[string]struct {
+		constant bool
+		lits     string
+	}{
+		`"/charges"`:                                {true, "/charges"},
+		`"/deals/" + entity + "?idProperty=x"`:      {false, "/deals/|?idProperty=x"},
+		`"/a/" + pathEscape("?") + "/b"`:            {true, "/a/|/b"},
+		`"/x/" + event.id.replace("?", "")`:         {false, "/x/"},
+		`entity`:                                    {false, ""},
+		`"/" + string(version) + "/" + episode_key`: {false, "/|/"},
+	} {
+		p := mustCompile(t, src)
+		if p.Constant() != want.constant || strings.Join(p.ConcatLiterals(), "|") != want.lits {
+			t.Errorf("%s: constant %v literals %q, want %v %q", src, p.Constant(), p.ConcatLiterals(), want.constant, want.lits)
+		}
 	}
 }
