@@ -96,8 +96,11 @@ type Idempotency struct {
 type Lookup struct {
 	Method string `yaml:"method"`
 	Path   string `yaml:"path"`
-	Found  string `yaml:"found"`
-	Ref    string `yaml:"ref"`
+	// Query is a map expression of query parameters, escaped by the
+	// request builder.
+	Query string `yaml:"query"`
+	Found string `yaml:"found"`
+	Ref   string `yaml:"ref"`
 }
 
 // ClassifyRule classifies an answer beyond its status (RT03).
@@ -111,8 +114,8 @@ type ClassifyRule struct {
 
 // CompiledDest holds a destination's compiled expressions.
 type CompiledDest struct {
-	LookupPath, LookupFound, LookupRef *expr.Program
-	Rules                              []*expr.Program // per Classify rule; nil when it has no when
+	LookupPath, LookupQuery, LookupFound, LookupRef *expr.Program
+	Rules                                           []*expr.Program // per Classify rule; nil when it has no when
 }
 
 // Notifications configures the message sent when an effect needs a person.
@@ -220,10 +223,15 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			if a.Basic != nil {
 				n++
 			}
+			if a.Bearer != "" {
+				checkStaticHeader(add, p+".auth.bearer", fmt.Sprintf("destination %q: auth.bearer", d.Name), "", a.Bearer)
+			}
 			if a.Header != nil {
 				n++
 				if a.Header.Name == "" {
 					add(p+".auth.header", "destination %q: auth.header needs a name", d.Name)
+				} else {
+					checkStaticHeader(add, p+".auth.header", fmt.Sprintf("destination %q: auth.header", d.Name), a.Header.Name, a.Header.Value)
 				}
 			}
 			if n != 1 {
@@ -250,6 +258,8 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		}
 		if d.Idem != nil && (d.Idem.Header == "" || d.Idem.Window <= 0) {
 			add(p+".idempotency", "destination %q: idempotency needs a header and a positive window (how long the destination keeps keys)", d.Name)
+		} else if d.Idem != nil {
+			checkStaticHeader(add, p+".idempotency.header", fmt.Sprintf("destination %q: idempotency.header", d.Name), d.Idem.Header, "")
 		}
 		cd := &CompiledDest{}
 		compile := func(field, src string, required bool) *expr.Program {
@@ -268,6 +278,9 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		}
 		if l := d.Lookup; l != nil {
 			cd.LookupPath = compile("lookup.path", l.Path, true)
+			checkPathExpr(add, p+".lookup.path", fmt.Sprintf("destination %q: lookup.path", d.Name), cd.LookupPath)
+			cd.LookupQuery = compile("lookup.query", l.Query, false)
+			checkQueryExpr(add, p+".lookup.query", fmt.Sprintf("destination %q: lookup.query", d.Name), cd.LookupQuery)
 			cd.LookupFound = compile("lookup.found", l.Found, true)
 			cd.LookupRef = compile("lookup.ref", l.Ref, false)
 		}

@@ -82,3 +82,23 @@ func TestURLCredentialsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A static credential header is checked at load, and never repeated.
+func TestStaticHeadersAreChecked(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"bearer", "destinations:\n  - name: a\n    base_url: https://x\n    auth: {bearer: ${TOKEN}}\n", "auth.bearer"},
+		{"header value", "destinations:\n  - name: a\n    base_url: https://x\n    auth: {header: {name: X-Api-Key, value: ${TOKEN}}}\n", "auth.header"},
+		{"header name", "destinations:\n  - name: a\n    base_url: https://x\n    auth: {header: {name: 'X Api Key', value: k}}\n", "valid header name"},
+		{"lookup path with a query", "destinations:\n  - name: a\n    base_url: https://x\n    lookup: {path: '\"/search?q=\" + episode_key', found: 'status == 200'}\n", "query:"},
+	} {
+		_, err := Parse("d.yaml", []byte(tc.yaml), env(map[string]string{"TOKEN": "s3cret\r\nX-Admin: 1"}))
+		var es Errors
+		if !errors.As(err, &es) || es[0].Line != 4 || !strings.Contains(es[0].Msg, tc.want) {
+			t.Errorf("%s: %v, want an error at line 4 containing %q", tc.name, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the message repeats the value: %v", tc.name, err)
+		}
+	}
+}

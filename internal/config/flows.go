@@ -64,9 +64,11 @@ type Flow struct {
 
 // FlowVersion says how the business version is known.
 type FlowVersion struct {
-	Mode     string   `yaml:"mode"`
-	Revision string   `yaml:"revision"`
+	Mode     string `yaml:"mode"`
+	Revision string `yaml:"revision"`
+	// Path and Query make the refetch request (mode refetch).
 	Path     string   `yaml:"path"`
+	Query    string   `yaml:"query"`
 	Field    string   `yaml:"field"`
 	Hash     []string `yaml:"hash"`
 	TieBreak string   `yaml:"tie_break"`
@@ -85,18 +87,24 @@ type Effect struct {
 
 // EffectRequest maps the event and state onto the destination call.
 type EffectRequest struct {
-	Method  string            `yaml:"method"`
-	Path    string            `yaml:"path"`
+	Method string `yaml:"method"`
+	// Path is relative to the destination's base_url; payload values in
+	// it belong in pathEscape().
+	Path string `yaml:"path"`
+	// Query is a map expression of query parameters, whose keys and
+	// values the request builder escapes: never concatenate a query
+	// string into Path.
+	Query   string            `yaml:"query"`
 	Headers map[string]string `yaml:"headers"`
 	Body    string            `yaml:"body"`
 }
 
 // CompiledFlow is a flow's expressions, compiled at load.
 type CompiledFlow struct {
-	When, Entity, State          *expr.Program
-	Revision, Path, Field, Break *expr.Program
-	Hash                         []*expr.Program
-	Effects                      []*CompiledEffect
+	When, Entity, State                 *expr.Program
+	Revision, Path, Query, Field, Break *expr.Program
+	Hash                                []*expr.Program
+	Effects                             []*CompiledEffect
 	// ReadsPrevious is set when an effect expression reads previous, the
 	// only reason to load the projection before applying an event.
 	ReadsPrevious bool
@@ -106,6 +114,7 @@ type CompiledFlow struct {
 type CompiledEffect struct {
 	When    *expr.Program
 	Path    *expr.Program
+	Query   *expr.Program
 	Body    *expr.Program
 	Headers map[string]*expr.Program
 }
@@ -179,12 +188,20 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 			add("$.processing."+d.name, "processing.%s must be positive", d.name)
 		}
 	}
+	for _, h := range []struct{ field, name string }{{"header", c.Causation.Header}, {"hop_header", c.Causation.HopHeader}} {
+		checkStaticHeader(add, "$.causation."+h.field, "causation."+h.field, h.name, "")
+	}
 	sources := map[string]*Source{}
 	for i := range c.Sources {
 		sources[c.Sources[i].Name] = &c.Sources[i]
 		if a := c.Sources[i].API; a != nil {
-			checkBaseURL(add, fmt.Sprintf("$.sources[%d].api.base_url", i), fmt.Sprintf("source %q: api.base_url", c.Sources[i].Name), a.BaseURL,
+			ap := fmt.Sprintf("$.sources[%d].api", i)
+			checkBaseURL(add, ap+".base_url", fmt.Sprintf("source %q: api.base_url", c.Sources[i].Name), a.BaseURL,
 				"put them in api.bearer_token or api.headers, which are sent in headers only")
+			checkStaticHeader(add, ap+".bearer_token", fmt.Sprintf("source %q: api.bearer_token", c.Sources[i].Name), "", a.BearerToken)
+			for name, v := range a.Headers {
+				checkStaticHeader(add, ap+".headers."+name, fmt.Sprintf("source %q: api.headers.%s", c.Sources[i].Name, name), name, v)
+			}
 		}
 	}
 	names := map[string]int{}
@@ -256,13 +273,16 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 		case ModeRevision:
 			cf.Revision = compile("version.revision", v.Revision, true)
 			identity("version.revision", cf.Revision)
-			for _, other := range []struct{ k, v string }{{"path", v.Path}, {"field", v.Field}, {"tie_break", v.TieBreak}} {
+			for _, other := range []struct{ k, v string }{{"path", v.Path}, {"query", v.Query}, {"field", v.Field}, {"tie_break", v.TieBreak}} {
 				if other.v != "" {
 					add(vp+"."+other.k, "flow %q: version.%s does not apply to mode revision", f.Name, other.k)
 				}
 			}
 		case ModeRefetch:
 			cf.Path = compile("version.path", v.Path, true)
+			checkPathExpr(add, vp+".path", fmt.Sprintf("flow %q: version.path", f.Name), cf.Path)
+			cf.Query = compile("version.query", v.Query, false)
+			checkQueryExpr(add, vp+".query", fmt.Sprintf("flow %q: version.query", f.Name), cf.Query)
 			if (v.Field == "") == (len(v.Hash) == 0) {
 				add(vp, "flow %q: mode refetch needs exactly one of version.field (a monotonic field of the object) or version.hash (fields whose hash is the version)", f.Name)
 			}
@@ -281,6 +301,9 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				add(p+".source", "flow %q: mode refetch reads source %q's API: give that source an api.base_url", f.Name, f.Source)
 			}
 		case ModeOccurredAt:
+			if v.Path != "" || v.Query != "" {
+				add(vp, "flow %q: version.path and version.query apply to mode refetch only", f.Name)
+			}
 			cf.Break = compile("version.tie_break", v.TieBreak, false)
 			if v.TieBreak == "" {
 				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
@@ -340,12 +363,16 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 			}
 			ce.When = compileE("when", e.When, false)
 			ce.Path = compileE("request.path", e.Request.Path, true)
+			checkPathExpr(add, ep+".request.path", fmt.Sprintf("flow %q: effect %q: request.path", f.Name, e.Name), ce.Path)
+			ce.Query = compileE("request.query", e.Request.Query, false)
+			checkQueryExpr(add, ep+".request.query", fmt.Sprintf("flow %q: effect %q: request.query", f.Name, e.Name), ce.Query)
 			ce.Body = compileE("request.body", e.Request.Body, false)
 			for h, src := range e.Request.Headers {
 				ce.Headers[h] = compileE("request.headers."+h, src, true)
+				checkHeaderExpr(add, ep+".request.headers."+h, fmt.Sprintf("flow %q: effect %q: request.headers.%s", f.Name, e.Name, h), h, ce.Headers[h])
 			}
 			cf.Effects = append(cf.Effects, ce)
-			for _, prog := range append([]*expr.Program{ce.When, ce.Path, ce.Body}, mapValues(ce.Headers)...) {
+			for _, prog := range append([]*expr.Program{ce.When, ce.Path, ce.Query, ce.Body}, mapValues(ce.Headers)...) {
 				if prog != nil && prog.Reads(expr.VarPrevious) {
 					cf.ReadsPrevious = true
 				}

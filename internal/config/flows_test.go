@@ -124,3 +124,47 @@ destinations:
 		t.Fatalf("err = %v, want the effect's line and the known destinations", err)
 	}
 }
+
+// What the request builder would refuse on every call is refused at load,
+// with its line: a query string or a climb written into a path, a header
+// value that would start another header.
+func TestRequestChecksAtLoad(t *testing.T) {
+	effect := func(request string) string {
+		return "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n    effects:\n      - name: e\n        destination: crm\n        request:\n" + request
+	}
+	cases := []struct {
+		name, yaml string
+		line       int
+		want       string
+	}{
+		{"constant path with a query", flowBase + effect("          path: '\"/deals?idProperty=x\"'\n"), 22, "query:"},
+		{"query written after payload data", flowBase + effect("          path: '\"/deals/\" + entity + \"?idProperty=x\"'\n"), 22, "pathEscape"},
+		{"constant path climbing", flowBase + effect("          path: '\"/deals/../admin\"'\n"), 22, "dot segment"},
+		{"constant path naming a host", flowBase + effect("          path: '\"//evil.example/x\"'\n"), 22, "another host"},
+		{"query not a map", flowBase + effect("          path: '\"/deals\"'\n          query: '\"a=1\"'\n"), 23, "map of query parameters"},
+		{"header with CRLF", flowBase + effect("          path: '\"/deals\"'\n          headers: {X-Order: '\"a\\r\\nX-Admin: 1\"'}\n"), 23, "control character"},
+		{"bad header name", flowBase + effect("          path: '\"/deals\"'\n          headers: {'X Order': entity}\n"), 23, "header name"},
+		{"refetch path with a query", flowBase + "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version: {mode: refetch, path: '\"/orders/\" + pathEscape(entity) + \"?expand=items\"', field: object.v}\n", 17, "query:"},
+		{"query outside refetch", flowBase + "  - name: a\n    source: shop\n    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r, query: '{\"a\": \"b\"}'}\n", 17, "version.query"},
+		{"api header with CRLF", strings.Replace(flowBase, "      bearer_token: tok\n", "      bearer_token: tok\n      headers: {X-Api-Key: \"k\\r\\nX-Admin: 1\"}\n", 1), 9, "CR or LF"},
+		{"api token with a newline", strings.Replace(flowBase, "bearer_token: tok", "bearer_token: \"tok\\n\"", 1), 8, "trailing newline"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("f.yaml", []byte(tc.yaml), env(nil))
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("err = %v, want config errors", err)
+			}
+			if es[0].Line != tc.line || !strings.Contains(es[0].Msg, tc.want) {
+				t.Errorf("got %v, want line %d containing %q", es[0], tc.line, tc.want)
+			}
+		})
+	}
+	// Escaped payload data and a query map load.
+	c, err := Parse("f.yaml", []byte(flowBase+effect("          path: '\"/deals/\" + pathEscape(entity)'\n          query: '{\"idProperty\": \"stripe_id\", \"v\": event.v}'\n")+
+		"destinations:\n  - {name: crm, base_url: \"https://crm.example\"}\n"), env(nil))
+	if err != nil || c.Flows[0].Compiled.Effects[0].Query == nil {
+		t.Fatalf("escaped path and query map: %v", err)
+	}
+}
