@@ -387,3 +387,83 @@ func TestRefetchErrorsNeverShowTheQueryString(t *testing.T) {
 		t.Fatalf("log:\n%s", out)
 	}
 }
+
+// The refetch path is built from payload data: a value that would leave
+// api.base_url's path or add query parameters is refused before the token
+// is sent anywhere (permanent: the event is dead-lettered); escaped values
+// and parameters from version.query arrive as one segment and escaped.
+func TestRefetchPathAndQuery(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.RequestURI)
+		mu.Unlock()
+		fmt.Fprintf(w, `{"id":%q,"status":"paid","total":42}`, strings.TrimPrefix(r.URL.Path, "/api/orders/"))
+	}))
+	defer srv.Close()
+	flows := func(path string) string {
+		return strings.Replace(refetchFlow, `path: '"/orders/" + entity'`, path, 1)
+	}
+	f := newFixture(t, fmt.Sprintf(sources, srv.URL+"/api")+flows(`path: '"/orders/" + entity'`))
+	f.send("shop", "e1", `{"order_id":"../../admin/secret"}`)
+	f.send("shop", "e2", `{"order_id":"x?admin=1&y=2"}`)
+	f.drain()
+	for _, id := range []string{"e1", "e2"} {
+		if d := f.disposition("shop", id); d != "dead_lettered" {
+			t.Errorf("%s = %s, want dead_lettered", id, d)
+		}
+	}
+	audit, err := f.st.AuditList(context.Background(), &store.AuditListParams{Action: "dead_lettered"})
+	if err != nil || len(audit) != 2 || !strings.Contains(audit[0].Detail+audit[1].Detail, "dot segment") ||
+		!strings.Contains(audit[0].Detail+audit[1].Detail, "pathEscape") {
+		t.Fatalf("audit %+v %v", audit, err)
+	}
+	if len(seen) != 0 {
+		t.Fatalf("the API was called: %q", seen)
+	}
+
+	f = newFixture(t, fmt.Sprintf(sources, srv.URL+"/api")+flows(`path: '"/orders/" + pathEscape(entity)'
+      query: '{"expand": "items", "ref": entity}'`))
+	f.send("shop", "e3", `{"order_id":"x?admin=1&y=2"}`)
+	f.drain()
+	if d := f.disposition("shop", "e3"); d != "applied" {
+		t.Fatalf("e3 = %s, want applied", d)
+	}
+	if want := "/api/orders/x%3Fadmin=1&y=2?expand=items&ref=x%3Fadmin%3D1%26y%3D2"; len(seen) != 1 || seen[0] != want {
+		t.Fatalf("requests %q, want %q", seen, want)
+	}
+}
+
+// An effect's query is evaluated at apply time and stored with its
+// request; an effect without one stores no query at all, as before.
+func TestEffectQueryIsStored(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+`flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.rev}
+    state: event.state
+    effects:
+      - name: with_query
+        destination: crm
+        request: {method: PATCH, path: '"/deals/" + pathEscape(entity)', query: '{"idProperty": "order_id", "v": version, "none": null}'}
+      - name: without
+        destination: crm
+        request: {path: '"/notes"'}
+`)
+	f.send("shop", "e1", `{"order_id":"o/1","rev":2,"state":"PAID"}`)
+	f.drain()
+	es, err := f.st.EffectList(context.Background(), &store.EffectListParams{Flow: "orders"})
+	if err != nil || len(es) != 2 {
+		t.Fatalf("effects %v %v", es, err)
+	}
+	got := map[string]string{es[0].Effect: string(es[0].Request), es[1].Effect: string(es[1].Request)}
+	if want := `{"method":"PATCH","path":"/deals/o%2F1","query":{"idProperty":["order_id"],"v":["2"]}}`; got["with_query"] != want {
+		t.Errorf("stored %s, want %s", got["with_query"], want)
+	}
+	if want := `{"method":"POST","path":"/notes"}`; got["without"] != want {
+		t.Errorf("stored %s, want %s", got["without"], want)
+	}
+}

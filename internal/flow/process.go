@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode"
@@ -307,10 +308,13 @@ func EpisodeKey(flow, entity, version, effect string) string {
 }
 
 // Request is the stored shape of an effect's call, built at apply time so
-// that delivery needs no expressions.
+// that delivery needs no expressions. Query holds the parameters
+// unescaped; the delivery escapes them when it builds the URL (requests
+// stored before query existed have none).
 type Request struct {
 	Method  string            `json:"method"`
 	Path    string            `json:"path"`
+	Query   url.Values        `json:"query,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
 	Body    json.RawMessage   `json:"body,omitempty"`
 }
@@ -320,6 +324,11 @@ func buildRequest(eff *config.Effect, ce *config.CompiledEffect, vars expr.Vars)
 	var err error
 	if r.Path, err = ce.Path.EvalString(vars); err != nil {
 		return nil, fmt.Errorf("request.path: %w", err)
+	}
+	if ce.Query != nil {
+		if r.Query, err = ce.Query.EvalQuery(vars); err != nil {
+			return nil, fmt.Errorf("request.query: %w", err)
+		}
 	}
 	if ce.Body != nil {
 		if r.Body, err = ce.Body.EvalJSON(vars); err != nil {
@@ -355,10 +364,22 @@ func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, var
 	if err != nil {
 		return nil, fmt.Errorf("version.path: %w", err)
 	}
-	url := strings.TrimRight(api.BaseURL, "/") + "/" + strings.TrimLeft(p, "/")
+	var q url.Values
+	if f.Compiled.Query != nil {
+		if q, err = f.Compiled.Query.EvalQuery(vars); err != nil {
+			return nil, fmt.Errorf("version.query: %w", err)
+		}
+	}
+	// A path that would leave api.base_url (payload data such as
+	// "../../admin" or "x?admin=1") is refused, permanently: the token must
+	// not go anywhere else on the API.
+	u, err := outbound.URL(api.BaseURL, p, q)
+	if err != nil {
+		return nil, fmt.Errorf("refetch refused before sending: %w; wrap payload values in version.path in pathEscape() and put query parameters in version.query", err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, api.Timeout.D())
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("refetch %s: %w", p, outbound.RedactError(err))
 	}
