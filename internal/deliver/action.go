@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 
 	"github.com/hookledger/hookledger/internal/config"
@@ -19,9 +20,12 @@ import (
 type Call struct {
 	Destination *config.Destination
 	Method      string
-	Path        string
-	Header      http.Header
-	Body        []byte
+	// Path is relative to the destination (checked by outbound.CheckPath
+	// before the call is made), Query its parameters, unescaped.
+	Path   string
+	Query  url.Values
+	Header http.Header
+	Body   []byte
 	// EpisodeKey identifies the effect (and is the idempotency key).
 	EpisodeKey string
 }
@@ -58,10 +62,22 @@ type HTTPAction struct {
 // Do sends the call.
 func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
 	d := c.Destination
-	url := strings.TrimRight(d.BaseURL, "/") + "/" + strings.TrimLeft(c.Path, "/")
+	resp := &Response{}
+	// The worker checked the call already; an embedding program calling Do
+	// itself gets the same refusal, as a permanent error.
+	u, err := outbound.URL(d.BaseURL, c.Path, c.Query)
+	if err != nil {
+		return resp, err
+	}
+	for k, vs := range c.Header {
+		for _, v := range vs {
+			if err := outbound.CheckHeader(k, v); err != nil {
+				return resp, err
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.Timeout.D())
 	defer cancel()
-	resp := &Response{}
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		if info.Err == nil {
 			resp.Sent = true
@@ -71,7 +87,7 @@ func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
 	if c.Body != nil {
 		body = bytes.NewReader(c.Body)
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), c.Method, url, body)
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), c.Method, u.String(), body)
 	if err != nil {
 		return resp, fmt.Errorf("build request: %w", outbound.RedactError(err))
 	}
@@ -111,10 +127,12 @@ func applyAuth(req *http.Request, a *config.Auth) {
 	}
 }
 
-// storedRequest is the shape the flow processor stores on each effect.
+// storedRequest is the shape the flow processor stores on each effect
+// (flow.Request); requests stored before query existed have none.
 type storedRequest struct {
 	Method  string            `json:"method"`
 	Path    string            `json:"path"`
+	Query   url.Values        `json:"query"`
 	Headers map[string]string `json:"headers"`
 	Body    json.RawMessage   `json:"body"`
 }

@@ -27,6 +27,11 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 		// An action's error may name the URL it called; the reason is
 		// stored, logged and sent on, so it names it without secrets.
 		callErr = outbound.RedactError(callErr)
+		if outbound.IsRequestError(callErr) {
+			// Refused before sending (a path leaving base_url, a header
+			// with CR or LF): the same request is refused every time.
+			return store.ClassPermanent, fmt.Sprintf("request refused before sending: %v", callErr)
+		}
 		if resp != nil && resp.Sent {
 			return store.ClassUnknown, fmt.Sprintf("no answer after the request was sent: %v", callErr)
 		}

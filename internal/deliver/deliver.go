@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,8 +282,16 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 	}
 	call, err := w.buildCall(c, d)
 	if err != nil {
-		return w.settle(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: store.ClassPermanent,
-			Reason: "the stored request is unusable: " + err.Error(), SuggestedRepair: "fix the flow's request mapping, then replay the event"})
+		// Nothing was sent, and the same stored request would be refused on
+		// every attempt: the exception queue at once, and a person is told.
+		p := &store.EffectSettleParams{State: store.EffectDead, Class: store.ClassPermanent,
+			Reason: "the stored request is unusable: " + err.Error(), SuggestedRepair: "fix the flow's request mapping, then replay the event"}
+		if outbound.IsRequestError(err) {
+			p.Reason = "request refused before sending: " + err.Error()
+			p.SuggestedRepair = "wrap payload values in the flow's request.path in pathEscape() and pass query parameters in request.query, never in the path; " +
+				"this stored request is refused on every attempt, so resolve the effect with a note (after making the call by hand if it is still due)"
+		}
+		return w.settleAndNotify(ctx, c, d, p)
 	}
 	started := w.clk.Now()
 	resp, callErr := w.actions[d.Kind].Do(ctx, call)
@@ -405,8 +414,8 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 			// Asking again cannot help: a person decides, and is told.
 			p.State = store.EffectNeedsReconciliation
 			p.Reason = reason + "; " + err.Error()
-			p.SuggestedRepair = fmt.Sprintf("fix the lookup of destination %s (base_url, lookup.path): it cannot succeed as configured; meanwhile check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it",
-				d.Name, d.Name, c.EpisodeKey)
+			p.SuggestedRepair = fmt.Sprintf("%s of destination %s; meanwhile check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it",
+				refused.fix, d.Name, d.Name, c.EpisodeKey)
 			return w.settleAndNotify(ctx, c, d, p)
 		case err != nil:
 			p.State = store.EffectNeedsReconciliation
@@ -439,8 +448,8 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 }
 
 // lookupRefused is a lookup that asking again cannot make succeed (a
-// redirect, a request refused before it was sent).
-type lookupRefused struct{ msg string }
+// redirect, a request refused before it was sent); fix says what to change.
+type lookupRefused struct{ msg, fix string }
 
 func (e *lookupRefused) Error() string { return e.msg }
 
@@ -453,8 +462,18 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	if err != nil {
 		return false, "", nil, fmt.Errorf("lookup.path: %w", err)
 	}
-	call := &Call{Destination: d, Method: d.Lookup.Method, Path: path, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
+	var query url.Values
+	if d.Compiled.LookupQuery != nil {
+		if query, err = d.Compiled.LookupQuery.EvalQuery(vars); err != nil {
+			return false, "", nil, fmt.Errorf("lookup.query: %w", err)
+		}
+	}
+	call := &Call{Destination: d, Method: d.Lookup.Method, Path: path, Query: query, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
 	w.causationHeaders(call.Header, c)
+	if err := checkCall(call); err != nil {
+		return false, "", nil, &lookupRefused{msg: "lookup refused before sending: " + err.Error(),
+			fix: "wrap the values in lookup.path in pathEscape() and pass query parameters in lookup.query"}
+	}
 	started := w.clk.Now()
 	resp, callErr := w.actions[d.Kind].Do(ctx, call)
 	callErr = outbound.RedactError(callErr)
@@ -473,7 +492,7 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		// found" (which would make a resend look safe) is known.
 		msg := "lookup: " + redirectReason(d.Name, resp)
 		att.Class, att.Error = store.ClassPermanent, msg
-		return false, "", att, &lookupRefused{msg}
+		return false, "", att, &lookupRefused{msg: msg, fix: "fix base_url or lookup.path to the address the destination answers at"}
 	}
 	var body any = string(resp.Body)
 	if j, err := expr.DecodeJSON(resp.Body); err == nil {
@@ -495,7 +514,7 @@ func (w *Worker) buildCall(c *store.ClaimedEffect, d *config.Destination) (*Call
 	if err := json.Unmarshal(c.Request, &r); err != nil {
 		return nil, fmt.Errorf("decode request: %w", err)
 	}
-	call := &Call{Destination: d, Method: r.Method, Path: r.Path, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
+	call := &Call{Destination: d, Method: r.Method, Path: r.Path, Query: r.Query, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
 	if call.Method == "" {
 		call.Method = http.MethodPost
 	}
@@ -512,7 +531,30 @@ func (w *Worker) buildCall(c *store.ClaimedEffect, d *config.Destination) (*Call
 		call.Header.Set(d.Idem.Header, c.EpisodeKey)
 	}
 	w.causationHeaders(call.Header, c)
+	if err := checkCall(call); err != nil {
+		return nil, err
+	}
 	return call, nil
+}
+
+// checkCall refuses, before anything is sent, a call whose path was built
+// from payload data that would take it out of base_url's path, add query
+// parameters or name another host, or whose header values (the episode
+// key, which holds the entity id, included) would start another header.
+// Such a call is refused on every attempt, so it is permanent; the
+// transport would otherwise fail it as "not sent", which reads transient.
+func checkCall(call *Call) error {
+	if err := outbound.CheckPath(call.Path); err != nil {
+		return err
+	}
+	for k, vs := range call.Header {
+		for _, v := range vs {
+			if err := outbound.CheckHeader(k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // causationHeaders carry the feedback-loop chain on every outbound call.

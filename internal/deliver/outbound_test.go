@@ -25,7 +25,7 @@ func newRecorder(t *testing.T) *recorder {
 	r := &recorder{}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
-		r.seen = append(r.seen, fmt.Sprintf("%s %s (Authorization %q)", req.Method, req.URL, req.Header.Get("Authorization")))
+		r.seen = append(r.seen, fmt.Sprintf("%s %s (Authorization %q)", req.Method, req.RequestURI, req.Header.Get("Authorization")))
 		r.mu.Unlock()
 		fmt.Fprint(w, `{"id":"obj_stolen"}`)
 	}))
@@ -180,5 +180,75 @@ func TestFailedNotificationNeverShowsTheWebhookURL(t *testing.T) {
 	out := x.logs.String()
 	if !strings.Contains(out, "notification failed") || !strings.Contains(out, "connection refused") || strings.Contains(out, "s3cret") {
 		t.Fatalf("log:\n%s", out)
+	}
+}
+
+// Payload data in a path cannot climb out of base_url's path, add query
+// parameters, name another host or smuggle a header: the call is refused
+// before anything is sent, permanently (never retried as a transport
+// failure), and a person is told how to repair the flow.
+func TestPayloadCannotEscapeThePath(t *testing.T) {
+	const keyHeader = `X-Episode-Key: '"orders:" + entity + ":r" + string(version) + ":charge"'`
+	for _, tc := range []struct {
+		name, id, path, want string
+	}{
+		{"climb", "../../admin/secret", `'"/orders/" + entity'`, "dot segment"},
+		{"climb, escaped", "../../admin/secret", `'"/orders/" + pathEscape(entity)'`, "dot segment"},
+		{"climb, percent-encoded", "%2e%2e", `'"/orders/" + entity + "/admin"'`, "dot segment"},
+		{"query", "x?admin=1&y=2", `'"/orders/" + entity'`, "query"},
+		{"fragment", "x#y", `'"/orders/" + entity'`, "fragment"},
+		{"another host", "/evil.example/x", `'"/" + entity'`, "another host"},
+		{"absolute URL", "http://evil.example/x", `'entity'`, "URL"},
+		{"credentials and host", "@evil.example/x", `'entity'`, "credentials"},
+		{"backslash", `..\admin`, `'"/orders/" + entity'`, "backslash"},
+		{"CRLF in the path", "o1\r\nX-Admin: 1", `'"/orders/" + pathEscape(entity) + "/" + entity'`, "control character"},
+		{"CRLF in a header", "o1\r\nX-Admin: 1", `'"/orders/" + pathEscape(entity)'`, "control character"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dest := newRecorder(t)
+			x := newWorld(t, setup{baseURL: dest.URL + "/api", dest: "auth: {bearer: api-token}",
+				request: "path: " + tc.path + "\nheaders: {" + keyHeader + "}"})
+			id := strings.NewReplacer(`\r`, "\r", `\n`, "\n", `\\`, `\`).Replace(tc.id)
+			e := x.order(id, 1)
+			x.drain()
+			e = x.get(e.ID)
+			x.wantState(e, store.EffectDead)
+			if e.ErrorClass != store.ClassPermanent || !strings.Contains(e.Reason, "refused before sending") || !strings.Contains(e.Reason, tc.want) ||
+				!strings.Contains(e.SuggestedRepair, "pathEscape") || !strings.Contains(e.SuggestedRepair, "request.query") || !e.NextAttemptAt.IsZero() {
+				t.Fatalf("[%s] %q / %q next %v", e.ErrorClass, e.Reason, e.SuggestedRepair, e.NextAttemptAt)
+			}
+			if strings.ContainsAny(e.Reason, "\r\n") {
+				t.Fatalf("the reason carries a raw CR or LF: %q", e.Reason)
+			}
+			if texts := x.hook.all(); len(texts) != 1 || !strings.Contains(texts[0], e.EpisodeKey) {
+				t.Fatalf("notifications %q", texts)
+			}
+			x.clk.Advance(7 * time.Hour)
+			x.drain()
+			if got := dest.requests(); len(got) != 0 {
+				t.Fatalf("the destination was called: %q", got)
+			}
+		})
+	}
+}
+
+// Escaped payload data stays one segment, and query parameters come from
+// query:, escaped, after base_url's own query; the stored request keeps
+// them for every attempt.
+func TestEscapedPathAndQueryReachTheDestination(t *testing.T) {
+	dest := newRecorder(t)
+	x := newWorld(t, setup{baseURL: dest.URL + "/api?tenant=t1", request: `path: '"/orders/" + pathEscape(entity)'
+query: '{"idProperty": "order_id", "note": entity}'
+headers: {X-Episode-Key: '"orders:" + entity + ":r" + string(version) + ":charge"'}`})
+	e := x.order("x?admin=1&y=2", 1)
+	if !strings.Contains(string(e.Request), `"query":{"idProperty":["order_id"],"note":["x?admin=1\u0026y=2"]}`) &&
+		!strings.Contains(string(e.Request), `"query":{"idProperty":["order_id"],"note":["x?admin=1&y=2"]}`) {
+		t.Fatalf("stored request %s", e.Request)
+	}
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDone)
+	want := `POST /api/orders/x%3Fadmin=1&y=2?tenant=t1&idProperty=order_id&note=x%3Fadmin%3D1%26y%3D2 (Authorization "")`
+	if got := dest.requests(); len(got) != 1 || got[0] != want {
+		t.Fatalf("requests %q, want %q", got, want)
 	}
 }

@@ -77,9 +77,17 @@ func (h *hookRecorder) all() []string {
 	return append([]string(nil), h.texts...)
 }
 
+// defaultRequest is the effect's request block: the fault server counts
+// work per episode key, which the flow sends in a header of its own.
+const defaultRequest = `path: '"/charges"'
+headers: {X-Episode-Key: '"orders:" + entity + ":r" + string(version) + ":charge"'}
+body: '{"order": entity, "rev": version, "state": state}'`
+
 // setup is what a test changes: the destination block, the fault server
 // and custom actions.
 type setup struct {
+	// request replaces defaultRequest (YAML lines, unindented).
+	request string
 	dest    string // destination fields beyond name, base_url, kind and timeout
 	srv     deliverytest.Options
 	actions map[string]deliver.Action
@@ -109,9 +117,7 @@ flows:
       - name: charge
         destination: dest
         request:
-          path: '"/charges"'
-          headers: {X-Episode-Key: '"orders:" + entity + ":r" + string(version) + ":charge"'}
-          body: '{"order": entity, "rev": version, "state": state}'
+%s
 notifications:
   webhook_url: %s
   timeout: 2s
@@ -168,7 +174,14 @@ func newWorld(t *testing.T, s setup) *world {
 	if s.webhookURL != "" {
 		webhook = s.webhookURL
 	}
-	yaml := fmt.Sprintf(flowYAML, webhook, base, kind, indented)
+	if s.request == "" {
+		s.request = defaultRequest
+	}
+	request := ""
+	for _, l := range strings.Split(strings.TrimSpace(s.request), "\n") {
+		request += "          " + l + "\n"
+	}
+	yaml := fmt.Sprintf(flowYAML, strings.TrimSuffix(request, "\n"), webhook, base, kind, indented)
 	cfg, err := config.Parse("hookledger.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
