@@ -353,6 +353,9 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 			repair = "the destination answered success but reported a failure in the body: inspect the response, repair, then retry or resolve"
 		case isRedirect(resp):
 			repair = fmt.Sprintf("fix base_url of destination %s (or the flow's request path) to the address the destination answers at, which the reason names; then retry the effect", d.Name)
+		case resp == nil || resp.Status == 0:
+			// The action refused the call before sending it.
+			repair = fmt.Sprintf("nothing was sent: fix the flow's request mapping or base_url of destination %s, as the reason says; then retry the effect", d.Name)
 		}
 		p.State = store.EffectDead
 		p.SuggestedRepair = repair

@@ -1,6 +1,7 @@
 package deliver_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -250,5 +253,27 @@ headers: {X-Episode-Key: '"orders:" + entity + ":r" + string(version) + ":charge
 	want := `POST /api/orders/x%3Fadmin=1&y=2?tenant=t1&idProperty=order_id&note=x%3Fadmin%3D1%26y%3D2 (Authorization "")`
 	if got := dest.requests(); len(got) != 1 || got[0] != want {
 		t.Fatalf("requests %q, want %q", got, want)
+	}
+}
+
+// An embedding program calling the http action itself gets the same
+// refusal, classified permanent, and nothing is sent.
+func TestHTTPActionRefusesUncheckedCalls(t *testing.T) {
+	dest := newRecorder(t)
+	d := &config.Destination{Name: "d", BaseURL: dest.URL, Timeout: config.Duration(time.Second)}
+	for _, c := range []*deliver.Call{
+		{Path: "/orders/../admin"},
+		{Path: "/orders/x?admin=1"},
+		{Path: "/orders/x", Header: http.Header{"X-Order": {"x\r\nX-Admin: 1"}}},
+	} {
+		c.Destination, c.Method = d, http.MethodPost
+		resp, err := (&deliver.HTTPAction{Client: followingClient}).Do(context.Background(), c)
+		class, reason := deliver.Classify(d, resp, err)
+		if class != store.ClassPermanent || !strings.Contains(reason, "refused before sending") || resp.Sent {
+			t.Errorf("%q %v: [%s] %s (sent %v)", c.Path, c.Header, class, reason, resp.Sent)
+		}
+	}
+	if got := dest.requests(); len(got) != 0 {
+		t.Fatalf("the destination was called: %q", got)
 	}
 }
