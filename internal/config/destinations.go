@@ -12,6 +12,13 @@ import (
 	"github.com/hookledger/hookledger/internal/vendor"
 )
 
+// DefaultMaxInFlight is a destination's (or a source API's) default cap on
+// calls in flight: a quarter of the workers, so a destination that hangs
+// until its timeout leaves three quarters of them to the others.
+func DefaultMaxInFlight(workers int) int {
+	return max(1, workers/4)
+}
+
 // Error classes a classification rule may name.
 var Classes = []string{"success", "transient", "quota", "contention", "permanent", "hidden_failure"}
 
@@ -32,6 +39,10 @@ type Destination struct {
 	Classify   []ClassifyRule `yaml:"classify"`
 	// Owner is who repairs this destination's dead effects.
 	Owner string `yaml:"owner"`
+	// MaxInFlight caps this destination's calls in flight (a bulkhead):
+	// one slow or dead destination then holds at most this many of the
+	// delivery workers. 0 means DefaultMaxInFlight(delivery.workers).
+	MaxInFlight int `yaml:"max_in_flight"`
 
 	Compiled   *CompiledDest  `yaml:"-"`
 	PresetData *vendor.Preset `yaml:"-"`
@@ -240,6 +251,9 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		}
 		if d.Timeout < 0 {
 			add(p+".timeout", "destination %q: timeout must be positive", d.Name)
+		}
+		if d.MaxInFlight < 0 {
+			add(p+".max_in_flight", "destination %q: max_in_flight must be positive (0 takes the default, a quarter of delivery.workers)", d.Name)
 		}
 		if d.RateLimit.PerSecond < 0 || d.RateLimit.Burst < 0 {
 			add(p+".rate_limit", "destination %q: rate_limit values must be positive", d.Name)

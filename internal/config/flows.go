@@ -45,6 +45,10 @@ type SourceAPI struct {
 	BearerToken string            `yaml:"bearer_token"`
 	Headers     map[string]string `yaml:"headers"`
 	Timeout     Duration          `yaml:"timeout"`
+	// MaxInFlight caps the entities refetching from this API at once (a
+	// bulkhead): a slow API then holds at most this many processing
+	// workers. 0 means DefaultMaxInFlight(processing.workers).
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Flow turns one source's events into a projection and effects.

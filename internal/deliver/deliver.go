@@ -28,6 +28,7 @@ import (
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/logging"
+	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -43,10 +44,6 @@ type Store interface {
 type Options struct {
 	// Workers bounds concurrent calls (default config.DefaultWorkers).
 	Workers int
-	// Batch is how many effects one claim takes (default Workers): a
-	// claimed effect's lease runs while it waits for a free slot, so
-	// claiming more than can be called at once only burns leases.
-	Batch int
 	// LeaseFor must exceed the longest destination timeout: an effect
 	// still submitting after it is presumed abandoned (default 2 min).
 	LeaseFor time.Duration
@@ -68,7 +65,10 @@ type Options struct {
 	Notifier Notifier
 }
 
-// Worker delivers due effects.
+// Worker delivers due effects. In the background it keeps up to Workers
+// calls in flight, claiming more as each one ends (never waiting for a
+// whole batch), and no destination holds more than its max_in_flight of
+// them: one slow or dead destination cannot stall the others.
 type Worker struct {
 	cfg     *config.Config
 	st      Store
@@ -81,31 +81,28 @@ type Worker struct {
 	actions map[string]Action
 	notify  Notifier
 	redrive int
+	caps    map[string]int // per destination: calls in flight at most
 
-	// errs keeps a failing store from filling the log at every poll.
-	errs *logging.Repeats
+	mu       sync.Mutex
+	inflight map[string]int // per destination
+	total    int
+	next     int // where the next round of claims starts, for fairness
+	calls    sync.WaitGroup
 
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	// errs keeps a failing store or destination from filling the log.
+	errs  *logging.Repeats
+	loop  *loop.Loop
+	notes *notifyQueue
 }
 
 // Wake makes an idle background loop look for due effects now (the
 // processor calls it after creating effects).
-func (w *Worker) Wake() {
-	select {
-	case w.wake <- struct{}{}:
-	default: // a wake-up is already pending
-	}
-}
+func (w *Worker) Wake() { w.loop.Wake() }
 
 // New builds a worker for the configured destinations.
 func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = config.DefaultWorkers
-	}
-	if opts.Batch <= 0 {
-		opts.Batch = opts.Workers
 	}
 	if opts.LeaseFor <= 0 {
 		opts.LeaseFor = 2 * time.Minute
@@ -140,10 +137,12 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
 		dests: map[string]*config.Destination{}, limits: map[string]*rate.Limiter{},
 		actions: map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient}},
-		notify:  opts.Notifier,
-		wake:    make(chan struct{}, 1),
-		errs:    logging.NewRepeats(opts.Logger, opts.Clock, "delivery", 0),
+		notify:   opts.Notifier,
+		caps:     map[string]int{},
+		inflight: map[string]int{},
+		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
 	}
+	w.loop = loop.New("delivery", w.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock})
 	for k, a := range opts.Actions {
 		w.actions[k] = a
 	}
@@ -165,80 +164,176 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 			w.limits[d.Name] = rate.NewLimiter(rate.Limit(d.RateLimit.PerSecond), burst)
 		}
 		w.redrive = max(w.redrive, len(d.Retry.Redrive))
+		w.caps[d.Name] = d.MaxInFlight
+		if w.caps[d.Name] <= 0 {
+			w.caps[d.Name] = config.DefaultMaxInFlight(opts.Workers)
+		}
+	}
+	if w.notify != nil {
+		w.notes = newNotifyQueue(w.notify, opts.Logger, opts.Clock)
 	}
 	return w, nil
 }
 
-// Start delivers in the background until Stop.
-func (w *Worker) Start(ctx context.Context) {
-	w.stop, w.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(w.done)
-		t := time.NewTicker(w.opts.PollInterval)
-		defer t.Stop()
-		for {
-			n, err := w.Step(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				w.errs.Fail("delivery step failed", err)
-			case err == nil:
-				w.errs.OK()
-			}
-			if n > 0 && err == nil {
-				continue
-			}
-			select {
-			case <-w.stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-w.wake:
-			case <-t.C:
-			}
+// Start delivers in the background until Stop (or until ctx ends). A
+// second call returns loop.ErrStarted.
+func (w *Worker) Start(ctx context.Context) error {
+	if w.notes != nil {
+		if err := w.notes.start(ctx); err != nil {
+			return err
 		}
-	}()
+	}
+	return w.loop.Start(ctx)
 }
 
-// Stop ends the background loop after its current step.
-func (w *Worker) Stop() {
-	if w.stop == nil {
-		return
+// Stop ends the background loop: no more claims, and the calls in flight
+// are canceled (an effect whose call was cut short stays submitting and is
+// reconciled after its lease, never resent blindly). It waits for them,
+// then for queued notifications, within ctx. Safe to call twice.
+func (w *Worker) Stop(ctx context.Context) error {
+	err := w.loop.Stop(ctx)
+	done := make(chan struct{})
+	go func() { w.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("stop delivery: calls still in flight: %w", ctx.Err()))
 	}
-	close(w.stop)
-	<-w.done
+	if w.notes != nil {
+		err = errors.Join(err, w.notes.stop(ctx))
+	}
+	return err
 }
 
-// Step claims one batch of due effects and handles them, returning how
-// many it claimed.
-func (w *Worker) Step(ctx context.Context) (int, error) {
-	if len(w.names) == 0 {
-		return 0, nil
-	}
-	claims, err := w.st.EffectClaim(ctx, &store.EffectClaimParams{
-		Owner: w.opts.Owner, Now: w.clk.Now(), LeaseFor: w.opts.LeaseFor, Limit: w.opts.Batch,
-		Destinations: w.names, MaxRedrives: w.redrive,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("claim effects: %w", err)
-	}
-	sem := make(chan struct{}, w.opts.Workers)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
+// fill is the background loop's step: it claims as many due effects as
+// there are free slots, each destination at most up to its own cap, and
+// starts a call for each. A call that ends frees its slot and wakes the
+// loop, so the next effect is claimed at once.
+func (w *Worker) fill(ctx context.Context) (more bool, err error) {
+	claims, err := w.claim(ctx)
 	for _, c := range claims {
-		sem <- struct{}{}
-		wg.Add(1)
+		w.calls.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := w.handle(ctx, c); err != nil && !errors.Is(err, store.ErrLeaseLost) {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("effect %d (%s): %w", c.ID, c.EpisodeKey, err))
-				mu.Unlock()
-			}
+			defer w.calls.Done()
+			w.run(ctx, c)
+			w.release(c)
+			w.loop.Wake()
 		}()
 	}
+	return len(claims) > 0, err
+}
+
+// claim takes due effects for the free slots. Destinations are visited
+// from a rotating start and claimed for concurrently (on SQLite the claims
+// share one commit), each for no more than its free room, so a destination
+// with a deep backlog cannot take the slots another needs.
+func (w *Worker) claim(ctx context.Context) ([]*store.ClaimedEffect, error) {
+	if len(w.names) == 0 {
+		return nil, nil
+	}
+	type ask struct {
+		dest string
+		room int
+	}
+	w.mu.Lock()
+	free := w.opts.Workers - w.total
+	var asks []ask
+	for i := range w.names {
+		if free <= 0 {
+			break
+		}
+		d := w.names[(w.next+i)%len(w.names)]
+		room := min(w.caps[d]-w.inflight[d], free)
+		if room <= 0 {
+			continue
+		}
+		asks = append(asks, ask{d, room})
+		free -= room
+		// Counted now, so a concurrent round cannot promise the same slots.
+		w.inflight[d] += room
+		w.total += room
+	}
+	w.next = (w.next + 1) % len(w.names)
+	w.mu.Unlock()
+	if len(asks) == 0 {
+		return nil, nil
+	}
+	results := make([][]*store.ClaimedEffect, len(asks))
+	errs := make([]error, len(asks))
+	var wg sync.WaitGroup
+	now := w.clk.Now()
+	for i, a := range asks {
+		wg.Go(func() {
+			results[i], errs[i] = w.st.EffectClaim(ctx, &store.EffectClaimParams{
+				Owner: w.opts.Owner, Now: now, LeaseFor: w.opts.LeaseFor, Limit: a.room,
+				Destinations: []string{a.dest}, MaxRedrives: w.redrive,
+			})
+		})
+	}
 	wg.Wait()
-	return len(claims), errors.Join(errs...)
+	var out []*store.ClaimedEffect
+	w.mu.Lock()
+	for i, a := range asks {
+		// Give back the slots promised to this destination and not used.
+		unused := a.room - len(results[i])
+		w.inflight[a.dest] -= unused
+		w.total -= unused
+		out = append(out, results[i]...)
+	}
+	w.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("claim effects: %w", err)
+	}
+	return out, nil
+}
+
+// release frees a call's slot.
+func (w *Worker) release(c *store.ClaimedEffect) {
+	w.mu.Lock()
+	w.inflight[c.Destination]--
+	w.total--
+	w.mu.Unlock()
+}
+
+// run handles one claimed effect; a panic in code the user supplied has
+// already been turned into the effect's outcome by handle, and anything
+// else that escapes is logged, never fatal to the process.
+func (w *Worker) run(ctx context.Context, c *store.ClaimedEffect) {
+	err := loop.Safe(w.log, "delivery of "+c.EpisodeKey, func() error { return w.handle(ctx, c) })
+	switch {
+	case err == nil:
+		w.errs.OK()
+	case errors.Is(err, store.ErrLeaseLost), ctx.Err() != nil:
+	default:
+		w.errs.Fail("delivery failed", err, "effect", c.ID, "episode", c.EpisodeKey, "destination", c.Destination)
+	}
+}
+
+// Step claims due effects for every free slot, handles them, waits for
+// their calls and notifications, and returns how many it claimed. It is
+// the synchronous form of the background loop, for tests and tools that
+// drive the worker with a fake clock.
+func (w *Worker) Step(ctx context.Context) (int, error) {
+	claims, err := w.claim(ctx)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() {
+			defer w.release(c)
+			herr := loop.Safe(w.log, "delivery of "+c.EpisodeKey, func() error { return w.handle(ctx, c) })
+			if herr != nil && !errors.Is(herr, store.ErrLeaseLost) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("effect %d (%s): %w", c.ID, c.EpisodeKey, herr))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if w.notes != nil {
+		w.notes.flush(ctx)
+	}
+	return len(claims), errors.Join(append(errs, err)...)
 }
 
 // Drain steps until no effect is due now.
@@ -294,7 +389,19 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		return w.settleAndNotify(ctx, c, d, p)
 	}
 	started := w.clk.Now()
-	resp, callErr := w.actions[d.Kind].Do(ctx, call)
+	var resp *Response
+	var callErr error
+	if perr := loop.Safe(w.log, "destination action "+d.Kind, func() error {
+		resp, callErr = w.actions[d.Kind].Do(ctx, call)
+		return nil
+	}); perr != nil {
+		// The action is the embedding program's code: whether it sent
+		// anything before it panicked is unknown, so a person decides.
+		return w.settleAndNotify(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: store.ClassUnknown,
+			AddAttempt: true, Attempt: &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Class: store.ClassUnknown, Error: perr.Error()},
+			Reason:          fmt.Sprintf("the %s action panicked: %v", d.Kind, perr),
+			SuggestedRepair: fmt.Sprintf("fix the %s action (its stack is in the log); check %s for episode %s, then resolve or retry the effect", d.Kind, d.Name, c.EpisodeKey)})
+	}
 	class, reason := Classify(d, resp, callErr)
 	att := &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Class: class, Error: reason}
 	if class == classSuccess {
@@ -592,12 +699,11 @@ func (w *Worker) settleAndNotify(ctx context.Context, c *store.ClaimedEffect, d 
 		return err
 	}
 	w.log.Warn("effect needs a person", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
-	if w.notify != nil {
-		n := Notification{EffectID: c.ID, EpisodeKey: c.EpisodeKey, Destination: d.Name, State: p.State,
-			Class: p.Class, Reason: p.Reason, SuggestedRepair: p.SuggestedRepair, Owner: d.Owner}
-		if err := w.notify.Notify(ctx, n); err != nil {
-			w.log.Error("notification failed", "episode", c.EpisodeKey, "err", err)
-		}
+	if w.notes != nil {
+		// Sent from the notification loop, outside this delivery slot: a
+		// slow chat webhook must not hold a slot another call needs.
+		w.notes.add(Notification{EffectID: c.ID, EpisodeKey: c.EpisodeKey, Destination: d.Name, State: p.State,
+			Class: p.Class, Reason: p.Reason, SuggestedRepair: p.SuggestedRepair, Owner: d.Owner})
 	}
 	return nil
 }

@@ -7,10 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"sync"
+	"time"
 
+	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -89,4 +94,72 @@ func (w *WebhookNotifier) Notify(ctx context.Context, n Notification) error {
 		return fmt.Errorf("notification webhook answered HTTP %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// maxQueuedNotifications bounds the messages waiting for the notification
+// loop. The ledger already holds every effect's state durably; a message is
+// a heads-up, so when a flood of failures outruns the chat webhook the
+// excess is dropped with a count in the log rather than held in memory.
+const maxQueuedNotifications = 1000
+
+// notifyQueue sends notifications from a loop of its own, so a slow or dead
+// chat webhook never holds a delivery slot.
+type notifyQueue struct {
+	n    Notifier
+	log  *slog.Logger
+	loop *loop.Loop
+
+	mu      sync.Mutex
+	pending []Notification
+	dropped int
+}
+
+func newNotifyQueue(n Notifier, log *slog.Logger, clk clock.Clock) *notifyQueue {
+	q := &notifyQueue{n: n, log: log}
+	q.loop = loop.New("notifications", q.step, loop.Options{PollInterval: time.Second, Logger: log, Clock: clk})
+	return q
+}
+
+func (q *notifyQueue) add(n Notification) {
+	q.mu.Lock()
+	if len(q.pending) >= maxQueuedNotifications {
+		q.dropped++
+		q.mu.Unlock()
+		return
+	}
+	q.pending = append(q.pending, n)
+	q.mu.Unlock()
+	q.loop.Wake()
+}
+
+// step sends what is queued. Errors are logged per message: one bad
+// message must not hold back the others.
+func (q *notifyQueue) step(ctx context.Context) (bool, error) {
+	q.mu.Lock()
+	batch, dropped := q.pending, q.dropped
+	q.pending, q.dropped = nil, 0
+	q.mu.Unlock()
+	if dropped > 0 {
+		q.log.Warn("notifications dropped: more effects needed a person than the notification webhook could take", "dropped", dropped)
+	}
+	for _, n := range batch {
+		if err := q.n.Notify(ctx, n); err != nil {
+			q.log.Error("notification failed", "episode", n.EpisodeKey, "err", err)
+		}
+	}
+	return false, nil
+}
+
+// flush sends everything queued now, in the caller's goroutine.
+func (q *notifyQueue) flush(ctx context.Context) { _, _ = q.step(ctx) }
+
+func (q *notifyQueue) start(ctx context.Context) error { return q.loop.Start(ctx) }
+
+// stop ends the loop, then sends what is still queued, within ctx.
+func (q *notifyQueue) stop(ctx context.Context) error {
+	err := q.loop.Stop(ctx)
+	if ctx.Err() == nil {
+		q.flush(ctx)
+	}
+	return err
 }

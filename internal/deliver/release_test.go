@@ -12,7 +12,7 @@ import (
 // and release them in a loop (and Drain, which steps until nothing is due,
 // returns).
 func TestReleasedEffectIsNotDueBeforeNotBefore(t *testing.T) {
-	x := newWorld(t, setup{dest: "rate_limit: {per_second: 1, burst: 1}"})
+	x := newWorld(t, setup{dest: "rate_limit: {per_second: 1, burst: 1}\nmax_in_flight: 4"})
 	for _, id := range []string{"o1", "o2", "o3"} {
 		x.order(id, 1)
 	}

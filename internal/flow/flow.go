@@ -21,6 +21,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/logging"
+	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -65,22 +66,25 @@ type Engine struct {
 	kinds    map[string]string
 	http     *http.Client
 
-	// errs keeps a failing store from filling the log at every poll.
+	// errs keeps failing entities from filling the log.
 	errs *logging.Repeats
+	loop *loop.Loop
 
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	// Continuous slots: up to Workers entities in flight, each source API
+	// at most its max_in_flight of them (a bulkhead for refetch).
+	mu       sync.Mutex
+	inflight int
+	apiSlots map[string]chan struct{}
+	running  sync.WaitGroup
+
+	// prepareHook, set only by tests, runs before an item's expressions:
+	// it stands in for an expression that panics.
+	prepareHook func(*store.WorkItem)
 }
 
 // Wake makes an idle background loop look for work now (the receiver calls
 // it after storing events a flow subscribes to).
-func (e *Engine) Wake() {
-	select {
-	case e.wake <- struct{}{}:
-	default: // a wake-up is already pending
-	}
-}
+func (e *Engine) Wake() { e.loop.Wake() }
 
 // New returns an engine over the store's pipeline.
 func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
@@ -121,9 +125,10 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: outbound.NoRedirects(opts.HTTPClient),
 		bySource: map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
 		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{},
-		wake: make(chan struct{}, 1),
-		errs: logging.NewRepeats(opts.Logger, opts.Clock, "processing", 0),
+		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "entity processing", 0),
+		apiSlots: map[string]chan struct{}{},
 	}
+	e.loop = loop.New("processing", e.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock})
 	for i := range cfg.Flows {
 		f := &cfg.Flows[i]
 		e.bySource[f.Source] = append(e.bySource[f.Source], f)
@@ -134,49 +139,90 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		e.kinds[s.Name] = s.Kind
 		if s.API != nil {
 			e.apis[s.Name] = s.API
+			n := s.API.MaxInFlight
+			if n <= 0 {
+				n = config.DefaultMaxInFlight(opts.Workers)
+			}
+			e.apiSlots[s.Name] = make(chan struct{}, n)
 		}
 	}
 	return e
 }
 
-// Start runs routing and processing in the background until Stop.
-func (e *Engine) Start(ctx context.Context) {
-	e.stop = make(chan struct{})
-	e.done = make(chan struct{})
-	go func() {
-		defer close(e.done)
-		t := time.NewTicker(e.opts.PollInterval)
-		defer t.Stop()
-		for {
-			n, err := e.Step(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				e.errs.Fail("processing step failed", err)
-			case err == nil:
-				e.errs.OK()
-			}
-			if n > 0 && err == nil {
-				continue // more may be waiting: do not sleep between batches
-			}
-			select {
-			case <-e.stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-e.wake:
-			case <-t.C:
-			}
-		}
-	}()
+// Start runs routing and processing in the background until Stop (or
+// until ctx ends). A second call returns loop.ErrStarted.
+func (e *Engine) Start(ctx context.Context) error { return e.loop.Start(ctx) }
+
+// Stop ends the background loop and waits, within ctx, for the entities in
+// flight (their context is canceled; unfinished work stays pending and
+// leased until the lease runs out). Safe to call twice.
+func (e *Engine) Stop(ctx context.Context) error {
+	err := e.loop.Stop(ctx)
+	done := make(chan struct{})
+	go func() { e.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return err
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("stop processing: entities still in flight: %w", ctx.Err()))
+	}
 }
 
-// Stop ends the background loop after its current step.
-func (e *Engine) Stop() {
-	if e.stop == nil {
-		return
+// fill is the background loop's step: route a batch, then claim as many
+// entities as there are free slots and process each on its own goroutine.
+// An entity that finishes frees its slot and wakes the loop, so the next
+// one is claimed at once instead of after the slowest of a batch.
+func (e *Engine) fill(ctx context.Context) (more bool, err error) {
+	routed, err := e.RouteOnce(ctx)
+	if err != nil {
+		return false, err
 	}
-	close(e.stop)
-	<-e.done
+	e.mu.Lock()
+	free := e.opts.Workers - e.inflight
+	e.inflight += free // promised now; given back below when unused
+	e.mu.Unlock()
+	var leases []*store.Lease
+	if free > 0 {
+		leases, err = e.st.EntityClaim(ctx, &store.EntityClaimParams{
+			Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: free,
+		})
+		if err != nil {
+			err = fmt.Errorf("claim entities: %w", err)
+		}
+	}
+	e.mu.Lock()
+	e.inflight -= free - len(leases)
+	e.mu.Unlock()
+	for _, l := range leases {
+		e.running.Add(1)
+		go func() {
+			defer e.running.Done()
+			_, perr := e.safeProcess(ctx, l)
+			switch {
+			case perr == nil:
+				e.errs.OK()
+			case ctx.Err() == nil:
+				e.errs.Fail("processing failed", perr, "flow", l.Flow, "entity", l.Entity)
+			}
+			e.mu.Lock()
+			e.inflight--
+			e.mu.Unlock()
+			e.loop.Wake()
+		}()
+	}
+	return routed > 0 || len(leases) > 0, err
+}
+
+// safeProcess processes one entity; a panic that escapes (a bug, never an
+// expression: those are contained per item) is an error, not the end of
+// the process. The lease runs out and the work stays pending.
+func (e *Engine) safeProcess(ctx context.Context, l *store.Lease) (n int, err error) {
+	err = loop.Safe(e.log, "processing of "+l.Flow+"/"+l.Entity, func() error {
+		var perr error
+		n, perr = e.processEntity(ctx, l)
+		return perr
+	})
+	return n, err
 }
 
 // Step routes one batch of events and processes one round of entities,
@@ -215,7 +261,7 @@ func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 	}
 	p := &store.EventRouteParams{Now: e.clk.Now()}
 	for _, ev := range evs {
-		p.Decisions = append(p.Decisions, &store.RouteDecision{EventPK: ev.PK, Routes: e.Routes(ev)})
+		p.Decisions = append(p.Decisions, &store.RouteDecision{EventPK: ev.PK, Routes: e.safeRoutes(ev)})
 	}
 	if err := e.st.EventRoute(ctx, p); err != nil {
 		return 0, fmt.Errorf("route events: %w", err)
@@ -228,6 +274,25 @@ func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return len(evs), nil
+}
+
+// safeRoutes is Routes with a panic in an expression turned into a failed
+// route of every flow subscribing to the event: the event is dead-lettered
+// with the reason, and routing goes on with the next one.
+func (e *Engine) safeRoutes(ev *store.RoutableEvent) []store.Route {
+	var routes []store.Route
+	if err := loop.Safe(e.log, "routing of "+ev.Source+"/"+ev.EventID, func() error {
+		routes = e.Routes(ev)
+		return nil
+	}); err != nil {
+		routes = nil
+		for _, f := range e.bySource[ev.Source] {
+			if subscribes(f, ev.Type) {
+				routes = append(routes, store.Route{Flow: f.Name, Failed: "routing: " + err.Error()})
+			}
+		}
+	}
+	return routes
 }
 
 // Routes computes, for one event, the flows and entities it belongs to and
@@ -319,7 +384,7 @@ func (e *Engine) ProcessOnce(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := e.processEntity(ctx, l)
+			n, err := e.safeProcess(ctx, l)
 			mu.Lock()
 			total += n
 			if err != nil {

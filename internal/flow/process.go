@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -98,6 +99,9 @@ type errTransient struct{ err error }
 func (e *errTransient) Error() string { return e.err.Error() }
 func (e *errTransient) Unwrap() error { return e.err }
 
+// apiBusyDelay defers an entity whose source API is at its max_in_flight.
+const apiBusyDelay = 500 * time.Millisecond
+
 // processEntity settles the leased entity's pending work in order.
 func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error) {
 	f := e.flows[l.Flow]
@@ -116,6 +120,19 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 		release(e.clk.Now().Add(time.Hour))
 		return 0, nil
 	}
+	if slots := e.apiSlots[f.Source]; slots != nil && f.Version.Mode == config.ModeRefetch {
+		// The bulkhead of the source's API: when it already has its
+		// max_in_flight of entities refetching, this one waits outside
+		// the slots (released, due again shortly) instead of holding a
+		// slot another source's entities need.
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			release(e.clk.Now().Add(apiBusyDelay))
+			return 0, nil
+		}
+	}
 	const page = 50
 	settled := 0
 	for {
@@ -133,7 +150,15 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 				// The lease ran out: another worker may own the entity now.
 				return settled, nil
 			}
-			p, err := e.prepare(ctx, f, l, it)
+			var p *store.FlowApplyParams
+			err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
+				if e.prepareHook != nil {
+					e.prepareHook(it)
+				}
+				var perr error
+				p, perr = e.prepare(ctx, f, l, it)
+				return perr
+			})
 			var tr *errTransient
 			if errors.As(err, &tr) {
 				e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)

@@ -132,8 +132,14 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
-	engine.Start(engineCtx)
-	worker.Start(engineCtx)
+	if err := engine.Start(engineCtx); err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
+	if err := worker.Start(engineCtx); err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
 	for _, w := range s.cfg.Warnings {
 		s.log.Warn("config", "warning", w.Error())
 	}
@@ -195,10 +201,14 @@ func (s *Server) Run(ctx context.Context) error {
 	// The processor stops after the inbox: every acknowledged event is
 	// already durable, and unprocessed work simply waits for the next start.
 	stopEngine()
-	engine.Stop()
+	if err := engine.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	// An effect whose call was cut short stays submitting and is
 	// reconciled after its lease by the next process.
-	worker.Stop()
+	if err := worker.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	s.log.Info("stopped")
 	return runErr
 }

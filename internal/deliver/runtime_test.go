@@ -1,0 +1,323 @@
+package deliver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/flow"
+	"github.com/hookledger/hookledger/internal/loop"
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/store/sqlite"
+)
+
+// stuckServer holds every request until released, counting how many it
+// holds at once.
+type stuckServer struct {
+	*httptest.Server
+	release chan struct{}
+	now     atomic.Int64
+	most    atomic.Int64
+	total   atomic.Int64
+}
+
+func newStuck(t *testing.T) *stuckServer {
+	s := &stuckServer{release: make(chan struct{})}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := s.now.Add(1)
+		s.total.Add(1)
+		for {
+			m := s.most.Load()
+			if n <= m || s.most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		select {
+		case <-s.release:
+		case <-r.Context().Done():
+		}
+		s.now.Add(-1)
+	}))
+	t.Cleanup(func() {
+		select {
+		case <-s.release:
+		default:
+			close(s.release)
+		}
+		s.Close()
+	})
+	return s
+}
+
+const bulkheadYAML = `destinations:
+  - name: stuck
+    base_url: %s
+    timeout: 1h
+    max_in_flight: 2
+  - name: healthy
+    base_url: %s
+delivery:
+  lease: 2h
+sources:
+  - name: shop
+    kind: hmac
+    secrets: [x]
+    hmac: {header: X-Sig}
+flows:
+  - name: orders
+    source: shop
+    events: ["*"]
+    entity: event.id
+    version: {mode: revision, revision: event.rev}
+    effects:
+      - {name: to_stuck, destination: stuck, request: {path: '"/x"'}}
+      - {name: to_healthy, destination: healthy, request: {path: '"/y"'}}
+`
+
+type rt struct {
+	st  *sqlite.Store
+	cfg *config.Config
+	clk *clock.Fake
+	w   *deliver.Worker
+}
+
+func newRuntime(t *testing.T, stuckURL, healthyURL string, workers int, actions map[string]deliver.Action, yaml string) *rt {
+	t.Helper()
+	if yaml == "" {
+		yaml = fmt.Sprintf(bulkheadYAML, stuckURL, healthyURL)
+	}
+	cfg, err := config.Parse("b.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(t0)
+	w, err := deliver.New(cfg, st, deliver.Options{Workers: workers, LeaseFor: cfg.Delivery.Lease.D(), Clock: clk,
+		PollInterval: 5 * time.Millisecond, Actions: actions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rt{st: st, cfg: cfg, clk: clk, w: w}
+}
+
+// orders stores n order events and processes them into effects.
+func (r *rt) orders(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		res, err := r.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
+			Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", i), Source: "shop", EventID: fmt.Sprint("evt-", i),
+				Type: "order.paid", ReceivedAt: t0, Body: []byte(fmt.Sprintf(`{"id":"o%d","rev":1}`, i))}},
+		}}})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("commit: %v %v", err, res)
+		}
+	}
+	if err := flow.New(r.cfg, r.st, flow.Options{Clock: r.clk}).Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *rt) count(t *testing.T, dest string, state store.EffectState) int {
+	t.Helper()
+	es, err := r.st.EffectList(context.Background(), &store.EffectListParams{Flow: "orders", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range es {
+		if e.Destination == dest && e.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after 60 s waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// While every slot a destination may hold is blocked on a call that does
+// not return, effects to another destination are still claimed and done:
+// no head-of-line blocking, and the stuck one never holds more than its
+// max_in_flight.
+func TestStuckDestinationDoesNotBlockOthers(t *testing.T) {
+	stuck := newStuck(t)
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer healthy.Close()
+	r := newRuntime(t, stuck.URL, healthy.URL, 8, nil, "")
+	r.orders(t, 20)
+	if err := r.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "both slots of the stuck destination to be taken", func() bool { return stuck.now.Load() == 2 })
+	waitUntil(t, "every effect to the healthy destination to be done", func() bool { return r.count(t, "healthy", store.EffectDone) == 20 })
+	if m := stuck.most.Load(); m != 2 {
+		t.Errorf("the stuck destination held %d calls at once, want its max_in_flight of 2", m)
+	}
+	if n := r.count(t, "stuck", store.EffectDone); n != 0 {
+		t.Errorf("%d stuck effects done while the destination holds every call", n)
+	}
+	// Released, the stuck destination's effects are done too, still at
+	// most two at a time.
+	close(stuck.release)
+	waitUntil(t, "the stuck destination's effects to be done", func() bool { return r.count(t, "stuck", store.EffectDone) == 20 })
+	if m := stuck.most.Load(); m != 2 {
+		t.Errorf("at most %d calls at once to the stuck destination, want 2", m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+func TestWorkerStartTwiceAndStopBeforeStart(t *testing.T) {
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer healthy.Close()
+	r := newRuntime(t, healthy.URL, healthy.URL, 4, nil, "")
+	if err := r.w.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop before Start: %v", err)
+	}
+	r2 := newRuntime(t, healthy.URL, healthy.URL, 4, nil, "")
+	if err := r2.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.w.Start(context.Background()); !errors.Is(err, loop.ErrStarted) {
+		t.Fatalf("second Start: %v, want loop.ErrStarted", err)
+	}
+	if err := r2.w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stuck call is canceled by Stop within its deadline; the effect stays
+// submitting for the next process to reconcile.
+func TestStopCancelsCallsInFlight(t *testing.T) {
+	stuck := newStuck(t)
+	r := newRuntime(t, stuck.URL, stuck.URL, 4, nil, "")
+	r.orders(t, 1)
+	if err := r.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the calls to start", func() bool { return stuck.now.Load() == 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.w.Stop(ctx); err != nil {
+		t.Fatalf("Stop with calls in flight: %v", err)
+	}
+	if n := r.count(t, "stuck", store.EffectSubmitting) + r.count(t, "healthy", store.EffectSubmitting); n != 2 {
+		t.Fatalf("%d effects submitting after Stop, want the 2 whose calls were cut short", n)
+	}
+}
+
+type panicAction struct{ calls atomic.Int64 }
+
+func (p *panicAction) Do(ctx context.Context, c *deliver.Call) (*deliver.Response, error) {
+	p.calls.Add(1)
+	panic("the custom action exploded")
+}
+
+// A panic in a custom action is that effect's failure (dead, outcome
+// unknown, the stack in the log), not the end of the process; the worker
+// goes on with the others.
+func TestPanickingCustomActionKillsOnlyItsEffect(t *testing.T) {
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer healthy.Close()
+	yaml := strings.Replace(fmt.Sprintf(bulkheadYAML, healthy.URL, healthy.URL),
+		"    timeout: 1h\n    max_in_flight: 2\n", "    timeout: 1h\n    max_in_flight: 2\n    kind: boom\n", 1)
+	p := &panicAction{}
+	r := newRuntime(t, "", "", 4, map[string]deliver.Action{"boom": p}, yaml)
+	r.orders(t, 3)
+	if err := r.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.w.Stop(context.Background())
+	waitUntil(t, "every effect to settle", func() bool {
+		return r.count(t, "stuck", store.EffectDead) == 3 && r.count(t, "healthy", store.EffectDone) == 3
+	})
+	es, err := r.st.EffectList(context.Background(), &store.EffectListParams{Flow: "orders", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.Destination != "stuck" {
+			continue
+		}
+		if e.ErrorClass != store.ClassUnknown || !strings.Contains(e.Reason, "panic: the custom action exploded") || e.SuggestedRepair == "" {
+			t.Errorf("%s: [%s] %s / %s", e.EpisodeKey, e.ErrorClass, e.Reason, e.SuggestedRepair)
+		}
+		as, err := r.st.AttemptList(context.Background(), e.ID)
+		if err != nil || len(as) != 1 || as[0].Class != store.ClassUnknown {
+			t.Errorf("%s attempts %+v (%v), want the one call recorded", e.EpisodeKey, as, err)
+		}
+	}
+	if n := p.calls.Load(); n != 3 {
+		t.Errorf("the action was called %d times, want 3", n)
+	}
+}
+
+// A notification webhook that hangs does not hold a delivery slot: with a
+// single worker, effects keep being delivered while notifications wait.
+func TestSlowNotificationsStayOutOfDeliverySlots(t *testing.T) {
+	var hooks sync.WaitGroup
+	hookRelease := make(chan struct{})
+	var hooked atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hooks.Add(1)
+		defer hooks.Done()
+		hooked.Add(1)
+		select {
+		case <-hookRelease:
+		case <-r.Context().Done():
+		}
+	}))
+	defer hook.Close()
+	defer close(hookRelease)
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusUnprocessableEntity)
+	}))
+	defer refuse.Close()
+	yaml := fmt.Sprintf(bulkheadYAML, refuse.URL, refuse.URL) + "notifications: {webhook_url: " + hook.URL + ", timeout: 1h}\n"
+	r := newRuntime(t, "", "", 1, nil, yaml)
+	r.orders(t, 5)
+	if err := r.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "every effect to go dead while the first notification hangs", func() bool {
+		return r.count(t, "stuck", store.EffectDead)+r.count(t, "healthy", store.EffectDead) == 10
+	})
+	if n := hooked.Load(); n != 1 {
+		t.Fatalf("%d notifications reached the webhook, want the first one, still hanging", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_ = r.w.Stop(ctx) // the hanging notification is abandoned at the deadline
+}

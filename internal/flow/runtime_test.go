@@ -1,0 +1,136 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/loop"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// A panic while an item's expressions run dead-letters that event with the
+// reason; the entity's later events, and the engine, go on.
+func TestPanickingExpressionDeadLettersOnlyItsEvent(t *testing.T) {
+	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + `flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.revision}
+`
+	f := newFixture(t, yaml)
+	f.eng.prepareHook = func(it *store.WorkItem) {
+		if it.Event.EventID == "evt-boom" {
+			panic("an expression exploded")
+		}
+	}
+	f.send("shop", "evt-boom", `{"order_id":"o1","revision":1}`)
+	f.send("shop", "evt-next", `{"order_id":"o1","revision":2}`)
+	f.drain()
+	if d := f.disposition("shop", "evt-boom"); d != "dead_lettered" {
+		t.Fatalf("the panicking event is %s, want dead_lettered", d)
+	}
+	if d := f.disposition("shop", "evt-next"); d != "applied" {
+		t.Fatalf("the next event is %s, want applied", d)
+	}
+	rows, err := f.st.AuditList(context.Background(), &store.AuditListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, a := range rows {
+		if a.EventID == "evt-boom" && strings.Contains(a.Detail, "panic: an expression exploded") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no audit row gives the panic as the reason: %+v", rows)
+	}
+}
+
+// The background loop keeps entities flowing while the source API of a
+// refetch flow hangs: that API holds at most its max_in_flight entities,
+// and another flow's entities are processed meanwhile.
+func TestHangingSourceAPIHoldsOnlyItsBulkhead(t *testing.T) {
+	var inFlight, most atomic.Int64
+	release := make(chan struct{})
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		fmt.Fprintf(w, `{"status":"PAID"}`)
+	}))
+	defer api.Close()
+	defer close(release)
+	yaml := strings.Replace(fmt.Sprintf(sources, api.URL), "      bearer_token: api-token\n",
+		"      bearer_token: api-token\n      timeout: 1h\n      max_in_flight: 2\n", 1) + `  - name: plain
+    kind: hmac
+    secrets: [x]
+    hmac: {header: X-Sig}
+processing: {workers: 4, lease: 2h}
+flows:
+  - name: refetched
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: refetch, path: '"/orders/" + pathEscape(entity)', hash: [object.status]}
+  - name: counted
+    source: plain
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.revision}
+`
+	f := newFixture(t, yaml)
+	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, Workers: 4, LeaseFor: 2 * time.Hour, PollInterval: 5 * time.Millisecond})
+	for i := range 6 {
+		f.send("shop", fmt.Sprint("evt-shop-", i), fmt.Sprintf(`{"order_id":"s%d"}`, i))
+	}
+	for i := range 30 {
+		f.send("plain", fmt.Sprint("evt-plain-", i), fmt.Sprintf(`{"order_id":"p%d","revision":1}`, i))
+	}
+	if err := f.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.eng.Start(context.Background()); !errors.Is(err, loop.ErrStarted) {
+		t.Fatalf("second Start: %v, want loop.ErrStarted", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		done := 0
+		for i := range 30 {
+			if f.disposition("plain", fmt.Sprint("evt-plain-", i)) == "applied" {
+				done++
+			}
+		}
+		if done == 30 && inFlight.Load() == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s: %d of 30 plain events applied, %d refetches hanging", done, inFlight.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if m := most.Load(); m != 2 {
+		t.Errorf("the hanging API held %d refetches at once, want its max_in_flight of 2", m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := f.eng.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := f.eng.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
