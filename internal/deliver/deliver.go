@@ -136,7 +136,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
 		dests: map[string]*config.Destination{}, limits: map[string]*rate.Limiter{},
-		actions: map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient}},
+		actions:  map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient}},
 		notify:   opts.Notifier,
 		caps:     map[string]int{},
 		inflight: map[string]int{},
