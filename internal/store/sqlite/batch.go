@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -23,6 +24,10 @@ type txJob struct {
 	fn   func(ctx context.Context, tx *wtx) error
 	done chan error
 }
+
+// defaultBatchDeadline bounds one shared write transaction, from BEGIN to
+// COMMIT; far above any healthy one (milliseconds), it only ends a stuck one.
+const defaultBatchDeadline = 30 * time.Second
 
 // maxTxBatch bounds the callers sharing one commit.
 const maxTxBatch = 64
@@ -116,8 +121,15 @@ func (s *Store) runBatch(batch []*txJob) {
 		return
 	}
 	// The transaction serves several callers, so it runs on its own
-	// context: one caller giving up must not roll back the others.
-	ctx := context.Background()
+	// context: one caller giving up must not roll back the others. It has
+	// a deadline all the same: a statement stuck on a lock or a dying disk
+	// must not hold the only writer, and every caller behind it, forever.
+	ctx, cancel := context.WithTimeout(context.Background(), s.batchDeadline)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	jobCtx := func(j *txJob) (context.Context, context.CancelFunc) {
+		return context.WithDeadline(context.WithoutCancel(j.ctx), deadline)
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		for _, j := range live {
@@ -132,14 +144,19 @@ func (s *Store) runBatch(batch []*txJob) {
 		if single {
 			// Alone in the transaction: no savepoint needed, a failure
 			// rolls the whole transaction back.
-			results[i] = j.fn(context.WithoutCancel(j.ctx), shared)
+			jctx, jcancel := jobCtx(j)
+			results[i] = j.fn(jctx, shared)
+			jcancel()
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT job`); err != nil {
 			results[i] = fmt.Errorf("savepoint: %w", err)
 			continue
 		}
-		if results[i] = j.fn(context.WithoutCancel(j.ctx), shared); results[i] != nil {
+		jctx, jcancel := jobCtx(j)
+		results[i] = j.fn(jctx, shared)
+		jcancel()
+		if results[i] != nil {
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO job`); err != nil {
 				_ = tx.Rollback()
 				for _, j := range live {

@@ -42,10 +42,11 @@ type Store struct {
 	inboxErr  error
 
 	// The shared write transaction loop (see batch.go).
-	jobs        chan *txJob
-	quit        chan struct{}
-	batcherDone chan struct{}
-	closeOnce   sync.Once
+	batchDeadline time.Duration
+	jobs          chan *txJob
+	quit          chan struct{}
+	batcherDone   chan struct{}
+	closeOnce     sync.Once
 
 	readMu    sync.Mutex
 	readStmts map[string]*sql.Stmt
@@ -104,7 +105,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	s := &Store{path: path, writer: w, reader: r}
+	s := &Store{path: path, writer: w, reader: r, batchDeadline: defaultBatchDeadline}
 	s.startBatcher()
 	return s, nil
 }

@@ -99,3 +99,34 @@ func TestWritesAfterCloseFail(t *testing.T) {
 		}
 	}
 }
+
+// A shared write transaction has a deadline: a caller's statement that
+// never returns (a lock held elsewhere, a dying disk) ends with an error
+// at the deadline instead of holding the only writer, and every write
+// queued behind it, forever; the writer serves the next batch afterwards.
+func TestSharedWriteTransactionHasADeadline(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "d.db"))
+	s.batchDeadline = 200 * time.Millisecond
+	stuck := make(chan error, 1)
+	go func() {
+		stuck <- s.inTx(context.Background(), func(ctx context.Context, tx *wtx) error {
+			if _, ok := ctx.Deadline(); !ok {
+				return errors.New("the job's context has no deadline")
+			}
+			<-ctx.Done() // a statement that only the deadline ends
+			return ctx.Err()
+		})
+	}()
+	select {
+	case err := <-stuck:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stuck job ended with %v, want its deadline", err)
+		}
+	case <-time.After(time.Minute): // only a hang reaches this bound
+		t.Fatal("a stuck job held the shared transaction for a minute: no deadline")
+	}
+	s.batchDeadline = defaultBatchDeadline
+	if err := s.ProbeWrite(context.Background(), time.Unix(0, 0)); err != nil {
+		t.Fatalf("the writer after a deadline: %v", err)
+	}
+}
