@@ -14,6 +14,8 @@
 //	          InboxCommit rate of the same events
 //	e2e       signed webhooks in, effects done at a loopback destination,
 //	          sustained, with end-to-end latency and the server's memory
+//	bulkhead  effects/s to a healthy destination alone and beside one that
+//	          hangs until its timeout, in one run (head-of-line blocking)
 //	noop      the no-op server the receive benchmark measures against
 //	serve     hookledger's server in this process, with an optional CPU
 //	          profile, for finding where the receive time goes
@@ -52,6 +54,7 @@ func subcommands() []subcommand {
 		{"receive", "signed webhooks/s through hookledger against a no-op server", runReceive},
 		{"pipeline", "events/s from inbox to effect ledger through the flow engine", runPipeline},
 		{"e2e", "signed webhooks in, effects done at a loopback destination, sustained", runE2E},
+		{"bulkhead", "effects/s to a healthy destination, alone and beside one that hangs", runBulkhead},
 		{"noop", "serve a no-op HTTP handler (child process of receive)", runNoop},
 		{"serve", "run hookledger's server in-process, optionally CPU-profiled", runServe},
 	}
