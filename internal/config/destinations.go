@@ -14,8 +14,14 @@ import (
 
 // DefaultMaxInFlight is a destination's (or a source API's) default cap on
 // calls in flight: a quarter of the workers, so a destination that hangs
-// until its timeout leaves three quarters of them to the others.
-func DefaultMaxInFlight(workers int) int {
+// until its timeout leaves three quarters of them to the others. Alone
+// (peers counts the destinations, or source APIs, the workers serve) it
+// has no other to leave slots to, and takes them all: capping it would
+// only make fewer calls share each durable commit.
+func DefaultMaxInFlight(workers, peers int) int {
+	if peers <= 1 {
+		return max(1, workers)
+	}
 	return max(1, workers/4)
 }
 
@@ -41,7 +47,7 @@ type Destination struct {
 	Owner string `yaml:"owner"`
 	// MaxInFlight caps this destination's calls in flight (a bulkhead):
 	// one slow or dead destination then holds at most this many of the
-	// delivery workers. 0 means DefaultMaxInFlight(delivery.workers).
+	// delivery workers. 0 means the default (see DefaultMaxInFlight).
 	MaxInFlight int `yaml:"max_in_flight"`
 
 	Compiled   *CompiledDest  `yaml:"-"`

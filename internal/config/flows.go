@@ -47,7 +47,7 @@ type SourceAPI struct {
 	Timeout     Duration          `yaml:"timeout"`
 	// MaxInFlight caps the entities refetching from this API at once (a
 	// bulkhead): a slow API then holds at most this many processing
-	// workers. 0 means DefaultMaxInFlight(processing.workers).
+	// workers. 0 means the default (see DefaultMaxInFlight).
 	MaxInFlight int `yaml:"max_in_flight"`
 }
 

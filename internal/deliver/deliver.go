@@ -166,7 +166,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		w.redrive = max(w.redrive, len(d.Retry.Redrive))
 		w.caps[d.Name] = d.MaxInFlight
 		if w.caps[d.Name] <= 0 {
-			w.caps[d.Name] = config.DefaultMaxInFlight(opts.Workers)
+			w.caps[d.Name] = config.DefaultMaxInFlight(opts.Workers, len(cfg.Destinations))
 		}
 	}
 	if w.notify != nil {

@@ -134,6 +134,12 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		e.bySource[f.Source] = append(e.bySource[f.Source], f)
 		e.flows[f.Name] = f
 	}
+	withAPI := 0
+	for _, s := range cfg.Sources {
+		if s.API != nil {
+			withAPI++
+		}
+	}
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
 		e.kinds[s.Name] = s.Kind
@@ -141,7 +147,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 			e.apis[s.Name] = s.API
 			n := s.API.MaxInFlight
 			if n <= 0 {
-				n = config.DefaultMaxInFlight(opts.Workers)
+				n = config.DefaultMaxInFlight(opts.Workers, withAPI)
 			}
 			e.apiSlots[s.Name] = make(chan struct{}, n)
 		}
