@@ -102,3 +102,19 @@ func TestStaticHeadersAreChecked(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxInFlight(t *testing.T) {
+	if got := DefaultMaxInFlight(64, 3); got != 16 {
+		t.Errorf("default of one of three destinations with 64 workers = %d, want 16", got)
+	}
+	if got := DefaultMaxInFlight(64, 1); got != 64 {
+		t.Errorf("default of a lone destination = %d, want every worker", got)
+	}
+	if got := DefaultMaxInFlight(2, 2); got != 1 {
+		t.Errorf("default with 2 workers = %d, want at least 1", got)
+	}
+	_, err := Parse("d.yaml", []byte("destinations:\n  - name: d\n    base_url: https://x\n    max_in_flight: -1\n"), func(string) (string, bool) { return "", false })
+	if err == nil || !strings.Contains(err.Error(), "d.yaml:4:") || !strings.Contains(err.Error(), "max_in_flight must be positive") {
+		t.Fatalf("err = %v, want a negative max_in_flight refused at its line", err)
+	}
+}
