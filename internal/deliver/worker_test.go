@@ -127,7 +127,7 @@ destinations:
   - name: dest
     base_url: %s
     kind: %s
-    timeout: 300ms
+    timeout: 10s
 %s`
 
 func newWorld(t *testing.T, s setup) *world {
@@ -135,6 +135,9 @@ func newWorld(t *testing.T, s setup) *world {
 	// The fault server counts work per episode key, which the flow sends in
 	// a header of its own when no idempotency key carries it.
 	s.srv.KeyHeader = "X-Episode-Key"
+	// Timeout faults hang up at once: no test depends on a short timeout
+	// that a busy machine could trip on a healthy call.
+	s.srv.HangUp = true
 	clk := clock.NewFake(t0)
 	if s.srv.Now == nil {
 		s.srv.Now = clk.Now

@@ -59,6 +59,20 @@ func (g *gate) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]s
 	return g.Store.InboxCommit(ctx, p)
 }
 
+// waitQueued waits for n submissions to be queued behind a held commit. It
+// fails with what it waited for at a generous deadline, rather than going
+// on and failing later on something that only looks like the cause.
+func waitQueued(t *testing.T, w *Writer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(w.queue) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d submissions queued after a minute", len(w.queue), n)
+		}
+		time.Sleep(time.Millisecond) // waiting for goroutines to enqueue, not for time to pass
+	}
+}
+
 func TestConcurrentSubmissionsShareCommits(t *testing.T) {
 	s := openStore(t)
 	g := &gate{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
@@ -77,10 +91,7 @@ func TestConcurrentSubmissionsShareCommits(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _, results[i] = w.Submit(ctx, sub(fmt.Sprint("evt_", i))) }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(w.queue) < 40 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // waiting for goroutines to enqueue, not for time to pass
-	}
+	waitQueued(t, w, 40)
 	close(g.release)
 	wg.Wait()
 	for i, err := range results {
@@ -153,10 +164,7 @@ func TestStopDrainsQueuedAndRefusesNew(t *testing.T) {
 		go func() { defer wg.Done(); _, errs[i] = w.Submit(context.Background(), sub(fmt.Sprint("evt_", i))) }()
 	}
 	<-g.entered
-	deadline := time.Now().Add(10 * time.Second)
-	for len(w.queue) < 9 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, w, 9)
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Stop(context.Background()) }()
 	// Stop has begun (or is about to): new submissions are refused.

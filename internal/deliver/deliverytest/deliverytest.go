@@ -133,6 +133,12 @@ type Options struct {
 	// Stall bounds the timeout faults: they wait for the client to give up,
 	// or this long (default 10 s), whichever is first.
 	Stall time.Duration
+	// HangUp makes the timeout faults drop the connection at once, with no
+	// answer, instead of waiting for the client's timeout. To the client it
+	// is the same unknown outcome (the request was written, no answer came)
+	// without a real-time wait, so tests need no short timeouts that a busy
+	// machine could trip on a healthy call.
+	HangUp bool
 	// RetryAfter is the value of a 429's Retry-After: seconds for
 	// Fail429Seconds (default 2), milliseconds for Fail429Millis (default
 	// 1500), the distance into the future of Fail429Date (default 3 s).
@@ -409,10 +415,27 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	if fault == TimeoutBeforeWork || fault == TimeoutAfterWork {
+		if s.opts.HangUp {
+			hangUp(w)
+			return
+		}
 		s.stall(r)
 		return
 	}
 	writeRaw(w, status, header, b)
+}
+
+// hangUp closes the connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	// Without a hijackable connection, abort the handler: net/http then
+	// closes the connection without a response.
+	panic(http.ErrAbortHandler)
 }
 
 // stall waits for the client to give up (its timeout closes the

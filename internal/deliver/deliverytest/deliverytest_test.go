@@ -146,3 +146,22 @@ func TestFaultsAndMix(t *testing.T) {
 		t.Fatalf("mix drew %v", seen)
 	}
 }
+
+// With HangUp the timeout faults drop the connection at once: the client
+// gets no answer after writing its request (an unknown outcome) without
+// waiting for a timeout, and the work is done or not as the fault says.
+func TestHangUp(t *testing.T) {
+	s := New(Options{HangUp: true, Stall: time.Hour, IdempotencyHeader: "Idempotency-Key"})
+	defer s.Close()
+	s.Script("k-after", TimeoutAfterWork)
+	s.Script("k-before", TimeoutBeforeWork)
+	for key, work := range map[string]int{"k-after": 1, "k-before": 0} {
+		// An hour's timeout: only the hang-up can end the call.
+		if _, err := post(t, s, key, `{}`, time.Hour); err == nil {
+			t.Fatalf("%s: got an answer, want the connection dropped", key)
+		}
+		if n := s.Executions(key); n != work {
+			t.Errorf("%s: executions %d, want %d", key, n, work)
+		}
+	}
+}
