@@ -59,7 +59,7 @@ delivery:
 destinations:
   - name: ledger
     base_url: %s
-    timeout: 250ms
+    timeout: 1s
     retry: {base: 50ms, factor: 2, cap: 400ms, attempts: 5, redrive: [1s, 2s]}
     idempotency: {header: Idempotency-Key, window: 24h}
     lookup:
@@ -104,7 +104,10 @@ func TestChaosDelivery(t *testing.T) {
 	began := time.Now()
 
 	dest := deliverytest.New(deliverytest.Options{Seed: 20261103, Mix: chaosMix, IdempotencyHeader: "Idempotency-Key",
-		Window: 24 * time.Hour, RetryAfter: time.Second, Stall: 5 * time.Second})
+		Window: 24 * time.Hour, RetryAfter: time.Second, Stall: 5 * time.Second,
+		// Timeouts hang up at once: the unknown outcome without a short
+		// client timeout that a busy machine could trip on a healthy call.
+		HangUp: true})
 	defer dest.Close()
 
 	bin := buildBinary(t)
