@@ -1,9 +1,13 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/hookledger/hookledger/internal/expr"
 )
 
 const flowBase = `sources:
@@ -166,5 +170,38 @@ func TestRequestChecksAtLoad(t *testing.T) {
 		"destinations:\n  - {name: crm, base_url: \"https://crm.example\"}\n"), env(nil))
 	if err != nil || c.Flows[0].Compiled.Effects[0].Query == nil {
 		t.Fatalf("escaped path and query map: %v", err)
+	}
+}
+
+// The example in docs/flows.md loads as written, with its variables set.
+func TestFlowsDocExampleLoads(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/flows.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## Example\n\n```yaml\n")
+	if !ok {
+		t.Fatal("docs/flows.md has no ## Example yaml block")
+	}
+	example, _, _ := strings.Cut(rest, "```")
+	vars := map[string]string{"SHOP_WEBHOOK_SECRET": "s3cret", "SHOP_API_TOKEN": "tok"}
+	c, err := Parse("docs/flows.md", []byte(example), env(vars))
+	if err != nil {
+		t.Fatalf("the docs example does not load: %v", err)
+	}
+	if len(c.Flows) != 1 || c.Flows[0].Compiled.When == nil {
+		t.Fatalf("example flows: %+v", c.Flows)
+	}
+	// Its when holds for an event without a channel and for a live one,
+	// and refuses a test event, instead of failing on the missing field.
+	for body, want := range map[string]bool{`{}`: true, `{"channel": "web"}`: true, `{"channel": "test"}`: false} {
+		var ev any
+		if err := json.Unmarshal([]byte(body), &ev); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Flows[0].Compiled.When.EvalBool(expr.Vars{expr.VarEvent: ev})
+		if err != nil || got != want {
+			t.Errorf("when on %s = %v (%v), want %v", body, got, err, want)
+		}
 	}
 }
