@@ -1,0 +1,30 @@
+//go:build linux
+
+package powerloss
+
+import (
+	"os"
+	"testing"
+)
+
+// MountTemp mounts a lossy mirror of a fresh temporary backing directory on
+// a fresh temporary mount point, unmounted (lazily if busy) at the test's
+// cleanup. Where FUSE cannot be mounted the test is skipped, except under CI
+// (CI set), where it fails: the power-loss tests must run there.
+func MountTemp(t testing.TB) (fsys *FS, backing, mountpoint string) {
+	t.Helper()
+	backing, mountpoint = t.TempDir(), t.TempDir()
+	fsys, err := Mount(backing, mountpoint)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must be able to mount FUSE for the power-loss tests: %v", err)
+		}
+		t.Skipf("SKIPPING power-loss test: cannot mount FUSE here (it needs Linux, /dev/fuse and root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := fsys.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return fsys, backing, mountpoint
+}
