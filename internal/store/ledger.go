@@ -56,10 +56,10 @@ type Ledger interface {
 	// not final: approved, acknowledged, retry_wait, needs_reconciliation,
 	// dead). A non-empty Note is stored on the effect. A submitting effect
 	// is never operated on: its call may be in flight. Other states fail
-	// with ErrInvalidTransition; an unknown action or a resolve without a
-	// note fails with another error. Each action writes an audit row
-	// (effect_retry, effect_resolved, effect_assigned) and returns the
-	// updated effect.
+	// with ErrInvalidTransition, a missing effect with ErrNotFound, and an
+	// unknown action or a resolve without a note with ErrInvalidArgument.
+	// Each action writes an audit row (effect_retry, effect_resolved,
+	// effect_assigned) and returns the updated effect.
 	EffectOperate(ctx context.Context, p *EffectOperateParams) (*Effect, error)
 	// AttemptList returns an effect's calls in order.
 	AttemptList(ctx context.Context, effectID int64) ([]*Attempt, error)

@@ -27,6 +27,15 @@ var ErrConflict = errors.New("unique constraint violated")
 // the receiver answers with 503 and Retry-After.
 var ErrUnavailable = errors.New("store unavailable")
 
+// ErrNotFound reports that the row a method acts on does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrInvalidArgument reports params no database state could make valid (an
+// unknown operator action, a resolve without a note): the caller's mistake,
+// never a failure of the database. Callers that serve people can tell it
+// apart from a store failure with errors.Is.
+var ErrInvalidArgument = errors.New("invalid argument")
+
 // Store is the contract both drivers implement.
 type Store interface {
 	// Pipeline is the ordered processor's part (pipeline.go).

@@ -320,11 +320,11 @@ func checkOperate(p *store.EffectOperateParams) error {
 		return nil
 	case store.OperateResolve:
 		if strings.TrimSpace(p.Note) == "" {
-			return errors.New("resolve needs a note saying how the effect was closed")
+			return fmt.Errorf("%w: resolve needs a note saying how the effect was closed", store.ErrInvalidArgument)
 		}
 		return nil
 	}
-	return fmt.Errorf("unknown operator action %q", p.Action)
+	return fmt.Errorf("%w: unknown operator action %q", store.ErrInvalidArgument, p.Action)
 }
 
 // operateDetail is the audit detail of an operator action.
@@ -369,7 +369,7 @@ func operate(ctx context.Context, tx pgx.Tx, p *store.EffectOperateParams) (*sto
 		return nil, fmt.Errorf("read effect: %w", err)
 	}
 	if f == nil {
-		return nil, errors.New("no such effect")
+		return nil, fmt.Errorf("effect: %w", store.ErrNotFound)
 	}
 	if !slices.Contains(operateFrom[p.Action], f.State) {
 		return nil, fmt.Errorf("%s from %s: %w", p.Action, f.State, store.ErrInvalidTransition)

@@ -633,17 +633,19 @@ func testLedgerOperate(t *testing.T, o Opener) {
 	for _, a := range []string{store.OperateRetry, store.OperateResolve, store.OperateAssign} {
 		refused(submitting.ID, a, "the call may be in flight")
 	}
-	if _, err := f.operate(dead.ID, "delete", "", t1); err == nil || errors.Is(err, store.ErrInvalidTransition) {
-		t.Fatalf("unknown action: %v", err)
+	// The caller's mistakes are told apart from store failures by their
+	// sentinels: the admin API answers them 400 and 404, not 503.
+	if _, err := f.operate(dead.ID, "delete", "", t1); !errors.Is(err, store.ErrInvalidArgument) || errors.Is(err, store.ErrInvalidTransition) {
+		t.Fatalf("unknown action: %v, want ErrInvalidArgument", err)
 	}
-	if _, err := f.operate(dead.ID, store.OperateResolve, "  ", t1); err == nil || !strings.Contains(err.Error(), "note") {
-		t.Fatalf("resolve without a note: %v", err)
+	if _, err := f.operate(dead.ID, store.OperateResolve, "  ", t1); !errors.Is(err, store.ErrInvalidArgument) || !strings.Contains(err.Error(), "note") {
+		t.Fatalf("resolve without a note: %v, want ErrInvalidArgument naming the note", err)
 	}
 	if g := f.get(dead.ID); g.State != store.EffectDead {
 		t.Fatalf("refused resolve moved the effect to %s", g.State)
 	}
-	if _, err := f.operate(1<<40, store.OperateRetry, "", t1); err == nil {
-		t.Fatal("operate on a missing effect succeeded")
+	if _, err := f.operate(1<<40, store.OperateRetry, "", t1); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("operate on a missing effect: %v, want ErrNotFound", err)
 	}
 	if rows := f.audit(""); slices.ContainsFunc(rows, func(a *store.AuditEntry) bool { return a.Actor == "operator:alice" }) {
 		t.Fatal("refused actions wrote audit rows")
