@@ -118,6 +118,12 @@ const (
 	ClassHiddenFailure ErrorClass = "hidden_failure"
 )
 
+// ErrorClasses returns the classes a failure can have (not ClassNone), for
+// validating a filter.
+func ErrorClasses() []ErrorClass {
+	return []ErrorClass{ClassTransient, ClassQuota, ClassContention, ClassPermanent, ClassUnknown, ClassHiddenFailure}
+}
+
 // Attempt is one call to a destination, kept as evidence.
 type Attempt struct {
 	ID         int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -241,13 +242,47 @@ const (
 	EffectResolved            EffectState = "resolved"
 )
 
-// EffectListParams filters the ledger; empty fields do not filter.
+// EffectStates returns the closed set, for validating a filter.
+func EffectStates() []EffectState {
+	return []EffectState{EffectApproved, EffectSubmitting, EffectAcknowledged, EffectDone, EffectNeedsReconciliation,
+		EffectRetryWait, EffectSuperseded, EffectDead, EffectResolved}
+}
+
+// ExceptionStates are the states of the exception queue: the effects that
+// wait for a person.
+func ExceptionStates() []EffectState {
+	return []EffectState{EffectDead, EffectNeedsReconciliation}
+}
+
+// EffectListParams filters the ledger; zero fields do not filter, and an
+// effect must match every set field.
 type EffectListParams struct {
-	Flow    string
-	Entity  string
-	State   EffectState
-	AfterID int64
-	Limit   int
+	Flow   string
+	Entity string
+	// State and States select the effects in any of the states named by
+	// either (State is the one-state form).
+	State       EffectState
+	States      []EffectState
+	Destination string
+	Owner       string
+	Class       ErrorClass
+	// CreatedFrom/UpdatedFrom (inclusive) and CreatedTo/UpdatedTo
+	// (exclusive) bound the effect's creation and last change.
+	CreatedFrom, CreatedTo time.Time
+	UpdatedFrom, UpdatedTo time.Time
+	AfterID                int64
+	Limit                  int
+}
+
+// StateSet is the union of State and States, sorted and each once, so
+// that drivers write one statement text per set of states.
+func (p *EffectListParams) StateSet() []EffectState {
+	set := slices.Clone(p.States)
+	if p.State != "" {
+		set = append(set, p.State)
+	}
+	slices.Sort(set)
+	return slices.Compact(set)
 }
 
 // Effect is one row of the effect ledger.

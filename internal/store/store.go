@@ -56,13 +56,15 @@ type Store interface {
 	// fails alone is rolled back to its savepoint and reports its error
 	// without failing the others. A non-nil error means nothing committed.
 	InboxCommit(ctx context.Context, p *InboxCommitParams) ([]SubmissionResult, error)
-	// EventList returns events in id order after the cursor.
+	// EventList returns events in id order after the cursor, filtered by
+	// every set field of the params (see EventListParams).
 	EventList(ctx context.Context, p *EventListParams) (*EventListResult, error)
 	// DeliveryList returns the deliveries of events, in id order.
 	DeliveryList(ctx context.Context, p *DeliveryListParams) ([]*Delivery, error)
 	// AuditInsert writes one audit row.
 	AuditInsert(ctx context.Context, p *AuditInsertParams) (int64, error)
-	// AuditList returns audit rows in id order.
+	// AuditList returns audit rows in id order, filtered by every set field
+	// of the params.
 	AuditList(ctx context.Context, p *AuditListParams) ([]*AuditEntry, error)
 	// Close releases the connections.
 	Close() error
@@ -82,6 +84,12 @@ const (
 	DispositionDeadLettered Disposition = "dead_lettered"
 	DispositionResolved     Disposition = "resolved"
 )
+
+// Dispositions returns the closed set, for validating a filter.
+func Dispositions() []Disposition {
+	return []Disposition{DispositionAccepted, DispositionApplied, DispositionDuplicate, DispositionStale,
+		DispositionSuperseded, DispositionUnrouted, DispositionDeadLettered, DispositionResolved}
+}
 
 // InboxCommitParams is one group commit.
 type InboxCommitParams struct {
@@ -154,12 +162,57 @@ type Event struct {
 	ReceivedAt  time.Time // first receipt
 	Deliveries  int
 	Disposition Disposition
+	// Routes is where each flow put the event; filled only when the list
+	// asked for it (EventListParams.WithRoutes).
+	Routes []EventRoute
 }
 
-// EventListParams filters EventList; empty fields do not filter.
+// EventRoute is one flow's place for an event: the entity the flow
+// computed and how its latest pass settled (a replay is a later pass).
+type EventRoute struct {
+	Flow string
+	// Entity is empty when the route could not be computed (a dead letter).
+	Entity string
+	// Disposition is accepted while the flow's work is pending.
+	Disposition Disposition
+}
+
+// AddEventRoute records one work row's route on its event, for drivers that
+// read an event's work rows in (flow, pass) order: a later pass of a flow
+// replaces the earlier one. A pending row has no disposition yet and reads
+// as accepted.
+func AddEventRoute(e *Event, r EventRoute) {
+	if e == nil {
+		return
+	}
+	if r.Disposition == "" {
+		r.Disposition = DispositionAccepted
+	}
+	if n := len(e.Routes); n > 0 && e.Routes[n-1].Flow == r.Flow {
+		e.Routes[n-1] = r
+		return
+	}
+	e.Routes = append(e.Routes, r)
+}
+
+// EventListParams filters EventList; zero fields do not filter, and an event
+// must match every set field.
 type EventListParams struct {
-	Source  string
-	EventID string
+	Source      string
+	EventID     string
+	Type        string
+	Disposition Disposition
+	// Entity matches the envelope entity or the entity any flow computed
+	// for the event (the entity of any of its routes).
+	Entity string
+	// ReceivedFrom (inclusive) and ReceivedTo (exclusive) bound the first
+	// receipt.
+	ReceivedFrom, ReceivedTo time.Time
+	// OccurredFrom (inclusive) and OccurredTo (exclusive) bound the
+	// sender's occurrence time; an event without one matches neither.
+	OccurredFrom, OccurredTo time.Time
+	// WithRoutes fills each event's Routes (one more query per page).
+	WithRoutes bool
 	// AfterPK is the paging cursor: only events with a larger PK.
 	AfterPK int64
 	// Limit defaults to 100 and is capped at 1000.
@@ -217,12 +270,17 @@ type AuditEntry struct {
 	AuditInsertParams
 }
 
-// AuditListParams filters AuditList.
+// AuditListParams filters AuditList; zero fields do not filter, and a row
+// must match every set field.
 type AuditListParams struct {
 	Action  string
 	Source  string
-	AfterID int64
-	Limit   int
+	Entity  string
+	EventID string
+	// From (inclusive) and To (exclusive) bound the row's time.
+	From, To time.Time
+	AfterID  int64
+	Limit    int
 }
 
 // ClampLimit applies the default and the cap shared by every list method.

@@ -280,9 +280,35 @@ type filter struct {
 	args  []any
 }
 
-func (f *filter) add(cond string, arg any) {
-	f.args = append(f.args, arg)
-	f.where = append(f.where, strings.Replace(cond, "?", "$"+strconv.Itoa(len(f.args)), 1))
+// add appends a condition, numbering its ? placeholders after those
+// already added.
+func (f *filter) add(cond string, args ...any) {
+	var b strings.Builder
+	for _, arg := range args {
+		before, after, _ := strings.Cut(cond, "?")
+		f.args = append(f.args, arg)
+		b.WriteString(before + "$" + strconv.Itoa(len(f.args)))
+		cond = after
+	}
+	b.WriteString(cond)
+	f.where = append(f.where, b.String())
+}
+
+// eq adds col = v unless v is empty.
+func (f *filter) eq(col, v string) {
+	if v != "" {
+		f.add(col+" = ?", v)
+	}
+}
+
+// span adds from <= col < to for the bounds that are set.
+func (f *filter) span(col string, from, to time.Time) {
+	if !from.IsZero() {
+		f.add(col+" >= ?", from)
+	}
+	if !to.IsZero() {
+		f.add(col+" < ?", to)
+	}
 }
 
 func (f *filter) sql(limit int) string {
@@ -290,17 +316,57 @@ func (f *filter) sql(limit int) string {
 	return " WHERE " + strings.Join(f.where, " AND ") + " ORDER BY 1 LIMIT $" + strconv.Itoa(len(f.args))
 }
 
+// eventIDAnySource finds an event id without its source through the unique
+// (source, event_id) index: one probe per distinct source, the sources
+// enumerated by skipping through the index from one to the next (a handful,
+// the configured ones), so no index on event_id alone is needed on the
+// ingestion path.
+const eventIDAnySource = `source IN (WITH RECURSIVE src(s) AS (
+		SELECT min(source) FROM events
+		UNION ALL SELECT (SELECT min(source) FROM events WHERE source > src.s) FROM src WHERE src.s IS NOT NULL)
+	SELECT s FROM src WHERE s IS NOT NULL) AND event_id = ?`
+
+// eventEntity matches the envelope entity or any route's entity. Each side
+// reads its own index from the cursor on; the envelope side's index holds
+// only events that have an envelope entity.
+const eventEntity = `pk IN (SELECT pk FROM events WHERE entity = ? AND entity <> '' AND pk > ?
+	UNION SELECT event_pk FROM work WHERE entity = ? AND event_pk > ?)`
+
+// eventDisposition matches one disposition. The two common ones are written
+// as literals so that accepted reads its partial index and applied the pk
+// order; the others repeat the partial index's predicate so that it is
+// provably usable by a generic plan.
+func eventDisposition(f *filter, d store.Disposition) {
+	switch d {
+	case "":
+	case store.DispositionAccepted:
+		f.add("disposition = 'accepted'")
+	case store.DispositionApplied:
+		f.add("disposition = 'applied'")
+	default:
+		f.add("disposition = ? AND disposition NOT IN ('accepted', 'applied')", string(d))
+	}
+}
+
 // EventList pages through events.
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
 	limit := store.ClampLimit(p.Limit)
 	f := &filter{}
 	f.add("pk > ?", p.AfterPK)
-	if p.Source != "" {
-		f.add("source = ?", p.Source)
-	}
-	if p.EventID != "" {
+	f.eq("source", p.Source)
+	f.eq("type", p.Type)
+	switch {
+	case p.EventID != "" && p.Source != "":
 		f.add("event_id = ?", p.EventID)
+	case p.EventID != "":
+		f.add(eventIDAnySource, p.EventID)
 	}
+	if p.Entity != "" {
+		f.add(eventEntity, p.Entity, p.AfterPK, p.Entity, p.AfterPK)
+	}
+	eventDisposition(f, p.Disposition)
+	f.span("received_at", p.ReceivedFrom, p.ReceivedTo)
+	f.span("occurred_at", p.OccurredFrom, p.OccurredTo)
 	q := `SELECT pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition FROM events` + f.sql(limit+1)
 	rows, err := s.pool.Query(ctx, q, f.args...)
 	if err != nil {
@@ -325,19 +391,47 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 		out.Events = events[:limit]
 		out.NextAfterPK = events[limit-1].PK
 	}
+	if p.WithRoutes && len(out.Events) > 0 {
+		if err := s.eventRoutes(ctx, out.Events); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+	}
 	return out, nil
+}
+
+// eventRoutes fills the routes of a page of events from their work rows:
+// per flow, the latest pass.
+func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
+	byPK := make(map[int64]*store.Event, len(evs))
+	pks := make([]int64, len(evs))
+	for i, e := range evs {
+		byPK[e.PK] = e
+		pks[i] = e.PK
+	}
+	// Flows sort in byte order, as SQLite sorts them.
+	rows, err := s.pool.Query(ctx, `SELECT event_pk, flow, entity, disposition FROM work
+		WHERE event_pk = ANY($1) ORDER BY event_pk, flow COLLATE "C", replay_id`, pks)
+	if err != nil {
+		return fmt.Errorf("routes: %w", err)
+	}
+	var pk int64
+	var r store.EventRoute
+	_, err = pgx.ForEachRow(rows, []any{&pk, &r.Flow, &r.Entity, &r.Disposition}, func() error {
+		store.AddEventRoute(byPK[pk], r)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("routes: %w", err)
+	}
+	return nil
 }
 
 // DeliveryList pages through deliveries.
 func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error) {
 	f := &filter{}
 	f.add("id > ?", p.AfterID)
-	if p.Source != "" {
-		f.add("source = ?", p.Source)
-	}
-	if p.EventID != "" {
-		f.add("event_id = ?", p.EventID)
-	}
+	f.eq("source", p.Source)
+	f.eq("event_id", p.EventID)
 	q := `SELECT id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at,
 		received_at, causation_id, hop, headers, body FROM deliveries` + f.sql(store.ClampLimit(p.Limit))
 	rows, err := s.pool.Query(ctx, q, f.args...)
@@ -367,12 +461,11 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 func (s *Store) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error) {
 	f := &filter{}
 	f.add("id > ?", p.AfterID)
-	if p.Action != "" {
-		f.add("action = ?", p.Action)
-	}
-	if p.Source != "" {
-		f.add("source = ?", p.Source)
-	}
+	f.eq("action", p.Action)
+	f.eq("source", p.Source)
+	f.eq("entity", p.Entity)
+	f.eq("event_id", p.EventID)
+	f.span("at", p.From, p.To)
 	q := `SELECT id, at, actor, action, source, event_id, entity, detail FROM audit` + f.sql(store.ClampLimit(p.Limit))
 	rows, err := s.pool.Query(ctx, q, f.args...)
 	if err != nil {

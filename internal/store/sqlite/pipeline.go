@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -639,12 +641,41 @@ func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams)
 	return pr, nil
 }
 
+// effectListSQL is EffectList's query.
+func effectListSQL(p *store.EffectListParams) (string, []any) {
+	states := p.StateSet()
+	f := cursor("f.id > ?", p.AfterID)
+	// The selective filters: an entity, an owner, a class; and a set of
+	// states that leaves out the bulk of finished effects (the exception
+	// queue, say), read through effects_state. See filter.
+	bulk := slices.Contains(states, store.EffectDone) || slices.Contains(states, store.EffectSuperseded)
+	f.narrow = p.Entity != "" || p.Owner != "" || p.Class != "" || (len(states) > 0 && !bulk)
+	stateCol := "f.state"
+	if bulk || p.Entity != "" || p.Owner != "" || p.Class != "" {
+		stateCol = "+f.state"
+	}
+	// An entity is looked up through the (flow, entity, ...) index in a
+	// subquery of its own: beside the cursor, the planner would otherwise
+	// take the flow's index, which also yields id order, and read the
+	// whole flow to find the entity's few rows.
+	f.cond(p.Entity == "" && p.Flow != "", f.broad("f.flow")+" = ?", p.Flow).
+		cond(p.Entity != "" && p.Flow != "", "f.id IN (SELECT id FROM effects WHERE flow = ? AND entity = ?)", p.Flow, p.Entity).
+		cond(p.Entity != "" && p.Flow == "", effectEntityAnyFlow, p.Entity).
+		cond(len(states) > 0, stateCol+" IN (?"+strings.Repeat(", ?", max(len(states)-1, 0))+")", effectStates(states)...).
+		eq(f.broad("f.destination"), p.Destination).
+		// The literal repeats each partial index's predicate, so that the
+		// index is provably usable with a bound parameter.
+		cond(p.Owner != "", "f.owner = ? AND f.owner <> ''", p.Owner).
+		cond(p.Class != "", "f.error_class = ? AND f.error_class <> ''", string(p.Class)).
+		span(f.broad("f.created_at"), p.CreatedFrom, p.CreatedTo).span(f.broad("f.updated_at"), p.UpdatedFrom, p.UpdatedTo)
+	where, args := f.sql(store.ClampLimit(p.Limit))
+	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.id LIMIT ?`, args
+}
+
 // EffectList pages through the effect ledger in id order.
 func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error) {
-	where, args := cursor("f.id > ?", p.AfterID).eq("f.flow", p.Flow).eq("f.entity", p.Entity).
-		eq("f.state", string(p.State)).sql(store.ClampLimit(p.Limit))
-	rows, err := s.readQuery(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+where+
-		` ORDER BY f.id LIMIT ?`, args...)
+	q, args := effectListSQL(p)
+	rows, err := s.readQuery(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)
 	}
@@ -661,6 +692,25 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 		return nil, fmt.Errorf("list effects: %w", err)
 	}
 	return out, nil
+}
+
+// effectEntityAnyFlow finds an entity's effects without their flow through
+// the (flow, entity, ...) index: one probe per distinct flow, the flows
+// enumerated by skipping through the index from one to the next (a handful,
+// the configured ones), so no index on entity alone is needed on the
+// pipeline's write path.
+const effectEntityAnyFlow = `f.id IN (SELECT id FROM effects WHERE entity = ? AND flow IN (WITH RECURSIVE fl(n) AS (
+		SELECT min(flow) FROM effects
+		UNION ALL SELECT (SELECT min(flow) FROM effects WHERE flow > fl.n) FROM fl WHERE fl.n IS NOT NULL)
+	SELECT n FROM fl WHERE n IS NOT NULL))`
+
+// effectStates makes query arguments of states.
+func effectStates(states []store.EffectState) []any {
+	out := make([]any, len(states))
+	for i, st := range states {
+		out[i] = string(st)
+	}
+	return out
 }
 
 // ReplayCreate records a replay and enqueues a new pass of work for its

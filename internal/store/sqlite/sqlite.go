@@ -395,23 +395,51 @@ func (s *Store) AuditInsert(ctx context.Context, p *store.AuditInsertParams) (in
 }
 
 // filter is the WHERE clause of a paged list: the cursor condition, then
-// equalities that apply only when their value is set.
+// conditions that apply only when their value is set.
+//
+// Without statistics SQLite's planner rates every equality alike and picks
+// the index that also yields id order, so beside a selective filter (an
+// entity, an event id, an owner) it may well take a source's or a flow's
+// index and read all of it to find a few rows. A list that has a selective
+// filter therefore writes its broad ones as +col, which SQLite never reads
+// through an index: they only filter the rows the selective index finds.
 type filter struct {
 	where []string
 	args  []any
+	// narrow is set when a selective filter is present (see above).
+	narrow bool
 }
 
 func cursor(cond string, after int64) *filter {
 	return &filter{where: []string{cond}, args: []any{after}}
 }
 
+// broad names a column of a broad filter, kept off the indexes when the
+// list has a selective filter.
+func (f *filter) broad(col string) string {
+	if f.narrow {
+		return "+" + col
+	}
+	return col
+}
+
 // eq adds col = v unless v is empty.
 func (f *filter) eq(col, v string) *filter {
-	if v != "" {
-		f.where = append(f.where, col+" = ?")
-		f.args = append(f.args, v)
+	return f.cond(v != "", col+" = ?", v)
+}
+
+// cond adds a condition and its arguments when on is set.
+func (f *filter) cond(on bool, cond string, args ...any) *filter {
+	if on {
+		f.where = append(f.where, cond)
+		f.args = append(f.args, args...)
 	}
 	return f
+}
+
+// span adds from <= col < to for the bounds that are set.
+func (f *filter) span(col string, from, to time.Time) *filter {
+	return f.cond(!from.IsZero(), col+" >= ?", from.UnixMicro()).cond(!to.IsZero(), col+" < ?", to.UnixMicro())
 }
 
 // sql returns the conditions and the arguments with limit last, for a
@@ -420,12 +448,59 @@ func (f *filter) sql(limit int) (string, []any) {
 	return strings.Join(f.where, " AND "), append(f.args, limit)
 }
 
+// eventIDAnySource finds an event id without its source through the unique
+// (source, event_id) index: one probe per distinct source, the sources
+// enumerated by skipping through the index from one to the next (a handful,
+// the configured ones), so no index on event_id alone is needed on the
+// ingestion path.
+const eventIDAnySource = `source IN (WITH RECURSIVE src(s) AS (
+		SELECT min(source) FROM events
+		UNION ALL SELECT (SELECT min(source) FROM events WHERE source > src.s) FROM src WHERE src.s IS NOT NULL)
+	SELECT s FROM src WHERE s IS NOT NULL) AND event_id = ?`
+
+// eventEntity matches the envelope entity or any route's entity. Each side
+// reads its own index from the cursor on; the envelope side's index holds
+// only events that have an envelope entity.
+const eventEntity = `pk IN (SELECT pk FROM events WHERE entity = ? AND entity <> '' AND pk > ?
+	UNION SELECT event_pk FROM work WHERE entity = ? AND event_pk > ?)`
+
+// eventDisposition matches one disposition. The two common ones are written
+// as literals so that accepted reads its partial index and applied the pk
+// order; the others repeat the partial index's predicate so that it is
+// provably usable with a bound parameter.
+func eventDisposition(f *filter, d store.Disposition) *filter {
+	col := f.broad("disposition")
+	switch d {
+	case "":
+		return f
+	case store.DispositionAccepted:
+		return f.cond(true, col+" = 'accepted'")
+	case store.DispositionApplied:
+		return f.cond(true, col+" = 'applied'")
+	}
+	return f.cond(true, col+" = ? AND disposition NOT IN ('accepted', 'applied')", string(d))
+}
+
+// eventListSQL is EventList's query for a page of limit rows.
+func eventListSQL(p *store.EventListParams, limit int) (string, []any) {
+	f := cursor("pk > ?", p.AfterPK)
+	f.narrow = p.Entity != "" || p.EventID != ""
+	f.cond(p.EventID != "" && p.Source != "", "source = ? AND event_id = ?", p.Source, p.EventID).
+		cond(p.EventID != "" && p.Source == "", eventIDAnySource, p.EventID).
+		cond(p.EventID == "" && p.Source != "", f.broad("source")+" = ?", p.Source).
+		cond(p.Entity != "", eventEntity, p.Entity, p.AfterPK, p.Entity, p.AfterPK).
+		eq(f.broad("type"), p.Type).
+		span(f.broad("received_at"), p.ReceivedFrom, p.ReceivedTo).span(f.broad("occurred_at"), p.OccurredFrom, p.OccurredTo)
+	where, args := eventDisposition(f, p.Disposition).sql(limit)
+	return `SELECT pk, source, event_id, type, entity, account, occurred_at,
+		received_at, deliveries, disposition FROM events WHERE ` + where + ` ORDER BY pk LIMIT ?`, args
+}
+
 // EventList pages through events.
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
 	limit := store.ClampLimit(p.Limit)
-	where, args := cursor("pk > ?", p.AfterPK).eq("source", p.Source).eq("event_id", p.EventID).sql(limit + 1)
-	rows, err := s.readQuery(ctx, `SELECT pk, source, event_id, type, entity, account, occurred_at,
-		received_at, deliveries, disposition FROM events WHERE `+where+` ORDER BY pk LIMIT ?`, args...)
+	q, args := eventListSQL(p, limit+1)
+	rows, err := s.readQuery(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
@@ -450,7 +525,46 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 		out.Events = out.Events[:limit]
 		out.NextAfterPK = out.Events[limit-1].PK
 	}
+	if p.WithRoutes && len(out.Events) > 0 {
+		if err := s.eventRoutes(ctx, out.Events); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+	}
 	return out, nil
+}
+
+// eventRoutes fills the routes of a page of events from their work rows:
+// per flow, the latest pass. The pks travel as one JSON array so that
+// every page size shares one prepared statement.
+func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
+	byPK := make(map[int64]*store.Event, len(evs))
+	pks := make([]int64, len(evs))
+	for i, e := range evs {
+		byPK[e.PK] = e
+		pks[i] = e.PK
+	}
+	list, err := json.Marshal(pks)
+	if err != nil {
+		return fmt.Errorf("routes: %w", err)
+	}
+	rows, err := s.readQuery(ctx, `SELECT event_pk, flow, entity, disposition FROM work
+		WHERE event_pk IN (SELECT value FROM json_each(?)) ORDER BY event_pk, flow, replay_id`, string(list))
+	if err != nil {
+		return fmt.Errorf("routes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pk int64
+		var r store.EventRoute
+		if err := rows.Scan(&pk, &r.Flow, &r.Entity, &r.Disposition); err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
+		store.AddEventRoute(byPK[pk], r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("routes: %w", err)
+	}
+	return nil
 }
 
 // DeliveryList pages through deliveries.
@@ -486,11 +600,20 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 	return out, nil
 }
 
+// auditListSQL is AuditList's query.
+func auditListSQL(p *store.AuditListParams) (string, []any) {
+	f := cursor("id > ?", p.AfterID)
+	f.narrow = p.Entity != "" || p.EventID != ""
+	where, args := f.eq("entity", p.Entity).eq("event_id", p.EventID).eq(f.broad("action"), p.Action).
+		eq(f.broad("source"), p.Source).span(f.broad("at"), p.From, p.To).sql(store.ClampLimit(p.Limit))
+	return `SELECT id, at, actor, action, source, event_id, entity, detail
+		FROM audit WHERE ` + where + ` ORDER BY id LIMIT ?`, args
+}
+
 // AuditList pages through audit rows.
 func (s *Store) AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error) {
-	where, args := cursor("id > ?", p.AfterID).eq("action", p.Action).eq("source", p.Source).sql(store.ClampLimit(p.Limit))
-	rows, err := s.readQuery(ctx, `SELECT id, at, actor, action, source, event_id, entity, detail
-		FROM audit WHERE `+where+` ORDER BY id LIMIT ?`, args...)
+	q, args := auditListSQL(p)
+	rows, err := s.readQuery(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}

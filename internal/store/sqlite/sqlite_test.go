@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,76 @@ func TestSharedWriteTransactionHasADeadline(t *testing.T) {
 	s.batchDeadline = defaultBatchDeadline
 	if err := s.ProbeWrite(context.Background(), time.Unix(0, 0)); err != nil {
 		t.Fatalf("the writer after a deadline: %v", err)
+	}
+}
+
+// Without statistics SQLite chooses indexes by shape alone, so the lists'
+// plans are pinned here: each filter reads its own index (a page stops at
+// its limit instead of reading the table), and a selective filter is never
+// passed over for a broad one that also gives id order.
+func TestListPlans(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "plans.db"))
+	t1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t2 := t1.Add(time.Hour)
+	exceptions := store.ExceptionStates()
+	type planCase struct {
+		name, sql  string
+		args       []any
+		use, avoid string
+	}
+	var cases []planCase
+	ev := func(name string, p store.EventListParams, use, avoid string) {
+		q, args := eventListSQL(&p, 101)
+		cases = append(cases, planCase{"events " + name, q, args, use, avoid})
+	}
+	au := func(name string, p store.AuditListParams, use, avoid string) {
+		q, args := auditListSQL(&p)
+		cases = append(cases, planCase{"audit " + name, q, args, use, avoid})
+	}
+	ef := func(name string, p store.EffectListParams, use, avoid string) {
+		q, args := effectListSQL(&p)
+		cases = append(cases, planCase{"effects " + name, q, args, use, avoid})
+	}
+	ev("source", store.EventListParams{Source: "crm"}, "events_source", "TEMP B-TREE")
+	ev("event id", store.EventListParams{EventID: "e1"}, "sqlite_autoindex_events_1 (source=? AND event_id=?", "")
+	ev("source and event id", store.EventListParams{Source: "crm", EventID: "e1", Type: "x"}, "sqlite_autoindex_events_1 (source=? AND event_id=?", "events_type")
+	ev("type", store.EventListParams{Type: "x"}, "events_type", "TEMP B-TREE")
+	ev("entity", store.EventListParams{Entity: "x"}, "work_entity", "events_source")
+	ev("entity and source", store.EventListParams{Entity: "x", Source: "crm", Type: "t"}, "events_entity", "events_source")
+	ev("dead letters", store.EventListParams{Disposition: store.DispositionDeadLettered}, "events_disposition", "")
+	ev("accepted", store.EventListParams{Disposition: store.DispositionAccepted}, "events_accepted", "")
+	ev("received span", store.EventListParams{ReceivedFrom: t1, ReceivedTo: t2}, "events_received", "")
+	ev("occurred span", store.EventListParams{OccurredFrom: t1, OccurredTo: t2}, "events_occurred", "")
+	au("entity", store.AuditListParams{Entity: "x", Action: "disposition"}, "audit_entity", "audit_action")
+	au("event id", store.AuditListParams{EventID: "e1", Source: "crm", From: t1, To: t2}, "audit_event", "audit_at")
+	au("span", store.AuditListParams{From: t1, To: t2}, "audit_at", "")
+	ef("flow", store.EffectListParams{Flow: "f"}, "effects_flow", "TEMP B-TREE")
+	ef("destination", store.EffectListParams{Destination: "crm"}, "effects_destination", "TEMP B-TREE")
+	ef("owner", store.EffectListParams{Owner: "bob", Flow: "f", Destination: "crm"}, "effects_owner", "effects_flow")
+	ef("class", store.EffectListParams{Class: store.ClassPermanent, States: exceptions}, "effects_class", "effects_state")
+	ef("exception queue", store.EffectListParams{States: exceptions, Flow: "f", Destination: "crm"}, "effects_state", "effects_flow")
+	ef("entity", store.EffectListParams{Entity: "x", Destination: "crm"}, "effects_entity", "effects_destination")
+	ef("flow and entity", store.EffectListParams{Flow: "f", Entity: "x"}, "effects_entity", "effects_flow (flow=? AND rowid")
+	ef("finished states", store.EffectListParams{State: store.EffectDone}, "INTEGER PRIMARY KEY", "TEMP B-TREE")
+	ef("created span", store.EffectListParams{CreatedFrom: t1, CreatedTo: t2}, "effects_created", "")
+	for _, c := range cases {
+		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(detail + "\n")
+		}
+		rows.Close()
+		got := plan.String()
+		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(got, c.avoid)) {
+			t.Errorf("%s: plan\n%s\nwant it to use %q and not %q", c.name, got, c.use, c.avoid)
+		}
 	}
 }

@@ -42,7 +42,9 @@ func Exercise(t *testing.T, o Opener) {
 		{"InboxCommitConcurrentSameEvent", testInboxConcurrentSameEvent},
 		{"InboxCommitAuditRides", testInboxAuditRides},
 		{"EventListPagesAndFilters", testEventListPaging},
+		{"EventListFilters", testEventListFilters},
 		{"AuditInsertAndList", testAudit},
+		{"AuditListFilters", testAuditListFilters},
 		{"DurableAcrossHandles", testDurableAcrossHandles},
 		{"CanceledContextCommitsNothing", testCanceledContext},
 		{"PipelineRouteUnrouted", testRouteUnrouted},
@@ -80,6 +82,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerRelease", testLedgerRelease},
 		{"LedgerOperate", testLedgerOperate},
 		{"LedgerGetAndList", testLedgerGetAndList},
+		{"LedgerListFilters", testEffectListFilters},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
