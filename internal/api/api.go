@@ -101,8 +101,7 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) {
 	p.AfterPK, p.Limit = after, limit
 	res, err := h.st.EventList(r.Context(), p)
 	if err != nil {
-		h.log.Error("list events", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		h.storeFailed(w, "list events", err)
 		return
 	}
 	out := EventListJSON{Events: make([]EventJSON, 0, len(res.Events))}
@@ -173,6 +172,15 @@ func decodeCursor(c string) (int64, error) {
 	return strconv.ParseInt(n, 10, 64)
 }
 
+// storeFailed answers a failure of the store: 503 with nothing of the
+// database's own words, which go to the log. A full disk or a lost
+// connection is not the client's mistake, and its text can name files,
+// hosts or SQL.
+func (h *Handler) storeFailed(w http.ResponseWriter, op string, err error) {
+	h.log.Error("admin API: store failed", "op", op, "err", err)
+	writeError(w, http.StatusServiceUnavailable, "store unavailable")
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -216,8 +224,7 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	p := &store.AuditListParams{Action: q.Get("action"), Source: q.Get("source"), AfterID: after, Limit: limit + 1}
 	rows, err := as.AuditList(r.Context(), p)
 	if err != nil {
-		h.log.Error("list audit", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		h.storeFailed(w, "list audit", err)
 		return
 	}
 	out := struct {

@@ -1,12 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -108,8 +112,7 @@ func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request) {
 		AfterID: after, Limit: limit + 1}
 	list, err := es.EffectList(r.Context(), p)
 	if err != nil {
-		h.log.Error("list effects", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		h.storeFailed(w, "list effects", err)
 		return
 	}
 	out := struct {
@@ -144,8 +147,7 @@ func (h *Handler) getEffect(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := es.EffectGet(r.Context(), id)
 	if err != nil {
-		h.log.Error("get effect", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		h.storeFailed(w, "get effect", err)
 		return
 	}
 	if e == nil {
@@ -154,8 +156,7 @@ func (h *Handler) getEffect(w http.ResponseWriter, r *http.Request) {
 	}
 	atts, err := es.AttemptList(r.Context(), id)
 	if err != nil {
-		h.log.Error("list attempts", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "store unavailable")
+		h.storeFailed(w, "list attempts", err)
 		return
 	}
 	out := struct {
@@ -166,6 +167,13 @@ func (h *Handler) getEffect(w http.ResponseWriter, r *http.Request) {
 		out.Attempts = append(out.Attempts, NewAttemptJSON(a))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// operateBody is the body of POST /api/v1/effects/{id}/{action}.
+type operateBody struct {
+	Note  string `json:"note"`
+	Owner string `json:"owner"`
+	Actor string `json:"actor"`
 }
 
 // operateEffect serves POST /api/v1/effects/{id}/{action} with a JSON body
@@ -180,17 +188,13 @@ func (h *Handler) operateEffect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "action: retry, resolve or assign")
 		return
 	}
-	var in struct {
-		Note  string `json:"note"`
-		Owner string `json:"owner"`
-		Actor string `json:"actor"`
+	in, msg := readOperateBody(r)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err == nil && len(body) > 0 {
-		err = json.Unmarshal(body, &in)
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "body: expected JSON {\"note\":..., \"owner\":..., \"actor\":...}")
+	if action == store.OperateResolve && strings.TrimSpace(in.Note) == "" {
+		writeError(w, http.StatusBadRequest, "note: required to resolve: say how the effect was closed")
 		return
 	}
 	if in.Actor == "" {
@@ -201,14 +205,55 @@ func (h *Handler) operateEffect(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, store.ErrInvalidTransition):
-		writeError(w, http.StatusConflict, err.Error())
+		writeError(w, http.StatusConflict, action+": not allowed from the effect's state")
+		return
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no such effect")
+		return
+	case errors.Is(err, store.ErrInvalidArgument):
+		// The checks above should have caught it: the request, not the
+		// store, is at fault.
+		h.log.Warn("admin API: operator action refused", "action", action, "err", err)
+		writeError(w, http.StatusBadRequest, action+": the request is not valid for this action")
 		return
 	case err != nil:
-		writeError(w, http.StatusBadRequest, err.Error())
+		h.storeFailed(w, "operate on effect", err)
 		return
 	case e == nil:
 		writeError(w, http.StatusNotFound, "no such effect")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]EffectJSON{"effect": NewEffectJSON(e)})
+}
+
+// readOperateBody reads the optional JSON body strictly: an unknown field
+// is a mistake (an "ownr" must not assign nobody), reported by name.
+func readOperateBody(r *http.Request) (operateBody, string) {
+	var in operateBody
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		return in, "body: could not be read"
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return in, ""
+	}
+	const shape = `body: expected JSON {"note": "...", "owner": "...", "actor": "..."}`
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return in, shape
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if name != "note" && name != "owner" && name != "actor" {
+			return in, fmt.Sprintf("body: unknown field %q; expected note, owner, actor", name)
+		}
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return in, shape
+	}
+	return in, ""
 }
