@@ -6,12 +6,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -73,16 +71,27 @@ func (h *Handler) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], h.tokenHash[:]) == 1
 }
 
-// EventJSON is the pinned shape of one event.
+// EventJSON is the pinned shape of one event, plus its routes.
 type EventJSON struct {
-	Source      string  `json:"source"`
-	EventID     string  `json:"event_id"`
-	Type        string  `json:"type"`
-	Entity      string  `json:"entity"`
-	OccurredAt  *string `json:"occurred_at"`
-	ReceivedAt  string  `json:"received_at"`
-	Deliveries  int     `json:"deliveries"`
-	Disposition string  `json:"disposition"`
+	Source  string `json:"source"`
+	EventID string `json:"event_id"`
+	Type    string `json:"type"`
+	// Entity is the envelope's entity; when the envelope has none and
+	// every route computed the same one, that one.
+	Entity      string      `json:"entity"`
+	OccurredAt  *string     `json:"occurred_at"`
+	ReceivedAt  string      `json:"received_at"`
+	Deliveries  int         `json:"deliveries"`
+	Disposition string      `json:"disposition"`
+	Routes      []RouteJSON `json:"routes"`
+}
+
+// RouteJSON is where one flow put the event: the entity it computed (empty
+// when that failed) and how the flow's latest pass settled.
+type RouteJSON struct {
+	Flow        string `json:"flow"`
+	Entity      string `json:"entity"`
+	Disposition string `json:"disposition"`
 }
 
 // EventListJSON is the pinned response of GET /api/v1/events.
@@ -91,14 +100,47 @@ type EventListJSON struct {
 	NextCursor string      `json:"next_cursor,omitempty"`
 }
 
+// NewEventJSON renders an event listed with its routes.
+func NewEventJSON(e *store.Event) EventJSON {
+	j := EventJSON{
+		Source: e.Source, EventID: e.EventID, Type: e.Type, Entity: e.Entity,
+		ReceivedAt: e.ReceivedAt.UTC().Format(time.RFC3339Nano), Deliveries: e.Deliveries,
+		Disposition: string(e.Disposition), Routes: make([]RouteJSON, 0, len(e.Routes)),
+	}
+	if !e.OccurredAt.IsZero() {
+		s := e.OccurredAt.UTC().Format(time.RFC3339Nano)
+		j.OccurredAt = &s
+	}
+	for _, r := range e.Routes {
+		j.Routes = append(j.Routes, RouteJSON{Flow: r.Flow, Entity: r.Entity, Disposition: string(r.Disposition)})
+	}
+	if j.Entity == "" {
+		j.Entity = agreedEntity(e.Routes)
+	}
+	return j
+}
+
+// agreedEntity is the entity every route computed, or empty when there are
+// no routes, one failed or two disagree.
+func agreedEntity(routes []store.EventRoute) string {
+	if len(routes) == 0 {
+		return ""
+	}
+	for _, r := range routes[1:] {
+		if r.Entity != routes[0].Entity {
+			return ""
+		}
+	}
+	return routes[0].Entity
+}
+
+// listEvents serves GET /api/v1/events (parameters: EventParams).
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	p := &store.EventListParams{Source: q.Get("source"), EventID: q.Get("event_id")}
-	after, limit, ok := readPage(w, q)
-	if !ok {
+	p, err := EventFilter(r.URL.Query())
+	if err != nil {
+		h.badParam(w, err)
 		return
 	}
-	p.AfterPK, p.Limit = after, limit
 	res, err := h.st.EventList(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "list events", err)
@@ -106,44 +148,12 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	out := EventListJSON{Events: make([]EventJSON, 0, len(res.Events))}
 	for _, e := range res.Events {
-		ej := EventJSON{
-			Source: e.Source, EventID: e.EventID, Type: e.Type, Entity: e.Entity,
-			ReceivedAt: e.ReceivedAt.UTC().Format(time.RFC3339Nano), Deliveries: e.Deliveries,
-			Disposition: string(e.Disposition),
-		}
-		if !e.OccurredAt.IsZero() {
-			s := e.OccurredAt.UTC().Format(time.RFC3339Nano)
-			ej.OccurredAt = &s
-		}
-		out.Events = append(out.Events, ej)
+		out.Events = append(out.Events, NewEventJSON(e))
 	}
 	if res.NextAfterPK != 0 {
-		out.NextCursor = encodeCursor(res.NextAfterPK)
+		out.NextCursor = EncodeCursor(res.NextAfterPK)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// readPage reads the cursor and limit every list resource takes; on a bad
-// value it has answered 400 and ok is false. The default limit is 100.
-func readPage(w http.ResponseWriter, q url.Values) (after int64, limit int, ok bool) {
-	limit = 100
-	if c := q.Get("cursor"); c != "" {
-		id, err := decodeCursor(c)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "cursor: not a cursor returned by this API")
-			return 0, 0, false
-		}
-		after = id
-	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit: expected an integer from 1 to 1000")
-			return 0, 0, false
-		}
-		limit = n
-	}
-	return after, limit, true
 }
 
 // trimPage cuts a list fetched with limit+1 rows back to limit and returns
@@ -153,23 +163,7 @@ func trimPage[T any](rows []T, limit int, id func(T) int64) ([]T, string) {
 		return rows, ""
 	}
 	rows = rows[:limit]
-	return rows, encodeCursor(id(rows[limit-1]))
-}
-
-func encodeCursor(pk int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("pk:" + strconv.FormatInt(pk, 10)))
-}
-
-func decodeCursor(c string) (int64, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return 0, err
-	}
-	n, ok := strings.CutPrefix(string(b), "pk:")
-	if !ok {
-		return 0, strconv.ErrSyntax
-	}
-	return strconv.ParseInt(n, 10, 64)
+	return rows, EncodeCursor(id(rows[limit-1]))
 }
 
 // storeFailed answers a failure of the store: 503 with nothing of the
@@ -179,6 +173,16 @@ func decodeCursor(c string) (int64, error) {
 func (h *Handler) storeFailed(w http.ResponseWriter, op string, err error) {
 	h.log.Error("admin API: store failed", "op", op, "err", err)
 	writeError(w, http.StatusServiceUnavailable, "store unavailable")
+}
+
+// badParam answers a query the list cannot use: 400 naming the parameter.
+func (h *Handler) badParam(w http.ResponseWriter, err error) {
+	var pe *ParamError
+	if errors.As(err, &pe) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": pe.Error(), "param": pe.Param})
+		return
+	}
+	writeError(w, http.StatusBadRequest, err.Error())
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -208,20 +212,21 @@ type AuditJSON struct {
 	Detail  string `json:"detail"`
 }
 
-// listAudit serves GET /api/v1/audit?action=A&source=S&limit=N&cursor=C.
+// listAudit serves GET /api/v1/audit (parameters: AuditParams).
 func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	as, ok := h.st.(AuditStore)
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store has no audit trail")
 		return
 	}
-	q := r.URL.Query()
-	after, limit, ok := readPage(w, q)
-	if !ok {
+	p, err := AuditFilter(r.URL.Query())
+	if err != nil {
+		h.badParam(w, err)
 		return
 	}
 	// One row more than asked tells whether a next page exists.
-	p := &store.AuditListParams{Action: q.Get("action"), Source: q.Get("source"), AfterID: after, Limit: limit + 1}
+	limit := p.Limit
+	p.Limit++
 	rows, err := as.AuditList(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "list audit", err)

@@ -165,6 +165,23 @@ func (f *fixture) get(path string, into any) int {
 	return code
 }
 
+type eventList struct {
+	Events []struct {
+		Source, Type, Entity, Disposition string
+		EventID                           string `json:"event_id"`
+		Routes                            []api.RouteJSON
+	}
+	NextCursor string `json:"next_cursor"`
+}
+
+type effectList struct {
+	Effects []struct {
+		ID    int64
+		State string
+	}
+	NextCursor string `json:"next_cursor"`
+}
+
 // A store that fails (here: closed under the running API) is answered 503
 // "store unavailable" by every resource, for reads and operator actions
 // alike; what the database said goes to the log only.
@@ -199,6 +216,185 @@ func TestStoreFailureIs503(t *testing.T) {
 	}
 }
 
+// Every list answers 400 naming the parameter for a parameter it does not
+// know, one given twice, or a value it cannot use.
+func TestListsRefuseWhatTheyCannotUse(t *testing.T) {
+	f := newFixture(t)
+	for path, param := range map[string]string{
+		"/api/v1/events?entitty=o1":              "entitty",
+		"/api/v1/events?state=dead":              "state",
+		"/api/v1/events?disposition=bogus":       "disposition",
+		"/api/v1/events?received_from=yesterday": "received_from",
+		"/api/v1/events?occurred_to=2026-11-03":  "occurred_to",
+		"/api/v1/events?received_from=2026-11-03T10:00:00Z&received_to=2026-11-03T09:00:00Z": "received_to",
+		"/api/v1/events?limit=0":              "limit",
+		"/api/v1/events?limit=1001":           "limit",
+		"/api/v1/events?cursor=garbage!":      "cursor",
+		"/api/v1/events?source=a&source=b":    "source",
+		"/api/v1/audit?flow=orders":           "flow",
+		"/api/v1/audit?from=now":              "from",
+		"/api/v1/audit?limit=x":               "limit",
+		"/api/v1/effects?state=bogus":         "state",
+		"/api/v1/effects?state=dead,bogus":    "state",
+		"/api/v1/effects?class=flaky":         "class",
+		"/api/v1/effects?updated_from=1h":     "updated_from",
+		"/api/v1/effects?disposition=applied": "disposition",
+		"/api/v1/effects/1?verbose=1":         "verbose",
+	} {
+		code, b := f.do(http.MethodGet, path, "")
+		var e struct{ Error, Param string }
+		if code != http.StatusBadRequest || json.Unmarshal(b, &e) != nil || e.Param != param || !strings.HasPrefix(e.Error, param+": ") {
+			t.Errorf("GET %s: %d %s, want 400 naming %q", path, code, b, param)
+		}
+	}
+}
+
+// The event filters select; the events show the entity each flow computed.
+func TestEventFiltersAndRoutes(t *testing.T) {
+	f := newFixture(t)
+	// The envelope has no entity; two flows agree on c9.
+	agreed := f.event("crm", "e1", "contact.created", "")
+	f.route(agreed, store.Route{Flow: "contacts", Entity: "c9", OrderKey: "1"}, store.Route{Flow: "mail", Entity: "c9", OrderKey: "1"})
+	f.apply("contacts", "c9", "crm")
+	// Two flows disagree: the event's entity stays empty.
+	split := f.event("crm", "e2", "deal.updated", "")
+	f.route(split, store.Route{Flow: "deals", Entity: "d1", OrderKey: "1"}, store.Route{Flow: "mail", Entity: "c9", OrderKey: "2"})
+	// An envelope entity is kept as it is; this one is unrouted.
+	f.event("stripe", "e3", "invoice.paid", "sub_1")
+	unrouted := f.event("stripe", "e4", "invoice.paid", "sub_2")
+	f.route(unrouted)
+
+	var all eventList
+	if code := f.get("/api/v1/events", &all); code != 200 || len(all.Events) != 4 {
+		t.Fatalf("all events: %d %+v", code, all)
+	}
+	e := all.Events[0]
+	if e.Entity != "c9" || !slices.Equal(e.Routes, []api.RouteJSON{{Flow: "contacts", Entity: "c9", Disposition: "applied"},
+		{Flow: "mail", Entity: "c9", Disposition: "accepted"}}) {
+		t.Errorf("agreeing routes: %+v", e)
+	}
+	if e := all.Events[1]; e.Entity != "" || len(e.Routes) != 2 {
+		t.Errorf("disagreeing routes: %+v", e)
+	}
+	if e := all.Events[2]; e.Entity != "sub_1" || e.Routes == nil || len(e.Routes) != 0 {
+		t.Errorf("envelope entity, no routes: %+v", e)
+	}
+	// The pinned fields are all there, and routes is an array.
+	_, raw := f.do(http.MethodGet, "/api/v1/events?limit=1", "")
+	var shape struct{ Events []map[string]json.RawMessage }
+	if err := json.Unmarshal(raw, &shape); err != nil || len(shape.Events) != 1 {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	for _, k := range []string{"source", "event_id", "type", "entity", "occurred_at", "received_at", "deliveries", "disposition", "routes"} {
+		if _, ok := shape.Events[0][k]; !ok {
+			t.Errorf("event lacks %q: %s", k, raw)
+		}
+	}
+
+	for query, want := range map[string][]string{
+		"entity=c9":                   {"e1", "e2"},
+		"entity=sub_2":                {"e4"},
+		"entity=c9&type=deal.updated": {"e2"},
+		"disposition=unrouted":        {"e4"},
+		"disposition=accepted":        {"e1", "e2", "e3"},
+		"event_id=e3":                 {"e3"},
+		"source=stripe&event_id=e3":   {"e3"},
+		"received_from=2026-11-03T09:00:00Z&received_to=2026-11-03T09:00:00.000001Z": {"e1", "e2", "e3", "e4"},
+		"received_from=2026-11-03T09:00:00.000001Z":                                  nil,
+		"occurred_from=2026-11-03T00:00:00Z":                                         nil,
+		"source=":                                                                    {"e1", "e2", "e3", "e4"},
+	} {
+		var got eventList
+		if code := f.get("/api/v1/events?"+query, &got); code != 200 {
+			t.Errorf("%s: %d", query, code)
+			continue
+		}
+		var ids []string
+		for _, e := range got.Events {
+			ids = append(ids, e.EventID)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("%s: %v, want %v", query, ids, want)
+		}
+	}
+
+	// Paging by entity, one a page.
+	var ids []string
+	cursor := ""
+	for range 4 {
+		var page eventList
+		if code := f.get("/api/v1/events?entity=c9&limit=1&cursor="+cursor, &page); code != 200 {
+			t.Fatalf("page: %d", code)
+		}
+		for _, e := range page.Events {
+			ids = append(ids, e.EventID)
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if !slices.Equal(ids, []string{"e1", "e2"}) {
+		t.Fatalf("paged by entity: %v", ids)
+	}
+}
+
+func TestEffectFiltersAndPaging(t *testing.T) {
+	f := newFixture(t)
+	var ids []int64
+	for i, dest := range []string{"crm", "crm", "erp", "erp"} {
+		pk := f.event("shop", fmt.Sprint("e", i), "order.created", "")
+		f.route(pk, store.Route{Flow: "orders", Entity: fmt.Sprint("o", i), OrderKey: "1"})
+		ids = append(ids, f.apply("orders", fmt.Sprint("o", i), dest)...)
+	}
+	f.settle(ids[0], store.EffectDead, store.ClassPermanent)
+	f.settle(ids[1], store.EffectNeedsReconciliation, store.ClassUnknown)
+	f.settle(ids[2], store.EffectDone, store.ClassNone)
+	if code, b := f.do(http.MethodPost, fmt.Sprintf("/api/v1/effects/%d/assign", ids[0]), `{"owner":"bob","actor":"alice"}`); code != 200 {
+		t.Fatalf("assign: %d %s", code, b)
+	}
+	list := func(query string) []string {
+		t.Helper()
+		var got effectList
+		if code := f.get("/api/v1/effects?"+query, &got); code != 200 {
+			t.Fatalf("%s: %d", query, code)
+		}
+		var out []string
+		for _, e := range got.Effects {
+			out = append(out, e.State)
+		}
+		return out
+	}
+	every := []string{"dead", "needs_reconciliation", "done", "approved"}
+	for query, want := range map[string][]string{
+		"":                             every,
+		"state=any":                    every,
+		"state=exceptions":             {"dead", "needs_reconciliation"},
+		"state=dead":                   {"dead"},
+		"state=done,approved":          {"done", "approved"},
+		"destination=erp":              {"done", "approved"},
+		"owner=bob":                    {"dead"},
+		"class=unknown_outcome":        {"needs_reconciliation"},
+		"entity=o3":                    {"approved"},
+		"flow=orders&state=exceptions": {"dead", "needs_reconciliation"},
+		"created_from=2026-11-03T09:00:00Z&created_to=2026-11-03T09:00:01Z": every,
+		"updated_from=2026-11-03T09:30:00Z":                                 {"dead"},
+	} {
+		if got := list(query); !slices.Equal(got, want) {
+			t.Errorf("%q: %v, want %v", query, got, want)
+		}
+	}
+	// Keyset paging through the exception queue.
+	var page effectList
+	if f.get("/api/v1/effects?state=exceptions&limit=1", &page); len(page.Effects) != 1 || page.Effects[0].ID != ids[0] || page.NextCursor == "" {
+		t.Fatalf("first page: %+v", page)
+	}
+	next := page.NextCursor
+	page = effectList{}
+	if f.get("/api/v1/effects?state=exceptions&limit=1&cursor="+next, &page); len(page.Effects) != 1 || page.Effects[0].ID != ids[1] || page.NextCursor != "" {
+		t.Fatalf("second page: %+v", page)
+	}
+}
+
 // An operator's mistakes are 4xx naming what is wrong; nothing changes.
 func TestOperateRefusals(t *testing.T) {
 	f := newFixture(t)
@@ -228,5 +424,41 @@ func TestOperateRefusals(t *testing.T) {
 		return strings.HasPrefix(a.Actor, "operator:")
 	}) {
 		t.Fatalf("a refused action was audited: %+v", audit)
+	}
+}
+
+// The audit filters select.
+func TestAuditFilters(t *testing.T) {
+	f := newFixture(t)
+	for i, a := range []store.AuditInsertParams{
+		{Actor: "receiver", Action: "tenant_mismatch", Source: "stripe", EventID: "e1", Entity: "sub_1", Detail: "a"},
+		{Actor: "router", Action: "disposition", Source: "crm", EventID: "e2", Entity: "c9", Detail: "b"},
+		{Actor: "router", Action: "disposition", Source: "stripe", EventID: "e1", Entity: "sub_1", Detail: "c"},
+	} {
+		a.At = t0.Add(time.Duration(i) * time.Minute)
+		if _, err := f.st.AuditInsert(f.ctx, &a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for query, want := range map[string]string{
+		"":                                 "abc",
+		"entity=sub_1":                     "ac",
+		"event_id=e2":                      "b",
+		"action=disposition&source=stripe": "c",
+		"from=2026-11-03T09:01:00Z":        "bc",
+		"to=2026-11-03T09:01:00Z":          "a",
+		"entity=sub_1&limit=1":             "a",
+	} {
+		var got struct{ Audit []struct{ Detail string } }
+		if code := f.get("/api/v1/audit?"+query, &got); code != 200 {
+			t.Fatalf("%s: %d", query, code)
+		}
+		s := ""
+		for _, a := range got.Audit {
+			s += a.Detail
+		}
+		if s != want {
+			t.Errorf("%q: %q, want %q", query, s, want)
+		}
 	}
 }

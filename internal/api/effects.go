@@ -96,20 +96,22 @@ func (h *Handler) effects() (EffectStore, bool) {
 	return es, ok
 }
 
+// listEffects serves GET /api/v1/effects (parameters: EffectParams). With
+// no state it lists every state; state=exceptions is the exception queue.
 func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request) {
 	es, ok := h.effects()
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store has no effect ledger")
 		return
 	}
-	q := r.URL.Query()
-	after, limit, ok := readPage(w, q)
-	if !ok {
+	p, err := EffectFilter(r.URL.Query(), StateAny)
+	if err != nil {
+		h.badParam(w, err)
 		return
 	}
 	// One row more than asked tells whether a next page exists.
-	p := &store.EffectListParams{Flow: q.Get("flow"), Entity: q.Get("entity"), State: store.EffectState(q.Get("state")),
-		AfterID: after, Limit: limit + 1}
+	limit := p.Limit
+	p.Limit++
 	list, err := es.EffectList(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "list effects", err)
@@ -134,15 +136,20 @@ func (h *Handler) effectID(w http.ResponseWriter, r *http.Request) (EffectStore,
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		writeError(w, http.StatusBadRequest, "id: expected a positive integer")
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "id: expected a positive integer", "param": "id"})
 		return nil, 0, false
 	}
 	return es, id, true
 }
 
+// getEffect serves GET /api/v1/effects/{id}, which takes no parameters.
 func (h *Handler) getEffect(w http.ResponseWriter, r *http.Request) {
 	es, id, ok := h.effectID(w, r)
 	if !ok {
+		return
+	}
+	if err := newQuery(r.URL.Query()).result(); err != nil {
+		h.badParam(w, err)
 		return
 	}
 	e, err := es.EffectGet(r.Context(), id)
