@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,7 +26,9 @@ func init() {
 	})
 }
 
-const effectsUsage = `effects list    [--config FILE] [--state STATE] [--flow F] [--entity E] [--limit N] [--format text|json]
+const effectsUsage = `effects list    [--config FILE] [--state STATE] [--flow F] [--entity E] [--destination D]
+                          [--owner O] [--class C] [--created-from T] [--created-to T]
+                          [--updated-from T] [--updated-to T] [--limit N] [--cursor C] [--format text|json]
        hookledger effects show    [--config FILE] [--format text|json] ID
        hookledger effects retry   [--config FILE] --note TEXT [--actor NAME] ID
        hookledger effects resolve [--config FILE] --note TEXT [--actor NAME] ID
@@ -32,12 +36,18 @@ const effectsUsage = `effects list    [--config FILE] [--state STATE] [--flow F]
 
 const effectsDescription = `Works on the effect ledger of the configured store.
 
-  list     effects in the exception queue (state dead or needs_reconciliation)
-           by default; --state any, or one state, lists others
+  list     the exception queue by default: effects in state dead or
+           needs_reconciliation, oldest first. --state any lists every
+           state (as GET /api/v1/effects does when it is given no state);
+           --state takes one state or several separated by commas. The
+           other filters narrow the list; times are RFC 3339
+           (2026-11-03T09:00:00Z), from inclusive, to exclusive. At most
+           --limit effects are listed (1 to 1000); when there are more, a
+           last line on stderr gives the --cursor for the next page.
   show     one effect with its reason, suggested repair and every attempt
   retry    put a dead or needs_reconciliation effect back to approved
   resolve  close an effect by hand (a person decided); --note is required
-  assign   name who owns the repair
+  assign   name who owns the repair; the effect's state does not change
 
 Every action is written to the audit trail with the actor and the note.`
 
@@ -63,12 +73,18 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	fs := newFlagSet(env, "effects "+sub, effectsUsage, effectsDescription)
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	format := fs.String("format", "text", "output `format`: text or json")
-	state := fs.String("state", "exceptions", "`state` to list: exceptions, any, or one effect state")
-	flowName := fs.String("flow", "", "only this `flow`")
-	entity := fs.String("entity", "", "only this `entity`")
-	limit := fs.Int("limit", 100, "at most `N` effects")
+	// The list's filters are the API's query parameters, read by the same
+	// code: each flag is the parameter's name with - for _.
+	filters := map[string]*string{}
+	for _, name := range api.EffectParams {
+		if name == "limit" || name == "owner" { // declared below: they serve other actions too
+			continue
+		}
+		filters[name] = fs.String(paramFlag(name), "", effectFlagHelp[name])
+	}
+	limit := fs.Int("limit", api.DefaultLimit, fmt.Sprintf("at most `N` effects (1 to %d)", api.MaxLimit))
 	note := fs.String("note", "", "why (required for resolve and retry)")
-	owner := fs.String("owner", "", "who owns the repair (assign)")
+	owner := fs.String("owner", "", "who owns the repair (assign); with list, only effects this person owns")
 	actor := fs.String("actor", "", "who acts (default operator:$USER)")
 	ids, code, ok := parseInterspersed(env, fs, rest)
 	if !ok {
@@ -80,12 +96,24 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	}
 	who := operatorActor(env, *actor)
 	var id int64
+	var list *store.EffectListParams
 	switch sub {
 	case "list":
 		if len(ids) != 0 {
 			fmt.Fprintf(env.Stderr, "hookledger effects list: unexpected argument %q\n", ids[0])
 			return exitUsage
 		}
+		q := url.Values{"limit": {strconv.Itoa(*limit)}, "owner": {*owner}}
+		for name, v := range filters {
+			q.Set(name, *v)
+		}
+		p, err := api.EffectFilter(q, api.StateExceptions)
+		var pe *api.ParamError
+		if errors.As(err, &pe) {
+			fmt.Fprintf(env.Stderr, "hookledger effects list: --%s: %s\n", paramFlag(pe.Param), flagWords.Replace(safe(pe.Msg)))
+			return exitUsage
+		}
+		list = p
 	case "show", "retry", "resolve", "assign":
 		if len(ids) != 1 {
 			fmt.Fprintf(env.Stderr, "hookledger effects %s: expected one effect ID\n", sub)
@@ -128,43 +156,73 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 
 	switch sub {
 	case "list":
-		return effectsList(ctx, env, st, *state, *flowName, *entity, *limit, *format)
+		return effectsList(ctx, env, st, list, *format)
 	case "show":
 		return effectsShow(ctx, env, st, id, *format)
 	}
 	action := map[string]string{"retry": store.OperateRetry, "resolve": store.OperateResolve, "assign": store.OperateAssign}[sub]
 	e, err := st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: id, Action: action, Actor: who, Owner: *owner, Note: *note, Now: time.Now().UTC()})
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger effects %s %d: %v\n", sub, id, err)
+		fmt.Fprintf(env.Stderr, "hookledger effects %s %d: %s\n", sub, id, safe(err.Error()))
 		return exitFail
 	}
-	fmt.Fprintf(env.Stdout, "effect %d (%s) is now %s\n", e.ID, e.EpisodeKey, e.State)
+	if sub == "assign" {
+		// Assigning changes who owns the repair, not where the effect is.
+		fmt.Fprintf(env.Stdout, "effect %d (%s) is now owned by %s; its state stays %s\n", e.ID, safe(e.EpisodeKey), safe(e.Owner), safe(string(e.State)))
+		return exitOK
+	}
+	fmt.Fprintf(env.Stdout, "effect %d (%s) is now %s\n", e.ID, safe(e.EpisodeKey), safe(string(e.State)))
 	return exitOK
 }
 
-func effectsList(ctx context.Context, env *Env, st effectsStore, state, flowName, entity string, limit int, format string) int {
-	var states []store.EffectState
-	switch state {
-	case "exceptions":
-		states = []store.EffectState{store.EffectDead, store.EffectNeedsReconciliation}
-	case "any":
-		states = []store.EffectState{""}
-	default:
-		states = []store.EffectState{store.EffectState(state)}
-	}
-	var all []*store.Effect
-	for _, s := range states {
-		es, err := st.EffectList(ctx, &store.EffectListParams{Flow: flowName, Entity: entity, State: s, Limit: limit})
-		if err != nil {
-			fmt.Fprintf(env.Stderr, "hookledger effects list: %v\n", err)
-			return exitFail
+// effectFlagHelp documents the list's filter flags.
+var effectFlagHelp = map[string]string{
+	"state":        "`state` to list: exceptions (the default: dead and needs_reconciliation), any, or states separated by commas",
+	"flow":         "only this `flow`",
+	"entity":       "only this `entity`",
+	"destination":  "only calls to this `destination`",
+	"class":        "only this error `class` (transient, quota, contention, permanent, unknown_outcome, hidden_failure)",
+	"created_from": "only effects created at or after `time` (RFC 3339)",
+	"created_to":   "only effects created before `time` (RFC 3339)",
+	"updated_from": "only effects last changed at or after `time` (RFC 3339)",
+	"updated_to":   "only effects last changed before `time` (RFC 3339)",
+	"cursor":       "the `cursor` printed by the previous page",
+}
+
+// paramFlag is the flag that sets a query parameter: created_from is
+// --created-from.
+func paramFlag(param string) string { return strings.ReplaceAll(param, "_", "-") }
+
+// flagWords rewrites the parameter names in a message as flags.
+var flagWords = func() *strings.Replacer {
+	var pairs []string
+	for _, p := range api.EffectParams {
+		if strings.Contains(p, "_") {
+			pairs = append(pairs, p, "--"+paramFlag(p))
 		}
-		all = append(all, es...)
+	}
+	return strings.NewReplacer(pairs...)
+}()
+
+func effectsList(ctx context.Context, env *Env, st effectsStore, p *store.EffectListParams, format string) int {
+	// One row more than asked tells whether a next page exists.
+	limit := p.Limit
+	p.Limit++
+	all, err := st.EffectList(ctx, p)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "hookledger effects list: %s\n", safe(err.Error()))
+		return exitFail
+	}
+	next := ""
+	if len(all) > limit {
+		all = all[:limit]
+		next = api.EncodeCursor(all[limit-1].ID)
 	}
 	if format == "json" {
 		out := struct {
-			Effects []api.EffectJSON `json:"effects"`
-		}{Effects: []api.EffectJSON{}}
+			Effects    []api.EffectJSON `json:"effects"`
+			NextCursor string           `json:"next_cursor,omitempty"`
+		}{Effects: []api.EffectJSON{}, NextCursor: next}
 		for _, e := range all {
 			out.Effects = append(out.Effects, api.NewEffectJSON(e))
 		}
@@ -173,11 +231,15 @@ func effectsList(ctx context.Context, env *Env, st effectsStore, state, flowName
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tCLASS\tATTEMPTS\tEPISODE\tDESTINATION\tOWNER\tREASON")
 	for _, e := range all {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, e.State, dash(string(e.ErrorClass)), e.Attempts, e.EpisodeKey, e.Destination, dash(e.Owner), dash(e.Reason))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, safe(string(e.State)), dash(string(e.ErrorClass)), e.Attempts,
+			safe(e.EpisodeKey), safe(e.Destination), dash(e.Owner), dash(e.Reason))
 	}
 	_ = tw.Flush()
 	if len(all) == 0 {
 		fmt.Fprintln(env.Stdout, "(no effects)")
+	}
+	if next != "" {
+		fmt.Fprintf(env.Stderr, "more: run again with --cursor %s\n", next)
 	}
 	return exitOK
 }
@@ -185,7 +247,7 @@ func effectsList(ctx context.Context, env *Env, st effectsStore, state, flowName
 func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, format string) int {
 	e, err := st.EffectGet(ctx, id)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger effects show: %v\n", err)
+		fmt.Fprintf(env.Stderr, "hookledger effects show: %s\n", safe(err.Error()))
 		return exitFail
 	}
 	if e == nil {
@@ -194,7 +256,7 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 	}
 	atts, err := st.AttemptList(ctx, id)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger effects show: %v\n", err)
+		fmt.Fprintf(env.Stderr, "hookledger effects show: %s\n", safe(err.Error()))
 		return exitFail
 	}
 	if format == "json" {
@@ -208,21 +270,21 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 		return writeJSONOut(env.Stdout, out)
 	}
 	w := env.Stdout
-	fmt.Fprintf(w, "effect %d  %s\n", e.ID, e.EpisodeKey)
-	fmt.Fprintf(w, "  state        %s\n  destination  %s\n  attempts     %d (re-drives %d)\n", e.State, e.Destination, e.Attempts, e.Redrives)
-	fmt.Fprintf(w, "  source event %s/%s\n", e.Source, e.SourceEventID)
+	fmt.Fprintf(w, "effect %d  %s\n", e.ID, safe(e.EpisodeKey))
+	fmt.Fprintf(w, "  state        %s\n  destination  %s\n  attempts     %d (re-drives %d)\n", safe(string(e.State)), safe(e.Destination), e.Attempts, e.Redrives)
+	fmt.Fprintf(w, "  source event %s/%s\n", safe(e.Source), safe(e.SourceEventID))
 	for _, kv := range [][2]string{{"class", string(e.ErrorClass)}, {"reason", e.Reason}, {"repair", e.SuggestedRepair},
 		{"owner", e.Owner}, {"note", e.Note}, {"dest. ref", e.DestinationRef}} {
 		if kv[1] != "" {
-			fmt.Fprintf(w, "  %-12s %s\n", kv[0], kv[1])
+			fmt.Fprintf(w, "  %-12s %s\n", kv[0], safe(kv[1]))
 		}
 	}
 	if !e.NextAttemptAt.IsZero() {
 		fmt.Fprintf(w, "  next         %s\n", e.NextAttemptAt.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "  request      %s\n", e.Request)
+	fmt.Fprintf(w, "  request      %s\n", safe(string(e.Request)))
 	if e.LastResponse != "" {
-		fmt.Fprintf(w, "  last answer  %s\n", e.LastResponse)
+		fmt.Fprintf(w, "  last answer  %s\n", safe(e.LastResponse))
 	}
 	fmt.Fprintln(w, "\nattempts:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -230,17 +292,26 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 	for _, a := range atts {
 		ra := "-"
 		if a.RetryAfter != "" {
-			ra = a.RetryAfter + " (" + a.RetryAfterUnit + ")"
+			ra = safe(a.RetryAfter + " (" + a.RetryAfterUnit + ")")
 		}
 		noteText := a.Error
 		if a.Reconcile {
 			noteText = "lookup: " + noteText
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", a.Number, a.StartedAt.Format(time.RFC3339), a.Duration.Milliseconds(),
-			a.Status, dash(string(a.Class)), ra, a.Wait, dash(noteText))
+			a.Status, attemptClass(a.Class), ra, a.Wait, dash(noteText))
 	}
 	_ = tw.Flush()
 	return exitOK
+}
+
+// attemptClass names an attempt's outcome: its error class, or success
+// when the call was classified as no failure at all.
+func attemptClass(c store.ErrorClass) string {
+	if c == store.ClassNone {
+		return "success"
+	}
+	return safe(string(c))
 }
 
 func writeJSONOut(w io.Writer, v any) int {
@@ -265,9 +336,10 @@ func operatorActor(env *Env, flagValue string) string {
 	return "operator:" + u
 }
 
+// dash prints text for a table cell: made safe, and "-" when empty.
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return safe(s)
 }

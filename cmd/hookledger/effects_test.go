@@ -14,11 +14,15 @@ import (
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
 
-// deadEffect puts one effect into the exception queue through the real
-// store: event in, routed, applied, claimed, settled dead with evidence.
-func deadEffect(t *testing.T, dbPath string) int64 {
+var effectsNow = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
+
+// seedEffect makes one effect through the real store (event in, routed to
+// entity, applied, claimed) and settles its one call: dead with evidence,
+// or done after a 200.
+func seedEffect(t *testing.T, dbPath, eventID, entity string, state store.EffectState) int64 {
 	t.Helper()
 	ctx := context.Background()
+	now := effectsNow
 	st, err := sqlite.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
@@ -27,29 +31,29 @@ func deadEffect(t *testing.T, dbPath string) int64 {
 	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
 	res, err := st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
-		RequestID: "r1", Source: "shop", EventID: "e1", Type: "order.created", ReceivedAt: now, Body: []byte(`{}`),
+		RequestID: "r-" + eventID, Source: "shop", EventID: eventID, Type: "order.created", ReceivedAt: now, Body: []byte(`{}`),
 	}}}}})
 	if err != nil || res[0].Err != nil {
 		t.Fatal(err, res)
 	}
 	pk := res[0].Items[0].EventPK
 	if err := st.EventRoute(ctx, &store.EventRouteParams{Now: now, Decisions: []*store.RouteDecision{{EventPK: pk,
-		Routes: []store.Route{{Flow: "orders", Entity: "o1", OrderKey: "1"}}}}}); err != nil {
+		Routes: []store.Route{{Flow: "orders", Entity: entity, OrderKey: "1"}}}}}); err != nil {
 		t.Fatal(err)
 	}
 	leases, err := st.EntityClaim(ctx, &store.EntityClaimParams{Owner: "w", Now: now, LeaseFor: time.Minute, Limit: 1})
 	if err != nil || len(leases) != 1 {
 		t.Fatal(err, leases)
 	}
-	work, err := st.WorkListPending(ctx, &store.WorkListPendingParams{Flow: "orders", Entity: "o1"})
+	work, err := st.WorkListPending(ctx, &store.WorkListPendingParams{Flow: "orders", Entity: entity})
 	if err != nil || len(work) != 1 {
 		t.Fatal(err, work)
 	}
+	key := "orders:" + entity + ":r1:notify"
 	if _, err := st.FlowApply(ctx, &store.FlowApplyParams{Lease: leases[0], Now: now, WorkID: work[0].ID, EventPK: pk, Actor: "w",
-		Version: "r1", VersionSort: "1", Ordered: true, State: json.RawMessage(`"CREATED"`),
-		Effects: []*store.EffectInsert{{EpisodeKey: "orders:o1:r1:notify", Effect: "notify", Destination: "crm", Request: json.RawMessage(`{"method":"POST","path":"/x"}`)}},
+		Version: "r1", VersionSort: "1", Ordered: true, State: json.RawMessage(`"CREATED"`), ReleaseIfDrained: true,
+		Effects: []*store.EffectInsert{{EpisodeKey: key, Effect: "notify", Destination: "crm", Request: json.RawMessage(`{"method":"POST","path":"/x"}`)}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,23 +61,33 @@ func deadEffect(t *testing.T, dbPath string) int64 {
 	if err != nil || len(claims) != 1 {
 		t.Fatal(err, claims)
 	}
-	if err := st.EffectSettle(ctx, &store.EffectSettleParams{EffectID: claims[0].ID, Token: claims[0].Token, Now: now, Actor: "d",
-		State: store.EffectDead, AddAttempt: true, Class: store.ClassPermanent, Reason: "HTTP 400",
-		SuggestedRepair: "fix the data", Attempt: &store.Attempt{StartedAt: now, Status: 400, Class: store.ClassPermanent, Error: "HTTP 400", Response: `{"error":"bad vat id"}`},
-	}); err != nil {
+	p := &store.EffectSettleParams{EffectID: claims[0].ID, Token: claims[0].Token, Now: now, Actor: "d", State: state, AddAttempt: true,
+		Attempt: &store.Attempt{StartedAt: now, Status: 200}}
+	if state == store.EffectDead {
+		p.Class, p.Reason, p.SuggestedRepair = store.ClassPermanent, "HTTP 400", "fix the data"
+		p.Attempt = &store.Attempt{StartedAt: now, Status: 400, Class: store.ClassPermanent, Error: "HTTP 400", Response: `{"error":"bad vat id"}`}
+	}
+	if err := st.EffectSettle(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	return claims[0].ID
 }
 
-func TestEffectsVerb(t *testing.T) {
+// effectsConfig writes a configuration naming a fresh SQLite file.
+func effectsConfig(t *testing.T) (cfg, db string) {
+	t.Helper()
 	dir := t.TempDir()
-	db := filepath.Join(dir, "e.db")
-	cfg := filepath.Join(dir, "hookledger.yaml")
+	db = filepath.Join(dir, "e.db")
+	cfg = filepath.Join(dir, "hookledger.yaml")
 	if err := os.WriteFile(cfg, []byte("store: sqlite:"+db+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	id := deadEffect(t, db)
+	return cfg, db
+}
+
+func TestEffectsVerb(t *testing.T) {
+	cfg, db := effectsConfig(t)
+	id := seedEffect(t, db, "e1", "o1", store.EffectDead)
 	ids := fmt.Sprint(id)
 	env := map[string]string{"USER": "alice"}
 
@@ -102,12 +116,13 @@ func TestEffectsVerb(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
 	}
+	// assign says what changed: the owner, not the state.
 	code, out, _ = run(t, "", env, "effects", "assign", "--config", cfg, "--owner", "bob", ids)
-	if code != 0 || !strings.Contains(out, "dead") {
-		t.Fatalf("assign: %d %s", code, out)
+	if want := fmt.Sprintf("effect %d (orders:o1:r1:notify) is now owned by bob; its state stays dead\n", id); code != 0 || out != want {
+		t.Fatalf("assign: %d %q, want %q", code, out, want)
 	}
 	code, out, _ = run(t, "", env, "effects", "resolve", "--config", cfg, "--note", "invoice exists, checked by hand", ids)
-	if code != 0 || !strings.Contains(out, "resolved") {
+	if code != 0 || !strings.Contains(out, "is now resolved") {
 		t.Fatalf("resolve: %d %s", code, out)
 	}
 	// A resolved effect cannot be retried; the queue is empty now.
@@ -117,8 +132,139 @@ func TestEffectsVerb(t *testing.T) {
 	if _, out, _ := run(t, "", env, "effects", "list", "--config", cfg); !strings.Contains(out, "(no effects)") {
 		t.Fatalf("queue after resolve: %s", out)
 	}
+	if _, out, _ := run(t, "", env, "effects", "list", "--config", cfg, "--state", "any"); !strings.Contains(out, "resolved") {
+		t.Fatalf("--state any after resolve: %s", out)
+	}
 	_, out, _ = run(t, "", env, "effects", "show", "--config", cfg, ids)
 	if !strings.Contains(out, "bob") || !strings.Contains(out, "checked by hand") {
 		t.Fatalf("show after operations lacks owner or note: %s", out)
+	}
+}
+
+// The list's flags are checked like the API's parameters: a bad value is a
+// usage error naming the flag, before the store is opened.
+func TestEffectsListRefusesBadFilters(t *testing.T) {
+	cfg, _ := effectsConfig(t)
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--state", "bogus"}, "--state"},
+		{[]string{"--state", "dead,bogus"}, "--state"},
+		{[]string{"--class", "flaky"}, "--class"},
+		{[]string{"--limit", "0"}, "--limit"},
+		{[]string{"--limit", "1001"}, "--limit"},
+		{[]string{"--cursor", "nope!"}, "--cursor"},
+		{[]string{"--created-from", "yesterday"}, "--created-from"},
+		{[]string{"--updated-from", "2026-11-03T10:00:00Z", "--updated-to", "2026-11-03T09:00:00Z"}, "--updated-to"},
+	} {
+		code, out, errOut := run(t, "", nil, append([]string{"effects", "list", "--config", cfg}, c.args...)...)
+		if code != 2 || !strings.HasPrefix(errOut, "hookledger effects list: "+c.flag+": ") || out != "" {
+			t.Errorf("%v: exit %d, stderr %q, want 2 naming %s", c.args, code, errOut, c.flag)
+		}
+		if strings.Contains(errOut, "_from") || strings.Contains(errOut, "_to") {
+			t.Errorf("%v: names a parameter, not a flag: %q", c.args, errOut)
+		}
+	}
+}
+
+// A page that is not the last says how to get the next one.
+func TestEffectsListPages(t *testing.T) {
+	cfg, db := effectsConfig(t)
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, seedEffect(t, db, fmt.Sprint("e", i), fmt.Sprint("o", i), store.EffectDead))
+	}
+	seedEffect(t, db, "e9", "o9", store.EffectDone) // not in the queue
+	code, out, errOut := run(t, "", nil, "effects", "list", "--config", cfg, "--limit", "2")
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(out, "orders:o1:") || strings.Contains(out, "orders:o2:") {
+		t.Fatalf("first page: %d %q", code, out)
+	}
+	cursor, ok := strings.CutPrefix(strings.TrimSpace(errOut), "more: run again with --cursor ")
+	if !ok || cursor == "" {
+		t.Fatalf("first page stderr %q, want the next cursor", errOut)
+	}
+	code, out, errOut = run(t, "", nil, "effects", "list", "--config", cfg, "--limit", "2", "--cursor", cursor)
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(out, "orders:o2:") || errOut != "" {
+		t.Fatalf("last page: %d %q %q", code, out, errOut)
+	}
+	// JSON carries the cursor as the API does.
+	_, out, _ = run(t, "", nil, "effects", "list", "--config", cfg, "--limit", "1", "--format", "json")
+	var page struct {
+		Effects    []struct{ ID int64 }
+		NextCursor string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Effects) != 1 || page.Effects[0].ID != ids[0] || page.NextCursor == "" {
+		t.Fatalf("json page: %v %s", err, out)
+	}
+	// --state any lists the done effect too, and --destination filters.
+	if _, out, _ := run(t, "", nil, "effects", "list", "--config", cfg, "--state", "any", "--destination", "crm"); strings.Count(out, "\n") != 5 {
+		t.Fatalf("--state any: %q", out)
+	}
+	if _, out, _ := run(t, "", nil, "effects", "list", "--config", cfg, "--state", "done"); strings.Count(out, "\n") != 2 || !strings.Contains(out, "orders:o9:") {
+		t.Fatalf("--state done: %q", out)
+	}
+}
+
+// Text from payloads reaches the terminal escaped: an entity id carrying
+// ESC [ 2 J (clear the screen) and a newline (a forged row) prints as
+// visible escapes on one line.
+func TestEffectsEscapeTerminalControls(t *testing.T) {
+	cfg, db := effectsConfig(t)
+	entity := "o1\x1b[2J\nFORGED"
+	id := seedEffect(t, db, "e1", entity, store.EffectDead)
+	_, list, _ := run(t, "", nil, "effects", "list", "--config", cfg)
+	_, show, _ := run(t, "", nil, "effects", "show", "--config", cfg, fmt.Sprint(id))
+	for name, out := range map[string]string{"list": list, "show": show} {
+		if strings.ContainsAny(out, "\x1b\r") || strings.Contains(out, "\nFORGED") {
+			t.Errorf("%s prints raw control characters: %q", name, out)
+		}
+		if !strings.Contains(out, `orders:o1\x1b[2J\x0aFORGED:r1:notify`) {
+			t.Errorf("%s lacks the escaped entity: %q", name, out)
+		}
+	}
+	// JSON escapes them by itself and keeps the value exact.
+	_, out, _ := run(t, "", nil, "effects", "show", "--config", cfg, "--format", "json", fmt.Sprint(id))
+	var shown struct{ Effect struct{ Entity string } }
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.Effect.Entity != entity || strings.Contains(out, "\x1b") {
+		t.Errorf("json: %v %q", err, out)
+	}
+}
+
+// A successful call shows class success, not a dash.
+func TestEffectsShowSuccess(t *testing.T) {
+	cfg, db := effectsConfig(t)
+	id := seedEffect(t, db, "e1", "o1", store.EffectDone)
+	code, out, _ := run(t, "", nil, "effects", "show", "--config", cfg, fmt.Sprint(id))
+	lines := strings.Split(out, "\n")
+	var row string
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "#") && i+1 < len(lines) {
+			row = lines[i+1]
+		}
+	}
+	if f := strings.Fields(row); code != 0 || len(f) < 5 || f[3] != "200" || f[4] != "success" {
+		t.Fatalf("attempt row %q in:\n%s", row, out)
+	}
+}
+
+func TestSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"sub_123":             "sub_123",
+		"Zürich ✓ 東京":         "Zürich ✓ 東京",
+		"a\x1b[2Jb":           `a\x1b[2Jb`,
+		"row\nforged\r":       `row\x0aforged\x0d`,
+		"col\tshift":          `col\x09shift`,
+		"del\x7f":             `del\x7f`,
+		"csi\u009b31m":        `csi\x9b31m`,
+		"bad\xff\xfeutf8":     `bad\xff\xfeutf8`,
+		"cut\xe6\x9d":         `cut\xe6\x9d`,
+		"evil\u202egnp.exe":   `evil\u202egnp.exe`,
+		"iso\u2066x\u2069":    `iso\u2066x\u2069`,
+		"ok\ufffdreplacement": "ok\ufffdreplacement",
+	} {
+		if got := safe(in); got != want {
+			t.Errorf("safe(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
