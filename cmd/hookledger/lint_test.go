@@ -194,13 +194,31 @@ func TestVendors(t *testing.T) {
 		}
 	}
 
-	for _, args := range [][]string{{"vendors", "--format", "xml"}, {"vendors", "stripe"}} {
-		if code, _, _ := runMain(t, args...); code != 2 {
-			t.Errorf("%v: exit %d, want 2", args, code)
-		}
+	if code, _, _ := runMain(t, "vendors", "--format", "xml"); code != 2 {
+		t.Errorf("--format xml: exit %d, want 2", code)
 	}
 	if code, stdout, _ := runMain(t, "vendors", "--help"); code != 0 || !strings.Contains(stdout, "Usage: hookledger vendors") {
 		t.Errorf("--help: exit %d, stdout %q", code, stdout)
+	}
+}
+
+// vendors NAME... prints only the vendors named (by name or alias, in any
+// case), each once; an unknown name is a usage error that lists the known.
+func TestVendorsByName(t *testing.T) {
+	code, stdout, stderr := runMain(t, "vendors", "STRIPE", "zapier", "stripe")
+	if code != 0 || stderr != "" || strings.Count(stdout, "\n\n") != 1 ||
+		!strings.HasPrefix(stdout, "stripe: Stripe webhooks") || !strings.Contains(stdout, "\nzapier: Zapier") {
+		t.Fatalf("vendors STRIPE zapier stripe: %d %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runMain(t, "vendors", "--format", "json", "pipedrive")
+	var out struct{ Vendors []struct{ Name string } }
+	if err := json.Unmarshal([]byte(stdout), &out); code != 0 || err != nil || len(out.Vendors) != 1 || out.Vendors[0].Name != "pipedrive" {
+		t.Fatalf("json pipedrive: %d %v %s", code, err, stdout)
+	}
+	code, stdout, stderr = runMain(t, "vendors", "stripe", "acme\x1b[2J", "nope")
+	if code != 2 || stdout != "" || !strings.Contains(stderr, `unknown vendors "acme\x1b[2J", "nope"; known vendors: `) ||
+		!strings.Contains(stderr, "stripe") || !strings.Contains(stderr, "zapier") || strings.Contains(stderr, "\x1b") {
+		t.Fatalf("unknown vendors: %d %q %q", code, stdout, stderr)
 	}
 }
 

@@ -24,36 +24,65 @@ func init() {
 const vendorsDescription = `Prints the delivery contracts of the vendors in the catalogue: retry,
 manual resend and replay windows, acknowledgement timeouts, Retry-After units,
 deduplication and idempotency-key windows, each with the date it was read.
+With NAMEs (a vendor's name or alias, in any case), only those vendors.
 The names are what the inventory's sources column accepts. Vendors change
 their contracts: confirm a figure against the live documentation before
 relying on it.`
 
 func runVendors(ctx context.Context, env *Env, args []string) int {
-	fs := newFlagSet(env, "vendors", "vendors [--format text|json]", vendorsDescription)
+	fs := newFlagSet(env, "vendors", "vendors [--format text|json] [NAME...]", vendorsDescription)
 	format := fs.String("format", "text", "output `format`: text or json")
-	if code, ok := parseFlags(env, fs, args); !ok {
+	names, code, ok := parseInterspersed(env, fs, args)
+	if !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger vendors: unexpected argument %q\n", fs.Arg(0))
+	if *format != "text" && *format != "json" {
+		fmt.Fprintf(env.Stderr, "hookledger vendors: --format: unknown format %q, expected text or json\n", *format)
 		return exitUsage
 	}
 	cat := vendor.Catalogue()
+	if len(names) > 0 {
+		var unknown []string
+		cat, unknown = pickVendors(names)
+		if len(unknown) > 0 {
+			what := "vendor"
+			if len(unknown) > 1 {
+				what = "vendors"
+			}
+			fmt.Fprintf(env.Stderr, "hookledger vendors: unknown %s %s; known vendors: %s\n",
+				what, strings.Join(unknown, ", "), strings.Join(vendor.Names(), ", "))
+			return exitUsage
+		}
+	}
 	var err error
-	switch *format {
-	case "text":
-		err = writeVendorsText(env.Stdout, cat)
-	case "json":
+	if *format == "json" {
 		err = writeVendorsJSON(env.Stdout, cat)
-	default:
-		fmt.Fprintf(env.Stderr, "hookledger vendors: --format: unknown format %q, expected text or json\n", *format)
-		return exitUsage
+	} else {
+		err = writeVendorsText(env.Stdout, cat)
 	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger vendors: %v\n", err)
 		return exitFail
 	}
 	return exitOK
+}
+
+// pickVendors looks names up by name or alias, in the order given and each
+// contract once, and returns the names it does not know, quoted.
+func pickVendors(names []string) (picked []vendor.Contract, unknown []string) {
+	ix := vendor.NewIndex()
+	seen := map[string]bool{}
+	for _, n := range names {
+		c, ok := ix.Lookup(n)
+		switch {
+		case !ok:
+			unknown = append(unknown, strconv.Quote(n))
+		case !seen[c.Name]:
+			seen[c.Name] = true
+			picked = append(picked, c)
+		}
+	}
+	return picked, unknown
 }
 
 // vendorJSON is the JSON form of a contract. Durations are whole seconds
@@ -122,11 +151,11 @@ func writeVendorsText(w io.Writer, cat []vendor.Contract) error {
 		if i > 0 {
 			bw.WriteString("\n")
 		}
-		fmt.Fprintf(bw, "%s: %s (%s)\n", c.Name, c.Title, c.Kind)
-		fmt.Fprintf(bw, "  read %s from %s\n", c.Read, c.Source)
+		fmt.Fprintf(bw, "%s: %s (%s)\n", safe(c.Name), safe(c.Title), safe(string(c.Kind)))
+		fmt.Fprintf(bw, "  read %s from %s\n", safe(c.Read), safe(c.Source))
 		field := func(label, value string) {
 			if value != "" {
-				fmt.Fprintf(bw, "  %-22s %s\n", label, value)
+				fmt.Fprintf(bw, "  %-22s %s\n", label, safe(value))
 			}
 		}
 		field("also written", strings.Join(c.Aliases, ", "))
@@ -156,7 +185,7 @@ func writeVendorsText(w io.Writer, cat []vendor.Contract) error {
 		field("dedupe", dedupe)
 		field("idempotency key window", human(c.IdempotencyKeyWindow))
 		for _, n := range c.Notes {
-			fmt.Fprintf(bw, "  - %s\n", n)
+			fmt.Fprintf(bw, "  - %s\n", safe(n))
 		}
 	}
 	if err := bw.Flush(); err != nil {
