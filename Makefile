@@ -1,6 +1,6 @@
 # hookledger: the two commands are `make run` and `make test` (see README).
 
-.PHONY: run test build bench-commit clean
+.PHONY: run test build bench-commit clean mutants
 
 run:
 	go run ./cmd/hookledger serve --config hookledger.yaml
@@ -13,3 +13,7 @@ build:
 
 clean:
 	rm -rf bin data
+
+# The mutation check of the test suite (docs/testing.md); not part of test.
+mutants:
+	scripts/mutants.sh

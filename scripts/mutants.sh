@@ -42,7 +42,8 @@ PY
 		rm -f "$orig"; continue
 	fi
 	start=$SECONDS
-	out=$( (cd "$work" && go test -count=1 -run "$run" "$pkg") 2>&1 )
+	# A mutant that makes a test hang is caught by the timeout.
+	out=$( (cd "$work" && go test -count=1 -timeout 5m -run "$run" "$pkg") 2>&1 )
 	rc=$?
 	took=$((SECONDS - start))
 	if [ $rc -eq 0 ]; then
