@@ -66,7 +66,8 @@ func writeOperatorConfigTo(t *testing.T, crmURL string) (cfgPath, db string) {
 // verb; fields are the body's other members.
 func sendSigned(t *testing.T, cfgPath, base, eventID, fields string) {
 	t.Helper()
-	body := fmt.Sprintf(`{"eventId":%q,"type":"order.updated",%s}`, eventID, fields)
+	id, _ := json.Marshal(eventID)
+	body := fmt.Sprintf(`{"eventId":%s,"type":"order.updated",%s}`, id, fields)
 	code, out, errOut := run(t, body, serverSecrets, "send", "--config", cfgPath, "--source", "shop", "--event-id", eventID,
 		"--url", base+"/hooks/shop", "-")
 	if code != 0 {

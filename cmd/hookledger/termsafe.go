@@ -11,8 +11,11 @@ import (
 // terminal: control characters (escape sequences could rewrite the screen
 // or the title, or hide what follows), DEL, C1 controls, bidirectional
 // overrides and invalid UTF-8 are written as Go escapes. Newlines and tabs
-// are kept.
+// are kept; termLine escapes them too, for one-line output.
 func termSafe(s string) string { return escapeTerminal(s, false) }
+
+// termLine is termSafe for output that must stay on one line.
+func termLine(s string) string { return escapeTerminal(s, true) }
 
 func escapeTerminal(s string, oneLine bool) string {
 	clean := true

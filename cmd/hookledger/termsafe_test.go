@@ -18,3 +18,9 @@ func TestTermSafe(t *testing.T) {
 		}
 	}
 }
+
+func TestTermLine(t *testing.T) {
+	if got, want := termLine("a\nb\tc\x1b[0m d\u00e9"), `a\nb\tc\x1b[0m dé`; got != want {
+		t.Errorf("termLine = %q, want %q", got, want)
+	}
+}
