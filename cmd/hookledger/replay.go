@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -282,8 +282,7 @@ func (o *replayOutput) final(out replay.Outcome, done bool, why string) int {
 		state = "so far"
 	}
 	fmt.Fprintf(w, "replay %d %s: %d of %d work items settled\n", out.ReplayID, state, out.Settled, out.WorkItems)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, row := range []struct {
+	rows := []struct {
 		name string
 		n    int
 		note string
@@ -292,20 +291,28 @@ func (o *replayOutput) final(out replay.Outcome, done bool, why string) int {
 		{"duplicate", out.Duplicate, "already applied with the same state"},
 		{"stale", out.Stale, "older than the applied version"},
 		{"superseded", out.Superseded, ""},
-		{"dead-lettered", out.DeadLettered, "see 'hookledger effects list' and the audit trail for the reasons"},
+		{"dead-lettered", out.DeadLettered, "see the audit trail for the reasons"},
 		{"effects created", out.EffectsCreated, "effects already in the ledger are never created twice"},
 		{"skipped", out.Skipped, "selected events still pending their first processing, or whose route cannot be computed"},
-	} {
-		note := ""
-		if row.n > 0 && row.note != "" {
-			note = "(" + row.note + ")"
-		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\n", row.name, row.n, note)
 	}
 	if out.Other > 0 {
-		fmt.Fprintf(tw, "  other\t%d\t\n", out.Other)
+		rows = append(rows, struct {
+			name string
+			n    int
+			note string
+		}{"other", out.Other, "dispositions this version does not know"})
 	}
-	_ = tw.Flush()
+	width := 1
+	for _, r := range rows {
+		width = max(width, len(strconv.Itoa(r.n)))
+	}
+	for _, r := range rows {
+		line := fmt.Sprintf("  %-16s %*d", r.name, width, r.n)
+		if r.n > 0 && r.note != "" {
+			line += "  (" + r.note + ")"
+		}
+		fmt.Fprintln(w, line)
+	}
 	return code
 }
 
