@@ -33,9 +33,12 @@ address; the admin token is read from $` + adminTokenVar + `, else from the
 config's admin.token.
 
 --source, --type and --entity filter events, --source, --flow and --entity
-effects; --disposition shows only the events that reach that disposition.
-The filters go to the server as query parameters; when the server does not
-know one, its answer (400, naming the parameter) is shown as it is.
+effects (--source by the event that caused them); --disposition shows the
+events as they reach that disposition. The filters go to the events and
+effects APIs as query parameters (all but --disposition, which tail
+applies to each change it sees, and --source for effects, which that API
+does not take); when the server does not know a parameter, its answer
+(400, naming it) is shown as it is.
 
 Each line:
   TIME  event   SOURCE/EVENT_ID  TYPE  ENTITY  DISPOSITION
@@ -131,6 +134,25 @@ func isFatal(err error) bool {
 
 type eventRef struct{ source, eventID string }
 
+// tailEvent is an event as the events API shows it. Routes, where the
+// server lists them, name the entity each flow computed, which --entity
+// matches as well as the envelope's.
+type tailEvent struct {
+	Source      string `json:"source"`
+	EventID     string `json:"event_id"`
+	Type        string `json:"type"`
+	Entity      string `json:"entity"`
+	Disposition string `json:"disposition"`
+	Routes      []struct {
+		Entity string `json:"entity"`
+	} `json:"routes"`
+}
+
+type tailEventPage struct {
+	Events     []tailEvent `json:"events"`
+	NextCursor string      `json:"next_cursor"`
+}
+
 type tailer struct {
 	r   *remote
 	env *Env
@@ -138,7 +160,7 @@ type tailer struct {
 	source, typ, entity, flow, disposition string
 	events, effects                        bool
 
-	eventPos  position[api.EventJSON]
+	eventPos  position[tailEvent]
 	effectPos position[api.EffectJSON]
 	// The state last printed of the events and effects whose state may
 	// still change.
@@ -167,9 +189,12 @@ func (t *tailer) eventQuery() url.Values {
 	return q
 }
 
+// effectQuery holds the effect filters of the effects API. It has no
+// source filter: effects are matched to --source here, by the source of
+// the event that caused them.
 func (t *tailer) effectQuery() url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"source": t.source, "flow": t.flow, "entity": t.entity} {
+	for k, v := range map[string]string{"flow": t.flow, "entity": t.entity} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -181,8 +206,8 @@ func (t *tailer) effectQuery() url.Values {
 // that following begins with what happens from now on.
 func (t *tailer) start(ctx context.Context, n int) error {
 	if t.events {
-		var recent []api.EventJSON
-		err := t.pageEvents(ctx, func(e api.EventJSON) {
+		var recent []tailEvent
+		err := t.pageEvents(ctx, func(e tailEvent) {
 			if n > 0 {
 				recent = append(recent, e)
 				if len(recent) > n {
@@ -239,14 +264,14 @@ func (t *tailer) poll(ctx context.Context) error {
 	return nil
 }
 
-func (t *tailer) pageEvents(ctx context.Context, each func(api.EventJSON)) error {
-	return t.eventPos.next(ctx, func(ctx context.Context, cursor string, limit int) ([]api.EventJSON, string, error) {
+func (t *tailer) pageEvents(ctx context.Context, each func(tailEvent)) error {
+	return t.eventPos.next(ctx, func(ctx context.Context, cursor string, limit int) ([]tailEvent, string, error) {
 		q := t.eventQuery()
 		q.Set("limit", strconv.Itoa(limit))
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		var page api.EventListJSON
+		var page tailEventPage
 		err := t.r.call(ctx, http.MethodGet, "/api/v1/events", q, nil, &page)
 		return page.Events, page.NextCursor, err
 	}, each)
@@ -309,7 +334,7 @@ func (p *position[T]) next(ctx context.Context, list listFunc[T], each func(T)) 
 }
 
 // event prints an event, and keeps asking about it while it is pending.
-func (t *tailer) event(e api.EventJSON) {
+func (t *tailer) event(e tailEvent) {
 	if !t.matchEvent(e) {
 		return
 	}
@@ -326,18 +351,31 @@ func (t *tailer) event(e api.EventJSON) {
 	}
 }
 
-func (t *tailer) matchEvent(e api.EventJSON) bool {
-	return (t.source == "" || e.Source == t.source) && (t.typ == "" || e.Type == t.typ) && (t.entity == "" || e.Entity == t.entity)
+// matchEvent filters here too: a server that ignores a parameter it does
+// not know would otherwise show every event.
+func (t *tailer) matchEvent(e tailEvent) bool {
+	if (t.source != "" && e.Source != t.source) || (t.typ != "" && e.Type != t.typ) {
+		return false
+	}
+	if t.entity == "" || e.Entity == t.entity {
+		return true
+	}
+	for _, r := range e.Routes {
+		if r.Entity == t.entity {
+			return true
+		}
+	}
+	return false
 }
 
-func (t *tailer) printEvent(e api.EventJSON) {
+func (t *tailer) printEvent(e tailEvent) {
 	fmt.Fprintf(t.env.Stdout, "%s  event   %s/%s  %s  %s  %s\n", stamp(), termLine(e.Source), termLine(e.EventID),
 		termLine(dash(e.Type)), termLine(dash(e.Entity)), termLine(e.Disposition))
 }
 
 func (t *tailer) recheckEvents(ctx context.Context) error {
 	for ref, was := range t.pendingEvents {
-		var page api.EventListJSON
+		var page tailEventPage
 		q := url.Values{"source": {ref.source}, "event_id": {ref.eventID}}
 		if err := t.r.call(ctx, http.MethodGet, "/api/v1/events", q, nil, &page); err != nil {
 			return err

@@ -86,13 +86,20 @@ func TestTailFollowsEventsAndEffects(t *testing.T) {
 	// shown when reached.
 	out, errOut, stop = startVerb(t, env, "tail", "--server", base, "--interval", "5ms", "--events", "--source", "other")
 	out2, errOut2, stop2 := startVerb(t, env, "tail", "--server", base, "--interval", "5ms", "--events", "--disposition", "applied")
-	waitUntil(t, "both tails to start", func() bool {
-		return strings.Contains(errOut.String(), "following events at") && strings.Contains(errOut2.String(), "following events at")
+	out3, errOut3, stop3 := startVerb(t, env, "tail", "--server", base, "--interval", "5ms", "--effects", "--source", "shop")
+	waitUntil(t, "the tails to start", func() bool {
+		return strings.Contains(errOut.String(), "following events at") && strings.Contains(errOut2.String(), "following events at") &&
+			strings.Contains(errOut3.String(), "following effects at")
 	})
 	sendSigned(t, cfgPath, base, "e2", `"order_id":"o2","rev":1`)
 	waitUntil(t, "e2 applied on the --disposition tail", func() bool { return tailLine(out2.String(), "shop/e2  order.updated  ", "  applied") })
+	waitUntil(t, "e2's effect on the --effects --source tail", func() bool { return strings.Contains(out3.String(), "orders:o2:r1:sync") })
 	stop()
 	stop2()
+	stop3()
+	if s := out3.String(); strings.Contains(s, "event ") {
+		t.Errorf("tail --effects printed events: %q", s)
+	}
 	if s := out.String(); s != "" {
 		t.Errorf("tail --source other printed %q", s)
 	}
