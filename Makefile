@@ -2,14 +2,34 @@
 
 .PHONY: run test build bench-commit clean mutants
 
-run:
-	go run ./cmd/hookledger serve --config hookledger.yaml
+# The version stamped into the binary (hookledger version prints it): the
+# commit from git describe, with -dirty for uncommitted changes. Outside a
+# git checkout it is empty and the binary reports the Go toolchain's
+# build information instead.
+VERSION := $(shell git describe --always --dirty 2>/dev/null)
+
+# make run CONFIG=other.yaml serves another configuration.
+CONFIG ?= hookledger.yaml
+
+build:
+	@echo "building bin/hookledger$(if $(VERSION), $(VERSION)) (the first build compiles every dependency: a minute or two)"
+	@go build -ldflags "-X main.version=$(VERSION)" -o bin/hookledger ./cmd/hookledger
+
+# Ctrl-C must reach the server alone: a make that receives the interrupt
+# itself ends with status 130 (and an error line if its child died of it)
+# even after the server stopped cleanly.
+# On a terminal an interactive bash (no rc files) runs the server as a job
+# in its own foreground process group and gives the terminal back after it.
+run: build
+	@echo "starting bin/hookledger serve --config $(CONFIG) (Ctrl-C stops it)"
+	@if [ -t 0 ] && command -v bash >/dev/null 2>&1; then \
+		exec bash --norc --noprofile -i -c 'bin/hookledger serve --config "$$0"' '$(CONFIG)'; \
+	else \
+		exec bin/hookledger serve --config '$(CONFIG)'; \
+	fi
 
 test:
 	scripts/test.sh
-
-build:
-	go build -o bin/hookledger ./cmd/hookledger
 
 clean:
 	rm -rf bin data

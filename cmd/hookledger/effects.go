@@ -15,7 +15,6 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
 func init() {
@@ -86,6 +85,7 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	note := fs.String("note", "", "why (required for resolve and retry)")
 	owner := fs.String("owner", "", "who owns the repair (assign); with list, only effects this person owns")
 	actor := fs.String("actor", "", "who acts (default operator:$USER)")
+	server := fs.String("server", "", serverFlagUsage)
 	ids, code, ok := parseInterspersed(env, fs, rest)
 	if !ok {
 		return code
@@ -138,21 +138,11 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 
-	cfg, code := loadConfig(env, "effects", *cfgPath)
-	if cfg == nil {
+	st, closeStore, code := openEffects(ctx, env, fs, *server, *cfgPath)
+	if st == nil {
 		return code
 	}
-	opened, err := storeopen.Open(ctx, cfg.Store)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger effects: %v\n", err)
-		return exitFail
-	}
-	defer opened.Close()
-	if _, err := opened.Migrate(ctx); err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger effects: %v\n", err)
-		return exitFail
-	}
-	var st effectsStore = opened
+	defer closeStore()
 
 	switch sub {
 	case "list":

@@ -118,7 +118,8 @@ var vendorOfKind = map[string]string{
 // latency is left blank because it is a property of the deployment (measure
 // it with /metrics' hookledger_receive_ack_seconds).
 func configFlows(env *Env, path string) ([]lint.Flow, error) {
-	cfg, err := config.Load(path, env.LookupEnv)
+	// The linter reads the flows, never a secret.
+	cfg, err := config.LoadOperator(path, env.LookupEnv)
 	if err != nil {
 		return nil, err
 	}

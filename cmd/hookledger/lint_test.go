@@ -274,3 +274,24 @@ destinations:
 		}
 	}
 }
+
+// The inventory examples of docs/lint.md run exactly as written: both exit
+// 0 with one WARN, and the YAML one reports no missing column.
+func TestLintDocsExamples(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "lint.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lang := range []string{"csv", "yaml"} {
+		_, rest, ok := strings.Cut(string(data), "\n```"+lang+"\n")
+		body, _, ok2 := strings.Cut(rest, "\n```\n")
+		if !ok || !ok2 {
+			t.Fatalf("docs/lint.md has no ```%s block", lang)
+		}
+		path := writeFile(t, "inventory."+lang, body+"\n")
+		code, out, errOut := runMain(t, "lint", path)
+		if code != 0 || errOut != "" || !strings.Contains(out, "summary: 0 fail, 1 warn, 5 pass") {
+			t.Errorf("lint inventory.%s: exit %d, stdout %q, stderr %q; want exit 0, no errors, 0 fail 1 warn 5 pass", lang, code, out, errOut)
+		}
+	}
+}

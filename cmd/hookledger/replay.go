@@ -4,8 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
+	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/replay"
@@ -20,14 +28,36 @@ func init() {
 	})
 }
 
+const replayDescription = `Replays the stored events selected by source, flow, entity and receipt time
+(RFC 3339; --from inclusive, --to exclusive). The events keep their
+identities and pass the same revision guard and effect ledger again: effects
+already in the ledger are not created twice, applied events stay applied,
+and dead-lettered ones are repaired once their cause is fixed.
+
+The replay is enqueued in the store and processed by a running
+'hookledger serve' on it. The verb shows the progress and, once every work
+item is settled, the outcome: applied, duplicate, stale, superseded,
+dead-lettered, effects created, and the selected events skipped (still
+pending their first processing, or whose route cannot be computed).
+Ctrl-C, --timeout or --no-wait stop waiting, not the replay.
+
+With --server the running server enqueues and watches the replay itself
+(POST /api/v1/replays). Without it the verb opens the configured store; it
+needs none of the config's secrets and never migrates the schema.
+
+Exit codes: 0 the replay is enqueued (and, unless --no-wait, fully
+processed); 1 it matches nothing, or waiting stopped before the end, or
+the store or server failed; 2 usage or configuration error.`
+
+// remoteReplayWait is how long --server waits when --timeout is not
+// given: as long as the server lets a request wait.
+const remoteReplayWait = api.MaxReplayWait
+
 func runReplay(ctx context.Context, env *Env, args []string) int {
-	fs := newFlagSet(env, "replay", "replay --config FILE [--source S] [--flow F] [--entity E] [--from TIME] [--to TIME] [--actor NAME]",
-		"Enqueues a replay of the stored events selected by source, flow, entity and\n"+
-			"receipt time (RFC 3339; --from inclusive, --to exclusive). The events keep their\n"+
-			"identities and pass the same revision guard and effect ledger again: effects\n"+
-			"already in the ledger are not created twice, applied events stay applied, and\n"+
-			"dead-lettered ones are repaired once their cause is fixed. A running\n"+
-			"'hookledger serve' on the same store processes the replay.")
+	fs := newFlagSet(env, "replay",
+		"replay [--config FILE | --server URL] [--source S] [--flow F] [--entity E] [--from TIME] [--to TIME]\n"+
+			"                         [--actor NAME] [--no-wait] [--timeout DURATION] [--format text|json]",
+		replayDescription)
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	source := fs.String("source", "", "only events of this `source`")
 	flowName := fs.String("flow", "", "only into this `flow`")
@@ -35,11 +65,23 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 	from := fs.String("from", "", "received at or after this `time` (RFC 3339)")
 	to := fs.String("to", "", "received before this `time` (RFC 3339)")
 	actor := fs.String("actor", "", "who replays (default operator:$USER)")
+	server := fs.String("server", "", serverFlagUsage)
+	noWait := fs.Bool("no-wait", false, "enqueue the replay and exit without waiting for its outcome")
+	timeout := fs.Duration("timeout", 0, "stop waiting after this `duration` (default: until done; with --server at most 10m)")
+	format := fs.String("format", "text", "output `format`: text or json")
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(env.Stderr, "hookledger replay: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if *format != "text" && *format != "json" {
+		fmt.Fprintf(env.Stderr, "hookledger replay: --format %q: want text or json\n", *format)
+		return exitUsage
+	}
+	if *timeout < 0 || (*server != "" && *timeout > remoteReplayWait) {
+		fmt.Fprintf(env.Stderr, "hookledger replay: --timeout %s: want a positive duration (at most %s with --server)\n", *timeout, remoteReplayWait)
 		return exitUsage
 	}
 	sel := replay.Selection{Source: *source, Flow: *flowName, Entity: *entity}
@@ -58,7 +100,25 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		*t.dst = parsed
 	}
 	sel.Actor = operatorActor(env, *actor)
-	cfg, code := loadConfig(env, "replay", *cfgPath)
+	out := &replayOutput{env: env, format: *format, tty: stderrTerminal(env)}
+
+	if *server != "" {
+		r, code := newRemote(env, "replay", *server, *cfgPath, flagGiven(fs, "config"))
+		if r == nil {
+			return code
+		}
+		wait := *timeout
+		switch {
+		case *noWait:
+			wait = 0
+		case wait == 0:
+			wait = remoteReplayWait
+		}
+		return replayRemote(ctx, r, out, api.ReplayRequest{Source: *source, Flow: *flowName, Entity: *entity, From: *from, To: *to,
+			Actor: strings.TrimPrefix(sel.Actor, "operator:"), WaitSeconds: int(wait / time.Second)})
+	}
+
+	cfg, code := loadOperatorConfig(env, "replay", *cfgPath)
 	if cfg == nil {
 		return code
 	}
@@ -66,19 +126,15 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger replay: --flow %q: no such flow in %s\n", sel.Flow, *cfgPath)
 		return exitUsage
 	}
-	st, err := storeopen.Open(ctx, cfg.Store)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger replay: %v\n", err)
-		return exitFail
+	st, code := openOperatorStore(ctx, env, "replay", cfg)
+	if st == nil {
+		return code
 	}
 	defer st.Close()
-	if _, err := st.Migrate(ctx); err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger replay: %v\n", err)
-		return exitFail
-	}
 	// The engine only computes routes here; it never starts processing.
 	engine := flow.New(cfg, st, flow.Options{})
-	res, err := replay.Run(ctx, st, engine, sel, time.Now().UTC())
+	res, err := replay.RunWith(ctx, st, engine, sel, time.Now().UTC(), replay.Options{Progress: out.selecting})
+	out.endLine()
 	if errors.Is(err, replay.ErrNothingSelected) {
 		fmt.Fprintln(env.Stderr, "hookledger replay: the selection matches no stored event of any flow")
 		return exitFail
@@ -87,8 +143,210 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger replay: %v\n", err)
 		return exitFail
 	}
-	fmt.Fprintf(env.Stdout, "replay %d enqueued: %d events, %d work items\n", res.ReplayID, res.Events, res.WorkItems)
-	return exitOK
+	o := replay.Outcome{ReplayID: res.ReplayID, Events: res.Events, WorkItems: res.WorkItems, Skipped: res.Skipped}
+	if *format == "text" {
+		fmt.Fprintf(env.Stdout, "replay %d enqueued: %d events, %d work items", res.ReplayID, res.Events, res.WorkItems)
+		if res.Skipped > 0 {
+			fmt.Fprintf(env.Stdout, " (%d selected events skipped)", res.Skipped)
+		}
+		fmt.Fprintln(env.Stdout)
+	}
+	if *noWait {
+		return out.final(o, false, "")
+	}
+	fmt.Fprintf(env.Stderr, "waiting for 'hookledger serve' on %s to process it (Ctrl-C stops waiting; the replay goes on)\n", storeName(cfg))
+	waitCtx, cancel := ctx, context.CancelFunc(func() {})
+	if *timeout > 0 {
+		waitCtx, cancel = context.WithTimeout(ctx, *timeout)
+	}
+	defer cancel()
+	stall := out.stallHint(replayStallAfter)
+	o, err = replay.Watch(waitCtx, st, res, replay.WatchOptions{Progress: func(p replay.Outcome) { stall.reset(); out.processing(p) }})
+	stall.stop()
+	out.endLine()
+	switch {
+	case err == nil:
+		return out.final(o, true, "")
+	case waitCtx.Err() != nil && ctx.Err() == nil:
+		return out.final(o, false, fmt.Sprintf("still processing after %s", *timeout))
+	case ctx.Err() != nil:
+		return out.final(o, false, "stopped waiting")
+	}
+	fmt.Fprintf(env.Stderr, "hookledger replay: %v\n", err)
+	return exitFail
+}
+
+// replayStallAfter is how long the verb waits without any work item
+// settling before it says that nothing seems to process the replay.
+const replayStallAfter = 15 * time.Second
+
+func replayRemote(ctx context.Context, r *remote, out *replayOutput, req api.ReplayRequest) int {
+	if req.WaitSeconds > 0 {
+		fmt.Fprintf(out.env.Stderr, "waiting up to %s for the server at %s to process the replay (Ctrl-C stops waiting; the replay goes on)\n",
+			time.Duration(req.WaitSeconds)*time.Second, r.base.Redacted())
+	}
+	var resp struct {
+		Replay api.ReplayJSON `json:"replay"`
+	}
+	err := r.call(ctx, http.MethodPost, "/api/v1/replays", nil, req, &resp)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && ae.status == http.StatusUnprocessableEntity:
+		fmt.Fprintf(out.env.Stderr, "hookledger replay: %s\n", ae.msg)
+		return exitFail
+	case ctx.Err() != nil:
+		fmt.Fprintln(out.env.Stderr, "hookledger replay: stopped waiting; the server goes on with the replay if it was enqueued")
+		return exitFail
+	case err != nil:
+		fmt.Fprintf(out.env.Stderr, "hookledger replay: %v\n", err)
+		return remoteExit(err)
+	}
+	o := resp.Replay.Outcome
+	if out.format == "text" {
+		fmt.Fprintf(out.env.Stdout, "replay %d enqueued: %d events, %d work items", o.ReplayID, o.Events, o.WorkItems)
+		if o.Skipped > 0 {
+			fmt.Fprintf(out.env.Stdout, " (%d selected events skipped)", o.Skipped)
+		}
+		fmt.Fprintln(out.env.Stdout)
+	}
+	switch {
+	case req.WaitSeconds == 0:
+		return out.final(o, false, "")
+	case !resp.Replay.Done:
+		return out.final(o, false, fmt.Sprintf("still processing after %s", time.Duration(req.WaitSeconds)*time.Second))
+	}
+	return out.final(o, true, "")
+}
+
+// replayOutput prints the progress to stderr (one line rewritten in
+// place on a terminal, a line per change otherwise) and the outcome to
+// stdout.
+type replayOutput struct {
+	env    *Env
+	format string
+	tty    bool
+
+	mu      sync.Mutex
+	pending bool // a progress line without its newline is on the terminal
+}
+
+func (o *replayOutput) line(s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.tty {
+		fmt.Fprintf(o.env.Stderr, "\r\033[K%s", s)
+		o.pending = true
+		return
+	}
+	fmt.Fprintln(o.env.Stderr, s)
+}
+
+// endLine ends a progress line left open on a terminal.
+func (o *replayOutput) endLine() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pending {
+		fmt.Fprintln(o.env.Stderr)
+		o.pending = false
+	}
+}
+
+func (o *replayOutput) selecting(p replay.Progress) {
+	o.line(fmt.Sprintf("reading stored events: %d read, %d selected (%d work items), %d skipped", p.Scanned, p.Events, p.WorkItems, p.Skipped))
+}
+
+func (o *replayOutput) processing(p replay.Outcome) {
+	o.line(fmt.Sprintf("replay %d: %d of %d work items settled (applied %d, duplicate %d, stale %d, superseded %d, dead-lettered %d; effects created %d)",
+		p.ReplayID, p.Settled, p.WorkItems, p.Applied, p.Duplicate, p.Stale, p.Superseded, p.DeadLettered, p.EffectsCreated))
+}
+
+// final prints the outcome and returns the exit code: 0 when done or
+// when not waiting, 1 when waiting stopped early (why says why).
+func (o *replayOutput) final(out replay.Outcome, done bool, why string) int {
+	w := o.env.Stdout
+	code := exitOK
+	if why != "" {
+		code = exitFail
+		fmt.Fprintf(o.env.Stderr, "hookledger replay: %s: %d of %d work items settled; the replay goes on (follow it with 'hookledger tail')\n",
+			why, out.Settled, out.WorkItems)
+	}
+	if o.format == "json" {
+		writeJSONOut(w, map[string]api.ReplayJSON{"replay": {Outcome: out, Done: done}})
+		return code
+	}
+	if why == "" && !done {
+		return code // enqueued only: the enqueued line said it all
+	}
+	state := "done"
+	if !done {
+		state = "so far"
+	}
+	fmt.Fprintf(w, "replay %d %s: %d of %d work items settled\n", out.ReplayID, state, out.Settled, out.WorkItems)
+	rows := []struct {
+		name string
+		n    int
+		note string
+	}{
+		{"applied", out.Applied, ""},
+		{"duplicate", out.Duplicate, "already applied with the same state"},
+		{"stale", out.Stale, "older than the applied version"},
+		{"superseded", out.Superseded, ""},
+		{"dead-lettered", out.DeadLettered, "see the audit trail for the reasons"},
+		{"effects created", out.EffectsCreated, "effects already in the ledger are never created twice"},
+		{"skipped", out.Skipped, "selected events still pending their first processing, or whose route cannot be computed"},
+	}
+	if out.Other > 0 {
+		rows = append(rows, struct {
+			name string
+			n    int
+			note string
+		}{"other", out.Other, "dispositions this version does not know"})
+	}
+	width := 1
+	for _, r := range rows {
+		width = max(width, len(strconv.Itoa(r.n)))
+	}
+	for _, r := range rows {
+		line := fmt.Sprintf("  %-16s %*d", r.name, width, r.n)
+		if r.n > 0 && r.note != "" {
+			line += "  (" + r.note + ")"
+		}
+		fmt.Fprintln(w, line)
+	}
+	return code
+}
+
+// stallTimer prints a hint once when no progress came for a while.
+type stallTimer struct {
+	t     *time.Timer
+	after time.Duration
+}
+
+func (o *replayOutput) stallHint(after time.Duration) *stallTimer {
+	return &stallTimer{after: after, t: time.AfterFunc(after, func() {
+		o.endLine()
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		fmt.Fprintf(o.env.Stderr, "no work item settled for %s: is 'hookledger serve' running on this store?\n", after)
+	})}
+}
+
+func (s *stallTimer) reset() { s.t.Reset(s.after) }
+func (s *stallTimer) stop()  { s.t.Stop() }
+
+// stderrTerminal reports whether stderr is a terminal, where progress is
+// rewritten in place.
+func stderrTerminal(env *Env) bool {
+	f, ok := env.Stderr.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// storeName names the store for messages, without a password.
+func storeName(cfg *config.Config) string {
+	if p, ok := strings.CutPrefix(cfg.Store, "sqlite:"); ok {
+		return p
+	}
+	return storeopen.Redact(cfg.Store)
 }
 
 func hasFlow(cfg *config.Config, name string) bool {

@@ -65,7 +65,7 @@ destinations:
 	}
 	st.Close()
 
-	code, out, errOut := run(t, "", map[string]string{"USER": "alice"}, "replay", "--config", cfgPath, "--source", "shop", "--entity", "o1")
+	code, out, errOut := run(t, "", map[string]string{"USER": "alice"}, "replay", "--config", cfgPath, "--source", "shop", "--entity", "o1", "--no-wait")
 	if code != 0 || !strings.Contains(out, "1 events, 1 work items") {
 		t.Fatalf("replay: %d %q %q", code, out, errOut)
 	}
@@ -91,6 +91,9 @@ destinations:
 		{"replay", "--config", cfgPath, "--from", "yesterday"},
 		{"replay", "--config", cfgPath, "--flow", "nosuch"},
 		{"replay", "--config", cfgPath, "extra"},
+		{"replay", "--config", cfgPath, "--format", "yaml"},
+		{"replay", "--config", cfgPath, "--timeout", "-1s"},
+		{"replay", "--server", "http://127.0.0.1:1", "--timeout", "1h"},
 	} {
 		if code, _, _ := run(t, "", nil, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

@@ -47,6 +47,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	if cfg == nil {
 		return code
 	}
+	warnDefaultedSecrets(log, cfg)
 	srv := server.New(cfg, server.Options{Logger: log})
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger serve: %v\n", err)
@@ -124,4 +125,16 @@ func (l *logFlags) logger(env *Env) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(env.Stderr, opts)), nil
 	}
 	return nil, errors.New("--log-format: want text or json")
+}
+
+// warnDefaultedSecrets names every secret-bearing field whose value came
+// from a ${VAR:-default} written in the config file, such as the
+// quick-start's demo secrets: whoever can read the file (or the
+// repository) knows the value. It names the variable and the field, never
+// the value.
+func warnDefaultedSecrets(log *slog.Logger, cfg *config.Config) {
+	for _, d := range cfg.DefaultedSecrets {
+		log.Warn("secret taken from the default written in the config file: anyone who can read the file knows it; set the variable before exposing this server",
+			"variable", d.Var, "field", d.Field, "at", fmt.Sprintf("%s:%d", cfg.Path, d.Line))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,9 +30,10 @@ func runSign(_ context.Context, env *Env, args []string) int {
 			"one 'Name: value' per line (or curl -H arguments with --format curl), for\n"+
 			"trying a configured source with curl and for tests. The body is read from\n"+
 			"BODY_FILE, or from standard input when it is '-' or absent.\n\n"+
+			"'hookledger send' signs and posts in one step.\n\n"+
 			"Example:\n"+
-			"  hookledger sign --source stripe event.json |\n"+
-			"    curl -H @- --data-binary @event.json http://127.0.0.1:8080/hooks/stripe")
+			"  hookledger sign --source stripe /tmp/event.json |\n"+
+			"    curl -H @- --data-binary @/tmp/event.json http://127.0.0.1:8080/hooks/stripe")
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	sourceName := fs.String("source", "", "source `name` from the config (required)")
 	eventID := fs.String("event-id", "", "event `id` for schemes that carry it in a header (standard-webhooks webhook-id); a fresh one when empty")
@@ -52,23 +54,13 @@ func runSign(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger sign: expected at most one BODY_FILE, got %d arguments\n", fs.NArg())
 		return exitUsage
 	}
-	cfg, code := loadConfig(env, "sign", *cfgPath)
+	cfg, code := loadOperatorConfig(env, "sign", *cfgPath)
 	if cfg == nil {
 		return code
 	}
-	var src *config.Source
-	for i := range cfg.Sources {
-		if cfg.Sources[i].Name == *sourceName {
-			src = &cfg.Sources[i]
-		}
-	}
+	src, scheme, code := signingSource(env, "sign", cfg, *sourceName)
 	if src == nil {
-		names := make([]string, 0, len(cfg.Sources))
-		for _, s := range cfg.Sources {
-			names = append(names, s.Name)
-		}
-		fmt.Fprintf(env.Stderr, "hookledger sign: no source %q in %s (sources: %v)\n", *sourceName, *cfgPath, names)
-		return exitUsage
+		return code
 	}
 
 	var body []byte
@@ -83,21 +75,9 @@ func runSign(_ context.Context, env *Env, args []string) int {
 		return exitFail
 	}
 
-	scheme, err := verify.New(src.SchemeOptions())
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger sign: source %s: %v\n", src.Name, err)
-		return exitUsage
-	}
 	u := *target
 	if u == "" {
-		u = src.PublicURL
-	}
-	if u == "" {
-		host := cfg.Listen
-		if h, p, err := net.SplitHostPort(cfg.Listen); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
-			host = net.JoinHostPort("127.0.0.1", p)
-		}
-		u = "http://" + host + "/hooks/" + src.Name
+		u = sourceURL(cfg, src)
 	}
 	id := *eventID
 	if id == "" {
@@ -139,4 +119,62 @@ func shellQuote(s string) string {
 		}
 	}
 	return string(append(out, '\''))
+}
+
+// signingSource finds the named source and builds its signing scheme. The
+// config is loaded without secrets (other sources' variables need not be
+// set), so this source's own secrets are checked here: every one set, and
+// in the format its scheme takes.
+func signingSource(env *Env, verb string, cfg *config.Config, name string) (*config.Source, verify.Scheme, int) {
+	var src *config.Source
+	idx := -1
+	for i := range cfg.Sources {
+		if cfg.Sources[i].Name == name {
+			src, idx = &cfg.Sources[i], i
+		}
+	}
+	if src == nil {
+		names := make([]string, 0, len(cfg.Sources))
+		for _, s := range cfg.Sources {
+			names = append(names, s.Name)
+		}
+		fmt.Fprintf(env.Stderr, "hookledger %s: no source %q in %s (sources: %v)\n", verb, name, cfg.Path, names)
+		return nil, nil, exitUsage
+	}
+	prefix := fmt.Sprintf("sources[%d].secrets", idx)
+	for _, u := range cfg.UnresolvedSecrets {
+		if strings.HasPrefix(u.Field, prefix) {
+			fmt.Fprintf(env.Stderr, "hookledger %s: %s:%d: source %s: environment variable %s is not set (its secret signs the request)\n",
+				verb, cfg.Path, u.Line, src.Name, u.Var)
+			return nil, nil, exitUsage
+		}
+	}
+	scheme, err := verify.New(src.SchemeOptions())
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "hookledger %s: source %s: %v\n", verb, src.Name, err)
+		return nil, nil, exitUsage
+	}
+	return src, scheme, exitOK
+}
+
+// sourceURL is the URL a sender calls for the source: its public_url, else
+// the listen address with a wildcard host made dialable.
+func sourceURL(cfg *config.Config, src *config.Source) string {
+	if src.PublicURL != "" {
+		return src.PublicURL
+	}
+	return "http://" + dialable(cfg.Listen) + "/hooks/" + src.Name
+}
+
+// dialable turns a listen address into one a client can dial: a wildcard
+// host becomes the loopback address.
+func dialable(listen string) string {
+	h, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if h == "" || h == "0.0.0.0" || h == "::" {
+		h = "127.0.0.1"
+	}
+	return net.JoinHostPort(h, p)
 }

@@ -6,8 +6,8 @@ import (
 	"runtime/debug"
 )
 
-// version is set at build time with -ldflags "-X main.version=…"; without it
-// the module version recorded by the Go toolchain is used.
+// version is set at build time with -ldflags "-X main.version=…" (make build
+// does); without it the Go toolchain's build information is used.
 var version = ""
 
 func init() {
@@ -30,13 +30,44 @@ func init() {
 }
 
 func buildVersion() string {
-	if version != "" {
-		return version
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(version, bi)
+}
+
+// versionOf picks the version to show: the one stamped at build time (make
+// build stamps git describe --always --dirty), else the module version the
+// Go toolchain recorded, else the commit from its VCS stamp (a plain
+// go build in a clone). "(devel)" is left only for a build with neither.
+func versionOf(stamped string, bi *debug.BuildInfo) string {
+	if stamped != "" {
+		return stamped
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	if bi == nil {
+		return "(devel)"
 	}
-	return "(devel)"
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	var dirty bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "(devel)"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 func goVersion() string {

@@ -4,9 +4,12 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +59,15 @@ type Config struct {
 	// Warnings are load-time findings that do not stop the server (shown at
 	// start and by lint --config).
 	Warnings Errors `yaml:"-"`
+	// DefaultedSecrets are the secret-bearing fields whose value came from
+	// a ${VAR:-default} default written in the file, such as the
+	// quick-start's demo secrets: anyone who can read the file knows them,
+	// so serve warns about each at start.
+	DefaultedSecrets []SecretRef `yaml:"-"`
+	// Operator is set by LoadOperator; UnresolvedSecrets are then the
+	// secret-bearing fields left empty because their variable is not set.
+	Operator          bool        `yaml:"-"`
+	UnresolvedSecrets []SecretRef `yaml:"-"`
 }
 
 // Admin configures the authenticated admin API.
@@ -254,21 +266,47 @@ func posErrorf(node ast.Node, format string, args ...any) error {
 // Load reads, expands, decodes, defaults and validates the file at path.
 // lookup resolves ${VAR} (os.LookupEnv in production).
 func Load(path string, lookup func(string) (string, bool)) (*Config, error) {
+	return load(path, lookup, false)
+}
+
+// LoadOperator loads the file for the operator verbs (effects, replay,
+// lint --config, tail, ...), which read the store or talk to a running
+// server but never verify a signature nor call a destination or a source's
+// API. They need no secrets: a missing ${VAR} in a secret-bearing field
+// (sources[].secrets, admin.token, destination auth, source API
+// credentials, notifications.webhook_url) leaves the field empty and is
+// listed in UnresolvedSecrets, and the sources' secret formats are not
+// checked. Every other problem is an error with file:line as with Load.
+func LoadOperator(path string, lookup func(string) (string, bool)) (*Config, error) {
+	return load(path, lookup, true)
+}
+
+func load(path string, lookup func(string) (string, bool), operator bool) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("cannot read config: %v", errors.Unwrap(err))}
 	}
-	return Parse(path, data, lookup)
+	return parse(path, data, lookup, operator)
 }
 
 // Parse is Load on bytes already read; path is used in messages only.
 func Parse(path string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	return parse(path, data, lookup, false)
+}
+
+// ParseOperator is LoadOperator on bytes already read.
+func ParseOperator(path string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	return parse(path, data, lookup, true)
+}
+
+func parse(path string, data []byte, lookup func(string) (string, bool), operator bool) (*Config, error) {
 	protected, refs := protectEnvRefs(data)
 	file, err := parser.ParseBytes(protected, 0)
 	if err != nil {
 		return nil, yamlError(path, err)
 	}
-	if errs := expandEnv(path, file, refs, lookup); len(errs) > 0 {
+	secrets, errs := expandEnv(path, file, refs, lookup, operator)
+	if len(errs) > 0 {
 		return nil, errs
 	}
 	cfg := &Config{}
@@ -281,15 +319,106 @@ func Parse(path string, data []byte, lookup func(string) (string, bool)) (*Confi
 		}
 	}
 	cfg.Path = path
+	cfg.Operator = operator
+	cfg.DefaultedSecrets = secrets.defaulted
+	for _, u := range secrets.unresolved {
+		cfg.UnresolvedSecrets = append(cfg.UnresolvedSecrets, u.SecretRef)
+	}
 	cfg.setDefaults()
-	errs, warns := cfg.validate()
-	if len(errs) > 0 {
-		return nil, locate(path, file, errs)
+	var errs2, warns []fieldError
+	if operator {
+		errs2, warns = cfg.validateOperator(secrets.unresolved)
+	} else {
+		errs2, warns = cfg.validate()
+	}
+	if len(errs2) > 0 {
+		return nil, locate(path, file, errs2)
 	}
 	if len(warns) > 0 {
 		cfg.Warnings = locate(path, file, warns).(Errors)
 	}
 	return cfg, nil
+}
+
+// validateOperator is validate without the checks of secret values. The
+// sources' secrets, and destination credentials that an unset variable
+// left empty, are swapped for placeholders of a valid format while the
+// rules run, so every other rule (the scheme's version, tolerance and hmac
+// options, "auth needs exactly one of bearer, basic or header") is still
+// checked; a problem with an unresolved field itself is dropped.
+func (c *Config) validateOperator(unresolved []unresolvedRef) (errs, warns []fieldError) {
+	var restore []func()
+	defer func() {
+		for _, r := range restore {
+			r()
+		}
+	}()
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if len(s.Secrets) == 0 {
+			continue
+		}
+		saved := s.Secrets
+		restore = append(restore, func() { s.Secrets = saved })
+		s.Secrets = make([]string, len(saved))
+		for k := range s.Secrets {
+			s.Secrets[k] = placeholderSecret(s.Kind)
+		}
+	}
+	skip := map[string]bool{}
+	for _, u := range unresolved {
+		skip[u.yamlPath] = true
+		if f := c.authField(u.yamlPath); f != nil {
+			restore = append(restore, func() { *f = "" })
+			*f = placeholderSecret("")
+		}
+	}
+	all, warns := c.validate()
+	for _, e := range all {
+		if !skip[e.path] {
+			errs = append(errs, e)
+		}
+	}
+	return errs, warns
+}
+
+var authPath = regexp.MustCompile(`^\$\.destinations\[(\d+)\]\.auth\.(bearer|basic\.user|basic\.password|header\.value)$`)
+
+// authField returns the destination credential a YAML path names, or nil.
+func (c *Config) authField(yamlPath string) *string {
+	m := authPath.FindStringSubmatch(yamlPath)
+	if m == nil {
+		return nil
+	}
+	i, err := strconv.Atoi(m[1])
+	if err != nil || i >= len(c.Destinations) || c.Destinations[i].Auth == nil {
+		return nil
+	}
+	a := c.Destinations[i].Auth
+	switch {
+	case m[2] == "bearer":
+		return &a.Bearer
+	case m[2] == "basic.user" && a.Basic != nil:
+		return &a.Basic.User
+	case m[2] == "basic.password" && a.Basic != nil:
+		return &a.Basic.Password
+	case m[2] == "header.value" && a.Header != nil:
+		return &a.Header.Value
+	}
+	return nil
+}
+
+// placeholderSecret is a secret of a format the kind accepts. It only
+// stands in while an operator load validates and is never kept.
+func placeholderSecret(kind string) string {
+	switch kind {
+	case verify.KindStandardWebhooks:
+		// 32 bytes, within the specification's 24 to 64.
+		return "whsec_" + base64.StdEncoding.EncodeToString([]byte("operator-load-placeholder-secret"))
+	case verify.KindPipedrive:
+		return "operator:placeholder"
+	}
+	return "operator-load-placeholder"
 }
 
 // yamlError turns a decoding error into an Error with the position the YAML

@@ -125,13 +125,13 @@ func TestExpand(t *testing.T) {
 		"$${A}":         "${A}",
 		"plain":         "plain",
 	} {
-		got, err := expand(in, lookup)
+		got, _, err := expand(in, lookup)
 		if err != nil || got != want {
 			t.Errorf("expand(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"${MISSING}", "${A", "${1X}", "${}"} {
-		if _, err := expand(bad, lookup); err == nil {
+		if _, _, err := expand(bad, lookup); err == nil {
 			t.Errorf("expand(%q) succeeded, want error", bad)
 		}
 	}

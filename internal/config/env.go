@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -31,22 +32,68 @@ func protectEnvRefs(data []byte) ([]byte, []string) {
 var placeholder = regexp.MustCompile(placeholderPrefix + `(\d+)__`)
 
 // expandEnv replaces ${VAR} and ${VAR:-default} in every scalar value of the
-// parsed file. "$${" writes a literal "${".
-func expandEnv(path string, file *ast.File, refs []string, lookup func(string) (string, bool)) Errors {
-	v := &envVisitor{path: path, refs: refs, lookup: lookup}
+// parsed file. "$${" writes a literal "${". In operator mode a missing
+// variable in a secret-bearing field leaves that field empty and is
+// recorded in refs.unresolved instead of being an error.
+func expandEnv(path string, file *ast.File, refs []string, lookup func(string) (string, bool), operator bool) (*secretRefs, Errors) {
+	v := &envVisitor{path: path, refs: refs, lookup: lookup, operator: operator, secrets: &secretRefs{}}
 	for _, doc := range file.Docs {
 		if doc.Body != nil {
 			ast.Walk(v, doc.Body)
 		}
 	}
-	return v.errs
+	return v.secrets, v.errs
 }
 
+// SecretRef names a secret-bearing field by its place in the file and the
+// environment variable it refers to; never by its value.
+type SecretRef struct {
+	// Field is the field's path, such as sources[0].secrets[0] or
+	// admin.token.
+	Field string
+	// Var is the environment variable the field refers to.
+	Var  string
+	Line int
+}
+
+// secretRefs collects what expansion learnt about secret-bearing fields.
+type secretRefs struct {
+	// defaulted are fields whose value came from a ${VAR:-default}
+	// default: the quick-start's public demo secrets.
+	defaulted []SecretRef
+	// unresolved are fields left empty by an operator load because their
+	// variable is not set; yamlPath keeps the "$." form for validation.
+	unresolved []unresolvedRef
+}
+
+type unresolvedRef struct {
+	SecretRef
+	yamlPath string
+}
+
+// secretFields matches the YAML paths of the fields that hold secrets:
+// signing secrets, the admin token, destination and source API
+// credentials, and the notification URL (a Slack-style webhook URL is
+// itself a credential).
+var secretFields = regexp.MustCompile(`^\$\.(` +
+	`sources\[\d+\]\.secrets(\[\d+\])?` +
+	`|sources\[\d+\]\.api\.(bearer_token|headers\..+)` +
+	`|admin\.token` +
+	`|destinations\[\d+\]\.auth\.(bearer|basic\.user|basic\.password|header\.value)` +
+	`|notifications\.webhook_url` +
+	`)$`)
+
+// IsSecretField reports whether a YAML path such as
+// "$.sources[0].secrets[0]" names a secret-bearing field.
+func IsSecretField(yamlPath string) bool { return secretFields.MatchString(yamlPath) }
+
 type envVisitor struct {
-	path   string
-	refs   []string
-	lookup func(string) (string, bool)
-	errs   Errors
+	path     string
+	refs     []string
+	lookup   func(string) (string, bool)
+	operator bool
+	secrets  *secretRefs
+	errs     Errors
 }
 
 func (v *envVisitor) Visit(node ast.Node) ast.Visitor {
@@ -64,7 +111,22 @@ func (v *envVisitor) Visit(node ast.Node) ast.Visitor {
 		i, _ := strconv.Atoi(placeholder.FindStringSubmatch(m)[1])
 		return v.refs[i]
 	})
-	out, err := expand(raw, v.lookup)
+	line := 0
+	if tk := s.GetToken(); tk != nil && tk.Position != nil {
+		line = tk.Position.Line
+	}
+	yamlPath := node.GetPath()
+	secret := IsSecretField(yamlPath)
+	field := strings.TrimPrefix(yamlPath, "$.")
+	out, defaulted, err := expand(raw, v.lookup)
+	var missing *missingVarError
+	if err != nil && v.operator && secret && errors.As(err, &missing) {
+		// Operator verbs never verify a signature nor call a destination:
+		// an unset secret is not needed, so it stays empty.
+		s.Value = ""
+		v.secrets.unresolved = append(v.secrets.unresolved, unresolvedRef{SecretRef: SecretRef{Field: field, Var: missing.name, Line: line}, yamlPath: yamlPath})
+		return v
+	}
 	if err != nil {
 		e := &Error{File: v.path, Msg: err.Error()}
 		if tk := s.GetToken(); tk != nil && tk.Position != nil {
@@ -73,18 +135,32 @@ func (v *envVisitor) Visit(node ast.Node) ast.Visitor {
 		v.errs = append(v.errs, e)
 		return v
 	}
+	if secret {
+		for _, name := range defaulted {
+			v.secrets.defaulted = append(v.secrets.defaulted, SecretRef{Field: field, Var: name, Line: line})
+		}
+	}
 	s.Value = out
 	return v
 }
 
-// expand performs the substitution on one value.
-func expand(s string, lookup func(string) (string, bool)) (string, error) {
+// missingVarError is a ${VAR} without default whose variable is not set.
+type missingVarError struct{ name string }
+
+func (e *missingVarError) Error() string {
+	return fmt.Sprintf("environment variable %s is not set (referenced as ${%s}; set it, or write ${%s:-default})", e.name, e.name, e.name)
+}
+
+// expand performs the substitution on one value and names the variables
+// whose ${VAR:-default} default was used.
+func expand(s string, lookup func(string) (string, bool)) (string, []string, error) {
 	var b strings.Builder
+	var defaulted []string
 	for {
 		i := strings.Index(s, "${")
 		if i < 0 {
 			b.WriteString(s)
-			return b.String(), nil
+			return b.String(), defaulted, nil
 		}
 		if i > 0 && s[i-1] == '$' {
 			// "$${" is an escaped literal "${".
@@ -96,13 +172,13 @@ func expand(s string, lookup func(string) (string, bool)) (string, error) {
 		b.WriteString(s[:i])
 		end := strings.IndexByte(s[i:], '}')
 		if end < 0 {
-			return "", fmt.Errorf("unterminated ${ in value: expected ${NAME} or ${NAME:-default}")
+			return "", nil, fmt.Errorf("unterminated ${ in value: expected ${NAME} or ${NAME:-default}")
 		}
 		expr := s[i+2 : i+end]
 		s = s[i+end+1:]
 		name, def, hasDef := strings.Cut(expr, ":-")
 		if !validEnvName(name) {
-			return "", fmt.Errorf("invalid environment variable name %q in ${...}: use letters, digits and underscores", name)
+			return "", nil, fmt.Errorf("invalid environment variable name %q in ${...}: use letters, digits and underscores", name)
 		}
 		val, ok := lookup(name)
 		switch {
@@ -110,8 +186,13 @@ func expand(s string, lookup func(string) (string, bool)) (string, error) {
 			b.WriteString(val)
 		case hasDef:
 			b.WriteString(def)
+			if def != "" {
+				// An empty default switches an optional field off; only
+				// a value someone wrote into the file is a shared secret.
+				defaulted = append(defaulted, name)
+			}
 		default:
-			return "", fmt.Errorf("environment variable %s is not set (referenced as ${%s}; set it, or write ${%s:-default})", name, name, name)
+			return "", nil, &missingVarError{name: name}
 		}
 	}
 }

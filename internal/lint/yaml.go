@@ -17,9 +17,12 @@ import (
 //     retry_layers: sdk:1;worker:6   # or a list: [sdk:1, worker:6]
 //
 // The reading is strict: duplicate keys, anchors, aliases, tags and nested
-// mappings are errors, and so is anything but a list at the top. A key that
-// no flow has counts as a missing column; a key left out of one flow is a
-// blank cell. sources and retry_layers may also be written as lists.
+// mappings are errors, and so is anything but a list at the top. A key left
+// out of a flow is a blank cell, even when no flow has it: a YAML inventory
+// has no header row that could lack a column, so a blank replay window or
+// sender timeout is filled from the vendor catalogue as in a CSV file with
+// the column left empty. sources and retry_layers may also be written as
+// lists.
 //
 // As with ReadCSV, an error means the file is not an inventory at all;
 // problems with single values are collected in Inventory.Problems.
@@ -83,7 +86,9 @@ func ReadYAML(data []byte, path string) (inv *Inventory, err error) {
 		}
 		rr.finish(f)
 	}
-	inv.reportMissingColumns()
+	for _, name := range knownColumns() {
+		inv.present |= columnBit(name)
+	}
 	return inv, nil
 }
 

@@ -3,6 +3,11 @@
 // records a new replay attempt whose work goes through the same revision
 // guard and effect ledger, so effects already in the ledger are not created
 // again. Replay reads only the durable record, never a reconstruction.
+//
+// Run enqueues the replay; the flow engine of a running server processes
+// it. Watch follows that processing through the audit trail and reports
+// the outcome of each work item: applied, duplicate, stale, superseded or
+// dead-lettered, and the effects it created.
 package replay
 
 import (
@@ -38,33 +43,71 @@ type Selection struct {
 	Actor  string    `json:"-"`
 }
 
+// Item is one work item a replay enqueued: one event into one flow.
+type Item struct {
+	Source  string
+	EventID string
+	Flow    string
+	Entity  string
+}
+
 // Result reports what was enqueued.
 type Result struct {
 	ReplayID  int64
 	Events    int
 	WorkItems int
+	// Skipped counts the selected events left out: still pending their
+	// first processing (it runs anyway), or whose route into the selected
+	// flow cannot be computed (already dead-lettered with the reason).
+	Skipped int
+	// Items are the enqueued work items, for Watch.
+	Items []Item
+}
+
+// Progress is reported while Run reads the stored events.
+type Progress struct {
+	Scanned   int // events read so far
+	Events    int // events selected for replay so far
+	WorkItems int
+	Skipped   int
+}
+
+// Options tune RunWith.
+type Options struct {
+	// Progress, when set, is called after each page of stored events.
+	Progress func(Progress)
 }
 
 // ErrNothingSelected is returned when the selection matches no work.
 var ErrNothingSelected = errors.New("replay: the selection matches no stored event of any flow")
 
+// pageSize is how many events one EventList call reads.
+const pageSize = 500
+
 // Run enqueues a replay of the selection; the flow engine processes it.
 func Run(ctx context.Context, st Store, router Router, sel Selection, now time.Time) (*Result, error) {
+	return RunWith(ctx, st, router, sel, now, Options{})
+}
+
+// RunWith is Run with progress reporting.
+func RunWith(ctx context.Context, st Store, router Router, sel Selection, now time.Time, opts Options) (*Result, error) {
 	res := &Result{}
 	var decisions []*store.RouteDecision
+	scanned := 0
 	after := int64(0)
 	for {
-		page, err := st.EventList(ctx, &store.EventListParams{Source: sel.Source, AfterPK: after, Limit: 500})
+		page, err := st.EventList(ctx, &store.EventListParams{Source: sel.Source, AfterPK: after, Limit: pageSize})
 		if err != nil {
 			return nil, fmt.Errorf("replay: list events: %w", err)
 		}
 		for _, e := range page.Events {
+			scanned++
 			if (!sel.From.IsZero() && e.ReceivedAt.Before(sel.From)) || (!sel.To.IsZero() && !e.ReceivedAt.Before(sel.To)) {
 				continue
 			}
-			if e.Disposition == store.DispositionAccepted || e.Disposition == store.DispositionUnrouted {
-				// Pending events are processed anyway; unrouted ones have
-				// no flow to replay into.
+			if e.Disposition == store.DispositionUnrouted {
+				// No flow subscribed to it when it came: nothing to
+				// replay into.
 				continue
 			}
 			ds, err := st.DeliveryList(ctx, &store.DeliveryListParams{Source: e.Source, EventID: e.EventID, Limit: 1})
@@ -81,18 +124,37 @@ func Run(ctx context.Context, st Store, router Router, sel Selection, now time.T
 				CausationID: d.CausationID, Hop: d.Hop, Body: d.Body,
 			}
 			var routes []store.Route
+			failed := false
 			for _, r := range router.Routes(ev) {
-				if r.Failed != "" || (sel.Flow != "" && r.Flow != sel.Flow) || (sel.Entity != "" && r.Entity != sel.Entity) {
+				if (sel.Flow != "" && r.Flow != sel.Flow) || (sel.Entity != "" && r.Entity != sel.Entity) {
+					continue
+				}
+				if r.Failed != "" {
+					failed = true
 					continue
 				}
 				routes = append(routes, r)
 			}
-			if len(routes) == 0 {
+			switch {
+			case e.Disposition == store.DispositionAccepted && (len(routes) > 0 || failed):
+				// Pending events are processed anyway.
+				res.Skipped++
+				continue
+			case len(routes) == 0:
+				if failed {
+					res.Skipped++
+				}
 				continue
 			}
 			decisions = append(decisions, &store.RouteDecision{EventPK: e.PK, Routes: routes})
 			res.Events++
 			res.WorkItems += len(routes)
+			for _, r := range routes {
+				res.Items = append(res.Items, Item{Source: e.Source, EventID: e.EventID, Flow: r.Flow, Entity: r.Entity})
+			}
+		}
+		if opts.Progress != nil {
+			opts.Progress(Progress{Scanned: scanned, Events: res.Events, WorkItems: res.WorkItems, Skipped: res.Skipped})
 		}
 		if page.NextAfterPK == 0 {
 			break

@@ -152,7 +152,9 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz(st))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.Handle("/api/v1/", api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now))
+	apiHandler := api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now)
+	apiHandler.ServeReplays(engine)
+	mux.Handle("/api/v1/", apiHandler)
 
 	rc := s.cfg.Receive
 	srv := &http.Server{

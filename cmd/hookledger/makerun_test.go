@@ -1,0 +1,137 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// makeRunConfig writes a config for make run that listens on a free port
+// and keeps its database in the test's directory.
+func makeRunConfig(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	return writeFile(t, "run.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nstore: sqlite:%s\n", filepath.Join(dir, "run.db")))
+}
+
+func needMake(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary through make")
+	}
+	for _, prog := range []string{"make", "bash", "go"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			t.Skipf("%s not found", prog)
+		}
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// openPTY returns a pseudo-terminal's master and its terminal.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, s
+}
+
+// Ctrl-C on the terminal of make run stops the server cleanly: make exits
+// 0 and prints no error line.
+func TestMakeRunCtrlCOnATerminal(t *testing.T) {
+	root := needMake(t)
+	master, tty := openPTY(t)
+	defer master.Close()
+	cmd := exec.Command("make", "--no-print-directory", "-C", root, "run", "CONFIG="+makeRunConfig(t))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	// A session of its own with the pseudo-terminal as its controlling
+	// terminal, as a login shell would have.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	out := &lockedBuffer{}
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(out, master); close(copied) }()
+	waitUntilOrExit(t, out, "hookledger serving", cmd)
+	if _, err := master.Write([]byte{3}); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	<-copied
+	if err != nil {
+		t.Fatalf("make run after Ctrl-C: %v; want exit 0\n%s", err, out)
+	}
+	if s := out.String(); strings.Contains(s, "make: ***") || !strings.Contains(s, "msg=stopped") || !strings.Contains(s, "building bin/hookledger") {
+		t.Fatalf("make run output:\n%s", s)
+	}
+}
+
+// SIGINT sent to make run's whole process group (as kill -INT -PGID does)
+// stops the server cleanly and leaves no make error line. make itself,
+// interrupted too, dies of the signal as it always does.
+func TestMakeRunInterruptedGroup(t *testing.T) {
+	root := needMake(t)
+	out := &lockedBuffer{}
+	cmd := exec.Command("make", "--no-print-directory", "-C", root, "run", "CONFIG="+makeRunConfig(t))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntilOrExit(t, out, "hookledger serving", cmd)
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT) {
+		t.Fatalf("make run: %v\n%s", err, out)
+	}
+	if s := out.String(); strings.Contains(s, "make: ***") || !strings.Contains(s, "msg=stopped") {
+		t.Fatalf("make run output:\n%s", s)
+	}
+}
+
+func waitUntilOrExit(t *testing.T, out *lockedBuffer, want string, cmd *exec.Cmd) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute) // a cold build
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("no %q in time:\n%s", want, out)
+		}
+		if cmd.ProcessState != nil {
+			t.Fatalf("make run ended early:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the build and start, not measuring time
+	}
+}

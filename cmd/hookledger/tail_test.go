@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// lockedBuffer is written by a verb running in another goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startVerb runs a verb in the background until stop, which returns its
+// exit code.
+func startVerb(t *testing.T, env map[string]string, args ...string) (stdout, stderr *lockedBuffer, stop func() int) {
+	t.Helper()
+	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, args, &Env{
+			Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
+			Getenv:    func(k string) string { return env[k] },
+			LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		})
+	}()
+	var code *int
+	stop = func() int {
+		if code == nil {
+			cancel()
+			c := <-done
+			code = &c
+		}
+		return *code
+	}
+	t.Cleanup(func() { stop() })
+	return stdout, stderr, stop
+}
+
+func TestTailFollowsEventsAndEffects(t *testing.T) {
+	cfgPath, _ := writeOperatorConfig(t)
+	base := startServer(t, cfgPath, serverSecrets)
+	sendSigned(t, cfgPath, base, "before", `"order_id":"o0","rev":1`)
+	waitDisposition(t, base, "before", "applied")
+	env := map[string]string{adminTokenVar: "admin-tok"}
+
+	out, errOut, stop := startVerb(t, env, "tail", "--server", base, "--interval", "5ms", "--last", "1")
+	waitUntil(t, "tail to start", func() bool { return strings.Contains(errOut.String(), "following events and effects at "+base) })
+	// --last 1 printed the newest stored event and effect.
+	if s := out.String(); !tailLine(s, "event   shop/before  order.updated  ", "  applied") || !strings.Contains(s, "orders:o0:r1:sync") {
+		t.Fatalf("tail --last 1 printed %q", s)
+	}
+	// An event id with an escape sequence in it is printed escaped.
+	sendSigned(t, cfgPath, base, "e1\x1b[2J", `"order_id":"o1","rev":1`)
+	waitUntil(t, "the event to be applied on tail", func() bool {
+		return tailLine(out.String(), `event   shop/e1\x1b[2J  order.updated  `, "  applied")
+	})
+	waitUntil(t, "the new effect on tail", func() bool { return strings.Contains(out.String(), "orders:o1:r1:sync") })
+	if code := stop(); code != 0 {
+		t.Fatalf("tail stopped with %d; stderr %q", code, errOut.String())
+	}
+	if s := out.String(); strings.Contains(s, "\x1b") || strings.Count(s, "shop/before") != 1 {
+		t.Fatalf("tail output %q: want no raw escape, and the event from before printed once", s)
+	}
+
+	// Filters: another source's events are not shown, a state is only
+	// shown when reached.
+	out, errOut, stop = startVerb(t, env, "tail", "--server", base, "--interval", "5ms", "--events", "--source", "other")
+	out2, errOut2, stop2 := startVerb(t, env, "tail", "--server", base, "--interval", "5ms", "--events", "--disposition", "applied")
+	out3, errOut3, stop3 := startVerb(t, env, "tail", "--server", base, "--interval", "5ms", "--effects", "--source", "shop")
+	waitUntil(t, "the tails to start", func() bool {
+		return strings.Contains(errOut.String(), "following events at") && strings.Contains(errOut2.String(), "following events at") &&
+			strings.Contains(errOut3.String(), "following effects at")
+	})
+	sendSigned(t, cfgPath, base, "e2", `"order_id":"o2","rev":1`)
+	waitUntil(t, "e2 applied on the --disposition tail", func() bool { return tailLine(out2.String(), "shop/e2  order.updated  ", "  applied") })
+	waitUntil(t, "e2's effect on the --effects --source tail", func() bool { return strings.Contains(out3.String(), "orders:o2:r1:sync") })
+	stop()
+	stop2()
+	stop3()
+	if s := out3.String(); strings.Contains(s, "event ") {
+		t.Errorf("tail --effects printed events: %q", s)
+	}
+	if s := out.String(); s != "" {
+		t.Errorf("tail --source other printed %q", s)
+	}
+	if s := out2.String(); strings.Contains(s, "accepted") || strings.Contains(s, "effect") {
+		t.Errorf("tail --events --disposition applied printed %q", s)
+	}
+}
+
+// tailLine reports whether a line of out holds prefix and ends with
+// suffix; the entity between them is the envelope's or, where the server
+// shows it, the flow's.
+func tailLine(out, prefix, suffix string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, prefix) && strings.HasSuffix(l, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTailErrors(t *testing.T) {
+	// A server that refuses a filter: its message is shown as it is.
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"error":"type: unknown parameter; known: source, event_id, cursor, limit"}` + "\n"))
+	}))
+	defer api.Close()
+	env := map[string]string{adminTokenVar: "tok"}
+	code, _, errOut := run(t, "", env, "tail", "--server", api.URL, "--type", "invoice.paid")
+	if code != 2 || !strings.Contains(errOut, "the server answered 400: type: unknown parameter; known: source, event_id, cursor, limit") {
+		t.Errorf("refused filter: %d %q", code, errOut)
+	}
+	code, _, errOut = run(t, "", env, "tail", "--server", "http://127.0.0.1:1")
+	if code != 1 || !strings.Contains(errOut, "cannot reach http://127.0.0.1:1") {
+		t.Errorf("no server: %d %q", code, errOut)
+	}
+	for _, args := range [][]string{
+		{"tail", "--events", "--effects"},
+		{"tail", "extra"},
+		{"tail", "--interval", "0s"},
+		{"tail", "--server", "ftp://x"},
+		{"tail", "--server", "http://u:p@127.0.0.1:1"},
+	} {
+		if code, _, errOut := run(t, "", env, args...); code != 2 {
+			t.Errorf("%v: %d %q, want 2", args, code, errOut)
+		}
+	}
+	// No token anywhere: a usage error that names the variable.
+	if code, _, errOut := run(t, "", nil, "tail", "--server", api.URL, "--config", writeFile(t, "h.yaml", "listen: 127.0.0.1:1\n")); code != 2 || !strings.Contains(errOut, adminTokenVar) {
+		t.Errorf("no token: %d %q", code, errOut)
+	}
+}
+
+// position follows a list whose last page carries no cursor, as the admin
+// API's lists do, without printing a row twice or missing one.
+func TestPositionFollowsAList(t *testing.T) {
+	var rows []int
+	list := func(_ context.Context, cursor string, limit int) ([]int, string, error) {
+		after := 0
+		if cursor != "" {
+			after, _ = strconv.Atoi(cursor)
+		}
+		var page []int
+		for _, r := range rows {
+			if r > after {
+				page = append(page, r)
+			}
+		}
+		if len(page) > limit {
+			page = page[:limit]
+			return page, strconv.Itoa(page[limit-1]), nil
+		}
+		return page, "", nil
+	}
+	var seen []int
+	var p position[int]
+	add := func(n int) {
+		for i := 0; i < n; i++ {
+			rows = append(rows, len(rows)+1)
+		}
+	}
+	for _, n := range []int{0, 3, 0, 2, 2500, 1, 0} {
+		add(n)
+		if err := p.next(context.Background(), list, func(r int) { seen = append(seen, r) }); err != nil {
+			t.Fatal(err)
+		}
+		if len(seen) != len(rows) {
+			t.Fatalf("after adding %d: saw %d rows of %d", n, len(seen), len(rows))
+		}
+		for i, r := range seen {
+			if r != i+1 {
+				t.Fatalf("row %d seen as %d", i+1, r)
+			}
+		}
+		if p.skip > 1 {
+			t.Fatalf("position %+v: more than one row counted past the cursor", p)
+		}
+	}
+}
