@@ -77,7 +77,15 @@ func runLint(ctx context.Context, env *Env, args []string) int {
 	}
 
 	for _, p := range rep.Problems {
-		fmt.Fprintf(env.Stderr, "hookledger lint: %s\n", problemText(rep.Path, p))
+		fmt.Fprintf(env.Stderr, "hookledger lint: %s\n", safe(problemText(rep.Path, p)))
+	}
+	if format == lint.FormatText || format == lint.FormatMarkdown {
+		// An inventory is untrusted text: a flow name with an escape
+		// sequence must not reach the terminal (JSON and SARIF escape it).
+		for i := range rep.Findings {
+			rep.Findings[i].Flow = safe(rep.Findings[i].Flow)
+			rep.Findings[i].Message = safe(rep.Findings[i].Message)
+		}
 	}
 	opts := lint.WriteOptions{Color: format == lint.FormatText && colourTerminal(env), ToolVersion: buildVersion()}
 	if err := lint.Write(env.Stdout, rep, format, opts); err != nil {

@@ -295,3 +295,20 @@ func TestLintDocsExamples(t *testing.T) {
 		}
 	}
 }
+
+// An inventory is untrusted: control characters in a flow name reach the
+// terminal escaped in text and markdown, and as JSON escapes in JSON.
+func TestLintEscapesControlCharacters(t *testing.T) {
+	path := writeFile(t, "evil.csv", "flow_id,method,creates_records,side_effect,idempotency_key,ledger_retention_days,max_replay_window_days,retry_layers,retry_after_unit,inbound_webhook,ack_p99_seconds,sender_timeout_seconds,sources,owner\n"+
+		"\"evil\x1b[2J\x1b]0;pwned\x07\",custom,yes,email,,,,,,no,,,stripe,ops\n")
+	for _, format := range []string{"text", "markdown"} {
+		_, stdout, _ := runMain(t, "lint", "--format", format, path)
+		if strings.ContainsAny(stdout, "\x1b\x07") {
+			t.Errorf("%s output carries raw control characters: %q", format, stdout)
+		}
+		// Markdown escapes the backslashes again for its own syntax.
+		if format == "text" && !strings.Contains(stdout, `evil\x1b[2J\x1b]0;pwned\x07`) {
+			t.Errorf("%s output does not show the escaped name: %q", format, stdout)
+		}
+	}
+}
