@@ -203,6 +203,31 @@ func contracts() []Contract {
 			},
 		},
 		{
+			Name:   "braze",
+			Title:  "Braze /users/track",
+			Kind:   KindDestination,
+			Source: "braze.com docs",
+			Read:   "2026-11-06",
+			Notes: []string{
+				"3,000 requests per 3 seconds on data-point contracts; MAU contracts add an hourly limit.",
+				"Up to 75 objects per request across attributes, events and purchases.",
+				"Asynchronous, with no ordering guarantee.",
+				"Every custom attribute sent consumes a data point, so send changes only.",
+			},
+		},
+		{
+			Name:    "ga4-mp",
+			Aliases: []string{"ga4"},
+			Title:   "Google Analytics 4 Measurement Protocol",
+			Kind:    KindDestination,
+			Source:  "Google Analytics developer documentation",
+			Read:    "2026-11-01",
+			Notes: []string{
+				"Returns no HTTP error codes, even for malformed events: a 2xx does not mean the event was recorded.",
+				"The validation server (/debug/mp/collect) returns validationMessages; its events never reach reports.",
+			},
+		},
+		{
 			Name:         "meta",
 			Title:        "Meta pixel and Conversions API",
 			Kind:         KindDestination,

@@ -1,6 +1,7 @@
 package vendor
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -119,5 +120,31 @@ func TestCatalogueReturnsACopy(t *testing.T) {
 		if names[i-1] >= names[i] {
 			t.Fatalf("names not sorted: %v", names)
 		}
+	}
+}
+
+func TestNewCatalogueEntries(t *testing.T) {
+	ix := NewIndex()
+	for _, name := range []string{"braze", "ga4-mp", "GA4", "meta", "google-ads"} {
+		c, ok := ix.Lookup(name)
+		if !ok {
+			t.Errorf("%s: not in the catalogue", name)
+			continue
+		}
+		if c.Kind != KindDestination {
+			t.Errorf("%s: kind %s, want destination", name, c.Kind)
+		}
+	}
+	braze, _ := ix.Lookup("braze")
+	if notes := strings.Join(braze.Notes, " "); !strings.Contains(notes, "3,000 requests per 3 seconds") || !strings.Contains(notes, "75 objects") || !strings.Contains(notes, "send changes only") {
+		t.Errorf("braze notes: %s", notes)
+	}
+	ga4, _ := ix.Lookup("ga4-mp")
+	if notes := strings.Join(ga4.Notes, " "); !strings.Contains(notes, "no HTTP error") || !strings.Contains(notes, "validationMessages") {
+		t.Errorf("ga4-mp notes: %s", notes)
+	}
+	// Destinations resend nothing on their own: no window for IP03.
+	if _, ok := braze.LongestWindow(); ok {
+		t.Error("braze states a window")
 	}
 }
