@@ -127,6 +127,9 @@ type ClassifyRule struct {
 	When         string `yaml:"when"`
 	Class        string `yaml:"class"`
 	Reason       string `yaml:"reason"`
+	// Repair is the suggested repair of an effect the rule sends to the
+	// exception queue (class permanent or hidden_failure).
+	Repair string `yaml:"repair"`
 }
 
 // CompiledDest holds a destination's compiled expressions.
@@ -308,6 +311,11 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			rp := fmt.Sprintf("%s.classify[%d]", p, k)
 			if !slices.Contains(Classes, rule.Class) {
 				add(rp+".class", "destination %q: class %q is not one of %s", d.Name, rule.Class, strings.Join(Classes, ", "))
+			}
+			if rule.Repair != "" && rule.Class != "permanent" && rule.Class != "hidden_failure" {
+				// The worker retries every other class; the repair would
+				// never be shown.
+				add(rp+".repair", "destination %q: a repair is shown only with class permanent or hidden_failure, not %s", d.Name, rule.Class)
 			}
 			if rule.Status == 0 && rule.BodyContains == "" && rule.When == "" {
 				add(rp, "destination %q: a classify rule needs status, body_contains or when", d.Name)

@@ -118,3 +118,17 @@ func TestMaxInFlight(t *testing.T) {
 		t.Fatalf("err = %v, want a negative max_in_flight refused at its line", err)
 	}
 }
+
+func TestClassifyRuleRepairNeedsADeadEndClass(t *testing.T) {
+	_, err := Parse("d.yaml", []byte(`destinations:
+  - name: a
+    base_url: https://x
+    classify:
+      - {status: 200, body_contains: failed, class: hidden_failure, repair: fix the row}
+      - {status: 503, class: transient, repair: wait}
+`), env(nil))
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Line != 6 || !strings.Contains(es[0].Msg, "permanent or hidden_failure") {
+		t.Fatalf("%v, want one error at line 6", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/vendor"
 )
 
 // classSuccess is the pseudo-class of an answer that did the work.
@@ -37,33 +38,8 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 		}
 		return store.ClassTransient, fmt.Sprintf("request not sent: %v", callErr)
 	}
-	// The body is decoded only for a rule that reads it, at most once: most
-	// answers match no such rule, and this runs for every call.
-	body := sync.OnceValue(func() any {
-		if b := bytes.TrimSpace(resp.Body); len(b) > 0 && (b[0] == '{' || b[0] == '[') {
-			v, _ := expr.DecodeJSON(b)
-			return v
-		}
-		return nil
-	})
-	for i, r := range d.Classify {
-		if matchConfigRule(r, d.Compiled, i, resp, body) {
-			return store.ErrorClass(r.Class), ruleReason(r.Reason, resp.Status, "configured rule")
-		}
-	}
-	if d.PresetData != nil {
-		for _, r := range d.PresetData.Rules {
-			if r.Status != 0 && r.Status != resp.Status {
-				continue
-			}
-			if r.BodyContains != "" && !bytes.Contains(resp.Body, []byte(r.BodyContains)) {
-				continue
-			}
-			if r.JSONField != "" && !jsonFieldEquals(body(), r.JSONField, r.JSONEquals) {
-				continue
-			}
-			return store.ErrorClass(r.Class), ruleReason(r.Reason, resp.Status, d.Preset+" preset")
-		}
+	if v, ok := matchRules(d, resp); ok {
+		return v.class, v.reason
 	}
 	s := resp.Status
 	switch {
@@ -89,11 +65,105 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 	}
 }
 
+// verdict is what the first matching classification rule decided.
+type verdict struct {
+	class  store.ErrorClass
+	reason string
+	// repair is the rule's suggested repair, if it has one.
+	repair string
+}
+
+// matchRules applies the destination's own rules, then its preset's, and
+// reports the first that matches.
+func matchRules(d *config.Destination, resp *Response) (verdict, bool) {
+	// The body is decoded only for a rule that reads it, at most once: most
+	// answers match no such rule, and this runs for every call.
+	body := sync.OnceValue(func() any {
+		if b := bytes.TrimSpace(resp.Body); len(b) > 0 && (b[0] == '{' || b[0] == '[') {
+			v, _ := expr.DecodeJSON(b)
+			return v
+		}
+		return nil
+	})
+	for i, r := range d.Classify {
+		if matchConfigRule(r, d.Compiled, i, resp, body) {
+			return verdict{store.ErrorClass(r.Class), ruleReason(r.Reason, resp.Status, "configured rule"), r.Repair}, true
+		}
+	}
+	if d.PresetData != nil {
+		for _, r := range d.PresetData.Rules {
+			if !matchPresetRule(r, resp, body) {
+				continue
+			}
+			reason := ruleReason(r.Reason, resp.Status, d.Preset+" preset")
+			if r.Detail != "" {
+				if v, ok := jsonPath(body(), r.Detail); ok {
+					reason += ": " + detailText(v)
+				}
+			}
+			return verdict{store.ErrorClass(r.Class), reason, r.Repair}, true
+		}
+	}
+	return verdict{}, false
+}
+
+// RuleRepair is the suggested repair of the rule that classified resp as
+// class, or "" when no such rule matched or it has none: the worker's
+// generic repair then applies.
+func RuleRepair(d *config.Destination, resp *Response, class store.ErrorClass) string {
+	if resp == nil || resp.Status == 0 {
+		return ""
+	}
+	if v, ok := matchRules(d, resp); ok && v.class == class {
+		return v.repair
+	}
+	return ""
+}
+
+func matchPresetRule(r vendor.Rule, resp *Response, body func() any) bool {
+	if r.Status != 0 && r.Status != resp.Status {
+		return false
+	}
+	if r.BodyContains != "" && !bytes.Contains(resp.Body, []byte(r.BodyContains)) {
+		return false
+	}
+	if r.JSONField != "" && !jsonFieldEquals(body(), r.JSONField, r.JSONEquals) {
+		return false
+	}
+	if r.JSONNonEmpty != "" {
+		v, ok := jsonPath(body(), r.JSONNonEmpty)
+		if !ok || isEmpty(v) {
+			return false
+		}
+	}
+	return true
+}
+
 func ruleReason(reason string, status int, from string) string {
 	if reason != "" {
 		return fmt.Sprintf("%s (HTTP %d)", reason, status)
 	}
 	return fmt.Sprintf("HTTP %d matched a %s", status, from)
+}
+
+// detailText renders a value from an answer for a reason: a string as it
+// is, anything else as compact JSON, on one line and at most 500 bytes.
+func detailText(v any) string {
+	s, ok := v.(string)
+	if !ok {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return ""
+		}
+		s = string(b)
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	return excerpt([]byte(s), 500)
 }
 
 func matchConfigRule(r config.ClassifyRule, cd *config.CompiledDest, i int, resp *Response, jsonBody func() any) bool {
@@ -129,18 +199,49 @@ func lowerHeaders(h http.Header) map[string]any {
 // jsonFieldEquals compares a dotted field of a JSON body with a JSON
 // literal ("false", "\"ERROR\"", "3").
 func jsonFieldEquals(body any, path, want string) bool {
+	cur, ok := jsonPath(body, path)
+	if !ok {
+		return false
+	}
+	got, err := json.Marshal(cur)
+	return err == nil && string(got) == strings.TrimSpace(want)
+}
+
+// jsonPath follows a dotted path of object keys into a decoded JSON body.
+func jsonPath(body any, path string) (any, bool) {
 	cur := body
 	for _, k := range strings.Split(path, ".") {
 		m, ok := cur.(map[string]any)
 		if !ok {
-			return false
+			return nil, false
 		}
 		if cur, ok = m[k]; !ok {
-			return false
+			return nil, false
 		}
 	}
-	got, err := json.Marshal(cur)
-	return err == nil && string(got) == strings.TrimSpace(want)
+	return cur, true
+}
+
+// isEmpty reports a JSON value that says nothing: null, false, 0, "",
+// [] or {}.
+func isEmpty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case string:
+		return x == ""
+	case int64:
+		return x == 0
+	case float64:
+		return x == 0
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
 }
 
 // redirectReason says that the destination redirected and where to, the

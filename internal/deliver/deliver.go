@@ -455,7 +455,11 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return w.reconcile(ctx, c, d, att, reason)
 	default: // permanent, hidden failure: never retried (RT06)
 		repair := "the destination refused the request: fix the data or the mapping, then retry the effect"
-		switch {
+		switch r := RuleRepair(d, resp, class); {
+		case r != "":
+			// The vendor's rule knows better (a retry that cannot succeed,
+			// a resend that would duplicate).
+			repair = r
 		case class == store.ClassHiddenFailure:
 			repair = "the destination answered success but reported a failure in the body: inspect the response, repair, then retry or resolve"
 		case isRedirect(resp):
