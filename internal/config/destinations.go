@@ -184,6 +184,12 @@ func (c *Config) setDestinationDefaults() {
 				d.Idem = &Idempotency{Header: p.IdempotencyHeader, Window: Duration(p.IdempotencyWindow),
 					ReplayedHeader: p.IdempotencyReplayedHeader}
 			}
+			if rate, burst, ok := p.Budget.Bucket(); ok && d.RateLimit.PerSecond == 0 && d.RateLimit.Burst == 0 {
+				// The vendor's documented budget, as a bucket that never
+				// exceeds it: without one, a backlog after an outage would
+				// be sent as fast as the workers go and answered with 429s.
+				d.RateLimit = RateLimit{PerSecond: rate, Burst: burst}
+			}
 		}
 		if d.RetryAfter.Unit == "" {
 			d.RetryAfter.Unit = "seconds"
@@ -266,6 +272,16 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		}
 		if d.RateLimit.PerSecond < 0 || d.RateLimit.Burst < 0 {
 			add(p+".rate_limit", "destination %q: rate_limit values must be positive", d.Name)
+		} else if pd := d.PresetData; pd != nil && pd.Budget.Requests > 0 && d.RateLimit.PerSecond > 0 {
+			// The worker's default burst is one second of calls.
+			burst := d.RateLimit.Burst
+			if burst <= 0 {
+				burst = max(1, int(d.RateLimit.PerSecond))
+			}
+			if most := d.RateLimit.PerSecond*pd.Budget.Per.Seconds() + float64(burst); most > float64(pd.Budget.Requests) {
+				warn(p+".rate_limit", "destination %q: rate_limit allows up to %.0f calls in %s, above the %d %s documents (leave rate_limit out for a bucket that stays inside it)",
+					d.Name, most, pd.Budget.Per, pd.Budget.Requests, pd.Title)
+			}
 		}
 		r := d.Retry
 		if r.Base <= 0 || r.Cap < r.Base || r.Factor < 1 || r.Attempts < 1 || r.Attempts > 100 {
@@ -337,15 +353,61 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 	for i, f := range c.Flows {
 		for j, e := range f.Effects {
 			if e.Destination != "" {
-				if _, ok := names[e.Destination]; !ok {
+				k, ok := names[e.Destination]
+				if !ok {
 					// An effect nobody can deliver would wait in approved
 					// forever, out of the exception queue's sight.
 					add(fmt.Sprintf("$.flows[%d].effects[%d].destination", i, j),
 						"flow %q: effect %q: no destination named %q is configured (destinations: %s)", f.Name, e.Name, e.Destination, strings.Join(sortedKeys(names), ", "))
+					continue
+				}
+				if f.Compiled != nil && j < len(f.Compiled.Effects) {
+					checkObjectCount(add, fmt.Sprintf("$.flows[%d].effects[%d].request.body", i, j),
+						fmt.Sprintf("flow %q: effect %q", f.Name, e.Name), &c.Destinations[k], f.Compiled.Effects[j].Body)
 				}
 			}
 		}
 	}
+}
+
+// checkObjectCount refuses a constant request body that carries more
+// objects than the destination's vendor accepts in one request (Braze: 75
+// across attributes, events and purchases): every call would be refused.
+// A body built from the payload can only be counted when the call is
+// made; the vendor's refusal is permanent then.
+func checkObjectCount(add addFunc, at, what string, d *Destination, body *expr.Program) {
+	pd := d.PresetData
+	if pd == nil || pd.MaxObjects <= 0 || body == nil || !body.Constant() {
+		return
+	}
+	raw, err := body.EvalJSON(nil)
+	if err != nil {
+		return // the request builder reports it
+	}
+	v, err := expr.DecodeJSON(raw)
+	if err != nil {
+		return
+	}
+	if n := countObjects(v, pd.ObjectArrays); n > pd.MaxObjects {
+		add(at, "%s: request.body carries %d objects in %s; %s accepts at most %d per request, and hookledger does not split requests",
+			what, n, strings.Join(pd.ObjectArrays, ", "), pd.Title, pd.MaxObjects)
+	}
+}
+
+// countObjects counts the elements of the named top-level arrays of a
+// decoded JSON body.
+func countObjects(body any, arrays []string) int {
+	m, ok := body.(map[string]any)
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, name := range arrays {
+		if a, ok := m[name].([]any); ok {
+			n += len(a)
+		}
+	}
+	return n
 }
 
 func sortedKeys(m map[string]int) []string {

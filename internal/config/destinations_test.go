@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,98 @@ func TestClassifyRuleRepairNeedsADeadEndClass(t *testing.T) {
 	var es Errors
 	if !errors.As(err, &es) || len(es) != 1 || es[0].Line != 6 || !strings.Contains(es[0].Msg, "permanent or hidden_failure") {
 		t.Fatalf("%v, want one error at line 6", err)
+	}
+}
+
+// A preset with a documented request budget fills the token bucket of a
+// destination that sets none; one that sets its own keeps it.
+func TestPresetBudgetIsTheDefaultTokenBucket(t *testing.T) {
+	c, err := Parse("d.yaml", []byte(`destinations:
+  - name: braze
+    preset: braze
+    base_url: https://rest.iad-01.braze.com
+  - name: braze_slow
+    preset: braze
+    base_url: https://rest.iad-01.braze.com
+    rate_limit: {per_second: 50, burst: 10}
+  - name: plain
+    base_url: https://api.example
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 900 per second plus a burst of 300: never more than 3,000 calls in
+	// any 3 seconds, Braze's budget.
+	if got := c.Destinations[0].RateLimit; got != (RateLimit{PerSecond: 900, Burst: 300}) {
+		t.Errorf("braze default bucket = %+v, want 900/s burst 300", got)
+	}
+	if got := c.Destinations[1].RateLimit; got != (RateLimit{PerSecond: 50, Burst: 10}) {
+		t.Errorf("a configured bucket was replaced: %+v", got)
+	}
+	if got := c.Destinations[2].RateLimit; got != (RateLimit{}) {
+		t.Errorf("a preset without a budget got a bucket: %+v", got)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("warnings for buckets inside the budget: %v", c.Warnings)
+	}
+}
+
+func TestRateLimitAboveTheBudgetWarns(t *testing.T) {
+	c, err := Parse("d.yaml", []byte(`destinations:
+  - name: braze
+    preset: braze
+    base_url: https://rest.iad-01.braze.com
+    rate_limit: {per_second: 1000, burst: 3000}
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || c.Warnings[0].Line != 5 || !strings.Contains(c.Warnings[0].Msg, "6000 calls in 3s") {
+		t.Fatalf("warnings = %v, want one at line 5 naming 6000 calls in 3s", c.Warnings)
+	}
+}
+
+func TestConstantBodyOverTheObjectLimitIsRefused(t *testing.T) {
+	objects := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf(`{"external_id": "u%d", "plan": "pro"}`, i)
+		}
+		return "'{\"attributes\": [" + strings.Join(parts[:n/2], ", ") + "], \"events\": [" + strings.Join(parts[n/2:], ", ") + "]}'"
+	}
+	const tmpl = `sources:
+  - name: shop
+    kind: hmac
+    secrets: [x]
+    hmac: {header: X-Sig}
+destinations:
+  - name: braze
+    preset: braze
+    base_url: https://rest.iad-01.braze.com
+flows:
+  - name: plans
+    source: shop
+    events: ["plan.*"]
+    entity: event.id
+    version: {mode: revision, revision: event.rev}
+    state: event.plan
+    effects:
+      - name: track
+        destination: braze
+        request:
+          path: '"/users/track"'
+          body: %s
+`
+	if _, err := Parse("f.yaml", []byte(fmt.Sprintf(tmpl, objects(75))), env(nil)); err != nil {
+		t.Fatalf("75 objects: %v", err)
+	}
+	_, err := Parse("f.yaml", []byte(fmt.Sprintf(tmpl, objects(76))), env(nil))
+	var es Errors
+	if !errors.As(err, &es) || es[0].Line != 22 || !strings.Contains(es[0].Msg, "76 objects") || !strings.Contains(es[0].Msg, "at most 75") {
+		t.Fatalf("76 objects: %v, want an error at line 22", err)
+	}
+	// A body built from the payload is counted by Braze, not at load.
+	if _, err := Parse("f.yaml", []byte(fmt.Sprintf(tmpl, `'{"attributes": event.items}'`)), env(nil)); err != nil {
+		t.Fatalf("payload body: %v", err)
 	}
 }
