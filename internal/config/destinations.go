@@ -49,6 +49,10 @@ type Destination struct {
 	// one slow or dead destination then holds at most this many of the
 	// delivery workers. 0 means the default (see DefaultMaxInFlight).
 	MaxInFlight int `yaml:"max_in_flight"`
+	// SendChangesOnly, when true, makes the flow processor create no
+	// effect for this destination when the new state equals the
+	// previously applied one. Unset takes the preset's (true for braze).
+	SendChangesOnly *bool `yaml:"send_changes_only"`
 
 	Compiled   *CompiledDest  `yaml:"-"`
 	PresetData *vendor.Preset `yaml:"-"`
@@ -132,6 +136,12 @@ type ClassifyRule struct {
 	Repair string `yaml:"repair"`
 }
 
+// ChangesOnly reports whether effects for this destination are created
+// only when the state changed (send_changes_only, or the preset's).
+func (d *Destination) ChangesOnly() bool {
+	return d.SendChangesOnly != nil && *d.SendChangesOnly
+}
+
 // CompiledDest holds a destination's compiled expressions.
 type CompiledDest struct {
 	LookupPath, LookupQuery, LookupFound, LookupRef *expr.Program
@@ -189,6 +199,10 @@ func (c *Config) setDestinationDefaults() {
 				// exceeds it: without one, a backlog after an outage would
 				// be sent as fast as the workers go and answered with 429s.
 				d.RateLimit = RateLimit{PerSecond: rate, Burst: burst}
+			}
+			if d.SendChangesOnly == nil {
+				v := p.SendChangesOnly
+				d.SendChangesOnly = &v
 			}
 		}
 		if d.RetryAfter.Unit == "" {

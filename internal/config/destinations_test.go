@@ -226,3 +226,28 @@ flows:
 		t.Fatalf("payload body: %v", err)
 	}
 }
+
+func TestSendChangesOnlyDefaultsToThePreset(t *testing.T) {
+	c, err := Parse("d.yaml", []byte(`destinations:
+  - name: braze
+    preset: braze
+    base_url: https://rest.iad-01.braze.com
+  - name: braze_events
+    preset: braze
+    base_url: https://rest.iad-01.braze.com
+    send_changes_only: false
+  - name: crm
+    base_url: https://crm.example
+  - name: crm_changes
+    base_url: https://crm.example
+    send_changes_only: true
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, false, true} {
+		if got := c.Destinations[i].ChangesOnly(); got != want {
+			t.Errorf("%s: send changes only = %v, want %v", c.Destinations[i].Name, got, want)
+		}
+	}
+}

@@ -109,8 +109,9 @@ type CompiledFlow struct {
 	Revision, Path, Query, Field, Break *expr.Program
 	Hash                                []*expr.Program
 	Effects                             []*CompiledEffect
-	// ReadsPrevious is set when an effect expression reads previous, the
-	// only reason to load the projection before applying an event.
+	// ReadsPrevious is set when an effect expression reads previous, one
+	// reason to load the projection before applying an event (the other:
+	// an effect for a destination that sends changes only).
 	ReadsPrevious bool
 }
 

@@ -65,6 +65,10 @@ type Engine struct {
 	apis     map[string]*config.SourceAPI
 	kinds    map[string]string
 	http     *http.Client
+	// changesOnly marks, per flow, the effects whose destination sends
+	// changes only (send_changes_only, Braze's data points); nil for a
+	// flow without any.
+	changesOnly map[string][]bool
 
 	// errs keeps failing entities from filling the log.
 	errs *logging.Repeats
@@ -124,15 +128,27 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	e := &Engine{
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: outbound.NoRedirects(opts.HTTPClient),
 		bySource: map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
-		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{},
+		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{}, changesOnly: map[string][]bool{},
 		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "entity processing", 0),
 		apiSlots: map[string]chan struct{}{},
 	}
 	e.loop = loop.New("processing", e.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock})
+	dests := map[string]*config.Destination{}
+	for i := range cfg.Destinations {
+		dests[cfg.Destinations[i].Name] = &cfg.Destinations[i]
+	}
 	for i := range cfg.Flows {
 		f := &cfg.Flows[i]
 		e.bySource[f.Source] = append(e.bySource[f.Source], f)
 		e.flows[f.Name] = f
+		for j, eff := range f.Effects {
+			if d := dests[eff.Destination]; d != nil && d.ChangesOnly() {
+				if e.changesOnly[f.Name] == nil {
+					e.changesOnly[f.Name] = make([]bool, len(f.Effects))
+				}
+				e.changesOnly[f.Name][j] = true
+			}
+		}
 	}
 	withAPI := 0
 	for _, s := range cfg.Sources {

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -191,7 +192,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 					"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
 			} else {
 				e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
-					"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted)
+					"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
 			}
 			if res.Released {
 				return settled, nil
@@ -278,7 +279,11 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 	p.State = state
 	stateVal, _ := expr.DecodeJSON(state)
 	vars[expr.VarState] = stateVal
-	if f.Compiled.ReadsPrevious {
+	changesOnly := e.changesOnly[f.Name]
+	// unchangedSince names the applied version whose state the new one
+	// equals; "" when it differs or nothing was applied before.
+	unchangedSince := ""
+	if f.Compiled.ReadsPrevious || changesOnly != nil {
 		prev, err := e.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: f.Name, Entity: l.Entity})
 		if err != nil {
 			return nil, &errTransient{fmt.Errorf("read projection: %w", err)}
@@ -286,6 +291,12 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 		if prev != nil && len(prev.State) > 0 {
 			pv, _ := expr.DecodeJSON(prev.State)
 			vars[expr.VarPrevious] = pv
+			// Compared in canonical form: PostgreSQL gives jsonb back with
+			// its own spacing and key order. An entity routed but never
+			// applied has no version, and its first state is a change.
+			if canon, err := expr.Canonical(pv); err == nil && prev.Version != "" && bytes.Equal(canon, state) {
+				unchangedSince = prev.Version
+			}
 		}
 	}
 
@@ -310,12 +321,21 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 				continue
 			}
 		}
+		key := EpisodeKey(f.Name, l.Entity, p.Version, eff.Name)
+		if changesOnly != nil && changesOnly[i] && unchangedSince != "" {
+			// The vendor charges for what it is sent, changed or not
+			// (Braze data points): the effect applied at that version, or
+			// one still pending with the same state, already carries it.
+			p.Skipped = append(p.Skipped, &store.SkippedEffect{EpisodeKey: key, Effect: eff.Name, Destination: eff.Destination,
+				Reason: fmt.Sprintf("not created: destination %s sends changes only, and the state equals the one applied at %s", eff.Destination, unchangedSince)})
+			continue
+		}
 		req, err := buildRequest(&eff, ce, vars)
 		if err != nil {
 			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
 		}
 		p.Effects = append(p.Effects, &store.EffectInsert{
-			EpisodeKey:  EpisodeKey(f.Name, l.Entity, p.Version, eff.Name),
+			EpisodeKey:  key,
 			Effect:      eff.Name,
 			Destination: eff.Destination,
 			Request:     req,

@@ -182,6 +182,19 @@ type FlowApplyParams struct {
 
 	// Effects to insert when the event is applied.
 	Effects []*EffectInsert
+	// Skipped are effects the flow chose not to create, each with why (a
+	// destination that sends changes only, and a state equal to the one
+	// applied before): an audit row each when the event is applied, so
+	// that "why was nothing sent?" has an answer.
+	Skipped []*SkippedEffect
+}
+
+// SkippedEffect is an effect the flow did not create.
+type SkippedEffect struct {
+	EpisodeKey  string
+	Effect      string
+	Destination string
+	Reason      string
 }
 
 // EffectInsert is one effect row to create behind its episode key.
@@ -202,7 +215,9 @@ type FlowApplyResult struct {
 	Reason          string
 	EffectsInserted int
 	EffectsExisting int
-	Superseded      int
+	// EffectsSkipped counts the Skipped effects recorded.
+	EffectsSkipped int
+	Superseded     int
 	// Released says ReleaseIfDrained freed the lease: the entity had no
 	// pending work left.
 	Released bool

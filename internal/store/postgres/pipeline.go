@@ -533,6 +533,12 @@ func apply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams, w workRow, 
 			return err
 		}
 	}
+	for _, e := range p.Skipped {
+		if err := audit("effect_skipped", e.EpisodeKey+": "+e.Reason); err != nil {
+			return err
+		}
+		res.EffectsSkipped++
+	}
 	return nil
 }
 

@@ -568,6 +568,12 @@ func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, re
 			return err
 		}
 	}
+	for _, e := range p.Skipped {
+		if err := audit("effect_skipped", e.EpisodeKey+": "+e.Reason); err != nil {
+			return err
+		}
+		res.EffectsSkipped++
+	}
 	return nil
 }
 

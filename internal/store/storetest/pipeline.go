@@ -1194,3 +1194,38 @@ func testTwoProcesses(t *testing.T, o Opener) {
 		t.Fatalf("WorkCount = %d", c)
 	}
 }
+
+// testSkippedEffects: an effect the flow chose not to create is recorded
+// in the audit trail with why, when (and only when) its event is applied,
+// and it supersedes nothing: the pending effect of the same name carries
+// the state that still has to be sent.
+func testSkippedEffects(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	// Work is taken in order key order; the third event carries an older
+	// revision than the one applied.
+	e1, e2, e3 := f.event("evt_1"), f.event("evt_2"), f.event("evt_3")
+	f.route(t0, to(e1, rt("plans", "u1", "1")), to(e2, rt("plans", "u1", "2")), to(e3, rt("plans", "u1", "3")))
+	f.step("plans", "u1", t0, rev(1, `{"plan":"pro"}`, eff("plans:u1:r1:track", "track")))
+	skip := func(p store.FlowApplyParams, key string) store.FlowApplyParams {
+		p.Skipped = []*store.SkippedEffect{{EpisodeKey: key, Effect: "track", Destination: "braze", Reason: "unchanged since r1"}}
+		return p
+	}
+	r := f.step("plans", "u1", t0.Add(time.Second), skip(rev(2, `{"plan":"pro"}`), "plans:u1:r2:track"))
+	if r.Disposition != store.DispositionApplied || r.EffectsSkipped != 1 || r.EffectsInserted != 0 || r.Superseded != 0 {
+		t.Fatalf("r2: %+v, want applied with one skipped effect and nothing superseded", r)
+	}
+	rows := f.audit("effect_skipped")
+	if len(rows) != 1 || rows[0].Detail != "plans:u1:r2:track: unchanged since r1" || rows[0].Entity != "u1" || rows[0].EventID != "evt_2" {
+		t.Fatalf("effect_skipped audit = %+v", rows)
+	}
+	if es := f.effects(&store.EffectListParams{Flow: "plans"}); len(es) != 1 || es[0].Version != "r1" || es[0].State != store.EffectApproved {
+		t.Fatalf("effects = %+v, want r1's still approved", es)
+	}
+	// A stale event applies nothing, so it records no skip either.
+	if r := f.step("plans", "u1", t0.Add(2*time.Second), skip(rev(0, `{"plan":"pro"}`), "plans:u1:r0:track")); r.Disposition != store.DispositionStale || r.EffectsSkipped != 0 {
+		t.Fatalf("stale r0: %+v", r)
+	}
+	if rows := f.audit("effect_skipped"); len(rows) != 1 {
+		t.Fatalf("a stale event recorded a skip: %+v", rows)
+	}
+}

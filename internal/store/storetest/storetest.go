@@ -60,6 +60,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineDossierLateRevision", testDossierLateRevision},
 		{"PipelineHashVersions", testHashVersions},
 		{"PipelineSupersede", testSupersede},
+		{"PipelineSkippedEffectsAudited", testSkippedEffects},
 		{"PipelineEffectLedger", testEffectLedger},
 		{"PipelineLoopGuard", testLoopGuard},
 		{"PipelineAggregateMultiFlow", testAggregateMultiFlow},
