@@ -53,6 +53,10 @@ type Destination struct {
 	// effect for this destination when the new state equals the
 	// previously applied one. Unset takes the preset's (true for braze).
 	SendChangesOnly *bool `yaml:"send_changes_only"`
+	// DryRun sends every call to the preset's validation endpoint instead
+	// of the live one (ga4-mp: /debug/mp/collect): the vendor records
+	// nothing, and an effect that passes validation is done.
+	DryRun bool `yaml:"dry_run"`
 
 	Compiled   *CompiledDest  `yaml:"-"`
 	PresetData *vendor.Preset `yaml:"-"`
@@ -297,6 +301,16 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 					d.Name, most, pd.Budget.Per, pd.Budget.Requests, pd.Title)
 			}
 		}
+		if d.DryRun {
+			if pd := d.PresetData; pd == nil || pd.Validation == nil {
+				add(p+".dry_run", "destination %q: dry_run needs a preset with a validation endpoint (%s)", d.Name, strings.Join(validatingPresets(), ", "))
+			} else if d.Kind != "http" {
+				add(p+".dry_run", "destination %q: dry_run needs kind http: a custom action makes its own calls", d.Name)
+			} else {
+				warn(p+".dry_run", "destination %q: dry_run: every call goes to %s instead of %s; nothing reaches %s, and an effect that passes validation is done and never sent for real: use it with a trial store",
+					d.Name, pd.Validation.PathTo, pd.Validation.PathFrom, pd.Title)
+			}
+		}
 		r := d.Retry
 		if r.Base <= 0 || r.Cap < r.Base || r.Factor < 1 || r.Attempts < 1 || r.Attempts > 100 {
 			add(p+".retry", "destination %q: retry needs base > 0, cap >= base, factor >= 1 and attempts from 1 to 100", d.Name)
@@ -422,6 +436,17 @@ func countObjects(body any, arrays []string) int {
 		}
 	}
 	return n
+}
+
+// validatingPresets names the presets with a validation endpoint.
+func validatingPresets() []string {
+	var out []string
+	for _, p := range vendor.Presets() {
+		if p.Validation != nil {
+			out = append(out, p.Name)
+		}
+	}
+	return out
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -251,3 +251,27 @@ func TestSendChangesOnlyDefaultsToThePreset(t *testing.T) {
 		}
 	}
 }
+
+func TestDryRunNeedsAValidationEndpoint(t *testing.T) {
+	c, err := Parse("d.yaml", []byte(`destinations:
+  - name: ga4
+    preset: ga4-mp
+    base_url: https://www.google-analytics.com
+    dry_run: true
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Destinations[0].DryRun || len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Msg, "/debug/mp/collect") {
+		t.Errorf("dry run: %v, warnings %v", c.Destinations[0].DryRun, c.Warnings)
+	}
+	_, err = Parse("d.yaml", []byte("destinations:\n  - name: crm\n    preset: hubspot\n    base_url: https://api.hubapi.com\n    dry_run: true\n"), env(nil))
+	var es Errors
+	if !errors.As(err, &es) || es[0].Line != 5 || !strings.Contains(es[0].Msg, "ga4-mp") {
+		t.Errorf("dry_run on hubspot: %v, want an error at line 5 naming ga4-mp", err)
+	}
+	_, err = Parse("d.yaml", []byte("destinations:\n  - name: ga4\n    preset: ga4-mp\n    kind: queue\n    base_url: https://x\n    dry_run: true\n"), env(nil))
+	if !errors.As(err, &es) || es[0].Line != 6 || !strings.Contains(es[0].Msg, "kind http") {
+		t.Errorf("dry_run on a custom kind: %v, want an error at line 6", err)
+	}
+}

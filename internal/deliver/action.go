@@ -28,6 +28,10 @@ type Call struct {
 	Body   []byte
 	// EpisodeKey identifies the effect (and is the idempotency key).
 	EpisodeKey string
+	// Validate sends the call to the preset's validation endpoint instead
+	// of the live one (hookledger validate). A destination with dry_run
+	// sends every call there.
+	Validate bool
 }
 
 // Response is what a destination answered. Sent reports whether the request
@@ -68,6 +72,11 @@ func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
 	u, err := outbound.URL(d.BaseURL, c.Path, c.Query)
 	if err != nil {
 		return resp, err
+	}
+	if c.Validate || d.DryRun {
+		if u, err = validationURL(d, u); err != nil {
+			return resp, err
+		}
 	}
 	for k, vs := range c.Header {
 		for _, v := range vs {
