@@ -163,7 +163,9 @@ func detailText(v any) string {
 		}
 		return r
 	}, s)
-	return excerpt([]byte(s), 500)
+	// Cut on a rune boundary: the reason is stored as text, and
+	// PostgreSQL refuses invalid UTF-8.
+	return strings.ToValidUTF8(excerpt([]byte(s), 500), "")
 }
 
 func matchConfigRule(r config.ClassifyRule, cd *config.CompiledDest, i int, resp *Response, jsonBody func() any) bool {

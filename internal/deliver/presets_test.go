@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hookledger/hookledger/internal/vendor"
 )
@@ -119,6 +120,19 @@ func TestRuleDetailIsBounded(t *testing.T) {
 	class, reason := Classify(d, &Response{Status: 200, Body: body, Sent: true}, nil)
 	if class != "hidden_failure" || len(reason) > 700 || strings.ContainsAny(reason, "\r\n") || !strings.Contains(reason, "row refused") {
 		t.Fatalf("%s: %q (%d bytes)", class, reason, len(reason))
+	}
+}
+
+// A detail cut short stays valid UTF-8: the reason is stored as text.
+func TestRuleDetailIsCutOnARune(t *testing.T) {
+	d := dest(t, "  - name: d\n    preset: google-ads\n    base_url: https://x\n")
+	for pad := range 4 {
+		msg := strings.Repeat("x", pad) + strings.Repeat("行が拒否されました", 40)
+		body, _ := json.Marshal(map[string]any{"partialFailureError": map[string]any{"message": msg}})
+		_, reason := Classify(d, &Response{Status: 200, Body: body, Sent: true}, nil)
+		if !utf8.ValidString(reason) || !strings.Contains(reason, "行が拒否") {
+			t.Fatalf("pad %d: %q", pad, reason)
+		}
 	}
 }
 
