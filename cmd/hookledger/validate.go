@@ -13,7 +13,6 @@ import (
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
 func init() {
@@ -31,7 +30,9 @@ endpoint instead of the live one, and prints what the validation server
 says. The ga4-mp preset has one: GA4's Measurement Protocol answers 2xx
 even for a malformed event, so its failures are visible only there
 (/debug/mp/collect). The vendor records nothing, and the effects are not
-changed, whatever their state.
+changed, whatever their state. The verb needs the destination's
+credentials (the config's secrets), and it never creates or migrates the
+store.
 
 Exit 0 when every request is valid, 1 when any has validation messages or
 could not be checked, 2 for bad arguments or a destination without a
@@ -81,10 +82,11 @@ func runValidate(ctx context.Context, env *Env, args []string) int {
 	if cfg == nil {
 		return code
 	}
-	opened, err := storeopen.Open(ctx, cfg.Store)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger validate: %v\n", err)
-		return exitFail
+	// It reads the ledger as the operator verbs do: a store that serve or
+	// migrate has not prepared is refused, never created or migrated.
+	opened, code := openOperatorStore(ctx, env, "validate", cfg)
+	if opened == nil {
+		return code
 	}
 	defer opened.Close()
 	var st validateStore = opened

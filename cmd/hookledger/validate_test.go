@@ -160,6 +160,17 @@ destinations:
 	if code, _, errOut := run(t, "", env, "validate", "--config", cfg, "999"); code != 1 || !strings.Contains(errOut, "no effect 999") {
 		t.Errorf("unknown effect: %d %s", code, errOut)
 	}
+	// A store nobody prepared is refused, and not created.
+	missing := filepath.Join(dir, "missing.yaml")
+	if err := os.WriteFile(missing, []byte(strings.Replace(yaml, db, filepath.Join(dir, "none.db"), 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := run(t, "", env, "validate", "--config", missing, id("good")); code != 1 || !strings.Contains(errOut, "no database at") {
+		t.Errorf("missing store: %d %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "none.db")); err == nil {
+		t.Error("validate created a database")
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(paths) != n {
