@@ -623,26 +623,12 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	return found, ref, att, nil
 }
 
+// buildCall is storedCall plus the causation headers that carry the
+// feedback-loop chain (checked like every other header).
 func (w *Worker) buildCall(c *store.ClaimedEffect, d *config.Destination) (*Call, error) {
-	var r storedRequest
-	if err := json.Unmarshal(c.Request, &r); err != nil {
-		return nil, fmt.Errorf("decode request: %w", err)
-	}
-	call := &Call{Destination: d, Method: r.Method, Path: r.Path, Query: r.Query, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
-	if call.Method == "" {
-		call.Method = http.MethodPost
-	}
-	for k, v := range r.Headers {
-		call.Header.Set(k, v)
-	}
-	if len(r.Body) > 0 {
-		call.Body = r.Body
-		call.Header.Set("Content-Type", "application/json")
-	}
-	if d.Idem != nil {
-		// The episode key is derived, never random, so every attempt and
-		// every worker sends the same key for the same effect (IP02).
-		call.Header.Set(d.Idem.Header, c.EpisodeKey)
+	call, err := storedCall(d, c.EpisodeKey, c.Request)
+	if err != nil {
+		return nil, err
 	}
 	w.causationHeaders(call.Header, c)
 	if err := checkCall(call); err != nil {

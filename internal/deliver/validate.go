@@ -125,8 +125,12 @@ func validationURL(d *config.Destination, u *url.URL) (*url.URL, error) {
 	return &out, nil
 }
 
-// storedCall builds the call for a stored request as the worker does,
-// without the causation headers: a validation is no step of any chain.
+// storedCall builds the call for a stored request: method (POST by
+// default), path, query, headers, JSON body, and the episode key in the
+// destination's idempotency header. The key is derived, never random, so
+// every attempt and every worker sends the same key for the same effect
+// (IP02). The worker adds the causation headers; a validation, no step of
+// any chain, sends none.
 func storedCall(d *config.Destination, episodeKey string, raw json.RawMessage) (*Call, error) {
 	var r storedRequest
 	if err := json.Unmarshal(raw, &r); err != nil {
