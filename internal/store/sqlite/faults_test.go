@@ -115,3 +115,51 @@ func TestFaultFailsOneInboxSubmission(t *testing.T) {
 		t.Fatalf("events %+v, want evt_1 alone with one delivery: the failed submission's event is rolled back with it", page.Events)
 	}
 }
+
+// A settle whose read of the effect fails reports that failure, not an
+// effect that vanished, and writes nothing.
+func TestFaultInSettleIsReportedAsItself(t *testing.T) {
+	failRead := false
+	s := faulty(t, func(q string) bool { return failRead && q == effectByID })
+	ctx, now := context.Background(), time.Unix(1000, 0).UTC()
+	res, err := s.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
+		RequestID: "req-1", Source: "shop", EventID: "evt_1", Type: "order.created", Entity: "o1", Body: []byte(`{}`), ReceivedAt: now}}}}})
+	if err != nil || res[0].Err != nil {
+		t.Fatal(err, res)
+	}
+	pk := res[0].Items[0].EventPK
+	if err := s.EventRoute(ctx, &store.EventRouteParams{Now: now, Decisions: []*store.RouteDecision{{EventPK: pk,
+		Routes: []store.Route{{Flow: "f", Entity: "o1", OrderKey: "1"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := s.EntityClaim(ctx, &store.EntityClaimParams{Owner: "w", Now: now, LeaseFor: time.Minute, Limit: 1})
+	if err != nil || len(ls) != 1 {
+		t.Fatal(ls, err)
+	}
+	ws, err := s.WorkListPending(ctx, &store.WorkListPendingParams{Flow: "f", Entity: "o1", Limit: 1})
+	if err != nil || len(ws) != 1 {
+		t.Fatal(ws, err)
+	}
+	if _, err := s.FlowApply(ctx, &store.FlowApplyParams{Lease: ls[0], Now: now, WorkID: ws[0].ID, EventPK: pk, Actor: "w",
+		Version: "r1", VersionSort: "1", Ordered: true, State: []byte(`{}`),
+		Effects: []*store.EffectInsert{{EpisodeKey: "f:o1:r1:mail", Effect: "mail", Destination: "d", Request: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.EffectClaim(ctx, &store.EffectClaimParams{Owner: "d", Now: now, LeaseFor: time.Minute, Limit: 1})
+	if err != nil || len(cs) != 1 {
+		t.Fatal(cs, err)
+	}
+	failRead = true
+	err = s.EffectSettle(ctx, &store.EffectSettleParams{EffectID: cs[0].ID, Token: cs[0].Token, Now: now, State: store.EffectDone,
+		AddAttempt: true, Attempt: &store.Attempt{Status: 201}})
+	failRead = false
+	if !errors.Is(err, errInjected) || strings.Contains(err.Error(), "vanished") {
+		t.Fatalf("settle: %v, want the read's failure alone", err)
+	}
+	if f, err := s.EffectGet(ctx, cs[0].ID); err != nil || f.State != store.EffectSubmitting {
+		t.Fatalf("after the failed settle: %+v %v, want the effect still submitting", f, err)
+	}
+	if atts, err := s.AttemptList(ctx, cs[0].ID); err != nil || len(atts) != 0 {
+		t.Fatalf("after the failed settle: attempts %v %v, want none", atts, err)
+	}
+}

@@ -220,8 +220,11 @@ func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) err
 		return store.ErrLeaseLost
 	}
 	f, err := getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID))
-	if err != nil || f == nil {
-		return fmt.Errorf("read effect: %w", errors.Join(err, errors.New("effect vanished")))
+	if err != nil {
+		return fmt.Errorf("read effect: %w", err)
+	}
+	if f == nil {
+		return errors.New("read effect: effect vanished")
 	}
 	attempts := f.Attempts
 	if p.AddAttempt {
