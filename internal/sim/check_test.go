@@ -129,7 +129,9 @@ type truthObject struct {
 
 // check verifies the invariants once the run is drained.
 func (r *run) check() {
-	if n, err := r.st.WorkCount(r.ctx); err != nil || n != 0 {
+	n, err := r.st.WorkCount(r.ctx)
+	drained := err == nil && n == 0
+	if !drained {
 		r.failf("after drain: WorkCount = %d, %v; want 0", n, err)
 	}
 
@@ -246,7 +248,7 @@ func (r *run) check() {
 			return
 		}
 	}
-	r.checkWhole(evs, ss, effects, attempts)
+	r.checkWhole(drained, evs, ss, effects, attempts)
 	r.checkDelivery(effects, attempts)
 
 	r.watch.mu.Lock()

@@ -97,12 +97,12 @@ func (r *run) audits() ([]*store.AuditEntry, error) {
 //     deliveries count, its delivery rows and the submissions that
 //     succeeded agree (a failed submission left nothing);
 //   - every projection is the last applied settlement of its entity
-//     (version and event) with nothing pending;
+//     (version and event), and counts no pending work once none is;
 //   - every effect has exactly one effect_approved audit row and every such
 //     row an effect; every settle with a call has its audit row ("after
 //     attempt N") and every attempts row its settle or resumed claim; and
 //     the effect's state is the one its last audit row moved it to.
-func (r *run) checkWhole(evs []*store.Event, ss []settlement, effects []*store.Effect, attempts map[int64][]*store.Attempt) {
+func (r *run) checkWhole(drained bool, evs []*store.Event, ss []settlement, effects []*store.Effect, attempts map[int64][]*store.Attempt) {
 	rows := map[string]int{}
 	after := int64(0)
 	for {
@@ -141,9 +141,12 @@ func (r *run) checkWhole(evs []*store.Event, ss []settlement, effects []*store.E
 				continue // reported by the flow's own checks
 			}
 			s := last[f+"\x00"+e.id]
-			if p.Pending != 0 || p.Version != s.version || p.AppliedEventPK != pk[s.eventID] {
-				r.failf("%s/%s: projection version %s of event %d with %d pending, but the last applied settlement is %s of event %d (%s): half-applied",
-					f, e.id, p.Version, p.AppliedEventPK, p.Pending, s.version, pk[s.eventID], s.eventID)
+			if p.Version != s.version || p.AppliedEventPK != pk[s.eventID] {
+				r.failf("%s/%s: projection version %s of event %d, but the last applied settlement is %s of event %d (%s): half-applied",
+					f, e.id, p.Version, p.AppliedEventPK, s.version, pk[s.eventID], s.eventID)
+			}
+			if p.Pending != 0 && drained {
+				r.failf("%s/%s: the projection counts %d work items pending, but none is: half-applied", f, e.id, p.Pending)
 			}
 		}
 	}

@@ -15,7 +15,7 @@
 //
 // # Effects inserted again
 //
-// In one seed in three a third flow, orders_open, takes whether the order
+// In one seed in four a third flow, orders_open, takes whether the order
 // is open as its version: an order that closes and opens again re-applies a
 // version whose effect is already in the ledger, and the store must keep
 // its one row (the checks count them; without ON CONFLICT on the episode
@@ -23,7 +23,7 @@
 //
 // # Delivery
 //
-// In one seed in three, one or two delivery workers (deliver.Worker.Step,
+// In one seed in four, one or two delivery workers (deliver.Worker.Step,
 // on the run's fake clock) call the effects' destinations, in the schedule
 // beside the engines and in parallel with them, and while draining. The
 // destinations are one fault-injecting server (deliverytest) that answers

@@ -558,6 +558,14 @@ const drainPoll = 5 * time.Second
 // every effect has reached a state nothing will move it from by itself,
 // advancing the clock only when nothing is due.
 func (r *run) drain() {
+	// A failure that repeats every round is reported once.
+	seen := map[string]bool{}
+	failOnce := func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !seen[msg] {
+			seen[msg] = true
+			r.failf("%s", msg)
+		}
+	}
 	for round := range 300 {
 		n, err := r.st.WorkCount(r.ctx)
 		if err != nil {
@@ -570,7 +578,7 @@ func (r *run) drain() {
 				// deferred the entity, and what the failure leaves behind is
 				// for the other invariants to judge.
 				if err := e.Drain(r.ctx); err != nil {
-					r.failf("drain: engine %d: %v", i, err)
+					failOnce("drain: engine %d: %v", i, err)
 				}
 			}
 			if n, err = r.st.WorkCount(r.ctx); err != nil {
@@ -592,7 +600,7 @@ func (r *run) drain() {
 			// destination.
 			i := round % len(r.workers)
 			if _, err := r.workers[i].Step(r.ctx); err != nil {
-				r.failf("drain: delivery worker %d: %v", i, err)
+				failOnce("drain: delivery worker %d: %v", i, err)
 			}
 			continue
 		}

@@ -29,14 +29,14 @@ type world struct {
 	engines  int // how many engines share the store
 	workers  []int
 	// dworkers is each delivery worker's number of slots; none in the
-	// seeds that leave the effects undelivered (two in three: delivering
+	// seeds that leave the effects undelivered (three in four: delivering
 	// doubles a seed's cost, and the processor's schedules need no calls).
 	dworkers []int
 	// faultEvery makes one write statement in about that many fail while
 	// the schedule runs (0: none).
 	faultEvery int
 	// open adds the flow orders_open (whose versions come back), in one
-	// seed in three.
+	// seed in four.
 	open bool
 }
 
@@ -65,12 +65,12 @@ func genWorld(seed uint64, r *rand.Rand) *world {
 		}
 		w.entities = append(w.entities, e)
 	}
-	if r.IntN(3) == 0 {
+	if r.IntN(4) == 0 {
 		for range 1 + r.IntN(2) {
 			w.dworkers = append(w.dworkers, 1+r.IntN(4))
 		}
 	}
-	w.open = r.IntN(3) == 0
+	w.open = r.IntN(4) == 0
 	// Half the seeds run without store faults, so that faults never
 	// hide what a clean run would show.
 	if r.IntN(2) == 0 {
