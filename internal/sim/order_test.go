@@ -24,6 +24,9 @@ type orderWatch struct {
 	mu      sync.Mutex
 	listed  map[string][]*store.WorkItem // flow\x00entity: the latest listing
 	settled map[int64]bool               // work ids settled by a successful apply
+	// existing counts effects an apply asked for whose episode key the
+	// ledger already held (kept once, not inserted again).
+	existing int
 }
 
 func newOrderWatch(st simStore, r *run) *orderWatch {
@@ -48,6 +51,7 @@ func (o *orderWatch) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.existing += res.EffectsExisting
 	key := p.Lease.Flow + "\x00" + p.Lease.Entity
 	var this *store.WorkItem
 	for _, it := range o.listed[key] {

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/replay"
 	"github.com/hookledger/hookledger/internal/store"
@@ -29,13 +30,15 @@ const (
 	source     = "shop"
 	flowRev    = "orders"
 	flowTruth  = "orders_truth"
+	flowOpen   = "orders_open"
 )
 
 // epoch is where every run's fake clock starts, so that times, and hence
 // everything derived from them, repeat from one run of a seed to the next.
 var epoch = time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 
-// delivery is one transport attempt waiting "on the network".
+// delivery is one transport attempt of a webhook waiting "on the
+// network".
 type delivery struct {
 	in store.DeliveryInput
 }
@@ -72,7 +75,10 @@ type run struct {
 	clk     *clock.Fake
 	truth   *truth
 	cfg     *config.Config
+	watch   *orderWatch
 	engines []*flow.Engine
+	workers []*deliver.Worker
+	dest    *deliverytest.Server
 
 	published map[string]int // revisions published so far per entity
 	pool      []*delivery    // delivered by nobody yet
@@ -81,6 +87,13 @@ type run struct {
 	zombies   []*zombie
 	replays   []replaySnap
 	ops       int
+	// stored counts the deliveries of each event id the inbox committed.
+	stored map[string]int
+
+	dl     deliveries
+	faults storeFaults
+	jmu    sync.Mutex
+	jrand  *rand.Rand
 
 	mu    sync.Mutex // guards trace and errs (parallel steps report)
 	trace []string
@@ -93,6 +106,18 @@ type run struct {
 type stats struct {
 	seeds, events, deliveries, zombies, replays, jumps, refetch503 int
 	settled                                                        map[string]int
+
+	// The delivery side: destination answers by fault, answers replayed
+	// from a saved key, lookups, hangs, claims (resumed ones, abandoned
+	// ones whose calls an attempts row counts, lookups made after an
+	// unknown outcome in the same claim), zombie settles refused, final
+	// effect states, and episode keys inserted again over an existing row.
+	faults                                          map[string]int
+	replayed, lookups, hangs, claims, resumed, lost int
+	unrowedLookups, dzombies, reinserted, notified  int
+	effects                                         map[string]int
+	storeFaults, storeFaultSeeds, reappliedVersions int
+	storeFaultKinds                                 map[string]int
 }
 
 func (s *stats) add(o *stats) {
@@ -103,11 +128,31 @@ func (s *stats) add(o *stats) {
 	s.replays += o.replays
 	s.jumps += o.jumps
 	s.refetch503 += o.refetch503
-	if s.settled == nil {
-		s.settled = map[string]int{}
-	}
-	for k, v := range o.settled {
-		s.settled[k] += v
+	s.replayed += o.replayed
+	s.lookups += o.lookups
+	s.hangs += o.hangs
+	s.claims += o.claims
+	s.resumed += o.resumed
+	s.lost += o.lost
+	s.unrowedLookups += o.unrowedLookups
+	s.dzombies += o.dzombies
+	s.reinserted += o.reinserted
+	s.notified += o.notified
+	s.storeFaults += o.storeFaults
+	s.storeFaultSeeds += o.storeFaultSeeds
+	s.reappliedVersions += o.reappliedVersions
+	for _, m := range []struct {
+		dst *map[string]int
+		src map[string]int
+	}{
+		{&s.settled, o.settled}, {&s.faults, o.faults}, {&s.effects, o.effects}, {&s.storeFaultKinds, o.storeFaultKinds},
+	} {
+		if *m.dst == nil {
+			*m.dst = map[string]int{}
+		}
+		for k, v := range m.src {
+			(*m.dst)[k] += v
+		}
 	}
 }
 
@@ -123,25 +168,40 @@ func (r *run) failf(format string, args ...any) {
 	r.mu.Unlock()
 }
 
-func newRun(ctx context.Context, seed uint64, st simStore, api *apiServer, apiURL string, hc *http.Client) (*run, error) {
+func newRun(ctx context.Context, seed uint64, st simStore, sl *slot) (*run, error) {
 	rng := newRand(seed)
 	w := genWorld(seed, rng)
-	cfg, err := config.Parse("sim.yaml", []byte(simConfig(apiURL)), func(string) (string, bool) { return "", false })
+	cfg, err := sl.config(w.open)
 	if err != nil {
-		return nil, fmt.Errorf("simulation config: %w", err)
+		return nil, err
 	}
 	r := &run{
 		ctx: ctx, w: w, r: rng, st: st, clk: clock.NewFake(epoch), truth: newTruth(w), cfg: cfg,
-		published: map[string]int{}, events: map[string]evInfo{},
+		published: map[string]int{}, events: map[string]evInfo{}, stored: map[string]int{}, dest: sl.dest,
+		jrand: newRand(seed ^ 0x6a09e667f3bcc908),
 	}
-	api.set(r.truth)
+	r.dl.token, r.dl.open, r.dl.notified = map[string]*claimRec{}, map[string]*claimRec{}, map[string][]store.EffectState{}
+	frand := newRand(seed ^ 0xbb67ae8584caa73b)
+	r.faults = storeFaults{every: w.faultEvery, on: true, draw: frand.IntN, kinds: map[string]int{}}
+	if sl.faults != nil {
+		sl.faults.set(r.faults.fault)
+	} else {
+		r.faults.every = 0 // this backend cannot inject store faults
+	}
+	sl.api.set(r.truth)
+	sl.dest.Reset(deliverytest.Options{Seed: seed, Mix: faultMix, IdempotencyHeader: "Idempotency-Key", KeyHeader: "X-Episode-Key",
+		Window: destWindow, Now: r.clk.Now, Hang: r.hang})
 	// Every engine, zombie and replay goes through the order watch.
-	r.st = newOrderWatch(st, r)
+	r.watch = newOrderWatch(st, r)
+	r.st = r.watch
 	for i := range w.engines {
 		r.engines = append(r.engines, flow.New(cfg, r.st, flow.Options{
 			Workers: w.workers[i], LeaseFor: leaseFor, RetryDelay: retryDelay,
-			Owner: fmt.Sprintf("engine-%c", 'a'+i), Clock: r.clk, HTTPClient: hc,
+			Owner: fmt.Sprintf("engine-%c", 'a'+i), Clock: r.clk, HTTPClient: sl.hc,
 		}))
+	}
+	if err := r.newWorkers(sl.dc); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -180,13 +240,17 @@ func (r *run) schedule() {
 		// Replays are rare because each one may redo the whole world.
 		case n < 22 && len(left) > 0:
 			r.publish(left[r.r.IntN(len(left))])
-		case n < 56 && len(r.pool) > 0:
+		case n < 52 && len(r.pool) > 0:
 			r.deliver()
-		case n < 72:
+		case n < 68:
 			r.step(r.r.IntN(len(r.engines)))
-		case n < 78:
+		case n < 74:
+			if len(r.workers) > 0 {
+				r.dstep(r.r.IntN(len(r.workers)))
+			}
+		case n < 79:
 			r.parallel()
-		case n < 88:
+		case n < 89:
 			d := time.Duration(1+r.r.IntN(8)) * time.Second
 			r.clk.Advance(d)
 			r.logf("tick %s", d)
@@ -194,8 +258,12 @@ func (r *run) schedule() {
 			r.expire()
 		case n < 94:
 			r.replay(false)
-		default:
+		case n < 98:
 			r.abandon()
+		default:
+			if len(r.workers) > 0 {
+				r.dabandon()
+			}
 		}
 	}
 }
@@ -266,58 +334,91 @@ func (r *run) deliver() {
 	r.stats.deliveries += len(picked)
 	res, err := r.st.InboxCommit(r.ctx, p)
 	if err != nil {
-		r.failf("op %d: inbox commit %v: %v", r.ops, names, err)
+		if !onlyInjected(err) {
+			r.failf("op %d: inbox commit %v: %v", r.ops, names, err)
+		}
+		// The receiver answers 5xx and the sender delivers again later.
+		r.pool = append(r.pool, picked...)
+		r.logf("deliver batch=%v %v: failed, redelivered later: %v", batch, names, err)
 		return
 	}
+	var failed []string
 	for i, sr := range res {
+		subs := p.Submissions[i].Deliveries
 		if sr.Err != nil {
-			r.failf("op %d: inbox commit %v: submission %d: %v", r.ops, names, i, sr.Err)
+			if !onlyInjected(sr.Err) {
+				r.failf("op %d: inbox commit %v: submission %d: %v", r.ops, names, i, sr.Err)
+			}
+			for _, in := range subs {
+				failed = append(failed, in.EventID+"@"+in.RequestID)
+			}
+			if batch {
+				r.pool = append(r.pool, picked...)
+			} else {
+				r.pool = append(r.pool, picked[i])
+			}
+			continue
+		}
+		for _, in := range subs {
+			r.stored[in.EventID]++
 		}
 	}
-	r.logf("deliver batch=%v %v", batch, names)
+	r.logf("deliver batch=%v %v (failed, redelivered later: %v)", batch, names, failed)
 }
 
 func (r *run) step(i int) {
 	n, err := r.engines[i].Step(r.ctx)
 	r.logf("step engine %d: %d settled", i, n)
-	if err != nil {
+	if err != nil && !onlyInjected(err) {
 		r.failf("op %d: engine %d step: %v", r.ops, i, err)
 	}
 }
 
-// parallel steps every engine at once on goroutines; sometimes the clock
-// jumps past the lease meanwhile, so an engine may lose its lease in the
-// middle of an entity and another take it over.
+// parallel steps every engine, and often every delivery worker, at once
+// on goroutines; sometimes the clock jumps past the leases meanwhile, so
+// an engine may lose its lease in the middle of an entity, or a worker in
+// the middle of a call, and another take it over.
 func (r *run) parallel() {
 	rounds := make([]int, len(r.engines))
 	for i := range rounds {
 		rounds[i] = 1 + r.r.IntN(2)
 	}
+	delivering := r.r.IntN(2) == 0
 	jump := r.r.IntN(4) == 0
 	var wg sync.WaitGroup
 	for i, e := range r.engines {
 		wg.Go(func() {
 			for range rounds[i] {
-				if _, err := e.Step(r.ctx); err != nil {
+				if _, err := e.Step(r.ctx); err != nil && !onlyInjected(err) {
 					r.failf("op %d: engine %d parallel step: %v", r.ops, i, err)
 				}
 			}
 		})
 	}
+	if delivering {
+		for i, w := range r.workers {
+			wg.Go(func() {
+				if _, err := w.Step(r.ctx); err != nil && !onlyInjected(err) {
+					r.failf("op %d: delivery worker %d parallel step: %v", r.ops, i, err)
+				}
+			})
+		}
+	}
 	if jump {
 		r.stats.jumps++
-		wg.Go(func() { r.clk.Advance(leaseFor + time.Second) })
+		wg.Go(func() { r.clk.Advance(max(leaseFor, deliverLease) + time.Second) })
 	}
 	wg.Wait()
-	r.logf("parallel steps %v jump=%v", rounds, jump)
+	r.logf("parallel steps %v delivering=%v jump=%v", rounds, delivering, jump)
 }
 
 // expire lets every lease taken so far run out, then lets the zombies
 // whose lease is over try to write.
 func (r *run) expire() {
-	r.clk.Advance(leaseFor + time.Second)
+	r.clk.Advance(max(leaseFor, deliverLease) + time.Second)
 	r.logf("expire leases")
 	r.zombiesTry()
+	r.dzombiesTry()
 }
 
 // abandon claims an entity as a worker that then dies: it never applies and
@@ -329,7 +430,9 @@ func (r *run) abandon() {
 	name := fmt.Sprintf("zombie-%d", len(r.zombies)+1)
 	ls, err := r.st.EntityClaim(r.ctx, &store.EntityClaimParams{Owner: name, Now: r.clk.Now(), LeaseFor: leaseFor, Limit: 1})
 	if err != nil {
-		r.failf("op %d: zombie claim: %v", r.ops, err)
+		if !onlyInjected(err) {
+			r.failf("op %d: zombie claim: %v", r.ops, err)
+		}
 		return
 	}
 	if len(ls) == 0 {
@@ -361,8 +464,6 @@ func (r *run) zombiesTry() {
 		if z.tried || now.Before(z.lease.Until) {
 			continue
 		}
-		z.tried = true
-		r.stats.zombies++
 		res, err := r.st.FlowApply(r.ctx, &store.FlowApplyParams{
 			Lease: z.lease, Now: now, WorkID: z.item.ID, EventPK: z.item.Event.PK, Actor: z.name,
 			Version: zombieVersion, VersionSort: "99999999999999999999999", Ordered: true, State: []byte(`"ZOMBIE"`),
@@ -371,6 +472,11 @@ func (r *run) zombiesTry() {
 				Effect:     "zombie_effect", Destination: "nowhere", Request: []byte(`{}`),
 			}},
 		})
+		if err != nil && onlyInjected(err) {
+			continue // failed before fencing could say anything: try again later
+		}
+		z.tried = true
+		r.stats.zombies++
 		r.logf("%s wakes up and applies work %d: %v", z.name, z.item.ID, err)
 		if !errors.Is(err, store.ErrLeaseLost) {
 			r.failf("op %d: %s applied with an expired lease on %s/%s: got (%+v, %v), want ErrLeaseLost",
@@ -415,7 +521,10 @@ func (r *run) replay(everything bool) {
 	}
 	res, err := replay.Run(r.ctx, r.st, r.engines[0], sel, r.clk.Now())
 	if err != nil && !errors.Is(err, replay.ErrNothingSelected) {
-		r.failf("op %d: replay %+v: %v", r.ops, sel, err)
+		if !onlyInjected(err) {
+			r.failf("op %d: replay %+v: %v", r.ops, sel, err)
+		}
+		r.logf("replay flow=%q entity=%q: %v", sel.Flow, sel.Entity, err)
 		return
 	}
 	r.replays = append(r.replays, snap)
@@ -423,13 +532,16 @@ func (r *run) replay(everything bool) {
 	r.logf("replay flow=%q entity=%q: %+v", sel.Flow, sel.Entity, res)
 }
 
-// finish wakes the remaining zombies, drains every engine (advancing the
-// clock so that deferred and abandoned entities become due), and
-// sometimes replays everything once more.
+// finish stops injecting store faults, wakes the remaining zombies, drains
+// every engine and delivery worker (advancing the clock so that deferred
+// and abandoned entities, retries and re-drives become due), and sometimes
+// replays everything once more.
 func (r *run) finish() {
 	r.ops++
-	r.clk.Advance(leaseFor + time.Second)
+	r.faults.enable(false)
+	r.clk.Advance(max(leaseFor, deliverLease) + time.Second)
 	r.zombiesTry()
+	r.dzombiesTry()
 	r.drain()
 	if r.r.IntN(4) == 0 {
 		r.ops++
@@ -438,27 +550,113 @@ func (r *run) finish() {
 	}
 }
 
+// drainPoll is how late the drain claims an effect due: a worker polls
+// now and then, and the effects due meanwhile share its claims.
+const drainPoll = 5 * time.Second
+
+// drain runs engines and delivery workers until no work is pending and
+// every effect has reached a state nothing will move it from by itself,
+// advancing the clock only when nothing is due.
 func (r *run) drain() {
-	for range 40 {
-		for i, e := range r.engines {
-			// An error is a violation, but draining goes on: the engine
-			// deferred the entity, and what the failure leaves behind is
-			// for the other invariants to judge.
-			if err := e.Drain(r.ctx); err != nil {
-				r.failf("drain: engine %d: %v", i, err)
-			}
+	// A failure that repeats every round is reported once.
+	seen := map[string]bool{}
+	failOnce := func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !seen[msg] {
+			seen[msg] = true
+			r.failf("%s", msg)
 		}
+	}
+	for round := range 300 {
 		n, err := r.st.WorkCount(r.ctx)
 		if err != nil {
 			r.failf("drain: work count: %v", err)
 			return
 		}
-		if n == 0 {
+		if n > 0 {
+			for i, e := range r.engines {
+				// An error is a violation, but draining goes on: the engine
+				// deferred the entity, and what the failure leaves behind is
+				// for the other invariants to judge.
+				if err := e.Drain(r.ctx); err != nil {
+					failOnce("drain: engine %d: %v", i, err)
+				}
+			}
+			if n, err = r.st.WorkCount(r.ctx); err != nil {
+				r.failf("drain: work count: %v", err)
+				return
+			}
+		}
+		var due time.Time
+		var waiting int
+		if len(r.workers) > 0 {
+			if due, waiting, err = r.nextDue(); err != nil {
+				r.failf("drain: %v", err)
+				return
+			}
+		}
+		if waiting > 0 && !due.After(r.clk.Now()) {
+			// One worker steps, in turn, then the drain looks again: a
+			// step that finds nothing due would cost a claim per
+			// destination.
+			i := round % len(r.workers)
+			if _, err := r.workers[i].Step(r.ctx); err != nil {
+				failOnce("drain: delivery worker %d: %v", i, err)
+			}
+			continue
+		}
+		if n == 0 && waiting == 0 {
 			r.logf("drained")
 			return
 		}
-		r.clk.Advance(max(leaseFor, retryDelay) + time.Second)
-		r.logf("drain: %d pending, advancing past leases and retry delays", n)
+		// Past the leases and retry delays of the processor; or to the
+		// next effect due, when that comes first.
+		step := max(leaseFor, retryDelay) + time.Second
+		if n == 0 {
+			step = deliverLease + time.Second
+		}
+		if waiting > 0 {
+			// A little past it, as a worker polling now and then would
+			// find it, with whatever else fell due meanwhile.
+			step = min(step, due.Sub(r.clk.Now())+drainPoll)
+		}
+		r.clk.Advance(step)
+		r.logf("drain: %d work items pending, %d effects waiting; advancing %s", n, waiting, step)
 	}
-	r.failf("drain: work still pending after 40 rounds of draining")
+	r.failf("drain: work or effects still pending after 300 rounds of draining")
+}
+
+// nextDue is when the next effect that is neither final nor waiting for a
+// person becomes due, and how many such effects there are.
+func (r *run) nextDue() (time.Time, int, error) {
+	effects, err := r.effects()
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	var next time.Time
+	waiting := 0
+	for _, e := range effects {
+		at, ok := dueAt(e)
+		if !ok {
+			continue
+		}
+		waiting++
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next, waiting, nil
+}
+
+// dueAt is when something will move the effect again by itself: its next
+// attempt, or the end of its claim's lease; false when nothing will.
+func dueAt(e *store.Effect) (time.Time, bool) {
+	switch e.State {
+	case store.EffectApproved, store.EffectRetryWait:
+		return e.NextAttemptAt, true
+	case store.EffectSubmitting:
+		return e.UpdatedAt.Add(deliverLease), true
+	case store.EffectNeedsReconciliation, store.EffectDead:
+		return e.NextAttemptAt, !e.NextAttemptAt.IsZero()
+	}
+	return time.Time{}, false
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 	"github.com/hookledger/hookledger/internal/store/postgres"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
@@ -31,7 +33,40 @@ var (
 type backend struct {
 	name  string
 	rerun string // the go test command that reruns one seed (%d)
-	open  func(ctx context.Context, t *testing.T, slot int) (st simStore, done func(), err error)
+	open  func(ctx context.Context, t *testing.T, sl *slot) (st simStore, done func(), err error)
+	// faults is set when the backend's stores fail statements on demand.
+	faults bool
+}
+
+// slot is what one goroutine's seeds share, one seed after another: the
+// loopback source API and destination (each serving the current run),
+// keep-alive clients for them, and the store fault hook.
+type slot struct {
+	id     int
+	api    *apiServer
+	apiURL string
+	hc     *http.Client // refetches
+	dest   *deliverytest.Server
+	dc     *http.Client // delivery calls
+	faults *faultSwitch // nil when the backend cannot inject faults
+	// cfg is parsed once per variant (with orders_open or without): it is
+	// the same for every seed of the slot, parsing compiles every
+	// expression of it, and nothing changes it.
+	cfg map[bool]*config.Config
+}
+
+func (sl *slot) config(open bool) (*config.Config, error) {
+	if sl.cfg[open] == nil {
+		cfg, err := config.Parse("sim.yaml", []byte(simConfig(sl.apiURL, sl.dest.URL, open)), func(string) (string, bool) { return "", false })
+		if err != nil {
+			return nil, fmt.Errorf("simulation config: %w", err)
+		}
+		if sl.cfg == nil {
+			sl.cfg = map[bool]*config.Config{}
+		}
+		sl.cfg[open] = cfg
+	}
+	return sl.cfg[open], nil
 }
 
 // TestSimulation runs seeded schedules against SQLite.
@@ -60,10 +95,11 @@ func TestSimulation(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := backend{
-		name:  "sqlite",
-		rerun: "go test ./internal/sim -run 'TestSimulation$' -seed=%d -v",
-		open: func(ctx context.Context, t *testing.T, slot int) (simStore, func(), error) {
-			path := filepath.Join(dir, fmt.Sprintf("slot%d.db", slot))
+		name:   "sqlite",
+		rerun:  "go test ./internal/sim -run 'TestSimulation$' -seed=%d -v",
+		faults: true,
+		open: func(ctx context.Context, t *testing.T, sl *slot) (simStore, func(), error) {
+			path := filepath.Join(dir, fmt.Sprintf("slot%d.db", sl.id))
 			remove := func() {
 				for _, suffix := range []string{"", "-wal", "-shm"} {
 					os.Remove(path + suffix)
@@ -73,7 +109,7 @@ func TestSimulation(t *testing.T) {
 			if err := os.WriteFile(path, migrated, 0o600); err != nil {
 				return nil, nil, err
 			}
-			st, err := sqlite.OpenWithOptions(ctx, path, sqlite.Options{NoSync: true})
+			st, err := sqlite.OpenWithOptions(ctx, path, sqlite.Options{NoSync: true, Faults: sl.faults.fault})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -113,8 +149,8 @@ func TestSimulationPostgres(t *testing.T) {
 	b := backend{
 		name:  "postgres",
 		rerun: pgtest.EnvVar + "=<admin URL> go test ./internal/sim -run 'TestSimulationPostgres$' -seed=%d -v",
-		open: func(ctx context.Context, _ *testing.T, slot int) (simStore, func(), error) {
-			st := stores[slot]
+		open: func(ctx context.Context, _ *testing.T, sl *slot) (simStore, func(), error) {
+			st := stores[sl.id]
 			if err := truncate(ctx, st); err != nil {
 				return nil, nil, err
 			}
@@ -179,17 +215,26 @@ func runSeeds(t *testing.T, b backend, n int) {
 		total    stats
 	)
 	start := time.Now()
-	for slot := range slots {
-		api := &apiServer{}
-		srv := httptest.NewServer(api)
+	for id := range slots {
+		sl := &slot{id: id, api: &apiServer{}}
+		srv := httptest.NewServer(sl.api)
 		t.Cleanup(srv.Close)
-		// Keep-alive connections to the loopback API are reused across
-		// seeds instead of leaving thousands of sockets in TIME_WAIT.
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-		t.Cleanup(hc.CloseIdleConnections)
+		sl.apiURL = srv.URL
+		sl.dest = deliverytest.New(deliverytest.Options{})
+		t.Cleanup(sl.dest.Close)
+		// Keep-alive connections to the loopback API and destination are
+		// reused across seeds instead of leaving thousands of sockets in
+		// TIME_WAIT.
+		sl.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		sl.dc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		t.Cleanup(sl.hc.CloseIdleConnections)
+		t.Cleanup(sl.dc.CloseIdleConnections)
+		if b.faults {
+			sl.faults = &faultSwitch{}
+		}
 		wg.Go(func() {
 			for seed := range todo {
-				r, err := runOne(ctx, t, b, slot, seed, api, srv.URL, hc)
+				r, err := runOne(ctx, t, b, sl, seed)
 				var errs, trace []string
 				if r != nil {
 					errs, trace = r.errs, r.trace
@@ -230,15 +275,21 @@ func runSeeds(t *testing.T, b backend, n int) {
 		float64(len(seeds))/el.Seconds(), el.Seconds()*1000*float64(slots)/float64(len(seeds)))
 	t.Logf("%s: exercised %d events, %d deliveries, %d zombie writes refused, %d replays, %d lease-expiring clock jumps during steps, %d refetch 503s; settled %v",
 		b.name, total.events, total.deliveries, total.zombies, total.replays, total.jumps, total.refetch503, total.settled)
+	t.Logf("%s: delivery: destination answers %v, %d replayed from a saved key, %d lookups, %d hangs; %d claims, %d resumed, %d abandoned (counted by an attempts row), "+
+		"%d lookups made after an unknown outcome in the same claim (no attempts row); %d zombie settles refused; %d notifications; effects ended %v",
+		b.name, total.faults, total.replayed, total.lookups, total.hangs, total.claims, total.resumed, total.lost,
+		total.unrowedLookups, total.dzombies, total.notified, total.effects)
+	t.Logf("%s: %d versions applied again, %d existing episode keys inserted again; %d store faults injected in %d seeds: %v",
+		b.name, total.reappliedVersions, total.reinserted, total.storeFaults, total.storeFaultSeeds, total.storeFaultKinds)
 }
 
-func runOne(ctx context.Context, t *testing.T, b backend, slot int, seed uint64, api *apiServer, url string, hc *http.Client) (*run, error) {
-	st, done, err := b.open(ctx, t, slot)
+func runOne(ctx context.Context, t *testing.T, b backend, sl *slot, seed uint64) (*run, error) {
+	st, done, err := b.open(ctx, t, sl)
 	if err != nil {
 		return nil, fmt.Errorf("open %s store: %w", b.name, err)
 	}
 	defer done()
-	r, err := newRun(ctx, seed, st, api, url, hc)
+	r, err := newRun(ctx, seed, st, sl)
 	if err != nil {
 		return nil, err
 	}

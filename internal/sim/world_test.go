@@ -28,6 +28,16 @@ type world struct {
 	entities []*entity
 	engines  int // how many engines share the store
 	workers  []int
+	// dworkers is each delivery worker's number of slots; none in the
+	// seeds that leave the effects undelivered (three in four: delivering
+	// doubles a seed's cost, and the processor's schedules need no calls).
+	dworkers []int
+	// faultEvery makes one write statement in about that many fail while
+	// the schedule runs (0: none).
+	faultEvery int
+	// open adds the flow orders_open (whose versions come back), in one
+	// seed in four.
+	open bool
 }
 
 func newRand(seed uint64) *rand.Rand {
@@ -54,6 +64,17 @@ func genWorld(seed uint64, r *rand.Rand) *world {
 			e.fail503 = 1 + r.IntN(2)
 		}
 		w.entities = append(w.entities, e)
+	}
+	if r.IntN(4) == 0 {
+		for range 1 + r.IntN(2) {
+			w.dworkers = append(w.dworkers, 1+r.IntN(4))
+		}
+	}
+	w.open = r.IntN(4) == 0
+	// Half the seeds run without store faults, so that faults never
+	// hide what a clean run would show.
+	if r.IntN(2) == 0 {
+		w.faultEvery = []int{25, 80}[r.IntN(2)]
 	}
 	return w
 }
@@ -140,13 +161,36 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // simConfig is the flows under test, on one source whose API is the
-// simulated truth.
-func simConfig(apiURL string) string {
-	return `destinations:
-  - {name: notifier, base_url: "http://127.0.0.1:1"}
-  - {name: crm, base_url: "http://127.0.0.1:1"}
-  - {name: warehouse, base_url: "http://127.0.0.1:1"}
-  - {name: carrier, base_url: "http://127.0.0.1:1"}
+// simulated truth, and the four destinations the delivery workers call,
+// all served by the run's fault-injecting destination at destURL. They
+// differ in how an unknown outcome can be settled: notifier dedupes on an
+// idempotency key and marks replayed answers (Stripe), crm answers a
+// lookup, warehouse dedupes for a short window only, carrier does neither
+// (an unknown outcome goes to a person). Each effect sends its episode key
+// in X-Episode-Key, which the destination counts work by when no
+// idempotency key carries it.
+func simConfig(apiURL, destURL string, open bool) string {
+	hidden := `
+    classify:
+      - {status: 200, body_contains: '"success":false', class: hidden_failure, reason: the answer reports a failure}
+      - {when: 'status == 200 && body.results.exists(r, r.status == "error")', class: hidden_failure, reason: a record of the batch failed}`
+	dest := func(name, unit, extra string) string {
+		return `
+  - name: ` + name + `
+    base_url: ` + destURL + `
+    timeout: ` + destTimeout.String() + `
+    retry: {base: 1s, factor: 2, cap: 8s, attempts: 3, redrive: [1m, 3m]}
+    retry_after: {unit: ` + unit + `, max: 2m}
+    max_in_flight: 3` + extra + hidden
+	}
+	return `destinations:` +
+		dest("notifier", "seconds", `
+    idempotency: {header: Idempotency-Key, window: 10m, replayed_header: Idempotent-Replayed}`) +
+		dest("crm", "milliseconds", `
+    lookup: {path: '"/effects/" + pathEscape(episode_key)', found: status == 200, ref: body.id}`) +
+		dest("warehouse", "seconds", `
+    idempotency: {header: Idempotency-Key, window: 2m}`) +
+		dest("carrier", "seconds", "") + `
 sources:
   - name: shop
     kind: hmac
@@ -170,17 +214,20 @@ flows:
         destination: notifier
         request:
           path: '"/notify/created"'
+          ` + key(flowRev, `"r" + string(version)`, "notify_created") + `
           body: '{"order": entity, "revision": version}'
       - name: notify_cancelled
         when: state == "CANCELLED"
         destination: notifier
         request:
           path: '"/notify/cancelled"'
+          ` + key(flowRev, `"r" + string(version)`, "notify_cancelled") + `
           body: '{"order": entity}'
       - name: upsert_order
         destination: crm
         request:
-          path: '"/orders/" + entity'
+          path: '"/orders/" + pathEscape(entity)'
+          ` + key(flowRev, `"r" + string(version)`, "upsert_order") + `
           body: '{"order": entity, "state": state}'
   - name: orders_truth
     source: shop
@@ -195,18 +242,33 @@ flows:
       - name: sync_warehouse
         destination: warehouse
         request:
-          path: '"/sync/" + entity'
+          path: '"/sync/" + pathEscape(entity)'
+          ` + key(flowTruth, "version", "sync_warehouse") + `
           body: state
       - name: ship
         when: state.status == "SHIPPED"
         destination: carrier
         request:
           path: '"/shipments"'
+          ` + key(flowTruth, "version", "ship") + `
           body: '{"order": entity}'
-`
+` + openFlow(open)
 }
 
-// effectWhen mirrors the `when` of each effect, for the invariants.
+// key is an effect request's header that names its episode key (the
+// version is an expression).
+func key(flow, version, effect string) string {
+	return `headers: {X-Episode-Key: '"` + flow + `:" + entity + ":" + ` + version + ` + ":` + effect + `"'}`
+}
+
+// openExpr is whether a refetched order is open, for orders_open.
+const openExpr = `object.status in ["CREATED", "CONFIRMED"]`
+
+// isOpen mirrors openExpr.
+func isOpen(status string) bool { return status == "CREATED" || status == "CONFIRMED" }
+
+// revisionEffects mirrors the `when` of each effect of the revision flow,
+// for the invariants.
 func revisionEffects(state string) []string {
 	out := []string{"upsert_order"}
 	switch state {
@@ -224,4 +286,31 @@ func truthEffects(status string) []string {
 		out = append(out, "ship")
 	}
 	return out
+}
+
+// openFlow is the flow whose version is whether the order is open: an
+// order that closes and is open again re-applies a version whose effect is
+// already in the ledger (its episode key is inserted again and must stay
+// one row). Not every seed has it: it adds a third of the processing.
+func openFlow(open bool) string {
+	if !open {
+		return ""
+	}
+	return `  - name: orders_open
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version:
+      mode: refetch
+      path: '"/orders/" + entity'
+      hash: ['` + openExpr + `']
+    state: '` + openExpr + `'
+    effects:
+      - name: open_changed
+        destination: carrier
+        request:
+          path: '"/open"'
+          ` + key(flowOpen, "version", "open_changed") + `
+          body: '{"order": entity, "open": state}'
+`
 }

@@ -19,10 +19,11 @@
 //   - the first response produced after execution began is saved and
 //     replayed for every later request with the same key, including a
 //     saved 500 (Fail500Saved) and the success of a call whose client timed
-//     out (TimeoutAfterWork);
+//     out or whose connection was cut (TimeoutAfterWork, ResetAfterWork);
 //   - faults that happen before execution begins (Fail500, Fail429*,
-//     TimeoutBeforeWork, Fail400 — Stripe saves no result when validation
-//     fails or a rate limit refuses) save nothing, so the key stays free;
+//     TimeoutBeforeWork, ResetBeforeWork, Fail400 — Stripe saves no result
+//     when validation fails or a rate limit refuses) save nothing, so the
+//     key stays free;
 //   - a key reused with a different body is refused with 400 and a Stripe
 //     style {"error":{"type":"idempotency_error",...}} body, and does no
 //     work;
@@ -47,6 +48,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -77,11 +79,11 @@ const (
 	Fail429Millis
 	// Fail429Date answers 429 with Retry-After as an HTTP date.
 	Fail429Date
-	// TimeoutBeforeWork stalls until the client gives up, then does
-	// nothing.
+	// TimeoutBeforeWork stalls until the client gives up (or calls
+	// Options.Hang), then does nothing.
 	TimeoutBeforeWork
 	// TimeoutAfterWork does the work, saves the success under the key,
-	// then stalls until the client gives up.
+	// then stalls until the client gives up (or calls Options.Hang).
 	TimeoutAfterWork
 	// HiddenFailure answers 200 with a Marketo-style failure body
 	// ({"success":false,"errors":[...]}): no work is done.
@@ -92,10 +94,22 @@ const (
 	BatchPartial
 	// Fail400 refuses the request as invalid: no work is done.
 	Fail400
+	// ResetBeforeWork reads the whole request, then resets the connection
+	// without answering: the client sent it and cannot know that nothing
+	// was done.
+	ResetBeforeWork
+	// ResetAfterWork does the work, saves the success under the key, then
+	// resets the connection without answering.
+	ResetAfterWork
 )
 
 var faultNames = [...]string{"success", "500", "500_saved", "429_seconds", "429_millis", "429_date",
-	"timeout_before_work", "timeout_after_work", "hidden_failure", "batch_partial", "400"}
+	"timeout_before_work", "timeout_after_work", "hidden_failure", "batch_partial", "400",
+	"reset_before_work", "reset_after_work"}
+
+// Faults is every fault, in order.
+var Faults = []Fault{Success, Fail500, Fail500Saved, Fail429Seconds, Fail429Millis, Fail429Date,
+	TimeoutBeforeWork, TimeoutAfterWork, HiddenFailure, BatchPartial, Fail400, ResetBeforeWork, ResetAfterWork}
 
 func (f Fault) String() string {
 	if int(f) < len(faultNames) {
@@ -146,6 +160,27 @@ type Options struct {
 	// Now is the server's clock for HTTP dates and key windows (default
 	// time.Now); tests pass the fake clock's Now.
 	Now func() time.Time
+	// Hang, when set, replaces the real-time wait of the timeout faults:
+	// the server calls it (a test on a fake clock advances that clock by
+	// the client's timeout there), then resets the connection without
+	// answering, as the client's own deadline would have ended the call.
+	// The client sees its request sent and no answer, as after a timeout,
+	// without the test waiting for one.
+	Hang func(r *http.Request)
+}
+
+// withDefaults fills in the zero options.
+func (o Options) withDefaults() Options {
+	if o.LookupPrefix == "" {
+		o.LookupPrefix = "/effects/"
+	}
+	if o.Stall <= 0 {
+		o.Stall = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
 }
 
 // Request is one request as the server saw it.
@@ -191,19 +226,28 @@ type Server struct {
 // New starts a server on 127.0.0.1; Close stops it (tests register
 // t.Cleanup(s.Close)).
 func New(opts Options) *Server {
-	if opts.LookupPrefix == "" {
-		opts.LookupPrefix = "/effects/"
-	}
-	if opts.Stall <= 0 {
-		opts.Stall = 10 * time.Second
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	s := &Server{opts: opts, script: map[string][]Fault{}, calls: map[string]int{}, executed: map[string]int{},
-		ids: map[string]string{}, keys: map[string]*saved{}, lookups: map[string]int{}}
+	s := &Server{}
+	s.reset(opts)
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
+}
+
+// Reset forgets every key, script, count and request, and takes opts as
+// the server's options, keeping its listener: a test that runs thousands
+// of short scenarios (the simulation) reuses one server, and its clients
+// their connections, instead of starting a server for each. No call may
+// be in flight.
+func (s *Server) Reset(opts Options) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reset(opts)
+}
+
+func (s *Server) reset(opts Options) {
+	s.opts = opts.withDefaults()
+	s.script, s.calls, s.executed = map[string][]Fault{}, map[string]int{}, map[string]int{}
+	s.ids, s.keys, s.lookups = map[string]string{}, map[string]*saved{}, map[string]int{}
+	s.log, s.nextID = nil, 0
 }
 
 // Script queues faults for a key's next calls, in order; once they are
@@ -271,8 +315,15 @@ func (s *Server) FaultsFor(key string) []Fault {
 // Draw is the fault the seeded mix gives the n-th call (1-based) for key;
 // it is exported so tests can predict or audit the mix.
 func (s *Server) Draw(key string, n int) Fault {
+	s.mu.Lock()
+	opts := s.opts
+	s.mu.Unlock()
+	return draw(opts, key, n)
+}
+
+func draw(opts Options, key string, n int) Fault {
 	total := 0
-	for _, w := range s.opts.Mix {
+	for _, w := range opts.Mix {
 		total += w.Weight
 	}
 	if total <= 0 {
@@ -280,12 +331,12 @@ func (s *Server) Draw(key string, n int) Fault {
 	}
 	h := sha256.New()
 	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], s.opts.Seed)
+	binary.LittleEndian.PutUint64(b[:8], opts.Seed)
 	binary.LittleEndian.PutUint64(b[8:], uint64(n))
 	h.Write(b[:])
 	h.Write([]byte(key))
 	r := int(binary.LittleEndian.Uint64(h.Sum(nil)[:8]) % uint64(total))
-	for _, w := range s.opts.Mix {
+	for _, w := range opts.Mix {
 		if r < w.Weight {
 			return w.Fault
 		}
@@ -294,14 +345,14 @@ func (s *Server) Draw(key string, n int) Fault {
 	return Success
 }
 
-func (s *Server) keyOf(r *http.Request, body []byte) string {
-	if h := s.opts.IdempotencyHeader; h != "" && r.Header.Get(h) != "" {
+func keyOf(opts Options, r *http.Request, body []byte) string {
+	if h := opts.IdempotencyHeader; h != "" && r.Header.Get(h) != "" {
 		return r.Header.Get(h)
 	}
-	if h := s.opts.KeyHeader; h != "" && r.Header.Get(h) != "" {
+	if h := opts.KeyHeader; h != "" && r.Header.Get(h) != "" {
 		return r.Header.Get(h)
 	}
-	if f := s.opts.KeyField; f != "" {
+	if f := opts.KeyField; f != "" {
 		var m map[string]any
 		if json.Unmarshal(body, &m) == nil {
 			if v, ok := m[f]; ok {
@@ -314,23 +365,28 @@ func (s *Server) keyOf(r *http.Request, body []byte) string {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, s.opts.LookupPrefix) {
-		s.lookup(w, r, strings.TrimPrefix(r.URL.Path, s.opts.LookupPrefix))
+	// The options are read under the lock: Reset may have replaced them
+	// since this connection's last request.
+	s.mu.Lock()
+	opts := s.opts
+	s.mu.Unlock()
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, opts.LookupPrefix) {
+		s.lookup(w, r, opts, strings.TrimPrefix(r.URL.Path, opts.LookupPrefix))
 		return
 	}
 	if r.Method != http.MethodPost {
 		writeJSON(w, http.StatusMethodNotAllowed, nil, map[string]any{"error": "only POST creates effects"})
 		return
 	}
-	key := s.keyOf(r, body)
-	rec := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Key: key, At: s.opts.Now()}
-	idem := s.opts.IdempotencyHeader != "" && r.Header.Get(s.opts.IdempotencyHeader) != ""
+	key := keyOf(opts, r, body)
+	rec := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Key: key, At: opts.Now()}
+	idem := opts.IdempotencyHeader != "" && r.Header.Get(opts.IdempotencyHeader) != ""
 	hash := sha256.Sum256(body)
 
 	s.mu.Lock()
 	s.calls[key]++
 	if idem {
-		if sv := s.keys[key]; sv != nil && s.opts.Window > 0 && !rec.At.Before(sv.at.Add(s.opts.Window)) {
+		if sv := s.keys[key]; sv != nil && opts.Window > 0 && !rec.At.Before(sv.at.Add(opts.Window)) {
 			delete(s.keys, key) // pruned: a resend is a new request
 		}
 		if sv := s.keys[key]; sv != nil {
@@ -364,11 +420,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if q := s.script[key]; len(q) > 0 {
 		fault, s.script[key] = q[0], q[1:]
 	} else {
-		fault = s.Draw(key, s.calls[key])
+		fault = draw(opts, key, s.calls[key])
 	}
 	rec.Fault = fault
 	var sv *saved
-	if idem && fault != Fail500 && fault != Fail400 && fault != TimeoutBeforeWork &&
+	if idem && fault != Fail500 && fault != Fail400 && fault != TimeoutBeforeWork && fault != ResetBeforeWork &&
 		fault != Fail429Seconds && fault != Fail429Millis && fault != Fail429Date {
 		// Execution begins: the key is taken, and concurrent requests with
 		// it get 409 until the answer is saved.
@@ -379,7 +435,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	var header http.Header
 	var out any
 	switch fault {
-	case Success, TimeoutAfterWork, BatchPartial:
+	case Success, TimeoutAfterWork, ResetAfterWork, BatchPartial:
 		s.executed[key]++
 		id, ok := s.ids[key]
 		if !ok {
@@ -397,13 +453,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case Fail500, Fail500Saved:
 		status, out = http.StatusInternalServerError, map[string]any{"error": map[string]any{"type": "api_error", "message": "internal error"}}
 	case Fail429Seconds, Fail429Millis, Fail429Date:
-		status, header = http.StatusTooManyRequests, http.Header{"Retry-After": {s.retryAfter(fault, rec.At)}}
+		status, header = http.StatusTooManyRequests, http.Header{"Retry-After": {retryAfter(opts, fault, rec.At)}}
 		out = map[string]any{"error": map[string]any{"type": "rate_limit_error", "message": "too many requests"}}
 	case HiddenFailure:
 		status, out = http.StatusOK, map[string]any{"success": false, "errors": []any{map[string]any{"code": "1003", "message": "Invalid data"}}}
 	case Fail400:
 		status, out = http.StatusBadRequest, map[string]any{"error": map[string]any{"type": "invalid_request_error", "message": "invalid parameter"}}
-	case TimeoutBeforeWork:
+	case TimeoutBeforeWork, ResetBeforeWork:
 		status = 0
 	}
 	rec.Status = status
@@ -414,35 +470,45 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.log = append(s.log, rec)
 	s.mu.Unlock()
 
-	if fault == TimeoutBeforeWork || fault == TimeoutAfterWork {
-		if s.opts.HangUp {
-			hangUp(w)
+	switch fault {
+	case TimeoutBeforeWork, TimeoutAfterWork:
+		if opts.Hang != nil {
+			opts.Hang(r)
+			resetConn(w)
 			return
 		}
-		s.stall(r)
+		if opts.HangUp {
+			resetConn(w)
+			return
+		}
+		stall(opts, r)
+		return
+	case ResetBeforeWork, ResetAfterWork:
+		resetConn(w)
 		return
 	}
 	writeRaw(w, status, header, b)
 }
 
-// hangUp closes the connection without an answer.
-func hangUp(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			conn.Close()
-			return
-		}
+// resetConn ends the connection without an answer, with a TCP reset where
+// it can: the client has sent its whole request and gets no response.
+func resetConn(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// Not hijackable (HTTP/2): aborting the handler resets the stream.
+		panic(http.ErrAbortHandler)
 	}
-	// Without a hijackable connection, abort the handler: net/http then
-	// closes the connection without a response.
-	panic(http.ErrAbortHandler)
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // close with RST, not FIN
+	}
+	_ = conn.Close()
 }
 
 // stall waits for the client to give up (its timeout closes the
 // connection) or for Options.Stall: the only real-time wait, and it ends
 // as soon as the client's deadline has passed.
-func (s *Server) stall(r *http.Request) {
-	t := time.NewTimer(s.opts.Stall)
+func stall(opts Options, r *http.Request) {
+	t := time.NewTimer(opts.Stall)
 	defer t.Stop()
 	select {
 	case <-r.Context().Done():
@@ -450,8 +516,8 @@ func (s *Server) stall(r *http.Request) {
 	}
 }
 
-func (s *Server) retryAfter(f Fault, now time.Time) string {
-	d := s.opts.RetryAfter
+func retryAfter(opts Options, f Fault, now time.Time) string {
+	d := opts.RetryAfter
 	switch f {
 	case Fail429Millis:
 		if d <= 0 {
@@ -471,11 +537,11 @@ func (s *Server) retryAfter(f Fault, now time.Time) string {
 	}
 }
 
-func (s *Server) lookup(w http.ResponseWriter, r *http.Request, key string) {
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request, opts Options, key string) {
 	s.mu.Lock()
 	s.lookups[key]++
 	n, id := s.executed[key], s.ids[key]
-	rec := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Key: key, At: s.opts.Now(), Status: http.StatusOK}
+	rec := Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Key: key, At: opts.Now(), Status: http.StatusOK}
 	if n == 0 {
 		rec.Status = http.StatusNotFound
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -163,5 +164,81 @@ func TestHangUp(t *testing.T) {
 		if n := s.Executions(key); n != work {
 			t.Errorf("%s: executions %d, want %d", key, n, work)
 		}
+	}
+}
+
+// The reset faults cut the connection after reading the whole request:
+// the client gets an error, not an answer; after-work has done the work and
+// saved it under the key, before-work has done nothing and saved nothing.
+func TestResets(t *testing.T) {
+	s := New(Options{IdempotencyHeader: "Idempotency-Key"})
+	defer s.Close()
+	s.Script("before", ResetBeforeWork)
+	s.Script("after", ResetAfterWork)
+	for _, k := range []string{"before", "after"} {
+		if a, err := post(t, s, k, `{}`, 5*time.Second); err == nil {
+			t.Fatalf("%s: answered %d, want the connection cut", k, a.status)
+		}
+	}
+	if s.Executions("before") != 0 || s.Executions("after") != 1 {
+		t.Fatalf("executions before=%d after=%d", s.Executions("before"), s.Executions("after"))
+	}
+	if a, _ := post(t, s, "after", `{}`, 5*time.Second); a.status != 201 || a.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("resend after the work: %+v", a)
+	}
+	if a, _ := post(t, s, "before", `{}`, 5*time.Second); a.status != 201 || a.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("resend before the work: %+v", a)
+	}
+	if got := s.FaultsFor("after"); len(got) != 1 || got[0] != ResetAfterWork {
+		t.Fatalf("faults for after: %v", got)
+	}
+}
+
+// With Hang, a timeout fault calls it and cuts the connection at once
+// instead of waiting for the client's deadline.
+func TestHang(t *testing.T) {
+	var hung atomic.Int32 // the network is no synchronisation to the race detector
+	s := New(Options{KeyHeader: "X-Key", Hang: func(*http.Request) { hung.Add(1) }})
+	defer s.Close()
+	s.Script("k", TimeoutAfterWork, TimeoutBeforeWork)
+	for range 2 {
+		// A deadline far away: only the cut can end the call in time.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/x", bytes.NewReader([]byte(`{}`)))
+		req.Header.Set("X-Key", "k")
+		resp, err := http.DefaultClient.Do(req)
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("answered %d, want the connection cut", resp.StatusCode)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the client timed out: Hang did not cut the call")
+		}
+	}
+	if hung.Load() != 2 || s.Executions("k") != 1 || s.Calls("k") != 2 {
+		t.Fatalf("hung %d, executions %d, calls %d; want 2, 1, 2", hung.Load(), s.Executions("k"), s.Calls("k"))
+	}
+}
+
+// Reset forgets everything and takes new options on the same listener.
+func TestReset(t *testing.T) {
+	s := New(Options{IdempotencyHeader: "Idempotency-Key"})
+	defer s.Close()
+	if a, _ := post(t, s, "k", `{}`, 5*time.Second); a.status != 201 {
+		t.Fatalf("first call: %d", a.status)
+	}
+	url := s.URL
+	s.Reset(Options{IdempotencyHeader: "Idempotency-Key", Mix: []Weighted{{Fail400, 1}}})
+	if s.URL != url || s.Calls("k") != 0 || s.Executions("k") != 0 || len(s.Requests()) != 0 {
+		t.Fatalf("after Reset: url %s (was %s), calls %d, executions %d, requests %d",
+			s.URL, url, s.Calls("k"), s.Executions("k"), len(s.Requests()))
+	}
+	// The key is forgotten (no replay of the 201) and the new mix applies.
+	if a, _ := post(t, s, "k", `{}`, 5*time.Second); a.status != 400 {
+		t.Fatalf("after Reset: %d, want the new mix's 400", a.status)
+	}
+	if get(t, s, "/effects/k") != 404 {
+		t.Fatal("lookup after Reset found the forgotten work")
 	}
 }

@@ -224,8 +224,11 @@ func settleEffect(ctx context.Context, tx pgx.Tx, p *store.EffectSettleParams) e
 		return store.ErrLeaseLost
 	}
 	f, err := getEffect(ctx, tx, p.EffectID, "")
-	if err != nil || f == nil {
-		return fmt.Errorf("read effect: %w", errors.Join(err, errors.New("effect vanished")))
+	if err != nil {
+		return fmt.Errorf("read effect: %w", err)
+	}
+	if f == nil {
+		return errors.New("read effect: effect vanished")
 	}
 	attempts := f.Attempts
 	if p.AddAttempt {

@@ -192,12 +192,27 @@ func (s *Store) runBatch(batch []*txJob) {
 // wtx is a write transaction that prepares each distinct statement once and
 // reuses it for every caller sharing the transaction: the driver would
 // otherwise parse the same SQL again for each of them, and parsing is a
-// large share of the single writer's time.
+// large share of the single writer's time. Each statement first asks
+// Options.Faults (tests only) whether it fails.
 type wtx struct {
 	*sql.Tx
 	s     *Store
 	stmts map[string]*sql.Stmt // nil: no reuse (a transaction of its own)
 }
+
+// fault is the error Options.Faults injects into statement q, or nil (always
+// nil outside tests).
+func (s *Store) fault(q string) error {
+	if s == nil || s.faults == nil {
+		return nil
+	}
+	return s.faults(q)
+}
+
+// failedRow is the row of a statement that failed before it ran.
+type failedRow struct{ err error }
+
+func (r failedRow) Scan(...any) error { return r.err }
 
 func (t *wtx) prepared(ctx context.Context, q string) *sql.Stmt {
 	if t.stmts == nil {
@@ -268,6 +283,9 @@ func (s *Store) prepareWanted() {
 
 // ExecContext runs q through the transaction's statement cache.
 func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := t.s.fault(q); err != nil {
+		return nil, err
+	}
 	if st := t.prepared(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
@@ -276,14 +294,21 @@ func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Resul
 
 // QueryContext runs q through the transaction's statement cache.
 func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if err := t.s.fault(q); err != nil {
+		return nil, err
+	}
 	if st := t.prepared(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
 	return t.Tx.QueryContext(ctx, q, args...)
 }
 
-// QueryRowContext runs q through the transaction's statement cache.
-func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+// QueryRowContext runs q through the transaction's statement cache. Its
+// row is a scanner, not a *sql.Row, so that an injected fault can fail it.
+func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) scanner {
+	if err := t.s.fault(q); err != nil {
+		return failedRow{err}
+	}
 	if st := t.prepared(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}

@@ -58,11 +58,13 @@ func dueAt(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-func getEffect(ctx context.Context, q interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}, id int64) (*store.Effect, error) {
+// effectByID selects one effect for getEffect.
+const effectByID = `SELECT ` + effectColumns + effectFrom + ` WHERE f.id = ?`
+
+// getEffect scans the row of effectByID, or returns nil when there is none.
+func getEffect(row scanner) (*store.Effect, error) {
 	f := &store.Effect{}
-	err := scanEffect(q.QueryRowContext(ctx, `SELECT `+effectColumns+effectFrom+` WHERE f.id = ?`, id), f)
+	err := scanEffect(row, f)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -217,9 +219,12 @@ func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) err
 	} else if n == 0 {
 		return store.ErrLeaseLost
 	}
-	f, err := getEffect(ctx, tx, p.EffectID)
-	if err != nil || f == nil {
-		return fmt.Errorf("read effect: %w", errors.Join(err, errors.New("effect vanished")))
+	f, err := getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID))
+	if err != nil {
+		return fmt.Errorf("read effect: %w", err)
+	}
+	if f == nil {
+		return errors.New("read effect: effect vanished")
 	}
 	attempts := f.Attempts
 	if p.AddAttempt {
@@ -292,7 +297,7 @@ func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams)
 
 // EffectGet returns one effect, or nil when there is none.
 func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) {
-	f, err := getEffect(ctx, s.reader, id)
+	f, err := getEffect(s.reader.QueryRowContext(ctx, effectByID, id))
 	if err != nil {
 		return nil, fmt.Errorf("get effect %d: %w", id, err)
 	}
@@ -350,7 +355,7 @@ func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams)
 		return nil, fmt.Errorf("operate on effect %d: begin: %w: %w", p.EffectID, store.ErrUnavailable, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	f, err := operate(ctx, &wtx{Tx: tx}, p)
+	f, err := operate(ctx, &wtx{Tx: tx, s: s}, p)
 	if err != nil {
 		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
 	}
@@ -361,7 +366,7 @@ func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams)
 }
 
 func operate(ctx context.Context, tx *wtx, p *store.EffectOperateParams) (*store.Effect, error) {
-	f, err := getEffect(ctx, tx, p.EffectID)
+	f, err := getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID))
 	if err != nil {
 		return nil, fmt.Errorf("read effect: %w", err)
 	}
@@ -394,7 +399,7 @@ func operate(ctx context.Context, tx *wtx, p *store.EffectOperateParams) (*store
 	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, operateDetail(f, p)); err != nil {
 		return nil, err
 	}
-	if f, err = getEffect(ctx, tx, p.EffectID); err != nil {
+	if f, err = getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID)); err != nil {
 		return nil, fmt.Errorf("read effect: %w", err)
 	}
 	return f, nil

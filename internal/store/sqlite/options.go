@@ -14,6 +14,15 @@ type Options struct {
 	// short-lived simulation databases need no durability, and fsync would
 	// otherwise dominate their run time.
 	NoSync bool
+	// Faults, when set, is asked before each statement of a write
+	// transaction runs (every statement of the shared write transaction's
+	// callers, of InboxCommit's submissions, of replays and of operator
+	// actions) with the statement's SQL; an error it returns fails that
+	// statement, unrun, as if the database had failed it. The simulation
+	// injects such failures to check that each caller's writes roll back
+	// whole. It is called on the writer's goroutines, concurrently with
+	// the store's callers.
+	Faults func(query string) error
 }
 
 // OpenWithOptions opens like Open, then applies opts. For tests and
@@ -23,6 +32,9 @@ func OpenWithOptions(ctx context.Context, path string, opts Options) (*Store, er
 	if err != nil {
 		return nil, err
 	}
+	// Set before any write: the first job handed to the writer loop
+	// orders this write before every read of it there.
+	s.faults = opts.Faults
 	if opts.NoSync {
 		// The writer pool holds exactly one connection that never expires,
 		// so a pragma set on it lasts for the life of the store. Were the

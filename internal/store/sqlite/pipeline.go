@@ -727,7 +727,7 @@ func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (
 		return 0, fmt.Errorf("create replay: begin: %w: %w", store.ErrUnavailable, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	id, err := createReplay(ctx, &wtx{Tx: tx}, p)
+	id, err := createReplay(ctx, &wtx{Tx: tx, s: s}, p)
 	if err != nil {
 		return 0, fmt.Errorf("create replay: %w", err)
 	}

@@ -54,6 +54,9 @@ type Store struct {
 	writeMu    sync.Mutex
 	writeStmts map[string]*sql.Stmt
 	wantStmts  map[string]bool
+
+	// faults is Options.Faults: nil outside tests.
+	faults func(query string) error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -248,6 +251,20 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 // errRetryWithSavepoints reports that a submission failed on the fast path.
 var errRetryWithSavepoints = errors.New("a submission failed: retry the group with savepoints")
 
+// The statements of an inbox commit.
+const (
+	sqlUpsertEvent = `INSERT INTO events
+		(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+		ON CONFLICT (source, event_id) DO UPDATE SET deliveries = deliveries + 1
+		RETURNING pk, deliveries`
+	sqlInsertDelivery = `INSERT INTO deliveries
+		(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInboxAudit = `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+)
+
 // inboxStmts are prepared once on the single writer connection and bound
 // into each transaction: parsing them per commit was a large share of the
 // serial commit path.
@@ -266,19 +283,12 @@ func (s *Store) prepareInbox(ctx context.Context) error {
 		return st
 	}
 	s.inbox = &inboxStmts{
-		upsertEvent: prep(`INSERT INTO events
-		(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
-		ON CONFLICT (source, event_id) DO UPDATE SET deliveries = deliveries + 1
-		RETURNING pk, deliveries`),
-		insertDelivery: prep(`INSERT INTO deliveries
-		(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		insertAudit: prep(`INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		savepoint:  prep(`SAVEPOINT sub`),
-		rollbackTo: prep(`ROLLBACK TO sub`),
-		release:    prep(`RELEASE sub`),
+		upsertEvent:    prep(sqlUpsertEvent),
+		insertDelivery: prep(sqlInsertDelivery),
+		insertAudit:    prep(sqlInboxAudit),
+		savepoint:      prep(`SAVEPOINT sub`),
+		rollbackTo:     prep(`ROLLBACK TO sub`),
+		release:        prep(`RELEASE sub`),
 	}
 	if err != nil {
 		s.inbox = nil
@@ -343,9 +353,15 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 			disposition, routed = store.DispositionUnrouted, 1
 		}
 		var pk, n int64
+		if err := s.fault(sqlUpsertEvent); err != nil {
+			return nil, wrapErr("record event", err)
+		}
 		if err := upsertEvent.QueryRowContext(ctx, d.Source, d.EventID, d.Type, d.Entity, d.Account,
 			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, disposition, routed).Scan(&pk, &n); err != nil {
 			return nil, wrapErr("record event", err)
+		}
+		if err := s.fault(sqlInsertDelivery); err != nil {
+			return nil, wrapErr("record delivery", err)
 		}
 		res, err := insertDelivery.ExecContext(ctx, pk, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
 			d.Entity, d.Account, micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, string(headers), nonNilBytes(d.Body))
@@ -358,6 +374,9 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 		}
 		items[j] = store.DeliveryOutcome{DeliveryID: id, EventPK: pk, Duplicate: n > 1}
 		if d.Unrouted && n == 1 {
+			if err := s.fault(sqlInboxAudit); err != nil {
+				return nil, wrapErr("insert audit", err)
+			}
 			if _, err := audit.ExecContext(ctx, d.ReceivedAt.UnixMicro(), "receiver", "disposition", d.Source, d.EventID, d.Entity,
 				fmt.Sprintf("unrouted: no flow subscribes to type %q", d.Type)); err != nil {
 				return nil, wrapErr("insert audit", err)
@@ -365,6 +384,9 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 		}
 	}
 	for _, a := range sub.Audit {
+		if err := s.fault(sqlInboxAudit); err != nil {
+			return nil, wrapErr("insert audit", err)
+		}
 		if _, err := audit.ExecContext(ctx, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail); err != nil {
 			return nil, wrapErr("insert audit", err)
 		}
