@@ -29,6 +29,7 @@ import (
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/envelope"
 	"github.com/hookledger/hookledger/internal/logging"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/verify"
 )
@@ -242,7 +243,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 		// URL-signing scheme most often fails on the URL, not the secret.
 		attrs := []any{"source", src.cfg.Name, "reason", err.Error(), "body_bytes", len(body)}
 		if urlFrom != "" {
-			attrs = append(attrs, "signed_url", redactURL(signedURL), "url_from", urlFrom)
+			attrs = append(attrs, "signed_url", outbound.RedactURL(signedURL), "url_from", urlFrom)
 		}
 		h.log.Info("webhook refused", attrs...)
 		return reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
@@ -303,10 +304,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 	// The wait for the commit is bounded so that a busy or locked store
 	// still gets the sender a 503 with Retry-After before the connection's
 	// write deadline, never a dropped connection.
-	ctx, cancel := context.WithTimeout(r.Context(), h.commitWait)
-	if h.writeBy > 0 {
-		ctx, cancel = boundBy(ctx, cancel, start.Add(h.writeBy))
+	deadline := time.Now().Add(h.commitWait)
+	if h.writeBy > 0 && start.Add(h.writeBy).Before(deadline) {
+		deadline = start.Add(h.writeBy)
 	}
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	res, err := h.w.Submit(ctx, sub)
 	cancel()
 	if err == nil {
@@ -448,29 +450,6 @@ func forwarded(hd http.Header) (proto, host string) {
 		return strings.TrimSpace(first)
 	}
 	return strings.ToLower(firstOf(hd.Get("X-Forwarded-Proto"))), firstOf(hd.Get("X-Forwarded-Host"))
-}
-
-// redactURL drops userinfo and the query from a URL for a log line: either
-// may carry a credential.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User = nil
-	if u.RawQuery != "" {
-		u.RawQuery = "…"
-	}
-	return u.String()
-}
-
-// boundBy shortens ctx to end at deadline when that comes first.
-func boundBy(ctx context.Context, cancel context.CancelFunc, deadline time.Time) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && !deadline.Before(d) {
-		return ctx, cancel
-	}
-	inner, innerCancel := context.WithDeadline(ctx, deadline)
-	return inner, func() { innerCancel(); cancel() }
 }
 
 // checkIdentities rejects identities that are not text PostgreSQL can hold
