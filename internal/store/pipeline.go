@@ -205,6 +205,20 @@ type EffectInsert struct {
 	Request     json.RawMessage
 	CausationID string
 	Hop         int
+	// Compensates, when not 0, makes this the compensation of that effect
+	// (compensate_when held): the insert is decided in the transaction
+	// from the original's state. An original that was never sent
+	// (approved, retry_wait) is superseded instead, audited
+	// effect_superseded, and no compensation is made; one that ended
+	// superseded or dead needs none; otherwise the compensation is
+	// inserted. Compensations never supersede one another.
+	Compensates int64
+	// DeadlineAt is the business deadline (zero: none); DeadlineWarnAt is
+	// when deadline_risk starts to warn; OnDeadline is "" (keep trying
+	// after the deadline) or "dead" (hand it to a person).
+	DeadlineAt     time.Time
+	DeadlineWarnAt time.Time
+	OnDeadline     string
 }
 
 // FlowApplyResult is what the transaction decided.
@@ -285,8 +299,13 @@ type EffectListParams struct {
 	// (exclusive) bound the effect's creation and last change.
 	CreatedFrom, CreatedTo time.Time
 	UpdatedFrom, UpdatedTo time.Time
-	AfterID                int64
-	Limit                  int
+	// DeadlineMissed selects the effects whose business deadline was
+	// escalated (part of the exception queue's view).
+	DeadlineMissed bool
+	// Compensations selects compensation effects only.
+	Compensations bool
+	AfterID       int64
+	Limit         int
 }
 
 // StateSet is the union of State and States, sorted and each once, so
@@ -329,6 +348,16 @@ type Effect struct {
 	LastResponse    string
 	Owner           string // who owns the repair of an effect in the exception queue
 	Note            string // the operator's note (required to resolve)
+
+	// Outcomes: the effect this one compensates (0 for none), the business
+	// deadline and its escalation, and the verification mismatch mark
+	// (zero times for none).
+	Compensates      int64
+	DeadlineAt       time.Time
+	DeadlineWarnAt   time.Time
+	OnDeadline       string
+	DeadlineMissedAt time.Time
+	MismatchAt       time.Time
 }
 
 // ReplayCreateParams records one replay attempt.

@@ -42,6 +42,9 @@ type Store interface {
 	Pipeline
 	// Ledger is the delivery worker's and the operators' part (ledger.go).
 	Ledger
+	// Outcomes is the signals', deadlines', compensation's, verification's
+	// and check's part (signals.go).
+	Outcomes
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	// ProbeWrite makes one small durable write (a single row rewritten with

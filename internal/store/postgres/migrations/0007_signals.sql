@@ -1,0 +1,64 @@
+-- Outcome signals, business deadlines, compensation and verification.
+--
+-- revision_lag compares, per (flow, entity), the newest order key routed to
+-- the entity (whatever became of its event) with the newest order key that
+-- left the projection caught up (applied, or a duplicate, stale or
+-- superseded version of what is applied). A dead-lettered newest event
+-- leaves the entity behind, which is the point. Both keys are maintained
+-- by routing and by FlowApply, so counting lagging entities reads a partial
+-- index of the entities that lag, never the work table.
+ALTER TABLE entities ADD COLUMN newest_key text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN settled_key text COLLATE "C" NOT NULL DEFAULT '';
+-- When the entity last fell behind ('-infinity' when it never did).
+ALTER TABLE entities ADD COLUMN behind_since timestamptz NOT NULL DEFAULT '-infinity';
+
+UPDATE entities SET
+    newest_key = COALESCE((SELECT max(w.order_key) FROM work w
+        WHERE w.entity = entities.entity AND w.flow = entities.flow), ''),
+    settled_key = COALESCE((SELECT max(w.order_key) FROM work w
+        WHERE w.entity = entities.entity AND w.flow = entities.flow
+          AND w.disposition IN ('applied', 'duplicate', 'stale', 'superseded', 'resolved')), ''),
+    behind_since = updated_at;
+
+CREATE INDEX entities_behind ON entities (behind_since) WHERE newest_key > settled_key;
+
+-- The version a work item applied, so that hookledger check can compare a
+-- projection with the newest version applied to it.
+ALTER TABLE work ADD COLUMN version_sort text COLLATE "C" NOT NULL DEFAULT '';
+
+-- Compensation: the id of the effect this one undoes (0 for an ordinary
+-- effect). Business deadlines: when the effect is due by, when
+-- deadline_risk starts to warn, what to do once it passes ('' keeps
+-- trying, 'dead' hands it to a person) and when it was escalated.
+-- Verification: when the destination was found not to have a done effect.
+ALTER TABLE effects ADD COLUMN compensates bigint NOT NULL DEFAULT 0;
+ALTER TABLE effects ADD COLUMN deadline_at timestamptz;
+ALTER TABLE effects ADD COLUMN deadline_warn_at timestamptz;
+ALTER TABLE effects ADD COLUMN on_deadline text NOT NULL DEFAULT '';
+ALTER TABLE effects ADD COLUMN deadline_missed_at timestamptz;
+ALTER TABLE effects ADD COLUMN mismatch_at timestamptz;
+
+CREATE INDEX effects_deadline ON effects (deadline_at) WHERE deadline_at IS NOT NULL
+    AND state IN ('approved', 'submitting', 'acknowledged', 'retry_wait', 'needs_reconciliation');
+CREATE INDEX effects_deadline_missed ON effects (id) WHERE deadline_missed_at IS NOT NULL;
+CREATE INDEX effects_compensation ON effects (state, created_at) WHERE compensates <> 0;
+CREATE INDEX effects_mismatch ON effects (mismatch_at) WHERE mismatch_at IS NOT NULL;
+
+-- Per-minute (24 h) and hourly (30 days) rollups of every signal, so that
+-- trends can be drawn without Prometheus. value is the highest value seen
+-- in the bucket, status the worst.
+CREATE TABLE signal_history (
+    name       text        NOT NULL,
+    resolution text        NOT NULL CHECK (resolution IN ('minute', 'hour')),
+    bucket     timestamptz NOT NULL,
+    value      bigint      NOT NULL,
+    status     text        NOT NULL CHECK (status IN ('ok', 'warn', 'alert')),
+    PRIMARY KEY (name, resolution, bucket)
+);
+
+-- How far continuous verification has read each destination's effects.
+CREATE TABLE verify_cursors (
+    destination text        PRIMARY KEY,
+    after_id    bigint      NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
