@@ -107,3 +107,25 @@ func TestStatusBreakdownText(t *testing.T) {
 		}
 	}
 }
+
+// With --server the verb reads the running server's signals, with the
+// token from the environment, and keeps the exit code's meaning.
+func TestStatusThroughServer(t *testing.T) {
+	cfg, db := effectsConfig(t)
+	seedEffect(t, db, "e1", "o1", store.EffectDead)
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nstore: sqlite:"+db+"\nadmin:\n  token: ${TOKEN}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startServer(t, cfg, map[string]string{"TOKEN": "s3cret"})
+	code, out, errOut := run(t, "", map[string]string{adminTokenVar: "s3cret"}, "status", "--server", base, "--format", "json")
+	var rep struct {
+		Signals []struct{ Name, Status string }
+	}
+	if code != exitFail || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Signals) != 9 || rep.Signals[5].Status != "alert" {
+		t.Fatalf("status --server: exit %d %s %s", code, out, errOut)
+	}
+	code, _, errOut = run(t, "", map[string]string{adminTokenVar: "wrong"}, "status", "--server", base)
+	if code != exitFail || !strings.Contains(errOut, "refused the admin token") {
+		t.Errorf("wrong token: exit %d %q", code, errOut)
+	}
+}
