@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/signals"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -127,5 +128,23 @@ func TestStatusThroughServer(t *testing.T) {
 	code, _, errOut = run(t, "", map[string]string{adminTokenVar: "wrong"}, "status", "--server", base)
 	if code != exitFail || !strings.Contains(errOut, "refused the admin token") {
 		t.Errorf("wrong token: exit %d %q", code, errOut)
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	age := int64(5400)
+	r := &signals.Report{At: "2026-11-03T09:00:00Z", Signals: []signals.Signal{
+		{Name: "revision_lag", Status: "ok", Breakdown: map[string]map[string]int64{}},
+		{Name: "dead_letters", Value: 3, OldestAgeSeconds: &age, Status: "warn",
+			Breakdown: map[string]map[string]int64{"owner": {"unassigned": 2, "alice": 1}}},
+	}}
+	var b strings.Builder
+	printStatus(&b, r)
+	lines := strings.Split(b.String(), "\n")
+	if len(lines) < 5 || strings.Join(strings.Fields(lines[0]), " ") != "NAME VALUE OLDEST STATUS BREAKDOWN" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "revision_lag 0 - ok -" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "dead_letters 3 1h30m warn owner: unassigned=2 alice=1" ||
+		lines[4] != "worst: warn (measured at 2026-11-03T09:00:00Z)" {
+		t.Errorf("table:\n%s", b.String())
 	}
 }
