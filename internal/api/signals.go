@@ -71,8 +71,8 @@ type SignalHistoryJSON struct {
 var SignalHistoryParams = []string{"name", "from", "to", "resolution"}
 
 // SignalHistoryFilter reads the query of GET /api/v1/signals/history at
-// now: name is required; to defaults to now (inclusive), from to the
-// DefaultHistorySpan before to; the resolution defaults to minute for a range
+// now: name is required; from defaults to the DefaultHistorySpan before
+// to, and to to now, extended to the end of now's bucket; the resolution defaults to minute for a range
 // of at most 24 h (the minute buckets the store keeps) and to hour beyond.
 func SignalHistoryFilter(v url.Values, now time.Time) (*store.SignalHistoryListParams, error) {
 	q := newQuery(v, SignalHistoryParams...)
@@ -82,10 +82,9 @@ func SignalHistoryFilter(v url.Values, now time.Time) (*store.SignalHistoryListP
 	}
 	p.Resolution = oneOf(q, "resolution", []string{store.ResolutionMinute, store.ResolutionHour})
 	p.From, p.To = q.span("from", "to")
-	if p.To.IsZero() {
-		// Up to and including now: the bucket that starts this very
-		// second is the newest there is.
-		p.To = now.Add(time.Nanosecond)
+	toNow := p.To.IsZero()
+	if toNow {
+		p.To = now
 		if !p.From.IsZero() && !p.To.After(p.From) {
 			q.fail("from", "must be before now when to is not given")
 		}
@@ -98,6 +97,16 @@ func SignalHistoryFilter(v url.Values, now time.Time) (*store.SignalHistoryListP
 		if p.To.Sub(p.From) > DefaultHistorySpan {
 			p.Resolution = store.ResolutionHour
 		}
+	}
+	if toNow {
+		// Up to the end of the bucket now is in, so the newest bucket
+		// (which started before now, or exactly at it) is part of the
+		// answer.
+		step := time.Minute
+		if p.Resolution == store.ResolutionHour {
+			step = time.Hour
+		}
+		p.To = now.Truncate(step).Add(step)
 	}
 	if err := q.result(); err != nil {
 		return nil, err

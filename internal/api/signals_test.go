@@ -81,13 +81,13 @@ func TestSignalHistoryFilterDefaults(t *testing.T) {
 		from, to   time.Time
 		resolution string
 	}{
-		{"name=dead_letters", now.Add(-24*time.Hour + time.Nanosecond), now.Add(time.Nanosecond), store.ResolutionMinute},
-		{"name=dead_letters&from=2026-11-03T11:00:00Z", now.Add(-time.Hour), now.Add(time.Nanosecond), store.ResolutionMinute},
+		{"name=dead_letters", now.Add(-24 * time.Hour), now.Add(time.Minute), store.ResolutionMinute},
+		{"name=dead_letters&from=2026-11-03T11:00:00Z", now.Add(-time.Hour), now.Add(time.Minute), store.ResolutionMinute},
 		{"name=dead_letters&to=2026-11-02T12:00:00Z", now.Add(-48 * time.Hour), now.Add(-24 * time.Hour), store.ResolutionMinute},
-		{"name=dead_letters&from=2026-10-01T00:00:00Z", time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), now.Add(time.Nanosecond), store.ResolutionHour},
+		{"name=dead_letters&from=2026-10-01T00:00:00Z", time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), now.Add(time.Hour), store.ResolutionHour},
 		{"name=dead_letters&from=2026-11-02T11:59:59Z&to=2026-11-03T12:00:00Z", now.Add(-24*time.Hour - time.Second), now, store.ResolutionHour},
-		{"name=dead_letters&from=2026-10-01T00:00:00Z&resolution=minute", time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), now.Add(time.Nanosecond), store.ResolutionMinute},
-		{"name=dead_letters&resolution=hour", now.Add(-24*time.Hour + time.Nanosecond), now.Add(time.Nanosecond), store.ResolutionHour},
+		{"name=dead_letters&from=2026-10-01T00:00:00Z&resolution=minute", time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), now.Add(time.Minute), store.ResolutionMinute},
+		{"name=dead_letters&resolution=hour", now.Add(-24 * time.Hour), now.Add(time.Hour), store.ResolutionHour},
 	} {
 		v, _ := url.ParseQuery(tc.query)
 		p, err := api.SignalHistoryFilter(v, now)
