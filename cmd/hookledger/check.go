@@ -37,7 +37,7 @@ the store cannot be read), 2 on a usage or configuration error.`
 
 // checkOutput is the JSON form.
 type checkOutput struct {
-	Findings []checkFinding  `json:"findings"`
+	Findings []checkFinding   `json:"findings"`
 	Counts   map[string]int64 `json:"counts"`
 	OK       bool             `json:"ok"`
 }
