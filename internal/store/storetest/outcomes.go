@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -333,5 +334,66 @@ func testMismatch(t *testing.T, o Opener) {
 	}
 	if g, err := f.operate(done.ID, store.OperateResolve, "the deal was there under another id", t1); err != nil || g.State != store.EffectResolved {
 		t.Fatalf("resolve after mismatch: %+v %v", g, err)
+	}
+}
+
+// Escalators and operators racing each other still escalate each missed
+// deadline once and compensate each effect once.
+func testOutcomesConcurrent(t *testing.T, o Opener) {
+	f := newOutc(t, o)
+	dests := make([]string, 12)
+	for i := range dests {
+		dests[i] = "crm"
+	}
+	es := f.seed(dests...)
+	for _, e := range es[1:] {
+		f.deadline(e.ID, t0.Add(time.Hour), "dead")
+	}
+	f.into(es[0].ID, t0, store.EffectDone, time.Time{})
+	t2 := t0.Add(2 * time.Hour)
+
+	const n = 4
+	var wg sync.WaitGroup
+	escalated := make([][]*store.Effect, n)
+	compensated := make([]error, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			escalated[i], errs[i] = f.s.EffectDeadlineEscalate(f.ctx, &store.EffectDeadlineEscalateParams{Now: t2, Actor: "deadlines", Limit: 100})
+			_, compensated[i] = f.compensate(es[0].ID, "refund", `{}`, t2)
+		}()
+	}
+	wg.Wait()
+	seen := map[int64]int{}
+	ok := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("escalation %d: %v", i, errs[i])
+		}
+		for _, e := range escalated[i] {
+			seen[e.ID]++
+		}
+		switch {
+		case compensated[i] == nil:
+			ok++
+		case !errors.Is(compensated[i], store.ErrConflict):
+			t.Fatalf("concurrent compensation: %v, want ErrConflict", compensated[i])
+		}
+	}
+	for _, e := range es[1:] {
+		if seen[e.ID] != 1 {
+			t.Errorf("effect %d escalated %d times", e.ID, seen[e.ID])
+		}
+		if g := f.get(e.ID); g.State != store.EffectDead {
+			t.Errorf("effect %d is %s after its deadline", e.ID, g.State)
+		}
+	}
+	if got := len(f.audit("deadline_missed")); got != len(es)-1 {
+		t.Errorf("%d deadline_missed rows for %d effects", got, len(es)-1)
+	}
+	if ok != 1 || len(f.audit("effect_compensation_approved")) != 1 {
+		t.Errorf("%d compensations succeeded, want 1", ok)
 	}
 }

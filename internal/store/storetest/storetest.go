@@ -106,6 +106,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"OutcomesCompensate", testCompensate},
 		{"OutcomesVerifyNext", testVerifyNext},
 		{"OutcomesMismatch", testMismatch},
+		{"OutcomesConcurrent", testOutcomesConcurrent},
 		{"InvariantCheckClean", testInvariantCheckClean},
 		{"InvariantCheckEventPending", testInvariantEventPending},
 		{"InvariantCheckEpisodeKeyOnce", testInvariantEpisodeKeyOnce},
