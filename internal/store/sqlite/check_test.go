@@ -90,3 +90,44 @@ func TestInvariantCheckBesideAnOpenWrite(t *testing.T) {
 		t.Fatalf("after the commit: %+v %v, want the routed event without work", r, err)
 	}
 }
+
+// Escalation reads the partial index of pending deadlines and verification
+// a destination's effects in id order, neither sorting; the evidence probe
+// of done_evidence reaches the audit rows through an index.
+func TestOutcomePlans(t *testing.T) {
+	s := open(t, t.TempDir()+"/plans.db")
+	var evidence string
+	for _, c := range invariantChecks() {
+		if c.name == store.InvariantDoneEvidence {
+			evidence = c.query
+		}
+	}
+	for _, c := range []struct {
+		name, sql  string
+		args       []any
+		use, avoid string
+	}{
+		{"escalate", escalateSQL, []any{1, 10}, "effects_deadline", "TEMP B-TREE"},
+		{"verify page", verifyPageSQL, []any{"crm", 0, 10}, "effects_destination", "TEMP B-TREE"},
+		{"done evidence", evidence, nil, "audit_e", "SCAN au"},
+	} {
+		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(detail + "\n")
+		}
+		rows.Close()
+		got := plan.String()
+		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(got, c.avoid)) {
+			t.Errorf("%s: plan\n%swant %q, not %q", c.name, got, c.use, c.avoid)
+		}
+	}
+}

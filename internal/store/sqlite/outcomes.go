@@ -55,14 +55,22 @@ func (s *Store) EffectDeadlineEscalate(ctx context.Context, p *store.EffectDeadl
 	return out, nil
 }
 
+// escalateSQL selects the effects due for escalation at ?, earliest
+// deadline first, through effects_deadline. Due: not escalated yet, or
+// escalated while submitting with on_deadline dead and since settled into
+// another pending state. Without statistics the planner would take
+// effects_state for the state list and sort every pending effect by
+// deadline; INDEXED BY holds it to the small partial index (and fails
+// the statement, rather than scanning, should the index not apply).
+const escalateSQL = `SELECT id, state, deadline_at, deadline_missed_at IS NOT NULL, on_deadline
+	FROM effects INDEXED BY effects_deadline
+	WHERE deadline_at IS NOT NULL AND state IN ` + pendingStates + ` AND deadline_at <= ?
+	AND (deadline_missed_at IS NULL OR (on_deadline = 'dead' AND state <> 'submitting'))
+	ORDER BY deadline_at, id LIMIT ?`
+
 func escalate(ctx context.Context, tx *wtx, p *store.EffectDeadlineEscalateParams) ([]*store.Effect, error) {
 	now := p.Now.UnixMicro()
-	// Due: not escalated yet, or escalated while submitting with
-	// on_deadline dead and now settled into another pending state.
-	rows, err := tx.QueryContext(ctx, `SELECT id, state, deadline_at, deadline_missed_at IS NOT NULL, on_deadline
-		FROM effects WHERE deadline_at IS NOT NULL AND state IN `+pendingStates+` AND deadline_at <= ?
-		AND (deadline_missed_at IS NULL OR (on_deadline = 'dead' AND state <> 'submitting'))
-		ORDER BY deadline_at, id LIMIT ?`, now, store.ClampLimit(p.Limit))
+	rows, err := tx.QueryContext(ctx, escalateSQL, now, store.ClampLimit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("select due deadlines: %w", err)
 	}
@@ -250,6 +258,12 @@ var finalNotDone = map[store.EffectState]bool{store.EffectSuperseded: true, stor
 // passed-over effects costs several calls rather than one long read.
 const verifyScan = 1000
 
+// verifyPageSQL reads a destination's effects after a cursor. The index
+// effects_destination holds (destination, id): the page is read in id
+// order from the cursor, with no sort.
+const verifyPageSQL = `SELECT ` + effectColumns + effectFrom + `
+	WHERE f.destination = ? AND f.id > ? ORDER BY f.id LIMIT ?`
+
 // VerifyNext returns the next page of a destination's effects to verify.
 func (s *Store) VerifyNext(ctx context.Context, p *store.VerifyNextParams) (*store.VerifyNextResult, error) {
 	tx, err := s.reader.BeginTx(ctx, nil)
@@ -262,10 +276,7 @@ func (s *Store) VerifyNext(ctx context.Context, p *store.VerifyNextParams) (*sto
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("verify next %s: read cursor: %w", p.Destination, err)
 	}
-	// effects_destination holds (destination, id): the page is read in id
-	// order from the cursor.
-	rows, err := tx.QueryContext(ctx, `SELECT `+effectColumns+effectFrom+`
-		WHERE f.destination = ? AND f.id > ? ORDER BY f.id LIMIT ?`, p.Destination, res.Cursor, verifyScan)
+	rows, err := tx.QueryContext(ctx, verifyPageSQL, p.Destination, res.Cursor, verifyScan)
 	if err != nil {
 		return nil, fmt.Errorf("verify next %s: %w", p.Destination, err)
 	}
