@@ -167,6 +167,12 @@ func checkCompensate(p *store.EffectCompensateParams) error {
 	return nil
 }
 
+// findCompensationSQL finds an effect's compensation, made by an operator
+// (its episode key) or by a flow (compensates): two index probes, the
+// second through effects_compensation, whose predicate it repeats.
+const findCompensationSQL = `SELECT id FROM effects WHERE episode_key = $1
+	UNION ALL SELECT id FROM effects WHERE compensates = $2 AND compensates <> 0 LIMIT 1`
+
 func compensate(ctx context.Context, tx pgx.Tx, p *store.EffectCompensateParams) (*store.Effect, error) {
 	// The lock on the original serialises two compensations of it, and a
 	// compensation with a concurrent change of its state.
@@ -190,8 +196,7 @@ func compensate(ctx context.Context, tx pgx.Tx, p *store.EffectCompensateParams)
 		return nil, fmt.Errorf("compensate from %s: %w", orig.state, store.ErrInvalidTransition)
 	}
 	var existing int64
-	err = tx.QueryRow(ctx, `SELECT id FROM effects WHERE compensates = $1 OR episode_key = $2 LIMIT 1`,
-		p.EffectID, orig.key+compensationSuffix).Scan(&existing)
+	err = tx.QueryRow(ctx, findCompensationSQL, orig.key+compensationSuffix, p.EffectID).Scan(&existing)
 	switch {
 	case err == nil:
 		return nil, fmt.Errorf("%w: effect %d is compensated by effect %d already", store.ErrConflict, p.EffectID, existing)

@@ -194,6 +194,12 @@ func checkCompensate(p *store.EffectCompensateParams) error {
 	return nil
 }
 
+// findCompensationSQL finds an effect's compensation, made by an operator
+// (its episode key) or by a flow (compensates): two index probes, the
+// second through effects_compensation, whose predicate it repeats.
+const findCompensationSQL = `SELECT id FROM effects WHERE episode_key = ?
+	UNION ALL SELECT id FROM effects WHERE compensates = ? AND compensates <> 0 LIMIT 1`
+
 func compensate(ctx context.Context, tx *wtx, p *store.EffectCompensateParams) (*store.Effect, error) {
 	var orig struct {
 		key, flow, entity, version, versionSort, effect, dest, causation string
@@ -217,8 +223,7 @@ func compensate(ctx context.Context, tx *wtx, p *store.EffectCompensateParams) (
 		return nil, fmt.Errorf("compensate from %s: %w", orig.state, store.ErrInvalidTransition)
 	}
 	var existing int64
-	err = tx.QueryRowContext(ctx, `SELECT id FROM effects WHERE compensates = ? OR episode_key = ? LIMIT 1`,
-		p.EffectID, orig.key+compensationSuffix).Scan(&existing)
+	err = tx.QueryRowContext(ctx, findCompensationSQL, orig.key+compensationSuffix, p.EffectID).Scan(&existing)
 	switch {
 	case err == nil:
 		return nil, fmt.Errorf("%w: effect %d is compensated by effect %d already", store.ErrConflict, p.EffectID, existing)
