@@ -10,10 +10,10 @@
 // applied versions, replays create nothing new, and every event is settled
 // consistently with business order. Last, the store's own offline audit
 // (InvariantCheck, what hookledger check runs) must find nothing on the
-// drained store. While a run goes, a watch on the store
-// checks that every work item applied was the first in business order of
-// the entity's events already waiting (an engine that followed arrival
-// order would lose the effects of the revisions it settles stale).
+// drained store. While a run goes, a watch on the store checks that every
+// work item applied was the first in business order of the entity's events
+// already waiting (an engine that followed arrival order would lose the
+// effects of the revisions it settles stale).
 //
 // # Effects inserted again
 //
