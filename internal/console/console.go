@@ -178,14 +178,17 @@ func sameOrigin(r *http.Request) bool {
 
 // securityHeaders apply to every console answer: scripts and styles from
 // the console only (the login page's one inline style by its hash), no
-// framing, no referrer (a one-time login link must not leak), and no
+// framing, no referrer to other sites (a one-time login link must not
+// leak), and no
 // caching of pages that show business data.
 func securityHeaders(h http.Header, path string) {
 	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' '"+loginStyleHash+
 		"'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer a browser sends
+	// "Origin: null" on the console's own form posts.
+	h.Set("Referrer-Policy", "same-origin")
 	if !strings.HasPrefix(path, "/assets/") {
 		h.Set("Cache-Control", "no-store")
 	}
