@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/store"
@@ -40,7 +43,16 @@ type Console struct {
 	pages    *pages
 	mux      *http.ServeMux
 	assets   http.Handler
+	// wrongTokens spends a token per wrong admin token typed: guessing
+	// online stops after a burst, whatever the token's strength.
+	wrongTokens *rate.Limiter
 }
+
+// Wrong admin tokens allowed: a burst of 10, then one every 6 seconds.
+const (
+	wrongTokenBurst = 10
+	wrongTokenEvery = 6 * time.Second
+)
 
 // New returns the console over st. An empty token turns the console off:
 // every request answers 404, as the admin API refuses every request
@@ -53,7 +65,8 @@ func New(st Store, token string, log *slog.Logger, clk clock.Clock) *Console {
 		clk = clock.Real{}
 	}
 	c := &Console{st: st, token: token, enabled: token != "", log: log, clk: clk,
-		sessions: newSessions(), pages: mustParsePages(), mux: http.NewServeMux()}
+		sessions: newSessions(), pages: mustParsePages(), mux: http.NewServeMux(),
+		wrongTokens: rate.NewLimiter(rate.Every(wrongTokenEvery), wrongTokenBurst)}
 	assets, err := fs.Sub(embedded, "assets")
 	if err != nil {
 		panic("console: embedded assets: " + err.Error())
@@ -241,7 +254,16 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.renderLogin(w, http.StatusForbidden, next, "This login form did not come from the console.")
 		return
 	}
+	now := c.clk.Now()
+	// While the wrong tokens are spent, every login is refused, the right
+	// token too: answering it would tell a guesser when it guessed right.
+	if c.wrongTokens.TokensAt(now) < 1 {
+		c.log.Warn("console: login refused: too many wrong tokens", "remote", r.RemoteAddr)
+		c.renderLogin(w, http.StatusTooManyRequests, next, "Too many wrong tokens: wait a minute, then try again.")
+		return
+	}
 	if !sameSecret(r.PostFormValue("token"), c.token) {
+		c.wrongTokens.AllowN(now, 1)
 		c.log.Warn("console: login refused: wrong admin token", "remote", r.RemoteAddr)
 		c.renderLogin(w, http.StatusUnauthorized, next, "Wrong token. Use the admin.token of this server's configuration.")
 		return

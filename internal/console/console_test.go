@@ -188,6 +188,25 @@ func TestLogin(t *testing.T) {
 	}
 }
 
+// Online guessing stops after a burst of wrong tokens: every login is then
+// refused, the right token too, until the injected clock lets one more.
+func TestLoginGuessingLimited(t *testing.T) {
+	f, _, srv := startConsole(t, 0)
+	c := newClient(t, srv)
+	for i := range wrongTokenBurst {
+		if resp, _ := c.post("/login", url.Values{"token": {"guess"}}); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	if resp, _ := c.post("/login", url.Values{"token": {testToken}}); resp.StatusCode != http.StatusTooManyRequests || len(resp.Cookies()) != 0 {
+		t.Fatalf("right token after the burst: %d %v, want 429 and no session", resp.StatusCode, resp.Cookies())
+	}
+	f.clk.Advance(wrongTokenEvery)
+	if resp, _ := c.post("/login", url.Values{"token": {testToken}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("right token once the limit allows: %d, want 303", resp.StatusCode)
+	}
+}
+
 func TestLoginCookieSecureOverTLS(t *testing.T) {
 	f := newFixture(t, 0)
 	srv := httptest.NewTLSServer(New(f.st, testToken, nil, f.clk))
