@@ -151,7 +151,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // redirect there would put a login page where a script or a table row
 // belongs.
 func (c *Console) unauthenticated(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead || isFragment(r) {
+	if (r.Method != http.MethodGet && r.Method != http.MethodHead) || isFragment(r) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte("not logged in: open /login\n"))
