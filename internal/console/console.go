@@ -152,6 +152,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // belongs.
 func (c *Console) unauthenticated(w http.ResponseWriter, r *http.Request) {
 	if (r.Method != http.MethodGet && r.Method != http.MethodHead) || isFragment(r) {
+		if r.Header.Get("HX-Request") != "" {
+			// A list refreshing itself after the session ended reloads
+			// its page, which then leads to the login page and back.
+			w.Header().Set("HX-Refresh", "true")
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte("not logged in: open /login\n"))

@@ -120,8 +120,8 @@ func TestUnauthenticatedRefused(t *testing.T) {
 			t.Errorf("GET %s: %d %.60q, want 401 and nothing of the asset", path, resp.StatusCode, body)
 		}
 	}
-	if resp, _ := c.get("/events", "HX-Request", "true"); resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("htmx GET /events: %d, want 401", resp.StatusCode)
+	if resp, _ := c.get("/events/rows", "HX-Request", "true"); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("HX-Refresh") != "true" {
+		t.Errorf("htmx GET /events/rows: %d HX-Refresh %q, want 401 and a refresh of the page", resp.StatusCode, resp.Header.Get("HX-Refresh"))
 	}
 	if resp, _ := c.post("/effects/1/retry", url.Values{"csrf": {"x"}}); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("POST retry without a session: %d, want 401", resp.StatusCode)
