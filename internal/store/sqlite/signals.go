@@ -62,10 +62,12 @@ const (
 		SELECT destination, updated_at FROM effects INDEXED BY effects_state
 			WHERE state = 'submitting' AND lease_until <= ?) GROUP BY destination`
 	// The window starts at the first audit row at or after its start,
-	// found in audit_at; the rows counted are then ranges of audit_action
+	// found in audit_at (the earliest time, then the lowest id of the few
+	// rows at that instant); the rows counted are then ranges of audit_action
 	// (action, id) from that id on, re-checked on at because audit times
 	// come from the callers and need not follow ids exactly.
-	sqlWindowStart = `SELECT id FROM audit INDEXED BY audit_at WHERE at >= ? ORDER BY at LIMIT 1`
+	sqlWindowStart = `SELECT min(id) FROM audit INDEXED BY audit_at WHERE at = (
+		SELECT min(at) FROM audit INDEXED BY audit_at WHERE at >= ?)`
 	sqlWindowed    = `SELECT action, CASE WHEN action <> 'key_conflict' THEN action
 			WHEN detail LIKE 'version %' THEN 'version' ELSE 'episode_key' END, count(*), min(at)
 		FROM audit INDEXED BY audit_action
@@ -187,15 +189,12 @@ func signalSnapshot(ctx context.Context, tx *sql.Tx, p *store.SignalSnapshotPara
 	}
 
 	since := p.Now.Add(-p.Window).UnixMicro()
-	var first int64
-	switch err := tx.QueryRowContext(ctx, sqlWindowStart, since).Scan(&first); {
-	case err == sql.ErrNoRows:
-		first = -1 // no audit row in the window
-	case err != nil:
+	var first sql.NullInt64 // NULL: no audit row in the window
+	if err := tx.QueryRowContext(ctx, sqlWindowStart, since).Scan(&first); err != nil {
 		return nil, fmt.Errorf("signal window: %w", err)
 	}
-	if first >= 0 {
-		if rows, err = q(sqlWindowed, first, since); err != nil {
+	if first.Valid {
+		if rows, err = q(sqlWindowed, first.Int64, since); err != nil {
 			return nil, fmt.Errorf("signal window: %w", err)
 		}
 		for _, r := range rows {

@@ -222,7 +222,7 @@ func TestSignalPlans(t *testing.T) {
 		{"unfinished", sqlUnfinished, nil, []string{"events_accepted"}},
 		{"deadline", sqlDeadline, []any{1, 1, 1, 1}, []string{"effects_deadline"}},
 		{"unknown", sqlUnknown, []any{1}, []string{"effects_state (state=?)"}},
-		{"window start", sqlWindowStart, []any{1}, []string{"audit_at (at>?)"}},
+		{"window start", sqlWindowStart, []any{1}, []string{"audit_at (at>?)", "audit_at (at=?)"}},
 		{"windowed", sqlWindowed, []any{1, 1}, []string{"audit_action (action=? AND id>?)"}},
 		{"dead effects", sqlDeadEffects, nil, []string{"effects_state (state=?)"}},
 		{"dead events", sqlDeadEvents, nil, []string{"events_disposition (disposition=?)"}},

@@ -84,6 +84,17 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerOperate", testLedgerOperate},
 		{"LedgerGetAndList", testLedgerGetAndList},
 		{"LedgerListFilters", testEffectListFilters},
+		{"SignalsEmpty", testSignalsEmpty},
+		{"SignalRevisionLag", testSignalRevisionLag},
+		{"SignalUnfinishedEvents", testSignalUnfinishedEvents},
+		{"SignalDeadlineRisk", testSignalDeadlineRisk},
+		{"SignalUnknownOutcomes", testSignalUnknownOutcomes},
+		{"SignalKeyConflicts", testSignalKeyConflicts},
+		{"SignalDeadLetters", testSignalDeadLetters},
+		{"SignalLoopBlocks", testSignalLoopBlocks},
+		{"SignalCompensation", testSignalCompensation},
+		{"SignalMismatchAndEscalation", testSignalMismatchAndEscalation},
+		{"SignalHistory", testSignalHistory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
