@@ -68,7 +68,7 @@ const (
 	// come from the callers and need not follow ids exactly.
 	sqlWindowStart = `SELECT min(id) FROM audit INDEXED BY audit_at WHERE at = (
 		SELECT min(at) FROM audit INDEXED BY audit_at WHERE at >= ?)`
-	sqlWindowed    = `SELECT action, CASE WHEN action <> 'key_conflict' THEN action
+	sqlWindowed = `SELECT action, CASE WHEN action <> 'key_conflict' THEN action
 			WHEN detail LIKE 'version %' THEN 'version' ELSE 'episode_key' END, count(*), min(at)
 		FROM audit INDEXED BY audit_action
 		WHERE action IN ('key_conflict', 'loop_blocked', 'loop_hop_limit') AND id >= ? AND at >= ? GROUP BY 1, 2`

@@ -260,7 +260,7 @@ func testSignalUnknownOutcomes(t *testing.T, o Opener) {
 	})
 	t2 := t0.Add(2 * time.Minute)
 	f.claimOne(es[1].ID, t2) // submitting, lease until t2+1m
-	want(t, "lease live", f.snap(t2.Add(59*time.Second))[store.SignalUnknownOutcomes], 1, t1, bd{"destination": {"crm": 1}})
+	want(t, "lease live", f.snap(t2.Add(59 * time.Second))[store.SignalUnknownOutcomes], 1, t1, bd{"destination": {"crm": 1}})
 	want(t, "lease ran out", f.snap(t2.Add(time.Minute))[store.SignalUnknownOutcomes], 2, t1,
 		bd{"destination": {"crm": 1, "mail": 1}})
 	// Resolving the reconciliation closes it.
@@ -306,9 +306,9 @@ func testSignalKeyConflicts(t *testing.T, o Opener) {
 	// The window's lower edge is inclusive: at t1+1h the first still counts.
 	want(t, "window edge", f.snap(t1.Add(time.Hour))[store.SignalKeyConflicts], 2, t1,
 		bd{"kind": {"episode_key": 1, "version": 1}})
-	want(t, "first left the window", f.snap(t1.Add(time.Hour+time.Microsecond))[store.SignalKeyConflicts], 1, t2,
+	want(t, "first left the window", f.snap(t1.Add(time.Hour + time.Microsecond))[store.SignalKeyConflicts], 1, t2,
 		bd{"kind": {"version": 1}})
-	want(t, "window empty", f.snap(t2.Add(2*time.Hour))[store.SignalKeyConflicts], 0, time.Time{}, nil)
+	want(t, "window empty", f.snap(t2.Add(2 * time.Hour))[store.SignalKeyConflicts], 0, time.Time{}, nil)
 	m := f.snapP(store.SignalSnapshotParams{Now: t2.Add(2 * time.Hour), Window: 3 * time.Hour})[store.SignalKeyConflicts]
 	want(t, "wider window", m, 2, t1, bd{"kind": {"episode_key": 1, "version": 1}})
 }
