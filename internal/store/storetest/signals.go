@@ -402,6 +402,9 @@ func testSignalCompensation(t *testing.T, o Opener) {
 	if c.Compensates != done.ID || c.State != store.EffectApproved || c.Version != "r2" {
 		t.Fatalf("compensation row: %+v", c)
 	}
+	if got := f.get(c.ID); got.Compensates != done.ID || f.get(done.ID).Compensates != 0 {
+		t.Fatalf("EffectGet of the compensation: %+v", got)
+	}
 	if n := f.get(f.byKey("b:r1:note").ID); n.State != store.EffectApproved {
 		t.Fatalf("ordinary effect of another name: %s", n.State)
 	}
