@@ -75,7 +75,7 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 	if _, err := s.pool.Exec(ctx, `INSERT INTO probe (id, at) VALUES (1, $1)
 		ON CONFLICT (id) DO UPDATE SET at = excluded.at`, now); err != nil {
-		return fmt.Errorf("probe write: %w: %w", store.ErrUnavailable, err)
+		return s.unavailable("probe write", err)
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ const insertAuditSQL = `INSERT INTO audit (at, actor, action, source, event_id, 
 func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox commit: begin: %w: %w", store.ErrUnavailable, err)
+		return nil, s.unavailable("inbox commit: begin", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
 	results := make([]store.SubmissionResult, len(p.Submissions))
@@ -190,9 +190,29 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("inbox commit: %w: %w", store.ErrUnavailable, err)
+		return nil, s.unavailable("inbox commit", err)
 	}
 	return results, nil
+}
+
+// unavailable wraps a failed commit as ErrUnavailable and, when the failure
+// came from the connection itself, empties the pool. A database that
+// restarted or dropped its clients leaves every pooled connection dead,
+// and pgx only pings a connection that was idle for more than a second
+// before handing it out: without the reset each of them would fail one
+// more request (an admin read, a claim) after the database is back.
+// Commits fail rarely, so closing healthy connections with the dead ones
+// costs a few reconnects at most.
+func (s *Store) unavailable(what string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The caller gave up (a commit slower than receive.commit_timeout
+		// under load): the connections are fine.
+	case !errors.As(err, &pgErr), pgErr.Code == "57P01": // 57P01 admin_shutdown: the server ended the session
+		s.pool.Reset()
+	}
+	return fmt.Errorf("%s: %w: %w", what, store.ErrUnavailable, err)
 }
 
 func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.DeliveryOutcome, error) {
