@@ -140,6 +140,12 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = writer.Stop(context.Background())
 		return err
 	}
+	// Continuous verification starts only when a destination sets verify:.
+	verifier := deliver.NewVerifier(worker, st, deliver.VerifierOptions{})
+	if err := verifier.Start(engineCtx); err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
 	for _, w := range s.cfg.Warnings {
 		s.log.Warn("config", "warning", w.Error())
 	}
@@ -204,6 +210,10 @@ func (s *Server) Run(ctx context.Context) error {
 	// already durable, and unprocessed work simply waits for the next start.
 	stopEngine()
 	if err := engine.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	// Before the worker: its notifications go out through the worker's.
+	if err := verifier.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	// An effect whose call was cut short stays submitting and is
