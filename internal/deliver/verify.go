@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,7 +274,7 @@ func (v *Verifier) verifyEffect(ctx context.Context, vd *verifyDest, e *store.Ef
 		if e.DestinationRef != "" {
 			reason += fmt.Sprintf(" with reference %s", e.DestinationRef)
 		}
-	case d.Compiled.LookupRef != nil && ref != "" && e.DestinationRef != "" && ref != e.DestinationRef:
+	case d.Compiled.LookupRef != nil && ref != "" && e.DestinationRef != "" && !sameRef(ref, e.DestinationRef):
 		reason = fmt.Sprintf("verification: %s holds this effect under reference %s, but it was done with reference %s (looked up %s after it was done)",
 			d.Name, ref, e.DestinationRef, done)
 	default:
@@ -304,6 +305,14 @@ func (v *Verifier) mismatch(ctx context.Context, vd *verifyDest, e *store.Effect
 			Class: store.ClassUnknown, Reason: reason, SuggestedRepair: repair, Owner: d.Owner})
 	}
 	return nil
+}
+
+// sameRef compares the reference a lookup read with the one recorded when
+// the effect was done. The recorded one may be the create answer's
+// Location (".../deals/41208") where the lookup reads the bare id
+// ("41208"): those name the same object.
+func sameRef(looked, recorded string) bool {
+	return looked == recorded || strings.HasSuffix(recorded, "/"+looked) || strings.HasSuffix(looked, "/"+recorded)
 }
 
 // VerifySampled reports whether the verifier looks up effect id of
