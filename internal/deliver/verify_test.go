@@ -317,8 +317,8 @@ func TestVerifyAfterTheDelay(t *testing.T) {
 		if n := x.dest.lookupsOf(e.EpisodeKey); n != 1 {
 			t.Errorf("effect %s looked up %d times, want once (sample 1.0 checks every one)", e.EpisodeKey, n)
 		}
-		if got := x.get(e.ID); got.State != store.EffectDone || !got.MismatchAt.IsZero() {
-			t.Errorf("effect %s is %s (mismatch at %v), want done", e.EpisodeKey, got.State, got.MismatchAt)
+		if got := x.get(e.ID); got.State != store.EffectDone {
+			t.Errorf("effect %s is %s (%s), want done", e.EpisodeKey, got.State, got.Reason)
 		}
 	}
 	for _, c := range x.dest.calls() {
@@ -355,22 +355,20 @@ func TestVerifyMismatch(t *testing.T) {
 	}
 
 	for _, e := range []*store.Effect{es[0], es[2]} {
-		if got := x.get(e.ID); got.State != store.EffectDone || !got.MismatchAt.IsZero() {
+		if got := x.get(e.ID); got.State != store.EffectDone {
 			t.Errorf("held effect %s is %s, want done", e.EpisodeKey, got.State)
 		}
 	}
 	got := x.get(lost.ID)
-	if got.State != store.EffectNeedsReconciliation || got.MismatchAt.IsZero() || got.ErrorClass != store.ClassUnknown ||
-		!got.NextAttemptAt.IsZero() {
-		t.Fatalf("lost effect is %s (%s, mismatch at %v, next %v), want needs_reconciliation with the mark, unscheduled",
-			got.State, got.ErrorClass, got.MismatchAt, got.NextAttemptAt)
+	if got.State != store.EffectNeedsReconciliation || got.ErrorClass != store.ClassUnknown || !got.NextAttemptAt.IsZero() {
+		t.Fatalf("lost effect is %s (%s, next %v), want needs_reconciliation, unscheduled", got.State, got.ErrorClass, got.NextAttemptAt)
 	}
 	want := fmt.Sprintf("dest does not hold this effect: its lookup found nothing (HTTP 404) 6m0s after the effect was done with reference %s", lost.DestinationRef)
 	if !strings.Contains(got.Reason, want) {
 		t.Errorf("reason %q, want it to contain %q", got.Reason, want)
 	}
 	got = x.get(moved.ID)
-	if got.State != store.EffectNeedsReconciliation || got.MismatchAt.IsZero() ||
+	if got.State != store.EffectNeedsReconciliation ||
 		!strings.Contains(got.Reason, fmt.Sprintf("holds this effect under reference obj_999, but it was done with reference %s", moved.DestinationRef)) {
 		t.Errorf("moved effect is %s: %q, want a mismatch naming both references", got.State, got.Reason)
 	}
@@ -378,6 +376,11 @@ func TestVerifyMismatch(t *testing.T) {
 	audits := x.mismatchAudits()
 	if len(audits) != 2 {
 		t.Fatalf("%d reconciliation_mismatch audit rows, want 2", len(audits))
+	}
+	for i, e := range []*store.Effect{lost, moved} {
+		if a := audits[i]; a.Actor != "verifier" || a.Entity != e.Entity || !strings.Contains(a.Detail, e.EpisodeKey) || !a.At.Equal(x.clk.Now()) {
+			t.Errorf("audit row %+v, want the verifier's record of %s", a.AuditInsertParams, e.EpisodeKey)
+		}
 	}
 	texts := x.hook.all()
 	if len(texts) != 2 {
@@ -432,7 +435,7 @@ func TestVerifyLookupFailureIsRetried(t *testing.T) {
 		t.Fatalf("%d lookups after the second backoff, want the effect and the next", n)
 	}
 	for _, e := range es {
-		if got := x.get(e.ID); got.State != store.EffectDone || !got.MismatchAt.IsZero() {
+		if got := x.get(e.ID); got.State != store.EffectDone {
 			t.Errorf("effect %s is %s, want done: a failed lookup is not a mismatch", e.EpisodeKey, got.State)
 		}
 	}
@@ -575,7 +578,7 @@ func TestVerifierBackground(t *testing.T) {
 	if err := v.Start(ctx); !errors.Is(err, loop.ErrStarted) {
 		t.Fatalf("second Start: %v, want loop.ErrStarted", err)
 	}
-	waitUntil(t, "the lost effect to be marked", func() bool { return !x.get(es[2].ID).MismatchAt.IsZero() })
+	waitUntil(t, "the lost effect to be a mismatch", func() bool { return x.get(es[2].ID).State == store.EffectNeedsReconciliation })
 	waitUntil(t, "the notification", func() bool { return len(x.hook.all()) == 1 })
 	stop, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

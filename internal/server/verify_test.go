@@ -93,7 +93,7 @@ flows:
 	delete(held, "ord-42")
 	mu.Unlock()
 	h.clk.Advance(11 * time.Minute)
-	waitFor(t, "the mismatch", func() bool { e := effect(); return e != nil && !e.MismatchAt.IsZero() })
+	waitFor(t, "the mismatch", func() bool { e := effect(); return e != nil && e.State == store.EffectNeedsReconciliation })
 	e := effect()
 	if e.State != store.EffectNeedsReconciliation || !strings.Contains(e.Reason, "shipping does not hold this effect") {
 		t.Fatalf("effect is %s: %s, want a reconciliation mismatch", e.State, e.Reason)
