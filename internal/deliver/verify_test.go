@@ -360,15 +360,17 @@ func TestVerifyMismatch(t *testing.T) {
 		}
 	}
 	got := x.get(lost.ID)
-	if got.State != store.EffectNeedsReconciliation || got.ErrorClass != store.ClassUnknown || !got.NextAttemptAt.IsZero() {
-		t.Fatalf("lost effect is %s (%s, next %v), want needs_reconciliation, unscheduled", got.State, got.ErrorClass, got.NextAttemptAt)
+	if got.State != store.EffectNeedsReconciliation || got.ErrorClass != store.ClassUnknown || !got.NextAttemptAt.IsZero() ||
+		!got.MismatchAt.Equal(x.clk.Now()) {
+		t.Fatalf("lost effect is %s (%s, next %v, mismatch at %v), want needs_reconciliation with the mark, unscheduled",
+			got.State, got.ErrorClass, got.NextAttemptAt, got.MismatchAt)
 	}
 	want := fmt.Sprintf("dest does not hold this effect: its lookup found nothing (HTTP 404) 6m0s after the effect was done with reference %s", lost.DestinationRef)
 	if !strings.Contains(got.Reason, want) {
 		t.Errorf("reason %q, want it to contain %q", got.Reason, want)
 	}
 	got = x.get(moved.ID)
-	if got.State != store.EffectNeedsReconciliation ||
+	if got.State != store.EffectNeedsReconciliation || got.MismatchAt.IsZero() ||
 		!strings.Contains(got.Reason, fmt.Sprintf("holds this effect under reference obj_999, but it was done with reference %s", moved.DestinationRef)) {
 		t.Errorf("moved effect is %s: %q, want a mismatch naming both references", got.State, got.Reason)
 	}
@@ -398,6 +400,44 @@ func TestVerifyMismatch(t *testing.T) {
 	if p := x.pending(); len(p) != 0 {
 		t.Errorf("cursor not past the verified effects: %v", p)
 	}
+
+	// Both show in the reconciliation_mismatches signal until repaired:
+	// resolved with a note, or sent again and done.
+	if m := x.mismatchSignal(); m.Value != 2 || m.Breakdown["destination"]["dest"] != 2 {
+		t.Fatalf("reconciliation_mismatches = %d %v, want 2 at dest", m.Value, m.Breakdown)
+	}
+	if _, err := x.st.EffectOperate(x.ctx, &store.EffectOperateParams{EffectID: moved.ID, Action: store.OperateResolve,
+		Actor: "operator:alice", Note: "obj_999 is the merged record", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.st.EffectOperate(x.ctx, &store.EffectOperateParams{EffectID: lost.ID, Action: store.OperateRetry,
+		Actor: "operator:alice", Note: "lost in the CRM's rollback", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.w.Drain(x.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.get(lost.ID); got.State != store.EffectDone || !got.MismatchAt.IsZero() {
+		t.Fatalf("retried effect is %s with mismatch at %v, want done without the mark", got.State, got.MismatchAt)
+	}
+	if m := x.mismatchSignal(); m.Value != 0 {
+		t.Fatalf("reconciliation_mismatches = %d after the repairs, want 0", m.Value)
+	}
+}
+
+func (x *verifyWorld) mismatchSignal() *store.SignalMeasure {
+	x.t.Helper()
+	snap, err := x.st.SignalSnapshot(x.ctx, &store.SignalSnapshotParams{Now: x.clk.Now(), Window: time.Hour})
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	for _, m := range snap.Measures {
+		if m.Name == store.SignalReconciliationMismatches {
+			return m
+		}
+	}
+	x.t.Fatal("no reconciliation_mismatches signal")
+	return nil
 }
 
 // A lookup that fails (503) is not a mismatch and does not move the

@@ -95,7 +95,7 @@ flows:
 	h.clk.Advance(11 * time.Minute)
 	waitFor(t, "the mismatch", func() bool { e := effect(); return e != nil && e.State == store.EffectNeedsReconciliation })
 	e := effect()
-	if e.State != store.EffectNeedsReconciliation || !strings.Contains(e.Reason, "shipping does not hold this effect") {
+	if e.State != store.EffectNeedsReconciliation || e.MismatchAt.IsZero() || !strings.Contains(e.Reason, "shipping does not hold this effect") {
 		t.Fatalf("effect is %s: %s, want a reconciliation mismatch", e.State, e.Reason)
 	}
 	if lookups.Load() == 0 || !strings.Contains(h.logs.String(), "verification mismatch") {
