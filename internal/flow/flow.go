@@ -51,6 +51,8 @@ type Options struct {
 	// OnEffects is called after an event created effects (the delivery
 	// worker's Wake), so they are delivered without waiting for a poll.
 	OnEffects func()
+	// Metrics counts settled events and approved effects (nil: none).
+	Metrics *Metrics
 }
 
 // Engine routes and processes events for the configured flows.
@@ -288,6 +290,7 @@ func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 	if err := e.st.EventRoute(ctx, p); err != nil {
 		return 0, fmt.Errorf("route events: %w", err)
 	}
+	e.opts.Metrics.routed(p.Decisions)
 	for i, d := range p.Decisions {
 		for _, r := range d.Routes {
 			if r.Failed != "" {
