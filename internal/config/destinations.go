@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -36,13 +37,15 @@ type Destination struct {
 	BaseURL string `yaml:"base_url"`
 	Auth    *Auth  `yaml:"auth"`
 	// Timeout bounds one call (connect to last byte).
-	Timeout    Duration       `yaml:"timeout"`
-	RateLimit  RateLimit      `yaml:"rate_limit"`
-	Retry      RetryPolicy    `yaml:"retry"`
-	RetryAfter RetryAfter     `yaml:"retry_after"`
-	Idem       *Idempotency   `yaml:"idempotency"`
-	Lookup     *Lookup        `yaml:"lookup"`
-	Classify   []ClassifyRule `yaml:"classify"`
+	Timeout    Duration     `yaml:"timeout"`
+	RateLimit  RateLimit    `yaml:"rate_limit"`
+	Retry      RetryPolicy  `yaml:"retry"`
+	RetryAfter RetryAfter   `yaml:"retry_after"`
+	Idem       *Idempotency `yaml:"idempotency"`
+	Lookup     *Lookup      `yaml:"lookup"`
+	// Verify samples done effects and looks them up again (needs Lookup).
+	Verify   *Verify        `yaml:"verify"`
+	Classify []ClassifyRule `yaml:"classify"`
 	// Owner is who repairs this destination's dead effects.
 	Owner string `yaml:"owner"`
 	// MaxInFlight caps this destination's calls in flight (a bulkhead):
@@ -127,6 +130,26 @@ type Lookup struct {
 	Found string `yaml:"found"`
 	Ref   string `yaml:"ref"`
 }
+
+// Verify is continuous verification: a background verifier looks up a
+// deterministic share of this destination's done effects some time after
+// they were done, with the destination's lookup, and records any the
+// destination does not hold as a reconciliation mismatch.
+type Verify struct {
+	// Sample is the share of done effects looked up, in (0, 1].
+	Sample float64 `yaml:"sample"`
+	// After is how long after an effect is done it is looked up (default
+	// DefaultVerifyAfter): long enough for the destination's own
+	// replication or indexing to show it.
+	After Duration `yaml:"after"`
+	// PerSecond bounds the verifier's lookups at this destination
+	// (default 1), apart from the delivery calls' rate_limit.
+	PerSecond float64 `yaml:"per_second"`
+}
+
+// DefaultVerifyAfter is how long after an effect is done the verifier
+// looks it up, when verify.after is not set.
+const DefaultVerifyAfter = 5 * time.Minute
 
 // ClassifyRule classifies an answer beyond its status (RT03).
 type ClassifyRule struct {
@@ -214,6 +237,12 @@ func (c *Config) setDestinationDefaults() {
 		}
 		if d.Lookup != nil && d.Lookup.Method == "" {
 			d.Lookup.Method = "GET"
+		}
+		if v := d.Verify; v != nil {
+			setDur(&v.After, DefaultVerifyAfter)
+			if v.PerSecond == 0 {
+				v.PerSecond = 1
+			}
 		}
 	}
 }
@@ -351,6 +380,7 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			cd.LookupFound = compile("lookup.found", l.Found, true)
 			cd.LookupRef = compile("lookup.ref", l.Ref, false)
 		}
+		checkVerify(add, p, d)
 		for k, rule := range d.Classify {
 			rp := fmt.Sprintf("%s.classify[%d]", p, k)
 			if !slices.Contains(Classes, rule.Class) {
@@ -395,6 +425,28 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 				}
 			}
 		}
+	}
+}
+
+// checkVerify refuses a verify: block the verifier could not carry out:
+// without a lookup it has no way to ask the destination.
+func checkVerify(add addFunc, p string, d *Destination) {
+	v := d.Verify
+	if v == nil {
+		return
+	}
+	if d.Lookup == nil {
+		add(p+".verify", "destination %q: verify needs a lookup: (the verifier asks the destination for each sampled effect with it)", d.Name)
+	}
+	// NaN fails both comparisons, so it is refused too.
+	if !(v.Sample > 0 && v.Sample <= 1) {
+		add(p+".verify.sample", "destination %q: verify.sample must be a share in (0, 1], e.g. 0.01 for one effect in a hundred", d.Name)
+	}
+	if v.After < 0 {
+		add(p+".verify.after", "destination %q: verify.after must be positive (default %s)", d.Name, DefaultVerifyAfter)
+	}
+	if !(v.PerSecond > 0) || math.IsInf(v.PerSecond, 0) {
+		add(p+".verify.per_second", "destination %q: verify.per_second must be a positive number of lookups per second (default 1)", d.Name)
 	}
 }
 

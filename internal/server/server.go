@@ -1,7 +1,7 @@
 // Package server assembles a running hookledger: it opens and migrates the
 // store, starts the group-commit writer, the flow engine, the delivery
-// worker and the signals monitor, serves HTTP (receiver, health, metrics,
-// admin API, console) and shuts all of it down in order.
+// worker, its verifier and the signals monitor, serves HTTP (receiver,
+// health, metrics, admin API, console) and shuts all of it down in order.
 package server
 
 import (
@@ -154,6 +154,12 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = writer.Stop(context.Background())
 		return err
 	}
+	// Continuous verification starts only when a destination sets verify:.
+	verifier := deliver.NewVerifier(worker, st, deliver.VerifierOptions{})
+	if err := verifier.Start(engineCtx); err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
 	for _, w := range s.cfg.Warnings {
 		s.log.Warn("config", "warning", w.Error())
 	}
@@ -223,6 +229,10 @@ func (s *Server) Run(ctx context.Context) error {
 		runErr = errors.Join(runErr, err)
 	}
 	if err := engine.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	// Before the worker: its notifications go out through the worker's.
+	if err := verifier.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
 	// An effect whose call was cut short stays submitting and is
