@@ -61,7 +61,7 @@ func (w *Worker) gateCompensation(ctx context.Context, c *store.ClaimedEffect, d
 		return false, nil
 	case store.EffectSuperseded:
 		return true, w.settleAndNotify(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: store.ClassPermanent,
-			Reason: fmt.Sprintf("the original effect never took place: %s (effect %d) was superseded before it was done", o.EpisodeKey, o.ID),
+			Reason:          fmt.Sprintf("the original effect never took place: %s (effect %d) was superseded before it was done", o.EpisodeKey, o.ID),
 			SuggestedRepair: "nothing to undo: resolve this compensation with a note"})
 	case store.EffectDead:
 		ref := o.DestinationRef

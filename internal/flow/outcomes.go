@@ -28,6 +28,10 @@ const CompensateSuffix = ":compensate"
 // configured), so there is nothing to render.
 var ErrNoCompensation = errors.New("no compensation configured")
 
+// ErrCompensationRequest reports that the compensation request could not
+// be rendered (an expression failed on this effect's data).
+var ErrCompensationRequest = errors.New("the compensation request cannot be rendered")
+
 // setDeadline computes an effect's business deadline, if it declares one,
 // and when deadline_risk starts to warn about it.
 func (e *Engine) setDeadline(ins *store.EffectInsert, eff *config.Effect, ce *config.CompiledEffect, ev *store.RoutableEvent, vars expr.Vars, now time.Time) error {
@@ -236,7 +240,7 @@ func RenderCompensation(ctx context.Context, cfg *config.Config, st ProjectionRe
 		}
 		req, err := buildRequest(eff.Compensation.Method, ce.Compensation, vars)
 		if err != nil {
-			return nil, fmt.Errorf("compensation of effect %d: %w", o.ID, err)
+			return nil, fmt.Errorf("%w: effect %d: %w", ErrCompensationRequest, o.ID, err)
 		}
 		return req, nil
 	}

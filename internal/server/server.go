@@ -154,6 +154,7 @@ func (s *Server) Run(ctx context.Context) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	apiHandler := api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now)
 	apiHandler.ServeReplays(engine)
+	apiHandler.ServeCompensations(engine)
 	mux.Handle("/api/v1/", apiHandler)
 
 	rc := s.cfg.Receive
