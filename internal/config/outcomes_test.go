@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +92,36 @@ func TestParseDeadline(t *testing.T) {
 			t.Errorf("ParseDeadline(%q) duration = %v, want %v", in, got, want)
 		}
 	}
+}
+
+// The deadlines and compensation example in docs/flows.md loads as
+// written, each field in the form the text says.
+func TestOutcomesDocExampleLoads(t *testing.T) {
+	c, err := Parse("docs/flows.md", []byte(docExample(t, "### Example: deadlines and compensation")),
+		env(map[string]string{"HOOKLEDGER_ADMIN_TOKEN": "t", "SHOP_WEBHOOK_SECRET": "s3cret"}))
+	if err != nil {
+		t.Fatalf("the docs example does not load: %v", err)
+	}
+	confirm, invoice := c.Flows[0].Compiled.Effects[0], c.Flows[0].Compiled.Effects[1]
+	if confirm.DeadlineAfter != 30*time.Minute || confirm.CompensateWhen == nil || confirm.Compensation == nil {
+		t.Errorf("confirm: %+v", confirm)
+	}
+	if invoice.Deadline == nil || c.Flows[0].Effects[1].OnDeadline != OnDeadlineDead || invoice.CompensateWhen != nil || invoice.Compensation == nil {
+		t.Errorf("invoice: %+v", invoice)
+	}
+}
+
+// docExample returns the yaml block under heading in docs/flows.md.
+func docExample(t *testing.T, heading string) string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/flows.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), heading+"\n\n```yaml\n")
+	if !ok {
+		t.Fatalf("docs/flows.md has no %q yaml block", heading)
+	}
+	example, _, _ := strings.Cut(rest, "```")
+	return example
 }

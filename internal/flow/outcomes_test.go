@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -296,5 +297,73 @@ func TestRenderCompensationForAnOperator(t *testing.T) {
 	other.Compensates, other.Effect = orig.ID, "confirm:compensate"
 	if _, err := f.eng.CompensationRequest(context.Background(), &other); !errors.Is(err, ErrNoCompensation) {
 		t.Errorf("a compensation compensated: %v", err)
+	}
+}
+
+// The example of docs/flows.md does what the text after it says: the
+// confirmation of an order cancelled after it was sent is compensated
+// once; one cancelled before it was sent is superseded instead.
+func TestOutcomesDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/flows.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "### Example: deadlines and compensation\n\n```yaml\n")
+	if !ok {
+		t.Fatal("no example in docs/flows.md")
+	}
+	example, _, _ := strings.Cut(rest, "```")
+	example = strings.NewReplacer("${HOOKLEDGER_ADMIN_TOKEN}", "t", "${SHOP_WEBHOOK_SECRET}", "s3cret").Replace(example)
+	f := newFixture(t, example)
+	f.send("shop", "p1", `{"order_id":"ord-1","revision":1,"status":"placed","email":"a@example.com"}`)
+	f.send("shop", "p2", `{"order_id":"ord-2","revision":1,"status":"placed","email":"b@example.com"}`)
+	f.drain()
+	es, err := f.st.EffectList(context.Background(), &store.EffectListParams{Flow: "orders_mail", Limit: 100})
+	if err != nil || len(es) != 4 {
+		t.Fatalf("effects %v %v", es, err)
+	}
+	for _, e := range es {
+		if e.Effect == "confirm" && !e.DeadlineAt.Equal(t0.Add(30*time.Minute)) {
+			t.Errorf("%s deadline %v, want 30 minutes after the order", e.EpisodeKey, e.DeadlineAt)
+		}
+	}
+	// ord-1's mails go out; ord-2's do not, yet.
+	ctx := context.Background()
+	claims, err := f.st.EffectClaim(ctx, &store.EffectClaimParams{Owner: "d", Now: f.clk.Now(), LeaseFor: time.Minute, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		p := &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: f.clk.Now(), Actor: "d", State: store.EffectDone, AddAttempt: true, Attempt: &store.Attempt{Status: 200}}
+		if c.Entity == "ord-2" {
+			p = &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: f.clk.Now(), Actor: "d", State: store.EffectRetryWait, AddAttempt: true,
+				Class: store.ClassTransient, Attempt: &store.Attempt{Status: 503, Class: store.ClassTransient}, NextAttemptAt: f.clk.Now().Add(time.Hour)}
+		}
+		if err := f.st.EffectSettle(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.send("shop", "c1", `{"order_id":"ord-1","revision":2,"status":"cancelled","email":"a@example.com"}`)
+	f.send("shop", "c2", `{"order_id":"ord-2","revision":2,"status":"cancelled","email":"b@example.com"}`)
+	f.drain()
+	got := map[string]string{}
+	var comp *store.Effect
+	es, _ = f.st.EffectList(ctx, &store.EffectListParams{Flow: "orders_mail", Limit: 100})
+	for _, e := range es {
+		got[e.EpisodeKey] = string(e.State)
+		if e.Compensates != 0 {
+			comp = e
+		}
+	}
+	want := map[string]string{
+		"orders_mail:ord-1:r1:confirm": "done", "orders_mail:ord-1:r1:invoice": "done",
+		"orders_mail:ord-1:r1:confirm:compensate": "approved",
+		"orders_mail:ord-2:r1:confirm":            "superseded", "orders_mail:ord-2:r1:invoice": "retry_wait",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ledger %v\nwant   %v", got, want)
+	}
+	if comp == nil || !strings.Contains(string(comp.Request), `"to":"a@example.com"`) || !strings.Contains(string(comp.Request), `"template":"order_cancelled"`) {
+		t.Errorf("compensation %+v", comp)
 	}
 }
