@@ -278,6 +278,9 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 			fmt.Fprintf(w, "  %-12s %s\n", kv[0], safe(kv[1]))
 		}
 	}
+	if e.Compensates != 0 {
+		fmt.Fprintf(w, "  compensates  effect %d\n", e.Compensates)
+	}
 	if !e.NextAttemptAt.IsZero() {
 		fmt.Fprintf(w, "  next         %s\n", e.NextAttemptAt.Format(time.RFC3339))
 	}

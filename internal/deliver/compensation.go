@@ -11,8 +11,15 @@ import (
 
 // CompensationWait is how long a compensation whose original is still in
 // flight (approved, submitting, retry_wait, needs_reconciliation) is
-// given back before it is looked at again.
-const CompensationWait = 5 * time.Second
+// given back before it is looked at again, at least: an original
+// scheduled later is waited for until its own next attempt, and one that
+// waits for a person (needs_reconciliation with nothing scheduled) is
+// looked at again every CompensationPersonWait, so a compensation does
+// not claim and release every few seconds for days.
+const (
+	CompensationWait       = 5 * time.Second
+	CompensationPersonWait = time.Minute
+)
 
 // effectReader reads the original of a compensation. Both drivers have
 // it; a store without it (a test double of the three claim methods)
@@ -33,13 +40,14 @@ type effectReader interface {
 // take place), rather than undoing what may never have happened.
 func (w *Worker) gateCompensation(ctx context.Context, c *store.ClaimedEffect, d *config.Destination) (handled bool, err error) {
 	now := w.clk.Now()
-	wait := func(why string) (bool, error) {
-		w.log.Debug("compensation waits for its original", "episode", c.EpisodeKey, "original", c.Compensates, "why", why)
-		if err := w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: now.Add(CompensationWait)}); err != nil {
+	waitUntil := func(why string, at time.Time) (bool, error) {
+		w.log.Debug("compensation waits for its original", "episode", c.EpisodeKey, "original", c.Compensates, "why", why, "until", at)
+		if err := w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: at}); err != nil {
 			return true, fmt.Errorf("release compensation: %w", err)
 		}
 		return true, nil
 	}
+	wait := func(why string) (bool, error) { return waitUntil(why, now.Add(CompensationWait)) }
 	r, ok := w.st.(effectReader)
 	if !ok {
 		return wait("this store cannot read the original")
@@ -72,7 +80,15 @@ func (w *Worker) gateCompensation(ctx context.Context, c *store.ClaimedEffect, d
 			Reason: fmt.Sprintf("the original effect %s (effect %d) ended dead and may never have taken place", o.EpisodeKey, o.ID),
 			SuggestedRepair: fmt.Sprintf("check %s for the original (episode %s, reference %s): if it took place, retry this compensation; if not, resolve it with a note",
 				d.Name, o.EpisodeKey, ref)})
-	default:
-		return wait("the original is " + string(o.State))
+	case store.EffectNeedsReconciliation:
+		if o.NextAttemptAt.IsZero() {
+			return waitUntil("the original waits for a person", now.Add(CompensationPersonWait))
+		}
 	}
+	// Still in flight: not before the original's own next attempt.
+	at := now.Add(CompensationWait)
+	if o.State != store.EffectSubmitting && o.NextAttemptAt.After(at) {
+		at = o.NextAttemptAt
+	}
+	return waitUntil("the original is "+string(o.State), at)
 }
