@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/replay"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -255,6 +256,15 @@ func TestCompensateWhenAfterDone(t *testing.T) {
 	}
 	if got := f.effectRows(); len(got) != 2 {
 		t.Fatalf("effects %v, want still one compensation", f.effects("orders"))
+	}
+	// Replaying every event of the order runs the rule again: the
+	// compensation's episode key exists, so nothing is added.
+	if res, err := replay.Run(context.Background(), f.st, f.eng, replay.Selection{Source: "shop"}, f.clk.Now()); err != nil || res.Events != 4 {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	f.drain()
+	if got := f.effectRows(); len(got) != 2 || got[1].Compensates != orig.ID {
+		t.Fatalf("after replay: effects %v, want still one compensation", f.effects("orders"))
 	}
 }
 
