@@ -16,6 +16,9 @@
 //	          sustained, with end-to-end latency and the server's memory
 //	bulkhead  effects/s to a healthy destination alone and beside one that
 //	          hangs until its timeout, in one run (head-of-line blocking)
+//	signals   the cost of computing the nine outcome signals on a store of
+//	          a million events and effects, beside the same figures read by
+//	          scanning the tables
 //	noop      the no-op server the receive benchmark measures against
 //	serve     hookledger's server in this process, with an optional CPU
 //	          profile, for finding where the receive time goes
@@ -55,6 +58,7 @@ func subcommands() []subcommand {
 		{"pipeline", "events/s from inbox to effect ledger through the flow engine", runPipeline},
 		{"e2e", "signed webhooks in, effects done at a loopback destination, sustained", runE2E},
 		{"bulkhead", "effects/s to a healthy destination, alone and beside one that hangs", runBulkhead},
+		{"signals", "the nine outcome signals on a store of a million events and effects", runSignals},
 		{"noop", "serve a no-op HTTP handler (child process of receive)", runNoop},
 		{"serve", "run hookledger's server in-process, optionally CPU-profiled", runServe},
 	}

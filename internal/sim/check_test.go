@@ -250,6 +250,7 @@ func (r *run) check() {
 	}
 	r.checkWhole(drained, evs, ss, effects, attempts)
 	r.checkDelivery(effects, attempts)
+	r.checkInvariants()
 
 	r.watch.mu.Lock()
 	r.stats.reinserted = r.watch.existing
@@ -260,6 +261,36 @@ func (r *run) check() {
 		r.stats.storeFaultSeeds = 1
 	}
 	r.faults.mu.Unlock()
+}
+
+// invariantsPending are invariants the store cannot uphold yet, so the
+// run does not hold it to them.
+//
+// TODO: drop projection_version once FlowApply records work.version_sort
+// on every applied work item; until then the check has nothing to compare.
+var invariantsPending = map[string]bool{store.InvariantProjectionVersion: true}
+
+// checkInvariants runs the store's own offline check (hookledger check)
+// on the drained store: whatever the schedule did, it must find nothing.
+func (r *run) checkInvariants() {
+	res, err := r.st.InvariantCheck(r.ctx, &store.InvariantCheckParams{Limit: 10})
+	if err != nil {
+		r.failf("InvariantCheck: %v", err)
+		return
+	}
+	for _, name := range store.Invariants() {
+		if invariantsPending[name] {
+			continue
+		}
+		if n := res.Counts[name]; n > 0 {
+			r.failf("hookledger check: invariant %s violated %d times", name, n)
+		}
+	}
+	for _, f := range res.Findings {
+		if !invariantsPending[f.Invariant] {
+			r.failf("hookledger check: %s: %s: %s", f.Invariant, f.Subject, f.Detail)
+		}
+	}
 }
 
 // checkRevisionFlow follows one entity's settlements in commit order: a

@@ -8,10 +8,12 @@
 // engines and check the invariants: the projection holds the newest
 // version, every effect exists exactly once per episode key and only for
 // applied versions, replays create nothing new, and every event is settled
-// consistently with business order. While a run goes, a watch on the store
-// checks that every work item applied was the first in business order of
-// the entity's events already waiting (an engine that followed arrival
-// order would lose the effects of the revisions it settles stale).
+// consistently with business order. Last, the store's own offline audit
+// (InvariantCheck, what hookledger check runs) must find nothing on the
+// drained store. While a run goes, a watch on the store checks that every
+// work item applied was the first in business order of the entity's events
+// already waiting (an engine that followed arrival order would lose the
+// effects of the revisions it settles stale).
 //
 // # Effects inserted again
 //

@@ -36,6 +36,7 @@ func TestConformance(t *testing.T) {
 		Name:   "postgres",
 		Open:   func(t *testing.T) store.Store { return open(t, pgtest.NewDatabase(t)) },
 		Reopen: func(t *testing.T, s store.Store) store.Store { return open(t, s.(*handle).url) },
+		Tamper: tamper,
 	})
 }
 

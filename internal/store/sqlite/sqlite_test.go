@@ -34,6 +34,7 @@ func TestConformance(t *testing.T) {
 		Reopen: func(t *testing.T, s store.Store) store.Store {
 			return open(t, s.(*Store).path)
 		},
+		Tamper: tamper,
 	})
 }
 

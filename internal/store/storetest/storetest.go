@@ -22,7 +22,25 @@ type Opener struct {
 	Name   string
 	Open   func(t *testing.T) store.Store
 	Reopen func(t *testing.T, s store.Store) store.Store
+	// Tamper (optional) runs one statement on the store's database behind
+	// the contract's back, to plant what the store never writes: the
+	// invariant check's tests need violations to find. query is SQL both
+	// dialects read, with ? placeholders; time.Time args are stored as the
+	// driver stores times. guard names the constraint the driver lifts
+	// first (one of the Guard constants; "" for none).
+	Tamper func(t *testing.T, s store.Store, guard, query string, args ...any)
 }
+
+// The constraints Tamper can lift to plant a violation.
+const (
+	GuardNone = ""
+	// GuardEffectEvent: effects.source_event_pk references events.
+	GuardEffectEvent = "effect_event_fk"
+	// GuardEffectState: effects.state is one of the effect states.
+	GuardEffectState = "effect_state_check"
+	// GuardEpisodeKey: effects.episode_key is unique.
+	GuardEpisodeKey = "episode_key_unique"
+)
 
 // t0 is a fixed instant: the store never reads a clock, so tests never do.
 var t0 = time.Date(2026, 11, 3, 9, 30, 15, 123456000, time.UTC)
@@ -84,6 +102,19 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerOperate", testLedgerOperate},
 		{"LedgerGetAndList", testLedgerGetAndList},
 		{"LedgerListFilters", testEffectListFilters},
+		{"OutcomesDeadlineEscalate", testDeadlineEscalate},
+		{"OutcomesCompensate", testCompensate},
+		{"OutcomesVerifyNext", testVerifyNext},
+		{"OutcomesMismatch", testMismatch},
+		{"OutcomesConcurrent", testOutcomesConcurrent},
+		{"InvariantCheckClean", testInvariantCheckClean},
+		{"InvariantCheckEventPending", testInvariantEventPending},
+		{"InvariantCheckEpisodeKeyOnce", testInvariantEpisodeKeyOnce},
+		{"InvariantCheckDoneEvidence", testInvariantDoneEvidence},
+		{"InvariantCheckProjectionVersion", testInvariantProjectionVersion},
+		{"InvariantCheckEffectEvent", testInvariantEffectEvent},
+		{"InvariantCheckEffectState", testInvariantEffectState},
+		{"InvariantCheckLimit", testInvariantCheckLimit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })

@@ -1,0 +1,173 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// InvariantCheck audits the store in one REPEATABLE READ READ ONLY
+// transaction: every query sees the same snapshot, and the check takes no
+// row lock, so writers never wait for it.
+func (s *Store) InvariantCheck(ctx context.Context, p *store.InvariantCheckParams) (*store.InvariantCheckResult, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("check invariants: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	limit := store.ClampLimit(p.Limit)
+	res := &store.InvariantCheckResult{Counts: map[string]int64{}}
+	for _, c := range invariantChecks() {
+		rows, err := tx.Query(ctx, c.query, c.args...)
+		if err != nil {
+			return nil, fmt.Errorf("check %s: %w", c.name, err)
+		}
+		var n int64
+		for rows.Next() {
+			n++
+			if n > int64(limit) {
+				continue
+			}
+			subject, detail, err := c.finding(rows)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("check %s: %w", c.name, err)
+			}
+			res.Findings = append(res.Findings, &store.Finding{Invariant: c.name, Subject: subject, Detail: detail})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("check %s: %w", c.name, err)
+		}
+		res.Counts[c.name] = n
+	}
+	return res, nil
+}
+
+// invariantCheck is one invariant's query: every row is one violation.
+type invariantCheck struct {
+	name    string
+	query   string
+	args    []any
+	finding func(row pgx.Row) (subject, detail string, err error)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// reconciledDone matches the audit row of a settle to done that a
+// reconciliation decided: the detail starts with the effect's episode key
+// and carries the settle's reason, "reconciled: ...".
+const reconciledDone = `SELECT 1 FROM audit au JOIN events ev ON ev.pk = f.source_event_pk
+	WHERE au.entity = f.entity AND au.action = 'effect_done' AND au.source = ev.source AND au.event_id = ev.event_id
+	AND left(au.detail, length(f.episode_key) + 2) = f.episode_key || ': ' AND strpos(au.detail, ': reconciled') > 0`
+
+func invariantChecks() []invariantCheck {
+	var states []string
+	for _, st := range store.EffectStates() {
+		states = append(states, string(st))
+	}
+	return []invariantCheck{{
+		// Visibly pending: not routed yet (the router will take it), or
+		// with a work item still pending. Routing and settling the last
+		// work item decide the disposition in the transaction that does
+		// them, so an accepted event with neither is stuck for good.
+		name: store.InvariantEventPending,
+		query: `SELECT e.source, e.event_id, e.received_at, (SELECT count(*) FROM work w WHERE w.event_pk = e.pk)
+			FROM events e WHERE e.disposition = 'accepted' AND e.routed
+			AND NOT EXISTS (SELECT 1 FROM work w WHERE w.event_pk = e.pk AND w.done_at IS NULL) ORDER BY e.pk`,
+		finding: func(row pgx.Row) (string, string, error) {
+			var src, id string
+			var received time.Time
+			var work int64
+			if err := row.Scan(&src, &id, &received, &work); err != nil {
+				return "", "", err
+			}
+			return "event " + src + "/" + id, fmt.Sprintf("accepted (received %s) and routed, but none of its %d work items is pending: no process will settle it",
+				stamp(received), work), nil
+		},
+	}, {
+		name: store.InvariantEpisodeKeyOnce,
+		query: `SELECT episode_key, count(*), string_agg(id::text, ', ' ORDER BY id) FROM effects
+			GROUP BY episode_key HAVING count(*) > 1 ORDER BY min(id)`,
+		finding: func(row pgx.Row) (string, string, error) {
+			var key, ids string
+			var n int64
+			if err := row.Scan(&key, &n, &ids); err != nil {
+				return "", "", err
+			}
+			return "episode key " + key, fmt.Sprintf("held by %d effects (ids %s): the effect can happen more than once", n, ids), nil
+		},
+	}, {
+		// Evidence that a done effect was done: an attempts row of class
+		// "" is a call the worker classified as success (a 2xx, or an
+		// answer a classification rule calls success) or a lookup that got
+		// an answer (reconcile); the worker settles done on nothing else.
+		// One legitimate path leaves no such row: a lookup made in the
+		// claim of the call whose unknown outcome it settles is not
+		// recorded as a row of its own (the call's row, class
+		// unknown_outcome, is), and a reconciliation decided from stored
+		// evidence records no attempt at all. Their evidence is the settle's
+		// audit row, effect_done with the reason "reconciled: ...".
+		name: store.InvariantDoneEvidence,
+		query: `SELECT f.id, f.episode_key, f.updated_at, f.attempts, (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = f.id)
+			FROM effects f WHERE f.state = 'done'
+			AND NOT EXISTS (SELECT 1 FROM effect_attempts a WHERE a.effect_id = f.id AND a.class = '')
+			AND NOT EXISTS (` + reconciledDone + `) ORDER BY f.id`,
+		finding: func(row pgx.Row) (string, string, error) {
+			var id, attempts, rows int64
+			var key string
+			var updated time.Time
+			if err := row.Scan(&id, &key, &updated, &attempts, &rows); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("effect %d", id), fmt.Sprintf("%s: done since %s, but none of its %d attempts rows succeeded and no reconciliation settled it (attempts counted: %d)",
+				key, stamp(updated), rows, attempts), nil
+		},
+	}, {
+		// The newest applied work item of each entity, among those that
+		// record the version they applied (from migration 0007 on).
+		name: store.InvariantProjectionVersion,
+		query: `SELECT en.flow, en.entity, en.version, en.version_sort, w.id, w.version_sort, coalesce(ev.source, ''), coalesce(ev.event_id, '')
+			FROM entities en JOIN work w ON w.id = (SELECT w2.id FROM work w2 WHERE w2.entity = en.entity AND w2.flow = en.flow
+				AND w2.disposition = 'applied' AND w2.version_sort <> '' ORDER BY w2.done_at DESC, w2.id DESC LIMIT 1)
+			LEFT JOIN events ev ON ev.pk = w.event_pk
+			WHERE w.version_sort <> en.version_sort ORDER BY en.flow, en.entity`,
+		finding: func(row pgx.Row) (string, string, error) {
+			var flow, entity, version, sort, workSort, src, evID string
+			var workID int64
+			if err := row.Scan(&flow, &entity, &version, &sort, &workID, &workSort, &src, &evID); err != nil {
+				return "", "", err
+			}
+			return "entity " + flow + "/" + entity, fmt.Sprintf("projection at version %q (sort %q), but its newest applied work item %d (event %s/%s) applied sort %q",
+				version, sort, workID, src, evID, workSort), nil
+		},
+	}, {
+		name: store.InvariantEffectEvent,
+		query: `SELECT f.id, f.episode_key, f.source_event_pk FROM effects f
+			WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.pk = f.source_event_pk) ORDER BY f.id`,
+		finding: func(row pgx.Row) (string, string, error) {
+			var id, pk int64
+			var key string
+			if err := row.Scan(&id, &key, &pk); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("effect %d", id), fmt.Sprintf("%s: its source event (pk %d) does not exist", key, pk), nil
+		},
+	}, {
+		name:  store.InvariantEffectState,
+		query: `SELECT id, episode_key, state FROM effects WHERE state <> ALL($1::text[]) ORDER BY id`,
+		args:  []any{states},
+		finding: func(row pgx.Row) (string, string, error) {
+			var id int64
+			var key, state string
+			if err := row.Scan(&id, &key, &state); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("effect %d", id), fmt.Sprintf("%s: state %q is not one of the effect states", key, state), nil
+		},
+	}}
+}
