@@ -176,16 +176,18 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 
 // effectFlagHelp documents the list's filter flags.
 var effectFlagHelp = map[string]string{
-	"state":        "`state` to list: exceptions (the default: dead and needs_reconciliation), any, or states separated by commas",
-	"flow":         "only this `flow`",
-	"entity":       "only this `entity`",
-	"destination":  "only calls to this `destination`",
-	"class":        "only this error `class` (transient, quota, contention, permanent, unknown_outcome, hidden_failure)",
-	"created_from": "only effects created at or after `time` (RFC 3339)",
-	"created_to":   "only effects created before `time` (RFC 3339)",
-	"updated_from": "only effects last changed at or after `time` (RFC 3339)",
-	"updated_to":   "only effects last changed before `time` (RFC 3339)",
-	"cursor":       "the `cursor` printed by the previous page",
+	"state":           "`state` to list: exceptions (the default: dead and needs_reconciliation), any, or states separated by commas",
+	"flow":            "only this `flow`",
+	"entity":          "only this `entity`",
+	"destination":     "only calls to this `destination`",
+	"class":           "only this error `class` (transient, quota, contention, permanent, unknown_outcome, hidden_failure)",
+	"created_from":    "only effects created at or after `time` (RFC 3339)",
+	"created_to":      "only effects created before `time` (RFC 3339)",
+	"updated_from":    "only effects last changed at or after `time` (RFC 3339)",
+	"updated_to":      "only effects last changed before `time` (RFC 3339)",
+	"deadline_missed": "`true`: only effects whose business deadline was missed and escalated",
+	"compensations":   "`true`: only compensation effects",
+	"cursor":          "the `cursor` printed by the previous page",
 }
 
 // paramFlag is the flag that sets a query parameter: created_from is

@@ -217,6 +217,12 @@ func effectQuery(p *store.EffectListParams) url.Values {
 	set("destination", p.Destination)
 	set("owner", p.Owner)
 	set("class", string(p.Class))
+	if p.DeadlineMissed {
+		q.Set("deadline_missed", "true")
+	}
+	if p.Compensations {
+		q.Set("compensations", "true")
+	}
 	states := p.StateSet()
 	if len(states) == 0 {
 		q.Set("state", api.StateAny)

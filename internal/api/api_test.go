@@ -176,8 +176,9 @@ type eventList struct {
 
 type effectList struct {
 	Effects []struct {
-		ID    int64
-		State string
+		ID         int64
+		State      string
+		EpisodeKey string `json:"episode_key"`
 	}
 	NextCursor string `json:"next_cursor"`
 }
@@ -238,6 +239,8 @@ func TestListsRefuseWhatTheyCannotUse(t *testing.T) {
 		"/api/v1/effects?state=dead,bogus":    "state",
 		"/api/v1/effects?class=flaky":         "class",
 		"/api/v1/effects?updated_from=1h":     "updated_from",
+		"/api/v1/effects?deadline_missed=yes": "deadline_missed",
+		"/api/v1/effects?compensations=1":     "compensations",
 		"/api/v1/effects?disposition=applied": "disposition",
 		"/api/v1/effects/1?verbose=1":         "verbose",
 	} {
@@ -459,6 +462,69 @@ func TestAuditFilters(t *testing.T) {
 		}
 		if s != want {
 			t.Errorf("%q: %q, want %q", query, s, want)
+		}
+	}
+}
+
+// compensate applies a newer version of flow/entity (already routed as
+// pk) whose only effect compensates effect id, and returns the result.
+func (f *fixture) compensate(pk int64, flow, entity string, id int64) *store.FlowApplyResult {
+	f.t.Helper()
+	leases, err := f.st.EntityClaim(f.ctx, &store.EntityClaimParams{Owner: "w", Now: t0, LeaseFor: time.Minute, Limit: 100})
+	if err != nil || len(leases) != 1 || leases[0].Entity != entity {
+		f.t.Fatalf("claim %s: %v %v", entity, leases, err)
+	}
+	work, err := f.st.WorkListPending(f.ctx, &store.WorkListPendingParams{Flow: flow, Entity: entity})
+	if err != nil || len(work) != 1 || work[0].Event.PK != pk {
+		f.t.Fatalf("work of %s: %v %v", entity, work, err)
+	}
+	res, err := f.st.FlowApply(f.ctx, &store.FlowApplyParams{Lease: leases[0], Now: t0, WorkID: work[0].ID, EventPK: pk, Actor: "w",
+		Version: "r9", VersionSort: "9999999999", Ordered: true, State: json.RawMessage(`{"cancelled":true}`), ReleaseIfDrained: true,
+		Effects: []*store.EffectInsert{{EpisodeKey: fmt.Sprintf("undo:%d", id), Effect: "undo", Destination: "crm",
+			Request: json.RawMessage(`{}`), Compensates: id}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res
+}
+
+// The outcome filters: compensations, and effects whose deadline was
+// missed (none here: nothing escalated).
+func TestEffectOutcomeFilters(t *testing.T) {
+	f := newFixture(t)
+	pk := f.event("shop", "e1", "order.created", "")
+	f.route(pk, store.Route{Flow: "orders", Entity: "o1", OrderKey: "1"})
+	ids := f.apply("orders", "o1", "crm")
+	f.settle(ids[0], store.EffectDone, store.ClassNone)
+	pk = f.event("shop", "e2", "order.cancelled", "")
+	f.route(pk, store.Route{Flow: "orders", Entity: "o1", OrderKey: "2"})
+	if r := f.compensate(pk, "orders", "o1", ids[0]); r.EffectsInserted != 1 {
+		t.Fatalf("compensation: %+v", r)
+	}
+	keys := func(query string) []string {
+		t.Helper()
+		var got effectList
+		if code := f.get("/api/v1/effects?"+query, &got); code != 200 {
+			t.Fatalf("%s: %d", query, code)
+		}
+		out := []string{}
+		for _, e := range got.Effects {
+			out = append(out, e.EpisodeKey)
+		}
+		return out
+	}
+	undo := fmt.Sprintf("undo:%d", ids[0])
+	for query, want := range map[string][]string{
+		"compensations=true":                      {undo},
+		"compensations=false":                     {"orders:o1:r1:notify", undo},
+		"compensations=true&state=done":           {},
+		"compensations=true&destination=crm":      {undo},
+		"deadline_missed=true":                    {},
+		"deadline_missed=false&state=done":        {"orders:o1:r1:notify"},
+		"deadline_missed=true&compensations=true": {},
+	} {
+		if got := keys(query); !slices.Equal(got, want) {
+			t.Errorf("%q: %v, want %v", query, got, want)
 		}
 	}
 }

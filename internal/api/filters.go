@@ -97,6 +97,19 @@ func (q *query) time(name string) time.Time {
 	return t
 }
 
+// flag reads true or false; absent or empty (an unset CLI flag) is false.
+func (q *query) flag(name string) bool {
+	switch s := q.v.Get(name); s {
+	case "", "false":
+		return false
+	case "true":
+		return true
+	default:
+		q.fail(name, fmt.Sprintf("%q is not true or false", s))
+		return false
+	}
+}
+
 // span reads a from/to pair; to must come after from.
 func (q *query) span(fromName, toName string) (from, to time.Time) {
 	from, to = q.time(fromName), q.time(toName)
@@ -177,7 +190,7 @@ func AuditFilter(v url.Values) (*store.AuditListParams, error) {
 
 // EffectParams lists the parameters of GET /api/v1/effects.
 var EffectParams = []string{"state", "flow", "entity", "destination", "owner", "class",
-	"created_from", "created_to", "updated_from", "updated_to", "cursor", "limit"}
+	"created_from", "created_to", "updated_from", "updated_to", "deadline_missed", "compensations", "cursor", "limit"}
 
 // EffectFilter reads the query of GET /api/v1/effects. A missing state
 // reads as defaultState (StateAny for the API, StateExceptions for the
@@ -185,7 +198,8 @@ var EffectParams = []string{"state", "flow", "entity", "destination", "owner", "
 func EffectFilter(v url.Values, defaultState string) (*store.EffectListParams, error) {
 	q := newQuery(v, EffectParams...)
 	p := &store.EffectListParams{Flow: q.str("flow"), Entity: q.str("entity"), Destination: q.str("destination"),
-		Owner: q.str("owner"), Class: oneOf(q, "class", store.ErrorClasses())}
+		Owner: q.str("owner"), Class: oneOf(q, "class", store.ErrorClasses()),
+		DeadlineMissed: q.flag("deadline_missed"), Compensations: q.flag("compensations")}
 	state := q.str("state")
 	if state == "" {
 		state = defaultState

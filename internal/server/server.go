@@ -1,6 +1,6 @@
 // Package server assembles a running hookledger: it opens and migrates the
 // store, starts the group-commit writer, serves HTTP (receiver, health,
-// metrics, admin API) and shuts all of it down in order.
+// metrics, admin API, console) and shuts all of it down in order.
 package server
 
 import (
@@ -20,6 +20,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/console"
 	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/inbox"
@@ -156,6 +157,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServeReplays(engine)
 	apiHandler.ServeCompensations(engine)
 	mux.Handle("/api/v1/", apiHandler)
+	mux.Handle("/", console.New(st, s.cfg.Admin.Token, s.log, s.clk))
 
 	rc := s.cfg.Receive
 	srv := &http.Server{

@@ -26,19 +26,24 @@ var _ store.Ledger = (*Store)(nil)
 const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination, f.state, f.request::text,
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
-	f.last_response, f.owner, f.note`
+	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
+	f.deadline_missed_at, f.mismatch_at`
 
 const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 
 func scanEffect(row pgx.Row, f *store.Effect) error {
 	var req string
 	var next pgtype.Timestamptz
+	var deadline, warn, missed, mismatch *time.Time
 	if err := row.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &req,
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &f.CreatedAt, &f.UpdatedAt,
 		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
-		&f.LastResponse, &f.Owner, &f.Note); err != nil {
+		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &deadline, &warn, &f.OnDeadline,
+		&missed, &mismatch); err != nil {
 		return err
 	}
+	f.DeadlineAt, f.DeadlineWarnAt = fromNull(deadline), fromNull(warn)
+	f.DeadlineMissedAt, f.MismatchAt = fromNull(missed), fromNull(mismatch)
 	f.Request = []byte(req)
 	f.CreatedAt, f.UpdatedAt = f.CreatedAt.UTC(), f.UpdatedAt.UTC()
 	// '-infinity' is "nothing scheduled": the zero time.
@@ -253,7 +258,8 @@ func settleEffect(ctx context.Context, tx pgx.Tx, p *store.EffectSettleParams) e
 	if _, err := tx.Exec(ctx, `UPDATE effects SET state = $1, next_attempt_at = coalesce($2::timestamptz, '-infinity'),
 		attempts = $3, error_class = $4, reason = $5, suggested_repair = $6,
 		destination_ref = CASE WHEN $7::text = '' THEN destination_ref ELSE $7::text END,
-		last_response = $8, lease_token = '', lease_until = '-infinity', updated_at = $9 WHERE id = $10`,
+		last_response = $8, lease_token = '', lease_until = '-infinity', updated_at = $9,
+		mismatch_at = CASE WHEN $1 = 'done' THEN NULL ELSE mismatch_at END WHERE id = $10`,
 		string(p.State), nullTime(p.NextAttemptAt), attempts, string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef,
 		p.LastResponse, p.Now, p.EffectID); err != nil {
 		return fmt.Errorf("update effect: %w", err)
@@ -385,8 +391,8 @@ func operate(ctx context.Context, tx pgx.Tx, p *store.EffectOperateParams) (*sto
 			note = CASE WHEN $1::text = '' THEN note ELSE $1::text END, updated_at = $2 WHERE id = $3`, p.Note, p.Now, p.EffectID)
 	case store.OperateResolve:
 		action = "effect_resolved"
-		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = '-infinity', note = $1, updated_at = $2
-			WHERE id = $3`, p.Note, p.Now, p.EffectID)
+		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = '-infinity', note = $1, updated_at = $2,
+			mismatch_at = NULL WHERE id = $3`, p.Note, p.Now, p.EffectID)
 	case store.OperateAssign:
 		action = "effect_assigned"
 		_, err = tx.Exec(ctx, `UPDATE effects SET owner = $1, note = CASE WHEN $2::text = '' THEN note ELSE $2::text END,

@@ -158,6 +158,13 @@ func enqueue(ctx context.Context, tx pgx.Tx, now time.Time, items []routed, repl
 			if tag.RowsAffected() == 0 {
 				continue
 			}
+			// A route that failed is still the entity's newest news: it
+			// counts for revision_lag like any other (rare, so a statement
+			// of its own).
+			if _, err := tx.Exec(ctx, `UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2`,
+				r.Flow, r.Entity, now, r.OrderKey); err != nil {
+				return 0, fmt.Errorf("newest key of %s/%s: %w", r.Flow, r.Entity, err)
+			}
 			if _, err := tx.Exec(ctx, insertAuditSQL, now, actor, "dead_lettered", ev.source, ev.eventID, r.Entity,
 				fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed)); err != nil {
 				return 0, wrapErr("insert audit", err)
@@ -176,16 +183,25 @@ func enqueue(ctx context.Context, tx pgx.Tx, now time.Time, items []routed, repl
 		// An entity that becomes ready joins the back of the claim order
 		// (not_before, then keys): first come, first served, so an entity
 		// whose key sorts late is not starved by newer ones. A retry's
-		// later not_before is kept.
+		// later not_before is kept. The same statement advances the
+		// entity's newest routed key for revision_lag.
 		if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending + 1,
-			not_before = CASE WHEN pending = 0 AND not_before < $3 THEN $3 ELSE not_before END
-			WHERE flow = $1 AND entity = $2`, r.Flow, r.Entity, now); err != nil {
+			not_before = CASE WHEN pending = 0 AND not_before < $3 THEN $3 ELSE not_before END, `+newestKeySet+`
+			WHERE flow = $1 AND entity = $2`, r.Flow, r.Entity, now, r.OrderKey); err != nil {
 			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
 		}
 		inserted++
 	}
 	return inserted, nil
 }
+
+// newestKeySet advances an entity's newest routed order key ($4; $3 is
+// now) and stamps behind_since when that makes an entity that was caught
+// up fall behind. Every SET expression reads the row as it was before the
+// UPDATE, so the CASE sees the old newest_key. The keys are COLLATE "C"
+// columns, which the parameter takes on: byte order, as in SQLite.
+const newestKeySet = `behind_since = CASE WHEN newest_key <= settled_key AND $4 > settled_key THEN $3 ELSE behind_since END,
+	newest_key = GREATEST(newest_key, $4)`
 
 // aggregate is the event disposition over the work rows of one pass.
 func aggregate(ds []store.Disposition) store.Disposition {
@@ -336,6 +352,7 @@ type workRow struct {
 	flow, entity string
 	eventPK      int64
 	replayID     int64
+	orderKey     string
 	disposition  store.Disposition
 	reason       string
 	ev           eventRef
@@ -375,9 +392,9 @@ func flowApply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams) (*store
 
 	var w workRow
 	var doneAt *time.Time
-	err = tx.QueryRow(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.done_at, w.disposition, w.reason,
+	err = tx.QueryRow(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.order_key, w.done_at, w.disposition, w.reason,
 		e.source, e.event_id, e.entity FROM work w JOIN events e ON e.pk = w.event_pk WHERE w.id = $1`, p.WorkID).
-		Scan(&w.flow, &w.entity, &w.eventPK, &w.replayID, &doneAt, &w.disposition, &w.reason,
+		Scan(&w.flow, &w.entity, &w.eventPK, &w.replayID, &w.orderKey, &doneAt, &w.disposition, &w.reason,
 			&w.ev.source, &w.ev.eventID, &w.ev.entity)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errors.New("no such work item")
@@ -444,8 +461,11 @@ func flowApply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams) (*store
 			return nil, fmt.Errorf("read projection: %w", err)
 		}
 		res.Disposition, res.Reason = revisionGuard(curVersion, curSort, sameState, p)
-		if res.Disposition == store.DispositionDeadLettered {
+		if res.Disposition == store.DispositionDeadLettered { // the guard's only dead letter: version_conflict
 			if err := audit("dead_lettered", subject+": "+res.Reason); err != nil {
+				return nil, err
+			}
+			if err := audit("key_conflict", versionConflictDetail(subject, p.Version)); err != nil {
 				return nil, err
 			}
 		}
@@ -456,12 +476,14 @@ func flowApply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams) (*store
 		}
 	}
 
-	if _, err := tx.Exec(ctx, `UPDATE work SET done_at = $1, disposition = $2, reason = $3 WHERE id = $4`,
-		p.Now, res.Disposition, res.Reason, p.WorkID); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE work SET done_at = $1, disposition = $2, reason = $3, version_sort = $4 WHERE id = $5`,
+		p.Now, res.Disposition, res.Reason, appliedSort(res, p), p.WorkID); err != nil {
 		return nil, fmt.Errorf("settle work: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending - 1 WHERE flow = $1 AND entity = $2`,
-		w.flow, w.entity); err != nil {
+	// GREATEST(settled_key, '') leaves the key alone: a dead letter does
+	// not catch the entity up.
+	if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending - 1, settled_key = GREATEST(settled_key, $3)
+		WHERE flow = $1 AND entity = $2`, w.flow, w.entity, settledKey(res, w.orderKey)); err != nil {
 		return nil, fmt.Errorf("count pending: %w", err)
 	}
 	if err := audit("work_settled", settledDetail(subject, res, p.Version)); err != nil {
@@ -494,7 +516,7 @@ func apply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams, w workRow, 
 	}
 	for _, name := range effectNames(p.Effects) {
 		rows, err := tx.Query(ctx, `UPDATE effects SET state = 'superseded', updated_at = $1
-			WHERE flow = $2 AND entity = $3 AND effect = $4 AND state IN ('approved', 'retry_wait') AND `+older+`
+			WHERE flow = $2 AND entity = $3 AND effect = $4 AND state IN ('approved', 'retry_wait') AND compensates = 0 AND `+older+`
 			RETURNING episode_key, version`, p.Now, w.flow, w.entity, name, p.VersionSort)
 		if err != nil {
 			return fmt.Errorf("supersede %s: %w", name, err)
@@ -516,16 +538,43 @@ func apply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams, w workRow, 
 		res.Superseded += len(keys)
 	}
 	for _, e := range p.Effects {
+		if e.Compensates != 0 {
+			insert, err := compensationNeeded(ctx, tx, p, e, res, audit)
+			if err != nil {
+				return err
+			}
+			if !insert {
+				continue
+			}
+		}
 		tag, err := tx.Exec(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
-			state, request, source_event_pk, causation_id, hop, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'approved', $8::jsonb, $9, $10, $11, $12, $12) ON CONFLICT (episode_key) DO NOTHING`,
+			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
+			compensates, deadline_at, deadline_warn_at, on_deadline)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'approved', $8::jsonb, $9, $10, $11, $12, $12, $13, $14, $15, $16)
+			ON CONFLICT (episode_key) DO NOTHING`,
 			e.EpisodeKey, w.flow, w.entity, p.Version, p.VersionSort, e.Effect, e.Destination, stateText(e.Request),
-			w.eventPK, e.CausationID, e.Hop, p.Now)
+			w.eventPK, e.CausationID, e.Hop, p.Now, e.Compensates, nullTime(e.DeadlineAt), nullTime(e.DeadlineWarnAt), e.OnDeadline)
 		if err != nil {
 			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
 		}
 		if tag.RowsAffected() == 0 {
 			res.EffectsExisting++
+			// The unique index swallowed the insert. The existing row is
+			// read only now, on the rare conflict: the same key with
+			// another request is a key built from too little (two
+			// different effects collapsed into one), recorded for
+			// key_conflicts instead of vanishing. jsonb compares values,
+			// so key order and spacing do not count as a difference.
+			var same bool
+			if err := tx.QueryRow(ctx, `SELECT request = $2::jsonb FROM effects WHERE episode_key = $1`,
+				e.EpisodeKey, stateText(e.Request)).Scan(&same); err != nil {
+				return fmt.Errorf("read existing effect %s: %w", e.EpisodeKey, err)
+			}
+			if !same {
+				if err := audit("key_conflict", episodeConflictDetail(e.EpisodeKey)); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		res.EffectsInserted++
@@ -540,6 +589,38 @@ func apply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams, w workRow, 
 		res.EffectsSkipped++
 	}
 	return nil
+}
+
+// compensationNeeded decides, from the original's state in this
+// transaction, whether a compensation (compensate_when held) is inserted:
+// an original never sent is superseded instead, one that ended superseded
+// or dead needs nothing undone, any other is compensated. The original is
+// row-locked first, so a claim cannot send it between the decision and
+// the commit (the claim skips the locked row).
+func compensationNeeded(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams, e *store.EffectInsert,
+	res *store.FlowApplyResult, audit func(action, detail string) error) (bool, error) {
+	var key, version string
+	var state store.EffectState
+	err := tx.QueryRow(ctx, `SELECT episode_key, version, state FROM effects WHERE id = $1 FOR UPDATE`, e.Compensates).
+		Scan(&key, &version, &state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, audit("effect_skipped", missingOriginalDetail(e))
+	}
+	if err != nil {
+		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
+	}
+	switch compensationDecision(state) {
+	case compensateSupersede:
+		if _, err := tx.Exec(ctx, `UPDATE effects SET state = 'superseded', updated_at = $1 WHERE id = $2`,
+			p.Now, e.Compensates); err != nil {
+			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
+		}
+		res.Superseded++
+		return false, audit("effect_superseded", compensationSupersededDetail(key, version, p.Version))
+	case compensateNothing:
+		return false, nil
+	}
+	return true, nil
 }
 
 // revisionGuard decides what an event's version does to the projection.
@@ -571,11 +652,13 @@ func settledDetail(subject string, res *store.FlowApplyResult, version string) s
 	return fmt.Sprintf("%s: %s: %s", subject, res.Disposition, res.Reason)
 }
 
-// effectNames returns the distinct effect names in first-seen order.
+// effectNames returns the distinct effect names in first-seen order. A
+// compensation supersedes nothing by name: it undoes one effect, and the
+// decision about that effect is compensationNeeded's.
 func effectNames(es []*store.EffectInsert) []string {
 	var out []string
 	for _, e := range es {
-		if !slices.Contains(out, e.Effect) {
+		if e.Compensates == 0 && !slices.Contains(out, e.Effect) {
 			out = append(out, e.Effect)
 		}
 	}
@@ -648,6 +731,14 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 	}
 	if p.Class != "" {
 		f.add("f.error_class = ? AND f.error_class <> ''", string(p.Class))
+	}
+	// effects_deadline_missed and effects_compensation hold only these
+	// rows (few: the escalated and the compensations).
+	if p.DeadlineMissed {
+		f.add("f.deadline_missed_at IS NOT NULL")
+	}
+	if p.Compensations {
+		f.add("f.compensates <> 0")
 	}
 	f.span("f.created_at", p.CreatedFrom, p.CreatedTo)
 	f.span("f.updated_at", p.UpdatedFrom, p.UpdatedTo)

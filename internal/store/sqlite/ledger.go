@@ -27,19 +27,24 @@ const noTime = 0
 const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination, f.state, f.request,
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
-	f.last_response, f.owner, f.note`
+	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
+	f.deadline_missed_at, f.mismatch_at`
 
 const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 
 func scanEffect(sc scanner, f *store.Effect) error {
 	var req string
 	var created, updated, next int64
+	var deadline, warn, missed, mismatch sql.NullInt64
 	if err := sc.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &req,
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &created, &updated,
 		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
-		&f.LastResponse, &f.Owner, &f.Note); err != nil {
+		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &deadline, &warn, &f.OnDeadline,
+		&missed, &mismatch); err != nil {
 		return err
 	}
+	f.DeadlineAt, f.DeadlineWarnAt = fromMicros(deadline), fromMicros(warn)
+	f.DeadlineMissedAt, f.MismatchAt = fromMicros(missed), fromMicros(mismatch)
 	f.Request = []byte(req)
 	f.CreatedAt = time.UnixMicro(created).UTC()
 	f.UpdatedAt = time.UnixMicro(updated).UTC()
@@ -248,9 +253,10 @@ func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = ?, next_attempt_at = ?, attempts = ?, error_class = ?,
 		reason = ?, suggested_repair = ?, destination_ref = CASE WHEN ? = '' THEN destination_ref ELSE ? END,
-		last_response = ?, lease_token = '', lease_until = ?, updated_at = ? WHERE id = ?`,
+		last_response = ?, lease_token = '', lease_until = ?, updated_at = ?,
+		mismatch_at = CASE WHEN ? = 'done' THEN NULL ELSE mismatch_at END WHERE id = ?`,
 		p.State, dueAt(p.NextAttemptAt), attempts, p.Class, p.Reason, p.SuggestedRepair, p.DestinationRef, p.DestinationRef,
-		p.LastResponse, leaseFree, now, p.EffectID); err != nil {
+		p.LastResponse, leaseFree, now, p.State, p.EffectID); err != nil {
 		return fmt.Errorf("update effect: %w", err)
 	}
 	return effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_"+string(p.State), settleDetail(f.EpisodeKey, number, p))
@@ -386,8 +392,8 @@ func operate(ctx context.Context, tx *wtx, p *store.EffectOperateParams) (*store
 			note = CASE WHEN ? = '' THEN note ELSE ? END, updated_at = ? WHERE id = ?`, noTime, p.Note, p.Note, now, p.EffectID)
 	case store.OperateResolve:
 		action = "effect_resolved"
-		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = ?, note = ?, updated_at = ?
-			WHERE id = ?`, noTime, p.Note, now, p.EffectID)
+		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = ?, note = ?, updated_at = ?,
+			mismatch_at = NULL WHERE id = ?`, noTime, p.Note, now, p.EffectID)
 	case store.OperateAssign:
 		action = "effect_assigned"
 		_, err = tx.ExecContext(ctx, `UPDATE effects SET owner = ?, note = CASE WHEN ? = '' THEN note ELSE ? END,

@@ -155,6 +155,13 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 			} else if n == 0 {
 				continue
 			}
+			// A route that failed is still the entity's newest news: it
+			// counts for revision_lag like any other (rare, so a statement
+			// of its own).
+			if _, err := tx.ExecContext(ctx, `UPDATE entities SET `+newestKeySet+` WHERE flow = ? AND entity = ?`,
+				r.OrderKey, at, r.OrderKey, r.Flow, r.Entity); err != nil {
+				return 0, fmt.Errorf("newest key of %s/%s: %w", r.Flow, r.Entity, err)
+			}
 			if _, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: "dead_lettered",
 				Source: ev.source, EventID: ev.eventID, Entity: r.Entity,
 				Detail: fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed)}); err != nil {
@@ -178,16 +185,25 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 		// An entity that becomes ready joins the back of the claim order
 		// (not_before, then keys): claims are first come, first served, so
 		// an entity whose key sorts late is not starved by newer ones. A
-		// retry's later not_before is kept.
+		// retry's later not_before is kept. The same statement advances the
+		// entity's newest routed key for revision_lag.
 		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending + 1,
-			not_before = CASE WHEN pending = 0 AND not_before < ? THEN ? ELSE not_before END
-			WHERE flow = ? AND entity = ?`, at, at, r.Flow, r.Entity); err != nil {
+			not_before = CASE WHEN pending = 0 AND not_before < ? THEN ? ELSE not_before END, `+newestKeySet+`
+			WHERE flow = ? AND entity = ?`, at, at, r.OrderKey, at, r.OrderKey, r.Flow, r.Entity); err != nil {
 			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
 		}
 		inserted++
 	}
 	return inserted, nil
 }
+
+// newestKeySet advances an entity's newest routed order key (arguments:
+// the order key, now, the order key again) and stamps behind_since when
+// that makes an entity that was caught up fall behind. Every SET
+// expression reads the row as it was before the UPDATE, so the CASE sees
+// the old newest_key.
+const newestKeySet = `behind_since = CASE WHEN newest_key <= settled_key AND ? > settled_key THEN ? ELSE behind_since END,
+	newest_key = max(newest_key, ?)`
 
 // aggregate is the event disposition over the work rows of one pass.
 func aggregate(ds []store.Disposition) store.Disposition {
@@ -358,6 +374,7 @@ type workRow struct {
 	flow, entity string
 	eventPK      int64
 	replayID     int64
+	orderKey     string
 	disposition  store.Disposition
 	reason       string
 	ev           eventRef
@@ -401,9 +418,9 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 
 	var w workRow
 	var doneAt sql.NullInt64
-	err = tx.QueryRowContext(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.done_at, w.disposition, w.reason,
+	err = tx.QueryRowContext(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.order_key, w.done_at, w.disposition, w.reason,
 		e.source, e.event_id, e.entity FROM work w JOIN events e ON e.pk = w.event_pk WHERE w.id = ?`, p.WorkID).
-		Scan(&w.flow, &w.entity, &w.eventPK, &w.replayID, &doneAt, &w.disposition, &w.reason,
+		Scan(&w.flow, &w.entity, &w.eventPK, &w.replayID, &w.orderKey, &doneAt, &w.disposition, &w.reason,
 			&w.ev.source, &w.ev.eventID, &w.ev.entity)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errors.New("no such work item")
@@ -466,6 +483,9 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 			if err := audit("dead_lettered", subject+": "+res.Reason); err != nil {
 				return nil, err
 			}
+			if err := audit("key_conflict", versionConflictDetail(subject, p.Version)); err != nil {
+				return nil, err
+			}
 		}
 		if res.Disposition == store.DispositionApplied {
 			if err := apply(ctx, tx, p, w, res, audit); err != nil {
@@ -474,13 +494,15 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 		}
 	}
 
-	if _, err := tx.ExecContext(ctx, `UPDATE work SET done_at = ?, disposition = ?, reason = ? WHERE id = ?`,
-		now, res.Disposition, res.Reason, p.WorkID); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE work SET done_at = ?, disposition = ?, reason = ?, version_sort = ? WHERE id = ?`,
+		now, res.Disposition, res.Reason, appliedSort(res, p), p.WorkID); err != nil {
 		return nil, fmt.Errorf("settle work: %w", err)
 	}
 	if res.Disposition != store.DispositionApplied { // apply counted it down with the projection
-		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1 WHERE flow = ? AND entity = ?`,
-			w.flow, w.entity); err != nil {
+		// max(settled_key, '') leaves the key alone: a dead letter does
+		// not catch the entity up.
+		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1, settled_key = max(settled_key, ?)
+			WHERE flow = ? AND entity = ?`, settledKey(res, w.orderKey), w.flow, w.entity); err != nil {
 			return nil, fmt.Errorf("count pending: %w", err)
 		}
 	}
@@ -512,7 +534,8 @@ func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, re
 	// The work item settles in this transaction, so the pending count goes
 	// down here too, in the same statement.
 	if _, err := tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?,
-		pending = pending - 1 WHERE flow = ? AND entity = ?`, p.Version, p.VersionSort, stateText(p.State), w.eventPK, now, w.flow, w.entity); err != nil {
+		pending = pending - 1, settled_key = max(settled_key, ?) WHERE flow = ? AND entity = ?`,
+		p.Version, p.VersionSort, stateText(p.State), w.eventPK, now, w.orderKey, w.flow, w.entity); err != nil {
 		return fmt.Errorf("update projection: %w", err)
 	}
 	older := `version_sort < ?`
@@ -521,7 +544,7 @@ func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, re
 	}
 	for _, name := range effectNames(p.Effects) {
 		rows, err := tx.QueryContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ?
-			WHERE flow = ? AND entity = ? AND effect = ? AND state IN ('approved', 'retry_wait') AND `+older+`
+			WHERE flow = ? AND entity = ? AND effect = ? AND state IN ('approved', 'retry_wait') AND compensates = 0 AND `+older+`
 			RETURNING episode_key, version`, now, w.flow, w.entity, name, p.VersionSort)
 		if err != nil {
 			return fmt.Errorf("supersede %s: %w", name, err)
@@ -547,11 +570,21 @@ func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, re
 		res.Superseded += len(keys)
 	}
 	for _, e := range p.Effects {
+		if e.Compensates != 0 {
+			insert, err := compensationNeeded(ctx, tx, p, e, res, audit)
+			if err != nil {
+				return err
+			}
+			if !insert {
+				continue
+			}
+		}
 		r, err := tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
-			state, request, source_event_pk, causation_id, hop, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
+			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
+			compensates, deadline_at, deadline_warn_at, on_deadline)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
 			e.EpisodeKey, w.flow, w.entity, p.Version, p.VersionSort, e.Effect, e.Destination, stateText(e.Request),
-			w.eventPK, e.CausationID, e.Hop, now, now)
+			w.eventPK, e.CausationID, e.Hop, now, now, e.Compensates, micros(e.DeadlineAt), micros(e.DeadlineWarnAt), e.OnDeadline)
 		if err != nil {
 			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
 		}
@@ -561,6 +594,20 @@ func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, re
 		}
 		if n == 0 {
 			res.EffectsExisting++
+			// The unique index swallowed the insert. The existing row is
+			// read only now, on the rare conflict: the same key with
+			// another request is a key built from too little (two
+			// different effects collapsed into one), recorded for
+			// key_conflicts instead of vanishing.
+			var existing string
+			if err := tx.QueryRowContext(ctx, `SELECT request FROM effects WHERE episode_key = ?`, e.EpisodeKey).Scan(&existing); err != nil {
+				return fmt.Errorf("read existing effect %s: %w", e.EpisodeKey, err)
+			}
+			if existing != stateText(e.Request) {
+				if err := audit("key_conflict", episodeConflictDetail(e.EpisodeKey)); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		res.EffectsInserted++
@@ -575,6 +622,36 @@ func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, re
 		res.EffectsSkipped++
 	}
 	return nil
+}
+
+// compensationNeeded decides, from the original's state in this
+// transaction, whether a compensation (compensate_when held) is inserted:
+// an original never sent is superseded instead, one that ended superseded
+// or dead needs nothing undone, any other is compensated.
+func compensationNeeded(ctx context.Context, tx *wtx, p *store.FlowApplyParams, e *store.EffectInsert,
+	res *store.FlowApplyResult, audit func(action, detail string) error) (bool, error) {
+	var key, version string
+	var state store.EffectState
+	err := tx.QueryRowContext(ctx, `SELECT episode_key, version, state FROM effects WHERE id = ?`, e.Compensates).
+		Scan(&key, &version, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, audit("effect_skipped", missingOriginalDetail(e))
+	}
+	if err != nil {
+		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
+	}
+	switch compensationDecision(state) {
+	case compensateSupersede:
+		if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ? WHERE id = ?`,
+			p.Now.UnixMicro(), e.Compensates); err != nil {
+			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
+		}
+		res.Superseded++
+		return false, audit("effect_superseded", compensationSupersededDetail(key, version, p.Version))
+	case compensateNothing:
+		return false, nil
+	}
+	return true, nil
 }
 
 // revisionGuard decides what an event's version does to the projection.
@@ -605,12 +682,14 @@ func settledDetail(subject string, res *store.FlowApplyResult, version string) s
 	return fmt.Sprintf("%s: %s: %s", subject, res.Disposition, res.Reason)
 }
 
-// effectNames returns the distinct effect names in first-seen order.
+// effectNames returns the distinct effect names in first-seen order. A
+// compensation supersedes nothing by name: it undoes one effect, and the
+// decision about that effect is compensationNeeded's.
 func effectNames(es []*store.EffectInsert) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, e := range es {
-		if !seen[e.Effect] {
+		if e.Compensates == 0 && !seen[e.Effect] {
 			seen[e.Effect] = true
 			out = append(out, e.Effect)
 		}
@@ -655,7 +734,7 @@ func effectListSQL(p *store.EffectListParams) (string, []any) {
 	// states that leaves out the bulk of finished effects (the exception
 	// queue, say), read through effects_state. See filter.
 	bulk := slices.Contains(states, store.EffectDone) || slices.Contains(states, store.EffectSuperseded)
-	f.narrow = p.Entity != "" || p.Owner != "" || p.Class != "" || (len(states) > 0 && !bulk)
+	f.narrow = p.Entity != "" || p.Owner != "" || p.Class != "" || (len(states) > 0 && !bulk) || p.DeadlineMissed || p.Compensations
 	stateCol := "f.state"
 	if bulk || p.Entity != "" || p.Owner != "" || p.Class != "" {
 		stateCol = "+f.state"
@@ -673,9 +752,19 @@ func effectListSQL(p *store.EffectListParams) (string, []any) {
 		// index is provably usable with a bound parameter.
 		cond(p.Owner != "", "f.owner = ? AND f.owner <> ''", p.Owner).
 		cond(p.Class != "", "f.error_class = ? AND f.error_class <> ''", string(p.Class)).
+		// effects_deadline_missed and effects_compensation hold only these
+		// rows (few: the escalated and the compensations).
+		cond(p.DeadlineMissed, "f.id IN (SELECT id FROM effects WHERE deadline_missed_at IS NOT NULL)").
+		cond(p.Compensations, "f.id IN (SELECT id FROM effects WHERE compensates <> 0)").
 		span(f.broad("f.created_at"), p.CreatedFrom, p.CreatedTo).span(f.broad("f.updated_at"), p.UpdatedFrom, p.UpdatedTo)
 	where, args := f.sql(store.ClampLimit(p.Limit))
-	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.id LIMIT ?`, args
+	// The page's ids are chosen first, reading nothing but ids, and the
+	// columns fetched for those alone: the planner weighs an index by the
+	// row it would have to read beside it, and with every column of the
+	// ledger in the select it came to prefer reading the table in id order
+	// over a selective index.
+	return `SELECT ` + effectColumns + ` FROM (SELECT f.id FROM effects f WHERE ` + where + ` ORDER BY f.id LIMIT ?) AS page
+		JOIN effects f ON f.id = page.id JOIN events e ON e.pk = f.source_event_pk ORDER BY page.id`, args
 }
 
 // EffectList pages through the effect ledger in id order.

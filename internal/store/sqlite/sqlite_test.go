@@ -182,6 +182,8 @@ func TestListPlans(t *testing.T) {
 	ef("flow and entity", store.EffectListParams{Flow: "f", Entity: "x"}, "effects_entity", "effects_flow (flow=? AND rowid")
 	ef("finished states", store.EffectListParams{State: store.EffectDone}, "INTEGER PRIMARY KEY", "TEMP B-TREE")
 	ef("created span", store.EffectListParams{CreatedFrom: t1, CreatedTo: t2}, "effects_created", "")
+	ef("deadline missed", store.EffectListParams{DeadlineMissed: true, Flow: "f", Destination: "crm"}, "effects_deadline_missed", "effects_flow")
+	ef("compensations", store.EffectListParams{Compensations: true, Destination: "crm"}, "effects_compensation", "effects_destination")
 	for _, c := range cases {
 		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
 		if err != nil {
@@ -200,6 +202,59 @@ func TestListPlans(t *testing.T) {
 		got := plan.String()
 		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(got, c.avoid)) {
 			t.Errorf("%s: plan\n%s\nwant it to use %q and not %q", c.name, got, c.use, c.avoid)
+		}
+	}
+}
+
+// The outcome signals must stay cheap on a large store: every query reads
+// a partial index (or a range of a full one) and never scans a table. The
+// plans are pinned here; see signals.go for why each index holds only what
+// its signal counts.
+func TestSignalPlans(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "signal-plans.db"))
+	for _, c := range []struct {
+		name, sql string
+		args      []any
+		use       []string
+	}{
+		{"lag by flow", sqlLagByFlow, nil, []string{"entities_behind"}},
+		{"lag largest gap", sqlLagLargest, nil, []string{"entities_behind", "work_pending (flow=? AND entity=? AND order_key>?)",
+			"work_dead (flow=? AND entity=? AND order_key>?)"}},
+		{"unfinished", sqlUnfinished, nil, []string{"events_accepted"}},
+		{"deadline", sqlDeadline, []any{1, 1, 1, 1}, []string{"effects_deadline"}},
+		{"unknown", sqlUnknown, []any{1}, []string{"effects_state (state=?)"}},
+		{"window start", sqlWindowStart, []any{1}, []string{"audit_at (at>?)", "audit_at (at=?)"}},
+		{"windowed", sqlWindowed, []any{1, 1}, []string{"audit_action (action=? AND id>?)"}},
+		{"dead effects", sqlDeadEffects, nil, []string{"effects_state (state=?)"}},
+		{"dead events", sqlDeadEvents, nil, []string{"events_disposition (disposition=?)"}},
+		{"mismatch", sqlMismatch, nil, []string{"effects_mismatch"}},
+		{"compensation", sqlCompensation, nil, []string{"effects_compensation (state=?)"}},
+	} {
+		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(detail + "\n")
+		}
+		rows.Close()
+		got := plan.String()
+		t.Logf("%s:\n%s", c.name, got)
+		for _, u := range c.use {
+			if !strings.Contains(got, u) {
+				t.Errorf("%s: plan\n%s\nwant it to use %q", c.name, got, u)
+			}
+		}
+		for _, line := range strings.Split(got, "\n") {
+			if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "USING") && !strings.Contains(line, "(subquery") {
+				t.Errorf("%s: plan\n%s\nreads a table in full: %q", c.name, got, line)
+			}
 		}
 	}
 }

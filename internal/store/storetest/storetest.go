@@ -115,6 +115,17 @@ func Exercise(t *testing.T, o Opener) {
 		{"InvariantCheckEffectEvent", testInvariantEffectEvent},
 		{"InvariantCheckEffectState", testInvariantEffectState},
 		{"InvariantCheckLimit", testInvariantCheckLimit},
+		{"SignalsEmpty", testSignalsEmpty},
+		{"SignalRevisionLag", testSignalRevisionLag},
+		{"SignalUnfinishedEvents", testSignalUnfinishedEvents},
+		{"SignalDeadlineRisk", testSignalDeadlineRisk},
+		{"SignalUnknownOutcomes", testSignalUnknownOutcomes},
+		{"SignalKeyConflicts", testSignalKeyConflicts},
+		{"SignalDeadLetters", testSignalDeadLetters},
+		{"SignalLoopBlocks", testSignalLoopBlocks},
+		{"SignalCompensation", testSignalCompensation},
+		{"SignalMismatchAndEscalation", testSignalMismatchAndEscalation},
+		{"SignalHistory", testSignalHistory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })

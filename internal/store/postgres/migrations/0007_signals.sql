@@ -62,3 +62,9 @@ CREATE TABLE verify_cursors (
     after_id    bigint      NOT NULL,
     updated_at  timestamptz NOT NULL
 );
+
+-- revision_lag's largest gap counts, for each lagging entity, its work
+-- ahead of the settled key: pending items through work_pending, dead
+-- letters through this index. It holds dead letters only, so routing and
+-- settling everything else pay for nothing but its predicate.
+CREATE INDEX work_dead ON work (flow, entity, order_key, event_pk) WHERE disposition = 'dead_lettered';

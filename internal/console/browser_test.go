@@ -1,0 +1,247 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// chromiumPath finds a local Chromium. Without one the browser test skips
+// loudly on a developer's machine, and fails in CI (CI=true), where
+// .ci/run installs Debian's chromium package.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	const why = "NO CHROMIUM FOUND (looked for chromium, chromium-browser, google-chrome on PATH): " +
+		"the console's browser test did not run; install Debian's chromium package (apt-get install chromium)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+	return ""
+}
+
+// TestBrowser drives the console in headless Chromium against a real HTTP
+// server on loopback: log in, filter events by disposition, open an event,
+// retry a dead effect and see its state change, watch a list refresh
+// itself, and check that no page logged a JavaScript error (a script that
+// failed, or a resource the Content-Security-Policy blocked).
+func TestBrowser(t *testing.T) {
+	bin := chromiumPath(t)
+	f := newFixture(t, 3)
+	con := New(f.st, testToken, slog.New(slog.DiscardHandler), f.clk)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	base := "http://" + ln.Addr().String()
+
+	// The test takes about ten seconds; the bound only stops a hung
+	// browser from holding the suite.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium (%s): %v", bin, err)
+	}
+
+	// Every console message and uncaught exception of every page.
+	var (
+		mu   sync.Mutex
+		logs []chromedp.ConsoleMessage
+	)
+	messages := chromedp.Console(bctx)
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			logs = append(logs, m)
+			mu.Unlock()
+		}
+	}()
+
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	// poll waits for expr to hold; a poll cut by a navigation (the page
+	// it ran in went away) starts again in the new page.
+	poll := func(what, expr string) {
+		t.Helper()
+		var err error
+		for range 20 {
+			if _, err = chromedp.Run(bctx, chromedp.Poll[bool](expr)); err == nil || bctx.Err() != nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s: waiting for %s: %v", what, expr, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return s
+	}
+
+	// A page asked for without a session leads to the login page, and
+	// back to the page after login.
+	step("open the console",
+		chromedp.Navigate(base+"/events"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+	)
+	step("log in",
+		chromedp.SendKeys(chromedp.CSS("#token"), testToken),
+		chromedp.Click(chromedp.CSS("#login")),
+		chromedp.WaitVisible(chromedp.CSS("#f-disposition")),
+	)
+	if loc := eval("location.pathname"); loc != "/events" {
+		t.Fatalf("after login at %s, want /events", loc)
+	}
+	if eval("typeof htmx") != "object" {
+		t.Fatal("htmx did not load")
+	}
+	if cookies := eval("document.cookie"); strings.Contains(cookies, cookieName) {
+		t.Fatalf("the session cookie is readable by scripts: %q", cookies)
+	}
+
+	step("filter by disposition",
+		chromedp.SetValue(chromedp.CSS("#f-disposition"), "stale"),
+		chromedp.Click(chromedp.CSS("#apply-filters")),
+	)
+	poll("filter by disposition", `location.search.includes("disposition=stale") && document.readyState == "complete"`)
+	rows := text("#event-rows")
+	if !strings.Contains(rows, "evt_2") || strings.Contains(rows, "evt_1") || strings.Contains(rows, "ping_") {
+		t.Fatalf("rows with disposition=stale: %q, want evt_2 alone", rows)
+	}
+	if v := eval(`document.querySelector("#f-disposition").value`); v != "stale" {
+		t.Errorf("the filter field shows %q after filtering, want stale", v)
+	}
+
+	step("open the event",
+		chromedp.Click(chromedp.CSS(`#event-rows a[href*="event_id=evt_2"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#event-disposition")),
+	)
+	if d := text("#event-disposition"); d != "stale" {
+		t.Fatalf("event page disposition %q, want stale", d)
+	}
+
+	// The body that holds a script is text on the page, and never ran.
+	step("open the event with a script in its body",
+		chromedp.Navigate(base+"/event?source=stripe&event_id=evt_1"),
+		chromedp.WaitVisible(chromedp.CSS("pre.body")),
+	)
+	if body := text("pre.body"); !strings.Contains(body, "<script>window.__pwned=1</script>") {
+		t.Fatalf("event body shown as %q", body)
+	}
+	if eval("typeof window.__pwned") != "undefined" {
+		t.Fatal("the event body's script ran")
+	}
+
+	id := strconv.FormatInt(f.deadID, 10)
+	step("open the dead effect from the exception queue",
+		chromedp.Navigate(base+"/effects"),
+		chromedp.WaitVisible(chromedp.CSS("#effect-rows")),
+		chromedp.Click(chromedp.CSS(`#effect-rows a[href="/effects/`+id+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#retry")),
+	)
+	if st := text("#effect-state"); st != "dead" {
+		t.Fatalf("effect state %q before retry, want dead", st)
+	}
+	step("retry it",
+		chromedp.Click(chromedp.CSS("#retry")),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+	)
+	if st := text("#effect-state"); st != "approved" {
+		t.Fatalf("effect state %q after retry, want approved", st)
+	}
+	if st := f.effect(t, f.deadID).State; st != store.EffectApproved {
+		t.Fatalf("stored state %s after retry, want approved", st)
+	}
+
+	// A list refreshes in place, keeping its filters: the effect is
+	// resolved elsewhere while the page is open.
+	step("open every effect of the flow",
+		chromedp.Navigate(base+"/effects?state=any&flow=billing_to_crm"),
+		chromedp.WaitVisible(chromedp.CSS("#effect-rows")),
+	)
+	if _, err := f.st.EffectOperate(context.Background(), &store.EffectOperateParams{EffectID: f.deadID,
+		Action: store.OperateResolve, Actor: "operator:alice", Note: "done by hand", Now: f.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	poll("see the list refresh", `document.querySelector("#effect-rows").textContent.includes("resolved")`)
+	if loc := eval("location.search"); !strings.Contains(loc, "flow=billing_to_crm") {
+		t.Errorf("the refresh changed the address to %s", loc)
+	}
+
+	step("log out",
+		chromedp.Click(chromedp.CSS(".logout button")),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+	)
+
+	cancelBrowser()
+	<-collected
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range logs {
+		if m.IsException() || m.Type == chromedp.ConsoleError {
+			t.Errorf("the page logged a JavaScript error: %s (%s:%d)", m, m.URL, m.Line+1)
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Error("the browser test ran out of time")
+	}
+}

@@ -1,0 +1,29 @@
+// Package console serves the operator console: server-rendered pages at /
+// on the serve listener that show what the store knows (events with their
+// dispositions, entities in business order, effects with their attempt
+// timelines) and let an operator repair the exception queue (retry,
+// resolve, assign).
+//
+// The console is behind admin.token like the admin API, but a browser
+// cannot send a bearer token, so the token is typed once on the login page
+// and traded for a session cookie (HttpOnly, SameSite=Strict, Secure over
+// TLS) that names a server-side session with a fixed lifetime. Every
+// state-changing request carries the session's CSRF token in a form field
+// or a header, compared in constant time. Without the cookie a page
+// redirects to the login page and an asset or an htmx fragment answers 401,
+// so nothing but the login page reaches an unauthenticated client. With no
+// admin.token the console is off and answers 404, like the API refuses
+// every request.
+//
+// Templates and assets are embedded (embed.FS): html/template escapes
+// everything the store holds, so an event body with <script> is shown as
+// text. htmx and uPlot are checked in under assets/vendor with their
+// licences; there is no build step. The pages work without JavaScript;
+// htmx only refreshes lists in place. A Content-Security-Policy allows
+// scripts and styles from the console itself only.
+//
+// The console reads and operates through the store contract (the Store
+// interface here is the part it uses) and reads list filters with the
+// admin API's parsers, so a console URL and an API query take the same
+// parameters. docs/console.md describes the pages.
+package console

@@ -1,0 +1,540 @@
+package console
+
+import (
+	"cmp"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// pageSize is the console's default page: a screen or two of rows. A URL
+// may ask for another with limit, as the API takes it.
+const pageSize = 50
+
+// pollEvery is how often a list refreshes its rows in place.
+const pollEvery = "every 5s"
+
+// timeParams are the list parameters that are times: a form's
+// datetime-local field sends them without a zone, read as UTC.
+var timeParams = []string{"received_from", "received_to", "occurred_from", "occurred_to",
+	"created_from", "created_to", "updated_from", "updated_to"}
+
+const localTime = "2006-01-02T15:04"
+
+// cleanQuery drops empty parameters (a form sends every field) and turns a
+// datetime-local value into RFC 3339 UTC, so that the API's parsers read
+// the console's query and the URL stays short enough to paste.
+func cleanQuery(in url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range in {
+		for _, v := range vs {
+			v = strings.TrimSpace(v)
+			if v == "" {
+				continue
+			}
+			if slices.Contains(timeParams, k) {
+				v = rfc3339(v)
+			}
+			out.Add(k, v)
+		}
+	}
+	return out
+}
+
+// rfc3339 converts a datetime-local value (with or without seconds) to RFC
+// 3339 UTC and leaves anything else for the parser to judge.
+func rfc3339(v string) string {
+	for _, layout := range []string{localTime, localTime + ":05"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t.UTC().Format(time.RFC3339)
+		}
+	}
+	return v
+}
+
+// formTime is a query time as a datetime-local field shows it.
+func formTime(v string) string {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return v
+	}
+	return t.UTC().Format(localTime + ":05")
+}
+
+// filterForm is a list's filters as its form shows them.
+type filterForm map[string]string
+
+func newFilterForm(v url.Values) filterForm {
+	f := filterForm{}
+	for k := range v {
+		f[k] = v.Get(k)
+		if slices.Contains(timeParams, k) {
+			f[k] = formTime(f[k])
+		}
+	}
+	return f
+}
+
+// paramMessage words a filter mistake for the page.
+func paramMessage(err error) string {
+	var pe *api.ParamError
+	if errors.As(err, &pe) {
+		return "Filter " + pe.Param + ": " + pe.Msg
+	}
+	return err.Error()
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusOK, "overview", &view{Title: "Overview", Nav: "overview"})
+}
+
+// eventRow is one event in a list.
+type eventRow struct {
+	*store.Event
+	// Entity is the envelope's entity, or the one every flow agreed on.
+	Entity string
+	Link   string
+}
+
+func newEventRow(e *store.Event) eventRow {
+	return eventRow{Event: e, Entity: api.NewEventJSON(e).Entity, Link: eventLink(e.Source, e.EventID)}
+}
+
+func eventLink(source, eventID string) string {
+	return "/event?" + url.Values{"source": {source}, "event_id": {eventID}}.Encode()
+}
+
+func entityLink(flow, entity string) string {
+	return "/entity?" + url.Values{"flow": {flow}, "entity": {entity}}.Encode()
+}
+
+// listData is a list page's rows and links.
+type listData struct {
+	Filter filterForm
+	// RowsURL is the rows fragment of the page's own query (filters and
+	// cursor): the rows refresh from it, so a refresh never loses the
+	// operator's filters. Live is false when the query is refused.
+	RowsURL string
+	Live    bool
+	// First is the first page with the same filters; Next is the next
+	// page, empty at the end.
+	First, Next string
+	Paged       bool
+	Poll        string
+	Events      []eventRow
+	Effects     []*store.Effect
+	// States and the other sets fill the filters' choices.
+	Dispositions []store.Disposition
+	States       []string
+	Classes      []store.ErrorClass
+}
+
+// listEvents reads the events page's query and its page of rows.
+func (c *Console) listEvents(r *http.Request) (*listData, int, string, error) {
+	v := cleanQuery(r.URL.Query())
+	d := &listData{Filter: newFilterForm(v), Dispositions: store.Dispositions(), Poll: pollEvery}
+	p, err := api.EventFilter(v)
+	if err != nil {
+		return d, http.StatusBadRequest, paramMessage(err), nil
+	}
+	if !v.Has("limit") {
+		p.Limit = pageSize
+	}
+	res, err := c.st.EventList(r.Context(), p)
+	if err != nil {
+		return d, 0, "", err
+	}
+	for _, e := range res.Events {
+		d.Events = append(d.Events, newEventRow(e))
+	}
+	d.RowsURL, d.Live = "/events/rows?"+v.Encode(), true
+	first := cloneWithout(v, "cursor")
+	d.First, d.Paged = "/events?"+first.Encode(), v.Has("cursor")
+	if res.NextAfterPK != 0 {
+		first.Set("cursor", api.EncodeCursor(res.NextAfterPK))
+		d.Next = "/events?" + first.Encode()
+	}
+	return d, http.StatusOK, "", nil
+}
+
+func cloneWithout(v url.Values, drop string) url.Values {
+	out := url.Values{}
+	for k, vs := range v {
+		if k != drop {
+			out[k] = slices.Clone(vs)
+		}
+	}
+	return out
+}
+
+// eventsPage serves GET /events: the filtered event list.
+func (c *Console) eventsPage(w http.ResponseWriter, r *http.Request) {
+	d, code, msg, err := c.listEvents(r)
+	if err != nil {
+		c.storeFailed(w, r, "list events", err)
+		return
+	}
+	c.render(w, r, code, "events", &view{Title: "Events", Nav: "events", Error: msg, Data: d})
+}
+
+// eventRows serves GET /events/rows: the rows alone, for the live refresh.
+func (c *Console) eventRows(w http.ResponseWriter, r *http.Request) {
+	d, code, _, err := c.listEvents(r)
+	if err != nil {
+		c.log.Error("console: store failed", "op", "list events", "err", err)
+		http.Error(w, "store unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	c.fragment(w, code, "event-rows", d)
+}
+
+// eventData is the event page.
+type eventData struct {
+	Event      eventRow
+	Routes     []routeView
+	Deliveries []*store.Delivery
+	Effects    []*store.Effect
+	Audit      []*store.AuditEntry
+}
+
+type routeView struct {
+	store.EventRoute
+	Link string
+}
+
+// eventPage serves GET /event?source=S&event_id=E: one event with all its
+// evidence.
+func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	source, eventID := q.Get("source"), q.Get("event_id")
+	if source == "" || eventID == "" {
+		c.fail(w, r, http.StatusBadRequest, "An event is named by source and event_id.")
+		return
+	}
+	ctx := r.Context()
+	res, err := c.st.EventList(ctx, &store.EventListParams{Source: source, EventID: eventID, WithRoutes: true, Limit: 1})
+	if err != nil {
+		c.storeFailed(w, r, "get event", err)
+		return
+	}
+	if len(res.Events) == 0 {
+		c.fail(w, r, http.StatusNotFound, "No event "+eventID+" from source "+source+".")
+		return
+	}
+	ev := res.Events[0]
+	d := &eventData{Event: newEventRow(ev)}
+	for _, rt := range ev.Routes {
+		rv := routeView{EventRoute: rt}
+		if rt.Entity != "" {
+			rv.Link = entityLink(rt.Flow, rt.Entity)
+		}
+		d.Routes = append(d.Routes, rv)
+	}
+	if d.Deliveries, err = c.st.DeliveryList(ctx, &store.DeliveryListParams{Source: source, EventID: eventID, Limit: 1000}); err != nil {
+		c.storeFailed(w, r, "list deliveries", err)
+		return
+	}
+	if d.Audit, err = c.st.AuditList(ctx, &store.AuditListParams{Source: source, EventID: eventID, Limit: 1000}); err != nil {
+		c.storeFailed(w, r, "list audit", err)
+		return
+	}
+	// The ledger is indexed by flow and entity, not by source event: the
+	// effects an event caused are among its routes' entities' effects.
+	for _, rt := range ev.Routes {
+		if rt.Entity == "" {
+			continue
+		}
+		es, err := c.st.EffectList(ctx, &store.EffectListParams{Flow: rt.Flow, Entity: rt.Entity, Limit: 1000})
+		if err != nil {
+			c.storeFailed(w, r, "list effects", err)
+			return
+		}
+		for _, e := range es {
+			if e.Source == source && e.SourceEventID == eventID {
+				d.Effects = append(d.Effects, e)
+			}
+		}
+	}
+	c.render(w, r, http.StatusOK, "event", &view{Title: "Event " + eventID, Nav: "events", Data: d})
+}
+
+// entityData is the entity page.
+type entityData struct {
+	Flow, Entity string
+	Projection   *store.Projection
+	Events       []entityEvent
+	Effects      []*store.Effect
+	Audit        []*store.AuditEntry
+	// Truncated says the entity has more events than one page shows.
+	Truncated bool
+}
+
+// entityEvent is an event as this flow settled it.
+type entityEvent struct {
+	eventRow
+	Disposition store.Disposition
+	Applied     bool
+}
+
+// entityPage serves GET /entity?flow=F&entity=E: the projection, its
+// events in business order and its effects.
+func (c *Console) entityPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	flow, entity := q.Get("flow"), q.Get("entity")
+	if flow == "" || entity == "" {
+		c.fail(w, r, http.StatusBadRequest, "An entity is named by flow and entity.")
+		return
+	}
+	ctx := r.Context()
+	d := &entityData{Flow: flow, Entity: entity}
+	var err error
+	if d.Projection, err = c.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: flow, Entity: entity}); err != nil {
+		c.storeFailed(w, r, "get projection", err)
+		return
+	}
+	const most = 1000
+	res, err := c.st.EventList(ctx, &store.EventListParams{Entity: entity, WithRoutes: true, Limit: most})
+	if err != nil {
+		c.storeFailed(w, r, "list events", err)
+		return
+	}
+	d.Truncated = res.NextAfterPK != 0
+	for _, e := range res.Events {
+		for _, rt := range e.Routes {
+			if rt.Flow == flow && rt.Entity == entity {
+				ee := entityEvent{eventRow: newEventRow(e), Disposition: rt.Disposition}
+				ee.Applied = d.Projection != nil && d.Projection.AppliedEventPK == e.PK
+				d.Events = append(d.Events, ee)
+			}
+		}
+	}
+	// Business order as the sender states it: occurrence time, then
+	// receipt for events without one (the flow's own order key is not
+	// part of the store's read contract).
+	slices.SortStableFunc(d.Events, func(a, b entityEvent) int {
+		return cmp.Or(compareTime(businessTime(a.Event), businessTime(b.Event)), cmp.Compare(a.PK, b.PK))
+	})
+	if d.Effects, err = c.st.EffectList(ctx, &store.EffectListParams{Flow: flow, Entity: entity, Limit: most}); err != nil {
+		c.storeFailed(w, r, "list effects", err)
+		return
+	}
+	if d.Audit, err = c.st.AuditList(ctx, &store.AuditListParams{Entity: entity, Limit: most}); err != nil {
+		c.storeFailed(w, r, "list audit", err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "entity", &view{Title: "Entity " + entity, Nav: "events", Data: d})
+}
+
+func businessTime(e *store.Event) time.Time {
+	if !e.OccurredAt.IsZero() {
+		return e.OccurredAt
+	}
+	return e.ReceivedAt
+}
+
+func compareTime(a, b time.Time) int { return a.Compare(b) }
+
+// effectStateChoices are the state filter's choices: the exception queue
+// first (the page's default), every state, then each state.
+func effectStateChoices() []string {
+	out := []string{api.StateExceptions, api.StateAny}
+	for _, s := range store.EffectStates() {
+		out = append(out, string(s))
+	}
+	return out
+}
+
+// listEffects reads the effects page's query and its page of rows. With
+// no state it shows the exception queue.
+func (c *Console) listEffects(r *http.Request) (*listData, int, string, error) {
+	v := cleanQuery(r.URL.Query())
+	d := &listData{Filter: newFilterForm(v), States: effectStateChoices(), Classes: store.ErrorClasses(), Poll: pollEvery}
+	if d.Filter["state"] == "" {
+		d.Filter["state"] = api.StateExceptions
+	}
+	p, err := api.EffectFilter(v, api.StateExceptions)
+	if err != nil {
+		return d, http.StatusBadRequest, paramMessage(err), nil
+	}
+	if !v.Has("limit") {
+		p.Limit = pageSize
+	}
+	// One row more than shown tells whether a next page exists.
+	limit := p.Limit
+	p.Limit++
+	list, err := c.st.EffectList(r.Context(), p)
+	if err != nil {
+		return d, 0, "", err
+	}
+	d.RowsURL, d.Live = "/effects/rows?"+v.Encode(), true
+	first := cloneWithout(v, "cursor")
+	d.First, d.Paged = "/effects?"+first.Encode(), v.Has("cursor")
+	if len(list) > limit {
+		list = list[:limit]
+		first.Set("cursor", api.EncodeCursor(list[limit-1].ID))
+		d.Next = "/effects?" + first.Encode()
+	}
+	d.Effects = list
+	return d, http.StatusOK, "", nil
+}
+
+// effectsPage serves GET /effects: the exception queue, or any state.
+func (c *Console) effectsPage(w http.ResponseWriter, r *http.Request) {
+	d, code, msg, err := c.listEffects(r)
+	if err != nil {
+		c.storeFailed(w, r, "list effects", err)
+		return
+	}
+	title, nav := "Effects", "effects"
+	if d.Filter["state"] == api.StateExceptions {
+		title, nav = "Exception queue", "exceptions"
+	}
+	c.render(w, r, code, "effects", &view{Title: title, Nav: nav, Error: msg, Data: d})
+}
+
+// effectRows serves GET /effects/rows for the live refresh.
+func (c *Console) effectRows(w http.ResponseWriter, r *http.Request) {
+	d, code, _, err := c.listEffects(r)
+	if err != nil {
+		c.log.Error("console: store failed", "op", "list effects", "err", err)
+		http.Error(w, "store unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	c.fragment(w, code, "effect-rows", d)
+}
+
+// effectData is the effect page.
+type effectData struct {
+	Effect    *store.Effect
+	Attempts  []*store.Attempt
+	Repair    string
+	EventLink string
+	Entity    string
+	// Form keeps what the operator typed when an action was refused.
+	Note, Owner string
+	CanRetry    bool
+	CanResolve  bool
+	CanAssign   bool
+}
+
+// defaultRepair is the suggestion for a class when the worker left none.
+var defaultRepair = map[store.ErrorClass]string{
+	store.ClassPermanent:     "The destination refused the request as it is: correct the data or the destination's configuration, then retry; or resolve with a note saying how it was handled.",
+	store.ClassUnknown:       "The outcome of a call is unknown: check at the destination whether it happened. If it did, resolve with the destination's reference in the note; if not, retry.",
+	store.ClassHiddenFailure: "The destination answered success but its body reported a failure: check the destination, then retry or resolve.",
+	store.ClassQuota:         "The destination is rate limiting: retry once its quota allows.",
+	store.ClassTransient:     "The destination failed for a while: retry once it is healthy.",
+	store.ClassContention:    "The destination reported a conflicting write: retry, which reads its state again.",
+}
+
+func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *effectData, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		c.fail(w, r, http.StatusNotFound, "No such effect.")
+		return 0, nil, false
+	}
+	e, err := c.st.EffectGet(r.Context(), id)
+	if err != nil {
+		c.storeFailed(w, r, "get effect", err)
+		return 0, nil, false
+	}
+	if e == nil {
+		c.fail(w, r, http.StatusNotFound, "No effect "+strconv.FormatInt(id, 10)+".")
+		return 0, nil, false
+	}
+	atts, err := c.st.AttemptList(r.Context(), id)
+	if err != nil {
+		c.storeFailed(w, r, "list attempts", err)
+		return 0, nil, false
+	}
+	d := &effectData{Effect: e, Attempts: atts, Repair: e.SuggestedRepair, Entity: entityLink(e.Flow, e.Entity)}
+	if d.Repair == "" && (e.State == store.EffectDead || e.State == store.EffectNeedsReconciliation) {
+		d.Repair = defaultRepair[e.ErrorClass]
+	}
+	if e.Source != "" && e.SourceEventID != "" {
+		d.EventLink = eventLink(e.Source, e.SourceEventID)
+	}
+	// The forms shown follow EffectOperate's transitions; the store
+	// decides in the end.
+	switch e.State {
+	case store.EffectDead, store.EffectNeedsReconciliation:
+		d.CanRetry, d.CanResolve, d.CanAssign = true, true, true
+	case store.EffectRetryWait, store.EffectApproved:
+		d.CanResolve, d.CanAssign = true, true
+	case store.EffectAcknowledged:
+		d.CanAssign = true
+	}
+	return id, d, true
+}
+
+var doneMessages = map[string]string{
+	store.OperateRetry:   "Retry requested: the effect is approved again and will be sent by the next delivery pass.",
+	store.OperateResolve: "Resolved, with your note in the audit trail.",
+	store.OperateAssign:  "Assigned.",
+}
+
+// effectPage serves GET /effects/{id}: the effect, its attempt timeline
+// and the repair forms.
+func (c *Console) effectPage(w http.ResponseWriter, r *http.Request) {
+	_, d, ok := c.loadEffect(w, r)
+	if !ok {
+		return
+	}
+	c.render(w, r, http.StatusOK, "effect", &view{Title: "Effect " + r.PathValue("id"), Nav: "effects",
+		Flash: doneMessages[r.URL.Query().Get("done")], Data: d})
+}
+
+// operate serves POST /effects/{id}/{action} (retry, resolve, assign),
+// the CSRF token already checked: done, it redirects to the effect page
+// (so a reload does not repeat it); refused, it shows the page again with
+// the reason and what was typed.
+func (c *Console) operate(w http.ResponseWriter, r *http.Request) {
+	action := r.PathValue("action")
+	if _, ok := doneMessages[action]; !ok {
+		c.fail(w, r, http.StatusNotFound, "No action "+action+": retry, resolve or assign.")
+		return
+	}
+	id, d, ok := c.loadEffect(w, r)
+	if !ok {
+		return
+	}
+	note, owner := strings.TrimSpace(r.PostFormValue("note")), strings.TrimSpace(r.PostFormValue("owner"))
+	d.Note, d.Owner = note, owner
+	refuse := func(code int, msg string) {
+		c.render(w, r, code, "effect", &view{Title: "Effect " + r.PathValue("id"), Nav: "effects", Error: msg, Data: d})
+	}
+	switch {
+	case action == store.OperateResolve && note == "":
+		refuse(http.StatusBadRequest, "Resolve needs a note: say how the effect was closed.")
+		return
+	case action == store.OperateAssign && owner == "":
+		refuse(http.StatusBadRequest, "Assign needs an owner: who repairs this effect.")
+		return
+	}
+	_, err := c.st.EffectOperate(r.Context(), &store.EffectOperateParams{EffectID: id, Action: action, Actor: Actor,
+		Owner: owner, Note: note, Now: c.clk.Now()})
+	switch {
+	case errors.Is(err, store.ErrInvalidTransition):
+		refuse(http.StatusConflict, "Cannot "+action+" an effect that is "+string(d.Effect.State)+
+			" (it may have changed since the page was loaded).")
+		return
+	case errors.Is(err, store.ErrNotFound):
+		c.fail(w, r, http.StatusNotFound, "No effect "+r.PathValue("id")+".")
+		return
+	case errors.Is(err, store.ErrInvalidArgument):
+		refuse(http.StatusBadRequest, "The store refused this "+action+": check the note and the owner.")
+		return
+	case err != nil:
+		c.storeFailed(w, r, "operate on effect", err)
+		return
+	}
+	c.log.Info("console: operator action", "effect", id, "action", action, "actor", Actor)
+	http.Redirect(w, r, "/effects/"+strconv.FormatInt(id, 10)+"?done="+action, http.StatusSeeOther)
+}

@@ -1,0 +1,55 @@
+package server
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// The console is mounted at / on the serve listener, behind admin.token,
+// beside the receiver, health and the API, which keep their routes.
+func TestConsoleMounted(t *testing.T) {
+	h := start(t, sqliteURL(t))
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	resp, err := noRedirect.Get(h.base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login") {
+		t.Fatalf("GET /events without a session: %d %s, want a redirect to /login", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, err = noRedirect.PostForm(h.base+"/login", url.Values{"token": {adminToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("login with admin.token: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	if code, _ := h.get("/healthz", ""); code != 200 {
+		t.Errorf("/healthz: %d", code)
+	}
+	if code, _ := h.get("/api/v1/events", adminToken); code != 200 {
+		t.Errorf("/api/v1/events: %d", code)
+	}
+	if code, _ := h.get("/api/v1/events", ""); code != http.StatusUnauthorized {
+		t.Errorf("/api/v1/events without a token: %d, want 401", code)
+	}
+}
+
+// Without admin.token the console is off, like the API.
+func TestConsoleOffWithoutAdminToken(t *testing.T) {
+	yaml := strings.Replace(testConfig(sqliteURL(t)), "admin:\n  token: "+adminToken+"\n", "", 1)
+	if strings.Contains(yaml, adminToken) {
+		t.Fatal("the config still has the token")
+	}
+	h := startWith(t, yaml)
+	for _, path := range []string{"/", "/login", "/events"} {
+		if code, _ := h.get(path, ""); code != http.StatusNotFound {
+			t.Errorf("GET %s without admin.token: %d, want 404", path, code)
+		}
+	}
+}

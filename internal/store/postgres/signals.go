@@ -1,0 +1,307 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// The outcome signals read partial indexes and maintained columns only, so
+// that their cost follows the size of what they report (the lagging
+// entities, the pending backlog, the exception queue, the window's audit
+// rows), never the size of the store. Each query repeats its partial
+// index's predicate (or implies it), which is what lets the planner use
+// that index; TestSignalPlans pins the plans on a store large enough for
+// the planner to care.
+
+// signalQueries are the snapshot's reads, each returning (dimension key,
+// sub-key, count, oldest) rows that the snapshot folds into a measure.
+const (
+	// Lagging entities per flow: entities_behind holds the lagging
+	// entities only.
+	sqlLagByFlow = `SELECT flow, '', count(*), min(behind_since) FROM entities
+		WHERE newest_key > settled_key GROUP BY flow`
+	// The lagging entity with the most routed events ahead of its settled
+	// key: for each lagging entity (entities_behind) its pending items
+	// (work_pending: flow, entity, order_key) and its dead letters
+	// (work_dead), each a range of its own index from the settled key on.
+	// The work is proportional to the lag itself.
+	sqlLagLargest = `SELECT en.flow || '/' || en.entity, '', (SELECT count(*) FROM (
+			SELECT w.event_pk FROM work w
+				WHERE w.flow = en.flow AND w.entity = en.entity AND w.done_at IS NULL AND w.order_key > en.settled_key
+			UNION
+			SELECT w.event_pk FROM work w
+				WHERE w.flow = en.flow AND w.entity = en.entity AND w.disposition = 'dead_lettered' AND w.order_key > en.settled_key) ahead) AS gap,
+		NULL::timestamptz FROM entities en WHERE en.newest_key > en.settled_key
+		ORDER BY gap DESC, en.flow, en.entity LIMIT 1`
+	// Accepted events per source: events_accepted holds exactly the
+	// events without a terminal disposition.
+	sqlUnfinished = `SELECT source, '', count(*), min(received_at) FROM events
+		WHERE disposition = 'accepted' GROUP BY source`
+	// Pending effects with a deadline that warns or has passed:
+	// effects_deadline holds pending effects with a deadline only.
+	sqlDeadline = `SELECT destination, CASE WHEN deadline_at <= $1 THEN 'passed' ELSE 'near' END, count(*),
+		min(CASE WHEN deadline_at <= $1 THEN deadline_at END) FROM effects
+		WHERE deadline_at IS NOT NULL AND state IN ('approved', 'submitting', 'acknowledged', 'retry_wait', 'needs_reconciliation')
+		AND (deadline_at <= $1 OR deadline_warn_at <= $1) GROUP BY 1, 2`
+	// Unknown outcomes: two equality ranges of effects_state (state,
+	// next_attempt_at): needs_reconciliation, and submitting (the calls in
+	// flight, as many as the workers make at once).
+	sqlUnknown = `SELECT destination, '', count(*), min(updated_at) FROM (
+		SELECT destination, updated_at FROM effects WHERE state = 'needs_reconciliation' AND mismatch_at IS NULL
+		UNION ALL
+		SELECT destination, updated_at FROM effects WHERE state = 'submitting' AND lease_until <= $1) unknown
+		GROUP BY destination`
+	// The window starts at the first audit row at or after its start,
+	// found in audit_at (the earliest time, then the lowest id of the few
+	// rows at that instant); the rows counted are then ranges of audit_action
+	// (action, id) from that id on, re-checked on at because audit times
+	// come from the callers and need not follow ids exactly.
+	sqlWindowStart = `SELECT min(id) FROM audit WHERE at = (SELECT min(at) FROM audit WHERE at >= $1)`
+	sqlWindowed    = `SELECT action, CASE WHEN action <> 'key_conflict' THEN action
+			WHEN detail LIKE 'version %' THEN 'version' ELSE 'episode_key' END, count(*), min(at)
+		FROM audit WHERE action IN ('key_conflict', 'loop_blocked', 'loop_hop_limit') AND id >= $1 AND at >= $2 GROUP BY 1, 2`
+	// Dead effects: a range of effects_state; dead-lettered events: a range
+	// of events_disposition.
+	sqlDeadEffects = `SELECT CASE WHEN owner = '' THEN 'unassigned' ELSE owner END, '', count(*), min(updated_at)
+		FROM effects WHERE state = 'dead' GROUP BY 1`
+	sqlDeadEvents = `SELECT 'events', '', count(*), min(received_at) FROM events
+		WHERE disposition = 'dead_lettered'`
+	// Marked effects: effects_mismatch holds them only.
+	sqlMismatch = `SELECT destination, '', count(*), min(mismatch_at) FROM effects
+		WHERE mismatch_at IS NOT NULL GROUP BY destination`
+	// Outstanding compensations: effects_compensation holds compensations
+	// only, by state; the finished states are left out of the range.
+	sqlCompensation = `SELECT destination, '', count(*), min(created_at) FROM effects
+		WHERE compensates <> 0 AND state IN ('approved', 'submitting', 'acknowledged', 'needs_reconciliation', 'retry_wait', 'dead')
+		GROUP BY destination`
+)
+
+// signalRow is one grouped row of a signal query.
+type signalRow struct {
+	key, sub string
+	n        int64
+	oldest   time.Time
+}
+
+// SignalSnapshot measures the nine signals in one REPEATABLE READ, READ
+// ONLY transaction: one snapshot, so the nine agree with one another, and
+// no locks, so ingest is never held up.
+func (s *Store) SignalSnapshot(ctx context.Context, p *store.SignalSnapshotParams) (*store.SignalSnapshot, error) {
+	var snap *store.SignalSnapshot
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		snap, err = signalSnapshot(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signal snapshot: %w", err)
+	}
+	return snap, nil
+}
+
+func signalSnapshot(ctx context.Context, tx pgx.Tx, p *store.SignalSnapshotParams) (*store.SignalSnapshot, error) {
+	q := func(query string, args ...any) ([]signalRow, error) {
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (signalRow, error) {
+			var r signalRow
+			var oldest pgtype.Timestamptz
+			if err := row.Scan(&r.key, &r.sub, &r.n, &oldest); err != nil {
+				return r, err
+			}
+			if oldest.Valid && oldest.InfinityModifier == pgtype.Finite {
+				r.oldest = oldest.Time.UTC()
+			}
+			return r, nil
+		})
+	}
+	ms := map[string]*store.SignalMeasure{}
+	for _, name := range store.SignalNames() {
+		ms[name] = store.NewSignalMeasure(name)
+	}
+
+	lag := ms[store.SignalRevisionLag]
+	rows, err := q(sqlLagByFlow)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", store.SignalRevisionLag, err)
+	}
+	for _, r := range rows {
+		lag.Count(r.n, r.oldest)
+		lag.Break("flow", r.key, r.n)
+	}
+	if lag.Value > 0 {
+		if rows, err = q(sqlLagLargest); err != nil {
+			return nil, fmt.Errorf("%s: largest gap: %w", store.SignalRevisionLag, err)
+		}
+		for _, r := range rows {
+			lag.Break("largest_gap", r.key, r.n)
+		}
+	}
+
+	unf := ms[store.SignalUnfinishedEvents]
+	if rows, err = q(sqlUnfinished); err != nil {
+		return nil, fmt.Errorf("%s: %w", store.SignalUnfinishedEvents, err)
+	}
+	for _, r := range rows {
+		unf.Count(r.n, r.oldest)
+		unf.Break("source", r.key, r.n)
+	}
+
+	dl := ms[store.SignalDeadlineRisk]
+	if rows, err = q(sqlDeadline, p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", store.SignalDeadlineRisk, err)
+	}
+	for _, r := range rows {
+		dl.Count(r.n, r.oldest)
+		dl.Break("state", r.sub, r.n)
+		dl.Break("destination", r.key, r.n)
+		if r.sub == "passed" {
+			dl.Passed += r.n
+		} else {
+			dl.Near += r.n
+		}
+	}
+
+	unk := ms[store.SignalUnknownOutcomes]
+	if rows, err = q(sqlUnknown, p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", store.SignalUnknownOutcomes, err)
+	}
+	for _, r := range rows {
+		unk.Count(r.n, r.oldest)
+		unk.Break("destination", r.key, r.n)
+	}
+
+	since := p.Now.Add(-p.Window)
+	var first *int64 // nil: no audit row in the window
+	if err := tx.QueryRow(ctx, sqlWindowStart, since).Scan(&first); err != nil {
+		return nil, fmt.Errorf("signal window: %w", err)
+	}
+	if first != nil {
+		if rows, err = q(sqlWindowed, *first, since); err != nil {
+			return nil, fmt.Errorf("signal window: %w", err)
+		}
+		for _, r := range rows {
+			m := ms[store.SignalLoopBlocks]
+			if r.key == "key_conflict" {
+				m = ms[store.SignalKeyConflicts]
+			}
+			m.Count(r.n, r.oldest)
+			m.Break("kind", r.sub, r.n)
+		}
+	}
+
+	dead := ms[store.SignalDeadLetters]
+	if rows, err = q(sqlDeadEffects); err != nil {
+		return nil, fmt.Errorf("%s: %w", store.SignalDeadLetters, err)
+	}
+	for _, r := range rows {
+		dead.Count(r.n, r.oldest)
+		dead.Break("owner", r.key, r.n)
+		dead.Break("kind", "effects", r.n)
+	}
+	if rows, err = q(sqlDeadEvents); err != nil {
+		return nil, fmt.Errorf("%s: %w", store.SignalDeadLetters, err)
+	}
+	for _, r := range rows {
+		dead.Count(r.n, r.oldest)
+		dead.Break("kind", "events", r.n)
+	}
+
+	for _, sig := range []struct{ name, query string }{
+		{store.SignalReconciliationMismatches, sqlMismatch},
+		{store.SignalCompensationOutstanding, sqlCompensation},
+	} {
+		if rows, err = q(sig.query); err != nil {
+			return nil, fmt.Errorf("%s: %w", sig.name, err)
+		}
+		for _, r := range rows {
+			ms[sig.name].Count(r.n, r.oldest)
+			ms[sig.name].Break("destination", r.key, r.n)
+		}
+	}
+
+	snap := &store.SignalSnapshot{At: p.Now.UTC()}
+	for _, name := range store.SignalNames() {
+		ms[name].TrimBreakdown(p.BreakdownLimit)
+		snap.Measures = append(snap.Measures, ms[name])
+	}
+	return snap, nil
+}
+
+// statusRankSQL is store.StatusRank in SQL.
+func statusRankSQL(col string) string {
+	return `CASE ` + col + ` WHEN 'alert' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END`
+}
+
+// SignalHistoryRecord folds one computation into the minute and hour
+// buckets and prunes the expired ones, in one transaction. The upsert
+// keeps the larger value and the worse status, so concurrent recorders
+// (several serve processes) agree whatever their order. The pruning
+// deletes by (name, resolution, bucket) ranges of the primary key.
+func (s *Store) SignalHistoryRecord(ctx context.Context, p *store.SignalHistoryRecordParams) error {
+	for _, pt := range p.Points {
+		if store.StatusRank(pt.Status) < 0 {
+			return fmt.Errorf("record signal history: %s: %w: status %q", pt.Name, store.ErrInvalidArgument, pt.Status)
+		}
+	}
+	minute, hour := p.Now.UTC().Truncate(time.Minute), p.Now.UTC().Truncate(time.Hour)
+	minuteCut, hourCut := p.Now.Add(-24*time.Hour), p.Now.Add(-30*24*time.Hour)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, pt := range p.Points {
+			for _, b := range []struct {
+				res         string
+				bucket, cut time.Time
+			}{{store.ResolutionMinute, minute, minuteCut}, {store.ResolutionHour, hour, hourCut}} {
+				if _, err := tx.Exec(ctx, `INSERT INTO signal_history AS h (name, resolution, bucket, value, status)
+					VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name, resolution, bucket) DO UPDATE SET
+					value = GREATEST(h.value, excluded.value),
+					status = CASE WHEN `+statusRankSQL("excluded.status")+` > `+statusRankSQL("h.status")+`
+						THEN excluded.status ELSE h.status END`,
+					pt.Name, b.res, b.bucket, pt.Value, pt.Status); err != nil {
+					return fmt.Errorf("%s %s: %w", pt.Name, b.res, err)
+				}
+				if _, err := tx.Exec(ctx, `DELETE FROM signal_history WHERE name = $1 AND resolution = $2 AND bucket < $3`,
+					pt.Name, b.res, b.cut); err != nil {
+					return fmt.Errorf("prune %s %s: %w", pt.Name, b.res, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record signal history: %w", err)
+	}
+	return nil
+}
+
+// SignalHistoryList returns one signal's buckets in [From, To); a zero
+// bound is open.
+func (s *Store) SignalHistoryList(ctx context.Context, p *store.SignalHistoryListParams) ([]*store.SignalPoint, error) {
+	if p.Resolution != store.ResolutionMinute && p.Resolution != store.ResolutionHour {
+		return nil, fmt.Errorf("list signal history: %w: resolution %q", store.ErrInvalidArgument, p.Resolution)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT bucket, value, status FROM signal_history
+		WHERE name = $1 AND resolution = $2 AND ($3::timestamptz IS NULL OR bucket >= $3)
+		AND ($4::timestamptz IS NULL OR bucket < $4) ORDER BY bucket`, p.Name, p.Resolution, nullTime(p.From), nullTime(p.To))
+	if err != nil {
+		return nil, fmt.Errorf("list signal history: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.SignalPoint, error) {
+		pt := &store.SignalPoint{}
+		err := r.Scan(&pt.Bucket, &pt.Value, &pt.Status)
+		pt.Bucket = pt.Bucket.UTC()
+		return pt, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list signal history: %w", err)
+	}
+	return out, nil
+}
