@@ -98,6 +98,12 @@ func TestDeadlineAfterOccurrence(t *testing.T) {
 	if !ins.DeadlineAt.Equal(wantAt) || !ins.DeadlineWarnAt.Equal(wantWarn) || ins.OnDeadline != "dead" {
 		t.Fatalf("deadline %v warn %v on %q; want %v, %v, dead", ins.DeadlineAt, ins.DeadlineWarnAt, ins.OnDeadline, wantAt, wantWarn)
 	}
+	// Applied, the ledger keeps them.
+	f.drain()
+	es := f.effectRows()
+	if len(es) != 1 || !es[0].DeadlineAt.Equal(wantAt) || !es[0].DeadlineWarnAt.Equal(wantWarn) || es[0].OnDeadline != "dead" {
+		t.Fatalf("stored effects %+v", es)
+	}
 }
 
 // A sender that gives no occurrence time starts the clock at receipt.
