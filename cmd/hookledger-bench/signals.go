@@ -66,7 +66,7 @@ func runSignals(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	}
 	defer os.RemoveAll(dir)
 	fmt.Fprintf(stdout, "signals: %d events, %d effects, %d entities, %d runs\n\n", f.events, f.effects, f.entities, f.runs)
-	fmt.Fprintf(stdout, "%-9s %-10s %10s %10s %10s %12s\n", "driver", "method", "p50", "p99", "max", "alloc/run")
+	fmt.Fprintf(stdout, "%-9s %-10s %10s %10s %10s %12s\n", "driver", "method", "p50 ms", "p99 ms", "max ms", "alloc/run")
 	ok := true
 	for _, driver := range f.drivers {
 		cellOK, err := signalsCell(ctx, stdout, stderr, &f, dir, driver)

@@ -53,6 +53,7 @@ type Config struct {
 	Destinations  []Destination `yaml:"destinations"`
 	Delivery      Delivery      `yaml:"delivery"`
 	Notifications Notifications `yaml:"notifications"`
+	Signals       Signals       `yaml:"signals"`
 
 	// Path is the file the config was read from (for messages).
 	Path string `yaml:"-"`

@@ -24,6 +24,7 @@ type fieldError struct {
 }
 
 func (c *Config) setDefaults() {
+	defer c.setSignalDefaults()
 	defer c.setDestinationDefaults()
 	defer c.setFlowDefaults()
 	if c.Listen == "" {
@@ -192,6 +193,7 @@ func (c *Config) validate() (errs, warns []fieldError) {
 	}
 	c.validateFlows(add, warn)
 	c.validateDestinations(add, warn)
+	c.validateSignals(add)
 	return errs, warns
 }
 

@@ -63,6 +63,8 @@ type Options struct {
 	// Notifier is told when an effect needs a person (default: the
 	// configured webhook, or nothing).
 	Notifier Notifier
+	// Metrics records calls and state changes (nil: none).
+	Metrics *Metrics
 }
 
 // Worker delivers due effects. In the background it keeps up to Workers
@@ -281,6 +283,7 @@ func (w *Worker) claim(ctx context.Context) ([]*store.ClaimedEffect, error) {
 		out = append(out, results[i]...)
 	}
 	w.mu.Unlock()
+	w.opts.Metrics.claimed(len(out))
 	if err := errors.Join(errs...); err != nil {
 		return out, fmt.Errorf("claim effects: %w", err)
 	}
@@ -685,6 +688,7 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	if err := w.st.EffectSettle(ctx, p); err != nil {
 		return fmt.Errorf("settle: %w", err)
 	}
+	w.opts.Metrics.settled(d.Name, p)
 	w.log.Debug("effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
 	return nil
 }

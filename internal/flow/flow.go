@@ -54,8 +54,10 @@ type Options struct {
 	// DeadlineWarnShare is the share of the time between an effect's
 	// creation and its business deadline during which deadline_risk
 	// warns (default DefaultDeadlineWarnShare; the server passes
-	// signals.deadline_warn_share).
+	// signals.deadline_warn_share, whose default is the same).
 	DeadlineWarnShare float64
+	// Metrics counts settled events and approved effects (nil: none).
+	Metrics *Metrics
 }
 
 // Engine routes and processes events for the configured flows.
@@ -296,6 +298,7 @@ func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 	if err := e.st.EventRoute(ctx, p); err != nil {
 		return 0, fmt.Errorf("route events: %w", err)
 	}
+	e.opts.Metrics.routed(p.Decisions)
 	for i, d := range p.Decisions {
 		for _, r := range d.Routes {
 			if r.Failed != "" {

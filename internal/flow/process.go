@@ -183,6 +183,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 				return settled, fmt.Errorf("apply %s/%s event %d: %w", l.Flow, l.Entity, it.Event.PK, err)
 			}
 			settled++
+			e.opts.Metrics.applied(res)
 			if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
 				e.opts.OnEffects()
 			}

@@ -1,6 +1,7 @@
 // Package server assembles a running hookledger: it opens and migrates the
-// store, starts the group-commit writer, serves HTTP (receiver, health,
-// metrics, admin API, console) and shuts all of it down in order.
+// store, starts the group-commit writer, the flow engine, the delivery
+// worker and the signals monitor, serves HTTP (receiver, health, metrics,
+// admin API, console) and shuts all of it down in order.
 package server
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/inbox"
 	"github.com/hookledger/hookledger/internal/receive"
+	"github.com/hookledger/hookledger/internal/signals"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
@@ -104,6 +106,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The delivery worker and the processor sleep when idle; each stage
 	// wakes the next as soon as it hands work on, so latency is not bound
 	// to the poll interval.
+	deliveryMetrics := deliver.NewMetrics(s.reg)
 	worker, err := deliver.New(s.cfg, st, deliver.Options{
 		Workers:      s.cfg.Delivery.Workers,
 		LeaseFor:     s.cfg.Delivery.Lease.D(),
@@ -111,6 +114,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Logger:       s.log,
 		Clock:        s.clk,
 		Actions:      s.opts.Actions,
+		Metrics:      deliveryMetrics,
 	})
 	if err != nil {
 		_ = writer.Stop(context.Background())
@@ -124,6 +128,9 @@ func (s *Server) Run(ctx context.Context) error {
 		Logger:       s.log,
 		Clock:        s.clk,
 		OnEffects:    worker.Wake,
+		Metrics:      flow.NewMetrics(s.reg, deliveryMetrics.Transitions),
+		// Effects record when deadline_risk starts to warn about them.
+		DeadlineWarnShare: s.cfg.Signals.DeadlineWarnShare,
 	})
 	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, OnStored: engine.Wake,
 		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
@@ -138,6 +145,14 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	if err := worker.Start(engineCtx); err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
+	// The signals are measured apart from the pipeline; a missed deadline
+	// it escalates is told to a person through the worker's notifier.
+	monitor := signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg,
+		OnEscalated: worker.NotifyEscalated})
+	if err := monitor.Start(engineCtx); err != nil {
 		_ = writer.Stop(context.Background())
 		return err
 	}
@@ -156,6 +171,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler := api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now)
 	apiHandler.ServeReplays(engine)
 	apiHandler.ServeCompensations(engine)
+	apiHandler.ServeSignals(s.cfg.Signals)
 	mux.Handle("/api/v1/", apiHandler)
 	mux.Handle("/", console.New(st, s.cfg.Admin.Token, s.log, s.clk))
 
@@ -206,6 +222,9 @@ func (s *Server) Run(ctx context.Context) error {
 	// The processor stops after the inbox: every acknowledged event is
 	// already durable, and unprocessed work simply waits for the next start.
 	stopEngine()
+	if err := monitor.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	if err := engine.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}

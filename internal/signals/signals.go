@@ -1,0 +1,168 @@
+// Package signals turns the store's measurement of the nine outcome
+// signals (store.SignalSnapshot) into what operators read: a value, the age
+// of the oldest counted item, a breakdown and a status of ok, warn or alert
+// from the thresholds of the config's signals section. The same Report is
+// answered by GET /api/v1/signals, printed by hookledger status and
+// exported as Prometheus gauges by the Monitor, the background loop that
+// also records the history and escalates missed business deadlines.
+//
+// docs/signals.md says what each signal means, its default thresholds and
+// the repair for each.
+package signals
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// The statuses, from best to worst.
+const (
+	StatusOK    = "ok"
+	StatusWarn  = "warn"
+	StatusAlert = "alert"
+)
+
+// Statuses returns the statuses from best to worst.
+func Statuses() []string { return []string{StatusOK, StatusWarn, StatusAlert} }
+
+// Level is a status as a number for a gauge: 0 ok, 1 warn, 2 alert (an
+// unknown status counts as alert, the safe side for a monitor).
+func Level(status string) int {
+	switch status {
+	case StatusOK:
+		return 0
+	case StatusWarn:
+		return 1
+	}
+	return 2
+}
+
+// Signal is one signal as the API answers it (the pinned shape).
+type Signal struct {
+	Name  string `json:"name"`
+	Value int64  `json:"value"`
+	// OldestAgeSeconds is the age of the oldest counted item in whole
+	// seconds, and null when nothing counts: 0 would read as "something
+	// just started", which an empty signal is not.
+	OldestAgeSeconds *int64 `json:"oldest_age_seconds"`
+	Status           string `json:"status"`
+	// Breakdown is dimension → key → count; {} when nothing counts, never
+	// null, so clients can index it without a check.
+	Breakdown map[string]map[string]int64 `json:"breakdown"`
+}
+
+// Report is the nine signals at one time (the pinned shape of GET
+// /api/v1/signals).
+type Report struct {
+	Signals []Signal `json:"signals"`
+	// At is when the store measured them (RFC 3339, UTC).
+	At string `json:"at"`
+}
+
+// Worst returns the worst status of the report (ok for an empty one).
+func (r *Report) Worst() string {
+	worst := StatusOK
+	for _, s := range r.Signals {
+		if Level(s.Status) > Level(worst) {
+			worst = s.Status
+		}
+	}
+	return worst
+}
+
+// Limits are the effective thresholds by signal name.
+type Limits map[string]config.SignalLimits
+
+// LimitsFrom reads the thresholds of a loaded config (defaults applied).
+func LimitsFrom(c *config.Signals) Limits {
+	l := Limits{}
+	for _, name := range store.SignalNames() {
+		l[name] = c.Limits(name)
+	}
+	return l
+}
+
+// StatusOf applies one signal's thresholds to its measurement at now. A
+// threshold of 0 is off. For deadline_risk the value thresholds compare
+// the near count (warn) and the passed count (alert), because a near
+// deadline still leaves time to act and a passed one does not.
+func StatusOf(m *store.SignalMeasure, l config.SignalLimits, now time.Time) string {
+	warnValue, alertValue := m.Value, m.Value
+	if m.Name == store.SignalDeadlineRisk {
+		warnValue, alertValue = m.Near, m.Passed
+	}
+	var age time.Duration
+	hasAge := m.Value > 0 && !m.Oldest.IsZero()
+	if hasAge {
+		age = max(now.Sub(m.Oldest), 0)
+	}
+	reached := func(limit, v int64, ageLimit time.Duration) bool {
+		return (limit > 0 && v >= limit) || (ageLimit > 0 && hasAge && age >= ageLimit)
+	}
+	switch {
+	case reached(l.Alert, alertValue, l.AlertAge):
+		return StatusAlert
+	case reached(l.Warn, warnValue, l.WarnAge):
+		return StatusWarn
+	}
+	return StatusOK
+}
+
+// Evaluate renders a snapshot as the report, with every one of the nine
+// signals in their pinned order (a signal the snapshot lacks reads 0 and
+// ok). Ages are measured from the snapshot's own time, so a report read
+// later still says what was true when it was measured.
+func Evaluate(snap *store.SignalSnapshot, limits Limits) *Report {
+	byName := map[string]*store.SignalMeasure{}
+	for _, m := range snap.Measures {
+		if m != nil {
+			byName[m.Name] = m
+		}
+	}
+	r := &Report{At: snap.At.UTC().Format(time.RFC3339), Signals: make([]Signal, 0, len(store.SignalNames()))}
+	for _, name := range store.SignalNames() {
+		m := byName[name]
+		if m == nil {
+			m = &store.SignalMeasure{Name: name}
+		}
+		s := Signal{Name: name, Value: m.Value, Status: StatusOf(m, limits[name], snap.At), Breakdown: map[string]map[string]int64{}}
+		if m.Value > 0 && !m.Oldest.IsZero() {
+			secs := int64(max(snap.At.Sub(m.Oldest), 0) / time.Second)
+			s.OldestAgeSeconds = &secs
+		}
+		for dim, keys := range m.Breakdown {
+			if len(keys) == 0 {
+				continue
+			}
+			s.Breakdown[dim] = make(map[string]int64, len(keys))
+			for k, v := range keys {
+				s.Breakdown[dim][k] = v
+			}
+		}
+		r.Signals = append(r.Signals, s)
+	}
+	return r
+}
+
+// Store is what computing the signals reads.
+type Store interface {
+	SignalSnapshot(ctx context.Context, p *store.SignalSnapshotParams) (*store.SignalSnapshot, error)
+}
+
+// Compute measures the signals at now and evaluates them with the
+// config's thresholds. It only reads, so hookledger status may call it on
+// the store of a running server.
+func Compute(ctx context.Context, st Store, c *config.Signals, now time.Time) (*Report, *store.SignalSnapshot, error) {
+	snap, err := st.SignalSnapshot(ctx, &store.SignalSnapshotParams{Now: now, Window: c.Window.D()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("measure signals: %w", err)
+	}
+	if snap.At.IsZero() {
+		snap.At = now
+	}
+	return Evaluate(snap, LimitsFrom(c)), snap, nil
+}
