@@ -31,7 +31,8 @@ const effectsUsage = `effects list    [--config FILE] [--state STATE] [--flow F]
        hookledger effects show    [--config FILE] [--format text|json] ID
        hookledger effects retry   [--config FILE] --note TEXT [--actor NAME] ID
        hookledger effects resolve [--config FILE] --note TEXT [--actor NAME] ID
-       hookledger effects assign  [--config FILE] --owner NAME [--actor NAME] ID`
+       hookledger effects assign  [--config FILE] --owner NAME [--actor NAME] ID
+       hookledger effects compensate [--config FILE] --note TEXT [--actor NAME] [--format text|json] ID`
 
 const effectsDescription = `Works on the effect ledger of the configured store.
 
@@ -47,6 +48,11 @@ const effectsDescription = `Works on the effect ledger of the configured store.
   retry    put a dead or needs_reconciliation effect back to approved
   resolve  close an effect by hand (a person decided); --note is required
   assign   name who owns the repair; the effect's state does not change
+  compensate
+           undo a done, acknowledged or resolved effect: creates its
+           compensation (episode key <key>:compensate) from the
+           compensation: request of its effect in the config, delivered
+           like any effect; at most once per effect; --note is required
 
 Every action is written to the audit trail with the actor and the note.`
 
@@ -56,6 +62,7 @@ type effectsStore interface {
 	EffectGet(ctx context.Context, id int64) (*store.Effect, error)
 	EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error)
 	AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error)
+	EffectCompensate(ctx context.Context, p *store.EffectCompensateParams) (*store.Effect, error)
 }
 
 func runEffects(ctx context.Context, env *Env, args []string) int {
@@ -82,7 +89,7 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		filters[name] = fs.String(paramFlag(name), "", effectFlagHelp[name])
 	}
 	limit := fs.Int("limit", api.DefaultLimit, fmt.Sprintf("at most `N` effects (1 to %d)", api.MaxLimit))
-	note := fs.String("note", "", "why (required for resolve and retry)")
+	note := fs.String("note", "", "why (required for resolve, retry and compensate)")
 	owner := fs.String("owner", "", "who owns the repair (assign); with list, only effects this person owns")
 	actor := fs.String("actor", "", "who acts (default operator:$USER)")
 	server := fs.String("server", "", serverFlagUsage)
@@ -114,7 +121,7 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 			return exitUsage
 		}
 		list = p
-	case "show", "retry", "resolve", "assign":
+	case "show", "retry", "resolve", "assign", "compensate":
 		if len(ids) != 1 {
 			fmt.Fprintf(env.Stderr, "hookledger effects %s: expected one effect ID\n", sub)
 			return exitUsage
@@ -126,10 +133,10 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		}
 		id = n
 	default:
-		fmt.Fprintf(env.Stderr, "hookledger effects: unknown action %q (list, show, retry, resolve, assign)\n", sub)
+		fmt.Fprintf(env.Stderr, "hookledger effects: unknown action %q (list, show, retry, resolve, assign, compensate)\n", sub)
 		return exitUsage
 	}
-	if (sub == "resolve" || sub == "retry") && strings.TrimSpace(*note) == "" {
+	if (sub == "resolve" || sub == "retry" || sub == "compensate") && strings.TrimSpace(*note) == "" {
 		fmt.Fprintf(env.Stderr, "hookledger effects %s: --note is required: say what was checked or repaired\n", sub)
 		return exitUsage
 	}
@@ -149,6 +156,8 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		return effectsList(ctx, env, st, list, *format)
 	case "show":
 		return effectsShow(ctx, env, st, id, *format)
+	case "compensate":
+		return effectsCompensate(ctx, env, st, id, who, *note, *format)
 	}
 	action := map[string]string{"retry": store.OperateRetry, "resolve": store.OperateResolve, "assign": store.OperateAssign}[sub]
 	e, err := st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: id, Action: action, Actor: who, Owner: *owner, Note: *note, Now: time.Now().UTC()})
@@ -270,6 +279,9 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 		if kv[1] != "" {
 			fmt.Fprintf(w, "  %-12s %s\n", kv[0], safe(kv[1]))
 		}
+	}
+	if e.Compensates != 0 {
+		fmt.Fprintf(w, "  compensates  effect %d\n", e.Compensates)
 	}
 	if !e.NextAttemptAt.IsZero() {
 		fmt.Fprintf(w, "  next         %s\n", e.NextAttemptAt.Format(time.RFC3339))

@@ -302,7 +302,7 @@ func effectFromJSON(j api.EffectJSON) *store.Effect {
 		CausationID: j.CausationID, Hop: j.Hop, Attempts: j.Attempts, CreatedAt: parseTime(j.CreatedAt), UpdatedAt: parseTime(j.UpdatedAt),
 		NextAttemptAt: parseTime(j.NextAttemptAt), Redrives: j.Redrives, ErrorClass: store.ErrorClass(j.ErrorClass),
 		Reason: j.Reason, SuggestedRepair: j.SuggestedRepair, DestinationRef: j.DestinationRef, LastResponse: j.LastResponse,
-		Owner: j.Owner, Note: j.Note,
+		Owner: j.Owner, Note: j.Note, Compensates: j.Compensates,
 	}
 }
 
@@ -333,5 +333,5 @@ func openEffects(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPat
 	if st == nil {
 		return nil, nil, code
 	}
-	return st, func() { st.Close() }, exitOK
+	return &localEffects{Store: st, cfg: cfg}, func() { st.Close() }, exitOK
 }

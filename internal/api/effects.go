@@ -49,8 +49,11 @@ type EffectJSON struct {
 	SourceEventID   string `json:"source_event_id"`
 	CausationID     string `json:"causation_id,omitempty"`
 	Hop             int    `json:"hop"`
-	CreatedAt       string `json:"created_at"`
-	UpdatedAt       string `json:"updated_at"`
+	// Compensates is the id of the effect this one undoes (omitted for
+	// an effect that is not a compensation).
+	Compensates int64  `json:"compensates,omitempty"`
+	CreatedAt   string `json:"created_at"`
+	UpdatedAt   string `json:"updated_at"`
 }
 
 // NewEffectJSON renders an effect.
@@ -60,7 +63,7 @@ func NewEffectJSON(e *store.Effect) EffectJSON {
 		Destination: e.Destination, State: string(e.State), Attempts: e.Attempts, Redrives: e.Redrives,
 		ErrorClass: string(e.ErrorClass), Reason: e.Reason, SuggestedRepair: e.SuggestedRepair, LastResponse: e.LastResponse,
 		Owner: e.Owner, Note: e.Note, DestinationRef: e.DestinationRef, Source: e.Source, SourceEventID: e.SourceEventID,
-		CausationID: e.CausationID, Hop: e.Hop,
+		CausationID: e.CausationID, Hop: e.Hop, Compensates: e.Compensates,
 		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: e.UpdatedAt.UTC().Format(time.RFC3339Nano),
 	}
 	if !e.NextAttemptAt.IsZero() {

@@ -87,6 +87,20 @@ type Effect struct {
 	Request      EffectRequest `yaml:"request"`
 	Operation    string        `yaml:"operation"`
 	IdempotentBy string        `yaml:"idempotent_by"`
+
+	// Deadline is the business deadline (docs/flows.md): a duration after
+	// the event's occurrence time ("30m", "2h"), or an expression giving
+	// a timestamp. OnDeadline is "" (keep trying once it has passed) or
+	// "dead" (hand the effect to a person).
+	Deadline   string `yaml:"deadline"`
+	OnDeadline string `yaml:"on_deadline"`
+	// Compensation is the call that undoes the effect, of the same shape
+	// as Request, with original (the effect undone) among its variables.
+	// CompensateWhen, evaluated when a newer version of the entity is
+	// applied, makes the compensation of the entity's earlier effects of
+	// this name that it holds for.
+	Compensation   *EffectRequest `yaml:"compensation"`
+	CompensateWhen string         `yaml:"compensate_when"`
 }
 
 // EffectRequest maps the event and state onto the destination call.
@@ -122,6 +136,16 @@ type CompiledEffect struct {
 	Query   *expr.Program
 	Body    *expr.Program
 	Headers map[string]*expr.Program
+
+	// DeadlineAfter is a deadline given as a duration after the event's
+	// occurrence time; Deadline one given as an expression. At most one
+	// is set.
+	DeadlineAfter time.Duration
+	Deadline      *expr.Program
+	// Compensation is the compensation request's compiled form (its When
+	// is unused); CompensateWhen the rule. Nil when not configured.
+	Compensation   *CompiledEffect
+	CompensateWhen *expr.Program
 }
 
 // Operations an effect may declare (IP06).
@@ -171,6 +195,9 @@ func (c *Config) setFlowDefaults() {
 			}
 			if e.Request.Method == "" {
 				e.Request.Method = "POST"
+			}
+			if e.Compensation != nil && e.Compensation.Method == "" {
+				e.Compensation.Method = "POST"
 			}
 		}
 	}
@@ -376,11 +403,16 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				ce.Headers[h] = compileE("request.headers."+h, src, true)
 				checkHeaderExpr(add, ep+".request.headers."+h, fmt.Sprintf("flow %q: effect %q: request.headers.%s", f.Name, e.Name, h), h, ce.Headers[h])
 			}
+			compileOutcomes(add, compileE, f, e, ep, ce)
 			cf.Effects = append(cf.Effects, ce)
 			for _, prog := range append([]*expr.Program{ce.When, ce.Path, ce.Query, ce.Body}, mapValues(ce.Headers)...) {
 				if prog != nil && prog.Reads(expr.VarPrevious) {
 					cf.ReadsPrevious = true
 				}
+			}
+			if ce.CompensateWhen != nil {
+				// The rule compares the new state with the one before.
+				cf.ReadsPrevious = true
 			}
 		}
 		f.Compiled = cf

@@ -362,6 +362,12 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		// blindly (IP04).
 		return w.reconcile(ctx, c, d, nil, "a previous call's outcome is unknown (the worker stopped during it or a lookup was scheduled)")
 	}
+	if c.Compensates != 0 {
+		// A compensation waits for its original (compensation.go).
+		if handled, err := w.gateCompensation(ctx, c, d); handled {
+			return err
+		}
+	}
 	if now := w.clk.Now(); now.Add(d.Timeout.D() + w.opts.LeaseFor/4).After(c.Until) {
 		// Not enough lease left for a call and its settlement: a settle
 		// that lost the lease would leave the outcome unknown to the

@@ -45,10 +45,15 @@ const (
 	VarStatus     = "status"      // the answer's HTTP status
 	VarHeaders    = "headers"     // the answer's headers (lower-case names)
 	VarBody       = "body"        // the answer's JSON body, or its text
+
+	// Compensation: the effect being compensated (its stored request,
+	// destination reference, episode key, ...), in an effect's
+	// compensate_when and compensation request.
+	VarOriginal = "original"
 )
 
 var varNames = []string{VarEvent, VarMeta, VarEntity, VarVersion, VarState, VarPrevious, VarObject,
-	VarEpisodeKey, VarEffect, VarRequest, VarStatus, VarHeaders, VarBody}
+	VarEpisodeKey, VarEffect, VarRequest, VarStatus, VarHeaders, VarBody, VarOriginal}
 
 // Vars binds variables for one evaluation; missing ones are null.
 type Vars map[string]any

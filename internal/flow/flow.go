@@ -51,6 +51,11 @@ type Options struct {
 	// OnEffects is called after an event created effects (the delivery
 	// worker's Wake), so they are delivered without waiting for a poll.
 	OnEffects func()
+	// DeadlineWarnShare is the share of the time between an effect's
+	// creation and its business deadline during which deadline_risk
+	// warns (default DefaultDeadlineWarnShare; the server passes
+	// signals.deadline_warn_share, whose default is the same).
+	DeadlineWarnShare float64
 	// Metrics counts settled events and approved effects (nil: none).
 	Metrics *Metrics
 }
@@ -105,6 +110,9 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 200 * time.Millisecond
+	}
+	if opts.DeadlineWarnShare <= 0 || opts.DeadlineWarnShare > 1 {
+		opts.DeadlineWarnShare = DefaultDeadlineWarnShare
 	}
 	if opts.Owner == "" {
 		var b [4]byte

@@ -331,18 +331,31 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 				Reason: fmt.Sprintf("not created: destination %s sends changes only, and the state equals the one applied at %s", eff.Destination, unchangedSince)})
 			continue
 		}
-		req, err := buildRequest(&eff, ce, vars)
+		req, err := buildRequest(eff.Request.Method, ce, vars)
 		if err != nil {
 			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
 		}
-		p.Effects = append(p.Effects, &store.EffectInsert{
+		ins := &store.EffectInsert{
 			EpisodeKey:  key,
 			Effect:      eff.Name,
 			Destination: eff.Destination,
 			Request:     req,
 			CausationID: causation,
 			Hop:         hop + 1,
-		})
+		}
+		if err := e.setDeadline(ins, &eff, ce, &it.Event, vars, e.clk.Now()); err != nil {
+			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
+		}
+		p.Effects = append(p.Effects, ins)
+	}
+	if compensates(f) {
+		// Compensations of earlier versions' effects (outcomes.go): only
+		// flows with a compensate_when pay for reading the ledger.
+		comps, err := e.compensations(ctx, f, l.Entity, vars, causation, hop)
+		if err != nil {
+			return nil, err
+		}
+		p.Effects = append(comps, p.Effects...)
 	}
 	return p, nil
 }
@@ -365,8 +378,8 @@ type Request struct {
 	Body    json.RawMessage   `json:"body,omitempty"`
 }
 
-func buildRequest(eff *config.Effect, ce *config.CompiledEffect, vars expr.Vars) (json.RawMessage, error) {
-	r := Request{Method: eff.Request.Method}
+func buildRequest(method string, ce *config.CompiledEffect, vars expr.Vars) (json.RawMessage, error) {
+	r := Request{Method: method}
 	var err error
 	if r.Path, err = ce.Path.EvalString(vars); err != nil {
 		return nil, fmt.Errorf("request.path: %w", err)

@@ -129,6 +129,8 @@ func (s *Server) Run(ctx context.Context) error {
 		Clock:        s.clk,
 		OnEffects:    worker.Wake,
 		Metrics:      flow.NewMetrics(s.reg, deliveryMetrics.Transitions),
+		// Effects record when deadline_risk starts to warn about them.
+		DeadlineWarnShare: s.cfg.Signals.DeadlineWarnShare,
 	})
 	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, OnStored: engine.Wake,
 		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
@@ -174,6 +176,7 @@ func (s *Server) Run(ctx context.Context) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	apiHandler := api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now)
 	apiHandler.ServeReplays(engine)
+	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
 	mux.Handle("/api/v1/", apiHandler)
 	mux.Handle("/", console.New(st, s.cfg.Admin.Token, s.log, s.clk))
