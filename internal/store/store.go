@@ -45,6 +45,7 @@ type Store interface {
 	// Outcomes is the signals', deadlines', compensation's, verification's
 	// and check's part (signals.go).
 	Outcomes
+	EventResolver // closing dead-lettered events by hand (events_resolve.go)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	// ProbeWrite makes one small durable write (a single row rewritten with

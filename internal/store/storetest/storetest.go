@@ -100,6 +100,8 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerSettleEvidence", testLedgerSettleEvidence},
 		{"LedgerRelease", testLedgerRelease},
 		{"LedgerOperate", testLedgerOperate},
+		{"EventResolve", testEventResolve},
+		{"EventResolvePendingReplay", testEventResolvePendingReplay},
 		{"LedgerGetAndList", testLedgerGetAndList},
 		{"LedgerListFilters", testEffectListFilters},
 		{"OutcomesDeadlineEscalate", testDeadlineEscalate},
