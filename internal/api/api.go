@@ -39,6 +39,7 @@ func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handle
 	// whatever the length of the presented token.
 	h.tokenHash = sha256.Sum256([]byte(token))
 	h.mux.HandleFunc("GET /api/v1/events", h.listEvents)
+	h.mux.HandleFunc("POST /api/v1/events/resolve", h.resolveEvent)
 	h.mux.HandleFunc("GET /api/v1/effects", h.listEffects)
 	h.mux.HandleFunc("GET /api/v1/effects/{id}", h.getEffect)
 	h.mux.HandleFunc("POST /api/v1/effects/{id}/{action}", h.operateEffect)

@@ -48,6 +48,25 @@ type EventResolveParams struct {
 // ActionEventResolved is the audit action of EventResolve.
 const ActionEventResolved = "event_resolved"
 
+// EventStateError is the ErrInvalidTransition of EventResolve: the event's
+// disposition, and how many work items of a replay of it are pending, so
+// that a caller serving people can say which.
+type EventStateError struct {
+	Disposition Disposition
+	Pending     int64
+}
+
+func (e *EventStateError) Error() string {
+	if e.Pending > 0 {
+		return fmt.Sprintf("the event is %s with %d work items of a replay still pending: wait for the replay to settle",
+			e.Disposition, e.Pending)
+	}
+	return fmt.Sprintf("the event is %s: only a %s event can be resolved", e.Disposition, DispositionDeadLettered)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidTransition) hold.
+func (e *EventStateError) Unwrap() error { return ErrInvalidTransition }
+
 // CheckEventResolve refuses params no database state could make valid.
 func CheckEventResolve(p *EventResolveParams) error {
 	switch {

@@ -55,7 +55,7 @@ func resolveEvent(ctx context.Context, tx *wtx, p *store.EventResolveParams) (in
 		return 0, fmt.Errorf("read event: %w", err)
 	}
 	if disposition != store.DispositionDeadLettered {
-		return 0, fmt.Errorf("the event is %s, not dead_lettered: %w", disposition, store.ErrInvalidTransition)
+		return 0, &store.EventStateError{Disposition: disposition}
 	}
 	// A replay of the event still in flight may yet repair it: closing it
 	// by hand now would race the worker, so the operator waits for it.
@@ -64,7 +64,7 @@ func resolveEvent(ctx context.Context, tx *wtx, p *store.EventResolveParams) (in
 		return 0, fmt.Errorf("count pending work: %w", err)
 	}
 	if pending > 0 {
-		return 0, fmt.Errorf("the event is dead_lettered with %d work items of a replay still pending: %w", pending, store.ErrInvalidTransition)
+		return 0, &store.EventStateError{Disposition: disposition, Pending: pending}
 	}
 	// Reason and done_at stay: why the item failed is the evidence the
 	// note answers.

@@ -80,6 +80,10 @@ func testEventResolve(t *testing.T, o Opener) {
 	if _, err := f.s.EventResolve(f.ctx, &store.EventResolveParams{EventID: "evt_bad", Note: "x", Now: t2}); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("resolve without a source: %v, want ErrInvalidArgument", err)
 	}
+	var se *store.EventStateError
+	if _, err := f.resolveEvent("evt_ok", "checked", t2); !errors.As(err, &se) || se.Disposition != store.DispositionApplied || se.Pending != 0 {
+		t.Errorf("refusal of an applied event names %+v (%v), want applied", se, err)
+	}
 	if d := f.disposition(ok); d != store.DispositionApplied {
 		t.Errorf("refused resolve moved evt_ok to %s", d)
 	}
@@ -162,8 +166,10 @@ func testEventResolvePendingReplay(t *testing.T, o Opener) {
 		Decisions: []*store.RouteDecision{to(pk, rt("orders", "o7", "0001"))}}); err != nil {
 		t.Fatalf("ReplayCreate: %v", err)
 	}
-	if _, err := f.resolveEvent("evt_retry", "sender will not fix it", t1); !errors.Is(err, store.ErrInvalidTransition) {
-		t.Fatalf("resolve with a replay pending: %v, want ErrInvalidTransition", err)
+	var se *store.EventStateError
+	if _, err := f.resolveEvent("evt_retry", "sender will not fix it", t1); !errors.Is(err, store.ErrInvalidTransition) ||
+		!errors.As(err, &se) || se.Disposition != store.DispositionDeadLettered || se.Pending != 1 {
+		t.Fatalf("resolve with a replay pending: %v, want ErrInvalidTransition naming 1 pending item", err)
 	}
 	if n := f.workCount(); n != 1 {
 		t.Fatalf("WorkCount = %d after a refused resolve, want the replay's 1", n)
