@@ -118,7 +118,8 @@ type SignalSnapshot struct {
 //     the settled one; Oldest = the earliest behind_since; breakdown
 //     "flow", and "largest_gap" with one key "<flow>/<entity>" whose count
 //     is the number of that entity's routed events ahead of its settled
-//     key (the lagging entity with the most).
+//     key (the lagging entity with the most, among the 100 that have
+//     lagged longest, so that the cost stays bounded in an incident).
 //   - unfinished_events: events with disposition accepted; Oldest = their
 //     earliest received_at; breakdown "source".
 //   - deadline_risk: pending effects whose deadline_warn_at has come

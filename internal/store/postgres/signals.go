@@ -30,14 +30,20 @@ const (
 	// key: for each lagging entity (entities_behind) its pending items
 	// (work_pending: flow, entity, order_key) and its dead letters
 	// (work_dead), each a range of its own index from the settled key on.
-	// The work is proportional to the lag itself.
+	// Only the 100 entities that have lagged longest (the front of
+	// entities_behind) are measured: two probes per entity are nothing
+	// for a handful, but an incident that leaves thousands of entities
+	// behind would make every measurement pay for all of them (0.4 s
+	// for 2,000 on PostgreSQL). The entity stuck longest is the one an
+	// operator looks at first anyway.
 	sqlLagLargest = `SELECT en.flow || '/' || en.entity, '', (SELECT count(*) FROM (
 			SELECT w.event_pk FROM work w
 				WHERE w.flow = en.flow AND w.entity = en.entity AND w.done_at IS NULL AND w.order_key > en.settled_key
 			UNION
 			SELECT w.event_pk FROM work w
 				WHERE w.flow = en.flow AND w.entity = en.entity AND w.disposition = 'dead_lettered' AND w.order_key > en.settled_key) ahead) AS gap,
-		NULL::timestamptz FROM entities en WHERE en.newest_key > en.settled_key
+		NULL::timestamptz FROM (SELECT flow, entity, settled_key FROM entities
+			WHERE newest_key > settled_key ORDER BY behind_since LIMIT 100) en
 		ORDER BY gap DESC, en.flow, en.entity LIMIT 1`
 	// Accepted events per source: events_accepted holds exactly the
 	// events without a terminal disposition.

@@ -251,7 +251,18 @@ func TestSignalPlans(t *testing.T) {
 				t.Errorf("%s: plan\n%s\nwant it to use %q", c.name, got, u)
 			}
 		}
+		// A co-routine is a subquery's rows (the lag query's first 100
+		// lagging entities), not a table: scanning it is fine.
+		coroutines := map[string]bool{}
 		for _, line := range strings.Split(got, "\n") {
+			if name, ok := strings.CutPrefix(strings.TrimSpace(line), "CO-ROUTINE "); ok {
+				coroutines[name] = true
+			}
+		}
+		for _, line := range strings.Split(got, "\n") {
+			if coroutines[strings.TrimPrefix(strings.TrimSpace(line), "SCAN ")] {
+				continue
+			}
 			if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "USING") && !strings.Contains(line, "(subquery") {
 				t.Errorf("%s: plan\n%s\nreads a table in full: %q", c.name, got, line)
 			}
