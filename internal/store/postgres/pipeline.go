@@ -465,7 +465,7 @@ func flowApply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams) (*store
 			if err := audit("dead_lettered", subject+": "+res.Reason); err != nil {
 				return nil, err
 			}
-			if err := audit("key_conflict", versionConflictDetail(subject, p.Version)); err != nil {
+			if err := audit("key_conflict", store.VersionConflictDetail(subject, p.Version)); err != nil {
 				return nil, err
 			}
 		}
@@ -477,13 +477,13 @@ func flowApply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams) (*store
 	}
 
 	if _, err := tx.Exec(ctx, `UPDATE work SET done_at = $1, disposition = $2, reason = $3, version_sort = $4 WHERE id = $5`,
-		p.Now, res.Disposition, res.Reason, appliedSort(res, p), p.WorkID); err != nil {
+		p.Now, res.Disposition, res.Reason, store.AppliedSort(res, p), p.WorkID); err != nil {
 		return nil, fmt.Errorf("settle work: %w", err)
 	}
 	// GREATEST(settled_key, '') leaves the key alone: a dead letter does
 	// not catch the entity up.
 	if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending - 1, settled_key = GREATEST(settled_key, $3)
-		WHERE flow = $1 AND entity = $2`, w.flow, w.entity, settledKey(res, w.orderKey)); err != nil {
+		WHERE flow = $1 AND entity = $2`, w.flow, w.entity, store.SettledKey(res, w.orderKey)); err != nil {
 		return nil, fmt.Errorf("count pending: %w", err)
 	}
 	if err := audit("work_settled", settledDetail(subject, res, p.Version)); err != nil {
@@ -571,7 +571,7 @@ func apply(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams, w workRow, 
 				return fmt.Errorf("read existing effect %s: %w", e.EpisodeKey, err)
 			}
 			if !same {
-				if err := audit("key_conflict", episodeConflictDetail(e.EpisodeKey)); err != nil {
+				if err := audit("key_conflict", store.EpisodeConflictDetail(e.EpisodeKey)); err != nil {
 					return err
 				}
 			}
@@ -604,20 +604,20 @@ func compensationNeeded(ctx context.Context, tx pgx.Tx, p *store.FlowApplyParams
 	err := tx.QueryRow(ctx, `SELECT episode_key, version, state FROM effects WHERE id = $1 FOR UPDATE`, e.Compensates).
 		Scan(&key, &version, &state)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, audit("effect_skipped", missingOriginalDetail(e))
+		return false, audit("effect_skipped", store.MissingOriginalDetail(e))
 	}
 	if err != nil {
 		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
 	}
-	switch compensationDecision(state) {
-	case compensateSupersede:
+	switch store.CompensationDecision(state) {
+	case store.CompensateSupersede:
 		if _, err := tx.Exec(ctx, `UPDATE effects SET state = 'superseded', updated_at = $1 WHERE id = $2`,
 			p.Now, e.Compensates); err != nil {
 			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
 		}
 		res.Superseded++
-		return false, audit("effect_superseded", compensationSupersededDetail(key, version, p.Version))
-	case compensateNothing:
+		return false, audit("effect_superseded", store.CompensationSupersededDetail(key, version, p.Version))
+	case store.CompensateNothing:
 		return false, nil
 	}
 	return true, nil

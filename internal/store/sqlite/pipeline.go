@@ -483,7 +483,7 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 			if err := audit("dead_lettered", subject+": "+res.Reason); err != nil {
 				return nil, err
 			}
-			if err := audit("key_conflict", versionConflictDetail(subject, p.Version)); err != nil {
+			if err := audit("key_conflict", store.VersionConflictDetail(subject, p.Version)); err != nil {
 				return nil, err
 			}
 		}
@@ -495,14 +495,14 @@ func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.F
 	}
 
 	if _, err := tx.ExecContext(ctx, `UPDATE work SET done_at = ?, disposition = ?, reason = ?, version_sort = ? WHERE id = ?`,
-		now, res.Disposition, res.Reason, appliedSort(res, p), p.WorkID); err != nil {
+		now, res.Disposition, res.Reason, store.AppliedSort(res, p), p.WorkID); err != nil {
 		return nil, fmt.Errorf("settle work: %w", err)
 	}
 	if res.Disposition != store.DispositionApplied { // apply counted it down with the projection
 		// max(settled_key, '') leaves the key alone: a dead letter does
 		// not catch the entity up.
 		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1, settled_key = max(settled_key, ?)
-			WHERE flow = ? AND entity = ?`, settledKey(res, w.orderKey), w.flow, w.entity); err != nil {
+			WHERE flow = ? AND entity = ?`, store.SettledKey(res, w.orderKey), w.flow, w.entity); err != nil {
 			return nil, fmt.Errorf("count pending: %w", err)
 		}
 	}
@@ -604,7 +604,7 @@ func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, re
 				return fmt.Errorf("read existing effect %s: %w", e.EpisodeKey, err)
 			}
 			if existing != stateText(e.Request) {
-				if err := audit("key_conflict", episodeConflictDetail(e.EpisodeKey)); err != nil {
+				if err := audit("key_conflict", store.EpisodeConflictDetail(e.EpisodeKey)); err != nil {
 					return err
 				}
 			}
@@ -635,20 +635,20 @@ func compensationNeeded(ctx context.Context, tx *wtx, p *store.FlowApplyParams, 
 	err := tx.QueryRowContext(ctx, `SELECT episode_key, version, state FROM effects WHERE id = ?`, e.Compensates).
 		Scan(&key, &version, &state)
 	if errors.Is(err, sql.ErrNoRows) {
-		return false, audit("effect_skipped", missingOriginalDetail(e))
+		return false, audit("effect_skipped", store.MissingOriginalDetail(e))
 	}
 	if err != nil {
 		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
 	}
-	switch compensationDecision(state) {
-	case compensateSupersede:
+	switch store.CompensationDecision(state) {
+	case store.CompensateSupersede:
 		if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ? WHERE id = ?`,
 			p.Now.UnixMicro(), e.Compensates); err != nil {
 			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
 		}
 		res.Superseded++
-		return false, audit("effect_superseded", compensationSupersededDetail(key, version, p.Version))
-	case compensateNothing:
+		return false, audit("effect_superseded", store.CompensationSupersededDetail(key, version, p.Version))
+	case store.CompensateNothing:
 		return false, nil
 	}
 	return true, nil
