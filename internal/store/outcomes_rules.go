@@ -1,7 +1,11 @@
 package store
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 )
 
 // The write side of the outcome signals: the rules both drivers' FlowApply
@@ -30,12 +34,14 @@ func AppliedSort(res *FlowApplyResult, p *FlowApplyParams) string {
 	return ""
 }
 
-// The key_conflict details; the signal's "kind" breakdown is their first
-// word.
+// EpisodeConflictDetail is the key_conflict audit text of an episode key
+// asked for again with another request. The signal's "kind" breakdown is
+// the first word of each key_conflict detail.
 func EpisodeConflictDetail(key string) string {
 	return fmt.Sprintf("episode_key %s: exists with a different request", key)
 }
 
+// VersionConflictDetail is the key_conflict audit text of two states sent for one version.
 func VersionConflictDetail(subject, version string) string {
 	return fmt.Sprintf("version %s: %s: already applied with a different state", version, subject)
 }
@@ -60,10 +66,94 @@ func CompensationDecision(original EffectState) Compensation {
 	return CompensateInsert
 }
 
+// CompensationSupersededDetail is the effect_superseded audit text of an original stopped instead of compensated.
 func CompensationSupersededDetail(key, version, by string) string {
 	return fmt.Sprintf("%s (version %s superseded by %s: never sent, so nothing to compensate)", key, version, by)
 }
 
+// MissingOriginalDetail is the effect_skipped audit text of a compensation whose original is gone.
 func MissingOriginalDetail(e *EffectInsert) string {
 	return fmt.Sprintf("%s: the effect it compensates (%d) does not exist", e.EpisodeKey, e.Compensates)
+}
+
+// The operators' side of the outcomes: texts and rules the drivers' escalation,
+// compensation and verification share.
+
+// ErrorIfNil turns a vanished row into an error.
+func ErrorIfNil(f *Effect) error {
+	if f == nil {
+		return errors.New("effect vanished")
+	}
+	return nil
+}
+
+// DeadlineMissedDetail is the deadline_missed audit text.
+func DeadlineMissedDetail(f *Effect, deadline time.Time, onDead bool) string {
+	d := fmt.Sprintf("%s: deadline %s missed in state %s", f.EpisodeKey, deadline.Format(time.RFC3339Nano), f.State)
+	switch {
+	case onDead && f.State == EffectSubmitting:
+		d += "; on_deadline dead: moved to dead once its call is settled"
+	case onDead:
+		d += "; on_deadline dead"
+	default:
+		d += "; still trying"
+	}
+	return d
+}
+
+// DeadlineDeadReason is the reason of an effect moved to dead by on_deadline: dead.
+func DeadlineDeadReason(deadline time.Time) string {
+	return "deadline missed at " + deadline.Format(time.RFC3339Nano) + ": on_deadline is dead, so a person decides"
+}
+
+// DeadlineRepair is the suggested repair of an effect whose deadline passed.
+const DeadlineRepair = "the business deadline has passed: decide whether the effect is still wanted; retry it, or resolve it with a note (compensate it if it was done meanwhile)"
+
+// CompensationSuffix makes a compensation's episode key and effect name
+// from the original's.
+const CompensationSuffix = ":compensate"
+
+// Compensable are the states an operator may compensate from: the call
+// may have done its work.
+var Compensable = map[EffectState]bool{
+	EffectDone: true, EffectAcknowledged: true, EffectResolved: true,
+}
+
+// CheckCompensate validates an operator's compensation before any read.
+func CheckCompensate(p *EffectCompensateParams) error {
+	if strings.TrimSpace(p.Note) == "" {
+		return fmt.Errorf("%w: a compensation needs a note saying why", ErrInvalidArgument)
+	}
+	if !json.Valid(p.Request) {
+		return fmt.Errorf("%w: the compensation request is not JSON", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CompensationDetail is the effect_compensation_approved audit text.
+func CompensationDetail(key string, origID int64, origKey string, origState EffectState, note string) string {
+	return fmt.Sprintf("%s: approved, compensating effect %d (%s, %s); note: %s", key, origID, origKey, origState, note)
+}
+
+// FinalNotDone are the states verification passes over: the effect can
+// never become done, so the destination need not hold it.
+var FinalNotDone = map[EffectState]bool{EffectSuperseded: true, EffectResolved: true}
+
+// VerifyScan bounds the rows one VerifyNext reads, so that a long run of
+// passed-over effects costs several calls rather than one long read.
+const VerifyScan = 1000
+
+// VerifyStop reports the first effect the cursor must not pass yet: one
+// changed at or after the cutoff that is done or may still become done.
+// A done effect is returned only once it has been done since before the
+// cutoff, so the destination had time to show it. An effect pending since
+// before the cutoff (waiting for a person) is passed over rather than
+// holding the destination's verification back indefinitely.
+func VerifyStop(f *Effect, cutoff time.Time) bool {
+	return !f.UpdatedAt.Before(cutoff) && !FinalNotDone[f.State]
+}
+
+// MismatchRepair is the suggested repair of a reconciliation mismatch.
+func MismatchRepair(f *Effect) string {
+	return fmt.Sprintf("check %s for episode %s: if it holds the effect as intended, resolve with a note; if not, retry the effect", f.Destination, f.EpisodeKey)
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -72,22 +71,22 @@ func escalate(ctx context.Context, tx pgx.Tx, p *store.EffectDeadlineEscalatePar
 	for _, d := range dues {
 		f, err := getEffect(ctx, tx, d.id, "")
 		if err != nil || f == nil {
-			return nil, fmt.Errorf("read effect %d: %w", d.id, errors.Join(err, errorIfNil(f)))
+			return nil, fmt.Errorf("read effect %d: %w", d.id, errors.Join(err, store.ErrorIfNil(f)))
 		}
 		deadline := d.deadline.UTC()
 		if !d.missed {
 			if _, err := tx.Exec(ctx, `UPDATE effects SET deadline_missed_at = $1 WHERE id = $2`, p.Now, d.id); err != nil {
 				return nil, fmt.Errorf("mark deadline missed of effect %d: %w", d.id, err)
 			}
-			if err := effectAudit(ctx, tx, f, p.Now, p.Actor, "deadline_missed", deadlineMissedDetail(f, deadline, d.onDead)); err != nil {
+			if err := effectAudit(ctx, tx, f, p.Now, p.Actor, "deadline_missed", store.DeadlineMissedDetail(f, deadline, d.onDead)); err != nil {
 				return nil, err
 			}
 		}
 		if d.onDead && d.state != store.EffectSubmitting {
-			reason := deadlineDeadReason(deadline)
+			reason := store.DeadlineDeadReason(deadline)
 			if _, err := tx.Exec(ctx, `UPDATE effects SET state = 'dead', error_class = $1, reason = $2,
 				suggested_repair = $3, next_attempt_at = '-infinity', updated_at = $4 WHERE id = $5`,
-				string(store.ClassPermanent), reason, deadlineRepair, p.Now, d.id); err != nil {
+				string(store.ClassPermanent), reason, store.DeadlineRepair, p.Now, d.id); err != nil {
 				return nil, fmt.Errorf("move effect %d to dead: %w", d.id, err)
 			}
 			if err := effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_dead",
@@ -103,46 +102,9 @@ func escalate(ctx context.Context, tx pgx.Tx, p *store.EffectDeadlineEscalatePar
 	return out, nil
 }
 
-// errorIfNil turns a vanished row into an error.
-func errorIfNil(f *store.Effect) error {
-	if f == nil {
-		return errors.New("effect vanished")
-	}
-	return nil
-}
-
-func deadlineMissedDetail(f *store.Effect, deadline time.Time, onDead bool) string {
-	d := fmt.Sprintf("%s: deadline %s missed in state %s", f.EpisodeKey, deadline.Format(time.RFC3339Nano), f.State)
-	switch {
-	case onDead && f.State == store.EffectSubmitting:
-		d += "; on_deadline dead: moved to dead once its call is settled"
-	case onDead:
-		d += "; on_deadline dead"
-	default:
-		d += "; still trying"
-	}
-	return d
-}
-
-func deadlineDeadReason(deadline time.Time) string {
-	return "deadline missed at " + deadline.Format(time.RFC3339Nano) + ": on_deadline is dead, so a person decides"
-}
-
-const deadlineRepair = "the business deadline has passed: decide whether the effect is still wanted; retry it, or resolve it with a note (compensate it if it was done meanwhile)"
-
-// compensationSuffix makes a compensation's episode key and effect name
-// from the original's.
-const compensationSuffix = ":compensate"
-
-// compensable are the states an operator may compensate from: the call
-// may have done its work.
-var compensable = map[store.EffectState]bool{
-	store.EffectDone: true, store.EffectAcknowledged: true, store.EffectResolved: true,
-}
-
 // EffectCompensate inserts an operator's compensation of a done effect.
 func (s *Store) EffectCompensate(ctx context.Context, p *store.EffectCompensateParams) (*store.Effect, error) {
-	if err := checkCompensate(p); err != nil {
+	if err := store.CheckCompensate(p); err != nil {
 		return nil, fmt.Errorf("compensate effect %d: %w", p.EffectID, err)
 	}
 	var f *store.Effect
@@ -155,16 +117,6 @@ func (s *Store) EffectCompensate(ctx context.Context, p *store.EffectCompensateP
 		return nil, fmt.Errorf("compensate effect %d: %w", p.EffectID, err)
 	}
 	return f, nil
-}
-
-func checkCompensate(p *store.EffectCompensateParams) error {
-	if strings.TrimSpace(p.Note) == "" {
-		return fmt.Errorf("%w: a compensation needs a note saying why", store.ErrInvalidArgument)
-	}
-	if !json.Valid(p.Request) {
-		return fmt.Errorf("%w: the compensation request is not JSON", store.ErrInvalidArgument)
-	}
-	return nil
 }
 
 // findCompensationSQL finds an effect's compensation, made by an operator
@@ -192,11 +144,11 @@ func compensate(ctx context.Context, tx pgx.Tx, p *store.EffectCompensateParams)
 	if orig.compensates != 0 {
 		return nil, fmt.Errorf("%w: effect %d is itself the compensation of effect %d", store.ErrInvalidArgument, p.EffectID, orig.compensates)
 	}
-	if !compensable[orig.state] {
+	if !store.Compensable[orig.state] {
 		return nil, fmt.Errorf("compensate from %s: %w", orig.state, store.ErrInvalidTransition)
 	}
 	var existing int64
-	err = tx.QueryRow(ctx, findCompensationSQL, orig.key+compensationSuffix, p.EffectID).Scan(&existing)
+	err = tx.QueryRow(ctx, findCompensationSQL, orig.key+store.CompensationSuffix, p.EffectID).Scan(&existing)
 	switch {
 	case err == nil:
 		return nil, fmt.Errorf("%w: effect %d is compensated by effect %d already", store.ErrConflict, p.EffectID, existing)
@@ -209,32 +161,20 @@ func compensate(ctx context.Context, tx pgx.Tx, p *store.EffectCompensateParams)
 		SELECT episode_key || $1, flow, entity, version, version_sort, effect || $1, destination,
 			'approved', $2::jsonb, source_event_pk, causation_id, hop, $3, $3, id
 		FROM effects WHERE id = $4 RETURNING id`,
-		compensationSuffix, string(p.Request), p.Now, p.EffectID).Scan(&id)
+		store.CompensationSuffix, string(p.Request), p.Now, p.EffectID).Scan(&id)
 	if err != nil {
 		return nil, wrapErr("insert compensation", err)
 	}
 	f, err := getEffect(ctx, tx, id, "")
 	if err != nil || f == nil {
-		return nil, fmt.Errorf("read compensation: %w", errors.Join(err, errorIfNil(f)))
+		return nil, fmt.Errorf("read compensation: %w", errors.Join(err, store.ErrorIfNil(f)))
 	}
 	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_compensation_approved",
-		compensationDetail(f.EpisodeKey, p.EffectID, orig.key, orig.state, p.Note)); err != nil {
+		store.CompensationDetail(f.EpisodeKey, p.EffectID, orig.key, orig.state, p.Note)); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
-
-func compensationDetail(key string, origID int64, origKey string, origState store.EffectState, note string) string {
-	return fmt.Sprintf("%s: approved, compensating effect %d (%s, %s); note: %s", key, origID, origKey, origState, note)
-}
-
-// finalNotDone are the states verification passes over: the effect can
-// never become done, so the destination need not hold it.
-var finalNotDone = map[store.EffectState]bool{store.EffectSuperseded: true, store.EffectResolved: true}
-
-// verifyScan bounds the rows one VerifyNext reads, so that a long run of
-// passed-over effects costs several calls rather than one long read.
-const verifyScan = 1000
 
 // VerifyNext returns the next page of a destination's effects to verify.
 func (s *Store) VerifyNext(ctx context.Context, p *store.VerifyNextParams) (*store.VerifyNextResult, error) {
@@ -248,7 +188,7 @@ func (s *Store) VerifyNext(ctx context.Context, p *store.VerifyNextParams) (*sto
 	// effects_destination holds (destination, id): the page is read in id
 	// order from the cursor.
 	rows, err := s.pool.Query(ctx, `SELECT `+effectColumns+effectFrom+`
-		WHERE f.destination = $1 AND f.id > $2 ORDER BY f.id LIMIT $3`, p.Destination, res.Cursor, verifyScan)
+		WHERE f.destination = $1 AND f.id > $2 ORDER BY f.id LIMIT $3`, p.Destination, res.Cursor, store.VerifyScan)
 	if err != nil {
 		return nil, fmt.Errorf("verify next %s: %w", p.Destination, err)
 	}
@@ -259,7 +199,7 @@ func (s *Store) VerifyNext(ctx context.Context, p *store.VerifyNextParams) (*sto
 		if err := scanEffect(rows, f); err != nil {
 			return nil, fmt.Errorf("verify next %s: %w", p.Destination, err)
 		}
-		if verifyStop(f, p.Cutoff) {
+		if store.VerifyStop(f, p.Cutoff) {
 			break
 		}
 		if f.State == store.EffectDone {
@@ -271,16 +211,6 @@ func (s *Store) VerifyNext(ctx context.Context, p *store.VerifyNextParams) (*sto
 		return nil, fmt.Errorf("verify next %s: %w", p.Destination, err)
 	}
 	return res, nil
-}
-
-// verifyStop reports the first effect the cursor must not pass yet: one
-// changed at or after the cutoff that is done or may still become done.
-// A done effect is returned only once it has been done since before the
-// cutoff, so the destination had time to show it. An effect pending since
-// before the cutoff (waiting for a person) is passed over rather than
-// holding the destination's verification back indefinitely.
-func verifyStop(f *store.Effect, cutoff time.Time) bool {
-	return !f.UpdatedAt.Before(cutoff) && !finalNotDone[f.State]
 }
 
 // VerifyAdvance moves a verification cursor forward.
@@ -312,7 +242,7 @@ func (s *Store) EffectMismatch(ctx context.Context, p *store.EffectMismatchParam
 		}
 		if _, err := tx.Exec(ctx, `UPDATE effects SET state = 'needs_reconciliation', next_attempt_at = '-infinity',
 			mismatch_at = $1, error_class = $2, reason = $3, suggested_repair = $4, updated_at = $1 WHERE id = $5`,
-			p.Now, string(store.ClassUnknown), p.Reason, mismatchRepair(f), p.EffectID); err != nil {
+			p.Now, string(store.ClassUnknown), p.Reason, store.MismatchRepair(f), p.EffectID); err != nil {
 			return fmt.Errorf("update effect: %w", err)
 		}
 		changed = true
@@ -323,8 +253,4 @@ func (s *Store) EffectMismatch(ctx context.Context, p *store.EffectMismatchParam
 		return false, fmt.Errorf("record mismatch of effect %d: %w", p.EffectID, err)
 	}
 	return changed, nil
-}
-
-func mismatchRepair(f *store.Effect) string {
-	return fmt.Sprintf("check %s for episode %s: if it holds the effect as intended, resolve with a note; if not, retry the effect", f.Destination, f.EpisodeKey)
 }
