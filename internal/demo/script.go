@@ -55,21 +55,31 @@ type step struct {
 	play func(ctx context.Context) (string, error)
 }
 
-// order is a shop webhook body; an empty intent leaves the field out.
+// order is a shop webhook body that occurred now; an empty intent leaves
+// the field out.
 func order(eventID, typ, orderID string, rev int, intent string) string {
+	return orderAt(time.Now(), eventID, typ, orderID, rev, intent)
+}
+
+// orderAt is order at a business time of its own: the dossier's order was
+// created, confirmed and cancelled minutes apart, and its confirmation
+// arrives last although it occurred second.
+func orderAt(at time.Time, eventID, typ, orderID string, rev int, intent string) string {
 	in := ""
 	if intent != "" {
 		in = fmt.Sprintf(`,"intent":%q`, intent)
 	}
 	return fmt.Sprintf(`{"eventId":%q,"type":%q,"occurredAt":%q,"order_id":%q,"revision":%d%s}`,
-		eventID, typ, time.Now().UTC().Format(time.RFC3339Nano), orderID, rev, in)
+		eventID, typ, at.UTC().Format(time.RFC3339Nano), orderID, rev, in)
 }
 
 func (p *player) steps() []step {
 	d := p.d
+	created := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
+	confirmed, cancelled := created.Add(2*time.Minute), created.Add(5*time.Minute)
 	return []step{
 		{"create r1: order.created ord-1001 r1", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1001-r1", "order.created", "ord-1001", 1, "CREATED"), nil); err != nil {
+			if err := p.send(ctx, "shop", orderAt(created, "evt-1001-r1", "order.created", "ord-1001", 1, "CREATED"), nil); err != nil {
 				return "", err
 			}
 			if err := p.disposition(ctx, "shop", "evt-1001-r1", "applied"); err != nil {
@@ -94,7 +104,7 @@ func (p *player) steps() []step {
 			return "200; recorded as delivery 2 of one event, nothing new to do", nil
 		}},
 		{"duplicate event: same change, new event id", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1001-r1-copy", "order.created", "ord-1001", 1, "CREATED"), nil); err != nil {
+			if err := p.send(ctx, "shop", orderAt(created, "evt-1001-r1-copy", "order.created", "ord-1001", 1, "CREATED"), nil); err != nil {
 				return "", err
 			}
 			if err := p.disposition(ctx, "shop", "evt-1001-r1-copy", "duplicate"); err != nil {
@@ -103,7 +113,7 @@ func (p *player) steps() []step {
 			return "duplicate; still one notify_created", nil
 		}},
 		{"cancel r3: order.cancelled ord-1001 r3", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1001-r3", "order.cancelled", "ord-1001", 3, "CANCELLED"), nil); err != nil {
+			if err := p.send(ctx, "shop", orderAt(cancelled, "evt-1001-r3", "order.cancelled", "ord-1001", 3, "CANCELLED"), nil); err != nil {
 				return "", err
 			}
 			if err := p.disposition(ctx, "shop", "evt-1001-r3", "applied"); err != nil {
@@ -115,7 +125,7 @@ func (p *player) steps() []step {
 			return "applied; notify_cancel done", nil
 		}},
 		{"late r2: order.confirmed ord-1001 r2 after r3", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1001-r2", "order.confirmed", "ord-1001", 2, "CONFIRMED"), nil); err != nil {
+			if err := p.send(ctx, "shop", orderAt(confirmed, "evt-1001-r2", "order.confirmed", "ord-1001", 2, "CONFIRMED"), nil); err != nil {
 				return "", err
 			}
 			if err := p.disposition(ctx, "shop", "evt-1001-r2", "stale"); err != nil {
