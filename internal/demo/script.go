@@ -331,6 +331,10 @@ func (p *player) Play(ctx context.Context) error {
 		fmt.Fprintf(p.out, "  %2d. %-46s ", i+1, s.what)
 		res, err := s.play(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				fmt.Fprintln(p.out, "interrupted")
+				return ctx.Err()
+			}
 			fmt.Fprintln(p.out, "FAILED")
 			return fmt.Errorf("step %d (%s): %w", i+1, s.what, err)
 		}
