@@ -1,6 +1,6 @@
 # hookledger: the two commands are `make run` and `make test` (see README).
 
-.PHONY: run test build bench-commit clean mutants
+.PHONY: run demo test build bench-commit clean mutants
 
 # The version stamped into the binary (hookledger version prints it): the
 # commit from git describe, with -dirty for uncommitted changes. Outside a
@@ -10,6 +10,9 @@ VERSION := $(shell git describe --always --dirty 2>/dev/null)
 
 # make run CONFIG=other.yaml serves another configuration.
 CONFIG ?= hookledger.yaml
+
+# make demo DEMO_FLAGS="--listen 127.0.0.1:9090 --no-open" passes flags on.
+DEMO_FLAGS ?=
 
 build:
 	@echo "building bin/hookledger$(if $(VERSION), $(VERSION)) (the first build compiles every dependency: a minute or two)"
@@ -26,6 +29,17 @@ run: build
 		exec bash --norc --noprofile -i -c 'bin/hookledger serve --config "$$0"' '$(CONFIG)'; \
 	else \
 		exec bin/hookledger serve --config '$(CONFIG)'; \
+	fi
+
+# make demo plays the recovery dossier against a real server (temporary
+# store, built-in fake destination) and keeps it running for the console;
+# Ctrl-C stops it. Run it like run, for the same reason.
+demo: build
+	@echo "starting bin/hookledger demo $(DEMO_FLAGS) (Ctrl-C stops it)"
+	@if [ -t 0 ] && command -v bash >/dev/null 2>&1; then \
+		exec bash --norc --noprofile -i -c 'bin/hookledger demo $(DEMO_FLAGS)'; \
+	else \
+		exec bin/hookledger demo $(DEMO_FLAGS); \
 	fi
 
 test:

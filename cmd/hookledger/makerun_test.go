@@ -135,3 +135,34 @@ func waitUntilOrExit(t *testing.T, out *lockedBuffer, want string, cmd *exec.Cmd
 		time.Sleep(20 * time.Millisecond) // waiting for the build and start, not measuring time
 	}
 }
+
+// make demo is pty-safe like make run: the script plays, and Ctrl-C on the
+// terminal stops the demo cleanly with no make error line.
+func TestMakeDemoCtrlCOnATerminal(t *testing.T) {
+	root := needMake(t)
+	master, tty := openPTY(t)
+	defer master.Close()
+	cmd := exec.Command("make", "--no-print-directory", "-C", root, "demo",
+		"DEMO_FLAGS=--listen 127.0.0.1:0 --speed 20 --no-open --dir "+filepath.Join(t.TempDir(), "demo"))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	out := &lockedBuffer{}
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(out, master); close(copied) }()
+	waitUntilOrExit(t, out, "press Ctrl-C", cmd)
+	if _, err := master.Write([]byte{3}); err != nil { // Ctrl-C
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	<-copied
+	if err != nil {
+		t.Fatalf("make demo after Ctrl-C: %v; want exit 0\n%s", err, out)
+	}
+	if s := out.String(); strings.Contains(s, "make: ***") || !strings.Contains(s, "stopped") || !strings.Contains(s, "Log in once: http://127.0.0.1:") {
+		t.Fatalf("make demo output:\n%s", s)
+	}
+}

@@ -1,10 +1,15 @@
 package server
 
 import (
+	"context"
+	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/hookledger/hookledger/internal/config"
 )
 
 // The console is mounted at / on the serve listener, behind admin.token,
@@ -51,5 +56,54 @@ func TestConsoleOffWithoutAdminToken(t *testing.T) {
 		if code, _ := h.get(path, ""); code != http.StatusNotFound {
 			t.Errorf("GET %s without admin.token: %d, want 404", path, code)
 		}
+	}
+}
+
+// ConsoleLoginLink hands out a full one-time URL: it logs a client in
+// once, and a second use is refused.
+func TestConsoleLoginLink(t *testing.T) {
+	cfg, err := config.Parse("e2e.yaml", []byte(testConfig(sqliteURL(t))), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(cfg, Options{Listener: ln})
+	if srv.ConsoleLoginLink() != "" {
+		t.Fatal("a login link before the server is ready")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	<-srv.Ready()
+	link := srv.ConsoleLoginLink()
+	if !strings.HasPrefix(link, "http://"+srv.Addr()+"/login?once=") {
+		t.Fatalf("link %q", link)
+	}
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar}
+	resp, err := client.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/" {
+		t.Fatalf("following the link: %d at %s, want the overview", resp.StatusCode, resp.Request.URL)
+	}
+	resp, err = http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("second use of the link: %d, want 401", resp.StatusCode)
 	}
 }

@@ -51,9 +51,10 @@ type Server struct {
 	reg  *prometheus.Registry
 	opts Options
 
-	mu    sync.Mutex
-	addr  string
-	ready chan struct{}
+	mu      sync.Mutex
+	addr    string
+	console *console.Console
+	ready   chan struct{}
 }
 
 // New validates nothing further: cfg comes from config.Load.
@@ -75,6 +76,25 @@ func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.addr
+}
+
+// ConsoleLoginLink mints a one-time login link to the console (valid once,
+// for 15 minutes) and returns it as a full URL on the listener, so that a
+// program that started the server (hookledger demo) can hand a browser a
+// session without the admin token. It returns "" before Ready and when the
+// console is off (no admin.token).
+func (s *Server) ConsoleLoginLink() string {
+	s.mu.Lock()
+	cons, addr := s.console, s.addr
+	s.mu.Unlock()
+	if cons == nil {
+		return ""
+	}
+	link := cons.MintLoginLink()
+	if link == "" {
+		return ""
+	}
+	return "http://" + addr + link
 }
 
 // Run serves until ctx ends, then shuts down: stop accepting, drain
@@ -179,7 +199,8 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
 	mux.Handle("/api/v1/", apiHandler)
-	mux.Handle("/", console.New(st, s.cfg.Admin.Token, s.log, s.clk))
+	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk)
+	mux.Handle("/", cons)
 
 	rc := s.cfg.Receive
 	srv := &http.Server{
@@ -201,6 +222,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.addr = ln.Addr().String()
+	s.console = cons
 	s.mu.Unlock()
 	s.log.Info("hookledger serving", "addr", s.addr, "store", storeopen.Redact(s.cfg.Store), "sources", len(s.cfg.Sources))
 
