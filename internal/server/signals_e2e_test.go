@@ -295,6 +295,9 @@ func testSignalsEndToEnd(t *testing.T, storeURL string) {
 	// A dead-lettered newest revision: the entity is stuck at r1.
 	send("shop", order("o1-r1", "ord-1", 1, "NEW"), nil)
 	send("shop", order("o1-r2", "ord-1", 2, ""), nil)
+	if d := settled(t, h, "shop", "o1-r2"); d != "dead_lettered" {
+		t.Fatalf("r2 without an intent = %s, want dead_lettered", d)
+	}
 	lag := waitStatus(store.SignalRevisionLag, "alert")
 	if lag.Value != 1 || lag.Breakdown["largest_gap"]["orders/ord-1"] != 1 {
 		t.Fatalf("revision_lag = %+v, want ord-1 one event behind", lag)
@@ -306,6 +309,9 @@ func testSignalsEndToEnd(t *testing.T, storeURL string) {
 	// Two states for one revision: a version conflict.
 	send("shop", order("o5-r1", "ord-5", 1, "NEW"), nil)
 	send("shop", order("o5-r1-again", "ord-5", 1, "OTHER"), nil)
+	if d := settled(t, h, "shop", "o5-r1-again"); d != "dead_lettered" {
+		t.Fatalf("a second state for r1 = %s, want dead_lettered", d)
+	}
 	if k := waitStatus(store.SignalKeyConflicts, "alert"); k.Breakdown["kind"]["version"] != 1 {
 		t.Fatalf("key_conflicts = %+v, want one version conflict", k)
 	}
@@ -323,6 +329,9 @@ func testSignalsEndToEnd(t *testing.T, storeURL string) {
 		t.Fatalf("visit to B = %s", d)
 	}
 	send("sys_a", `{"eventId":"a-2","type":"contact.updated","id":"c-1","rev":2}`, cause(2))
+	if d := settled(t, h, "sys_a", "a-2"); d != "duplicate" {
+		t.Fatalf("second visit to A = %s, want blocked", d)
+	}
 	if l := waitStatus(store.SignalLoopBlocks, "alert"); l.Value != 1 {
 		t.Fatalf("loop_blocks = %+v, want one block", l)
 	}
@@ -340,6 +349,9 @@ func testSignalsEndToEnd(t *testing.T, storeURL string) {
 	// the two dead-lettered events no replay can fix and resolves the CRM
 	// call after checking the CRM.
 	send("shop", order("o1-r3", "ord-1", 3, "NEW"), nil)
+	if d := settled(t, h, "shop", "o1-r3"); d != "applied" {
+		t.Fatalf("r3 = %s, want applied", d)
+	}
 	waitStatus(store.SignalRevisionLag, "ok")
 	api("/api/v1/events/resolve", map[string]string{"source": "shop", "event_id": "o1-r2", "note": "the sender lost the intent; r3 supersedes it"})
 	api("/api/v1/events/resolve", map[string]string{"source": "shop", "event_id": "o5-r1-again", "note": "the sender's retry carried a test state"})
