@@ -156,7 +156,9 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler := api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now)
 	apiHandler.ServeReplays(engine)
 	mux.Handle("/api/v1/", apiHandler)
-	mux.Handle("/", console.New(st, s.cfg.Admin.Token, s.log, s.clk))
+	con := console.New(st, s.cfg.Admin.Token, s.log, s.clk)
+	con.Attach(consoleAttachments(s.cfg, engine, worker, s.reg))
+	mux.Handle("/", con)
 
 	rc := s.cfg.Receive
 	srv := &http.Server{
@@ -198,6 +200,11 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("shutdown http: %w", err))
+	}
+	// The console's jobs (bulk retries, replays) stop between two steps
+	// and record how far they got while the store is still open.
+	if err := con.Shutdown(shutCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("stop console jobs: %w", err))
 	}
 	if err := writer.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
