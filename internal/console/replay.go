@@ -29,6 +29,11 @@ type replayStore interface {
 // replayHistory is how many past replays the page lists.
 const replayHistory = 20
 
+// replayPlanScan bounds the events a plan reads while the page waits: a
+// larger selection is refused with the advice to narrow it, so a plan
+// never describes less than its replay would do.
+const replayPlanScan = 20_000
+
 // replayForm is the selection as the form shows it.
 type replayForm struct {
 	Source, Flow, Entity, From, To string
@@ -44,6 +49,7 @@ type replayData struct {
 	Nothing bool
 	History []*store.AuditEntry
 	Running string
+	MaxScan int
 }
 
 type stateCount struct {
@@ -88,7 +94,7 @@ func readSelection(in url.Values) (replay.Selection, replayForm, url.Values, str
 // replayPage serves GET /replay: the selection form, its plan when asked
 // (plan=1), and the replay history.
 func (c *Console) replayPage(w http.ResponseWriter, r *http.Request) {
-	d := &replayData{}
+	d := &replayData{MaxScan: replayPlanScan}
 	st, ok := c.st.(replayStore)
 	if !ok || c.extra.Router == nil {
 		d.Off = "Replay needs this server's flow engine; this console runs without one."
@@ -111,7 +117,7 @@ func (c *Console) replayPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Query().Get("plan") != "" {
-		d.Plan, err = replay.MakePlan(ctx, st, c.extra.Router, sel, replay.PlanOptions{})
+		d.Plan, err = replay.MakePlan(ctx, st, c.extra.Router, sel, replay.PlanOptions{MaxScan: replayPlanScan})
 		switch {
 		case errors.Is(err, replay.ErrNothingSelected):
 			d.Plan, d.Nothing = nil, true

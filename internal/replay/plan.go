@@ -21,6 +21,10 @@ type PlanOptions struct {
 	MaxEntities int
 	// Samples is how many work items the plan lists (default 50).
 	Samples int
+	// MaxScan bounds the stored events read (0: no bound). A plan that
+	// reaches it says so (Truncated): more events may match, and a replay
+	// of the same selection would do more than the plan counts.
+	MaxScan int
 	// Progress, when set, is called after each page of stored events.
 	Progress func(Progress)
 }
@@ -51,6 +55,9 @@ type Plan struct {
 	Unchecked int `json:"unchecked"`
 	// Samples are the first work items with what the ledger holds of each.
 	Samples []PlanItem `json:"samples"`
+	// Truncated says the plan stopped reading events at MaxScan: the
+	// counts cover the events read so far only.
+	Truncated bool `json:"truncated"`
 }
 
 // PlanItem is one work item of a plan.
@@ -73,14 +80,15 @@ func MakePlan(ctx context.Context, st PlanStore, router Router, sel Selection, o
 	if opts.Samples <= 0 {
 		opts.Samples = 50
 	}
-	res, decisions, err := selectWork(ctx, st, router, sel, Options{Progress: opts.Progress})
+	res, decisions, truncated, err := selectWork(ctx, st, router, sel, Options{Progress: opts.Progress}, opts.MaxScan)
 	if err != nil {
 		return nil, err
 	}
-	if len(decisions) == 0 {
+	if len(decisions) == 0 && !truncated {
 		return nil, ErrNothingSelected
 	}
-	p := &Plan{Events: res.Events, WorkItems: res.WorkItems, Skipped: res.Skipped, ByState: map[store.EffectState]int{}}
+	p := &Plan{Events: res.Events, WorkItems: res.WorkItems, Skipped: res.Skipped, ByState: map[store.EffectState]int{},
+		Truncated: truncated}
 	// caused[entity][source/event id] lists the states of the effects an
 	// event caused in that flow entity.
 	caused := map[entityKey]map[eventKey][]store.EffectState{}

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/hookledger/hookledger/internal/replay"
@@ -80,5 +81,34 @@ func TestPlanCountsLedgerAndWritesNothing(t *testing.T) {
 	// The time bounds select by receipt, in the store.
 	if _, err := replay.MakePlan(ctx, f.st, eng, replay.Selection{From: f.clk.Now().Add(1)}, replay.PlanOptions{}); !errors.Is(err, replay.ErrNothingSelected) {
 		t.Fatalf("plan after every receipt: %v, want ErrNothingSelected", err)
+	}
+}
+
+// A plan bounded by MaxScan stops after the page that reaches it and says
+// so; without the bound it reads every event.
+func TestPlanStopsAtMaxScan(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	eng := f.engine("event.rev")
+	var ds []*store.DeliveryInput
+	for i := range 501 {
+		ds = append(ds, &store.DeliveryInput{RequestID: "bulk", BatchIndex: i, Source: "shop", EventID: fmt.Sprint("b", i),
+			Type: "order.updated", ReceivedAt: f.clk.Now(), Body: []byte(fmt.Sprintf(`{"order_id":"o%d","rev":1,"customer":{"name":"a"}}`, i))})
+	}
+	if res, err := f.st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: ds}}}); err != nil || res[0].Err != nil {
+		t.Fatal(err, res)
+	}
+	if err := eng.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var scanned int
+	p, err := replay.MakePlan(ctx, f.st, eng, replay.Selection{}, replay.PlanOptions{MaxScan: 10,
+		Progress: func(pr replay.Progress) { scanned = pr.Scanned }})
+	if err != nil || !p.Truncated || p.Events != 500 || scanned != 500 {
+		t.Fatalf("bounded plan: %+v %v after %d events; want truncated after the first page of 500", p, err, scanned)
+	}
+	p, err = replay.MakePlan(ctx, f.st, eng, replay.Selection{}, replay.PlanOptions{})
+	if err != nil || p.Truncated || p.Events != 501 || p.InLedger != 501 {
+		t.Fatalf("whole plan: %+v %v", p, err)
 	}
 }

@@ -97,7 +97,7 @@ func Run(ctx context.Context, st Store, router Router, sel Selection, now time.T
 
 // RunWith is Run with progress reporting.
 func RunWith(ctx context.Context, st Store, router Router, sel Selection, now time.Time, opts Options) (*Result, error) {
-	res, decisions, err := selectWork(ctx, st, router, sel, opts)
+	res, decisions, _, err := selectWork(ctx, st, router, sel, opts, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -124,8 +124,10 @@ func RunWith(ctx context.Context, st Store, router Router, sel Selection, now ti
 // their routes into the selected flow and entity: the work a replay
 // enqueues (Run) or would enqueue (Plan). The receipt time bounds are read
 // by the store; the flow and entity are the routes' as the router computes
-// them now, so a repaired configuration is what decides.
-func selectWork(ctx context.Context, st Reader, router Router, sel Selection, opts Options) (*Result, []*store.RouteDecision, error) {
+// them now, so a repaired configuration is what decides. With maxScan > 0
+// it stops after the page that reads the maxScan-th event and reports
+// that it stopped (more events may match).
+func selectWork(ctx context.Context, st Reader, router Router, sel Selection, opts Options, maxScan int) (*Result, []*store.RouteDecision, bool, error) {
 	res := &Result{}
 	var decisions []*store.RouteDecision
 	scanned := 0
@@ -134,7 +136,7 @@ func selectWork(ctx context.Context, st Reader, router Router, sel Selection, op
 		page, err := st.EventList(ctx, &store.EventListParams{Source: sel.Source,
 			ReceivedFrom: sel.From, ReceivedTo: sel.To, AfterPK: after, Limit: pageSize})
 		if err != nil {
-			return nil, nil, fmt.Errorf("replay: list events: %w", err)
+			return nil, nil, false, fmt.Errorf("replay: list events: %w", err)
 		}
 		for _, e := range page.Events {
 			scanned++
@@ -148,7 +150,7 @@ func selectWork(ctx context.Context, st Reader, router Router, sel Selection, op
 			}
 			ds, err := st.DeliveryList(ctx, &store.DeliveryListParams{Source: e.Source, EventID: e.EventID, Limit: 1})
 			if err != nil {
-				return nil, nil, fmt.Errorf("replay: read delivery of %s/%s: %w", e.Source, e.EventID, err)
+				return nil, nil, false, fmt.Errorf("replay: read delivery of %s/%s: %w", e.Source, e.EventID, err)
 			}
 			if len(ds) == 0 {
 				continue
@@ -195,7 +197,10 @@ func selectWork(ctx context.Context, st Reader, router Router, sel Selection, op
 		if page.NextAfterPK == 0 {
 			break
 		}
+		if maxScan > 0 && scanned >= maxScan {
+			return res, decisions, true, nil
+		}
 		after = page.NextAfterPK
 	}
-	return res, decisions, nil
+	return res, decisions, false, nil
 }
