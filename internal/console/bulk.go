@@ -77,6 +77,8 @@ type reasonCount struct {
 
 // bulkPlan is the dry run: what the retry of a filtered set would do.
 type bulkPlan struct {
+	// Planned is false on a page that could not plan (a bad filter).
+	Planned      bool
 	Query        string
 	ListURL      string
 	Filter       []filterPair
@@ -105,7 +107,7 @@ func filterPairs(v url.Values) []filterPair {
 
 // planBulkRetry counts the filtered set, at most maxBulk effects.
 func (c *Console) planBulkRetry(ctx context.Context, v url.Values, p *store.EffectListParams) (*bulkPlan, error) {
-	bp := &bulkPlan{Query: v.Encode(), ListURL: "/effects?" + v.Encode(), Filter: filterPairs(v)}
+	bp := &bulkPlan{Planned: true, Query: v.Encode(), ListURL: "/effects?" + v.Encode(), Filter: filterPairs(v)}
 	dests := map[string]*destPlan{}
 	reasons := map[store.EffectState]int{}
 	q := *p
