@@ -220,33 +220,31 @@ func (c *Console) sourceRows(r *http.Request, st store.Stats, d *destinationsDat
 	for _, n := range c.extra.Sources {
 		src(n)
 	}
-	recent, err := st.EventRecent(ctx, &store.EventRecentParams{Limit: statsEvents})
+	counts, err := st.EventRecentCounts(ctx, &store.EventRecentParams{Limit: statsEvents})
 	if err != nil {
 		return err
 	}
-	d.Events, d.EventsFull = len(recent), len(recent) == statsEvents
 	byDisp := map[string]map[store.Disposition]int{}
-	for _, e := range recent {
-		s := src(e.Source)
-		if s.Last == nil {
-			s.Last = e
+	for _, n := range counts {
+		s := src(n.Source)
+		s.Recent += int(n.Count)
+		d.Events += int(n.Count)
+		if byDisp[n.Source] == nil {
+			byDisp[n.Source] = map[store.Disposition]int{}
 		}
-		s.Recent++
-		if byDisp[e.Source] == nil {
-			byDisp[e.Source] = map[store.Disposition]int{}
-		}
-		byDisp[e.Source][e.Disposition]++
+		byDisp[n.Source][n.Disposition] += int(n.Count)
 	}
+	d.EventsFull = d.Events == statsEvents
 	requests := c.receiverRequests()
 	for name, s := range sources {
-		if s.Last == nil {
-			last, err := st.EventRecent(ctx, &store.EventRecentParams{Source: name, Limit: 1})
-			if err != nil {
-				return err
-			}
-			if len(last) == 1 {
-				s.Last = last[0]
-			}
+		// One indexed read per source: its newest event, however long
+		// ago it came.
+		last, err := st.EventRecent(ctx, &store.EventRecentParams{Source: name, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(last) == 1 {
+			s.Last = last[0]
 		}
 		if s.Last != nil {
 			s.LastLink = eventLink(s.Last.Source, s.Last.EventID)

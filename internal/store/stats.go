@@ -13,14 +13,18 @@ import (
 // page does not depend on it.
 type Stats interface {
 	// AttemptRecent returns calls to destinations, newest first (by id),
-	// each with its effect's destination: among the newest Limit attempt
-	// rows (default 1000, at most MaxStatsRows), those started at or after
-	// Since.
+	// each with its effect's destination and only what a summary needs:
+	// among the newest Limit attempt rows (default 1000, at most
+	// MaxStatsRows), those started at or after Since.
 	AttemptRecent(ctx context.Context, p *AttemptRecentParams) ([]*RecentAttempt, error)
 	// EffectParked counts the effects parked in retry_wait, dead and
 	// needs_reconciliation, by destination, state and owner ("" for
 	// none), ordered by those three.
 	EffectParked(ctx context.Context) ([]*ParkedCount, error)
+	// EventRecentCounts counts the newest Limit events (by pk; default
+	// 1000, at most MaxStatsRows) by source and disposition, ordered by
+	// those two, with the newest event's pk of each group.
+	EventRecentCounts(ctx context.Context, p *EventRecentParams) ([]*EventCount, error)
 	// EventRecent returns the newest events (by pk, newest first), of
 	// Source when set: at most Limit (default 100, at most MaxStatsRows).
 	// Routes are not filled.
@@ -49,8 +53,22 @@ type AttemptRecentParams struct {
 
 // RecentAttempt is one call with the destination it went to.
 type RecentAttempt struct {
-	Attempt
+	ID          int64
+	EffectID    int64
 	Destination string
+	StartedAt   time.Time
+	Duration    time.Duration
+	Status      int
+	Class       ErrorClass
+}
+
+// EventCount is how many of the newest events share a source and a
+// disposition.
+type EventCount struct {
+	Source      string
+	Disposition Disposition
+	Count       int64
+	NewestPK    int64
 }
 
 // ParkedCount is how many parked effects share a destination, a state
@@ -62,7 +80,8 @@ type ParkedCount struct {
 	Count       int64
 }
 
-// EventRecentParams bounds EventRecent.
+// EventRecentParams bounds EventRecent and EventRecentCounts (which
+// ignores Source).
 type EventRecentParams struct {
 	Source string
 	Limit  int

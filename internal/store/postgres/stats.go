@@ -15,9 +15,8 @@ var _ store.Stats = (*Store)(nil)
 // attemptRecentSQL reads the newest attempt rows by id first (a backward
 // walk of the primary key, Limit rows at most) and only then filters by
 // time and joins the effect for its destination.
-const attemptRecentSQL = `SELECT a.id, a.effect_id, a.number, a.started_at, a.duration_us, a.status, a.class, a.error,
-	a.response, a.retry_after, a.retry_after_unit, a.wait_us, a.reconcile, e.destination
-	FROM (SELECT * FROM effect_attempts ORDER BY id DESC LIMIT $1) a
+const attemptRecentSQL = `SELECT a.id, a.effect_id, a.started_at, a.duration_us, a.status, a.class, e.destination
+	FROM (SELECT id, effect_id, started_at, duration_us, status, class FROM effect_attempts ORDER BY id DESC LIMIT $1) a
 	JOIN effects e ON e.id = a.effect_id
 	WHERE a.started_at >= $2 ORDER BY a.id DESC`
 
@@ -29,14 +28,12 @@ func (s *Store) AttemptRecent(ctx context.Context, p *store.AttemptRecentParams)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.RecentAttempt, error) {
 		a := &store.RecentAttempt{}
-		var dur, wait int64
-		if err := r.Scan(&a.ID, &a.EffectID, &a.Number, &a.StartedAt, &dur, &a.Status, &a.Class, &a.Error,
-			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &a.Reconcile, &a.Destination); err != nil {
+		var dur int64
+		if err := r.Scan(&a.ID, &a.EffectID, &a.StartedAt, &dur, &a.Status, &a.Class, &a.Destination); err != nil {
 			return nil, err
 		}
 		a.StartedAt = a.StartedAt.UTC()
 		a.Duration = time.Duration(dur) * time.Microsecond
-		a.Wait = time.Duration(wait) * time.Microsecond
 		return a, nil
 	})
 	if err != nil {
@@ -60,6 +57,25 @@ func (s *Store) EffectParked(ctx context.Context) ([]*store.ParkedCount, error) 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("count parked effects: %w", err)
+	}
+	return out, nil
+}
+
+// EventRecentCounts groups the newest events, read by the primary key
+// backwards, in the database: a few rows come back, not Limit.
+func (s *Store) EventRecentCounts(ctx context.Context, p *store.EventRecentParams) ([]*store.EventCount, error) {
+	rows, err := s.pool.Query(ctx, `SELECT source, disposition, count(*), max(pk)
+		FROM (SELECT pk, source, disposition FROM events ORDER BY pk DESC LIMIT $1) r
+		GROUP BY source, disposition ORDER BY source, disposition`, store.ClampStatsLimit(p.Limit, 1000))
+	if err != nil {
+		return nil, fmt.Errorf("count recent events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.EventCount, error) {
+		c := &store.EventCount{}
+		return c, r.Scan(&c.Source, &c.Disposition, &c.Count, &c.NewestPK)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count recent events: %w", err)
 	}
 	return out, nil
 }

@@ -14,9 +14,8 @@ var _ store.Stats = (*Store)(nil)
 // attemptRecentSQL reads the newest attempt rows by id first (the
 // subquery walks the primary key backwards, Limit rows at most) and only
 // then filters by time and joins the effect for its destination.
-const attemptRecentSQL = `SELECT a.id, a.effect_id, a.number, a.started_at, a.duration_us, a.status, a.class, a.error,
-	a.response, a.retry_after, a.retry_after_unit, a.wait_us, a.reconcile, e.destination
-	FROM (SELECT * FROM effect_attempts ORDER BY id DESC LIMIT ?) a
+const attemptRecentSQL = `SELECT a.id, a.effect_id, a.started_at, a.duration_us, a.status, a.class, e.destination
+	FROM (SELECT id, effect_id, started_at, duration_us, status, class FROM effect_attempts ORDER BY id DESC LIMIT ?) a
 	JOIN effects e ON e.id = a.effect_id
 	WHERE a.started_at >= ? ORDER BY a.id DESC`
 
@@ -30,16 +29,12 @@ func (s *Store) AttemptRecent(ctx context.Context, p *store.AttemptRecentParams)
 	var out []*store.RecentAttempt
 	for rows.Next() {
 		a := &store.RecentAttempt{}
-		var started, dur, wait int64
-		var reconcile int
-		if err := rows.Scan(&a.ID, &a.EffectID, &a.Number, &started, &dur, &a.Status, &a.Class, &a.Error,
-			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &reconcile, &a.Destination); err != nil {
+		var started, dur int64
+		if err := rows.Scan(&a.ID, &a.EffectID, &started, &dur, &a.Status, &a.Class, &a.Destination); err != nil {
 			return nil, fmt.Errorf("recent attempts: %w", err)
 		}
 		a.StartedAt = time.UnixMicro(started).UTC()
 		a.Duration = time.Duration(dur) * time.Microsecond
-		a.Wait = time.Duration(wait) * time.Microsecond
-		a.Reconcile = reconcile != 0
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -71,6 +66,30 @@ func (s *Store) EffectParked(ctx context.Context) ([]*store.ParkedCount, error) 
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("count parked effects: %w", err)
+	}
+	return out, nil
+}
+
+// EventRecentCounts groups the newest events, read by the primary key
+// backwards, in the database: a few rows come back, not Limit.
+func (s *Store) EventRecentCounts(ctx context.Context, p *store.EventRecentParams) ([]*store.EventCount, error) {
+	rows, err := s.readQuery(ctx, `SELECT source, disposition, count(*), max(pk)
+		FROM (SELECT pk, source, disposition FROM events ORDER BY pk DESC LIMIT ?)
+		GROUP BY source, disposition ORDER BY source, disposition`, store.ClampStatsLimit(p.Limit, 1000))
+	if err != nil {
+		return nil, fmt.Errorf("count recent events: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.EventCount
+	for rows.Next() {
+		c := &store.EventCount{}
+		if err := rows.Scan(&c.Source, &c.Disposition, &c.Count, &c.NewestPK); err != nil {
+			return nil, fmt.Errorf("count recent events: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count recent events: %w", err)
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -110,5 +111,19 @@ func testStats(t *testing.T, o Opener) {
 	one, err := st.EventRecent(f.ctx, &store.EventRecentParams{Limit: 1})
 	if err != nil || len(one) != 1 || one[0].Source != "crm" || one[0].Type != "deal.updated" || one[0].ReceivedAt.IsZero() {
 		t.Errorf("EventRecent row: %+v %v", one, err)
+	}
+	counts, err := st.EventRecentCounts(f.ctx, &store.EventRecentParams{Limit: 3})
+	if err != nil || len(counts) != 1 || len(one) != 1 ||
+		*counts[0] != (store.EventCount{Source: "crm", Disposition: one[0].Disposition, Count: 3, NewestPK: one[0].PK}) {
+		t.Errorf("EventRecentCounts of the newest 3: %+v %v; want the 3 of crm up to pk %d", counts, err, one[0].PK)
+	}
+	f.event("led_late", func(d *store.DeliveryInput) { d.Source = "app" }) // accepted, not routed
+	counts, err = st.EventRecentCounts(f.ctx, &store.EventRecentParams{Limit: 2})
+	var got2 []string
+	for _, c := range counts {
+		got2 = append(got2, fmt.Sprintf("%s/%s:%d", c.Source, c.Disposition, c.Count))
+	}
+	if err != nil || !slices.Equal(got2, []string{"app/accepted:1", "crm/" + string(one[0].Disposition) + ":1"}) {
+		t.Errorf("EventRecentCounts of the newest 2: %v %v", got2, err)
 	}
 }
