@@ -94,6 +94,9 @@ func runConsole(ctx context.Context, stdout, stderr io.Writer, args []string) in
 // rows.
 type consolePage struct {
 	name, page, api string
+	// other marks a page that is not a list: measured and reported, but
+	// the target is the lists'.
+	other bool
 }
 
 // consolePages are the list pages measured, with filters that select from
@@ -114,20 +117,20 @@ func consolePages(f *consoleFlags, now time.Time) []consolePage {
 		return v.Encode()
 	}
 	return []consolePage{
-		{"events", "/events", "/api/v1/events?limit=50"},
-		{"events disposition", "/events?" + q("disposition", "dead_lettered"), "/api/v1/events?limit=50&" + q("disposition", "dead_lettered")},
-		{"events entity", "/events?" + q("entity", entity), "/api/v1/events?limit=50&" + q("entity", entity)},
-		{"events source+type", "/events?" + q("source", "stripe", "type", "order.updated"), "/api/v1/events?limit=50&" + q("source", "stripe", "type", "order.updated")},
-		{"events received 1h", "/events?" + q("received_from", from, "received_to", to), "/api/v1/events?limit=50&" + q("received_from", from, "received_to", to)},
-		{"events deep cursor", "/events?" + q("cursor", deep), "/api/v1/events?limit=50&" + q("cursor", deep)},
-		{"effects exception queue", "/effects", "/api/v1/effects?limit=50&state=exceptions"},
-		{"effects destination", "/effects?" + q("state", "any", "destination", "crm"), "/api/v1/effects?limit=50&" + q("state", "any", "destination", "crm")},
-		{"effects state=any", "/effects?" + q("state", "any"), "/api/v1/effects?limit=50&" + q("state", "any")},
-		{"effects state+dest", "/effects?" + q("state", "dead", "destination", "mailer"), "/api/v1/effects?limit=50&" + q("state", "dead", "destination", "mailer")},
+		{"events", "/events", "/api/v1/events?limit=50", false},
+		{"events disposition", "/events?" + q("disposition", "dead_lettered"), "/api/v1/events?limit=50&" + q("disposition", "dead_lettered"), false},
+		{"events entity", "/events?" + q("entity", entity), "/api/v1/events?limit=50&" + q("entity", entity), false},
+		{"events source+type", "/events?" + q("source", "stripe", "type", "order.updated"), "/api/v1/events?limit=50&" + q("source", "stripe", "type", "order.updated"), false},
+		{"events received 1h", "/events?" + q("received_from", from, "received_to", to), "/api/v1/events?limit=50&" + q("received_from", from, "received_to", to), false},
+		{"events deep cursor", "/events?" + q("cursor", deep), "/api/v1/events?limit=50&" + q("cursor", deep), false},
+		{"effects exception queue", "/effects", "/api/v1/effects?limit=50&state=exceptions", false},
+		{"effects destination", "/effects?" + q("state", "any", "destination", "crm"), "/api/v1/effects?limit=50&" + q("state", "any", "destination", "crm"), false},
+		{"effects state=any", "/effects?" + q("state", "any"), "/api/v1/effects?limit=50&" + q("state", "any"), false},
+		{"effects state+dest", "/effects?" + q("state", "dead", "destination", "mailer"), "/api/v1/effects?limit=50&" + q("state", "dead", "destination", "mailer"), false},
 		// Not a list, but read on every visit during an incident: its
 		// reads are bounded by rows (store.Stats). The API has no
 		// equivalent.
-		{"destinations and sources", "/destinations", ""},
+		{"destinations and sources", "/destinations", "", true},
 	}
 }
 
@@ -242,7 +245,10 @@ func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags,
 			apiP50, apiP99 = ms(apiLat.pct(0.5)), ms(apiLat.pct(0.99))
 		}
 		verdict := "ok"
-		if page.pct(0.99) >= f.target {
+		switch {
+		case page.pct(0.99) >= f.target && p.other:
+			verdict = "over " + f.target.String() + " (not a list page)"
+		case page.pct(0.99) >= f.target:
 			verdict, ok = "OVER "+f.target.String(), false
 		}
 		fmt.Fprintf(stdout, "%-9s %-28s %9s %9s %9s %9s  %s\n", driver, p.name, ms(page.pct(0.5)), ms(page.pct(0.99)),

@@ -2,11 +2,13 @@ package console
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -125,9 +127,28 @@ func (c *Console) destinationsPage(w http.ResponseWriter, r *http.Request) {
 	for _, n := range c.extra.Destinations {
 		dest(n)
 	}
-	attempts, err := st.AttemptRecent(ctx, &store.AttemptRecentParams{Since: d.Since, Limit: statsAttempts})
-	if err != nil {
-		c.storeFailed(w, r, "recent attempts", err)
+	// The three bounded reads are independent: they run at once, on the
+	// store's reader connections.
+	var (
+		attempts []*store.RecentAttempt
+		parked   []*store.ParkedCount
+		counts   []*store.EventCount
+		errs     [3]error
+		wg       sync.WaitGroup
+	)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		attempts, errs[0] = st.AttemptRecent(ctx, &store.AttemptRecentParams{Since: d.Since, Limit: statsAttempts})
+	}()
+	go func() { defer wg.Done(); parked, errs[1] = st.EffectParked(ctx) }()
+	go func() {
+		defer wg.Done()
+		counts, errs[2] = st.EventRecentCounts(ctx, &store.EventRecentParams{Limit: statsEvents})
+	}()
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		c.storeFailed(w, r, "recent activity", err)
 		return
 	}
 	d.Attempts, d.AttemptsFull = len(attempts), len(attempts) == statsAttempts
@@ -160,11 +181,6 @@ func (c *Console) destinationsPage(w http.ResponseWriter, r *http.Request) {
 			row.Classes = append(row.Classes, classCount{cl, n})
 		}
 		slices.SortFunc(row.Classes, func(a, b classCount) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Class, b.Class)) })
-	}
-	parked, err := st.EffectParked(ctx)
-	if err != nil {
-		c.storeFailed(w, r, "count parked effects", err)
-		return
 	}
 	owners := map[string]map[string]int64{}
 	for _, p := range parked {
@@ -200,7 +216,7 @@ func (c *Console) destinationsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.SortFunc(d.Destinations, func(a, b *destRow) int { return cmp.Compare(a.Name, b.Name) })
 
-	if err := c.sourceRows(r, st, d); err != nil {
+	if err := c.sourceRows(r, st, d, counts); err != nil {
 		c.storeFailed(w, r, "recent events", err)
 		return
 	}
@@ -210,7 +226,7 @@ func (c *Console) destinationsPage(w http.ResponseWriter, r *http.Request) {
 // sourceRows fills the sources: the newest events by disposition, each
 // source's last event, the receiver's request counters and the tenant
 // rejections the audit trail holds.
-func (c *Console) sourceRows(r *http.Request, st store.Stats, d *destinationsData) error {
+func (c *Console) sourceRows(r *http.Request, st store.Stats, d *destinationsData, counts []*store.EventCount) error {
 	ctx := r.Context()
 	sources := map[string]*sourceRow{}
 	src := func(name string) *sourceRow {
@@ -221,10 +237,6 @@ func (c *Console) sourceRows(r *http.Request, st store.Stats, d *destinationsDat
 	}
 	for _, n := range c.extra.Sources {
 		src(n)
-	}
-	counts, err := st.EventRecentCounts(ctx, &store.EventRecentParams{Limit: statsEvents})
-	if err != nil {
-		return err
 	}
 	byDisp := map[string]map[store.Disposition]int{}
 	for _, n := range counts {
