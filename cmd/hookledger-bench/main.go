@@ -19,6 +19,8 @@
 //	signals   the cost of computing the nine outcome signals on a store of
 //	          a million events and effects, beside the same figures read by
 //	          scanning the tables
+//	console   p50/p99 of every console list page on a store of a million
+//	          events and effects, beside the admin API's JSON and /healthz
 //	noop      the no-op server the receive benchmark measures against
 //	serve     hookledger's server in this process, with an optional CPU
 //	          profile, for finding where the receive time goes
@@ -59,6 +61,7 @@ func subcommands() []subcommand {
 		{"e2e", "signed webhooks in, effects done at a loopback destination, sustained", runE2E},
 		{"bulkhead", "effects/s to a healthy destination, alone and beside one that hangs", runBulkhead},
 		{"signals", "the nine outcome signals on a store of a million events and effects", runSignals},
+		{"console", "console list pages on a store of a million events and effects", runConsole},
 		{"noop", "serve a no-op HTTP handler (child process of receive)", runNoop},
 		{"serve", "run hookledger's server in-process, optionally CPU-profiled", runServe},
 	}

@@ -46,6 +46,10 @@ type Console struct {
 	// wrongTokens spends a token per wrong admin token typed: guessing
 	// online stops after a burst, whatever the token's strength.
 	wrongTokens *rate.Limiter
+	// jobs runs bulk retries and replays in the background (jobs.go);
+	// extra holds what the server hands over after New (extra.go).
+	jobs  *jobs
+	extra extra
 }
 
 // Wrong admin tokens allowed: a burst of 10, then one every 6 seconds.
@@ -66,7 +70,7 @@ func New(st Store, token string, log *slog.Logger, clk clock.Clock) *Console {
 	}
 	c := &Console{st: st, token: token, enabled: token != "", log: log, clk: clk,
 		sessions: newSessions(), pages: mustParsePages(), mux: http.NewServeMux(),
-		wrongTokens: rate.NewLimiter(rate.Every(wrongTokenEvery), wrongTokenBurst)}
+		wrongTokens: rate.NewLimiter(rate.Every(wrongTokenEvery), wrongTokenBurst), jobs: newJobs()}
 	assets, err := fs.Sub(embedded, "assets")
 	if err != nil {
 		panic("console: embedded assets: " + err.Error())
@@ -90,6 +94,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("POST /effects/{id}/{action}", c.operate)
 	c.mux.HandleFunc("GET /entity", c.entityPage)
 	c.mux.HandleFunc("GET /assets/", c.serveAsset)
+	c.operationRoutes()
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})

@@ -1,8 +1,9 @@
 // Package console serves the operator console: server-rendered pages at /
 // on the serve listener that show what the store knows (events with their
 // dispositions, entities in business order, effects with their attempt
-// timelines) and let an operator repair the exception queue (retry,
-// resolve, assign).
+// timelines, destinations' and sources' recent health) and let an
+// operator repair the exception queue (retry, resolve, assign, bulk retry)
+// and replay stored events.
 //
 // The console is behind admin.token like the admin API, but a browser
 // cannot send a bearer token, so the token is typed once on the login page
@@ -21,6 +22,13 @@
 // licences; there is no build step. The pages work without JavaScript;
 // htmx only refreshes lists in place. A Content-Security-Policy allows
 // scripts and styles from the console itself only.
+//
+// A bulk retry and a replay show a dry run first, then run on the server
+// as a job (jobs.go) whose page polls its progress: the job's context is
+// the console's, so Close stops every job between two steps, and each
+// records how far it got in the audit trail. The server attaches what the
+// store does not hold (the flow engine for replays, the delivery worker's
+// token buckets, the metrics registry) with Attach.
 //
 // The console reads and operates through the store contract (the Store
 // interface here is the part it uses) and reads list filters with the

@@ -51,11 +51,14 @@ var funcs = template.FuncMap{
 	// escaping never mangles a query.
 	"entityURL": entityLink,
 	"eventURL":  eventLink,
+	"bulkURL":   bulkRetryLink,
+	"pct":       percent,
 }
 
 func mustParsePages() *pages {
 	p := &pages{byName: map[string]*template.Template{}}
-	for _, name := range []string{"overview", "events", "event", "effects", "effect", "entity", "error"} {
+	for _, name := range []string{"overview", "events", "event", "effects", "effect", "entity", "error",
+		"bulk", "job", "replay", "destinations"} {
 		p.byName[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(embedded,
 			"templates/layout.html", "templates/rows.html", "templates/"+name+".html"))
 	}

@@ -20,10 +20,16 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// Store is what replay reads and writes.
-type Store interface {
+// Reader is what selecting a replay's work reads: the stored events and
+// their bodies.
+type Reader interface {
 	EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error)
 	DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error)
+}
+
+// Store is what replay reads and writes.
+type Store interface {
+	Reader
 	ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error)
 }
 
@@ -91,14 +97,46 @@ func Run(ctx context.Context, st Store, router Router, sel Selection, now time.T
 
 // RunWith is Run with progress reporting.
 func RunWith(ctx context.Context, st Store, router Router, sel Selection, now time.Time, opts Options) (*Result, error) {
+	res, decisions, _, err := selectWork(ctx, st, router, sel, opts, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(decisions) == 0 {
+		return nil, ErrNothingSelected
+	}
+	selJSON, err := json.Marshal(sel)
+	if err != nil {
+		return nil, fmt.Errorf("replay: encode selection: %w", err)
+	}
+	actor := sel.Actor
+	if actor == "" {
+		actor = "replay"
+	}
+	id, err := st.ReplayCreate(ctx, &store.ReplayCreateParams{Now: now, Actor: actor, Selection: string(selJSON), Decisions: decisions})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	res.ReplayID = id
+	return res, nil
+}
+
+// selectWork reads the stored events the selection names and computes
+// their routes into the selected flow and entity: the work a replay
+// enqueues (Run) or would enqueue (Plan). The receipt time bounds are read
+// by the store; the flow and entity are the routes' as the router computes
+// them now, so a repaired configuration is what decides. With maxScan > 0
+// it stops after the page that reads the maxScan-th event and reports
+// that it stopped (more events may match).
+func selectWork(ctx context.Context, st Reader, router Router, sel Selection, opts Options, maxScan int) (*Result, []*store.RouteDecision, bool, error) {
 	res := &Result{}
 	var decisions []*store.RouteDecision
 	scanned := 0
 	after := int64(0)
 	for {
-		page, err := st.EventList(ctx, &store.EventListParams{Source: sel.Source, AfterPK: after, Limit: pageSize})
+		page, err := st.EventList(ctx, &store.EventListParams{Source: sel.Source,
+			ReceivedFrom: sel.From, ReceivedTo: sel.To, AfterPK: after, Limit: pageSize})
 		if err != nil {
-			return nil, fmt.Errorf("replay: list events: %w", err)
+			return nil, nil, false, fmt.Errorf("replay: list events: %w", err)
 		}
 		for _, e := range page.Events {
 			scanned++
@@ -112,7 +150,7 @@ func RunWith(ctx context.Context, st Store, router Router, sel Selection, now ti
 			}
 			ds, err := st.DeliveryList(ctx, &store.DeliveryListParams{Source: e.Source, EventID: e.EventID, Limit: 1})
 			if err != nil {
-				return nil, fmt.Errorf("replay: read delivery of %s/%s: %w", e.Source, e.EventID, err)
+				return nil, nil, false, fmt.Errorf("replay: read delivery of %s/%s: %w", e.Source, e.EventID, err)
 			}
 			if len(ds) == 0 {
 				continue
@@ -159,23 +197,10 @@ func RunWith(ctx context.Context, st Store, router Router, sel Selection, now ti
 		if page.NextAfterPK == 0 {
 			break
 		}
+		if maxScan > 0 && scanned >= maxScan {
+			return res, decisions, true, nil
+		}
 		after = page.NextAfterPK
 	}
-	if len(decisions) == 0 {
-		return nil, ErrNothingSelected
-	}
-	selJSON, err := json.Marshal(sel)
-	if err != nil {
-		return nil, fmt.Errorf("replay: encode selection: %w", err)
-	}
-	actor := sel.Actor
-	if actor == "" {
-		actor = "replay"
-	}
-	id, err := st.ReplayCreate(ctx, &store.ReplayCreateParams{Now: now, Actor: actor, Selection: string(selJSON), Decisions: decisions})
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	res.ReplayID = id
-	return res, nil
+	return res, decisions, false, nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -105,5 +106,49 @@ func TestConsoleLoginLink(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("second use of the link: %d, want 401", resp.StatusCode)
+	}
+}
+
+// The server hands the console its flow engine (the replay page is on),
+// its configured names and its metrics: a request refused for its
+// signature shows on the sources page.
+func TestConsoleAttachedToServer(t *testing.T) {
+	h := start(t, sqliteURL(t))
+	resp, err := http.Post(h.base+"/hooks/stripe", "application/json", strings.NewReader(`{"id":"evt_x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unsigned stripe request: %d, want 401", resp.StatusCode)
+	}
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	resp, err = c.PostForm(h.base+"/login", url.Values{"token": {adminToken}, "next": {"/destinations"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("destinations page: %d %s", resp.StatusCode, page)
+	}
+	for _, want := range []string{`<a href="/events?source=github">github</a>`, "<div>401: 1</div>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("destinations page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "no metrics registry is attached") {
+		t.Errorf("the server's registry is not attached")
+	}
+	resp, err = c.Get(h.base + "/replay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), "flow engine") || !strings.Contains(string(body), `id="replay-plan"`) {
+		t.Errorf("replay page on the server: %d, off or without its form", resp.StatusCode)
 	}
 }

@@ -200,6 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServeSignals(s.cfg.Signals)
 	mux.Handle("/api/v1/", apiHandler)
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk)
+	cons.Attach(consoleAttachments(s.cfg, engine, worker, s.reg))
 	mux.Handle("/", cons)
 
 	rc := s.cfg.Receive
@@ -243,6 +244,11 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("shutdown http: %w", err))
+	}
+	// The console's jobs (bulk retries, replays) stop between two steps
+	// and record how far they got while the store is still open.
+	if err := cons.Shutdown(shutCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("stop console jobs: %w", err))
 	}
 	if err := writer.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)

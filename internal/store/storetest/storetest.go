@@ -63,6 +63,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"EventListFilters", testEventListFilters},
 		{"AuditInsertAndList", testAudit},
 		{"AuditListFilters", testAuditListFilters},
+		{"StatsRecentAndParked", testStats},
 		{"DurableAcrossHandles", testDurableAcrossHandles},
 		{"CanceledContextCommitsNothing", testCanceledContext},
 		{"PipelineRouteUnrouted", testRouteUnrouted},

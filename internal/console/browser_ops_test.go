@@ -1,0 +1,200 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// TestBrowserOperations drives the operations that run as jobs in
+// headless Chromium: a bulk retry from the exception queue (dry run, then
+// the run, whose progress block refreshes itself to the end), and a replay
+// (plan, then the run, followed to its outcome). No page may log a
+// JavaScript error.
+func TestBrowserOperations(t *testing.T) {
+	bin := chromiumPath(t)
+	f := newFixture(t, 0)
+	f.addEffect(t, "o_nr", "crm", store.EffectNeedsReconciliation)
+	f.addEffect(t, "o_dead", "erp", store.EffectDead)
+	g := &gatedStore{Store: f.st, retried: make(chan int64, 10), resume: make(chan struct{})}
+	con := New(g, testToken, slog.New(slog.DiscardHandler), f.clk)
+	con.Attach(Attachments{Router: routeByEntity{}})
+	// The progress blocks poll every 200ms, so that the test sees them
+	// move without waiting seconds.
+	con.jobs.poll = 200 * time.Millisecond
+	paused, resume := make(chan struct{}, 1), make(chan struct{})
+	con.jobs.pause = func(ctx context.Context) error {
+		paused <- struct{}{}
+		select {
+		case <-resume:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = con.Close() })
+	base := "http://" + ln.Addr().String()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium (%s): %v", bin, err)
+	}
+	var (
+		mu   sync.Mutex
+		logs []chromedp.ConsoleMessage
+	)
+	messages := chromedp.Console(bctx)
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			logs = append(logs, m)
+			mu.Unlock()
+		}
+	}()
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(bctx, 15*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			where, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`location.href + " " + document.body.innerText.slice(0, 600)`))
+			t.Fatalf("%s: %v (page %s)", what, err, where)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	poll := func(what, expr string) {
+		t.Helper()
+		var err error
+		for range 20 {
+			if _, err = chromedp.Run(bctx, chromedp.Poll[bool](expr)); err == nil || bctx.Err() != nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s: waiting for %s: %v", what, expr, err)
+		}
+	}
+
+	step("log in with a one-time link",
+		chromedp.Navigate(base+con.MintLoginLink()),
+		chromedp.WaitVisible(chromedp.CSS("main")),
+	)
+
+	// Bulk retry: the exception queue's three effects.
+	step("open the bulk retry's dry run from the exception queue",
+		chromedp.Navigate(base+"/effects"),
+		chromedp.WaitVisible(chromedp.CSS("#bulk-retry")),
+		chromedp.Click(chromedp.CSS("#bulk-retry")),
+		chromedp.WaitVisible(chromedp.CSS("#plan-retryable")),
+	)
+	if got := text("#plan-retryable"); !strings.HasPrefix(got, "3 ") {
+		t.Fatalf("dry run says %q will be retried, want 3", got)
+	}
+	if got := text("#plan-dests"); !strings.Contains(got, "crm") || !strings.Contains(got, "erp") {
+		t.Errorf("dry run per destination: %q", got)
+	}
+	step("run it", chromedp.Click(chromedp.CSS("#bulk-run")), chromedp.WaitVisible(chromedp.CSS("#job-bar")))
+	<-g.retried // the first effect is retried; the run waits at the gate
+	if st := text("#job-state"); !strings.Contains(st, "retrying") {
+		t.Fatalf("job state %q while the run is held, want retrying", st)
+	}
+	close(g.resume)
+	poll("see the progress reach the end", `document.querySelector("#job-state").textContent.includes("finished")`)
+	if got := text("#job-done"); got != "3" {
+		t.Fatalf("retried %q, want 3", got)
+	}
+	if v := text("#job-skipped"); !strings.HasPrefix(v, "0") {
+		t.Errorf("skipped %q, want 0", v)
+	}
+	if st := f.effect(t, f.deadID).State; st != store.EffectApproved {
+		t.Fatalf("stored state %s after the bulk retry, want approved", st)
+	}
+
+	// Replay: plan, then run, followed to its outcome.
+	step("plan a replay of stripe",
+		chromedp.Navigate(base+"/replay"),
+		chromedp.WaitVisible(chromedp.CSS("#r-source")),
+		chromedp.SetValue(chromedp.CSS("#r-source"), "stripe"),
+		chromedp.Click(chromedp.CSS("#replay-plan")),
+		chromedp.WaitVisible(chromedp.CSS("#plan-events")),
+	)
+	if got := text("#plan-events"); got != "2" {
+		t.Fatalf("plan selects %q events, want 2", got)
+	}
+	if got := text("#plan-in-ledger"); !strings.HasPrefix(got, "1,") {
+		t.Errorf("plan: effects in the ledger %q, want 1", got)
+	}
+	step("run the replay", chromedp.Click(chromedp.CSS("#replay-run")), chromedp.WaitVisible(chromedp.CSS("#job-bar")))
+	<-paused // enqueued, polled once
+	f.processReplay(t)
+	close(resume)
+	poll("see the replay settle", `document.querySelector("#job-state").textContent.includes("finished")`)
+	if got := text("#job-settled"); got != "2 of 2" {
+		t.Fatalf("replay settled %q, want 2 of 2", got)
+	}
+	step("see it in the history",
+		chromedp.Navigate(base+"/replay"),
+		chromedp.WaitVisible(chromedp.CSS("#history-h")),
+	)
+	if got := text("main"); !strings.Contains(got, "replay 1: 2 work items") {
+		t.Errorf("replay history: %q", got)
+	}
+
+	cancelBrowser()
+	<-collected
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range logs {
+		if m.IsException() || m.Type == chromedp.ConsoleError {
+			t.Errorf("the page logged a JavaScript error: %s (%s:%d)", m, m.URL, m.Line+1)
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Error("the browser test ran out of time")
+	}
+}

@@ -1,0 +1,52 @@
+package console
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookledger/hookledger/internal/replay"
+)
+
+// Attachments are the parts of a running server the console shows or
+// drives beyond the store; every field is optional, and the pages say
+// what is missing rather than guess.
+type Attachments struct {
+	// Router computes an event's routes (the flow engine): the replay
+	// page plans and runs replays with it. Without it the page is off.
+	Router replay.Router
+	// Wake starts the delivery worker's next pass at once (after a bulk
+	// retry approved effects again).
+	Wake func()
+	// Metrics is the server's Prometheus registry: the sources page reads
+	// the receiver's request counters from it.
+	Metrics prometheus.Gatherer
+	// Limits reports each destination's token bucket and calls in flight.
+	Limits func() []DestinationLimit
+	// Sources and Destinations are the configured names, so that a source
+	// that has never sent anything is listed too.
+	Sources      []string
+	Destinations []string
+}
+
+// DestinationLimit is one destination's rate limit as the delivery worker
+// holds it now.
+type DestinationLimit struct {
+	Destination string
+	// PerSecond and Burst are the token bucket's refill rate and size (0:
+	// no rate limit); Tokens is what the bucket holds now.
+	PerSecond float64
+	Burst     int
+	Tokens    float64
+	// InFlight counts the calls under way; MaxInFlight bounds them.
+	InFlight, MaxInFlight int
+}
+
+// extra is what Attach handed over.
+type extra struct {
+	Attachments
+}
+
+// Attach hands the console the server's parts it shows or drives; call it
+// before serving.
+func (c *Console) Attach(a Attachments) {
+	c.extra = extra{a}
+}
