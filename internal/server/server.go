@@ -151,7 +151,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The signals are measured apart from the pipeline; a missed deadline
 	// it escalates is told to a person through the worker's notifier.
 	monitor := signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg,
-		OnEscalated: worker.NotifyEscalated})
+		OnEscalated: worker.NotifyEscalated, Gatherer: s.reg})
 	if err := monitor.Start(engineCtx); err != nil {
 		_ = writer.Stop(context.Background())
 		return err
