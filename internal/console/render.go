@@ -55,7 +55,7 @@ var funcs = template.FuncMap{
 
 func mustParsePages() *pages {
 	p := &pages{byName: map[string]*template.Template{}}
-	for _, name := range []string{"overview", "events", "event", "effects", "effect", "entity", "error"} {
+	for _, name := range []string{"overview", "events", "event", "effects", "effect", "entity", "error", "audit"} {
 		p.byName[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(embedded,
 			"templates/layout.html", "templates/rows.html", "templates/"+name+".html"))
 	}

@@ -179,7 +179,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
 	mux.Handle("/api/v1/", apiHandler)
-	mux.Handle("/", console.New(st, s.cfg.Admin.Token, s.log, s.clk))
+	mux.Handle("/", console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals)))
 
 	rc := s.cfg.Receive
 	srv := &http.Server{
