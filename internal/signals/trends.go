@@ -125,18 +125,20 @@ func label(m *dto.Metric, name string) string {
 }
 
 // rates turns the sample into points against the previous one, and keeps
-// it as the next baseline. No points on the first sample, or when the
-// clock did not move.
+// it as the next baseline. No points on the first sample; when the clock
+// did not move the baseline stays, so the next interval still counts what
+// happened meanwhile.
 func (ts *trendSampler) rates(cur *trendSample) []store.SignalHistoryInput {
 	prev := ts.prev
-	ts.prev = cur
 	if prev == nil {
+		ts.prev = cur
 		return nil
 	}
 	secs := cur.at.Sub(prev.at).Seconds()
 	if secs <= 0 {
 		return nil
 	}
+	ts.prev = cur
 	rate := func(a, b float64) int64 {
 		d := b - a
 		if d < 0 { // a counter that restarted counts from zero
