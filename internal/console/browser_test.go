@@ -16,6 +16,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/signals"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -38,15 +40,32 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
+// recordHistory writes an hour of minute history for the nine signals and
+// the trends, as the signals monitor would have.
+func recordHistory(t *testing.T, f *fixture) {
+	t.Helper()
+	now := f.clk.Now()
+	for m := 60; m >= 0; m-- {
+		p := &store.SignalHistoryRecordParams{Now: now.Add(-time.Duration(m) * time.Minute)}
+		for i, name := range append(store.SignalNames(), signals.TrendNames()...) {
+			p.Points = append(p.Points, store.SignalHistoryInput{Name: name, Value: int64((m + i) % 7), Status: signals.StatusOK})
+		}
+		if err := f.st.SignalHistoryRecord(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestBrowser drives the console in headless Chromium against a real HTTP
-// server on loopback: log in, filter events by disposition, open an event,
-// retry a dead effect and see its state change, watch a list refresh
-// itself, and check that no page logged a JavaScript error (a script that
+// server on loopback: log in, see the overview's signals and charts and
+// follow a number to its list, filter events by disposition, open an
+// event, retry a dead effect and see its state change, watch a list
+// refresh itself, and check that no page logged a JavaScript error (a script that
 // failed, or a resource the Content-Security-Policy blocked).
 func TestBrowser(t *testing.T) {
 	bin := chromiumPath(t)
 	f := newFixture(t, 3)
-	con := New(f.st, testToken, slog.New(slog.DiscardHandler), f.clk)
+	con := New(f.st, testToken, slog.New(slog.DiscardHandler), f.clk, WithSignals(config.Signals{}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +211,44 @@ func TestBrowser(t *testing.T) {
 	}
 
 	id := strconv.FormatInt(f.deadID, 10)
+
+	// The overview: nine signals with status words, a sparkline each and
+	// the trend charts drawn from the recorded history, numbers that
+	// refresh in place, and the dead letter's number leading to its list.
+	recordHistory(t, f)
+	step("open the overview",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#signal-dead_letters")),
+	)
+	if n := eval(`String(document.querySelectorAll(".signals > li.signal").length)`); n != "9" {
+		t.Fatalf("the overview shows %s signals, want 9", n)
+	}
+	if s := text("#now-dead_letters [data-status]"); s != "Warn" {
+		t.Errorf("dead_letters status %q, want Warn", s)
+	}
+	poll("draw the sparklines and trend charts", `document.querySelectorAll(".spark canvas").length == 9 && document.querySelectorAll(".chart canvas").length == 4`)
+	if w := eval(`String(document.querySelector("#signal-dead_letters .spark canvas").width)`); w == "0" {
+		t.Error("the dead_letters sparkline has no width")
+	}
+	if _, err := f.st.AuditInsert(context.Background(), &store.AuditInsertParams{At: f.clk.Now(), Actor: "worker",
+		Action: "key_conflict", Source: "stripe", EventID: "evt_1", Detail: "episode key reused"}); err != nil {
+		t.Fatal(err)
+	}
+	poll("see the overview refresh", `document.querySelector("#now-key_conflicts a.num").textContent == "1"`)
+	if n := eval(`String(document.querySelectorAll(".spark canvas").length)`); n != "9" {
+		t.Errorf("after the refresh %s sparklines, want 9 (the refresh must leave the charts)", n)
+	}
+	step("follow the dead_letters number",
+		chromedp.Click(chromedp.CSS("#now-dead_letters a.num")),
+		chromedp.WaitVisible(chromedp.CSS("#effect-rows")),
+	)
+	if loc := eval("location.pathname + location.search"); loc != "/effects?state=dead" {
+		t.Fatalf("the dead_letters number led to %s, want /effects?state=dead", loc)
+	}
+	if rows := text("#effect-rows"); !strings.Contains(rows, "upsert_deal") {
+		t.Fatalf("the dead effects list shows %q, want the dead upsert_deal", rows)
+	}
+
 	step("open the dead effect from the exception queue",
 		chromedp.Navigate(base+"/effects"),
 		chromedp.WaitVisible(chromedp.CSS("#effect-rows")),

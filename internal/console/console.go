@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -50,6 +51,8 @@ type Console struct {
 	// extra holds what the server hands over after New (extra.go).
 	jobs  *jobs
 	extra extra
+	// signals are the thresholds the overview judges the signals by.
+	signals config.Signals
 }
 
 // Wrong admin tokens allowed: a burst of 10, then one every 6 seconds.
@@ -58,10 +61,13 @@ const (
 	wrongTokenEvery = 6 * time.Second
 )
 
+// Option configures a Console.
+type Option func(*Console)
+
 // New returns the console over st. An empty token turns the console off:
 // every request answers 404, as the admin API refuses every request
 // without a token, rather than leaving the console open.
-func New(st Store, token string, log *slog.Logger, clk clock.Clock) *Console {
+func New(st Store, token string, log *slog.Logger, clk clock.Clock, opts ...Option) *Console {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -76,6 +82,9 @@ func New(st Store, token string, log *slog.Logger, clk clock.Clock) *Console {
 		panic("console: embedded assets: " + err.Error())
 	}
 	c.assets = http.StripPrefix("/assets/", http.FileServerFS(assets))
+	for _, o := range opts {
+		o(c)
+	}
 	c.routes()
 	return c
 }
@@ -84,7 +93,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /login", c.loginPage)
 	c.mux.HandleFunc("POST /login", c.login)
 	c.mux.HandleFunc("POST /logout", c.logout)
-	c.mux.HandleFunc("GET /{$}", c.overview)
+	c.overviewRoutes()
 	c.mux.HandleFunc("GET /events", c.eventsPage)
 	c.mux.HandleFunc("GET /events/rows", c.eventRows)
 	c.mux.HandleFunc("GET /event", c.eventPage)
@@ -173,7 +182,8 @@ func (c *Console) unauthenticated(w http.ResponseWriter, r *http.Request) {
 // isFragment tells an asset or a partial page from a page.
 func isFragment(r *http.Request) bool {
 	p := r.URL.Path
-	return strings.HasPrefix(p, "/assets/") || strings.HasSuffix(p, "/rows") || r.Header.Get("HX-Request") != ""
+	return strings.HasPrefix(p, "/assets/") || strings.HasSuffix(p, "/rows") || strings.HasSuffix(p, ".json") ||
+		r.Header.Get("HX-Request") != ""
 }
 
 // csrfToken is the token a state change carries: the header (htmx), else

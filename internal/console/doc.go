@@ -20,7 +20,9 @@
 // everything the store holds, so an event body with <script> is shown as
 // text. htmx and uPlot are checked in under assets/vendor with their
 // licences; there is no build step. The pages work without JavaScript;
-// htmx only refreshes lists in place. A Content-Security-Policy allows
+// htmx only refreshes lists and the overview's numbers in place, and
+// assets/overview.js draws the overview's sparklines and trend charts with
+// uPlot from /overview/series.json. A Content-Security-Policy allows
 // scripts and styles from the console itself only.
 //
 // A bulk retry and a replay show a dry run first, then run on the server
@@ -29,6 +31,11 @@
 // records how far it got in the audit trail. The server attaches what the
 // store does not hold (the flow engine for replays, the delivery worker's
 // token buckets, the metrics registry) with Attach.
+//
+// The overview (overview.go) measures the nine outcome signals when asked,
+// with the thresholds given by WithSignals, and links every number to the
+// list behind it, down to an audit list (audit.go) for the signals that
+// count audit rows.
 //
 // The console reads and operates through the store contract (the Store
 // interface here is the part it uses) and reads list filters with the

@@ -91,10 +91,6 @@ func paramMessage(err error) string {
 	return err.Error()
 }
 
-func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, http.StatusOK, "overview", &view{Title: "Overview", Nav: "overview"})
-}
-
 // eventRow is one event in a list.
 type eventRow struct {
 	*store.Event

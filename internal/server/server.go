@@ -171,7 +171,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// The signals are measured apart from the pipeline; a missed deadline
 	// it escalates is told to a person through the worker's notifier.
 	monitor := signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg,
-		OnEscalated: worker.NotifyEscalated})
+		OnEscalated: worker.NotifyEscalated, Gatherer: s.reg})
 	if err := monitor.Start(engineCtx); err != nil {
 		_ = writer.Stop(context.Background())
 		return err
@@ -199,7 +199,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
 	mux.Handle("/api/v1/", apiHandler)
-	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk)
+	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, s.reg))
 	mux.Handle("/", cons)
 

@@ -390,10 +390,23 @@ func testSignalsEndToEnd(t *testing.T, storeURL string) {
 	world.set(func(w *signalsWorld) { w.slowDown = true })
 	send("shop", order("o4-r1", "ord-4", 1, "PENDING"), nil)
 	remind := effectOf("orders", "ord-4", "remind")
-	waitFor(t, "the reminder to be retried", func() bool {
-		e, err := st.EffectGet(ctx, remind.ID)
-		return err == nil && e.State == store.EffectRetryWait
-	})
+	// No call may be in flight when the clock jumps: its lease would run
+	// out under it and leave its outcome unknown. So each jump waits for
+	// the compensation and the reminder to have failed and to wait for a
+	// retry that is not due yet.
+	waitingRetry := func(what string) {
+		t.Helper()
+		waitFor(t, what, func() bool {
+			for _, id := range []int64{comp.ID, remind.ID} {
+				e, err := st.EffectGet(ctx, id)
+				if err != nil || e == nil || e.State != store.EffectRetryWait || !e.NextAttemptAt.After(h.clk.Now()) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	waitingRetry("the reminder and the compensation to be retried")
 	h.clk.Advance(31 * time.Minute)
 	if d := waitStatus(store.SignalDeadlineRisk, "alert"); d.Breakdown["state"]["passed"] != 1 {
 		t.Fatalf("deadline_risk = %+v, want one passed deadline", d)
@@ -406,6 +419,7 @@ func testSignalsEndToEnd(t *testing.T, storeURL string) {
 	// Repairs: the void endpoint and the slow system are back; their
 	// retries come due, and the occurrences of the window (the loop block,
 	// the version conflict) fall out of it.
+	waitingRetry("the retries the deadline's jump made due to fail")
 	world.set(func(w *signalsWorld) { w.voidDown, w.slowDown = false, false })
 	h.clk.Advance(2 * time.Hour)
 	stateOf(comp.ID, store.EffectDone)

@@ -53,6 +53,9 @@ type Options struct {
 	// round escalated, as they are after the escalation (the server sends
 	// a notification per effect through the delivery worker's notifier).
 	OnEscalated func(ctx context.Context, effects []*store.Effect)
+	// Gatherer is the server's metrics registry, read each round for the
+	// rate trends (trends.go); nil records the exception-queue trends only.
+	Gatherer prometheus.Gatherer
 }
 
 // Monitor measures the signals every signals.interval: it escalates
@@ -71,6 +74,9 @@ type Monitor struct {
 	computedAt    prometheus.Gauge
 	queueDepth    *prometheus.GaugeVec
 	queueAge      *prometheus.GaugeVec
+	// trends is touched by Round only, which the loop never runs twice
+	// at once.
+	trends trendSampler
 
 	mu     sync.Mutex
 	latest *Report
@@ -88,7 +94,7 @@ func NewMonitor(st MonitorStore, cfg config.Signals, opts Options) *Monitor {
 		cfg.Interval = config.Duration(config.DefaultSignalsInterval)
 	}
 	m := &Monitor{
-		st: st, cfg: cfg, opts: opts, log: opts.Logger, clk: opts.Clock,
+		st: st, cfg: cfg, opts: opts, log: opts.Logger, clk: opts.Clock, trends: trendSampler{g: opts.Gatherer},
 		// The label sets are bounded: the nine pinned names, the two
 		// queues.
 		value: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -166,6 +172,9 @@ func (m *Monitor) Round(ctx context.Context) (more bool, err error) {
 		}
 	}
 	if err := m.measureQueues(ctx, now, snap); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.recordTrends(ctx, now); err != nil {
 		errs = append(errs, err)
 	}
 	return more, errors.Join(errs...)
