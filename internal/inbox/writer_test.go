@@ -159,11 +159,18 @@ func TestStopDrainsQueuedAndRefusesNew(t *testing.T) {
 	w.Start()
 	var wg sync.WaitGroup
 	errs := make([]error, 10)
-	for i := range 10 {
+	submit := func(i int) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _, errs[i] = w.Submit(context.Background(), sub(fmt.Sprint("evt_", i))) }()
 	}
+	// The first submission holds the writer inside its commit before the
+	// others start: started together, a busy machine can let all ten
+	// queue before the writer wakes, and the first commit takes them all.
+	submit(0)
 	<-g.entered
+	for i := 1; i < 10; i++ {
+		submit(i)
+	}
 	waitQueued(t, w, 9)
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Stop(context.Background()) }()
