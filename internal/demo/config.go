@@ -137,7 +137,7 @@ destinations:
     base_url: "DEST"
     retry_after: {unit: seconds, max: 1m}
     retry: {base: RETRY_BASE, cap: RETRY_CAP}
-  - name: warehouse                   # refuses one invoice with a 422
+  - name: warehouse                   # refuses an invoice with a 422 until its VAT number is added (POST /warehouse/vat-numbers {"order": ...})
     base_url: "DEST"
     owner: team-data
   - name: marketing                   # answers 200 with an error in the body

@@ -78,6 +78,10 @@ func TestDestinationScript(t *testing.T) {
 		{"POST", "/carrier/bookings", "ord-5", "", 429, "Retry-After", retryAfterSecond},
 		{"POST", "/carrier/bookings", "ord-5", "", 201, "", ""},
 		{"POST", "/warehouse/invoices", "ord-6", "", 422, "", ""},
+		{"POST", "/warehouse/invoices", "ord-6", "", 422, "", ""}, // permanent: a second call is refused too
+		{"POST", "/warehouse/vat-numbers", "ord-6", "", 204, "", ""},
+		{"POST", "/warehouse/invoices", "ord-6", "", 201, "", ""},  // fixed at the warehouse: a retry succeeds
+		{"POST", "/warehouse/invoices", "ord-16", "", 422, "", ""}, // another order is still refused
 		{"POST", "/marketing/members", "ord-7", "", 200, "", ""},
 		{"POST", "/dunning/mails", "ord-9", "", 503, "", ""},
 		{"GET", "/inventory-api/skus/sku-1", "", "", 503, "", ""},

@@ -34,7 +34,8 @@ const (
 //	GET  /crm/contacts/KEY    200 when kept, else 404
 //	POST /ledger/entries      201; for ord-1004 it hangs
 //	POST /carrier/bookings    429 with Retry-After: 1 on an order's first call, then 201
-//	POST /warehouse/invoices  422: the invoice is refused
+//	POST /warehouse/invoices  422: the invoice is refused, until its order has a VAT number
+//	POST /warehouse/vat-numbers  204: a person adds the order's VAT number at the warehouse
 //	POST /warehouse/reorders  201
 //	POST /marketing/members   200 with {"errors": [...]}: a hidden failure
 //	POST /dunning/mails       503
@@ -50,6 +51,7 @@ type Destination struct {
 	mails    map[string]bool // mail idempotency keys held
 	contacts map[string]bool // CRM idempotency keys held
 	booked   map[string]int  // carrier calls per order
+	vat      map[string]bool // orders whose VAT number a person has added
 	calls    map[string]int  // calls per path
 }
 
@@ -60,7 +62,7 @@ func StartDestination() (*Destination, error) {
 		return nil, fmt.Errorf("fake destination: listen: %w", err)
 	}
 	d := &Destination{ln: ln, stop: make(chan struct{}), mails: map[string]bool{},
-		contacts: map[string]bool{}, booked: map[string]int{}, calls: map[string]int{}}
+		contacts: map[string]bool{}, booked: map[string]int{}, vat: map[string]bool{}, calls: map[string]int{}}
 	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = d.srv.Serve(ln) }()
 	return d, nil
@@ -166,7 +168,22 @@ func (d *Destination) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		created("booking_" + payload.Order)
+	case post && path == "/warehouse/vat-numbers":
+		// The repair of the permanent 422 happens at the warehouse, as
+		// in life: hookledger never retries the invoice by itself, and
+		// a retry from the exception queue succeeds once it is fixed.
+		d.mu.Lock()
+		d.vat[payload.Order] = true
+		d.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
 	case post && path == "/warehouse/invoices":
+		d.mu.Lock()
+		fixed := d.vat[payload.Order]
+		d.mu.Unlock()
+		if fixed {
+			created("invoice_" + payload.Order)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		fmt.Fprintf(w, `{"error":"invoice for %s has no VAT number"}`, payload.Order)
