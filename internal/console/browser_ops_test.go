@@ -2,17 +2,16 @@ package console
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/hookledger/hookledger/internal/console/consoletest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -22,7 +21,6 @@ import (
 // (plan, then the run, followed to its outcome). No page may log a
 // JavaScript error.
 func TestBrowserOperations(t *testing.T) {
-	bin := chromiumPath(t)
 	f := newFixture(t, 0)
 	f.addEffect(t, "o_nr", "crm", store.EffectNeedsReconciliation)
 	f.addEffect(t, "o_dead", "erp", store.EffectDead)
@@ -51,74 +49,8 @@ func TestBrowserOperations(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close(); _ = con.Close() })
 	base := "http://" + ln.Addr().String()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium (%s): %v", bin, err)
-	}
-	var (
-		mu   sync.Mutex
-		logs []chromedp.ConsoleMessage
-	)
-	messages := chromedp.Console(bctx)
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			logs = append(logs, m)
-			mu.Unlock()
-		}
-	}()
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(bctx, 15*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			where, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`location.href + " " + document.body.innerText.slice(0, 600)`))
-			t.Fatalf("%s: %v (page %s)", what, err, where)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
-	poll := func(what, expr string) {
-		t.Helper()
-		var err error
-		for range 20 {
-			if _, err = chromedp.Run(bctx, chromedp.Poll[bool](expr)); err == nil || bctx.Err() != nil {
-				break
-			}
-		}
-		if err != nil {
-			t.Fatalf("%s: waiting for %s: %v", what, expr, err)
-		}
-	}
+	b := consoletest.Start(t, 90*time.Second)
+	step, text, poll := b.Step, b.Text, b.Poll
 
 	step("log in with a one-time link",
 		chromedp.Navigate(base+con.MintLoginLink()),
@@ -185,16 +117,6 @@ func TestBrowserOperations(t *testing.T) {
 		t.Errorf("replay history: %q", got)
 	}
 
-	cancelBrowser()
-	<-collected
-	mu.Lock()
-	defer mu.Unlock()
-	for _, m := range logs {
-		if m.IsException() || m.Type == chromedp.ConsoleError {
-			t.Errorf("the page logged a JavaScript error: %s (%s:%d)", m, m.URL, m.Line+1)
-		}
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Error("the browser test ran out of time")
-	}
+	// No page logged an error, failed a resource or broke the policy.
+	b.Check()
 }

@@ -2,43 +2,21 @@ package console
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/console/consoletest"
 	"github.com/hookledger/hookledger/internal/signals"
 	"github.com/hookledger/hookledger/internal/store"
 )
-
-// chromiumPath finds a local Chromium. Without one the browser test skips
-// loudly on a developer's machine, and fails in CI (CI=true), where
-// .ci/run installs Debian's chromium package.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	const why = "NO CHROMIUM FOUND (looked for chromium, chromium-browser, google-chrome on PATH): " +
-		"the console's browser test did not run; install Debian's chromium package (apt-get install chromium)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-	return ""
-}
 
 // recordHistory writes an hour of minute history for the nine signals and
 // the trends, as the signals monitor would have.
@@ -63,7 +41,6 @@ func recordHistory(t *testing.T, f *fixture) {
 // refresh itself, and check that no page logged a JavaScript error (a script that
 // failed, or a resource the Content-Security-Policy blocked).
 func TestBrowser(t *testing.T) {
-	bin := chromiumPath(t)
 	f := newFixture(t, 3)
 	con := New(f.st, testToken, slog.New(slog.DiscardHandler), f.clk, WithSignals(config.Signals{}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -77,84 +54,8 @@ func TestBrowser(t *testing.T) {
 
 	// The test takes about ten seconds; the bound only stops a hung
 	// browser from holding the suite.
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium (%s): %v", bin, err)
-	}
-
-	// Every console message and uncaught exception of every page.
-	var (
-		mu   sync.Mutex
-		logs []chromedp.ConsoleMessage
-	)
-	messages := chromedp.Console(bctx)
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			logs = append(logs, m)
-			mu.Unlock()
-		}
-	}()
-
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
-	// poll waits for expr to hold; a poll cut by a navigation (the page
-	// it ran in went away) starts again in the new page.
-	poll := func(what, expr string) {
-		t.Helper()
-		var err error
-		for range 20 {
-			if _, err = chromedp.Run(bctx, chromedp.Poll[bool](expr)); err == nil || bctx.Err() != nil {
-				break
-			}
-		}
-		if err != nil {
-			t.Fatalf("%s: waiting for %s: %v", what, expr, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return s
-	}
+	b := consoletest.Start(t, 90*time.Second)
+	step, text, poll, eval := b.Step, b.Text, b.Poll, b.Eval
 
 	// A page asked for without a session leads to the login page, and
 	// back to the page after login.
@@ -289,16 +190,6 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#token")),
 	)
 
-	cancelBrowser()
-	<-collected
-	mu.Lock()
-	defer mu.Unlock()
-	for _, m := range logs {
-		if m.IsException() || m.Type == chromedp.ConsoleError {
-			t.Errorf("the page logged a JavaScript error: %s (%s:%d)", m, m.URL, m.Line+1)
-		}
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Error("the browser test ran out of time")
-	}
+	// No page logged an error, failed a resource or broke the policy.
+	b.Check()
 }

@@ -86,11 +86,10 @@ func Start(t testing.TB, limit time.Duration) *Browser {
 	b := &Browser{Ctx: bctx, t: t, bound: bound, cancel: []context.CancelFunc{cancelBrowser, cancelAlloc, cancel},
 		console: make(chan struct{})}
 	t.Cleanup(b.stop)
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium (%s): %v", bin, err)
-	}
 
-	// Every console message and uncaught exception of every page.
+	// Every console message and uncaught exception of every page. The
+	// subscription starts the browser; when it cannot, the reader ends
+	// at once and Do below says why.
 	messages := chromedp.Console(bctx)
 	go func() {
 		defer close(b.console)
@@ -103,6 +102,9 @@ func Start(t testing.TB, limit time.Duration) *Browser {
 			}
 		}
 	}()
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium (%s): %v", bin, err)
+	}
 	// Every answer and failure of the network; the callback only records.
 	urls := map[network.RequestID]string{}
 	err := chromedp.Listen(bctx, func(ev any) {
