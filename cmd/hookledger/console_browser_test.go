@@ -115,9 +115,12 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Errorf("signal %s shows the status %q, want OK, Warn or Alert", name, got)
 		}
 	}
-	// The demo leaves every signal above zero; a dead letter is at least Warn.
+	// The demo leaves dead letters behind: a number, and not OK.
 	if got := b.Text("#now-dead_letters a"); got == "0" || got == "" {
 		t.Errorf("dead_letters shows %q after the demo", got)
+	}
+	if got := b.Text("#now-dead_letters [data-status]"); got == "OK" {
+		t.Errorf("dead_letters is OK after the demo left dead letters")
 	}
 	b.Poll("draw the nine sparklines", `(() => { const c = document.querySelectorAll(".spark canvas");
 		return c.length == 9 && [...c].every(x => x.width > 0 && x.height > 0); })()`)
