@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -26,9 +28,10 @@ func TestBrowserOperations(t *testing.T) {
 	f := newFixture(t, 0)
 	f.addEffect(t, "o_nr", "crm", store.EffectNeedsReconciliation)
 	f.addEffect(t, "o_dead", "erp", store.EffectDead)
+	doneID := f.addEffect(t, "o_done", "crm", store.EffectDone)
 	g := &gatedStore{Store: f.st, retried: make(chan int64, 10), resume: make(chan struct{})}
 	con := New(g, testToken, slog.New(slog.DiscardHandler), f.clk)
-	con.Attach(Attachments{Router: routeByEntity{}})
+	con.Attach(Attachments{Router: routeByEntity{}, Compensations: ordersCompensations{}})
 	// The progress blocks poll every 200ms, so that the test sees them
 	// move without waiting seconds.
 	con.jobs.poll = 200 * time.Millisecond
@@ -183,6 +186,26 @@ func TestBrowserOperations(t *testing.T) {
 	)
 	if got := text("main"); !strings.Contains(got, "replay 1: 2 work items") {
 		t.Errorf("replay history: %q", got)
+	}
+
+	// Compensate a done effect, then see the compensation among the
+	// entity's effects.
+	step("compensate a done effect",
+		chromedp.Navigate(fmt.Sprintf("%s/effects/%d", base, doneID)),
+		chromedp.WaitVisible(chromedp.CSS("#compensate")),
+		chromedp.SetValue(chromedp.CSS("#compensate-note"), "order cancelled by the customer"),
+		chromedp.Click(chromedp.CSS("#compensate")),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+	)
+	if got := text("main"); !strings.Contains(got, "Compensation recorded") || !strings.Contains(got, fmt.Sprintf("#%d", doneID)) {
+		t.Fatalf("after compensate: %q", got)
+	}
+	step("see the compensation on the entity page",
+		chromedp.Navigate(base+entityLink("orders", "o_done")),
+		chromedp.WaitVisible(chromedp.CSS("main")),
+	)
+	if got := text("main"); !strings.Contains(got, "push"+flow.CompensateSuffix) {
+		t.Errorf("entity page lists no compensation effect: %q", got)
 	}
 
 	cancelBrowser()

@@ -422,6 +422,8 @@ type effectData struct {
 	CanRetry    bool
 	CanResolve  bool
 	CanAssign   bool
+	// CanCompensate offers the compensate form (compensate.go).
+	CanCompensate bool
 }
 
 // defaultRepair is the suggestion for a class when the worker left none.
@@ -471,6 +473,7 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 	case store.EffectAcknowledged:
 		d.CanAssign = true
 	}
+	d.CanCompensate = c.canCompensate(e)
 	return id, d, true
 }
 
@@ -478,6 +481,8 @@ var doneMessages = map[string]string{
 	store.OperateRetry:   "Retry requested: the effect is approved again and will be sent by the next delivery pass.",
 	store.OperateResolve: "Resolved, with your note in the audit trail.",
 	store.OperateAssign:  "Assigned.",
+	// POST /effects/{id}/compensate has its own handler (compensate.go).
+	"compensate": compensateDone,
 }
 
 // effectPage serves GET /effects/{id}: the effect, its attempt timeline
