@@ -275,7 +275,6 @@ type entityData struct {
 	Truncated bool
 }
 
-
 // entityPage serves GET /entity?flow=F&entity=E: the projection, its
 // events in business order and its effects.
 func (c *Console) entityPage(w http.ResponseWriter, r *http.Request) {
