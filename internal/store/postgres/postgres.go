@@ -371,24 +371,8 @@ func eventDisposition(f *filter, d store.Disposition) {
 // EventList pages through events.
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
 	limit := store.ClampLimit(p.Limit)
-	f := &filter{}
-	f.add("pk > ?", p.AfterPK)
-	f.eq("source", p.Source)
-	f.eq("type", p.Type)
-	switch {
-	case p.EventID != "" && p.Source != "":
-		f.add("event_id = ?", p.EventID)
-	case p.EventID != "":
-		f.add(eventIDAnySource, p.EventID)
-	}
-	if p.Entity != "" {
-		f.add(eventEntity, p.Entity, p.AfterPK, p.Entity, p.AfterPK)
-	}
-	eventDisposition(f, p.Disposition)
-	f.span("received_at", p.ReceivedFrom, p.ReceivedTo)
-	f.span("occurred_at", p.OccurredFrom, p.OccurredTo)
-	q := `SELECT pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition FROM events` + f.sql(limit+1)
-	rows, err := s.pool.Query(ctx, q, f.args...)
+	q, args := eventListQuery(p, limit+1)
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
@@ -417,6 +401,51 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 		}
 	}
 	return out, nil
+}
+
+// eventListQuery is EventList's query and arguments for a page of limit
+// rows.
+func eventListQuery(p *store.EventListParams, limit int) (string, []any) {
+	f := &filter{}
+	f.add("pk > ?", p.AfterPK)
+	f.eq("source", p.Source)
+	f.eq("type", p.Type)
+	switch {
+	case p.EventID != "" && p.Source != "":
+		f.add("event_id = ?", p.EventID)
+	case p.EventID != "":
+		f.add(eventIDAnySource, p.EventID)
+	}
+	if p.Entity != "" {
+		f.add(eventEntity, p.Entity, p.AfterPK, p.Entity, p.AfterPK)
+	}
+	eventDisposition(f, p.Disposition)
+	f.span("received_at", p.ReceivedFrom, p.ReceivedTo)
+	f.span("occurred_at", p.OccurredFrom, p.OccurredTo)
+	timed := !p.ReceivedFrom.IsZero() || !p.ReceivedTo.IsZero() || !p.OccurredFrom.IsZero() || !p.OccurredTo.IsZero()
+	return eventListSQL(f, limit, timed), f.args
+}
+
+const eventColumns = `pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition`
+
+// eventListSQL is EventList's query. A page in pk order with a time range
+// is where the planner's estimate fails: it assumes the range's rows are
+// spread evenly over the pk index, so that walking the index from the
+// cursor finds a page of them at once, but events are received (and
+// occur) in about pk order, so the walk reads every row before the range
+// first: most of the table for a window in the middle of it. With a time
+// range, the rows are selected in a materialized CTE, which has no order
+// or limit to walk the pk index for, so its plan reads the range's index
+// (events_received, events_occurred) or a more selective filter's; the
+// page is then the top of those rows by pk. Its cost follows the rows the
+// filters match, not the rows before them.
+func eventListSQL(f *filter, limit int, timed bool) string {
+	if !timed {
+		return `SELECT ` + eventColumns + ` FROM events` + f.sql(limit)
+	}
+	f.args = append(f.args, limit)
+	return `WITH matched AS MATERIALIZED (SELECT ` + eventColumns + ` FROM events WHERE ` + strings.Join(f.where, " AND ") +
+		`) SELECT * FROM matched ORDER BY pk LIMIT $` + strconv.Itoa(len(f.args))
 }
 
 // eventRoutes fills the routes of a page of events from their work rows:
