@@ -208,6 +208,24 @@ func TestBrowserOperations(t *testing.T) {
 		t.Errorf("entity page lists no compensation effect: %q", got)
 	}
 
+	// The replayed entity's history in business order: the first pass of
+	// each event by its order key, the replay's passes after them, the
+	// applied one marked and the stale one with its reason.
+	step("open the replayed entity",
+		chromedp.Navigate(base+entityLink("billing_to_crm", "sub_1")),
+		chromedp.WaitVisible(chromedp.CSS("#entity-history")),
+	)
+	rows, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("#entity-history tbody tr")].map(r => r.innerText)`))
+	if err != nil {
+		t.Fatalf("entity history rows: %v", err)
+	}
+	if len(rows) != 4 || !strings.Contains(rows[0], "evt_1") || !strings.Contains(rows[0], "(current state)") ||
+		!strings.Contains(rows[1], "evt_2") || !strings.Contains(rows[1], "stale") || !strings.Contains(rows[1], "older than applied") ||
+		!strings.Contains(rows[2], "replay 1") || !strings.Contains(rows[2], "duplicate") {
+		t.Errorf("entity history in business order: %q", rows)
+	}
+
 	cancelBrowser()
 	<-collected
 	mu.Lock()

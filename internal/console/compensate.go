@@ -61,6 +61,11 @@ func (c *Console) compensate(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "Compensate needs a note: say why the effect is undone.")
 		return
 	}
+	if d.Effect.Compensates != 0 {
+		refuse(http.StatusConflict, "This effect is itself the compensation of effect "+
+			strconv.FormatInt(d.Effect.Compensates, 10)+": it is not compensated in turn.")
+		return
+	}
 	e, err := flow.Compensate(r.Context(), cs, c.extra.Compensations.CompensationRequest, d.Effect, Actor, note, c.clk.Now())
 	switch {
 	case errors.Is(err, flow.ErrNoCompensation):

@@ -86,6 +86,13 @@ func TestCompensate(t *testing.T) {
 	}
 
 	// Refusals come back inline on the effect page, with the note kept.
+	if _, body := e.c.get(loc); strings.Contains(body, `id="compensate"`) {
+		t.Errorf("compensate offered for a compensation")
+	}
+	resp, body = e.c.post(loc[:strings.Index(loc, "?")]+"/compensate", url.Values{"csrf": {e.c.csrf}, "note": {"undo the undo"}})
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "itself the compensation of effect") {
+		t.Fatalf("compensation of a compensation: %d %s", resp.StatusCode, body)
+	}
 	resp, body = e.c.post(page+"/compensate", url.Values{"csrf": {e.c.csrf}, "note": {"twice"}})
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "already compensated") || !strings.Contains(body, ">twice</textarea>") {
 		t.Fatalf("second compensation: %d %s", resp.StatusCode, body)
