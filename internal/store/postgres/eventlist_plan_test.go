@@ -45,12 +45,18 @@ func TestEventListTimePlans(t *testing.T) {
 		name  string
 		p     *store.EventListParams
 		index string
+		// first is the page's first pk: event g is received at at + g ms
+		// and occurred a second before.
+		first int64
 	}{
-		{"received window", &store.EventListParams{ReceivedFrom: from, ReceivedTo: to}, "events_received"},
-		{"occurred window", &store.EventListParams{OccurredFrom: from, OccurredTo: to}, "events_occurred"},
-		{"received window from a cursor", &store.EventListParams{ReceivedFrom: from, ReceivedTo: to, AfterPK: int64(n/2 + 100)}, "events_received"},
+		{"received window", &store.EventListParams{ReceivedFrom: from, ReceivedTo: to}, "events_received", int64(n / 2)},
+		{"occurred window", &store.EventListParams{OccurredFrom: from, OccurredTo: to}, "events_occurred", int64(n/2 + 1000)},
+		{"received window from a cursor", &store.EventListParams{ReceivedFrom: from, ReceivedTo: to, AfterPK: int64(n/2 + 100)}, "events_received", int64(n/2 + 101)},
 	} {
-		q, args := eventListQuery(c.p, 51)
+		q, args, windowed := eventListQuery(c.p, 51, true, h.windowCap)
+		if !windowed {
+			t.Fatalf("%s: not the windowed query", c.name)
+		}
 		rows, err := h.pool.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+q, args...)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -74,28 +80,35 @@ func TestEventListTimePlans(t *testing.T) {
 		if !strings.Contains(got, c.index) {
 			t.Errorf("%s does not read %s:\n%s", c.name, c.index, got)
 		}
-		if strings.Contains(got, "events_pkey") || strings.Contains(got, "Seq Scan") {
+		// The pk index may only look the page's rows up (events e).
+		if strings.Contains(got, "using events_pkey on events (") || strings.Contains(got, "Seq Scan") {
 			t.Errorf("%s walks the pk index or the table:\n%s", c.name, got)
 		}
 		if removed > window {
 			t.Errorf("%s read %d rows outside the window of %d:\n%s", c.name, removed, window, got)
 		}
-		res, err := h.EventList(ctx, &store.EventListParams{ReceivedFrom: c.p.ReceivedFrom, ReceivedTo: c.p.ReceivedTo,
-			OccurredFrom: c.p.OccurredFrom, OccurredTo: c.p.OccurredTo, AfterPK: c.p.AfterPK, Limit: 50})
-		if err != nil || len(res.Events) != 50 || res.NextAfterPK != res.Events[49].PK {
-			t.Fatalf("%s: %v", c.name, err)
+		// The page is the same read first by the window or, once the
+		// window holds more rows than the cap, by the pk walk.
+		for _, capRows := range []int{defaultWindowCap, window / 2} {
+			h.windowCap = capRows
+			res, err := h.EventList(ctx, &store.EventListParams{ReceivedFrom: c.p.ReceivedFrom, ReceivedTo: c.p.ReceivedTo,
+				OccurredFrom: c.p.OccurredFrom, OccurredTo: c.p.OccurredTo, AfterPK: c.p.AfterPK, Limit: 50})
+			if err != nil || len(res.Events) != 50 || res.NextAfterPK != res.Events[49].PK {
+				t.Fatalf("%s (cap %d): %v", c.name, capRows, err)
+			}
+			for i, e := range res.Events {
+				if e.PK != c.first+int64(i) {
+					t.Fatalf("%s (cap %d): event %d at %d, want pk order from the window's start", c.name, capRows, e.PK, i)
+				}
+				in := e.ReceivedAt
+				if !c.p.OccurredFrom.IsZero() {
+					in = e.OccurredAt
+				}
+				if in.Before(from) || !in.Before(to) {
+					t.Fatalf("%s (cap %d): event %d at %v outside the window", c.name, capRows, e.PK, in)
+				}
+			}
 		}
-		for i, e := range res.Events {
-			if e.PK <= c.p.AfterPK || (i > 0 && e.PK <= res.Events[i-1].PK) {
-				t.Fatalf("%s: page out of pk order at %d: %d", c.name, i, e.PK)
-			}
-			in := e.ReceivedAt
-			if !c.p.OccurredFrom.IsZero() {
-				in = e.OccurredAt
-			}
-			if in.Before(from) || !in.Before(to) {
-				t.Fatalf("%s: event %d at %v outside the window", c.name, e.PK, in)
-			}
-		}
+		h.windowCap = defaultWindowCap
 	}
 }
