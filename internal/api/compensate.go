@@ -86,19 +86,11 @@ func (c *compensations) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("compensate: effect %d is itself the compensation of effect %d", id, orig.Compensates))
 		return
 	}
-	req, err := c.render.CompensationRequest(r.Context(), orig)
+	e, err := flow.Compensate(r.Context(), cs, c.render.CompensationRequest, orig, "operator:"+in.Actor, in.Note, h.now())
 	switch {
 	case errors.Is(err, flow.ErrNoCompensation), errors.Is(err, flow.ErrCompensationRequest):
 		writeError(w, http.StatusUnprocessableEntity, "compensate: "+err.Error())
 		return
-	case err != nil:
-		h.storeFailed(w, "render compensation", err)
-		return
-	}
-	e, err := cs.EffectCompensate(r.Context(), &store.EffectCompensateParams{
-		EffectID: id, Actor: "operator:" + in.Actor, Note: in.Note, Request: req, Now: h.now(),
-	})
-	switch {
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, fmt.Sprintf("compensate: effect %d is already compensated", id))
 		return

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hookledger/hookledger/internal/console/consoletest"
+	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -24,9 +26,10 @@ func TestBrowserOperations(t *testing.T) {
 	f := newFixture(t, 0)
 	f.addEffect(t, "o_nr", "crm", store.EffectNeedsReconciliation)
 	f.addEffect(t, "o_dead", "erp", store.EffectDead)
+	doneID := f.addEffect(t, "o_done", "crm", store.EffectDone)
 	g := &gatedStore{Store: f.st, retried: make(chan int64, 10), resume: make(chan struct{})}
 	con := New(g, testToken, slog.New(slog.DiscardHandler), f.clk)
-	con.Attach(Attachments{Router: routeByEntity{}})
+	con.Attach(Attachments{Router: routeByEntity{}, Compensations: ordersCompensations{}})
 	// The progress blocks poll every 200ms, so that the test sees them
 	// move without waiting seconds.
 	con.jobs.poll = 200 * time.Millisecond
@@ -115,6 +118,44 @@ func TestBrowserOperations(t *testing.T) {
 	)
 	if got := text("main"); !strings.Contains(got, "replay 1: 2 work items") {
 		t.Errorf("replay history: %q", got)
+	}
+
+	// Compensate a done effect, then see the compensation among the
+	// entity's effects.
+	step("compensate a done effect",
+		chromedp.Navigate(fmt.Sprintf("%s/effects/%d", base, doneID)),
+		chromedp.WaitVisible(chromedp.CSS("#compensate")),
+		chromedp.SetValue(chromedp.CSS("#compensate-note"), "order cancelled by the customer"),
+		chromedp.Click(chromedp.CSS("#compensate")),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+	)
+	if got := text("main"); !strings.Contains(got, "Compensation recorded") || !strings.Contains(got, fmt.Sprintf("#%d", doneID)) {
+		t.Fatalf("after compensate: %q", got)
+	}
+	step("see the compensation on the entity page",
+		chromedp.Navigate(base+entityLink("orders", "o_done")),
+		chromedp.WaitVisible(chromedp.CSS("main")),
+	)
+	if got := text("main"); !strings.Contains(got, "push"+flow.CompensateSuffix) {
+		t.Errorf("entity page lists no compensation effect: %q", got)
+	}
+
+	// The replayed entity's history in business order: the first pass of
+	// each event by its order key, the replay's passes after them, the
+	// applied one marked and the stale one with its reason.
+	step("open the replayed entity",
+		chromedp.Navigate(base+entityLink("billing_to_crm", "sub_1")),
+		chromedp.WaitVisible(chromedp.CSS("#entity-history")),
+	)
+	rows, err := chromedp.Run(b.Ctx, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("#entity-history tbody tr")].map(r => r.innerText)`))
+	if err != nil {
+		t.Fatalf("entity history rows: %v", err)
+	}
+	if len(rows) != 4 || !strings.Contains(rows[0], "evt_1") || !strings.Contains(rows[0], "(current state)") ||
+		!strings.Contains(rows[1], "evt_2") || !strings.Contains(rows[1], "stale") || !strings.Contains(rows[1], "older than applied") ||
+		!strings.Contains(rows[2], "replay 1") || !strings.Contains(rows[2], "duplicate") {
+		t.Errorf("entity history in business order: %q", rows)
 	}
 
 	// No page logged an error, failed a resource or broke the policy.

@@ -27,6 +27,7 @@ type Store interface {
 	EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error)
 	AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error)
 	ProjectionGet(ctx context.Context, p *store.ProjectionGetParams) (*store.Projection, error)
+	EntityHistory(ctx context.Context, p *store.EntityHistoryParams) ([]*store.EntityHistoryItem, error)
 }
 
 // Actor is who the audit trail names for an operator's action taken in the

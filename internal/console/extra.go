@@ -1,9 +1,13 @@
 package console
 
 import (
+	"context"
+	"encoding/json"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookledger/hookledger/internal/replay"
+	"github.com/hookledger/hookledger/internal/store"
 )
 
 // Attachments are the parts of a running server the console shows or
@@ -25,6 +29,17 @@ type Attachments struct {
 	// that has never sent anything is listed too.
 	Sources      []string
 	Destinations []string
+	// Compensations renders compensation requests from the configured
+	// effect definitions (the flow engine): without it the effect page
+	// offers no compensate button.
+	Compensations Compensator
+}
+
+// Compensator renders an effect's compensation request from its flow's
+// effect definition; *flow.Engine implements it.
+type Compensator interface {
+	HasCompensation(o *store.Effect) bool
+	CompensationRequest(ctx context.Context, o *store.Effect) (json.RawMessage, error)
 }
 
 // DestinationLimit is one destination's rate limit as the delivery worker

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"cmp"
 	"errors"
 	"net/http"
 	"net/url"
@@ -272,13 +271,6 @@ type entityData struct {
 	Truncated bool
 }
 
-// entityEvent is an event as this flow settled it.
-type entityEvent struct {
-	eventRow
-	Disposition store.Disposition
-	Applied     bool
-}
-
 // entityPage serves GET /entity?flow=F&entity=E: the projection, its
 // events in business order and its effects.
 func (c *Console) entityPage(w http.ResponseWriter, r *http.Request) {
@@ -296,27 +288,10 @@ func (c *Console) entityPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	const most = 1000
-	res, err := c.st.EventList(ctx, &store.EventListParams{Entity: entity, WithRoutes: true, Limit: most})
-	if err != nil {
-		c.storeFailed(w, r, "list events", err)
+	if d.Events, d.Truncated, err = c.entityHistory(ctx, d.Projection, flow, entity, most); err != nil {
+		c.storeFailed(w, r, "read entity history", err)
 		return
 	}
-	d.Truncated = res.NextAfterPK != 0
-	for _, e := range res.Events {
-		for _, rt := range e.Routes {
-			if rt.Flow == flow && rt.Entity == entity {
-				ee := entityEvent{eventRow: newEventRow(e), Disposition: rt.Disposition}
-				ee.Applied = d.Projection != nil && d.Projection.AppliedEventPK == e.PK
-				d.Events = append(d.Events, ee)
-			}
-		}
-	}
-	// Business order as the sender states it: occurrence time, then
-	// receipt for events without one (the flow's own order key is not
-	// part of the store's read contract).
-	slices.SortStableFunc(d.Events, func(a, b entityEvent) int {
-		return cmp.Or(compareTime(businessTime(a.Event), businessTime(b.Event)), cmp.Compare(a.PK, b.PK))
-	})
 	if d.Effects, err = c.st.EffectList(ctx, &store.EffectListParams{Flow: flow, Entity: entity, Limit: most}); err != nil {
 		c.storeFailed(w, r, "list effects", err)
 		return
@@ -327,15 +302,6 @@ func (c *Console) entityPage(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "entity", &view{Title: "Entity " + entity, Nav: "events", Data: d})
 }
-
-func businessTime(e *store.Event) time.Time {
-	if !e.OccurredAt.IsZero() {
-		return e.OccurredAt
-	}
-	return e.ReceivedAt
-}
-
-func compareTime(a, b time.Time) int { return a.Compare(b) }
 
 // effectStateChoices are the state filter's choices: the exception queue
 // first (the page's default), every state, then each state.
@@ -418,6 +384,8 @@ type effectData struct {
 	CanRetry    bool
 	CanResolve  bool
 	CanAssign   bool
+	// CanCompensate offers the compensate form (compensate.go).
+	CanCompensate bool
 }
 
 // defaultRepair is the suggestion for a class when the worker left none.
@@ -467,6 +435,7 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 	case store.EffectAcknowledged:
 		d.CanAssign = true
 	}
+	d.CanCompensate = c.canCompensate(e)
 	return id, d, true
 }
 
@@ -474,6 +443,8 @@ var doneMessages = map[string]string{
 	store.OperateRetry:   "Retry requested: the effect is approved again and will be sent by the next delivery pass.",
 	store.OperateResolve: "Resolved, with your note in the audit trail.",
 	store.OperateAssign:  "Assigned.",
+	// POST /effects/{id}/compensate has its own handler (compensate.go).
+	"compensate": compensateDone,
 }
 
 // effectPage serves GET /effects/{id}: the effect, its attempt timeline

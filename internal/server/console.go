@@ -13,7 +13,7 @@ import (
 // drives: the flow engine for replays, the delivery worker's wake-up and
 // token buckets, the metrics registry and the configured names.
 func consoleAttachments(cfg *config.Config, engine *flow.Engine, worker *deliver.Worker, reg *prometheus.Registry) console.Attachments {
-	a := console.Attachments{Router: engine, Wake: worker.Wake, Metrics: reg,
+	a := console.Attachments{Router: engine, Compensations: engine, Wake: worker.Wake, Metrics: reg,
 		Limits: func() []console.DestinationLimit {
 			var out []console.DestinationLimit
 			for _, l := range worker.Limits() {

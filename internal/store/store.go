@@ -46,6 +46,7 @@ type Store interface {
 	// and check's part (signals.go).
 	Outcomes
 	EventResolver // closing dead-lettered events by hand (events_resolve.go)
+	EntityHistory // an entity's work in business order (entity_history.go)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	// ProbeWrite makes one small durable write (a single row rewritten with

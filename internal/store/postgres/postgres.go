@@ -32,7 +32,16 @@ const uniqueViolation = "23505"
 // Store implements store.Store on PostgreSQL.
 type Store struct {
 	pool *pgxpool.Pool
+	// windowCap bounds the rows an event page with a time range selects
+	// by the range's index before it falls back to the pk walk
+	// (eventListSQL); tests lower it.
+	windowCap int
 }
+
+// defaultWindowCap: a page with a time range reads at most this many rows
+// of the range (about 15 ms on the machine of BENCHMARKS.md) before it
+// decides the range is too wide to read first.
+const defaultWindowCap = 50000
 
 var _ store.Store = (*Store)(nil)
 
@@ -51,7 +60,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, windowCap: defaultWindowCap}, nil
 }
 
 // Pool exposes the connection pool to tests and benchmarks of this driver.
@@ -371,6 +380,59 @@ func eventDisposition(f *filter, d store.Disposition) {
 // EventList pages through events.
 func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
 	limit := store.ClampLimit(p.Limit)
+	events, err := s.eventPage(ctx, p, limit+1, true)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	out := &store.EventListResult{Events: events}
+	if len(events) > limit {
+		out.Events = events[:limit]
+		out.NextAfterPK = events[limit-1].PK
+	}
+	if p.WithRoutes && len(out.Events) > 0 {
+		if err := s.eventRoutes(ctx, out.Events); err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// eventPage reads one page of limit rows. With a time range it reads the
+// range first (window), unless the range holds more than windowCap rows:
+// then the page is read again by the pk walk.
+func (s *Store) eventPage(ctx context.Context, p *store.EventListParams, limit int, window bool) ([]*store.Event, error) {
+	q, args, windowed := eventListQuery(p, limit, window, s.windowCap)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	matched := 0
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Event, error) {
+		e := &store.Event{}
+		var occ *time.Time
+		dest := []any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt, &e.Deliveries, &e.Disposition}
+		if windowed {
+			dest = append(dest, &matched)
+		}
+		if err := r.Scan(dest...); err != nil {
+			return nil, err
+		}
+		e.OccurredAt = fromNull(occ)
+		e.ReceivedAt = e.ReceivedAt.UTC()
+		return e, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if windowed && matched > s.windowCap {
+		return s.eventPage(ctx, p, limit, false)
+	}
+	return events, nil
+}
+
+// eventListQuery is EventList's query and arguments for a page of limit
+// rows, and whether it is the windowed form (eventListSQL).
+func eventListQuery(p *store.EventListParams, limit int, window bool, windowCap int) (string, []any, bool) {
 	f := &filter{}
 	f.add("pk > ?", p.AfterPK)
 	f.eq("source", p.Source)
@@ -387,36 +449,46 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 	eventDisposition(f, p.Disposition)
 	f.span("received_at", p.ReceivedFrom, p.ReceivedTo)
 	f.span("occurred_at", p.OccurredFrom, p.OccurredTo)
-	q := `SELECT pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition FROM events` + f.sql(limit+1)
-	rows, err := s.pool.Query(ctx, q, f.args...)
-	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
+	timed := window && (!p.ReceivedFrom.IsZero() || !p.ReceivedTo.IsZero() || !p.OccurredFrom.IsZero() || !p.OccurredTo.IsZero())
+	if !timed {
+		return `SELECT ` + eventColumns + ` FROM events` + f.sql(limit), f.args, false
 	}
-	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.Event, error) {
-		e := &store.Event{}
-		var occ *time.Time
-		if err := r.Scan(&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt,
-			&e.Deliveries, &e.Disposition); err != nil {
-			return nil, err
-		}
-		e.OccurredAt = fromNull(occ)
-		e.ReceivedAt = e.ReceivedAt.UTC()
-		return e, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
+	return eventWindowSQL(f, limit, windowCap), f.args, true
+}
+
+const eventColumns = `pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition`
+
+// eventWindowSQL is the query of a page in pk order with a time range.
+// There the planner's estimate fails: it assumes the range's rows are
+// spread evenly over the pk index, so that walking the index from the
+// cursor finds a page of them at once, but events are received (and
+// occur) in about pk order, so the walk reads every row before the range
+// first: half the table for a window in the middle of it. Here the
+// matching pks are selected in a materialized CTE, which has no order to
+// walk the pk index for, so its plan reads the range's index
+// (events_received, events_occurred) or a more selective filter's; the
+// page is the top of those pks, then its rows. The CTE stops after
+// windowCap+1 rows, and every row carries the CTE's count: a count over
+// windowCap means the range is too wide to read first (and the page is
+// not complete), and the caller reads it by the pk walk, which a wide
+// range does not slow down.
+func eventWindowSQL(f *filter, limit, windowCap int) string {
+	f.args = append(f.args, windowCap+1, limit)
+	n := len(f.args)
+	return `WITH matched AS MATERIALIZED (SELECT pk FROM events WHERE ` + strings.Join(f.where, " AND ") +
+		` LIMIT $` + strconv.Itoa(n-1) + `),
+	page AS (SELECT pk FROM matched ORDER BY pk LIMIT $` + strconv.Itoa(n) + `)
+	SELECT ` + prefixed("e.", eventColumns) + `, (SELECT count(*) FROM matched)
+	FROM events e JOIN page USING (pk) ORDER BY e.pk`
+}
+
+// prefixed qualifies each of a comma-separated list of columns.
+func prefixed(prefix, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i := range parts {
+		parts[i] = prefix + parts[i]
 	}
-	out := &store.EventListResult{Events: events}
-	if len(events) > limit {
-		out.Events = events[:limit]
-		out.NextAfterPK = events[limit-1].PK
-	}
-	if p.WithRoutes && len(out.Events) > 0 {
-		if err := s.eventRoutes(ctx, out.Events); err != nil {
-			return nil, fmt.Errorf("list events: %w", err)
-		}
-	}
-	return out, nil
+	return strings.Join(parts, ", ")
 }
 
 // eventRoutes fills the routes of a page of events from their work rows:

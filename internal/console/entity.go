@@ -1,0 +1,39 @@
+package console
+
+import (
+	"context"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// entityEvent is one work item of the entity's history: an event as this
+// flow settled it, in business order.
+type entityEvent struct {
+	*store.EntityHistoryItem
+	Link string
+	// Applied marks the item whose version the projection holds now.
+	Applied bool
+}
+
+// entityHistory reads the first most work items of the entity in business
+// order (the flow's order key, then work id), and whether there are more.
+func (c *Console) entityHistory(ctx context.Context, pr *store.Projection, flow, entity string, most int) ([]entityEvent, bool, error) {
+	items, err := c.st.EntityHistory(ctx, &store.EntityHistoryParams{Flow: flow, Entity: entity, Limit: most + 1})
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(items) > most
+	if more {
+		items = items[:most]
+	}
+	out := make([]entityEvent, 0, len(items))
+	for _, it := range items {
+		ee := entityEvent{EntityHistoryItem: it, Link: eventLink(it.Source, it.EventID)}
+		// A replayed pass of the applied event settles as a duplicate and
+		// applies nothing: the mark stays on the pass that applied it.
+		ee.Applied = pr != nil && pr.AppliedEventPK == it.EventPK && it.Disposition == store.DispositionApplied &&
+			it.VersionSort == pr.VersionSort
+		out = append(out, ee)
+	}
+	return out, more, nil
+}
