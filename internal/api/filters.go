@@ -13,10 +13,10 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// Every list reads its query strictly (ARCHITECTURE.md §4): a parameter it
-// does not know, one given twice, or a value it cannot use is the client's
-// mistake and is answered 400 naming the parameter, never ignored. An empty
-// value is the same as no parameter.
+// Every list reads its query strictly (docs/architecture.md, "House
+// rules"): a parameter it does not know, one given twice, or a value it
+// cannot use is the client's mistake and is answered 400 naming the
+// parameter, never ignored. An empty value is the same as no parameter.
 
 // ParamError is a query parameter the list cannot use. The CLI verbs that
 // share these readers report it with the flag of the same name.

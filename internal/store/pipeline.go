@@ -255,7 +255,7 @@ type Projection struct {
 	Pending        int
 }
 
-// EffectState is the closed set of effect states (ARCHITECTURE.md §3).
+// EffectState is the closed set of effect states (docs/architecture.md, "Closed state sets").
 type EffectState string
 
 // The effect states.

@@ -75,7 +75,7 @@ type Store interface {
 	Close() error
 }
 
-// Disposition is the closed set of event outcomes (ARCHITECTURE.md §3).
+// Disposition is the closed set of event outcomes (docs/architecture.md, "Closed state sets").
 type Disposition string
 
 // The dispositions. Accepted is the only non-terminal one.
