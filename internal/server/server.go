@@ -97,9 +97,12 @@ func (s *Server) ConsoleLoginLink() string {
 	return "http://" + addr + link
 }
 
-// Run serves until ctx ends, then shuts down: stop accepting, drain
-// in-flight requests (their commits complete), stop the writer after its
-// queue is committed, close the store. It returns nil after a clean stop.
+// Run serves until ctx ends, then shuts down in order: stop accepting and
+// drain in-flight requests (their commits complete), stop the console's
+// jobs, stop the writer after its queue is committed, then the signals
+// monitor, the flow engine, the verifier and the delivery worker, and close
+// the store (docs/architecture.md, "Background loops and shutdown"). It
+// returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context) error {
 	st, err := storeopen.Open(ctx, s.cfg.Store)
 	if err != nil {
