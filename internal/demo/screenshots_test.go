@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/hookledger/hookledger/internal/console/consoletest"
 )
 
 // syncWriter is the demo's output, read while the demo runs.
@@ -91,20 +93,7 @@ func TestScreenshots(t *testing.T) {
 
 	bctxTimeout, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelTimeout()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	)
+	opts := consoletest.AllocatorOptions(bin, t.TempDir(), chromedp.Flag("hide-scrollbars", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(bctxTimeout, opts...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)

@@ -61,13 +61,11 @@ type Browser struct {
 	closed   bool
 }
 
-// Start launches Chromium for t. limit bounds the whole browser session:
-// it stops a hung browser from holding the suite, it is not a
-// measurement. The browser stops when the test ends, or at Check.
-func Start(t testing.TB, limit time.Duration) *Browser {
-	t.Helper()
-	bin := Chromium(t)
-	bound, cancel := context.WithTimeout(context.Background(), limit)
+// AllocatorOptions are the flags every browser of the tests and of the
+// screenshot script runs with: headless Debian chromium as root in a
+// sandbox-less container, nothing fetched from the network, a fresh
+// profile in userDataDir, 1280×800. extra adds to them.
+func AllocatorOptions(bin, userDataDir string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),
 		chromedp.Flag("headless", true),
@@ -78,10 +76,20 @@ func Start(t testing.TB, limit time.Duration) *Browser {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("no-first-run", true),
 		chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(userDataDir),
 		chromedp.WindowSize(1280, 800),
 	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bound, opts...)
+	return append(opts, extra...)
+}
+
+// Start launches Chromium for t. limit bounds the whole browser session:
+// it stops a hung browser from holding the suite, it is not a
+// measurement. The browser stops when the test ends, or at Check.
+func Start(t testing.TB, limit time.Duration) *Browser {
+	t.Helper()
+	bin := Chromium(t)
+	bound, cancel := context.WithTimeout(context.Background(), limit)
+	actx, cancelAlloc := chromedp.NewExecAllocator(bound, AllocatorOptions(bin, t.TempDir())...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	b := &Browser{Ctx: bctx, t: t, bound: bound, cancel: []context.CancelFunc{cancelBrowser, cancelAlloc, cancel},
 		console: make(chan struct{})}
