@@ -45,7 +45,17 @@ const defaultWindowCap = 50000
 
 var _ store.Store = (*Store)(nil)
 
-// Open connects with a postgres:// URL. maxConns 0 keeps pgx's default.
+// DefaultMaxConns is the pool size of one process when neither the caller
+// nor the URL's pool_max_conns sets one. pgx's own default is the number
+// of CPUs (at least 4), which starves a process that runs 64 processing
+// and delivery workers: each waits mostly on its commit, so more
+// transactions in flight fill each WAL flush instead of queueing for a
+// connection. 20 leaves room for several processes under PostgreSQL's
+// default max_connections of 100 (docs/deploy.md counts them).
+const DefaultMaxConns = 20
+
+// Open connects with a postgres:// URL. maxConns 0 takes the URL's
+// pool_max_conns, or else DefaultMaxConns.
 func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -53,8 +63,11 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 		// what is wrong with its shape.
 		return nil, errors.New("open postgres: the store URL is not a valid postgres:// connection string")
 	}
-	if maxConns > 0 {
+	switch {
+	case maxConns > 0:
 		cfg.MaxConns = maxConns
+	case !strings.Contains(url, "pool_max_conns"):
+		cfg.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -119,7 +118,7 @@ func routeOne(ctx context.Context, tx *wtx, now time.Time, d *store.RouteDecisio
 	if _, err := enqueue(ctx, tx, now, ev, d.Routes, 0, "router"); err != nil {
 		return err
 	}
-	return settleEvent(ctx, tx, ev.pk, 0, now, "router")
+	return store.SettleEvent(ctx, applyTx{tx}, ev.pk, 0, now, "router")
 }
 
 // eventRef is what audit rows and dispositions need of an event.
@@ -204,70 +203,6 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 // the old newest_key.
 const newestKeySet = `behind_since = CASE WHEN newest_key <= settled_key AND ? > settled_key THEN ? ELSE behind_since END,
 	newest_key = max(newest_key, ?)`
-
-// aggregate is the event disposition over the work rows of one pass.
-func aggregate(ds []store.Disposition) store.Disposition {
-	has := map[store.Disposition]bool{}
-	for _, d := range ds {
-		has[d] = true
-	}
-	for _, d := range []store.Disposition{store.DispositionDeadLettered, store.DispositionApplied, store.DispositionDuplicate} {
-		if has[d] {
-			return d
-		}
-	}
-	return store.DispositionStale
-}
-
-// settleEvent applies the aggregate rule once an event has no pending work:
-// the disposition becomes the aggregate of the pass just settled, but only
-// over accepted or dead_lettered (a replay repairs a dead letter and never
-// downgrades an applied event).
-func settleEvent(ctx context.Context, tx *wtx, eventPK, replayID int64, now time.Time, actor string) error {
-	// One read of the event's work rows (a handful: one per flow and
-	// pass) answers both questions: is any still pending, and what do this
-	// pass's dispositions add up to.
-	rows, err := tx.QueryContext(ctx, `SELECT done_at IS NULL, replay_id, disposition FROM work WHERE event_pk = ?`, eventPK)
-	if err != nil {
-		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
-	}
-	var ds []store.Disposition
-	pending := false
-	for rows.Next() {
-		var open bool
-		var pass int64
-		var d store.Disposition
-		if err := rows.Scan(&open, &pass, &d); err != nil {
-			rows.Close()
-			return fmt.Errorf("aggregate event %d: %w", eventPK, err)
-		}
-		pending = pending || open
-		if pass == replayID {
-			ds = append(ds, d)
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
-	}
-	if pending || len(ds) == 0 {
-		return nil
-	}
-	agg := aggregate(ds)
-	var ev eventRef
-	if err := tx.QueryRowContext(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = ?`, eventPK).
-		Scan(&ev.source, &ev.eventID, &ev.entity, &ev.disposition); err != nil {
-		return fmt.Errorf("read event %d: %w", eventPK, err)
-	}
-	if ev.disposition == agg || (ev.disposition != store.DispositionAccepted && ev.disposition != store.DispositionDeadLettered) {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE events SET disposition = ? WHERE pk = ?`, agg, eventPK); err != nil {
-		return fmt.Errorf("set disposition of event %d: %w", eventPK, err)
-	}
-	_, err = insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: "disposition",
-		Source: ev.source, EventID: ev.eventID, Entity: ev.entity, Detail: fmt.Sprintf("%s -> %s", ev.disposition, agg)})
-	return err
-}
 
 // newToken makes a lease token that names its owner and cannot be guessed
 // or repeated by another claim.
@@ -369,19 +304,8 @@ func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingPar
 	return out, nil
 }
 
-// workRow is a work item as FlowApply reads it.
-type workRow struct {
-	flow, entity string
-	eventPK      int64
-	replayID     int64
-	orderKey     string
-	disposition  store.Disposition
-	reason       string
-	ev           eventRef
-}
-
-// FlowApply settles one work item in one transaction; any error rolls the
-// whole of it back.
+// FlowApply settles one work item in one transaction by the ledger's rules
+// (store.RunFlowApply); any error rolls the whole of it back.
 func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
 	if p.Lease == nil {
 		return nil, errors.New("flow apply: no lease")
@@ -389,320 +313,13 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 	var res *store.FlowApplyResult
 	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		var err error
-		res, err = flowApply(ctx, tx, p)
+		res, err = store.RunFlowApply(ctx, applyTx{tx}, p)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
 	}
 	return res, nil
-}
-
-func flowApply(ctx context.Context, tx *wtx, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
-	now := p.Now.UnixMicro()
-	l := p.Lease
-	// Fencing: a worker whose lease expired or was re-claimed writes
-	// nothing. The same read fetches the projection for the revision guard:
-	// the transaction holds SQLite's only write lock, so neither can change
-	// before it commits.
-	var curVersion, curSort, curState string
-	err := tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities
-		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, now).
-		Scan(&curVersion, &curSort, &curState)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrLeaseLost
-	}
-	if err != nil {
-		return nil, fmt.Errorf("check lease: %w", err)
-	}
-
-	var w workRow
-	var doneAt sql.NullInt64
-	err = tx.QueryRowContext(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.order_key, w.done_at, w.disposition, w.reason,
-		e.source, e.event_id, e.entity FROM work w JOIN events e ON e.pk = w.event_pk WHERE w.id = ?`, p.WorkID).
-		Scan(&w.flow, &w.entity, &w.eventPK, &w.replayID, &w.orderKey, &doneAt, &w.disposition, &w.reason,
-			&w.ev.source, &w.ev.eventID, &w.ev.entity)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errors.New("no such work item")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read work: %w", err)
-	}
-	w.ev.pk = w.eventPK
-	if w.flow != l.Flow || w.entity != l.Entity {
-		return nil, fmt.Errorf("work item belongs to %s/%s, not the leased entity", w.flow, w.entity)
-	}
-	if p.EventPK != 0 && p.EventPK != w.eventPK {
-		return nil, fmt.Errorf("work item is for event %d, not %d", w.eventPK, p.EventPK)
-	}
-	if doneAt.Valid {
-		return &store.FlowApplyResult{Disposition: w.disposition, Reason: w.reason}, nil
-	}
-
-	res := &store.FlowApplyResult{}
-	audit := func(action, detail string) error {
-		_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
-			Source: w.ev.source, EventID: w.ev.eventID, Entity: w.entity, Detail: detail})
-		return err
-	}
-	subject := fmt.Sprintf("flow %s entity %s", w.flow, w.entity)
-
-	decided := false
-	switch {
-	case p.Fail != "":
-		res.Disposition, res.Reason, decided = store.DispositionDeadLettered, p.Fail, true
-		if err := audit("dead_lettered", subject+": "+p.Fail); err != nil {
-			return nil, err
-		}
-	case p.CausationID != "" && p.MaxHops > 0 && p.Hop >= p.MaxHops:
-		res.Disposition, decided = store.DispositionDeadLettered, true
-		res.Reason = fmt.Sprintf("loop_hop_limit: causation %s reached hop %d (ceiling %d)", p.CausationID, p.Hop, p.MaxHops)
-		if err := audit("loop_hop_limit", subject+": "+res.Reason); err != nil {
-			return nil, err
-		}
-	case p.CausationID != "":
-		var first int64
-		if err := tx.QueryRowContext(ctx, `INSERT INTO loop_visits (flow, causation_id, event_pk, at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (flow, causation_id) DO UPDATE SET flow = excluded.flow RETURNING event_pk`,
-			w.flow, p.CausationID, w.eventPK, now).Scan(&first); err != nil {
-			return nil, fmt.Errorf("record loop visit: %w", err)
-		}
-		if first != w.eventPK {
-			res.Disposition, decided = store.DispositionDuplicate, true
-			res.Reason = fmt.Sprintf("loop_blocked: causation %s already visited flow %s with event %d", p.CausationID, w.flow, first)
-			if err := audit("loop_blocked", subject+": "+res.Reason); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	if !decided {
-		// The caller passes canonical JSON, so equal states are equal text.
-		res.Disposition, res.Reason = revisionGuard(curVersion, curSort, curState == stateText(p.State), p)
-		if res.Disposition == store.DispositionDeadLettered {
-			if err := audit("dead_lettered", subject+": "+res.Reason); err != nil {
-				return nil, err
-			}
-			if err := audit("key_conflict", store.VersionConflictDetail(subject, p.Version)); err != nil {
-				return nil, err
-			}
-		}
-		if res.Disposition == store.DispositionApplied {
-			if err := apply(ctx, tx, p, w, res, audit); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	if _, err := tx.ExecContext(ctx, `UPDATE work SET done_at = ?, disposition = ?, reason = ?, version_sort = ? WHERE id = ?`,
-		now, res.Disposition, res.Reason, store.AppliedSort(res, p), p.WorkID); err != nil {
-		return nil, fmt.Errorf("settle work: %w", err)
-	}
-	if res.Disposition != store.DispositionApplied { // apply counted it down with the projection
-		// max(settled_key, '') leaves the key alone: a dead letter does
-		// not catch the entity up.
-		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1, settled_key = max(settled_key, ?)
-			WHERE flow = ? AND entity = ?`, store.SettledKey(res, w.orderKey), w.flow, w.entity); err != nil {
-			return nil, fmt.Errorf("count pending: %w", err)
-		}
-	}
-	if err := audit("work_settled", settledDetail(subject, res, p.Version)); err != nil {
-		return nil, err
-	}
-	if err := settleEvent(ctx, tx, w.eventPK, w.replayID, p.Now, p.Actor); err != nil {
-		return nil, err
-	}
-	if p.ReleaseIfDrained {
-		r, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?
-			WHERE flow = ? AND entity = ? AND lease_token = ? AND pending = 0`, leaseFree, w.flow, w.entity, l.Token)
-		if err != nil {
-			return nil, fmt.Errorf("release drained entity: %w", err)
-		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return nil, fmt.Errorf("release drained entity: %w", err)
-		}
-		res.Released = n == 1
-	}
-	return res, nil
-}
-
-// apply writes the projection, supersedes older pending effects of the
-// same names and inserts the new effects behind their episode keys.
-func apply(ctx context.Context, tx *wtx, p *store.FlowApplyParams, w workRow, res *store.FlowApplyResult, audit func(action, detail string) error) error {
-	now := p.Now.UnixMicro()
-	// The work item settles in this transaction, so the pending count goes
-	// down here too, in the same statement.
-	if _, err := tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?,
-		pending = pending - 1, settled_key = max(settled_key, ?) WHERE flow = ? AND entity = ?`,
-		p.Version, p.VersionSort, stateText(p.State), w.eventPK, now, w.orderKey, w.flow, w.entity); err != nil {
-		return fmt.Errorf("update projection: %w", err)
-	}
-	older := `version_sort < ?`
-	if !p.Ordered {
-		older = `version_sort <> ?`
-	}
-	for _, name := range effectNames(p.Effects) {
-		rows, err := tx.QueryContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ?
-			WHERE flow = ? AND entity = ? AND effect = ? AND state IN ('approved', 'retry_wait') AND compensates = 0 AND `+older+`
-			RETURNING episode_key, version`, now, w.flow, w.entity, name, p.VersionSort)
-		if err != nil {
-			return fmt.Errorf("supersede %s: %w", name, err)
-		}
-		var keys []string
-		for rows.Next() {
-			var key, version string
-			if err := rows.Scan(&key, &version); err != nil {
-				rows.Close()
-				return fmt.Errorf("supersede %s: %w", name, err)
-			}
-			keys = append(keys, fmt.Sprintf("%s (version %s superseded by %s)", key, version, p.Version))
-		}
-		if err := rows.Close(); err != nil {
-			return fmt.Errorf("supersede %s: %w", name, err)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if err := audit("effect_superseded", k); err != nil {
-				return err
-			}
-		}
-		res.Superseded += len(keys)
-	}
-	for _, e := range p.Effects {
-		if e.Compensates != 0 {
-			insert, err := compensationNeeded(ctx, tx, p, e, res, audit)
-			if err != nil {
-				return err
-			}
-			if !insert {
-				continue
-			}
-		}
-		r, err := tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
-			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
-			compensates, deadline_at, deadline_warn_at, on_deadline)
-			VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
-			e.EpisodeKey, w.flow, w.entity, p.Version, p.VersionSort, e.Effect, e.Destination, stateText(e.Request),
-			w.eventPK, e.CausationID, e.Hop, now, now, e.Compensates, micros(e.DeadlineAt), micros(e.DeadlineWarnAt), e.OnDeadline)
-		if err != nil {
-			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
-		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
-		}
-		if n == 0 {
-			res.EffectsExisting++
-			// The unique index swallowed the insert. The existing row is
-			// read only now, on the rare conflict: the same key with
-			// another request is a key built from too little (two
-			// different effects collapsed into one), recorded for
-			// key_conflicts instead of vanishing.
-			var existing string
-			if err := tx.QueryRowContext(ctx, `SELECT request FROM effects WHERE episode_key = ?`, e.EpisodeKey).Scan(&existing); err != nil {
-				return fmt.Errorf("read existing effect %s: %w", e.EpisodeKey, err)
-			}
-			if existing != stateText(e.Request) {
-				if err := audit("key_conflict", store.EpisodeConflictDetail(e.EpisodeKey)); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		res.EffectsInserted++
-		if err := audit("effect_approved", e.EpisodeKey); err != nil {
-			return err
-		}
-	}
-	for _, e := range p.Skipped {
-		if err := audit("effect_skipped", e.EpisodeKey+": "+e.Reason); err != nil {
-			return err
-		}
-		res.EffectsSkipped++
-	}
-	return nil
-}
-
-// compensationNeeded decides, from the original's state in this
-// transaction, whether a compensation (compensate_when held) is inserted:
-// an original never sent is superseded instead, one that ended superseded
-// or dead needs nothing undone, any other is compensated.
-func compensationNeeded(ctx context.Context, tx *wtx, p *store.FlowApplyParams, e *store.EffectInsert,
-	res *store.FlowApplyResult, audit func(action, detail string) error) (bool, error) {
-	var key, version string
-	var state store.EffectState
-	err := tx.QueryRowContext(ctx, `SELECT episode_key, version, state FROM effects WHERE id = ?`, e.Compensates).
-		Scan(&key, &version, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, audit("effect_skipped", store.MissingOriginalDetail(e))
-	}
-	if err != nil {
-		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
-	}
-	switch store.CompensationDecision(state) {
-	case store.CompensateSupersede:
-		if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ? WHERE id = ?`,
-			p.Now.UnixMicro(), e.Compensates); err != nil {
-			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
-		}
-		res.Superseded++
-		return false, audit("effect_superseded", store.CompensationSupersededDetail(key, version, p.Version))
-	case store.CompensateNothing:
-		return false, nil
-	}
-	return true, nil
-}
-
-// revisionGuard decides what an event's version does to the projection.
-func revisionGuard(curVersion, curSort string, sameState bool, p *store.FlowApplyParams) (store.Disposition, string) {
-	if curSort == "" {
-		return store.DispositionApplied, ""
-	}
-	switch {
-	case p.VersionSort == curSort:
-		if sameState {
-			return store.DispositionDuplicate, fmt.Sprintf("version %s already applied", p.Version)
-		}
-		return store.DispositionDeadLettered, fmt.Sprintf("version_conflict: version %s already applied with a different state", p.Version)
-	case !p.Ordered:
-		// A different hash was refetched after the current one: newer.
-		return store.DispositionApplied, ""
-	case p.VersionSort > curSort:
-		return store.DispositionApplied, ""
-	default:
-		return store.DispositionStale, fmt.Sprintf("version %s is older than applied %s", p.Version, curVersion)
-	}
-}
-
-func settledDetail(subject string, res *store.FlowApplyResult, version string) string {
-	if res.Disposition == store.DispositionApplied {
-		return fmt.Sprintf("%s: applied %s", subject, version)
-	}
-	return fmt.Sprintf("%s: %s: %s", subject, res.Disposition, res.Reason)
-}
-
-// effectNames returns the distinct effect names in first-seen order. A
-// compensation supersedes nothing by name: it undoes one effect, and the
-// decision about that effect is compensationNeeded's.
-func effectNames(es []*store.EffectInsert) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, e := range es {
-		if e.Compensates == 0 && !seen[e.Effect] {
-			seen[e.Effect] = true
-			out = append(out, e.Effect)
-		}
-	}
-	return out
-}
-
-// stateText stores an absent JSON value as JSON null.
-func stateText(b []byte) string {
-	if len(b) == 0 {
-		return "null"
-	}
-	return string(b)
 }
 
 // ProjectionGet returns one entity's projection, or nil when it has none.

@@ -1229,3 +1229,45 @@ func testSkippedEffects(t *testing.T, o Opener) {
 		t.Fatalf("a stale event recorded a skip: %+v", rows)
 	}
 }
+
+// testEqualJSON: the ledger's equality questions are about JSON values,
+// not text, on every driver (PostgreSQL's jsonb reorders keys and
+// respaces; SQLite keeps the text). The same version with the same state
+// written differently is a duplicate, not a version conflict, and the same
+// episode key with the same request written differently is no key
+// conflict; a number that differs only beyond float64's precision is a
+// different state.
+func testEqualJSON(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	req := func(key, body string) *store.EffectInsert {
+		e := eff(key, "notify")
+		e.Request = []byte(body)
+		return e
+	}
+	steps := []struct {
+		ap   store.FlowApplyParams
+		want store.Disposition
+	}{
+		{rev(2, `{"a":1,"b":[1,2],"n":9007199254740993}`, req("k2", `{"x":1,"y":"z"}`)), store.DispositionApplied},
+		{rev(2, `{"n":9007199254740993, "b":[1, 2.0], "a":1e0}`), store.DispositionDuplicate},
+		{rev(2, `{"a":1,"b":[1,2],"n":9007199254740992}`), store.DispositionDeadLettered},
+		{rev(3, `{"a":3}`, req("k2", `{ "y": "z", "x": 1.0 }`)), store.DispositionApplied},
+		{rev(4, `{"a":4}`, req("k2", `{"y":"z","x":2}`)), store.DispositionApplied},
+	}
+	for i := range steps {
+		pk := f.event(fmt.Sprintf("evt_%d", i))
+		f.route(t0, to(pk, rt("deals", "d1", fmt.Sprintf("k%d", i))))
+	}
+	for i, s := range steps {
+		res := f.step("deals", "d1", t0.Add(time.Duration(i)*time.Second), s.ap)
+		if res.Disposition != s.want {
+			t.Fatalf("step %d: %s %q, want %s", i, res.Disposition, res.Reason, s.want)
+		}
+	}
+	// Step 3 repeats k2 with an equal request: no conflict; step 4 with
+	// another request: one.
+	if rows := f.audit("key_conflict"); len(rows) != 2 || !strings.Contains(rows[0].Detail, "version_conflict") && !strings.Contains(rows[0].Detail, "r2") ||
+		!strings.Contains(rows[1].Detail, "k2") {
+		t.Fatalf("key_conflict audit = %+v, want the version conflict of step 2 and the episode conflict of step 4", rows)
+	}
+}

@@ -76,6 +76,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineClaimConcurrent", testClaimConcurrent},
 		{"PipelineFencing", testFencing},
 		{"PipelineRevisionGuard", testRevisionGuard},
+		{"PipelineEqualJSON", testEqualJSON},
 		{"PipelineDossierLateRevision", testDossierLateRevision},
 		{"EntityHistoryBusinessOrder", testEntityHistory},
 		{"PipelineHashVersions", testHashVersions},

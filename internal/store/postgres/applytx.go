@@ -1,0 +1,239 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// applyTx is store.ApplyTx on a pipelined transaction: every method that
+// returns only an error queues its statement (pipeTx).
+type applyTx struct{ t *pipeTx }
+
+var _ store.ApplyTx = applyTx{}
+
+// ApplyRead fences and reads in one statement: the UPDATE in the CTE is
+// the fencing (it matches only while the token holds an unexpired lease)
+// and row-locks the entity until the commit, so a claimer skips it.
+func (a applyTx) ApplyRead(ctx context.Context, p *store.FlowApplyParams) (*store.ApplyRow, error) {
+	l := p.Lease
+	var w *store.ApplyRow
+	err := a.t.query(ctx, "read work", `WITH f AS (UPDATE entities SET lease_until = lease_until
+			WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND lease_until > $4
+			RETURNING version, version_sort, state::text AS state)
+		SELECT f.version, f.version_sort, f.state, w.flow, w.entity, w.event_pk, w.replay_id, w.order_key,
+			w.done_at IS NOT NULL, w.disposition, w.reason, e.source, e.event_id
+		FROM f LEFT JOIN (work w JOIN events e ON e.pk = w.event_pk) ON w.id = $5`,
+		[]any{l.Flow, l.Entity, l.Token, p.Now, p.WorkID}, func(rows pgx.Rows) error {
+			if !rows.Next() {
+				return nil
+			}
+			var state string
+			var flow, entity, orderKey, disposition, reason, source, eventID *string
+			var eventPK, replayID *int64
+			var done *bool
+			r := &store.ApplyRow{}
+			if err := rows.Scan(&r.Version, &r.VersionSort, &state, &flow, &entity, &eventPK, &replayID, &orderKey,
+				&done, &disposition, &reason, &source, &eventID); err != nil {
+				return err
+			}
+			r.State = []byte(state)
+			if flow != nil {
+				r.Flow, r.Entity, r.EventPK, r.ReplayID, r.OrderKey = *flow, *entity, *eventPK, *replayID, *orderKey
+				r.Done, r.Disposition, r.Reason, r.Source, r.EventID = *done, store.Disposition(*disposition), *reason, *source, *eventID
+			}
+			w = r
+			return nil
+		})
+	switch {
+	case err != nil:
+		return nil, err
+	case w == nil:
+		return nil, store.ErrLeaseLost
+	case w.Flow == "":
+		return nil, store.ErrNoWork
+	}
+	return w, nil
+}
+
+// LoopVisit: a concurrent first visit of the same causation waits on the
+// unique index for the other transaction, then sees its row.
+func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventPK int64, now time.Time) (int64, error) {
+	var first int64
+	err := a.t.query(ctx, "record loop visit", `INSERT INTO loop_visits (flow, causation_id, event_pk, at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (flow, causation_id) DO UPDATE SET flow = excluded.flow RETURNING event_pk`,
+		[]any{flow, causationID, eventPK, now}, func(rows pgx.Rows) error {
+			if !rows.Next() {
+				return errors.New("no loop visit returned")
+			}
+			return rows.Scan(&first)
+		})
+	return first, err
+}
+
+func (a applyTx) WriteProjection(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
+	a.t.exec("update projection", `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
+		pending = pending - 1, settled_key = GREATEST(settled_key, $8) WHERE flow = $6 AND entity = $7`,
+		p.Version, p.VersionSort, string(store.StateJSON(p.State)), w.EventPK, p.Now, w.Flow, w.Entity, w.OrderKey)
+	return nil
+}
+
+func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams) ([]store.SupersededEffect, error) {
+	older := `version_sort < $5`
+	if !p.Ordered {
+		older = `version_sort <> $5`
+	}
+	var out []store.SupersededEffect
+	err := a.t.query(ctx, "supersede "+name, `UPDATE effects SET state = 'superseded', updated_at = $1
+		WHERE flow = $2 AND entity = $3 AND effect = $4 AND state IN ('approved', 'retry_wait') AND compensates = 0 AND `+older+`
+		RETURNING episode_key, version`, []any{p.Now, w.Flow, w.Entity, name, p.VersionSort}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var s store.SupersededEffect
+			if err := rows.Scan(&s.EpisodeKey, &s.Version); err != nil {
+				return err
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// LockEffect locks the original FOR UPDATE: a delivery claim skips the
+// locked row, so it cannot send the effect between the decision and the
+// commit.
+func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string, state store.EffectState, found bool, err error) {
+	err = a.t.query(ctx, "lock effect", `SELECT episode_key, version, state FROM effects WHERE id = $1 FOR UPDATE`,
+		[]any{id}, func(rows pgx.Rows) error {
+			if !rows.Next() {
+				return nil
+			}
+			found = true
+			return rows.Scan(&key, &version, &state)
+		})
+	return key, version, state, found, err
+}
+
+func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) error {
+	a.t.exec("supersede effect", `UPDATE effects SET state = 'superseded', updated_at = $1 WHERE id = $2`, now, id)
+	return nil
+}
+
+// InsertEffect answers both questions in one statement: the CTE inserts,
+// and the outer select reads the row that was there before (the
+// statement's snapshot cannot see its own insert). A conflicting row
+// committed by another transaction after that snapshot is read again on
+// its own.
+func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert) (bool, []byte, error) {
+	var inserted bool
+	var existing *string
+	err := a.t.query(ctx, "insert effect", `WITH ins AS (INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
+			compensates, deadline_at, deadline_warn_at, on_deadline)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'approved', $8::jsonb, $9, $10, $11, $12, $12, $13, $14, $15, $16)
+			ON CONFLICT (episode_key) DO NOTHING RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM ins), (SELECT request::text FROM effects WHERE episode_key = $1)`,
+		[]any{e.EpisodeKey, w.Flow, w.Entity, p.Version, p.VersionSort, e.Effect, e.Destination, string(store.StateJSON(e.Request)),
+			w.EventPK, e.CausationID, e.Hop, p.Now, e.Compensates, nullTime(e.DeadlineAt), nullTime(e.DeadlineWarnAt), e.OnDeadline},
+		func(rows pgx.Rows) error {
+			if !rows.Next() {
+				return errors.New("no insert result")
+			}
+			return rows.Scan(&inserted, &existing)
+		})
+	if err != nil || inserted {
+		return inserted, nil, err
+	}
+	if existing == nil {
+		err = a.t.query(ctx, "read existing effect", `SELECT request::text FROM effects WHERE episode_key = $1`,
+			[]any{e.EpisodeKey}, func(rows pgx.Rows) error {
+				if rows.Next() {
+					return rows.Scan(&existing)
+				}
+				return nil
+			})
+		if err != nil || existing == nil {
+			return false, nil, errors.Join(err, errors.New("the conflicting effect is not readable"))
+		}
+	}
+	return false, []byte(*existing), nil
+}
+
+func (a applyTx) SettleWork(_ context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
+	a.t.exec("settle work", `UPDATE work SET done_at = $1, disposition = $2, reason = $3, version_sort = $4 WHERE id = $5`,
+		p.Now, res.Disposition, res.Reason, sortKey, p.WorkID)
+	return nil
+}
+
+// CountDown: GREATEST(settled_key, '') leaves the key alone, so a dead
+// letter does not catch the entity up.
+func (a applyTx) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) error {
+	a.t.exec("count pending", `UPDATE entities SET pending = pending - 1, settled_key = GREATEST(settled_key, $3)
+		WHERE flow = $1 AND entity = $2`, w.Flow, w.Entity, settledKey)
+	return nil
+}
+
+func (a applyTx) Audit(_ context.Context, p *store.AuditInsertParams) error {
+	a.t.exec("insert audit "+p.Action, insertAuditSQL, p.At, p.Actor, p.Action, p.Source, p.EventID, p.Entity, p.Detail)
+	return nil
+}
+
+// EventWork locks the event FOR NO KEY UPDATE, not FOR UPDATE: effect
+// inserts earlier in the same transaction hold FOR KEY SHARE on the event
+// row (their foreign key), and FOR UPDATE conflicts with another
+// transaction's KEY SHARE, so two flows settling one event would
+// deadlock. NO KEY UPDATE still serialises the settlers, and it is the
+// level the disposition UPDATE takes anyway.
+//
+// The lock and the read are two statements in one round trip: a statement
+// that waited for a row lock sees the rows it joins as of its start, so a
+// read in the locking statement would miss the other settler's work row
+// and leave the event accepted forever; the next statement takes a fresh
+// snapshot after the lock is held.
+func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store.EventWorkRow, error) {
+	var head *store.EventHead
+	var out []store.EventWorkRow
+	a.t.exec("lock event", `SELECT 1 FROM events WHERE pk = $1 FOR NO KEY UPDATE`, pk)
+	err := a.t.query(ctx, "read event work", `SELECT e.source, e.event_id, e.entity, e.disposition, w.done_at IS NULL, w.replay_id, w.disposition
+		FROM events e LEFT JOIN work w ON w.event_pk = e.pk WHERE e.pk = $1`,
+		[]any{pk}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var h store.EventHead
+				var pending *bool
+				var replayID *int64
+				var d *string
+				if err := rows.Scan(&h.Source, &h.EventID, &h.Entity, &h.Disposition, &pending, &replayID, &d); err != nil {
+					return err
+				}
+				head = &h
+				if pending != nil {
+					out = append(out, store.EventWorkRow{Pending: *pending, ReplayID: *replayID, Disposition: store.Disposition(*d)})
+				}
+			}
+			return nil
+		})
+	if err == nil && head == nil {
+		err = errors.New("no such event")
+	}
+	return head, out, err
+}
+
+func (a applyTx) SetDisposition(_ context.Context, pk int64, d store.Disposition) error {
+	a.t.exec("set disposition", `UPDATE events SET disposition = $1 WHERE pk = $2`, d, pk)
+	return nil
+}
+
+func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string) (bool, error) {
+	released := false
+	err := a.t.query(ctx, "release drained entity", `UPDATE entities SET lease_token = '', lease_until = '-infinity'
+		WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND pending = 0 RETURNING 1`,
+		[]any{flow, entity, token}, func(rows pgx.Rows) error {
+			released = rows.Next()
+			return nil
+		})
+	return released, err
+}

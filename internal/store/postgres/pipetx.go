@@ -1,0 +1,130 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pipeTx is a transaction whose statements are pipelined: a statement
+// whose answer the caller does not need (an audit row, a counter, a
+// disposition) is queued and sent together with the next statement that
+// returns rows, or with COMMIT, in one round trip. BEGIN itself travels
+// with the first read. A settle that used to cost a round trip per
+// statement (17 for an applied event with one effect) costs five or six,
+// and each round trip is a wake-up of both processes on a busy machine
+// (docs/architecture.md, "Storage"). The order of statements is kept, so
+// the transaction means exactly what it meant statement by statement.
+//
+// Errors of queued statements surface at the flush that sent them,
+// labelled with the statement they belong to; the caller then rolls back.
+type pipeTx struct {
+	conn   *pgxpool.Conn
+	batch  *pgx.Batch
+	labels []string
+}
+
+// beginPipe takes a connection and queues BEGIN.
+func (s *Store) beginPipe(ctx context.Context) (*pipeTx, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &pipeTx{conn: conn, batch: &pgx.Batch{}}
+	t.exec("begin", "BEGIN")
+	return t, nil
+}
+
+// exec queues a statement whose result only matters as success.
+func (t *pipeTx) exec(label, sql string, args ...any) {
+	t.batch.Queue(sql, args...)
+	t.labels = append(t.labels, label)
+}
+
+// query sends the queue and then sql, and hands sql's rows to scan.
+func (t *pipeTx) query(ctx context.Context, label, sql string, args []any, scan func(pgx.Rows) error) error {
+	t.batch.Queue(sql, args...)
+	t.labels = append(t.labels, label)
+	return t.flush(ctx, scan)
+}
+
+// flush sends the queue; when last is not nil, the last queued statement
+// returns rows and last reads them.
+func (t *pipeTx) flush(ctx context.Context, last func(pgx.Rows) error) error {
+	if t.batch.Len() == 0 {
+		return nil
+	}
+	b, labels := t.batch, t.labels
+	t.batch, t.labels = &pgx.Batch{}, nil
+	br := t.conn.SendBatch(ctx, b)
+	n := len(labels)
+	if last != nil {
+		n--
+	}
+	for i := range n {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("%s: %w", labels[i], err)
+		}
+	}
+	if last != nil {
+		rows, err := br.Query()
+		if err == nil {
+			err = last(rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			br.Close()
+			return fmt.Errorf("%s: %w", labels[len(labels)-1], err)
+		}
+	}
+	return br.Close()
+}
+
+// commit sends what is queued with COMMIT and gives the connection back.
+func (t *pipeTx) commit(ctx context.Context) error {
+	t.exec("commit", "COMMIT")
+	err := t.flush(ctx, nil)
+	if err != nil {
+		t.rollback()
+		return err
+	}
+	t.conn.Release()
+	return nil
+}
+
+// rollback ends a failed transaction and gives the connection back. The
+// pool closes a connection that is not idle outside a transaction when it
+// comes back, so a ROLLBACK that could not be sent (a dead connection, a
+// canceled context) loses nothing but that connection.
+func (t *pipeTx) rollback() {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	if t.conn.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = t.conn.Exec(ctx, "ROLLBACK") //nolint:errcheck // see above
+	}
+	t.conn.Release()
+}
+
+// inPipe runs fn in a pipelined transaction and commits it; any error
+// rolls the whole of it back.
+func (s *Store) inPipe(ctx context.Context, fn func(*pipeTx) error) error {
+	t, err := s.beginPipe(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(t); err != nil {
+		t.rollback()
+		return err
+	}
+	return t.commit(ctx)
+}
+
+// rollbackTimeout bounds the ROLLBACK of a failed pipelined transaction.
+const rollbackTimeout = 5 * time.Second

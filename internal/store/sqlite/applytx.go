@@ -1,0 +1,180 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// applyTx is store.ApplyTx on SQLite's write transaction. The transaction
+// holds the database's only write lock, so nothing it read can change
+// before it commits: no row locks are needed.
+type applyTx struct{ tx *wtx }
+
+var _ store.ApplyTx = applyTx{}
+
+// ApplyRead: the fencing read also fetches the projection for the
+// revision guard.
+func (a applyTx) ApplyRead(ctx context.Context, p *store.FlowApplyParams) (*store.ApplyRow, error) {
+	l := p.Lease
+	w := &store.ApplyRow{}
+	var state string
+	err := a.tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities
+		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, p.Now.UnixMicro()).
+		Scan(&w.Version, &w.VersionSort, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrLeaseLost
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.State = []byte(state)
+	var doneAt sql.NullInt64
+	err = a.tx.QueryRowContext(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.order_key, w.done_at, w.disposition, w.reason,
+		e.source, e.event_id FROM work w JOIN events e ON e.pk = w.event_pk WHERE w.id = ?`, p.WorkID).
+		Scan(&w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey, &doneAt, &w.Disposition, &w.Reason, &w.Source, &w.EventID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNoWork
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.Done = doneAt.Valid
+	return w, nil
+}
+
+func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventPK int64, now time.Time) (int64, error) {
+	var first int64
+	err := a.tx.QueryRowContext(ctx, `INSERT INTO loop_visits (flow, causation_id, event_pk, at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (flow, causation_id) DO UPDATE SET flow = excluded.flow RETURNING event_pk`,
+		flow, causationID, eventPK, now.UnixMicro()).Scan(&first)
+	return first, err
+}
+
+func (a applyTx) WriteProjection(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?,
+		pending = pending - 1, settled_key = max(settled_key, ?) WHERE flow = ? AND entity = ?`,
+		p.Version, p.VersionSort, string(store.StateJSON(p.State)), w.EventPK, p.Now.UnixMicro(), w.OrderKey, w.Flow, w.Entity)
+	return err
+}
+
+func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams) ([]store.SupersededEffect, error) {
+	older := `version_sort < ?`
+	if !p.Ordered {
+		older = `version_sort <> ?`
+	}
+	rows, err := a.tx.QueryContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ?
+		WHERE flow = ? AND entity = ? AND effect = ? AND state IN ('approved', 'retry_wait') AND compensates = 0 AND `+older+`
+		RETURNING episode_key, version`, p.Now.UnixMicro(), w.Flow, w.Entity, name, p.VersionSort)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.SupersededEffect
+	for rows.Next() {
+		var s store.SupersededEffect
+		if err := rows.Scan(&s.EpisodeKey, &s.Version); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Close()
+}
+
+func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string, state store.EffectState, found bool, err error) {
+	err = a.tx.QueryRowContext(ctx, `SELECT episode_key, version, state FROM effects WHERE id = ?`, id).Scan(&key, &version, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", "", false, nil
+	}
+	return key, version, state, err == nil, err
+}
+
+func (a applyTx) SupersedeEffect(ctx context.Context, id int64, now time.Time) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ? WHERE id = ?`, now.UnixMicro(), id)
+	return err
+}
+
+// InsertEffect reads the existing row only on the rare conflict.
+func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert) (bool, []byte, error) {
+	now := p.Now.UnixMicro()
+	r, err := a.tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+		state, request, source_event_pk, causation_id, hop, created_at, updated_at,
+		compensates, deadline_at, deadline_warn_at, on_deadline)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
+		e.EpisodeKey, w.Flow, w.Entity, p.Version, p.VersionSort, e.Effect, e.Destination, string(store.StateJSON(e.Request)),
+		w.EventPK, e.CausationID, e.Hop, now, now, e.Compensates, micros(e.DeadlineAt), micros(e.DeadlineWarnAt), e.OnDeadline)
+	if err != nil {
+		return false, nil, err
+	}
+	n, err := r.RowsAffected()
+	if err != nil || n == 1 {
+		return n == 1, nil, err
+	}
+	var existing string
+	if err := a.tx.QueryRowContext(ctx, `SELECT request FROM effects WHERE episode_key = ?`, e.EpisodeKey).Scan(&existing); err != nil {
+		return false, nil, err
+	}
+	return false, []byte(existing), nil
+}
+
+func (a applyTx) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE work SET done_at = ?, disposition = ?, reason = ?, version_sort = ? WHERE id = ?`,
+		p.Now.UnixMicro(), res.Disposition, res.Reason, sortKey, p.WorkID)
+	return err
+}
+
+// CountDown: max(settled_key, '') leaves the key alone, so a dead letter
+// does not catch the entity up.
+func (a applyTx) CountDown(ctx context.Context, w *store.ApplyRow, settledKey string) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1, settled_key = max(settled_key, ?)
+		WHERE flow = ? AND entity = ?`, settledKey, w.Flow, w.Entity)
+	return err
+}
+
+func (a applyTx) Audit(ctx context.Context, p *store.AuditInsertParams) error {
+	_, err := insertAudit(ctx, a.tx, p)
+	return err
+}
+
+// EventWork needs no lock: the write transaction is alone. One read of
+// the event's work rows (a handful: one per flow and pass) answers both
+// questions, whether any is pending and what this pass adds up to.
+func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store.EventWorkRow, error) {
+	h := &store.EventHead{}
+	if err := a.tx.QueryRowContext(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = ?`, pk).
+		Scan(&h.Source, &h.EventID, &h.Entity, &h.Disposition); err != nil {
+		return nil, nil, err
+	}
+	rows, err := a.tx.QueryContext(ctx, `SELECT done_at IS NULL, replay_id, disposition FROM work WHERE event_pk = ?`, pk)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []store.EventWorkRow
+	for rows.Next() {
+		var r store.EventWorkRow
+		if err := rows.Scan(&r.Pending, &r.ReplayID, &r.Disposition); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		out = append(out, r)
+	}
+	return h, out, rows.Close()
+}
+
+func (a applyTx) SetDisposition(ctx context.Context, pk int64, d store.Disposition) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE events SET disposition = ? WHERE pk = ?`, d, pk)
+	return err
+}
+
+func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string) (bool, error) {
+	r, err := a.tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?
+		WHERE flow = ? AND entity = ? AND lease_token = ? AND pending = 0`, leaseFree, flow, entity, token)
+	if err != nil {
+		return false, err
+	}
+	n, err := r.RowsAffected()
+	return n == 1, err
+}
