@@ -169,7 +169,7 @@ func (a applyTx) SettleWork(_ context.Context, p *store.FlowApplyParams, res *st
 	return nil
 }
 
-// CountDown: GREATEST(settled_key, '') leaves the key alone, so a dead
+// CountDown: GREATEST(settled_key, ”) leaves the key alone, so a dead
 // letter does not catch the entity up.
 func (a applyTx) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) error {
 	a.t.exec("count pending", `UPDATE entities SET pending = pending - 1, settled_key = GREATEST(settled_key, $3)

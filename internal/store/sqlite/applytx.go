@@ -126,7 +126,7 @@ func (a applyTx) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *
 	return err
 }
 
-// CountDown: max(settled_key, '') leaves the key alone, so a dead letter
+// CountDown: max(settled_key, ”) leaves the key alone, so a dead letter
 // does not catch the entity up.
 func (a applyTx) CountDown(ctx context.Context, w *store.ApplyRow, settledKey string) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1, settled_key = max(settled_key, ?)
