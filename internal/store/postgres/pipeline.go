@@ -79,50 +79,86 @@ type routed struct {
 	route store.Route
 }
 
-// EventRoute records the decisions in one transaction. Each event is
-// claimed first by setting its routed flag under a row lock: a second
-// router blocks on that lock, then finds the event routed and skips the
-// decision as a whole, so concurrent routing creates no duplicate work.
+// EventRoute records the decisions in one pipelined transaction: one
+// round trip claims the events, one carries every entity and work row
+// with the check for events left without pending work, one commits. An
+// event is claimed by setting its routed flag under a row lock; rows
+// another router holds are skipped (SKIP LOCKED), so concurrent routing
+// creates no duplicate work and never waits on another router: an event
+// whose router rolls back is still unrouted and found again.
 func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		decisions := slices.Clone(p.Decisions)
-		slices.SortStableFunc(decisions, func(a, b *store.RouteDecision) int { return cmp.Compare(a.EventPK, b.EventPK) })
+	err := s.inPipe(ctx, func(t *pipeTx) error {
+		byPK := make(map[int64]*store.RouteDecision, len(p.Decisions))
+		pks := make([]int64, 0, len(p.Decisions))
+		for _, d := range p.Decisions {
+			if _, ok := byPK[d.EventPK]; !ok {
+				pks = append(pks, d.EventPK)
+			}
+			byPK[d.EventPK] = d
+		}
+		slices.Sort(pks)
 		var claimed []eventRef
+		err := t.query(ctx, "mark routed", `WITH c AS (SELECT pk FROM events WHERE pk = ANY($1) AND NOT routed
+				ORDER BY pk FOR UPDATE SKIP LOCKED)
+			UPDATE events e SET routed = true FROM c WHERE e.pk = c.pk
+			RETURNING e.pk, e.source, e.event_id, e.type, e.entity, e.disposition`, []any{pks}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var ev eventRef
+				if err := rows.Scan(&ev.pk, &ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition); err != nil {
+					return err
+				}
+				claimed = append(claimed, ev)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(claimed, func(a, b eventRef) int { return cmp.Compare(a.pk, b.pk) })
 		var items []routed
-		for _, d := range decisions {
-			var ev eventRef
-			err := tx.QueryRow(ctx, `UPDATE events SET routed = true WHERE pk = $1 AND NOT routed
-				RETURNING pk, source, event_id, type, entity, disposition`, d.EventPK).
-				Scan(&ev.pk, &ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition)
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue // already routed, or no such event
-			}
-			if err != nil {
-				return fmt.Errorf("event %d: mark routed: %w", d.EventPK, err)
-			}
-			claimed = append(claimed, ev)
+		var withWork []int64
+		audit := applyTx{t}
+		for _, ev := range claimed {
+			d := byPK[ev.pk]
 			if len(d.Routes) == 0 {
 				if ev.disposition != store.DispositionAccepted {
 					continue
 				}
-				if _, err := tx.Exec(ctx, `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk); err != nil {
-					return fmt.Errorf("event %d: set unrouted: %w", ev.pk, err)
-				}
-				if _, err := tx.Exec(ctx, insertAuditSQL, p.Now, "router", "disposition", ev.source, ev.eventID, ev.entity,
-					fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)); err != nil {
-					return fmt.Errorf("event %d: %w", ev.pk, wrapErr("insert audit", err))
-				}
+				t.exec("set unrouted", `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk)
+				_ = audit.Audit(ctx, &store.AuditInsertParams{At: p.Now, Actor: "router", Action: store.ActionDisposition,
+					Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
+					Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
 				continue
 			}
 			for _, r := range d.Routes {
 				items = append(items, routed{ev: ev, route: r})
 			}
+			withWork = append(withWork, ev.pk)
 		}
-		if _, err := enqueue(ctx, tx, p.Now, items, 0, "router"); err != nil {
+		if err := enqueue(ctx, t, p.Now, items, 0, "router"); err != nil {
 			return err
 		}
-		for _, ev := range claimed {
-			if err := settleEvent(ctx, tx, ev.pk, 0, p.Now, "router"); err != nil {
+		// An event routed to flows normally has pending work now. One
+		// whose every route failed (dead letters), or whose work rows all
+		// existed already, settles by the aggregate rule.
+		var settle []int64
+		err = t.query(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
+			WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = pk AND done_at IS NULL) ORDER BY pk`,
+			[]any{withWork}, func(rows pgx.Rows) error {
+				for rows.Next() {
+					var pk int64
+					if err := rows.Scan(&pk); err != nil {
+						return err
+					}
+					settle = append(settle, pk)
+				}
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		for _, pk := range settle {
+			if err := store.SettleEvent(ctx, applyTx{t}, pk, 0, p.Now, "router"); err != nil {
 				return err
 			}
 		}
@@ -134,50 +170,30 @@ func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error
 	return nil
 }
 
-// enqueue creates the work rows of routes for one pass, in (flow, entity)
-// order, and returns how many pending rows it inserted. Failed routes are
-// inserted already settled as dead letters.
-func enqueue(ctx context.Context, tx pgx.Tx, now time.Time, items []routed, replayID int64, actor string) (int, error) {
+// enqueue queues the work rows of routes for one pass, in (flow, entity)
+// order (the order every writer locks entities in). Failed routes are
+// inserted already settled as dead letters. Each pending row and its
+// entity's counters are one statement: the UPDATE runs only when the
+// INSERT was not swallowed by an existing row.
+func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, replayID int64, actor string) error {
 	slices.SortStableFunc(items, func(a, b routed) int {
 		return cmp.Or(cmp.Compare(a.route.Flow, b.route.Flow), cmp.Compare(a.route.Entity, b.route.Entity))
 	})
-	inserted := 0
 	for _, it := range items {
 		r, ev := it.route, it.ev
-		if _, err := tx.Exec(ctx, `INSERT INTO entities (flow, entity, updated_at) VALUES ($1, $2, $3)
-			ON CONFLICT (flow, entity) DO NOTHING`, r.Flow, r.Entity, now); err != nil {
-			return 0, fmt.Errorf("upsert entity %s/%s: %w", r.Flow, r.Entity, err)
-		}
+		t.exec("upsert entity "+r.Flow+"/"+r.Entity, `INSERT INTO entities (flow, entity, updated_at) VALUES ($1, $2, $3)
+			ON CONFLICT (flow, entity) DO NOTHING`, r.Flow, r.Entity, now)
 		if r.Failed != "" {
-			tag, err := tx.Exec(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
-				VALUES ($1, $2, $3, $4, $5, $6, $6, 'dead_lettered', $7) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-				r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, now, r.Failed)
-			if err != nil {
-				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
-			}
-			if tag.RowsAffected() == 0 {
-				continue
-			}
 			// A route that failed is still the entity's newest news: it
-			// counts for revision_lag like any other (rare, so a statement
-			// of its own).
-			if _, err := tx.Exec(ctx, `UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2`,
-				r.Flow, r.Entity, now, r.OrderKey); err != nil {
-				return 0, fmt.Errorf("newest key of %s/%s: %w", r.Flow, r.Entity, err)
-			}
-			if _, err := tx.Exec(ctx, insertAuditSQL, now, actor, "dead_lettered", ev.source, ev.eventID, r.Entity,
-				fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed)); err != nil {
-				return 0, wrapErr("insert audit", err)
-			}
-			continue
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-			r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, now)
-		if err != nil {
-			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
-		}
-		if tag.RowsAffected() == 0 {
+			// counts for revision_lag like any other. The audit row is
+			// written only when the dead letter is new.
+			t.exec("insert failed work for "+r.Flow, `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
+					VALUES ($1, $2, $5, $6, $4, $3, $3, 'dead_lettered', $7) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1),
+				up AS (UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins))
+				INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+				SELECT $3, $8, 'dead_lettered', $9, $10, $2, $11 WHERE EXISTS (SELECT 1 FROM ins)`,
+				r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID, r.Failed, actor, ev.source, ev.eventID,
+				fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed))
 			continue
 		}
 		// An entity that becomes ready joins the back of the claim order
@@ -185,14 +201,14 @@ func enqueue(ctx context.Context, tx pgx.Tx, now time.Time, items []routed, repl
 		// whose key sorts late is not starved by newer ones. A retry's
 		// later not_before is kept. The same statement advances the
 		// entity's newest routed key for revision_lag.
-		if _, err := tx.Exec(ctx, `UPDATE entities SET pending = pending + 1,
-			not_before = CASE WHEN pending = 0 AND not_before < $3 THEN $3 ELSE not_before END, `+newestKeySet+`
-			WHERE flow = $1 AND entity = $2`, r.Flow, r.Entity, now, r.OrderKey); err != nil {
-			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
-		}
-		inserted++
+		t.exec("insert work for "+r.Flow, `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
+				VALUES ($1, $2, $5, $6, $4, $3) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1)
+			UPDATE entities SET pending = pending + 1,
+				not_before = CASE WHEN pending = 0 AND not_before < $3 THEN $3 ELSE not_before END, `+newestKeySet+`
+			WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins)`,
+			r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID)
 	}
-	return inserted, nil
+	return nil
 }
 
 // newestKeySet advances an entity's newest routed order key ($4; $3 is
@@ -202,65 +218,6 @@ func enqueue(ctx context.Context, tx pgx.Tx, now time.Time, items []routed, repl
 // columns, which the parameter takes on: byte order, as in SQLite.
 const newestKeySet = `behind_since = CASE WHEN newest_key <= settled_key AND $4 > settled_key THEN $3 ELSE behind_since END,
 	newest_key = GREATEST(newest_key, $4)`
-
-// aggregate is the event disposition over the work rows of one pass.
-func aggregate(ds []store.Disposition) store.Disposition {
-	for _, d := range []store.Disposition{store.DispositionDeadLettered, store.DispositionApplied, store.DispositionDuplicate} {
-		if slices.Contains(ds, d) {
-			return d
-		}
-	}
-	return store.DispositionStale
-}
-
-// settleEvent applies the aggregate rule once an event has no pending work:
-// the disposition becomes the aggregate of the pass just settled, but only
-// over accepted or dead_lettered (a replay repairs a dead letter and never
-// downgrades an applied event). The event row is locked before counting:
-// two flows settling their items of one event at once would otherwise each
-// see the other's item pending and leave the event accepted forever. The
-// lock is FOR NO KEY UPDATE, not FOR UPDATE: the effect inserts earlier in
-// the same transaction hold FOR KEY SHARE on this row (their foreign key),
-// and FOR UPDATE conflicts with another transaction's KEY SHARE, so two
-// flows settling one event would deadlock. NO KEY UPDATE still serialises
-// the settlers, and it is the level the disposition UPDATE takes anyway.
-func settleEvent(ctx context.Context, tx pgx.Tx, eventPK, replayID int64, now time.Time, actor string) error {
-	var ev eventRef
-	if err := tx.QueryRow(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = $1 FOR NO KEY UPDATE`, eventPK).
-		Scan(&ev.source, &ev.eventID, &ev.entity, &ev.disposition); err != nil {
-		return fmt.Errorf("lock event %d: %w", eventPK, err)
-	}
-	var pending int64
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM work WHERE event_pk = $1 AND done_at IS NULL`, eventPK).Scan(&pending); err != nil {
-		return fmt.Errorf("count pending work of event %d: %w", eventPK, err)
-	}
-	if pending > 0 {
-		return nil
-	}
-	rows, err := tx.Query(ctx, `SELECT disposition FROM work WHERE event_pk = $1 AND replay_id = $2`, eventPK, replayID)
-	if err != nil {
-		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
-	}
-	ds, err := pgx.CollectRows(rows, pgx.RowTo[store.Disposition])
-	if err != nil {
-		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
-	}
-	if len(ds) == 0 {
-		return nil
-	}
-	agg := aggregate(ds)
-	if ev.disposition == agg || (ev.disposition != store.DispositionAccepted && ev.disposition != store.DispositionDeadLettered) {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `UPDATE events SET disposition = $1 WHERE pk = $2`, agg, eventPK); err != nil {
-		return fmt.Errorf("set disposition of event %d: %w", eventPK, err)
-	}
-	if _, err := tx.Exec(ctx, insertAuditSQL, now, actor, "disposition", ev.source, ev.eventID, ev.entity,
-		fmt.Sprintf("%s -> %s", ev.disposition, agg)); err != nil {
-		return wrapErr("insert audit", err)
-	}
-	return nil
-}
 
 // EntityClaim leases ready entities. SKIP LOCKED lets claimers in several
 // processes run at once: each passes over rows another is claiming (or
@@ -450,10 +407,15 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 // routes. The replays row counts the work items actually enqueued.
 func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
 	var id int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
-			p.Now, p.Actor, p.Selection).Scan(&id); err != nil {
-			return fmt.Errorf("insert replay: %w", err)
+	err := s.inPipe(ctx, func(t *pipeTx) error {
+		if err := t.query(ctx, "insert replay", `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
+			[]any{p.Now, p.Actor, p.Selection}, func(rows pgx.Rows) error {
+				if !rows.Next() {
+					return errors.New("no replay id returned")
+				}
+				return rows.Scan(&id)
+			}); err != nil {
+			return err
 		}
 		var items []routed
 		for _, d := range p.Decisions {
@@ -463,18 +425,27 @@ func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (
 				}
 			}
 		}
-		n, err := enqueue(ctx, tx, p.Now, items, id, p.Actor)
-		if err != nil {
+		if err := enqueue(ctx, t, p.Now, items, id, p.Actor); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE replays SET items = $1 WHERE id = $2`, n, id); err != nil {
-			return fmt.Errorf("count replay items: %w", err)
+		// The pass's work rows are exactly those enqueued now (the replay
+		// id is new), found through the events' index.
+		pks := make([]int64, 0, len(items))
+		for _, it := range items {
+			pks = append(pks, it.ev.pk)
 		}
-		if _, err := tx.Exec(ctx, insertAuditSQL, p.Now, p.Actor, "replay", "", "", "",
-			fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)); err != nil {
-			return wrapErr("insert audit", err)
+		var n int64
+		if err := t.query(ctx, "count replay items", `UPDATE replays SET items = (SELECT count(*) FROM work
+				WHERE event_pk = ANY($2) AND replay_id = $1) WHERE id = $1 RETURNING items`, []any{id, pks}, func(rows pgx.Rows) error {
+			if !rows.Next() {
+				return errors.New("replay vanished")
+			}
+			return rows.Scan(&n)
+		}); err != nil {
+			return err
 		}
-		return nil
+		return applyTx{t}.Audit(ctx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "replay",
+			Detail: fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("create replay: %w", err)
