@@ -131,6 +131,10 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 		if name == "" {
 			name = defaultSample(src.Kind)
 		}
+		if name == "" {
+			fmt.Fprintf(env.Stderr, "hookledger send: kind %s has no built-in sample; give a FILE (or - for standard input)\n", src.Kind)
+			return exitUsage
+		}
 		var s []byte
 		s, err = samples.ReadFile(path.Join("samples", src.Kind, name+".json"))
 		if err != nil {

@@ -41,7 +41,7 @@ func runSign(_ context.Context, env *Env, args []string) int {
 			"    curl -H @- --data-binary @/tmp/event.json http://127.0.0.1:8080/hooks/stripe")
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	sourceName := fs.String("source", "", "source `name` from the config (required)")
-	eventID := fs.String("event-id", "", "event `id` for schemes that carry it in a header (standard-webhooks webhook-id or svix-id); a fresh one when empty")
+	eventID := fs.String("event-id", "", "event `id` for senders that carry it in a header (standard-webhooks webhook-id or svix-id, github X-GitHub-Delivery); a fresh one when empty")
 	target := fs.String("url", "", "`URL` the request is sent to, for schemes that sign it (HubSpot v2/v3); default public_url or http://LISTEN/hooks/NAME")
 	format := fs.String("format", "headers", "output `format`: headers or curl")
 	headerSet := fs.String("headers", "", "header `names` for standard-webhooks sources: webhook or svix (default webhook)")
@@ -106,6 +106,9 @@ func runSign(_ context.Context, env *Env, args []string) int {
 	}
 	if named {
 		h = hs.Rename(h)
+	}
+	if kind.Sign.IDHeader != "" {
+		h.Set(kind.Sign.IDHeader, id)
 	}
 	keys := make([]string, 0, len(h))
 	for k := range h {

@@ -127,6 +127,10 @@ type Sign struct {
 	// EventIDHeader says the scheme carries the event id in a header, so
 	// sign's --event-id sets it.
 	EventIDHeader bool
+	// IDHeader, when set, is the header the sender names the event in
+	// outside the signed content (GitHub's X-GitHub-Delivery): sign writes
+	// the event id into it beside the signature.
+	IDHeader string
 	// HeaderSets are the header names the sender may use, the default
 	// first; sign's --headers picks one. Empty when the kind has one
 	// fixed set.
@@ -273,6 +277,7 @@ func Builtin() *Registry {
 		standardWebhooks(),
 		pipedrive(),
 		hmacKind(),
+		github(),
 	)
 	if err != nil {
 		// The built-in kinds are constants; a test builds them, so this

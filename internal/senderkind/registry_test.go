@@ -180,3 +180,21 @@ func TestSignHeaderSets(t *testing.T) {
 		t.Error("stripe has header sets")
 	}
 }
+
+// The tolerance a kind states is the one its scheme applies by default,
+// and none for the senders that sign no timestamp.
+func TestToleranceDefaults(t *testing.T) {
+	r := senderkind.Builtin()
+	for name, want := range map[string]time.Duration{
+		"stripe": 5 * time.Minute, "hubspot": 5 * time.Minute, "klaviyo": 5 * time.Minute,
+		"standard-webhooks": 5 * time.Minute, "hmac": 5 * time.Minute, "pipedrive": 0, "github": 0,
+	} {
+		k, ok := r.Lookup(name)
+		if !ok || k.Tolerance != want {
+			t.Errorf("%s: tolerance %s, want %s", name, k.Tolerance, want)
+		}
+		if want != 0 && verify.DefaultTolerance(k.Scheme.Name) != want {
+			t.Errorf("%s: the scheme's default is %s", name, verify.DefaultTolerance(k.Scheme.Name))
+		}
+	}
+}

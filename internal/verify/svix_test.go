@@ -131,3 +131,47 @@ func TestHeaderSetRename(t *testing.T) {
 		t.Fatalf("mixed: %v, want *Error", err)
 	}
 }
+
+// FuzzRequestHeaderSet: whatever headers of the two sets a request carries,
+// and whatever their values, the choice is the svix set exactly when only
+// svix- headers are present, a refusal exactly when both sets are, and the
+// webhook set otherwise; a standard-webhooks scheme never accepts a mixed
+// request.
+func FuzzRequestHeaderSet(f *testing.F) {
+	for _, mask := range []uint8{0, 0b000111, 0b111000, 0b001001, 0b100100, 0b111111, 0b010000} {
+		f.Add(mask, "msg_1", "1767225600", "v1,AAAA")
+	}
+	s, err := New(Options{Kind: KindStandardWebhooks, Secrets: []string{swSecret}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	names := []string{WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader, SvixIDHeader, SvixTimestampHeader, SvixSignatureHeader}
+	f.Fuzz(func(t *testing.T, mask uint8, id, ts, sig string) {
+		h := http.Header{}
+		values := []string{id, ts, sig, id, ts, sig}
+		for i, n := range names {
+			if mask&(1<<i) != 0 {
+				h.Set(n, values[i])
+			}
+		}
+		hasWebhook, hasSvix := mask&0b000111 != 0, mask&0b111000 != 0
+		hs, err := RequestHeaderSet(h)
+		switch {
+		case hasWebhook && hasSvix:
+			if err == nil {
+				t.Fatalf("mask %06b: mixed sets accepted as %s", mask, hs.Name)
+			}
+			if s.Verify(&Request{Header: h, Body: []byte(`{}`)}, t0) == nil {
+				t.Fatalf("mask %06b: a mixed request verified", mask)
+			}
+		case hasSvix:
+			if err != nil || hs.Name != "svix" {
+				t.Fatalf("mask %06b: %v %v, want svix", mask, hs, err)
+			}
+		default:
+			if err != nil || hs.Name != "webhook" {
+				t.Fatalf("mask %06b: %v %v, want webhook", mask, hs, err)
+			}
+		}
+	})
+}
