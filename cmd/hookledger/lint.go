@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/lint"
+	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
 func init() {
@@ -113,12 +114,6 @@ func problemText(path string, p lint.Problem) string {
 // errNoConfigFlows is returned when the config defines no flows.
 var errNoConfigFlows = errors.New("the config defines no flows to lint (it has no flows: section); lint an inventory instead: hookledger lint FILE")
 
-// vendorOfKind maps a source kind onto the vendor catalogue, so the linter
-// can fill replay windows and sender timeouts; generic kinds have no entry.
-var vendorOfKind = map[string]string{
-	"stripe": "stripe", "hubspot": "hubspot", "klaviyo": "klaviyo-system", "pipedrive": "pipedrive",
-}
-
 // configFlows derives one inventory row per flow of a hookledger config, as
 // the engine runs it: an event pipeline that keys every effect on flow,
 // entity, business version and effect name, behind an inbound webhook. The
@@ -137,9 +132,14 @@ func configFlows(env *Env, path string) ([]lint.Flow, error) {
 	if len(cfg.Flows) == 0 {
 		return nil, fmt.Errorf("--config %s: %w", path, errNoConfigFlows)
 	}
-	kinds := map[string]string{}
+	// A source's kind names its delivery contract, so the linter can fill
+	// replay windows and sender timeouts; generic kinds have none.
+	registry := senderkind.Builtin()
+	contractOf := map[string]string{}
 	for _, s := range cfg.Sources {
-		kinds[s.Name] = s.Kind
+		if c, ok := registry.Contract(s.Kind); ok {
+			contractOf[s.Name] = c.Name
+		}
 	}
 	destAttempts := map[string]int{}
 	for _, d := range cfg.Destinations {
@@ -177,7 +177,7 @@ func configFlows(env *Env, path string) ([]lint.Flow, error) {
 		if len(effects) > 0 {
 			row.SideEffect = strings.Join(effects, ";")
 		}
-		if v, ok := vendorOfKind[kinds[f.Source]]; ok {
+		if v, ok := contractOf[f.Source]; ok {
 			row.Sources = []string{v}
 		}
 		out = append(out, row)

@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/verify"
 )
 
@@ -36,14 +37,11 @@ func init() {
 //go:embed samples
 var samples embed.FS
 
-// defaultSample names the sample send uses for a kind without --sample.
-var defaultSample = map[string]string{
-	"stripe":            "invoice.paid",
-	"hubspot":           "deal-stage-changes",
-	"klaviyo":           "email-events",
-	"standard-webhooks": "contact.created",
-	"pipedrive":         "deal.change",
-	"hmac":              "order.updated",
+// defaultSample names the sample send uses for a kind without --sample:
+// the kind's own, from the registry.
+func defaultSample(kind string) string {
+	k, _ := senderkind.Builtin().Lookup(kind)
+	return k.Sample
 }
 
 const sendDescription = `Signs a body the way the named source's sender would and posts it to the URL
@@ -131,7 +129,11 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 	default:
 		name := *sampleName
 		if name == "" {
-			name = defaultSample[src.Kind]
+			name = defaultSample(src.Kind)
+		}
+		if name == "" {
+			fmt.Fprintf(env.Stderr, "hookledger send: kind %s has no built-in sample; give a FILE (or - for standard input)\n", src.Kind)
+			return exitUsage
 		}
 		var s []byte
 		s, err = samples.ReadFile(path.Join("samples", src.Kind, name+".json"))
@@ -224,13 +226,13 @@ func fillSample(raw []byte, src *config.Source, id string, now time.Time, extra 
 	secs := json.Number(strconv.FormatInt(now.Unix(), 10))
 	rfc := now.UTC().Format(time.RFC3339)
 	switch src.Kind {
-	case "stripe":
+	case senderkind.Stripe:
 		setPath(doc, "id", nth(0, "evt_"))
 		setPath(doc, "created", secs)
 		if src.Account != "" {
 			setPath(doc, "account", src.Account)
 		}
-	case "hubspot":
+	case senderkind.HubSpot:
 		list, _ := doc.([]any)
 		for i, e := range list {
 			if id == "" {
@@ -249,7 +251,7 @@ func fillSample(raw []byte, src *config.Source, id string, now time.Time, extra 
 				setPath(e, "portalId", account(src.Account))
 			}
 		}
-	case "klaviyo":
+	case senderkind.Klaviyo:
 		list, _ := getPath(doc, "data").([]any)
 		for i, e := range list {
 			eid := nth(i, "")
@@ -262,18 +264,18 @@ func fillSample(raw []byte, src *config.Source, id string, now time.Time, extra 
 		if src.Account != "" {
 			setPath(doc, "meta.klaviyo_account_id", src.Account)
 		}
-	case "standard-webhooks":
+	case senderkind.StandardWebhooks:
 		setPath(doc, "timestamp", now.UTC().Format(time.RFC3339Nano))
 		if hdrID == "" {
 			hdrID = fresh("msg_")
 		}
-	case "pipedrive":
+	case senderkind.Pipedrive:
 		setPath(doc, "meta.id", nth(0, "uuid"))
 		setPath(doc, "meta.timestamp", now.UTC().Format("2006-01-02T15:04:05.000Z"))
 		if src.Account != "" {
 			setPath(doc, "meta.company_id", account(src.Account))
 		}
-	case "hmac":
+	case senderkind.HMAC:
 		eid := nth(0, "ev_")
 		switch p := src.Fields.EventID; {
 		case strings.HasPrefix(p, "header:"):
@@ -344,21 +346,23 @@ func sampleNames(kind string) []string {
 }
 
 func listSamples(env *Env) int {
-	kinds := make([]string, 0, len(defaultSample))
-	for k := range defaultSample {
-		kinds = append(kinds, k)
+	var kinds []string
+	for _, k := range senderkind.Builtin().Kinds() {
+		if k.Sample != "" {
+			kinds = append(kinds, k.Name)
+		}
 	}
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		var names []string
 		for _, n := range sampleNames(k) {
-			if n == defaultSample[k] {
+			if n == defaultSample(k) {
 				n += " (default)"
 			}
 			names = append(names, n)
 		}
 		note := ""
-		if k == "hubspot" {
+		if k == senderkind.HubSpot {
 			note = "  [a batch, signed as the source's pinned version: v1, v2 or v3]"
 		}
 		fmt.Fprintf(env.Stdout, "%-18s %s%s\n", k, strings.Join(names, ", "), note)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/verify"
 )
 
@@ -25,20 +26,25 @@ func init() {
 }
 
 func runSign(_ context.Context, env *Env, args []string) int {
-	fs := newFlagSet(env, "sign", "sign --config FILE --source NAME [--event-id ID] [--url URL] [--format headers|curl] [BODY_FILE|-]",
+	fs := newFlagSet(env, "sign", "sign --config FILE --source NAME [--event-id ID] [--url URL] [--headers webhook|svix] [--format headers|curl] [BODY_FILE|-]",
 		"Signs a body the way the named source's sender would and prints the headers,\n"+
 			"one 'Name: value' per line (or curl -H arguments with --format curl), for\n"+
 			"trying a configured source with curl and for tests. The body is read from\n"+
 			"BODY_FILE, or from standard input when it is '-' or absent.\n\n"+
+			"For a standard-webhooks source, --headers svix writes the svix-id,\n"+
+			"svix-timestamp and svix-signature names that Svix-powered senders use\n"+
+			"instead of webhook-id, webhook-timestamp and webhook-signature; the\n"+
+			"signature is the same.\n\n"+
 			"'hookledger send' signs and posts in one step.\n\n"+
 			"Example:\n"+
 			"  hookledger sign --source stripe /tmp/event.json |\n"+
 			"    curl -H @- --data-binary @/tmp/event.json http://127.0.0.1:8080/hooks/stripe")
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	sourceName := fs.String("source", "", "source `name` from the config (required)")
-	eventID := fs.String("event-id", "", "event `id` for schemes that carry it in a header (standard-webhooks webhook-id); a fresh one when empty")
+	eventID := fs.String("event-id", "", "event `id` for senders that carry it in a header (standard-webhooks webhook-id or svix-id, github X-GitHub-Delivery); a fresh one when empty")
 	target := fs.String("url", "", "`URL` the request is sent to, for schemes that sign it (HubSpot v2/v3); default public_url or http://LISTEN/hooks/NAME")
 	format := fs.String("format", "headers", "output `format`: headers or curl")
+	headerSet := fs.String("headers", "", "header `names` for standard-webhooks sources: webhook or svix (default webhook)")
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
@@ -61,6 +67,16 @@ func runSign(_ context.Context, env *Env, args []string) int {
 	src, scheme, code := signingSource(env, "sign", cfg, *sourceName)
 	if src == nil {
 		return code
+	}
+	kind, _ := senderkind.Builtin().Lookup(src.Kind)
+	hs, named := kind.Sign.HeaderSet(*headerSet)
+	switch {
+	case *headerSet != "" && len(kind.Sign.HeaderSets) == 0:
+		fmt.Fprintf(env.Stderr, "hookledger sign: --headers applies to sources whose sender has several header sets (standard-webhooks); source %s is of kind %s\n", src.Name, src.Kind)
+		return exitUsage
+	case *headerSet != "" && !named:
+		fmt.Fprintf(env.Stderr, "hookledger sign: --headers %q: want %s\n", *headerSet, headerSetNames(kind.Sign))
+		return exitUsage
 	}
 
 	var body []byte
@@ -88,6 +104,12 @@ func runSign(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger sign: %v\n", err)
 		return exitFail
 	}
+	if named {
+		h = hs.Rename(h)
+	}
+	if kind.Sign.IDHeader != "" {
+		h.Set(kind.Sign.IDHeader, id)
+	}
 	keys := make([]string, 0, len(h))
 	for k := range h {
 		keys = append(keys, k)
@@ -106,6 +128,15 @@ func runSign(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintln(env.Stdout)
 	}
 	return exitOK
+}
+
+// headerSetNames lists the header sets a kind's sign accepts, for messages.
+func headerSetNames(s senderkind.Sign) string {
+	names := make([]string, len(s.HeaderSets))
+	for i, hs := range s.HeaderSets {
+		names[i] = hs.Name
+	}
+	return strings.Join(names, " or ")
 }
 
 // shellQuote single-quotes s for a POSIX shell.

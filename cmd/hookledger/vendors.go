@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/vendor"
 )
 
@@ -40,17 +41,19 @@ func runVendors(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger vendors: --format: unknown format %q, expected text or json\n", *format)
 		return exitUsage
 	}
-	cat := vendor.Catalogue()
+	// The catalogue and the contracts the sender kinds declare themselves.
+	kinds := senderkind.Builtin()
+	cat := kinds.Catalogue()
 	if len(names) > 0 {
 		var unknown []string
-		cat, unknown = pickVendors(names)
+		cat, unknown = pickVendors(kinds.Index(), names)
 		if len(unknown) > 0 {
 			what := "vendor"
 			if len(unknown) > 1 {
 				what = "vendors"
 			}
 			fmt.Fprintf(env.Stderr, "hookledger vendors: unknown %s %s; known vendors: %s\n",
-				what, strings.Join(unknown, ", "), strings.Join(vendor.Names(), ", "))
+				what, strings.Join(unknown, ", "), strings.Join(kinds.VendorNames(), ", "))
 			return exitUsage
 		}
 	}
@@ -69,8 +72,7 @@ func runVendors(ctx context.Context, env *Env, args []string) int {
 
 // pickVendors looks names up by name or alias, in the order given and each
 // contract once, and returns the names it does not know, quoted.
-func pickVendors(names []string) (picked []vendor.Contract, unknown []string) {
-	ix := vendor.NewIndex()
+func pickVendors(ix vendor.Index, names []string) (picked []vendor.Contract, unknown []string) {
 	seen := map[string]bool{}
 	for _, n := range names {
 		c, ok := ix.Lookup(n)

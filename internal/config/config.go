@@ -4,7 +4,6 @@
 package config
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/verify"
 )
 
@@ -37,8 +37,8 @@ const (
 	DefaultCommitTimeout     = 5 * time.Second
 )
 
-// Kinds are the sender schemes a source may pin.
-var Kinds = verify.Kinds()
+// Kinds are the sender kinds a source may name, in the registry's order.
+var Kinds = senderkind.Builtin().Names()
 
 // Config is the whole file.
 type Config struct {
@@ -179,17 +179,45 @@ func (s *Source) ToleranceOrZero() time.Duration {
 	return s.Tolerance.D()
 }
 
-// SchemeOptions maps the source onto the verifier's options.
+// SchemeOptions maps the source onto the verifier's options through its
+// sender kind (a kind may pin options, as github pins the hmac header). An
+// unknown kind is passed on as it is, for verify.New to refuse.
 func (s *Source) SchemeOptions() verify.Options {
-	o := verify.Options{Kind: s.Kind, Version: s.Version, Secrets: s.Secrets, Tolerance: s.ToleranceOrZero()}
-	if s.HMAC != nil {
-		o.HMAC = &verify.HMACOptions{
-			Header: s.HMAC.Header, Algorithm: s.HMAC.Algorithm, Encoding: s.HMAC.Encoding,
-			Prefix: s.HMAC.Prefix, TimestampHeader: s.HMAC.TimestampHeader,
-			TimestampUnit: s.HMAC.TimestampUnit, Template: s.HMAC.Template,
-		}
+	return s.schemeOptions(senderkind.Builtin())
+}
+
+func (s *Source) schemeOptions(kinds *senderkind.Registry) verify.Options {
+	if k, ok := kinds.Lookup(s.Kind); ok {
+		return k.Options(s.KindSource(), s.Secrets)
 	}
+	o := verify.Options{Kind: s.Kind, Version: s.Version, Secrets: s.Secrets, Tolerance: s.ToleranceOrZero()}
+	o.HMAC = s.hmacOptions()
 	return o
+}
+
+func (s *Source) hmacOptions() *verify.HMACOptions {
+	if s.HMAC == nil {
+		return nil
+	}
+	return &verify.HMACOptions{
+		Header: s.HMAC.Header, Algorithm: s.HMAC.Algorithm, Encoding: s.HMAC.Encoding,
+		Prefix: s.HMAC.Prefix, TimestampHeader: s.HMAC.TimestampHeader,
+		TimestampUnit: s.HMAC.TimestampUnit, Template: s.HMAC.Template,
+	}
+}
+
+// KindSource is what the source's sender kind sees of it.
+func (s *Source) KindSource() senderkind.Source {
+	ks := senderkind.Source{
+		Name: s.Name, Kind: s.Kind, Version: s.Version, PublicURL: s.PublicURL,
+		HMAC:   s.hmacOptions(),
+		Fields: senderkind.Fields(s.Fields),
+	}
+	if s.Tolerance != nil {
+		d := s.Tolerance.D()
+		ks.Tolerance = &d
+	}
+	return ks
 }
 
 // Duration is a time.Duration written as a Go duration string ("5m", "1h30m").
@@ -354,6 +382,7 @@ func (c *Config) validateOperator(unresolved []unresolvedRef) (errs, warns []fie
 			r()
 		}
 	}()
+	kinds := senderkind.Builtin()
 	for i := range c.Sources {
 		s := &c.Sources[i]
 		if len(s.Secrets) == 0 {
@@ -363,7 +392,7 @@ func (c *Config) validateOperator(unresolved []unresolvedRef) (errs, warns []fie
 		restore = append(restore, func() { s.Secrets = saved })
 		s.Secrets = make([]string, len(saved))
 		for k := range s.Secrets {
-			s.Secrets[k] = placeholderSecret(s.Kind)
+			s.Secrets[k] = placeholderSecret(kinds, s.Kind)
 		}
 	}
 	skip := map[string]bool{}
@@ -371,7 +400,7 @@ func (c *Config) validateOperator(unresolved []unresolvedRef) (errs, warns []fie
 		skip[u.yamlPath] = true
 		if f := c.authField(u.yamlPath); f != nil {
 			restore = append(restore, func() { *f = "" })
-			*f = placeholderSecret("")
+			*f = placeholderSecret(kinds, "")
 		}
 	}
 	all, warns := c.validate()
@@ -411,13 +440,9 @@ func (c *Config) authField(yamlPath string) *string {
 
 // placeholderSecret is a secret of a format the kind accepts. It only
 // stands in while an operator load validates and is never kept.
-func placeholderSecret(kind string) string {
-	switch kind {
-	case verify.KindStandardWebhooks:
-		// 32 bytes, within the specification's 24 to 64.
-		return "whsec_" + base64.StdEncoding.EncodeToString([]byte("operator-load-placeholder-secret"))
-	case verify.KindPipedrive:
-		return "operator:placeholder"
+func placeholderSecret(kinds *senderkind.Registry, kind string) string {
+	if k, ok := kinds.Lookup(kind); ok && k.Scheme.Placeholder != "" {
+		return k.Scheme.Placeholder
 	}
 	return "operator-load-placeholder"
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
 // Version modes of a flow.
@@ -341,7 +342,7 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
 			}
 			identity("version.tie_break", cf.Break)
-			if src != nil && src.Kind == "stripe" && src.Fields.OccurredAt == "" {
+			if src != nil && src.Kind == senderkind.Stripe && src.Fields.OccurredAt == "" {
 				warn(vp+".mode", "flow %q: OR01: Stripe's created is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name)
 			}
 		case "":

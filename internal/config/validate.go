@@ -6,13 +6,13 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/verify"
 )
 
@@ -46,10 +46,13 @@ func (c *Config) setDefaults() {
 	// A commit wait that fits inside the write deadline whatever the user
 	// chose for write_timeout.
 	setDur(&r.CommitTimeout, min(DefaultCommitTimeout, r.WriteTimeout.D()/2))
+	kinds := senderkind.Builtin()
 	for i := range c.Sources {
 		s := &c.Sources[i]
-		if s.Kind == "hubspot" && s.Version == "" {
-			s.Version = "v3"
+		// A kind with versions pins its first (hubspot: v3) when none is
+		// written.
+		if k, ok := kinds.Lookup(s.Kind); ok && len(k.Scheme.Versions) > 0 && s.Version == "" {
+			s.Version = k.Scheme.Versions[0]
 		}
 		if s.HMAC != nil {
 			if s.HMAC.Algorithm == "" {
@@ -112,8 +115,11 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		}
 	}
 
+	kinds := senderkind.Builtin()
 	seen := map[string]int{}
 	for i, s := range c.Sources {
+		kind, known := kinds.Lookup(s.Kind)
+		ks := s.KindSource()
 		before := len(errs)
 		p := fmt.Sprintf("$.sources[%d]", i)
 		switch {
@@ -130,7 +136,7 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		}
 		if s.Kind == "" {
 			add(p, "source %q: kind is required (one of %s)", s.Name, strings.Join(Kinds, ", "))
-		} else if !slices.Contains(Kinds, s.Kind) {
+		} else if !known {
 			add(p+".kind", "source %q: unknown kind %q (one of %s)", s.Name, s.Kind, strings.Join(Kinds, ", "))
 		}
 		if len(s.Secrets) == 0 {
@@ -144,31 +150,33 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		if s.Tolerance != nil && *s.Tolerance < 0 {
 			add(p+".tolerance", "source %q: tolerance must be positive", s.Name)
 		}
-		if s.Kind == "stripe" && s.Tolerance != nil && *s.Tolerance == 0 {
-			add(p+".tolerance", "source %q: a Stripe tolerance of 0 disables replay protection; use a positive value such as 5m", s.Name)
+		var kindWarns []senderkind.Problem
+		for _, pr := range kind.Problems(ks) {
+			if pr.Warning {
+				kindWarns = append(kindWarns, pr)
+				continue
+			}
+			add(fieldPath(p, pr.Field), "source %q: %s", s.Name, pr.Msg)
 		}
-		if s.Version != "" && s.Kind != "hubspot" {
-			add(p+".version", "source %q: version applies to kind hubspot only", s.Name)
-		}
-		if s.Kind == "hubspot" && !slices.Contains([]string{"v1", "v2", "v3"}, s.Version) {
-			add(p+".version", "source %q: hubspot version %q is not one of v3, v2, v1", s.Name, s.Version)
+		if s.Version != "" && len(kind.Scheme.Versions) == 0 {
+			add(p+".version", "source %q: version applies to kind %s only", s.Name, strings.Join(versioned(kinds), ", "))
 		}
 		if s.PublicURL != "" {
 			if u, err := url.Parse(s.PublicURL); err != nil || u.Scheme == "" || u.Host == "" {
 				add(p+".public_url", "source %q: public_url %q is not an absolute URL", s.Name, s.PublicURL)
 			}
 		}
-		if s.Kind == "hmac" && s.HMAC == nil {
-			add(p, "source %q: kind hmac needs an hmac: block (header, algorithm, encoding, ...)", s.Name)
+		if known && kind.Scheme.HMAC && s.HMAC == nil {
+			add(p, "source %q: kind %s needs an hmac: block (header, algorithm, encoding, ...)", s.Name, s.Kind)
 		}
-		if s.Kind != "hmac" && s.HMAC != nil {
+		if !kind.Scheme.HMAC && s.HMAC != nil {
 			add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
 		}
-		if s.PublicURL == "" && signsURL(s) {
+		if s.PublicURL == "" && kind.SignsURL(ks) {
 			warn(p+".kind", "source %q: its scheme signs the URL the sender called, but public_url is not set, so the URL is rebuilt from the request's Host header (and http, or X-Forwarded-Proto from receive.trusted_proxies); set public_url to the exact URL configured at the sender", s.Name)
 		}
-		if s.Kind == "hmac" && (strings.HasPrefix(s.Fields.EventID, "header:") || strings.HasPrefix(s.Fields.Type, "header:")) {
-			warn(p+".fields", "source %q: the event id or type is read from a request header, which the hmac signature does not cover: anyone who captured one signed body can resend it under new ids and types; keep tolerance short and prefer fields from the signed body", s.Name)
+		for _, pr := range kindWarns {
+			warn(fieldPath(p, pr.Field), "source %q: %s", s.Name, pr.Msg)
 		}
 		if s.API != nil && s.API.Timeout < 0 {
 			add(p+".api.timeout", "source %q: api.timeout must be positive", s.Name)
@@ -176,7 +184,7 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		if len(errs) == before {
 			// The scheme's own checks (secret formats, HMAC options) run
 			// at load too, so a bad secret stops start-up with its line.
-			if _, err := verify.New(s.SchemeOptions()); err != nil {
+			if _, err := verify.New(s.schemeOptions(kinds)); err != nil {
 				var oe *verify.OptionError
 				if errors.As(err, &oe) {
 					add(p+"."+oe.Field, "source %q: %s", s.Name, oe.Error())
@@ -197,17 +205,24 @@ func (c *Config) validate() (errs, warns []fieldError) {
 	return errs, warns
 }
 
-// signsURL reports whether the source's scheme signs the request URL, so a
-// wrong guess of that URL fails verification or, worse, trusts the Host
-// header a client chose.
-func signsURL(s Source) bool {
-	switch s.Kind {
-	case "hubspot":
-		return s.Version == "v2" || s.Version == "v3"
-	case "hmac":
-		return s.HMAC != nil && strings.Contains(s.HMAC.Template, "{url}")
+// fieldPath is the YAML path of a field of the source at p; an empty field
+// names the source itself.
+func fieldPath(p, field string) string {
+	if field == "" {
+		return p
 	}
-	return false
+	return p + "." + field
+}
+
+// versioned lists the kinds that take a version.
+func versioned(kinds *senderkind.Registry) []string {
+	var out []string
+	for _, k := range kinds.Kinds() {
+		if len(k.Scheme.Versions) > 0 {
+			out = append(out, k.Name)
+		}
+	}
+	return out
 }
 
 // ParseTrustedProxy reads one receive.trusted_proxies entry: an IP address

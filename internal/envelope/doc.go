@@ -3,8 +3,10 @@
 // the account (tenant) and the occurrence time, one Event per event in the
 // body (HubSpot and Klaviyo batch several events in one request).
 //
-// Each kind has default field paths that follow the sender's documented
-// payload; Paths overrides any of them. A body that breaks the sender's
+// Each kind's default field paths, unit of time, batch shape and special
+// identity rule come from the registry of sender kinds (package
+// senderkind), following the sender's documented payload; this package
+// implements them, and Paths overrides any path. A body that breaks the sender's
 // contract yields a *MalformedError naming the field, which the receiver
 // returns as HTTP 400. Numeric ids keep their exact digits (json.Number), and
 // an event without an occurrence time gets the zero time, never the receipt

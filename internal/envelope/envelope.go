@@ -10,20 +10,22 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
-// Kind names; the same spellings as the verify package and the config file.
+// Kind names, as the registry of sender kinds defines them.
 const (
-	KindStripe           = "stripe"
-	KindHubSpot          = "hubspot"
-	KindKlaviyo          = "klaviyo"
-	KindStandardWebhooks = "standard-webhooks"
-	KindPipedrive        = "pipedrive"
-	KindHMAC             = "hmac"
+	KindStripe           = senderkind.Stripe
+	KindHubSpot          = senderkind.HubSpot
+	KindKlaviyo          = senderkind.Klaviyo
+	KindStandardWebhooks = senderkind.StandardWebhooks
+	KindPipedrive        = senderkind.Pipedrive
+	KindHMAC             = senderkind.HMAC
 )
 
 // MaxHubSpotBatch is the most events HubSpot puts in one request.
-const MaxHubSpotBatch = 100
+const MaxHubSpotBatch = senderkind.MaxHubSpotBatch
 
 // Event is one event's identity, extracted from a verified body.
 type Event struct {
@@ -40,9 +42,7 @@ type Event struct {
 // indexes an array ("items.0.id"), a leading "$." resolves from the
 // document root rather than from the batch element ("$.meta.account"), and
 // "header:Name" reads a request header ("header:X-GitHub-Delivery").
-type Paths struct {
-	EventID, Type, OccurredAt, Entity, Account string
-}
+type Paths = senderkind.Fields
 
 // MalformedError says which field of the body breaks the sender's contract.
 // The receiver answers 400 with its text. Field is the path as configured,
@@ -55,9 +55,7 @@ type MalformedError struct {
 func (e *MalformedError) Error() string { return e.Field + ": " + e.Msg }
 
 // Kinds returns the kinds Extract understands, in a fresh slice.
-func Kinds() []string {
-	return []string{KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindPipedrive, KindHMAC}
-}
+func Kinds() []string { return senderkind.Builtin().Names() }
 
 // ValidatePaths checks the syntax of every non-empty override, so that a bad
 // path is refused when the config loads rather than on the first delivery.
@@ -75,43 +73,20 @@ func ValidatePaths(p Paths) error {
 	return nil
 }
 
-// spec is a kind's contract: default paths, whether the type is required,
-// the unit of numeric times, and special identities.
-type spec struct {
-	defaults     Paths
-	typeRequired bool
-	unit         time.Duration
-}
-
-func specFor(kind string) (spec, bool) {
-	switch kind {
-	case KindStripe:
-		return spec{defaults: Paths{EventID: "id", Type: "type", OccurredAt: "created", Entity: "data.object.id", Account: "account"}, typeRequired: true, unit: time.Second}, true
-	case KindHubSpot:
-		// EventID has no single path: see hubspotEventID.
-		return spec{defaults: Paths{Type: "subscriptionType", OccurredAt: "occurredAt", Entity: "objectId", Account: "portalId"}, typeRequired: true, unit: time.Millisecond}, true
-	case KindKlaviyo:
-		return spec{defaults: Paths{EventID: "external_id", Type: "topic", OccurredAt: "payload.data.attributes.datetime", Entity: "payload.data.relationships.profile.data.id", Account: "$.meta.klaviyo_account_id"}, typeRequired: true, unit: time.Second}, true
-	case KindStandardWebhooks:
-		// EventID comes from the webhook-id header.
-		return spec{defaults: Paths{Type: "type", OccurredAt: "timestamp"}, unit: time.Second}, true
-	case KindPipedrive:
-		// Type is meta.entity + "." + meta.action.
-		return spec{defaults: Paths{EventID: "meta.id", OccurredAt: "meta.timestamp", Entity: "meta.entity_id", Account: "meta.company_id"}, typeRequired: true, unit: time.Second}, true
-	case KindHMAC:
-		return spec{defaults: Paths{EventID: "eventId", Type: "type", OccurredAt: "occurredAt"}, unit: time.Second}, true
-	}
-	return spec{}, false
-}
-
 // Extract returns the events in body, which must already be verified. kind
 // is one of Kinds(); an unknown kind is a configuration error, not a
 // *MalformedError. For single-event kinds Event.Body is body itself.
 func Extract(kind string, paths Paths, header http.Header, body []byte) ([]Event, error) {
-	sp, ok := specFor(kind)
+	k, ok := senderkind.Builtin().Lookup(kind)
 	if !ok {
 		return nil, fmt.Errorf("envelope: unknown kind %q", kind)
 	}
+	return ExtractIdentity(k.Identity, paths, header, body)
+}
+
+// ExtractIdentity is Extract with the kind's identity rules already looked
+// up, for a receiver that resolved its sources' kinds once.
+func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, body []byte) ([]Event, error) {
 	if err := ValidatePaths(paths); err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
@@ -119,20 +94,20 @@ func Extract(kind string, paths Paths, header http.Header, body []byte) ([]Event
 	if err != nil {
 		return nil, &MalformedError{Field: "body", Msg: err.Error()}
 	}
-	x := extractor{kind: kind, spec: sp, paths: paths, header: header, root: root}
+	x := extractor{id: id, paths: paths, header: header, root: root}
 
-	switch kind {
-	case KindHubSpot:
-		return x.batch(body, "", MaxHubSpotBatch)
-	case KindKlaviyo:
+	switch id.Rule {
+	case senderkind.RuleKlaviyo:
 		if err := x.klaviyoWebhookID(); err != nil {
 			return nil, err
 		}
-		return x.batch(body, "data", 0)
-	case KindPipedrive:
+	case senderkind.RulePipedrive:
 		if err := x.pipedriveVersion(); err != nil {
 			return nil, err
 		}
+	}
+	if b := id.Batch; b.Array || b.Key != "" {
+		return x.batch(body, b.Key, b.Max)
 	}
 	if _, isObj := root.(map[string]any); !isObj {
 		return nil, &MalformedError{Field: "body", Msg: "must be a JSON object"}
@@ -163,8 +138,7 @@ func decode(b []byte) (any, error) {
 }
 
 type extractor struct {
-	kind   string
-	spec   spec
+	id     senderkind.Identity
 	paths  Paths
 	header http.Header
 	root   any
@@ -264,18 +238,24 @@ func (x extractor) required(elem any, p, prefix string) (string, *MalformedError
 func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 	var ev Event
 	var merr *MalformedError
-	d := x.spec.defaults
+	d := x.id
 
 	// Event id.
 	switch {
 	case x.paths.EventID != "":
 		ev.EventID, merr = x.required(elem, x.paths.EventID, prefix)
-	case x.kind == KindHubSpot:
+	case x.id.Rule == senderkind.RuleHubSpot:
 		ev.EventID, merr = x.hubspotEventID(elem, prefix)
-	case x.kind == KindStandardWebhooks:
-		ev.EventID = strings.TrimSpace(x.header.Get("webhook-id"))
+	case d.EventID == "" && len(d.EventIDHeaders) > 0:
+		// The first id header present names the event (for Standard
+		// Webhooks, webhook-id or svix-id, whichever set the sender used).
+		for _, name := range d.EventIDHeaders {
+			if ev.EventID = strings.TrimSpace(x.header.Get(name)); ev.EventID != "" {
+				break
+			}
+		}
 		if ev.EventID == "" {
-			merr = &MalformedError{Field: "webhook-id", Msg: "header is required and names the event"}
+			merr = &MalformedError{Field: d.EventIDHeaders[0], Msg: "header is required and names the event"}
 		}
 	default:
 		ev.EventID, merr = x.required(elem, d.EventID, prefix)
@@ -288,9 +268,9 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 	switch {
 	case x.paths.Type != "":
 		ev.Type, merr = x.str(elem, x.paths.Type, prefix)
-	case x.kind == KindPipedrive:
+	case x.id.Rule == senderkind.RulePipedrive:
 		ev.Type, merr = x.pipedriveType(elem, prefix)
-	case x.spec.typeRequired:
+	case x.id.TypeRequired:
 		ev.Type, merr = x.required(elem, d.Type, prefix)
 	default:
 		ev.Type, merr = x.str(elem, d.Type, prefix)
@@ -308,14 +288,22 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 
 	if p := pick(x.paths.OccurredAt, d.OccurredAt); p != "" {
 		if v, found := mustPath(p).lookup(x.root, elem, x.header); found {
-			t, ok := parseTime(v, x.spec.unit)
+			t, ok := parseTime(v, x.unit())
 			if !ok {
-				return Event{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.spec.unit) + ")"}
+				return Event{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.unit()) + ")"}
 			}
 			ev.OccurredAt = t
 		}
 	}
 	return ev, nil
+}
+
+// unit is the kind's unit of numeric times, seconds when it names none.
+func (x extractor) unit() time.Duration {
+	if x.id.Unit == 0 {
+		return time.Second
+	}
+	return x.id.Unit
 }
 
 func unitName(u time.Duration) string {

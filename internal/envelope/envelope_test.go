@@ -298,7 +298,7 @@ func TestConfigErrors(t *testing.T) {
 	if err := ValidatePaths(Paths{EventID: "meta.id", Account: "$.meta.account", Entity: "items.0.id"}); err != nil {
 		t.Fatal(err)
 	}
-	if len(Kinds()) != 6 {
+	if len(Kinds()) != 7 { // the six original kinds and github
 		t.Fatal(Kinds())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/vendor"
 )
 
@@ -247,7 +248,7 @@ type rowReader struct {
 }
 
 func newRowReader(inv *Inventory) *rowReader {
-	return &rowReader{inv: inv, vendors: vendor.NewIndex(), seen: map[string]int{}}
+	return &rowReader{inv: inv, vendors: senderkind.Builtin().Index(), seen: map[string]int{}}
 }
 
 func (r *rowReader) problem(line int, col, format string, args ...any) {
@@ -335,7 +336,7 @@ func (r *rowReader) set(f *Flow, name string, c cell) {
 		for _, part := range splitList(v) {
 			contract, ok := r.vendors.Lookup(part)
 			if !ok {
-				r.problem(c.line, name, "unknown vendor %q, expected one of %s", part, strings.Join(vendor.Names(), ", "))
+				r.problem(c.line, name, "unknown vendor %q, expected one of %s", part, strings.Join(senderkind.Builtin().VendorNames(), ", "))
 				f.invalid |= bit
 				continue
 			}

@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
 // Level is the outcome of one rule for one flow.
@@ -87,7 +87,7 @@ func CheckFlows(flows []Flow) *Report {
 
 func check(flows []Flow, present column, out []Finding) []Finding {
 	rules := Rules()
-	env := &checkEnv{vendors: vendor.NewIndex(), hasSource: present&cSources != 0}
+	env := &checkEnv{vendors: senderkind.Builtin().Index(), hasSource: present&cSources != 0}
 	if out == nil {
 		// Most flows get four to six findings; sizing once avoids
 		// regrowing a slice of hundreds of thousands of findings.

@@ -30,6 +30,7 @@ import (
 	"github.com/hookledger/hookledger/internal/envelope"
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/outbound"
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/verify"
 )
@@ -62,11 +63,15 @@ type Options struct {
 	Clock      clock.Clock
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// Kinds are the sender kinds the sources name; nil means
+	// senderkind.Builtin().
+	Kinds *senderkind.Registry
 }
 
 type source struct {
 	cfg       config.Source
 	scheme    verify.Scheme
+	identity  senderkind.Identity
 	paths     envelope.Paths
 	publicURL *url.URL
 	keep      []string // headers kept as evidence beside the body
@@ -142,19 +147,28 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		}
 		h.proxies = append(h.proxies, p)
 	}
+	kinds := o.Kinds
+	if kinds == nil {
+		kinds = senderkind.Builtin()
+	}
 	for _, sc := range cfg.Sources {
-		scheme, err := verify.New(sc.SchemeOptions())
+		kind, ok := kinds.Lookup(sc.Kind)
+		if !ok {
+			return nil, fmt.Errorf("source %s: unknown kind %q", sc.Name, sc.Kind)
+		}
+		ks := sc.KindSource()
+		scheme, err := verify.New(kind.Options(ks, sc.Secrets))
 		if err != nil {
 			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
 		}
 		src := &source{
-			cfg:    sc,
-			scheme: scheme,
-			paths: envelope.Paths{
-				EventID: sc.Fields.EventID, Type: sc.Fields.Type, OccurredAt: sc.Fields.OccurredAt,
-				Entity: sc.Fields.Entity, Account: sc.Fields.Account,
-			},
-			keep:      keptHeaders(sc),
+			cfg:      sc,
+			scheme:   scheme,
+			identity: kind.Identity,
+			paths:    ks.Fields,
+			// Identifiers and timestamps kept as evidence beside the
+			// body, never signatures or credentials.
+			keep:      kind.KeptHeaders(ks),
 			causation: slices.Contains(cfg.Causation.TrustedSources, sc.Name),
 		}
 		if sc.PublicURL != "" {
@@ -167,27 +181,6 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		h.sources[sc.Name] = src
 	}
 	return h, nil
-}
-
-// keptHeaders lists the request headers stored beside the body as evidence:
-// identifiers and timestamps, never signatures or credentials.
-func keptHeaders(sc config.Source) []string {
-	keep := []string{"Content-Type", "User-Agent"}
-	switch sc.Kind {
-	case "stripe":
-		keep = append(keep, "Stripe-Account")
-	case "hubspot":
-		keep = append(keep, "X-HubSpot-Request-Timestamp", "X-HubSpot-Signature-Version")
-	case "klaviyo":
-		keep = append(keep, "Klaviyo-Timestamp", "Klaviyo-Webhook-Id")
-	case "standard-webhooks":
-		keep = append(keep, "Webhook-Id", "Webhook-Timestamp")
-	case "hmac":
-		if sc.HMAC != nil && sc.HMAC.TimestampHeader != "" {
-			keep = append(keep, sc.HMAC.TimestampHeader)
-		}
-	}
-	return keep
 }
 
 // Response is the JSON body of every answer.
@@ -249,7 +242,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 		return reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
 	}
 
-	events, err := envelope.Extract(src.cfg.Kind, src.paths, r.Header, body)
+	events, err := envelope.ExtractIdentity(src.identity, src.paths, r.Header, body)
 	if err != nil {
 		h.log.Info("malformed webhook", "source", src.cfg.Name, "err", err)
 		return reply(w, http.StatusBadRequest, Response{Error: err.Error()})

@@ -17,6 +17,88 @@ const (
 	WebhookSignatureHeader = "webhook-signature"
 )
 
+// The same three headers under the names Svix-powered senders use by
+// default. Svix documents the webhook- names as a white-label option of the
+// same scheme, and its own libraries accept either set, so a source of kind
+// standard-webhooks accepts both.
+const (
+	SvixIDHeader        = "svix-id"
+	SvixTimestampHeader = "svix-timestamp"
+	SvixSignatureHeader = "svix-signature"
+)
+
+// HeaderSet names the three headers of one Standard Webhooks request.
+type HeaderSet struct {
+	Name                     string // "webhook" or "svix"
+	ID, Timestamp, Signature string
+}
+
+// The Standard Webhooks header sets: the specification's own names, and
+// Svix's. Constants in all but name; HeaderSets hands out copies.
+var (
+	webhookSet = HeaderSet{Name: "webhook", ID: WebhookIDHeader, Timestamp: WebhookTimestampHeader, Signature: WebhookSignatureHeader}
+	svixSet    = HeaderSet{Name: "svix", ID: SvixIDHeader, Timestamp: SvixTimestampHeader, Signature: SvixSignatureHeader}
+)
+
+// HeaderSets returns the header sets a standard-webhooks request may use,
+// the specification's own first, in a fresh slice.
+func HeaderSets() []HeaderSet { return []HeaderSet{webhookSet, svixSet} }
+
+func (hs HeaderSet) names() []string { return []string{hs.ID, hs.Timestamp, hs.Signature} }
+
+// Rename returns h with the headers of the webhook set written under the
+// names of hs; other headers are copied as they are. Sign produces the
+// webhook set, and the sign command renames it for a sender that uses svix
+// names.
+func (hs HeaderSet) Rename(h http.Header) http.Header {
+	out := http.Header{}
+	for k, vs := range h {
+		switch http.CanonicalHeaderKey(k) {
+		case http.CanonicalHeaderKey(WebhookIDHeader):
+			k = hs.ID
+		case http.CanonicalHeaderKey(WebhookTimestampHeader):
+			k = hs.Timestamp
+		case http.CanonicalHeaderKey(WebhookSignatureHeader):
+			k = hs.Signature
+		}
+		for _, v := range vs {
+			out.Add(k, v)
+		}
+	}
+	return out
+}
+
+// RequestHeaderSet tells which header set a request uses: the svix set when
+// any svix- header is present and no webhook- one, else the webhook set
+// (so a request with neither is reported missing under the specification's
+// names). A request that carries headers of both sets is refused: which id,
+// timestamp and signature belong together is then a guess, and a sender
+// uses one set for a whole request. The refusal is a verification failure
+// (401 at the receiver) because it is decided before the signature could be
+// checked, when nothing about the request is authenticated yet.
+func RequestHeaderSet(h http.Header) (HeaderSet, error) {
+	w := presentHeader(h, webhookSet)
+	s := presentHeader(h, svixSet)
+	switch {
+	case w != "" && s != "":
+		return HeaderSet{}, failf(ReasonMalformed, "standard-webhooks: the request mixes two header sets (%s with %s); send either webhook-id, webhook-timestamp and webhook-signature, or svix-id, svix-timestamp and svix-signature", w, s)
+	case s != "":
+		return svixSet, nil
+	}
+	return webhookSet, nil
+}
+
+// presentHeader returns the first header of hs that the request carries,
+// or "".
+func presentHeader(h http.Header, hs HeaderSet) string {
+	for _, n := range hs.names() {
+		if len(h.Values(n)) > 0 {
+			return n
+		}
+	}
+	return ""
+}
+
 // Secret prefixes defined by the Standard Webhooks specification. whsk_ is
 // accepted so that the sign command and tests can produce v1a signatures; a
 // receiver normally holds only whpk_ public keys.
@@ -111,6 +193,12 @@ type WebhookSignature struct {
 // base64 is an error, and so is a list of more than 16 entries of any kind
 // (see maxSignatures).
 func ParseWebhookSignatures(v string) ([]WebhookSignature, error) {
+	return parseWebhookSignatures(v, WebhookSignatureHeader)
+}
+
+// parseWebhookSignatures is ParseWebhookSignatures with the header's name
+// as the request spelt it, for messages.
+func parseWebhookSignatures(v, name string) ([]WebhookSignature, error) {
 	// Counted before anything is decoded, so an oversized list costs one
 	// scan of the header and nothing more.
 	n := 0
@@ -118,7 +206,7 @@ func ParseWebhookSignatures(v string) ([]WebhookSignature, error) {
 		n++
 	}
 	if n > maxSignatures {
-		return nil, failf(ReasonMalformed, "standard-webhooks: %s holds %d entries; at most %d are accepted", WebhookSignatureHeader, n, maxSignatures)
+		return nil, failf(ReasonMalformed, "standard-webhooks: %s holds %d entries; at most %d are accepted", name, n, maxSignatures)
 	}
 	out := make([]WebhookSignature, 0, n)
 	for _, item := range strings.Fields(v) {
@@ -132,7 +220,7 @@ func ParseWebhookSignatures(v string) ([]WebhookSignature, error) {
 		}
 		sig, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
-			return nil, failf(ReasonMalformed, "standard-webhooks: %s has a %s entry that is not base64", WebhookSignatureHeader, ver)
+			return nil, failf(ReasonMalformed, "standard-webhooks: %s has a %s entry that is not base64", name, ver)
 		}
 		out = append(out, WebhookSignature{Version: ver, Sig: sig})
 	}
@@ -141,34 +229,38 @@ func ParseWebhookSignatures(v string) ([]WebhookSignature, error) {
 
 func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 	const scheme = "standard-webhooks"
-	id, ok, herr := header(req.Header, WebhookIDHeader, scheme)
+	hs, err := RequestHeaderSet(req.Header)
+	if err != nil {
+		return err
+	}
+	id, ok, herr := header(req.Header, hs.ID, scheme)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", scheme, WebhookIDHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", scheme, hs.ID)
 	}
-	tsRaw, ok, herr := header(req.Header, WebhookTimestampHeader, scheme)
+	tsRaw, ok, herr := header(req.Header, hs.Timestamp, scheme)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", scheme, WebhookTimestampHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", scheme, hs.Timestamp)
 	}
-	sigRaw, ok, herr := header(req.Header, WebhookSignatureHeader, scheme)
+	sigRaw, ok, herr := header(req.Header, hs.Signature, scheme)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", scheme, WebhookSignatureHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", scheme, hs.Signature)
 	}
-	ts, err := strconv.ParseInt(tsRaw, 10, 64)
-	if err != nil || ts < 0 {
-		return failf(ReasonTimestamp, "%s: %s is not a unix time in seconds", scheme, WebhookTimestampHeader)
+	ts, perr := strconv.ParseInt(tsRaw, 10, 64)
+	if perr != nil || ts < 0 {
+		return failf(ReasonTimestamp, "%s: %s is not a unix time in seconds", scheme, hs.Timestamp)
 	}
-	sigs, perr := ParseWebhookSignatures(sigRaw)
-	if perr != nil {
-		return perr
+	sigs, err := parseWebhookSignatures(sigRaw, hs.Signature)
+	if err != nil {
+		return err
 	}
 	content := signedContentSW(id, ts, req.Body)
 	usable := false
@@ -210,7 +302,7 @@ func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 		}
 	}
 	if !usable {
-		return failf(ReasonMissing, "%s: %s holds no signature of a version this source's secrets verify (%s)", scheme, WebhookSignatureHeader, s.versions())
+		return failf(ReasonMissing, "%s: %s holds no signature of a version this source's secrets verify (%s)", scheme, hs.Signature, s.versions())
 	}
 	if !matched {
 		return failf(ReasonMismatch, "%s: no signature matches any configured secret", scheme)

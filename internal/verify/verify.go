@@ -8,7 +8,10 @@ import (
 	"time"
 )
 
-// Kind names, as written in the config file.
+// Scheme names, as Options.Kind takes them. The sender kinds a config names
+// are defined in package senderkind: each built-in kind uses the scheme of
+// the same name, and a kind may pin the options of a shared scheme (a kind
+// built on the generic hmac scheme with its sender's header).
 const (
 	KindStripe           = "stripe"
 	KindHubSpot          = "hubspot"
@@ -25,7 +28,7 @@ const (
 	HubSpotV3 = "v3"
 )
 
-// Kinds returns the valid scheme kinds in a fresh slice.
+// Kinds returns the scheme names in a fresh slice.
 func Kinds() []string {
 	return []string{KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindPipedrive, KindHMAC}
 }

@@ -1,0 +1,52 @@
+// Package senderkind is the registry of sender kinds: everything hookledger
+// knows about one kind of webhook sender (stripe, hubspot, standard-webhooks
+// ...), described in one file per kind.
+//
+// A Kind says which signature scheme of package verify checks the sender's
+// requests and which options it pins, where the event's identities are read
+// (event id, type, entity, account, occurrence time and its unit) and how a
+// body is split into events, which request headers are kept beside the body
+// as evidence, the tolerance a timestamped scheme defaults to, the kind's own
+// config checks, its delivery contract in the vendor catalogue, and what
+// `hookledger sign` can produce for it. verify, envelope, receive, config,
+// `lint --config`, `vendors` and `sign` read the kind from here, so no other
+// package switches on a kind's name.
+//
+// # No global registration
+//
+// Builtin assembles the registry from each kind's constructor function
+// (stripe(), hubspot() ...) every time it is called, and New checks any set
+// of kinds a test wants to build instead. Nothing registers itself in an
+// init function and a Registry has no method that changes it: a package
+// variable that init functions fill is a global registry, whose contents
+// depend on which packages happen to be linked in and which a test can
+// change for every other test. A Registry is a value; whoever needs one
+// builds it or is handed it.
+//
+// # Layering
+//
+// The registry imports verify (to build schemes) and vendor (for contracts);
+// envelope imports the registry for the identity rules. verify never
+// imports the registry: it names signature schemes, which several kinds may
+// share (github is the generic hmac scheme with its header pinned), while
+// the kind names users write in the config exist once, here.
+//
+// # Adding a sender kind
+//
+//  1. Add a file named after the kind, with its name constant and a
+//     function returning its Kind: the scheme (an existing verify scheme
+//     with Pin, or a new scheme file in package verify first), the
+//     Identity (paths into the body, or header:Name for a header), Keep,
+//     Tolerance, Check, the Contract (or the name of a contract already in
+//     package vendor) and Sign.
+//  2. Append that function to the list in Builtin.
+//  3. Add tests: a signature made by the sender's own library verifies
+//     through the kind, a tampered one fails, a retry of one event keeps its
+//     identity and two events never share one.
+//  4. Document the kind in docs/signatures.md with the evidence for its
+//     identity.
+//
+// Nothing else changes: the config accepts the new name, the receiver
+// verifies, extracts and keeps headers by it, and `vendors`, `lint --config`
+// and `sign` show and use it.
+package senderkind

@@ -1,0 +1,45 @@
+package senderkind
+
+import (
+	"strings"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/verify"
+)
+
+// HMAC is the generic HMAC scheme, configured per source with an hmac:
+// block, for senders without a kind of their own.
+const HMAC = "hmac"
+
+// secondUnit is the unit of numeric times for most senders.
+const secondUnit = time.Second
+
+func hmacKind() Kind {
+	return Kind{
+		Name:  HMAC,
+		Title: "generic HMAC",
+		Scheme: Scheme{
+			Name: verify.KindHMAC,
+			HMAC: true,
+			SignsURL: func(s Source) bool {
+				return s.HMAC != nil && strings.Contains(s.HMAC.Template, "{url}")
+			},
+			Placeholder: "operator-load-placeholder",
+		},
+		Identity: Identity{EventID: "eventId", Type: "type", OccurredAt: "occurredAt", Unit: secondUnit},
+		KeepFor: func(s Source) []string {
+			if s.HMAC != nil && s.HMAC.TimestampHeader != "" {
+				return []string{s.HMAC.TimestampHeader}
+			}
+			return nil
+		},
+		Tolerance: verify.DefaultTolerance(verify.KindHMAC),
+		Check: func(s Source) []Problem {
+			if strings.HasPrefix(s.Fields.EventID, "header:") || strings.HasPrefix(s.Fields.Type, "header:") {
+				return []Problem{{Field: "fields", Warning: true, Msg: "the event id or type is read from a request header, which the hmac signature does not cover: anyone who captured one signed body can resend it under new ids and types; keep tolerance short and prefer fields from the signed body"}}
+			}
+			return nil
+		},
+		Sample: "order.updated",
+	}
+}

@@ -1,0 +1,26 @@
+package senderkind
+
+import "github.com/hookledger/hookledger/internal/verify"
+
+// Klaviyo is Klaviyo's system webhooks: Klaviyo-Signature over the body and
+// Klaviyo-Timestamp, events batched under data.
+const Klaviyo = "klaviyo"
+
+func klaviyo() Kind {
+	return Kind{
+		Name:   Klaviyo,
+		Title:  "Klaviyo",
+		Scheme: Scheme{Name: verify.KindKlaviyo, Placeholder: "operator-load-placeholder"},
+		Identity: Identity{
+			EventID: "external_id", Type: "topic", OccurredAt: "payload.data.attributes.datetime",
+			Entity: "payload.data.relationships.profile.data.id", Account: "$.meta.klaviyo_account_id",
+			TypeRequired: true, Unit: secondUnit,
+			Rule:  RuleKlaviyo,
+			Batch: Batch{Key: "data"},
+		},
+		Keep:      []string{"Klaviyo-Timestamp", "Klaviyo-Webhook-Id"},
+		Tolerance: verify.DefaultTolerance(verify.KindKlaviyo),
+		Vendor:    "klaviyo-system",
+		Sample:    "email-events",
+	}
+}

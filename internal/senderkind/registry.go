@@ -1,0 +1,361 @@
+package senderkind
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/verify"
+)
+
+// Kind is everything hookledger knows about one kind of sender.
+type Kind struct {
+	// Name is what the config's kind: says.
+	Name string
+	// Title names the sender for people.
+	Title string
+	// Scheme is how the sender's requests are verified.
+	Scheme Scheme
+	// Identity is where the events' identities are read from.
+	Identity Identity
+	// Keep lists the request headers stored beside the body as evidence:
+	// identifiers and timestamps, never signatures or credentials.
+	// Content-Type and User-Agent are kept for every kind.
+	Keep []string
+	// KeepFor adds headers that depend on the source's options (the hmac
+	// kind's configured timestamp header); nil adds none.
+	KeepFor func(Source) []string
+	// Tolerance is the default accepted age of a signed timestamp; 0 when
+	// the sender signs none.
+	Tolerance time.Duration
+	// Check returns the kind's own config findings for a source, beyond
+	// the checks every source gets and those the scheme makes itself. nil
+	// checks nothing.
+	Check func(Source) []Problem
+	// Vendor names the kind's delivery contract in package vendor's
+	// catalogue; Contract declares it here instead for a sender the
+	// catalogue does not hold. At most one of them is set; neither for a
+	// generic kind whose sender is not known.
+	Vendor   string
+	Contract *vendor.Contract
+	// Sign says what `hookledger sign` can produce for the kind.
+	Sign Sign
+	// Sample is the built-in sample `hookledger send` uses by default.
+	Sample string
+}
+
+// Scheme is a kind's signature scheme.
+type Scheme struct {
+	// Name is the verify scheme (verify.KindStripe ...).
+	Name string
+	// Versions lists the scheme versions a source may pin, the default
+	// first; nil when the scheme has no versions.
+	Versions []string
+	// HMAC says the source configures the generic HMAC scheme itself with
+	// an hmac: block, which is then required. Otherwise the block is
+	// refused.
+	HMAC bool
+	// Pin fixes the generic HMAC scheme's options for a kind built on it
+	// (the header and prefix a sender always uses).
+	Pin *verify.HMACOptions
+	// SignsURL reports whether the source's scheme signs the URL the
+	// sender called, so the config can warn when public_url is not set.
+	// nil means never.
+	SignsURL func(Source) bool
+	// Placeholder is a secret of a format the scheme accepts. It stands in
+	// for unset secrets while the operator verbs validate the config and
+	// is never used to verify or sign.
+	Placeholder string
+}
+
+// Identity says where an event's identities are read from a verified body.
+// Paths use envelope's syntax: dotted keys, an all-digit segment indexes an
+// array, "$." resolves from the document root in a batch, "header:Name"
+// reads a request header. A source's fields: override any path.
+type Identity struct {
+	EventID, Type, OccurredAt, Entity, Account string
+	// TypeRequired refuses an event without a type (HTTP 400).
+	TypeRequired bool
+	// Unit is the unit of a numeric occurrence time.
+	Unit time.Duration
+	// EventIDHeaders are request headers, tried in order, that name the
+	// event when EventID is empty; the first one present is used.
+	EventIDHeaders []string
+	// Rule is the kind's special identity rule, applied by envelope.
+	Rule Rule
+	// Batch is how a body carries several events.
+	Batch Batch
+}
+
+// Rule names an identity rule that paths cannot express. Each is
+// implemented by package envelope and documented there and in
+// docs/signatures.md.
+type Rule string
+
+// Identity rules.
+const (
+	// RuleNone: the paths are the whole identity.
+	RuleNone Rule = ""
+	// RuleHubSpot: the event id joins portalId, subscriptionId, eventId,
+	// occurredAt, objectId and propertyName, because HubSpot's eventId
+	// alone is not unique.
+	RuleHubSpot Rule = "hubspot"
+	// RuleKlaviyo: meta.klaviyo_webhook_id must match the
+	// Klaviyo-Webhook-Id header.
+	RuleKlaviyo Rule = "klaviyo"
+	// RulePipedrive: the type is meta.entity + "." + meta.action, and
+	// webhooks v1 bodies are refused (their meta.id names the object, not
+	// the event).
+	RulePipedrive Rule = "pipedrive"
+)
+
+// Batch says how a body carries events.
+type Batch struct {
+	// Array: the body is a JSON array of events.
+	Array bool
+	// Key: the body is an object whose Key holds the array of events.
+	Key string
+	// Max bounds the events in one body; 0 means no bound.
+	Max int
+}
+
+// Sign is what `hookledger sign` can produce for a kind.
+type Sign struct {
+	// EventIDHeader says the scheme carries the event id in a header, so
+	// sign's --event-id sets it.
+	EventIDHeader bool
+	// IDHeader, when set, is the header the sender names the event in
+	// outside the signed content (GitHub's X-GitHub-Delivery): sign writes
+	// the event id into it beside the signature.
+	IDHeader string
+	// HeaderSets are the header names the sender may use, the default
+	// first; sign's --headers picks one. Empty when the kind has one
+	// fixed set.
+	HeaderSets []verify.HeaderSet
+}
+
+// HeaderSet returns the named header set, or the default for "".
+func (s Sign) HeaderSet(name string) (verify.HeaderSet, bool) {
+	if len(s.HeaderSets) == 0 {
+		return verify.HeaderSet{}, false
+	}
+	if name == "" {
+		return s.HeaderSets[0], true
+	}
+	for _, hs := range s.HeaderSets {
+		if hs.Name == name {
+			return hs, true
+		}
+	}
+	return verify.HeaderSet{}, false
+}
+
+// Source is what a kind sees of one configured source.
+type Source struct {
+	Name    string
+	Kind    string
+	Version string
+	// Tolerance is nil when the config does not set it.
+	Tolerance *time.Duration
+	PublicURL string
+	HMAC      *verify.HMACOptions
+	// Fields are the source's overrides of the identity paths.
+	Fields Fields
+}
+
+// Fields override a kind's identity paths; empty keeps the kind's path.
+type Fields struct {
+	EventID, Type, OccurredAt, Entity, Account string
+}
+
+// Problem is one config finding of a kind's Check. Field is relative to
+// the source ("tolerance", "hmac.header"); empty means the source itself.
+// Msg is written to follow "source NAME: ".
+type Problem struct {
+	Field   string
+	Msg     string
+	Warning bool
+}
+
+// Options maps a source onto its scheme's options, with the given secrets.
+func (k Kind) Options(s Source, secrets []string) verify.Options {
+	o := verify.Options{Kind: k.Scheme.Name, Version: s.Version, Secrets: secrets}
+	if s.Tolerance != nil {
+		o.Tolerance = *s.Tolerance
+	}
+	switch {
+	case k.Scheme.Pin != nil:
+		pin := *k.Scheme.Pin
+		o.HMAC = &pin
+	case s.HMAC != nil:
+		h := *s.HMAC
+		o.HMAC = &h
+	}
+	return o
+}
+
+// NewScheme builds the source's verifier.
+func (k Kind) NewScheme(s Source, secrets []string) (verify.Scheme, error) {
+	sc, err := verify.New(k.Options(s, secrets))
+	if err != nil {
+		return nil, fmt.Errorf("kind %s: %w", k.Name, err)
+	}
+	return sc, nil
+}
+
+// KeptHeaders lists the headers a source of this kind keeps as evidence.
+func (k Kind) KeptHeaders(s Source) []string {
+	keep := append([]string{"Content-Type", "User-Agent"}, k.Keep...)
+	if k.KeepFor != nil {
+		keep = append(keep, k.KeepFor(s)...)
+	}
+	return keep
+}
+
+// SignsURL reports whether the source's scheme signs the URL.
+func (k Kind) SignsURL(s Source) bool {
+	return k.Scheme.SignsURL != nil && k.Scheme.SignsURL(s)
+}
+
+// Problems runs the kind's own checks.
+func (k Kind) Problems(s Source) []Problem {
+	if k.Check == nil {
+		return nil
+	}
+	return k.Check(s)
+}
+
+// Registry is an immutable set of kinds, in a fixed order.
+type Registry struct {
+	kinds  []Kind
+	byName map[string]int
+	cat    vendor.Index
+}
+
+// New checks kinds and returns them as a registry: names unique and
+// non-empty, a scheme named, a vendor name that the catalogue holds.
+func New(kinds ...Kind) (*Registry, error) {
+	r := &Registry{byName: map[string]int{}, cat: vendor.NewIndex()}
+	var errs []error
+	for _, k := range kinds {
+		switch {
+		case k.Name == "":
+			errs = append(errs, errors.New("a kind has no name"))
+			continue
+		case k.Scheme.Name == "":
+			errs = append(errs, fmt.Errorf("kind %s: no scheme", k.Name))
+		case k.Vendor != "" && k.Contract != nil:
+			errs = append(errs, fmt.Errorf("kind %s: both a vendor name and a contract", k.Name))
+		}
+		if _, dup := r.byName[k.Name]; dup {
+			errs = append(errs, fmt.Errorf("kind %s: defined twice", k.Name))
+			continue
+		}
+		if k.Vendor != "" {
+			if _, ok := r.cat.Lookup(k.Vendor); !ok {
+				errs = append(errs, fmt.Errorf("kind %s: vendor %q is not in the catalogue", k.Name, k.Vendor))
+			}
+		}
+		r.byName[k.Name] = len(r.kinds)
+		r.kinds = append(r.kinds, k)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("sender kinds: %w", err)
+	}
+	return r, nil
+}
+
+// Builtin returns the registry of the kinds hookledger ships, built afresh.
+func Builtin() *Registry {
+	r, err := New(
+		stripe(),
+		hubspot(),
+		klaviyo(),
+		standardWebhooks(),
+		pipedrive(),
+		hmacKind(),
+		github(),
+	)
+	if err != nil {
+		// The built-in kinds are constants; a test builds them, so this
+		// is a programming error caught before release.
+		panic(err)
+	}
+	return r
+}
+
+// Lookup returns the kind with the given name.
+func (r *Registry) Lookup(name string) (Kind, bool) {
+	i, ok := r.byName[name]
+	if !ok {
+		return Kind{}, false
+	}
+	return r.kinds[i], true
+}
+
+// Names returns the kind names in registry order, in a fresh slice.
+func (r *Registry) Names() []string {
+	out := make([]string, len(r.kinds))
+	for i, k := range r.kinds {
+		out[i] = k.Name
+	}
+	return out
+}
+
+// Kinds returns the kinds in registry order, in a fresh slice.
+func (r *Registry) Kinds() []Kind { return slices.Clone(r.kinds) }
+
+// Contract returns the delivery contract of a kind: the one it declares,
+// or the catalogue entry it names.
+func (r *Registry) Contract(name string) (vendor.Contract, bool) {
+	k, ok := r.Lookup(name)
+	switch {
+	case !ok:
+		return vendor.Contract{}, false
+	case k.Contract != nil:
+		return *k.Contract, true
+	case k.Vendor != "":
+		return r.cat.Lookup(k.Vendor)
+	}
+	return vendor.Contract{}, false
+}
+
+// Catalogue is package vendor's catalogue plus the contracts the kinds
+// declare themselves, sorted by name, in a fresh slice.
+func (r *Registry) Catalogue() []vendor.Contract {
+	cat := vendor.Catalogue()
+	for _, k := range r.kinds {
+		if k.Contract != nil {
+			cat = append(cat, *k.Contract)
+		}
+	}
+	sort.Slice(cat, func(i, j int) bool { return cat[i].Name < cat[j].Name })
+	return cat
+}
+
+// VendorNames returns the names in Catalogue, sorted.
+func (r *Registry) VendorNames() []string {
+	cat := r.Catalogue()
+	names := make([]string, len(cat))
+	for i, c := range cat {
+		names[i] = c.Name
+	}
+	return names
+}
+
+// Index is Catalogue as a lookup by name or alias.
+func (r *Registry) Index() vendor.Index {
+	ix := vendor.NewIndex()
+	for _, k := range r.kinds {
+		if c := k.Contract; c != nil {
+			ix[vendor.Normalize(c.Name)] = *c
+			for _, a := range c.Aliases {
+				ix[vendor.Normalize(a)] = *c
+			}
+		}
+	}
+	return ix
+}

@@ -1,0 +1,40 @@
+package senderkind
+
+import (
+	"encoding/base64"
+
+	"github.com/hookledger/hookledger/internal/verify"
+)
+
+// StandardWebhooks is any sender that follows the Standard Webhooks
+// specification, with the specification's webhook-* header names or the
+// svix-* names of Svix-powered senders (one set per request).
+const StandardWebhooks = "standard-webhooks"
+
+func standardWebhooks() Kind {
+	sets := verify.HeaderSets()
+	var ids []string
+	for _, hs := range sets {
+		ids = append(ids, hs.ID)
+	}
+	return Kind{
+		Name:  StandardWebhooks,
+		Title: "Standard Webhooks (and Svix)",
+		Scheme: Scheme{
+			Name: verify.KindStandardWebhooks,
+			// 32 bytes, within the specification's 24 to 64.
+			Placeholder: "whsec_" + base64.StdEncoding.EncodeToString([]byte("operator-load-placeholder-secret")),
+		},
+		Identity: Identity{
+			// The event id is the id header, which stays the same on every
+			// retry of a message; the verifier has already refused a
+			// request that mixes the two sets, so at most one is present.
+			EventIDHeaders: ids,
+			Type:           "type", OccurredAt: "timestamp", Unit: secondUnit,
+		},
+		Keep:      []string{"Webhook-Id", "Webhook-Timestamp", "Svix-Id", "Svix-Timestamp"},
+		Tolerance: verify.DefaultTolerance(verify.KindStandardWebhooks),
+		Sign:      Sign{EventIDHeader: true, HeaderSets: sets},
+		Sample:    "contact.created",
+	}
+}
