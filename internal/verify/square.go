@@ -32,12 +32,12 @@ func newSquare(secrets []string) *square {
 	return &square{secrets: secretKeys(secrets)}
 }
 
-var errSquareNoURL = failf(ReasonMalformed, "square: the notification URL is unknown; configure the source's public URL exactly as in the Square subscription")
+const squareNoURL = "square: the notification URL is unknown; configure the source's public URL exactly as in the Square subscription"
 
 func (s *square) Verify(req *Request, _ time.Time) error {
 	const sc = "square"
 	if req.URL == "" {
-		return errSquareNoURL
+		return failf(ReasonMalformed, "%s", squareNoURL)
 	}
 	v, ok, herr := header(req.Header, SquareSignatureHeader, sc)
 	if herr != nil {
@@ -69,7 +69,7 @@ func (s *square) Verify(req *Request, _ time.Time) error {
 
 func (s *square) Sign(req *Request, _ time.Time, _ string) (http.Header, error) {
 	if req.URL == "" {
-		return nil, errors.New(errSquareNoURL.Msg)
+		return nil, errors.New(squareNoURL)
 	}
 	h := http.Header{}
 	h.Set(SquareSignatureHeader, base64.StdEncoding.EncodeToString(hmacSHA256(s.secrets[0], []byte(req.URL), req.Body)))
