@@ -146,10 +146,23 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			release(time.Time{})
 			return settled, nil
 		}
-		for i, it := range items {
-			if e.clk.Now().After(l.Until) {
-				// The lease ran out: another worker may own the entity now.
-				return settled, nil
+		if e.clk.Now().After(l.Until) {
+			// The lease ran out: another worker may own the entity now.
+			return settled, nil
+		}
+		// The page's items are prepared first and settled in one
+		// transaction (FlowApplyBatch): a hot entity's backlog costs one
+		// commit per page instead of one per event. An item whose
+		// preparation must be retried later ends the batch before it.
+		ps := make([]*store.FlowApplyParams, 0, len(items))
+		deferred := false
+		// Preparing stops at half the lease: the batch is fenced by the
+		// lease, and a page of slow refetches must not outlive it and
+		// roll back every time.
+		prepareUntil := l.Until.Add(-e.opts.LeaseFor / 2)
+		for _, it := range items {
+			if len(ps) > 0 && e.clk.Now().After(prepareUntil) {
+				break
 			}
 			var p *store.FlowApplyParams
 			err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
@@ -163,41 +176,54 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			var tr *errTransient
 			if errors.As(err, &tr) {
 				e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)
-				release(e.clk.Now().Add(e.opts.RetryDelay))
-				return settled, nil
+				deferred = true
+				break
 			}
 			if err != nil {
 				p = &store.FlowApplyParams{Fail: err.Error()}
 			}
 			p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
+			ps = append(ps, p)
+		}
+		if len(ps) > 0 {
 			// The last item of a short page is all the work listed: the
 			// apply frees the lease itself if nothing arrived meanwhile.
-			p.ReleaseIfDrained = len(items) < page && i == len(items)-1
-			res, err := e.st.FlowApply(ctx, p)
+			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < page
+			results, err := e.st.FlowApplyBatch(ctx, ps)
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
 				return settled, nil
 			}
 			if err != nil {
 				release(e.clk.Now().Add(e.opts.RetryDelay))
-				return settled, fmt.Errorf("apply %s/%s event %d: %w", l.Flow, l.Entity, it.Event.PK, err)
+				return settled, fmt.Errorf("apply %s/%s: %w", l.Flow, l.Entity, err)
 			}
-			settled++
-			e.opts.Metrics.applied(res)
-			if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
-				e.opts.OnEffects()
+			for i, res := range results {
+				it := items[i]
+				settled++
+				e.opts.Metrics.applied(res)
+				if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
+					e.opts.OnEffects()
+				}
+				if res.Disposition == store.DispositionDeadLettered {
+					// A person must look at it: say so at the default level.
+					e.log.Warn("event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
+						"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
+				} else {
+					e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
+						"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
+				}
 			}
-			if res.Disposition == store.DispositionDeadLettered {
-				// A person must look at it: say so at the default level.
-				e.log.Warn("event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
-					"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
-			} else {
-				e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
-					"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
-			}
-			if res.Released {
+			if results[len(results)-1].Released {
 				return settled, nil
 			}
+		}
+		if deferred {
+			release(e.clk.Now().Add(e.opts.RetryDelay))
+			return settled, nil
+		}
+		if len(ps) < len(items) {
+			continue // the rest of the page, under the lease check above
 		}
 		if len(items) < page {
 			// A short page was all the work there was; anything routed

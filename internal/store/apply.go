@@ -219,6 +219,22 @@ func RunFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApp
 	return res, nil
 }
 
+// RunFlowApplyBatch settles ps in order inside tx (FlowApplyBatch).
+func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) ([]*FlowApplyResult, error) {
+	out := make([]*FlowApplyResult, len(ps))
+	for i, p := range ps {
+		res, err := RunFlowApply(ctx, tx, p)
+		if err != nil {
+			if len(ps) == 1 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("item %d of %d (work %d): %w", i+1, len(ps), p.WorkID, err)
+		}
+		out[i] = res
+	}
+	return out, nil
+}
+
 // applyEffects writes the projection, supersedes older pending effects of
 // the same names and inserts the new effects behind their episode keys.
 func applyEffects(ctx context.Context, tx ApplyTx, p *FlowApplyParams, w *ApplyRow, res *FlowApplyResult, audit func(action, detail string) error) error {

@@ -46,6 +46,12 @@ type Pipeline interface {
 	// An effect whose episode already exists is counted as existing and
 	// left as it is (a superseded row is not revived).
 	FlowApply(ctx context.Context, p *FlowApplyParams) (*FlowApplyResult, error)
+	// FlowApplyBatch settles several work items of one leased entity in
+	// one transaction, in the order given, each exactly as FlowApply
+	// would: a hot entity's backlog costs one commit instead of one per
+	// event. Any error rolls all of them back (ErrLeaseLost included), and
+	// the caller may retry them one by one.
+	FlowApplyBatch(ctx context.Context, ps []*FlowApplyParams) ([]*FlowApplyResult, error)
 	// ProjectionGet returns the projection of one entity of one flow, or
 	// nil when it has none.
 	ProjectionGet(ctx context.Context, p *ProjectionGetParams) (*Projection, error)

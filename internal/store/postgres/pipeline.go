@@ -323,6 +323,29 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 	return res, nil
 }
 
+// FlowApplyBatch settles several work items of one leased entity in one
+// transaction (store.RunFlowApplyBatch).
+func (s *Store) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	for _, p := range ps {
+		if p.Lease == nil {
+			return nil, errors.New("flow apply: no lease")
+		}
+	}
+	var out []*store.FlowApplyResult
+	err := s.inPipe(ctx, func(t *pipeTx) error {
+		var err error
+		out, err = store.RunFlowApplyBatch(ctx, applyTx{t}, ps)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow apply %s/%s: %w", ps[0].Lease.Flow, ps[0].Lease.Entity, err)
+	}
+	return out, nil
+}
+
 // ProjectionGet returns one entity's projection, or nil when it has none.
 func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams) (*store.Projection, error) {
 	pr := &store.Projection{}

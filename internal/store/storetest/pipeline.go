@@ -1271,3 +1271,84 @@ func testEqualJSON(t *testing.T, o Opener) {
 		t.Fatalf("key_conflict audit = %+v, want the version conflict of step 2 and the episode conflict of step 4", rows)
 	}
 }
+
+// testApplyBatch: FlowApplyBatch settles a leased entity's items in one
+// transaction exactly as FlowApply would one by one (each item sees the
+// projection the one before it wrote), releases a drained entity with the
+// last item, and rolls every item back when any fails.
+func testApplyBatch(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	var pks []int64
+	for i := range 4 {
+		pk := f.event(fmt.Sprintf("evt_%d", i))
+		pks = append(pks, pk)
+		f.route(t0, to(pk, rt("deals", "d1", fmt.Sprintf("k%d", i))))
+	}
+	params := func(l *store.Lease, at time.Time, ws []*store.WorkItem, aps ...store.FlowApplyParams) []*store.FlowApplyParams {
+		var ps []*store.FlowApplyParams
+		for i := range aps {
+			ap := aps[i]
+			ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor = l, at, ws[i].ID, ws[i].Event.PK, "worker"
+			ps = append(ps, &ap)
+		}
+		return ps
+	}
+
+	// A batch that fails on its second item (it names another event)
+	// writes nothing, not even the first item.
+	l := f.lease("deals", "d1", t0)
+	ws := f.pending("deals", "d1")
+	bad := params(l, t0, ws, rev(1, `{"s":1}`, eff("e1", "notify")), rev(2, `{"s":2}`))
+	bad[1].EventPK = pks[3]
+	if _, err := f.s.FlowApplyBatch(f.ctx, bad); err == nil {
+		t.Fatal("FlowApplyBatch with a wrong event: no error")
+	}
+	if got := len(f.pending("deals", "d1")); got != 4 {
+		t.Fatalf("after the failed batch %d items pending, want 4: the first item was not rolled back", got)
+	}
+	if pr := f.projection("deals", "d1"); pr.VersionSort != "" {
+		t.Fatalf("after the failed batch the projection is %s, want none", pr.Version)
+	}
+
+	// A batch with a lost lease writes nothing either.
+	stale := params(l, l.Until.Add(time.Second), ws, rev(1, `{"s":1}`))
+	if _, err := f.s.FlowApplyBatch(f.ctx, stale); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("FlowApplyBatch after the lease: %v, want ErrLeaseLost", err)
+	}
+
+	// The whole backlog in one batch: the third item is older than the
+	// second, which it sees applied.
+	ps := params(l, t0, ws, rev(1, `{"s":1}`, eff("e1", "notify")), rev(3, `{"s":3}`, eff("e3", "notify")),
+		rev(2, `{"s":2}`, eff("e2", "notify")), rev(3, `{"s":3}`))
+	ps[3].ReleaseIfDrained = true
+	res, err := f.s.FlowApplyBatch(f.ctx, ps)
+	if err != nil {
+		t.Fatalf("FlowApplyBatch: %v", err)
+	}
+	want := []store.Disposition{store.DispositionApplied, store.DispositionApplied, store.DispositionStale, store.DispositionDuplicate}
+	for i, r := range res {
+		if r.Disposition != want[i] {
+			t.Fatalf("item %d: %s %q, want %s", i, r.Disposition, r.Reason, want[i])
+		}
+		if d := f.disposition(pks[i]); d != want[i] {
+			t.Fatalf("event %d: disposition %s, want %s", i, d, want[i])
+		}
+	}
+	if res[1].Superseded != 1 || !res[3].Released || res[0].Released {
+		t.Fatalf("results %+v %+v %+v: want r3 to supersede e1 and the last item to release", res[0], res[1], res[3])
+	}
+	pr := f.projection("deals", "d1")
+	if pr.Version != "r3" || pr.Pending != 0 || pr.AppliedEventPK != pks[1] {
+		t.Fatalf("projection %+v, want r3 from event %d with nothing pending", pr, pks[1])
+	}
+	if f.workCount() != 0 {
+		t.Fatalf("work pending after the batch: %d", f.workCount())
+	}
+	// Released: another worker claims nothing (no pending work), and a
+	// new event makes the entity claimable at once.
+	pk := f.event("evt_late")
+	f.route(t0, to(pk, rt("deals", "d1", "k9")))
+	if l2 := f.lease("deals", "d1", t0.Add(time.Second)); l2 == nil || l2.Token == l.Token {
+		t.Fatalf("entity not claimable after the drained release: %+v", l2)
+	}
+}

@@ -77,6 +77,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineFencing", testFencing},
 		{"PipelineRevisionGuard", testRevisionGuard},
 		{"PipelineEqualJSON", testEqualJSON},
+		{"PipelineApplyBatch", testApplyBatch},
 		{"PipelineDossierLateRevision", testDossierLateRevision},
 		{"EntityHistoryBusinessOrder", testEntityHistory},
 		{"PipelineHashVersions", testHashVersions},
