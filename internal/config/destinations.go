@@ -60,6 +60,12 @@ type Destination struct {
 	// of the live one (ga4-mp: /debug/mp/collect): the vendor records
 	// nothing, and an effect that passes validation is done.
 	DryRun bool `yaml:"dry_run"`
+	// AllowPrivateNetworks lets calls reach loopback, private, link-local
+	// and other non-public addresses (outbound.CheckAddr). Off, a base_url
+	// or a DNS answer that leads into the network hookledger runs in is
+	// refused when dialled, so a flow or a rebinding DNS name cannot reach
+	// internal services or the cloud metadata address.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 
 	Compiled   *CompiledDest  `yaml:"-"`
 	PresetData *vendor.Preset `yaml:"-"`
@@ -179,6 +185,9 @@ type CompiledDest struct {
 type Notifications struct {
 	WebhookURL string   `yaml:"webhook_url"`
 	Timeout    Duration `yaml:"timeout"`
+	// AllowPrivateNetworks lets the webhook reach a non-public address
+	// (a chat relay on the internal network), as on destinations.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 }
 
 func (c *Config) setDestinationDefaults() {

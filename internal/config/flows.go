@@ -49,6 +49,9 @@ type SourceAPI struct {
 	// bulkhead): a slow API then holds at most this many processing
 	// workers. 0 means the default (see DefaultMaxInFlight).
 	MaxInFlight int `yaml:"max_in_flight"`
+	// AllowPrivateNetworks lets refetches reach a non-public address, as
+	// on destinations: off, the API's address is checked when dialled.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 }
 
 // Flow turns one source's events into a projection and effects.

@@ -120,12 +120,14 @@ flows:
 %s
 notifications:
   webhook_url: %s
+  allow_private_networks: true
   timeout: 2s
 delivery:
   lease: 30s
 destinations:
   - name: dest
     base_url: %s
+    allow_private_networks: true
     kind: %s
     timeout: 10s
 %s`

@@ -94,6 +94,7 @@ func (f *fixture) effects(flow string) []string {
 const sources = `destinations:
   - name: crm
     base_url: http://127.0.0.1:1
+    allow_private_networks: true
 sources:
   - name: shop
     kind: hmac
@@ -101,6 +102,7 @@ sources:
     hmac: {header: X-Sig}
     api:
       base_url: %s
+      allow_private_networks: true
       bearer_token: api-token
 `
 
