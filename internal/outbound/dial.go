@@ -199,9 +199,10 @@ func Guard(c *http.Client, opts GuardOptions) *http.Client {
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
 	}
+	g.proxyDial = g.dial
 	if g.dial == nil {
-		d := &net.Dialer{Timeout: defaultDialTimeout, KeepAlive: defaultKeepAlive, ControlContext: controlCheck}
-		g.dial = d.DialContext
+		g.dial = checkedDialer().DialContext
+		g.proxyDial = (&net.Dialer{Timeout: defaultDialTimeout, KeepAlive: defaultKeepAlive}).DialContext
 	}
 	tr := base.Clone()
 	tr.DialContext = g.dialContext
@@ -222,6 +223,8 @@ const (
 type guard struct {
 	resolver Resolver
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	// proxyDial connects to a proxy the environment names, unchecked.
+	proxyDial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu      sync.Mutex
 	proxies map[string]bool // host:port of proxies the environment names
@@ -240,7 +243,7 @@ func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn
 	if isProxy {
 		// The operator's own proxy, named by the environment: it is
 		// where every call goes, and it resolves the destination itself.
-		return g.dial(ctx, network, addr)
+		return g.proxyDial(ctx, network, addr)
 	}
 	var ips []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
@@ -283,6 +286,12 @@ func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn
 		return nil, failed
 	}
 	return nil, refused
+}
+
+// checkedDialer is the dialer a guard uses when the transport has none of
+// its own: net/http's defaults, and the check again on the socket.
+func checkedDialer() *net.Dialer {
+	return &net.Dialer{Timeout: defaultDialTimeout, KeepAlive: defaultKeepAlive, ControlContext: controlCheck}
 }
 
 // controlCheck runs on the socket about to connect, with the numeric
