@@ -110,11 +110,11 @@ func TestNonPublicDestinationIsRefusedWhenDialled(t *testing.T) {
 	port := dest.Listener.Addr().(*net.TCPAddr).Port
 	res := staticResolver{"api.partner.test": {netip.MustParseAddr("127.0.0.1")}}
 	for _, tc := range []struct{ base, want string }{
-		{fmt.Sprintf("http://127.0.0.1:%d", port), "127.0.0.1 is a loopback (127.0.0.0/8) address"},
+		{fmt.Sprintf("http://127.0.0.1:%d", port), "127.0.0.1 is not a public address (loopback (127.0.0.0/8))"},
 		{fmt.Sprintf("http://[::ffff:127.0.0.1]:%d", port), "as IPv4-mapped IPv6"},
 		{fmt.Sprintf("http://api.partner.test:%d/v1", port), "api.partner.test (resolved to 127.0.0.1) refused"},
 		{fmt.Sprintf("http://localhost:%d", port), "loopback"},
-		{"http://169.254.169.254/latest", "169.254.169.254 is a cloud metadata (169.254.169.254/32) address"},
+		{"http://169.254.169.254/latest", "169.254.169.254 is not a public address (cloud metadata (169.254.169.254/32))"},
 	} {
 		t.Run(tc.base, func(t *testing.T) {
 			x := newWorld(t, setup{baseURL: tc.base, strictDest: true, resolver: res, dest: "auth: {bearer: api-token}"})

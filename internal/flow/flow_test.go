@@ -490,7 +490,7 @@ func TestRefetchFromANonPublicAddressIsRefused(t *testing.T) {
 	if err != nil || len(audit) != 1 {
 		t.Fatalf("audit %v %v", audit, err)
 	}
-	if d := audit[0].Detail; !strings.Contains(d, "127.0.0.1 is a loopback") || !strings.Contains(d, "sources[shop].api") ||
+	if d := audit[0].Detail; !strings.Contains(d, "127.0.0.1 is not a public address (loopback") || !strings.Contains(d, "sources[shop].api") ||
 		!strings.Contains(d, "allow_private_networks") {
 		t.Errorf("dead-letter reason %q", d)
 	}

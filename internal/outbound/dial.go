@@ -39,7 +39,7 @@ func (e *AddressError) Error() string {
 	if e.Host != "" && e.Host != name {
 		name = fmt.Sprintf("%s (resolved to %s)", e.Host, e.Addr)
 	}
-	return fmt.Sprintf("connection to %s refused: %s is a %s address, and outbound calls reach public addresses only unless allow_private_networks is set", name, e.Addr, e.Rule)
+	return fmt.Sprintf("connection to %s refused: %s is not a public address (%s), and outbound calls reach public addresses only unless allow_private_networks is set", name, e.Addr, e.Rule)
 }
 
 // IsAddressError reports whether err is, or wraps, an AddressError.

@@ -136,10 +136,10 @@ func TestGuardRefusesLoopback(t *testing.T) {
 	}}
 	guarded := Guard(nil, GuardOptions{Resolver: res})
 	for _, tc := range []struct{ host, want string }{
-		{"127.0.0.1", "connection to 127.0.0.1 refused: 127.0.0.1 is a loopback (127.0.0.0/8) address"},
+		{"127.0.0.1", "connection to 127.0.0.1 refused: 127.0.0.1 is not a public address (loopback (127.0.0.0/8))"},
 		{"[::ffff:127.0.0.1]", "as IPv4-mapped IPv6"},
 		{"api.example.test", "connection to api.example.test (resolved to 127.0.0.1) refused"},
-		{"mixed.example.test", "mixed.example.test (resolved to 10.0.0.7) refused: 10.0.0.7 is a private"},
+		{"mixed.example.test", "mixed.example.test (resolved to 10.0.0.7) refused: 10.0.0.7 is not a public address (private"},
 		{"mapped.example.test", "as IPv4-mapped IPv6"},
 		{"localhost", "loopback"}, // the system resolver
 	} {
