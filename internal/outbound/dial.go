@@ -160,9 +160,12 @@ type Resolver interface {
 
 // GuardOptions tune Guard; zero values take defaults.
 type GuardOptions struct {
-	// Resolver resolves host names (default net.DefaultResolver). The
-	// address it answers is the one checked and the one dialled: nothing
-	// is resolved twice, so a second, different answer cannot slip past.
+	// Resolver resolves host names; nil leaves resolution to net's
+	// dialler, which checks each address it resolved just before
+	// connecting to it. A resolver given here (a test's, or a program's
+	// own DNS) answers once per connection, and the address it answers is
+	// the one checked and the one dialled: nothing is resolved twice, so a
+	// second, different answer cannot slip past.
 	Resolver Resolver
 }
 
@@ -195,11 +198,16 @@ func Guard(c *http.Client, opts GuardOptions) *http.Client {
 	default:
 		return out
 	}
-	g := &guard{resolver: opts.Resolver, dial: base.DialContext, proxies: map[string]bool{}}
+	g := &guard{resolver: opts.Resolver, dial: base.DialContext, proxyDial: base.DialContext, proxies: map[string]bool{}}
+	if g.dial == nil && g.resolver == nil {
+		// net's own dialler, which resolves, races IPv6 against IPv4
+		// (RFC 8305) and calls the Control check on each address it is
+		// about to connect to.
+		g.std = checkedDialer()
+	}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
 	}
-	g.proxyDial = g.dial
 	if g.dial == nil {
 		g.dial = checkedDialer().DialContext
 		g.proxyDial = (&net.Dialer{Timeout: defaultDialTimeout, KeepAlive: defaultKeepAlive}).DialContext
@@ -221,6 +229,9 @@ const (
 )
 
 type guard struct {
+	// std, when set, dials: the transport has no dialler of its own and
+	// names are resolved by the system.
+	std      *net.Dialer
 	resolver Resolver
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 	// proxyDial connects to a proxy the environment names, unchecked.
@@ -230,8 +241,11 @@ type guard struct {
 	proxies map[string]bool // host:port of proxies the environment names
 }
 
-// dialContext resolves addr's host once, checks every address, and dials
-// the allowed ones in order until one connects.
+// dialContext connects to addr through an address that passes CheckAddr:
+// with net's dialler, checked by its Control hook on each address it
+// resolved; with the caller's resolver or dialler, by resolving the host
+// once, checking every address, and dialling the allowed ones in order
+// until one connects. Either way the address checked is the one dialled.
 func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -245,6 +259,11 @@ func (g *guard) dialContext(ctx context.Context, network, addr string) (net.Conn
 		// where every call goes, and it resolves the destination itself.
 		return g.proxyDial(ctx, network, addr)
 	}
+	if g.std != nil {
+		return g.std.DialContext(context.WithValue(ctx, hostKey{}, host), network, addr)
+	}
+	// A resolver or a dialler of the caller's: resolve once, check each
+	// address, and give the dialler the checked address, never the name.
 	var ips []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
 		ips = []netip.Addr{ip}
@@ -296,16 +315,20 @@ func checkedDialer() *net.Dialer {
 
 // controlCheck runs on the socket about to connect, with the numeric
 // address the kernel is given: the last word, whatever resolved it.
-func controlCheck(_ context.Context, _, address string, _ syscall.RawConn) error {
+func controlCheck(ctx context.Context, _, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("dial %s: not a numeric address", address)
 	}
 	if rule := CheckAddr(ap.Addr()); rule != "" {
-		return &AddressError{Addr: ap.Addr().WithZone(""), Rule: rule}
+		host, _ := ctx.Value(hostKey{}).(string)
+		return &AddressError{Host: host, Addr: ap.Addr().WithZone(""), Rule: rule}
 	}
 	return nil
 }
+
+// hostKey carries the name being dialled to controlCheck, for its error.
+type hostKey struct{}
 
 // proxyFunc wraps the transport's proxy choice: a request that goes
 // through a proxy has its host checked when it is an address literal

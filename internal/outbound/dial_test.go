@@ -135,6 +135,9 @@ func TestGuardRefusesLoopback(t *testing.T) {
 		"mapped.example.test": {addrs("::ffff:127.0.0.1")},
 	}}
 	guarded := Guard(nil, GuardOptions{Resolver: res})
+	// Without a resolver of the caller's, net's own dialler resolves and
+	// the check runs in its Control hook.
+	system := Guard(nil, GuardOptions{})
 	for _, tc := range []struct{ host, want string }{
 		{"127.0.0.1", "connection to 127.0.0.1 refused: 127.0.0.1 is not a public address (loopback (127.0.0.0/8))"},
 		{"[::ffff:127.0.0.1]", "as IPv4-mapped IPv6"},
@@ -145,7 +148,7 @@ func TestGuardRefusesLoopback(t *testing.T) {
 	} {
 		c := guarded
 		if tc.host == "localhost" {
-			c = Guard(nil, GuardOptions{})
+			c = system
 		}
 		resp, err := c.Get(fmt.Sprintf("http://%s:%d/x?token=s3cret", tc.host, port))
 		if err == nil {
@@ -156,6 +159,12 @@ func TestGuardRefusesLoopback(t *testing.T) {
 		ae := AsAddressError(err)
 		if ae == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "allow_private_networks") {
 			t.Errorf("%s: %v, want an AddressError with %q", tc.host, err, tc.want)
+		}
+	}
+	for _, host := range []string{"127.0.0.1", "[::ffff:127.0.0.1]", "localhost"} {
+		_, err := system.Get(fmt.Sprintf("http://%s:%d/x", host, port))
+		if ae := AsAddressError(err); ae == nil || ae.Host != strings.Trim(host, "[]") || !ae.Addr.IsLoopback() {
+			t.Errorf("%s through net's dialler: %v (%+v)", host, err, ae)
 		}
 	}
 	if n := reached.Load(); n != 0 {
