@@ -341,9 +341,9 @@ func (g *guard) proxyFunc(proxy func(*http.Request) (*url.URL, error)) func(*htt
 			return pu, err
 		}
 		host := req.URL.Hostname()
-		if ip, perr := netip.ParseAddr(host); perr == nil {
-			if rule := CheckAddr(ip); rule != "" {
-				return nil, &AddressError{Host: host, Addr: ip.WithZone(""), Rule: rule}
+		if lit, perr := netip.ParseAddr(host); perr == nil {
+			if rule := CheckAddr(lit); rule != "" {
+				return nil, &AddressError{Host: host, Addr: lit.WithZone(""), Rule: rule}
 			}
 		}
 		port := pu.Port()
