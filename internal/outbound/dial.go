@@ -201,8 +201,8 @@ func Guard(c *http.Client, opts GuardOptions) *http.Client {
 	g := &guard{resolver: opts.Resolver, dial: base.DialContext, proxyDial: base.DialContext, proxies: map[string]bool{}}
 	if g.dial == nil && g.resolver == nil {
 		// net's own dialler, which resolves, races IPv6 against IPv4
-		// (RFC 8305) and calls the Control check on each address it is
-		// about to connect to.
+		// (Happy Eyeballs, RFC 6555) and calls the Control check on each
+		// address it is about to connect to.
 		g.std = checkedDialer()
 	}
 	if g.resolver == nil {
