@@ -116,9 +116,11 @@ func bulkheadRun(ctx context.Context, f *bulkheadFlags, path string, hanging int
 	yaml := fmt.Sprintf(`destinations:
   - name: healthy
     base_url: %s
+    allow_private_networks: true          # the simulated destinations listen on loopback
     idempotency: {header: Idempotency-Key, window: 24h}
   - name: hanging
     base_url: %s
+    allow_private_networks: true          # the simulated destinations listen on loopback
     timeout: %s
 sources:
   - name: shop

@@ -277,6 +277,7 @@ sources:
 destinations:
   - name: loopback
     base_url: %q
+    allow_private_networks: true          # the measured destination listens on loopback
     timeout: 10s
     idempotency: {header: Idempotency-Key, window: 24h}
 flows:

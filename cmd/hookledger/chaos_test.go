@@ -59,6 +59,7 @@ delivery:
 destinations:
   - name: ledger
     base_url: %s
+    allow_private_networks: true
     timeout: 1s
     retry: {base: 50ms, factor: 2, cap: 400ms, attempts: 5, redrive: [1s, 2s]}
     idempotency: {header: Idempotency-Key, window: 24h}

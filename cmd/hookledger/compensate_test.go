@@ -42,6 +42,7 @@ flows:
 destinations:
   - name: crm
     base_url: "http://127.0.0.1:1"
+    allow_private_networks: true
 `
 
 func writeCompensateConfig(t *testing.T) (cfgPath, db string) {

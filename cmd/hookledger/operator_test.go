@@ -40,6 +40,7 @@ flows:
 destinations:
   - name: crm
     base_url: "%s"
+    allow_private_networks: true
     auth: {bearer: "${TEST_CRM_TOKEN}"}
 `
 

@@ -36,7 +36,7 @@ flows:
         destination: crm
         request: {path: '"/x"'}
 destinations:
-  - {name: crm, base_url: "http://127.0.0.1:1"}
+  - {name: crm, base_url: "http://127.0.0.1:1", allow_private_networks: true}
 `, db)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

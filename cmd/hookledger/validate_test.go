@@ -104,9 +104,11 @@ destinations:
   - name: ga4
     preset: ga4-mp
     base_url: %s?measurement_id=G-TEST&api_secret=${GA4_API_SECRET}
+    allow_private_networks: true
   - name: crm
     preset: hubspot
     base_url: %s
+    allow_private_networks: true
 `, db, ga4.URL, ga4.URL)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

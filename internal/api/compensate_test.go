@@ -46,6 +46,7 @@ flows:
 destinations:
   - name: mail
     base_url: http://127.0.0.1:1
+    allow_private_networks: true
 `
 
 // compensateFixture is the API with compensation served by a real flow

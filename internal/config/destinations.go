@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -60,6 +61,12 @@ type Destination struct {
 	// of the live one (ga4-mp: /debug/mp/collect): the vendor records
 	// nothing, and an effect that passes validation is done.
 	DryRun bool `yaml:"dry_run"`
+	// AllowPrivateNetworks lets calls reach loopback, private, link-local
+	// and other non-public addresses (outbound.CheckAddr). Off, a base_url
+	// or a DNS answer that leads into the network hookledger runs in is
+	// refused when dialled, so a flow or a rebinding DNS name cannot reach
+	// internal services or the cloud metadata address.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 
 	Compiled   *CompiledDest  `yaml:"-"`
 	PresetData *vendor.Preset `yaml:"-"`
@@ -179,6 +186,9 @@ type CompiledDest struct {
 type Notifications struct {
 	WebhookURL string   `yaml:"webhook_url"`
 	Timeout    Duration `yaml:"timeout"`
+	// AllowPrivateNetworks lets the webhook reach a non-public address
+	// (a chat relay on the internal network), as on destinations.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 }
 
 func (c *Config) setDestinationDefaults() {
@@ -255,6 +265,8 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			add("$.notifications.webhook_url", "notifications.webhook_url is not an absolute URL")
 		} else if u.User != nil {
 			add("$.notifications.webhook_url", "notifications.webhook_url carries credentials (user:password@), which would show wherever the URL does; use a webhook whose URL alone authorizes it, as Slack's incoming webhooks do")
+		} else if !c.Notifications.AllowPrivateNetworks {
+			warnPrivateHost(warn, "$.notifications.webhook_url", "notifications.webhook_url", "notifications.allow_private_networks", u.Hostname())
 		}
 	}
 	if c.Delivery.Workers < 0 || c.Delivery.Workers > 1024 {
@@ -287,6 +299,9 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		if d.Kind == "http" {
 			checkBaseURL(add, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), d.BaseURL,
 				"put them in auth: (bearer, basic or header), which sends them in headers only")
+			if u, err := url.Parse(d.BaseURL); err == nil && !d.AllowPrivateNetworks {
+				warnPrivateHost(warn, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), "allow_private_networks", u.Hostname())
+			}
 		}
 		if a := d.Auth; a != nil {
 			n := 0
@@ -526,5 +541,21 @@ func checkBaseURL(add func(path, format string, args ...any), path, what, raw, i
 		add(path, "%s %q: the scheme must be http or https", what, outbound.RedactURL(raw))
 	case u.User != nil:
 		add(path, "%s %q carries credentials (user:password@), which would show in errors and logs: %s", what, outbound.RedactURL(raw), instead)
+	}
+}
+
+// warnPrivateHost warns about a URL whose host is written as a non-public
+// address (or is localhost) while key is off: every call to it will be
+// refused when dialled, and saying so at load time saves a trip to the
+// exception queue. A name that resolves to one can only be caught then.
+func warnPrivateHost(warn func(path, format string, args ...any), path, what, key, host string) {
+	rule := ""
+	if ip, err := netip.ParseAddr(host); err == nil {
+		rule = outbound.CheckAddr(ip)
+	} else if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		rule = "loopback"
+	}
+	if rule != "" {
+		warn(path, "%s names %s, which is not a public address (%s): every call to it is refused when dialled unless %s: true is set (for a service meant to be reached on an internal network)", what, host, rule, key)
 	}
 }

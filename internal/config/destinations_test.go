@@ -275,3 +275,44 @@ func TestDryRunNeedsAValidationEndpoint(t *testing.T) {
 		t.Errorf("dry_run on a custom kind: %v, want an error at line 6", err)
 	}
 }
+
+// A URL written with a non-public address and without
+// allow_private_networks is a load-time warning, naming the key: every
+// call to it would be refused when dialled. With the key, or with a public
+// address, there is none.
+func TestPrivateAddressLiteralsWarn(t *testing.T) {
+	yaml := `sources:
+  - name: shop
+    kind: hmac
+    secrets: [x]
+    hmac: {header: X-Sig}
+    api: {base_url: "http://10.0.0.5/api"}
+notifications:
+  webhook_url: http://localhost:9000/hook
+destinations:
+  - {name: local, base_url: "http://127.0.0.1:8080"}
+  - {name: metadata, base_url: "http://169.254.169.254"}
+  - {name: mapped, base_url: "http://[::ffff:192.168.0.1]"}
+  - {name: allowed, base_url: "http://127.0.0.1:8080", allow_private_networks: true}
+  - {name: public, base_url: "https://api.example.com"}
+`
+	c, err := Parse("h.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := c.Warnings.Error()
+	for _, want := range []string{
+		`destination "local": base_url names 127.0.0.1, which is not a public address (loopback (127.0.0.0/8))`,
+		`destination "metadata": base_url names 169.254.169.254, which is not a public address (cloud metadata`,
+		`destination "mapped": base_url names ::ffff:192.168.0.1, which is not a public address (private (192.168.0.0/16) as IPv4-mapped IPv6)`,
+		`source "shop": api.base_url names 10.0.0.5, which is not a public address (private (10.0.0.0/8)): every call to it is refused when dialled unless api.allow_private_networks: true`,
+		`notifications.webhook_url names localhost, which is not a public address (loopback)`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no warning %q in:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, `"allowed"`) || strings.Contains(text, `"public"`) || len(c.Warnings) != 5 {
+		t.Errorf("%d warnings:\n%s", len(c.Warnings), text)
+	}
+}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -50,6 +51,9 @@ type SourceAPI struct {
 	// bulkhead): a slow API then holds at most this many processing
 	// workers. 0 means the default (see DefaultMaxInFlight).
 	MaxInFlight int `yaml:"max_in_flight"`
+	// AllowPrivateNetworks lets refetches reach a non-public address, as
+	// on destinations: off, the API's address is checked when dialled.
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 }
 
 // Flow turns one source's events into a projection and effects.
@@ -231,6 +235,9 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 			ap := fmt.Sprintf("$.sources[%d].api", i)
 			checkBaseURL(add, ap+".base_url", fmt.Sprintf("source %q: api.base_url", c.Sources[i].Name), a.BaseURL,
 				"put them in api.bearer_token or api.headers, which are sent in headers only")
+			if u, err := url.Parse(a.BaseURL); err == nil && !a.AllowPrivateNetworks {
+				warnPrivateHost(warn, ap+".base_url", fmt.Sprintf("source %q: api.base_url", c.Sources[i].Name), "api.allow_private_networks", u.Hostname())
+			}
 			checkStaticHeader(add, ap+".bearer_token", fmt.Sprintf("source %q: api.bearer_token", c.Sources[i].Name), "", a.BearerToken)
 			for name, v := range a.Headers {
 				checkStaticHeader(add, ap+".headers."+name, fmt.Sprintf("source %q: api.headers.%s", c.Sources[i].Name, name), name, v)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/outbound"
@@ -57,10 +58,32 @@ type Action interface {
 // the body is not rewindable, so the transport cannot replay a request it
 // already wrote; retries belong to the worker's policy alone. It never
 // follows a redirect either, whatever Client says: a 3xx is the answer.
+// And it connects to public addresses only, checked on the address about
+// to be dialled (outbound.Guard), unless the destination sets
+// allow_private_networks.
 type HTTPAction struct {
 	Client *http.Client
 	// MaxBody bounds how much of an answer is read (default 1 MiB).
 	MaxBody int64
+	// Resolver resolves destination host names for the address check
+	// (default net.DefaultResolver); the address it answers is the one
+	// dialled.
+	Resolver outbound.Resolver
+
+	once            sync.Once
+	public, private *http.Client
+}
+
+// clients builds, once, the two clients calls go through: one guarded,
+// one for destinations that allow private networks. Each has its own
+// connection pool, so a connection to an internal address is never
+// reused for a destination that may not reach it.
+func (a *HTTPAction) clients() (public, private *http.Client) {
+	a.once.Do(func() {
+		a.public = outbound.Guard(a.Client, outbound.GuardOptions{Resolver: a.Resolver})
+		a.private = outbound.NoRedirects(a.Client)
+	})
+	return a.public, a.private
 }
 
 // Do sends the call.
@@ -107,7 +130,11 @@ func (a *HTTPAction) Do(ctx context.Context, c *Call) (*Response, error) {
 	applyAuth(req, d.Auth)
 	// Whatever client was injected, a redirect comes back as the answer:
 	// following it would resend the body and the credentials elsewhere.
-	hr, err := outbound.NoRedirects(a.Client).Do(req)
+	client, private := a.clients()
+	if d.AllowPrivateNetworks {
+		client = private
+	}
+	hr, err := client.Do(req)
 	if err != nil {
 		// The transport's error names the full URL, query string included.
 		return resp, outbound.RedactError(err)

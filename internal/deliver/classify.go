@@ -28,6 +28,10 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 		// An action's error may name the URL it called; the reason is
 		// stored, logged and sent on, so it names it without secrets.
 		callErr = outbound.RedactError(callErr)
+		if ae := outbound.AsAddressError(callErr); ae != nil {
+			// The address is what it is on every attempt: permanent.
+			return store.ClassPermanent, fmt.Sprintf("request not sent: %v (destination %s)", ae, d.Name)
+		}
 		if outbound.IsRequestError(callErr) {
 			// Refused before sending (a path leaving base_url, a header
 			// with CR or LF): the same request is refused every time.

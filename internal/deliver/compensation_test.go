@@ -48,6 +48,7 @@ delivery:
 destinations:
   - name: pay
     base_url: %s
+    allow_private_networks: true
     timeout: 10s
     idempotency: {header: Idempotency-Key, window: 24h}
     retry: {base: 1s, cap: 1m, factor: 2, attempts: 4}

@@ -56,8 +56,15 @@ type Options struct {
 	Actions map[string]Action
 	// HTTPClient is used by the http action, lookups and the notification
 	// webhook (default: a client with keep-alives). Redirects are never
-	// followed, whatever its CheckRedirect says: a 3xx is an answer.
+	// followed, whatever its CheckRedirect says: a 3xx is an answer. Its
+	// transport (an *http.Transport) is cloned with a dial that refuses
+	// non-public addresses for every destination without
+	// allow_private_networks (outbound.Guard); another RoundTripper is the
+	// embedding program's own network and is used as given.
 	HTTPClient *http.Client
+	// Resolver resolves destination host names for that check (default
+	// net.DefaultResolver).
+	Resolver outbound.Resolver
 	// Rand draws jitter in [0, 1) (default math/rand/v2); tests fix it.
 	Rand func() float64
 	// Notifier is told when an effect needs a person (default: the
@@ -138,7 +145,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
 		dests: map[string]*config.Destination{}, limits: map[string]*rate.Limiter{},
-		actions:  map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient}},
+		actions:  map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver}},
 		notify:   opts.Notifier,
 		caps:     map[string]int{},
 		inflight: map[string]int{},
@@ -419,6 +426,15 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 	if resp != nil {
 		att.Status, att.Response = resp.Status, excerpt(resp.Body, 2000)
 	}
+	if outbound.IsAddressError(callErr) {
+		// Refused at the dial for the address the destination resolved
+		// to: nothing was sent, and every attempt would reach the same
+		// address (RT06).
+		return w.settleAndNotify(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: class, Reason: reason,
+			AddAttempt: true, Attempt: att,
+			SuggestedRepair: fmt.Sprintf("nothing was sent: %s leads to a non-public address; if destination %s is meant to be reached on an internal network, set allow_private_networks: true on it; otherwise fix its base_url or the name's DNS records; then retry the effect",
+				hostOf(d.BaseURL), d.Name)})
+	}
 	return w.decide(ctx, c, d, resp, class, reason, att)
 }
 
@@ -601,6 +617,12 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	resp, callErr := w.actions[d.Kind].Do(ctx, call)
 	callErr = outbound.RedactError(callErr)
 	att = &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Reconcile: true}
+	if ae := outbound.AsAddressError(callErr); ae != nil {
+		msg := fmt.Sprintf("lookup: %v (destination %s)", ae, d.Name)
+		att.Class, att.Error = store.ClassPermanent, msg
+		return false, "", att, &lookupRefused{msg: msg,
+			fix: "set allow_private_networks: true if the destination is meant to be reached on an internal network, or fix base_url"}
+	}
 	if callErr != nil || resp == nil || resp.Status == 0 {
 		att.Class, att.Error = store.ClassTransient, fmt.Sprint("lookup: ", callErr)
 		return false, "", att, fmt.Errorf("lookup: %w", callErr)
@@ -715,6 +737,14 @@ func redact(s string) string {
 		return s
 	}
 	return outbound.RedactText(s)
+}
+
+// hostOf is the host a base URL names, for a repair hint.
+func hostOf(base string) string {
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return "base_url"
 }
 
 // destinationRef keeps the destination's id for the created object when

@@ -46,12 +46,17 @@ type WebhookNotifier struct {
 }
 
 // NewWebhookNotifier returns nil when no webhook is configured. The
-// message is never sent on to an address a redirect names.
+// message is never sent on to an address a redirect names, nor to a
+// non-public address unless notifications.allow_private_networks is set.
 func NewWebhookNotifier(cfg config.Notifications, client *http.Client) Notifier {
 	if cfg.WebhookURL == "" {
 		return nil
 	}
-	return &WebhookNotifier{url: cfg.WebhookURL, cfg: cfg, client: outbound.NoRedirects(client)}
+	c := outbound.NoRedirects(client)
+	if !cfg.AllowPrivateNetworks {
+		c = outbound.Guard(client, outbound.GuardOptions{})
+	}
+	return &WebhookNotifier{url: cfg.WebhookURL, cfg: cfg, client: c}
 }
 
 // Text renders the message.

@@ -63,10 +63,12 @@ func newStuck(t *testing.T) *stuckServer {
 const bulkheadYAML = `destinations:
   - name: stuck
     base_url: %s
+    allow_private_networks: true
     timeout: 1h
     max_in_flight: 2
   - name: healthy
     base_url: %s
+    allow_private_networks: true
 delivery:
   lease: 2h
 sources:
@@ -305,7 +307,7 @@ func TestSlowNotificationsStayOutOfDeliverySlots(t *testing.T) {
 		http.Error(w, "no", http.StatusUnprocessableEntity)
 	}))
 	defer refuse.Close()
-	yaml := fmt.Sprintf(bulkheadYAML, refuse.URL, refuse.URL) + "notifications: {webhook_url: " + hook.URL + ", timeout: 1h}\n"
+	yaml := fmt.Sprintf(bulkheadYAML, refuse.URL, refuse.URL) + "notifications: {webhook_url: " + hook.URL + ", timeout: 1h, allow_private_networks: true}\n"
 	r := newRuntime(t, "", "", 1, nil, yaml)
 	r.orders(t, 5)
 	if err := r.w.Start(context.Background()); err != nil {

@@ -59,7 +59,7 @@ func (g *ga4) paths() []string {
 
 func ga4Dest(t *testing.T, baseURL, extra string) *config.Destination {
 	t.Helper()
-	cfg, err := config.Parse("d.yaml", []byte("destinations:\n  - name: ga4\n    preset: ga4-mp\n    base_url: "+baseURL+"\n"+extra), func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse("d.yaml", []byte("destinations:\n  - name: ga4\n    preset: ga4-mp\n    allow_private_networks: true\n    base_url: "+baseURL+"\n"+extra), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestValidateSendsToTheValidationEndpoint(t *testing.T) {
 func TestValidateRefusals(t *testing.T) {
 	g := newGA4(t)
 	// A preset without a validation endpoint.
-	cfg, err := config.Parse("d.yaml", []byte("destinations:\n  - name: crm\n    preset: hubspot\n    base_url: "+g.URL+"\n"), func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse("d.yaml", []byte("destinations:\n  - name: crm\n    preset: hubspot\n    allow_private_networks: true\n    base_url: "+g.URL+"\n"), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,12 +140,14 @@ flows:
           body: '{"order": entity}'
 notifications:
   webhook_url: %s
+  allow_private_networks: true
   timeout: 2s
 delivery:
   lease: 30s
 destinations:
   - name: dest
     base_url: %s
+    allow_private_networks: true
     timeout: 10s
     owner: billing-team
     retry: {base: 1s, cap: 1m, factor: 2, attempts: 4}

@@ -19,6 +19,7 @@ import (
 	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
 	"github.com/hookledger/hookledger/internal/flow"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
@@ -99,6 +100,11 @@ type setup struct {
 	client *http.Client
 	// webhookURL replaces the recording notification webhook.
 	webhookURL string
+	// The test listeners are on loopback, so the destination and the
+	// notification webhook allow private networks unless these are set.
+	strictDest, strictHook bool
+	// resolver replaces DNS for the destination's address check.
+	resolver outbound.Resolver
 }
 
 const flowYAML = `sources:
@@ -120,12 +126,14 @@ flows:
 %s
 notifications:
   webhook_url: %s
+  allow_private_networks: %t
   timeout: 2s
 delivery:
   lease: 30s
 destinations:
   - name: dest
     base_url: %s
+    allow_private_networks: %t
     kind: %s
     timeout: 10s
 %s`
@@ -184,7 +192,7 @@ func newWorld(t *testing.T, s setup) *world {
 	for _, l := range strings.Split(strings.TrimSpace(s.request), "\n") {
 		request += "          " + l + "\n"
 	}
-	yaml := fmt.Sprintf(flowYAML, strings.TrimSuffix(request, "\n"), webhook, base, kind, indented)
+	yaml := fmt.Sprintf(flowYAML, strings.TrimSuffix(request, "\n"), webhook, !s.strictHook, base, !s.strictDest, kind, indented)
 	cfg, err := config.Parse("hookledger.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
@@ -199,7 +207,7 @@ func newWorld(t *testing.T, s setup) *world {
 	}
 	logs := &lockedBuffer{}
 	w, err := deliver.New(cfg, st, deliver.Options{Workers: 4, LeaseFor: cfg.Delivery.Lease.D(), Clock: clk,
-		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a", HTTPClient: s.client,
+		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a", HTTPClient: s.client, Resolver: s.resolver,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ sources:
     kind: hmac
     secrets: [SECRET]
     hmac: {header: X-Signature, prefix: "sha256="}
-    api: {base_url: "DEST/inventory-api", timeout: CALL_TIMEOUT}
+    api: {base_url: "DEST/inventory-api", timeout: CALL_TIMEOUT, allow_private_networks: true}
   - name: sys_a                       # two systems that echo each other's changes
     kind: hmac
     secrets: [SECRET]
@@ -110,11 +110,17 @@ causation:
   trusted_sources: [sys_a, sys_b]
 signals:
   interval: SIGNALS
+# Every system the demo calls is simulated by the demo itself on 127.0.0.1,
+# so its destinations (and the inventory API above) set
+# allow_private_networks: without it, calls to loopback and private
+# addresses are refused when dialled (docs/delivery.md, "Outbound safety").
 destinations:
   - name: notifier                    # answers 201
     base_url: "DEST"
+    allow_private_networks: true
   - name: mailer                      # dedupes on the key, can be asked for a mail, loses one
     base_url: "DEST"
+    allow_private_networks: true
     idempotency: {header: Idempotency-Key, window: 24h}
     lookup:
       path: '"/mail/messages/" + pathEscape(episode_key)'
@@ -123,6 +129,7 @@ destinations:
     retry: {base: RETRY_BASE, cap: RETRY_CAP, attempts: 100}
   - name: crm                         # hangs after creating one contact; a lookup settles it
     base_url: "DEST"
+    allow_private_networks: true
     timeout: CALL_TIMEOUT
     idempotency: {header: Idempotency-Key, window: 24h}
     lookup:
@@ -131,17 +138,21 @@ destinations:
     retry: {base: RETRY_BASE, cap: RETRY_CAP}
   - name: ledger                      # hangs after posting one entry; no lookup, no key: a person decides
     base_url: "DEST"
+    allow_private_networks: true
     timeout: CALL_TIMEOUT
     owner: team-finance
   - name: carrier                     # 429 with Retry-After once per booking
     base_url: "DEST"
+    allow_private_networks: true
     retry_after: {unit: seconds, max: 1m}
     retry: {base: RETRY_BASE, cap: RETRY_CAP}
   - name: warehouse                   # refuses an invoice with a 422 until its VAT number is added (POST /warehouse/vat-numbers {"order": ...})
     base_url: "DEST"
+    allow_private_networks: true
     owner: team-data
   - name: marketing                   # answers 200 with an error in the body
     base_url: "DEST"
+    allow_private_networks: true
     classify:
       - when: 'status == 200 && has(body.errors) && size(body.errors) > 0'
         class: hidden_failure
@@ -149,9 +160,10 @@ destinations:
         repair: fix the subscriber's address at the source, then retry
   - name: dunning                     # answers 503 for as long as the demo runs
     base_url: "DEST"
+    allow_private_networks: true
     retry: {base: RETRY_BASE, cap: RETRY_CAP, attempts: 100}
-  - {name: sys_a, base_url: "DEST"}
-  - {name: sys_b, base_url: "DEST"}
+  - {name: sys_a, base_url: "DEST", allow_private_networks: true}
+  - {name: sys_b, base_url: "DEST", allow_private_networks: true}
 flows:
   - name: orders
     source: shop

@@ -46,8 +46,13 @@ type Options struct {
 	Logger *slog.Logger
 	Clock  clock.Clock
 	// HTTPClient makes refetch requests; redirects are never followed,
-	// whatever its CheckRedirect says.
+	// whatever its CheckRedirect says. For a source API without
+	// allow_private_networks its transport (an *http.Transport) is cloned
+	// with a dial that refuses non-public addresses (outbound.Guard).
 	HTTPClient *http.Client
+	// Resolver resolves API host names for that check (default
+	// net.DefaultResolver).
+	Resolver outbound.Resolver
 	// OnEffects is called after an event created effects (the delivery
 	// worker's Wake), so they are delivered without waiting for a poll.
 	OnEffects func()
@@ -71,7 +76,9 @@ type Engine struct {
 	flows    map[string]*config.Flow
 	apis     map[string]*config.SourceAPI
 	kinds    map[string]string
-	http     *http.Client
+	http     *http.Client // guarded: public addresses only
+	// httpPrivate serves the source APIs with allow_private_networks.
+	httpPrivate *http.Client
 	// changesOnly marks, per flow, the effects whose destination sends
 	// changes only (send_changes_only, Braze's data points); nil for a
 	// flow without any.
@@ -134,10 +141,13 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		opts.HTTPClient = &http.Client{Transport: tr}
 	}
 	// A refetch never follows a redirect, whatever the injected client
-	// says: the source API's credentials would go along.
+	// says: the source API's credentials would go along. Nor does it
+	// connect to an internal address unless the API allows it.
 	e := &Engine{
-		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, http: outbound.NoRedirects(opts.HTTPClient),
-		bySource: map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
+		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
+		http:        outbound.Guard(opts.HTTPClient, outbound.GuardOptions{Resolver: opts.Resolver}),
+		httpPrivate: outbound.NoRedirects(opts.HTTPClient),
+		bySource:    map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
 		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{}, changesOnly: map[string][]bool{},
 		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "entity processing", 0),
 		apiSlots: map[string]chan struct{}{},

@@ -94,6 +94,7 @@ func (f *fixture) effects(flow string) []string {
 const sources = `destinations:
   - name: crm
     base_url: http://127.0.0.1:1
+    allow_private_networks: true
 sources:
   - name: shop
     kind: hmac
@@ -101,6 +102,7 @@ sources:
     hmac: {header: X-Sig}
     api:
       base_url: %s
+      allow_private_networks: true
       bearer_token: api-token
 `
 
@@ -465,5 +467,36 @@ func TestEffectQueryIsStored(t *testing.T) {
 	}
 	if want := `{"method":"POST","path":"/notes"}`; got["without"] != want {
 		t.Errorf("stored %s, want %s", got["without"], want)
+	}
+}
+
+// A source API without allow_private_networks on a non-public address is
+// refused on the address about to be dialled: nothing is sent (not the
+// token either), and the event is dead-lettered at once, with the address,
+// the rule and the key that would allow it, instead of being deferred
+// forever as if the API were down.
+func TestRefetchFromANonPublicAddressIsRefused(t *testing.T) {
+	api := &fakeAPI{truth: map[string]string{"o1": `{"id":"o1","status":"paid","total":42}`}}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	yaml := strings.Replace(fmt.Sprintf(sources, srv.URL), "      allow_private_networks: true\n", "", 1) + refetchFlow
+	f := newFixture(t, yaml)
+	f.send("shop", "e1", `{"order_id":"o1"}`)
+	f.drain()
+	if d := f.disposition("shop", "e1"); d != "dead_lettered" {
+		t.Fatalf("e1 = %s, want dead_lettered", d)
+	}
+	audit, err := f.st.AuditList(context.Background(), &store.AuditListParams{Action: "dead_lettered"})
+	if err != nil || len(audit) != 1 {
+		t.Fatalf("audit %v %v", audit, err)
+	}
+	if d := audit[0].Detail; !strings.Contains(d, "127.0.0.1 is not a public address (loopback") || !strings.Contains(d, "sources[shop].api") ||
+		!strings.Contains(d, "allow_private_networks") {
+		t.Errorf("dead-letter reason %q", d)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.calls != 0 {
+		t.Fatalf("the API on loopback was called %d times", api.calls)
 	}
 }

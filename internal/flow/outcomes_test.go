@@ -16,8 +16,10 @@ import (
 const outcomeSources = `destinations:
   - name: crm
     base_url: http://127.0.0.1:1
+    allow_private_networks: true
   - name: mail
     base_url: http://127.0.0.1:1
+    allow_private_networks: true
 sources:
   - name: shop
     kind: hmac

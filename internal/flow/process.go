@@ -475,7 +475,15 @@ func (e *Engine) refetch(ctx context.Context, f *config.Flow, entity string, var
 	if api.BearerToken != "" {
 		req.Header.Set("Authorization", "Bearer "+api.BearerToken)
 	}
-	resp, err := e.http.Do(req)
+	client := e.http
+	if api.AllowPrivateNetworks {
+		client = e.httpPrivate
+	}
+	resp, err := client.Do(req)
+	if ae := outbound.AsAddressError(err); ae != nil {
+		// The same address on every attempt: permanent.
+		return nil, fmt.Errorf("refetch %s: %w; set allow_private_networks: true on sources[%s].api if the API is meant to be reached on an internal network", p, ae, f.Source)
+	}
 	if err != nil {
 		// The transport's error names the URL: without credentials or
 		// query string (a token may be in either), it goes into the log

@@ -2,9 +2,11 @@
 // another system has in common (effect deliveries, lookups, refetches and
 // notifications): a redirect is an answer and never followed, a URL is
 // built from a configured base URL and a relative path that cannot leave
-// it, header values cannot smuggle other headers, and errors name URLs
-// without credentials or query strings, so that no error text stored on an
-// effect, an attempt, an audit row or a log line carries a secret.
+// it, header values cannot smuggle other headers, a connection reaches a
+// public address only unless the configuration allows private networks
+// (checked on the address dialled, dial.go), and errors name URLs without
+// credentials or query strings, so that no error text stored on an effect,
+// an attempt, an audit row or a log line carries a secret.
 package outbound
 
 import (

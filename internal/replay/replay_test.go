@@ -35,7 +35,7 @@ flows:
         destination: crm
         request: {path: '"/orders/" + entity'}
 destinations:
-  - {name: crm, base_url: "http://127.0.0.1:1"}
+  - {name: crm, base_url: "http://127.0.0.1:1", allow_private_networks: true}
 `
 
 type fixture struct {

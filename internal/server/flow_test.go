@@ -23,9 +23,9 @@ const shopSecret = "shop-signing-secret"
 // The dossier's order flow, and two systems that echo each other's effects.
 const flowConfig = `
 destinations:                       # they refuse every call: effects go dead, visibly
-  - {name: notifier, base_url: "DEST_URL"}
-  - {name: sys_a, base_url: "DEST_URL"}
-  - {name: sys_b, base_url: "DEST_URL"}
+  - {name: notifier, base_url: "DEST_URL", allow_private_networks: true}
+  - {name: sys_a, base_url: "DEST_URL", allow_private_networks: true}
+  - {name: sys_b, base_url: "DEST_URL", allow_private_networks: true}
 processing:
   poll_interval: 5ms
 causation:

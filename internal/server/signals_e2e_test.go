@@ -104,6 +104,7 @@ signals:
 destinations:
   - name: mailer
     base_url: "DEST_URL"
+    allow_private_networks: true
     idempotency: {header: Idempotency-Key, window: 24h}
     lookup:
       path: '"/mails/" + pathEscape(episode_key)'
@@ -111,12 +112,14 @@ destinations:
     verify: {sample: 1.0, after: 10m, per_second: 100}
   - name: crm
     base_url: "DEST_URL"
+    allow_private_networks: true
     timeout: 300ms
   - name: slow
     base_url: "DEST_URL"
+    allow_private_networks: true
     retry: {attempts: 20}
-  - {name: sys_a, base_url: "DEST_URL"}
-  - {name: sys_b, base_url: "DEST_URL"}
+  - {name: sys_a, base_url: "DEST_URL", allow_private_networks: true}
+  - {name: sys_b, base_url: "DEST_URL", allow_private_networks: true}
 flows:
   - name: orders
     source: shop

@@ -49,6 +49,7 @@ delivery:
 destinations:
   - name: shipping
     base_url: "` + dest.URL + `"
+    allow_private_networks: true
     lookup:
       path: '"/orders/" + pathEscape(entity)'
       found: status == 200

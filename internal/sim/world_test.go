@@ -178,6 +178,7 @@ func simConfig(apiURL, destURL string, open bool) string {
 		return `
   - name: ` + name + `
     base_url: ` + destURL + `
+    allow_private_networks: true
     timeout: ` + destTimeout.String() + `
     retry: {base: 1s, factor: 2, cap: 8s, attempts: 3, redrive: [1m, 3m]}
     retry_after: {unit: ` + unit + `, max: 2m}
@@ -198,6 +199,7 @@ sources:
     hmac: {header: X-Signature}
     api:
       base_url: ` + apiURL + `
+      allow_private_networks: true
       timeout: 10s
 flows:
   - name: orders
