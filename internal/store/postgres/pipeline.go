@@ -48,8 +48,13 @@ func scanRoutable(row pgx.Row, e *store.RoutableEvent, extra ...any) error {
 
 // EventListUnrouted returns accepted events not yet routed, in pk order.
 func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroutedParams) ([]*store.RoutableEvent, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+routableColumns+` FROM events e `+firstDeliveryJoin+`
-		WHERE NOT e.routed AND e.disposition = 'accepted' ORDER BY e.pk LIMIT $1`, store.ClampLimit(p.Limit))
+	// The page is cut from the unrouted index in pk order before the join:
+	// left to itself the planner may join every accepted event (a backlog
+	// of thousands, most of them routed already) and sort them, which took
+	// a second per page right after a burst, before statistics caught up.
+	rows, err := s.pool.Query(ctx, `SELECT `+routableColumns+` FROM (SELECT * FROM events
+			WHERE NOT routed AND disposition = 'accepted' ORDER BY pk LIMIT $1) e `+firstDeliveryJoin+`
+		ORDER BY e.pk`, store.ClampLimit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list unrouted events: %w", err)
 	}
