@@ -205,35 +205,38 @@ var settleStates = map[store.EffectState]bool{
 }
 
 // EffectSettle records one call and moves the effect on, fenced by its
-// lease token.
+// lease token, in two round trips: the fencing read, then the attempt, the
+// effect's new state, its audit row and COMMIT together.
 func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
 	if !settleStates[p.State] {
 		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
 	}
-	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return settleEffect(ctx, tx, p) }); err != nil {
+	if err := s.inPipe(ctx, func(t *pipeTx) error { return settleEffect(ctx, t, p) }); err != nil {
 		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
 	}
 	return nil
 }
 
-func settleEffect(ctx context.Context, tx pgx.Tx, p *store.EffectSettleParams) error {
+func settleEffect(ctx context.Context, t *pipeTx, p *store.EffectSettleParams) error {
 	// Fencing: a worker whose lease expired or was re-claimed writes
 	// nothing. The update also locks the row until commit, so a claimer
-	// cannot take the effect over halfway (it skips the locked row).
-	tag, err := tx.Exec(ctx, `UPDATE effects SET lease_until = lease_until
-		WHERE id = $1 AND lease_token = $2 AND state = 'submitting' AND lease_until > $3`, p.EffectID, p.Token, p.Now)
+	// cannot take the effect over halfway (it skips the locked row), and
+	// the select reads the effect as the update left it.
+	var f *store.Effect
+	err := t.query(ctx, "check lease", `WITH l AS (UPDATE effects SET lease_until = lease_until
+			WHERE id = $1 AND lease_token = $2 AND state = 'submitting' AND lease_until > $3 RETURNING id)
+		SELECT `+effectColumns+effectFrom+` JOIN l ON l.id = f.id`, []any{p.EffectID, p.Token, p.Now}, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return nil
+		}
+		f = &store.Effect{}
+		return scanEffect(rows, f)
+	})
 	if err != nil {
-		return fmt.Errorf("check lease: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrLeaseLost
-	}
-	f, err := getEffect(ctx, tx, p.EffectID, "")
-	if err != nil {
-		return fmt.Errorf("read effect: %w", err)
+		return err
 	}
 	if f == nil {
-		return errors.New("read effect: effect vanished")
+		return store.ErrLeaseLost
 	}
 	attempts := f.Attempts
 	if p.AddAttempt {
@@ -247,24 +250,22 @@ func settleEffect(ctx context.Context, tx pgx.Tx, p *store.EffectSettleParams) e
 		if started.IsZero() {
 			started = p.Now
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+		t.exec("record attempt", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
 			class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			p.EffectID, number, started, a.Duration.Microseconds(), a.Status, string(a.Class), a.Error, a.Response,
-			a.RetryAfter, a.RetryAfterUnit, a.Wait.Microseconds(), a.Reconcile); err != nil {
-			return fmt.Errorf("record attempt: %w", err)
-		}
+			a.RetryAfter, a.RetryAfterUnit, a.Wait.Microseconds(), a.Reconcile)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE effects SET state = $1, next_attempt_at = coalesce($2::timestamptz, '-infinity'),
+	t.exec("update effect", `UPDATE effects SET state = $1, next_attempt_at = coalesce($2::timestamptz, '-infinity'),
 		attempts = $3, error_class = $4, reason = $5, suggested_repair = $6,
 		destination_ref = CASE WHEN $7::text = '' THEN destination_ref ELSE $7::text END,
 		last_response = $8, lease_token = '', lease_until = '-infinity', updated_at = $9,
 		mismatch_at = CASE WHEN $1 = 'done' THEN NULL ELSE mismatch_at END WHERE id = $10`,
 		string(p.State), nullTime(p.NextAttemptAt), attempts, string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef,
-		p.LastResponse, p.Now, p.EffectID); err != nil {
-		return fmt.Errorf("update effect: %w", err)
-	}
-	return effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_"+string(p.State), settleDetail(f.EpisodeKey, number, p))
+		p.LastResponse, p.Now, p.EffectID)
+	t.exec("insert audit", insertAuditSQL, p.Now, p.Actor, "effect_"+string(p.State), f.Source, f.SourceEventID, f.Entity,
+		settleDetail(f.EpisodeKey, number, p))
+	return nil
 }
 
 func settleDetail(key string, number int, p *store.EffectSettleParams) string {
