@@ -24,7 +24,7 @@ func TestKindAndSecretsAreEnough(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	o := c.Sources[0].SchemeOptions()
-	if o.Kind != verify.KindHMAC || o.HMAC == nil || o.HMAC.Header != "X-Hub-Signature-256" || o.HMAC.Prefix != "sha256=" {
+	if o.Kind != verify.KindGitHub || o.HMAC != nil {
 		t.Fatalf("github scheme options = %+v", o)
 	}
 	if _, err := verify.New(o); err != nil {
@@ -64,7 +64,7 @@ func TestGitHubRefusesHMACBlockAndTolerance(t *testing.T) {
 // An unknown kind is refused with the registry's names, github among them.
 func TestUnknownKindListsTheRegistry(t *testing.T) {
 	_, err := Parse("h.yaml", []byte("sources:\n  - name: x\n    kind: gitlab\n    secrets: [s]\n"), env(nil))
-	if err == nil || !strings.Contains(err.Error(), `unknown kind "gitlab" (one of stripe, hubspot, klaviyo, standard-webhooks, pipedrive, hmac, github)`) {
+	if err == nil || !strings.Contains(err.Error(), `unknown kind "gitlab" (one of stripe, hubspot, klaviyo, standard-webhooks, pipedrive, hmac, github, shopify, slack, twilio, paddle, square)`) {
 		t.Fatalf("unknown kind: %v", err)
 	}
 }
