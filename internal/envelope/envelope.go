@@ -101,6 +101,17 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	if err != nil {
 		return nil, &MalformedError{Field: "body", Msg: err.Error()}
 	}
+	if id.Rule == senderkind.RuleTwilio {
+		if obj, ok := root.(map[string]any); ok && obj["specversion"] != nil {
+			// A JSON body from Twilio (signed with bodySHA256) is a
+			// CloudEvent: its id names the event and stays the same on
+			// every delivery of it, per the CloudEvents specification.
+			id = senderkind.Identity{
+				EventID: "id", Type: "type", TypeRequired: true, OccurredAt: "time",
+				Entity: "data.messageSid", Account: "data.accountSid", Unit: time.Second,
+			}
+		}
+	}
 	x := extractor{id: id, paths: paths, header: header, root: root}
 
 	switch id.Rule {
