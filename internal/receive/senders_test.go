@@ -178,8 +178,8 @@ func TestSenderKindsLibraryVectorsThroughTheReceiver(t *testing.T) {
 		}},
 		{kind: "twilio", want: map[string]stored{
 			"SM1234567890abcdef1234567890abcdef:received": {typ: "message.received", account: "ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX", entity: "SM1234567890abcdef1234567890abcdef"},
-			"CA1234567890ABCDE":                  {typ: "call", entity: "CA1234567890ABCDE"},
-			"EZ00000000000000000000000000000000": {typ: "com.twilio.messaging.message.delivered", entity: "SM1234"},
+			"CA1234567890ABCDE":                           {typ: "call", entity: "CA1234567890ABCDE"},
+			"EZ00000000000000000000000000000000":          {typ: "com.twilio.messaging.message.delivered", entity: "SM1234"},
 		}},
 		{kind: "paddle", special: map[string]int{
 			// Signed 10 s before the clock: Paddle's SDK refuses it, the
