@@ -23,6 +23,12 @@ const (
 	KindStandardWebhooks = senderkind.StandardWebhooks
 	KindPipedrive        = senderkind.Pipedrive
 	KindHMAC             = senderkind.HMAC
+	KindGitHub           = senderkind.GitHub
+	KindShopify          = senderkind.Shopify
+	KindSlack            = senderkind.Slack
+	KindTwilio           = senderkind.Twilio
+	KindPaddle           = senderkind.Paddle
+	KindSquare           = senderkind.Square
 )
 
 // MaxHubSpotBatch is the most events HubSpot puts in one request.
