@@ -2,7 +2,9 @@
 // once as raw bytes under a size limit, verifies the pinned signature scheme
 // on those bytes before parsing anything, extracts identities, checks the
 // tenant, and answers 2xx only after the group commit made the delivery
-// durable (WH02, WH03, WH04, WH05).
+// durable (WH02, WH03, WH04, WH05). A verified set-up request of a sender
+// kind with a handshake (Slack's url_verification) is answered as the kind
+// says and stores nothing.
 package receive
 
 import (
