@@ -328,14 +328,23 @@ func TestShopifyRetryAndTenant(t *testing.T) {
 	}
 }
 
-// The tenant check on the account each kind reads: Slack's team_id and
-// Square's merchant_id refuse a payload for another tenant with 403.
+// The tenant check on the account each kind reads: Slack's team_id,
+// Twilio's AccountSid and Square's merchant_id refuse a payload for another
+// tenant with 403 and accept their own.
 func TestSenderTenantChecks(t *testing.T) {
-	for kind, name := range map[string]string{"slack": "event_callback", "square": "payment.updated"} {
-		v := vectorNamed(t, loadVectors(t, kind), name)
-		sr := newSenderRig(t, kind, v.Secret, "    account: someone-else\n", []senderVector{v})
-		if code, resp, _ := do(t, sr.request(v)); code != 403 {
-			t.Errorf("%s: %d %s, want 403", kind, code, resp)
+	for _, c := range []struct{ kind, vector, account string }{
+		{"slack", "event_callback", "T061EG9R6"},
+		{"twilio", "incoming SMS", "ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"},
+		{"square", "payment.updated", "6SSW7HV8K2ST5"},
+	} {
+		v := vectorNamed(t, loadVectors(t, c.kind), c.vector)
+		other := newSenderRig(t, c.kind, v.Secret, "    account: someone-else\n", []senderVector{v})
+		if code, resp, _ := do(t, other.request(v)); code != 403 {
+			t.Errorf("%s: %d %s, want 403", c.kind, code, resp)
+		}
+		own := newSenderRig(t, c.kind, v.Secret, "    account: "+c.account+"\n", []senderVector{v})
+		if code, resp, _ := do(t, own.request(v)); code != 200 {
+			t.Errorf("%s, own account: %d %s, want 200", c.kind, code, resp)
 		}
 	}
 }
