@@ -21,7 +21,6 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 func init() {
@@ -148,7 +147,8 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 		return exitFail
 	}
 
-	h, err := scheme.Sign(&verify.Request{Method: http.MethodPost, URL: u, Body: body}, now, hdrID)
+	kind, _ := senderkind.Builtin().Lookup(src.Kind)
+	u, h, err := signRequest(kind, scheme, u, body, now, hdrID)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger send: %v\n", err)
 		return exitFail
@@ -158,13 +158,13 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger send: --url %q: %v\n", u, err)
 		return exitUsage
 	}
+	req.Header.Set("Content-Type", "application/json")
 	for k, vs := range extra {
 		req.Header[k] = vs
 	}
 	for k, vs := range h {
 		req.Header[k] = vs
 	}
-	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "hookledger-send/"+buildVersion())
 	client := &http.Client{
 		Timeout:       30 * time.Second,

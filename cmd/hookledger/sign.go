@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -35,14 +37,18 @@ func runSign(_ context.Context, env *Env, args []string) int {
 			"svix-timestamp and svix-signature names that Svix-powered senders use\n"+
 			"instead of webhook-id, webhook-timestamp and webhook-signature; the\n"+
 			"signature is the same.\n\n"+
+			"Twilio and Square sign the URL they call: the source's public_url, or\n"+
+			"--url. For a twilio source a form body is signed with its parameters and\n"+
+			"gets a Content-Type header; a JSON body is signed over the URL with its\n"+
+			"bodySHA256 parameter, which is reported on standard error.\n\n"+
 			"'hookledger send' signs and posts in one step.\n\n"+
 			"Example:\n"+
 			"  hookledger sign --source stripe /tmp/event.json |\n"+
 			"    curl -H @- --data-binary @/tmp/event.json http://127.0.0.1:8080/hooks/stripe")
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	sourceName := fs.String("source", "", "source `name` from the config (required)")
-	eventID := fs.String("event-id", "", "event `id` for senders that carry it in a header (standard-webhooks webhook-id or svix-id, github X-GitHub-Delivery); a fresh one when empty")
-	target := fs.String("url", "", "`URL` the request is sent to, for schemes that sign it (HubSpot v2/v3); default public_url or http://LISTEN/hooks/NAME")
+	eventID := fs.String("event-id", "", "event `id` for senders that carry it in a header (standard-webhooks webhook-id or svix-id, github X-GitHub-Delivery, shopify X-Shopify-Event-Id); a fresh one when empty")
+	target := fs.String("url", "", "`URL` the request is sent to, for schemes that sign it (HubSpot v2/v3, Twilio, Square); default public_url or http://LISTEN/hooks/NAME")
 	format := fs.String("format", "headers", "output `format`: headers or curl")
 	headerSet := fs.String("headers", "", "header `names` for standard-webhooks sources: webhook or svix (default webhook)")
 	if code, ok := parseFlags(env, fs, args); !ok {
@@ -99,16 +105,18 @@ func runSign(_ context.Context, env *Env, args []string) int {
 	if id == "" {
 		id = "msg_" + uuid.NewString()
 	}
-	h, err := scheme.Sign(&verify.Request{Method: "POST", URL: u, Body: body}, time.Now(), id)
+	signedURL, h, err := signRequest(kind, scheme, u, body, time.Now(), id)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger sign: %v\n", err)
 		return exitFail
 	}
+	if signedURL != u {
+		// Twilio signs a JSON body through a bodySHA256 parameter of the
+		// URL it calls, so the request must go to that URL.
+		fmt.Fprintf(env.Stderr, "hookledger sign: signed for %s; post the body there\n", signedURL)
+	}
 	if named {
 		h = hs.Rename(h)
-	}
-	if kind.Sign.IDHeader != "" {
-		h.Set(kind.Sign.IDHeader, id)
 	}
 	keys := make([]string, 0, len(h))
 	for k := range h {
@@ -128,6 +136,39 @@ func runSign(_ context.Context, env *Env, args []string) int {
 		fmt.Fprintln(env.Stdout)
 	}
 	return exitOK
+}
+
+// signRequest signs body for a source of kind k posted to u: the URL
+// becomes the one the sender would call for this body (Twilio's bodySHA256
+// for JSON), a form-posting sender's non-JSON body is signed as a form, and
+// the kind's id header (X-GitHub-Delivery, X-Shopify-Event-Id) carries id.
+// It returns the URL to post to and the headers, Content-Type among them.
+func signRequest(k senderkind.Kind, scheme verify.Scheme, u string, body []byte, now time.Time, id string) (string, http.Header, error) {
+	if k.Sign.URL != nil {
+		u = k.Sign.URL(u, body)
+	}
+	ctype := "application/json"
+	if k.Identity.Form && !looksJSON(body) {
+		ctype = "application/x-www-form-urlencoded"
+	}
+	req := &verify.Request{Method: http.MethodPost, URL: u, Header: http.Header{"Content-Type": {ctype}}, Body: body}
+	h, err := scheme.Sign(req, now, id)
+	if err != nil {
+		return "", nil, err
+	}
+	if k.Sign.IDHeader != "" {
+		h.Set(k.Sign.IDHeader, id)
+	}
+	if k.Identity.Form {
+		h.Set("Content-Type", ctype)
+	}
+	return u, h, nil
+}
+
+// looksJSON reports whether body is a JSON object or array.
+func looksJSON(body []byte) bool {
+	b := bytes.TrimSpace(body)
+	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
 }
 
 // headerSetNames lists the header sets a kind's sign accepts, for messages.

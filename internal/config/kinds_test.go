@@ -24,7 +24,7 @@ func TestKindAndSecretsAreEnough(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	o := c.Sources[0].SchemeOptions()
-	if o.Kind != verify.KindHMAC || o.HMAC == nil || o.HMAC.Header != "X-Hub-Signature-256" || o.HMAC.Prefix != "sha256=" {
+	if o.Kind != verify.KindGitHub || o.HMAC != nil {
 		t.Fatalf("github scheme options = %+v", o)
 	}
 	if _, err := verify.New(o); err != nil {
@@ -64,7 +64,67 @@ func TestGitHubRefusesHMACBlockAndTolerance(t *testing.T) {
 // An unknown kind is refused with the registry's names, github among them.
 func TestUnknownKindListsTheRegistry(t *testing.T) {
 	_, err := Parse("h.yaml", []byte("sources:\n  - name: x\n    kind: gitlab\n    secrets: [s]\n"), env(nil))
-	if err == nil || !strings.Contains(err.Error(), `unknown kind "gitlab" (one of stripe, hubspot, klaviyo, standard-webhooks, pipedrive, hmac, github)`) {
+	if err == nil || !strings.Contains(err.Error(), `unknown kind "gitlab" (one of stripe, hubspot, klaviyo, standard-webhooks, pipedrive, hmac, github, shopify, slack, twilio, paddle, square)`) {
 		t.Fatalf("unknown kind: %v", err)
+	}
+}
+
+// kind and secrets are the whole source for every sender kind that signs
+// no URL; twilio and square also need public_url, the URL they sign.
+func TestSenderKindsShortConfig(t *testing.T) {
+	for _, kind := range []string{"github", "shopify", "slack", "paddle"} {
+		yaml := "sources:\n  - name: s\n    kind: " + kind + "\n    secrets: [a-secret]\n"
+		c, err := Parse("k.yaml", []byte(yaml), env(nil))
+		if err != nil {
+			t.Errorf("%s: %v", kind, err)
+			continue
+		}
+		if o := c.Sources[0].SchemeOptions(); o.Kind != kind {
+			t.Errorf("%s: scheme %q", kind, o.Kind)
+		}
+	}
+	for _, kind := range []string{"twilio", "square"} {
+		yaml := "sources:\n  - name: s\n    kind: " + kind + "\n    secrets: [a-secret]\n    public_url: https://hooks.example.com/hooks/s\n"
+		if _, err := Parse("k.yaml", []byte(yaml), env(nil)); err != nil {
+			t.Errorf("%s with public_url: %v", kind, err)
+		}
+		yaml = "sources:\n  - name: s\n    kind: " + kind + "\n    secrets: [a-secret]\n"
+		_, err := Parse("k.yaml", []byte(yaml), env(nil))
+		if err == nil || !strings.Contains(err.Error(), `k.yaml:2:9: source "s": `) || !strings.Contains(err.Error(), "set public_url") {
+			t.Errorf("%s without public_url: %v, want a refusal at the source's line", kind, err)
+		}
+	}
+}
+
+// public_url of a URL-signing kind is https, or http on a loopback host
+// only, and has no fragment; a tolerance is refused where the sender signs
+// no timestamp and bounded where it does.
+func TestSenderKindsConfigChecks(t *testing.T) {
+	for _, c := range []struct {
+		name, src, want string
+	}{
+		{"http public host", "kind: square\n    secrets: [k]\n    public_url: http://hooks.example.com/hooks/s", "k.yaml:5:17: source \"s\": public_url must be an https URL"},
+		{"fragment", "kind: twilio\n    secrets: [k]\n    public_url: https://hooks.example.com/hooks/s#rt=5000", "must not have a fragment"},
+		{"shopify tolerance", "kind: shopify\n    secrets: [k]\n    tolerance: 5m", "k.yaml:5:16: source \"s\": Shopify signs no timestamp"},
+		{"twilio tolerance", "kind: twilio\n    secrets: [k]\n    public_url: https://h.example.com/x\n    tolerance: 5m", "Twilio signs no timestamp"},
+		{"slack tolerance too wide", "kind: slack\n    secrets: [k]\n    tolerance: 2h", "use at most 1h"},
+		{"paddle tolerance zero", "kind: paddle\n    secrets: [k]\n    tolerance: 0s", "a tolerance of 0 would fall back to the default"},
+		{"hmac block", "kind: slack\n    secrets: [k]\n    hmac: {header: X-Slack-Signature}", "the hmac block applies to kind hmac only"},
+	} {
+		_, err := Parse("k.yaml", []byte("sources:\n  - name: s\n    "+c.src+"\n"), env(nil))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	for _, ok := range []string{
+		"kind: square\n    secrets: [k]\n    public_url: http://127.0.0.1:8080/hooks/s",
+		"kind: twilio\n    secrets: [k]\n    public_url: http://localhost:8080/hooks/s?tenant=a",
+		"kind: paddle\n    secrets: [k]\n    tolerance: 5s",
+		"kind: slack\n    secrets: [k]\n    tolerance: 1h",
+		"kind: shopify\n    secrets: [k]\n    account: example.myshopify.com\n    fields: {entity: id}",
+	} {
+		if _, err := Parse("k.yaml", []byte("sources:\n  - name: s\n    "+ok+"\n"), env(nil)); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
 	}
 }

@@ -6,7 +6,9 @@
 // Each kind's default field paths, unit of time, batch shape and special
 // identity rule come from the registry of sender kinds (package
 // senderkind), following the sender's documented payload; this package
-// implements them, and Paths overrides any path. A body that breaks the sender's
+// implements them, and Paths overrides any path. Bodies are JSON, except
+// for a kind whose sender posts forms (Twilio), whose parameters are read
+// as an object of strings. A body that breaks the sender's
 // contract yields a *MalformedError naming the field, which the receiver
 // returns as HTTP 400. Numeric ids keep their exact digits (json.Number), and
 // an event without an occurrence time gets the zero time, never the receipt

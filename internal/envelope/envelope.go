@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,12 @@ const (
 	KindStandardWebhooks = senderkind.StandardWebhooks
 	KindPipedrive        = senderkind.Pipedrive
 	KindHMAC             = senderkind.HMAC
+	KindGitHub           = senderkind.GitHub
+	KindShopify          = senderkind.Shopify
+	KindSlack            = senderkind.Slack
+	KindTwilio           = senderkind.Twilio
+	KindPaddle           = senderkind.Paddle
+	KindSquare           = senderkind.Square
 )
 
 // MaxHubSpotBatch is the most events HubSpot puts in one request.
@@ -90,9 +97,26 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	if err := ValidatePaths(paths); err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
-	root, err := decode(body)
+	var root any
+	var err error
+	if id.Form && !looksJSON(body) {
+		root, err = decodeForm(body)
+	} else {
+		root, err = decode(body)
+	}
 	if err != nil {
 		return nil, &MalformedError{Field: "body", Msg: err.Error()}
+	}
+	if id.Rule == senderkind.RuleTwilio {
+		if obj, ok := root.(map[string]any); ok && obj["specversion"] != nil {
+			// A JSON body from Twilio (signed with bodySHA256) is a
+			// CloudEvent: its id names the event and stays the same on
+			// every delivery of it, per the CloudEvents specification.
+			id = senderkind.Identity{
+				EventID: "id", Type: "type", TypeRequired: true, OccurredAt: "time",
+				Entity: "data.messageSid", Account: "data.accountSid", Unit: time.Second,
+			}
+		}
 	}
 	x := extractor{id: id, paths: paths, header: header, root: root}
 
@@ -135,6 +159,32 @@ func decode(b []byte) (any, error) {
 		return nil, errors.New("has data after the JSON value")
 	}
 	return v, nil
+}
+
+// looksJSON reports whether a body of a form-posting sender is JSON
+// instead (Twilio's bodySHA256 requests).
+func looksJSON(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
+}
+
+// decodeForm reads an application/x-www-form-urlencoded body as an object
+// of its parameters. A name sent several times keeps its first value:
+// identities are scalars, and the senders that post forms send identifying
+// parameters once.
+func decodeForm(b []byte) (any, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, errors.New("is empty")
+	}
+	q, err := url.ParseQuery(string(b))
+	if err != nil {
+		return nil, errors.New("is not a valid form (application/x-www-form-urlencoded)")
+	}
+	obj := make(map[string]any, len(q))
+	for k, v := range q {
+		obj[k] = v[0]
+	}
+	return obj, nil
 }
 
 type extractor struct {
@@ -246,6 +296,8 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 		ev.EventID, merr = x.required(elem, x.paths.EventID, prefix)
 	case x.id.Rule == senderkind.RuleHubSpot:
 		ev.EventID, merr = x.hubspotEventID(elem, prefix)
+	case x.id.Rule == senderkind.RuleTwilio:
+		ev.EventID, merr = x.twilioEventID(elem, prefix)
 	case d.EventID == "" && len(d.EventIDHeaders) > 0:
 		// The first id header present names the event (for Standard
 		// Webhooks, webhook-id or svix-id, whichever set the sender used).
@@ -270,6 +322,8 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 		ev.Type, merr = x.str(elem, x.paths.Type, prefix)
 	case x.id.Rule == senderkind.RulePipedrive:
 		ev.Type, merr = x.pipedriveType(elem, prefix)
+	case x.id.Rule == senderkind.RuleTwilio:
+		ev.Type, merr = x.twilioType(elem, prefix)
 	case x.id.TypeRequired:
 		ev.Type, merr = x.required(elem, d.Type, prefix)
 	default:
@@ -281,6 +335,13 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 
 	if ev.Entity, merr = x.str(elem, pick(x.paths.Entity, d.Entity), prefix); merr != nil {
 		return Event{}, merr
+	}
+	if x.id.Rule == senderkind.RuleTwilio && x.paths.Entity == "" {
+		// The message or call is the entity: its status callbacks are
+		// ordered against each other.
+		if ev.Entity, merr = x.twilioSid(elem, prefix); merr != nil {
+			return Event{}, merr
+		}
 	}
 	if ev.Account, merr = x.str(elem, pick(x.paths.Account, d.Account), prefix); merr != nil {
 		return Event{}, merr
@@ -338,6 +399,78 @@ func (x extractor) hubspotEventID(elem any, prefix string) (string, *MalformedEr
 		}
 	}
 	return strings.Join(parts, ":"), nil
+}
+
+// twilioSid is the resource a Twilio request is about: MessageSid for
+// messaging, else CallSid for voice.
+func (x extractor) twilioSid(elem any, prefix string) (string, *MalformedError) {
+	for _, f := range []string{"MessageSid", "CallSid"} {
+		s, err := x.str(elem, f, prefix)
+		if err != nil || s != "" {
+			return s, err
+		}
+	}
+	return "", &MalformedError{Field: prefix + "MessageSid", Msg: "is required (or CallSid): it names the message or call"}
+}
+
+// twilioStatus is the status a Twilio request reports and the resource
+// class it belongs to.
+func (x extractor) twilioStatus(elem any, prefix string) (class, status string, merr *MalformedError) {
+	class = "call"
+	if s, err := x.str(elem, "MessageSid", prefix); err != nil {
+		return "", "", err
+	} else if s != "" {
+		class = "message"
+	}
+	for _, f := range []string{"MessageStatus", "SmsStatus", "CallStatus"} {
+		s, err := x.str(elem, f, prefix)
+		if err != nil || s != "" {
+			return class, s, err
+		}
+	}
+	return class, "", nil
+}
+
+// twilioEventID builds a Twilio event's identity: the sid, its status and
+// the SequenceNumber voice status callbacks carry. Twilio sends a status
+// callback per status of one message or call, so the sid alone would make
+// "sent" and "delivered" one event; a retry resends the same parameters
+// and keeps the identity (IP02). I-Twilio-Idempotency-Token is not used:
+// Twilio's reference does not document what it stays the same across.
+func (x extractor) twilioEventID(elem any, prefix string) (string, *MalformedError) {
+	sid, err := x.twilioSid(elem, prefix)
+	if err != nil {
+		return "", err
+	}
+	_, status, err := x.twilioStatus(elem, prefix)
+	if err != nil {
+		return "", err
+	}
+	seq, err := x.str(elem, "SequenceNumber", prefix)
+	if err != nil {
+		return "", err
+	}
+	id := sid
+	for _, p := range []string{status, seq} {
+		if p != "" {
+			id += ":" + p
+		}
+	}
+	return id, nil
+}
+
+// twilioType is "message." or "call." followed by the status
+// (message.received, message.delivered, call.completed), or the class alone
+// when the request reports no status.
+func (x extractor) twilioType(elem any, prefix string) (string, *MalformedError) {
+	class, status, err := x.twilioStatus(elem, prefix)
+	if err != nil {
+		return "", err
+	}
+	if status == "" {
+		return class, nil
+	}
+	return class + "." + status, nil
 }
 
 func (x extractor) pipedriveType(elem any, prefix string) (string, *MalformedError) {

@@ -298,7 +298,7 @@ func TestConfigErrors(t *testing.T) {
 	if err := ValidatePaths(Paths{EventID: "meta.id", Account: "$.meta.account", Entity: "items.0.id"}); err != nil {
 		t.Fatal(err)
 	}
-	if len(Kinds()) != 7 { // the six original kinds and github
+	if len(Kinds()) != 12 { // the six original kinds, github, shopify, slack, twilio, paddle, square
 		t.Fatal(Kinds())
 	}
 }

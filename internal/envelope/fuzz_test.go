@@ -18,6 +18,8 @@ func fuzzExtract(f *testing.F, kind string, paths Paths, seeds ...string) {
 		h := http.Header{}
 		h.Set("webhook-id", hdr)
 		h.Set("Klaviyo-Webhook-Id", hdr)
+		h.Set("X-Shopify-Event-Id", hdr)
+		h.Set("X-Shopify-Topic", hdr)
 		evs, err := Extract(kind, paths, h, body)
 		if err != nil {
 			var me *MalformedError
@@ -33,7 +35,8 @@ func fuzzExtract(f *testing.F, kind string, paths Paths, seeds ...string) {
 			if ev.EventID == "" {
 				t.Fatal("empty event id accepted")
 			}
-			if !json.Valid(ev.Body) {
+			// Twilio posts forms; every other kind's event is JSON.
+			if kind != KindTwilio && !json.Valid(ev.Body) {
 				t.Fatalf("event body is not JSON: %q", ev.Body)
 			}
 			if !ev.OccurredAt.IsZero() && (ev.OccurredAt.Year() < 1970 || ev.OccurredAt.Year() > 9999) {
@@ -65,6 +68,26 @@ func FuzzExtractPipedrive(f *testing.F) {
 
 func FuzzExtractHMAC(f *testing.F) {
 	fuzzExtract(f, KindHMAC, Paths{Entity: "items.0.id", Account: "$.tenant"}, genericEvent, `{"eventId":"a","items":[{"id":5}],"tenant":7}`)
+}
+
+func FuzzExtractShopify(f *testing.F) {
+	fuzzExtract(f, KindShopify, Paths{}, `{"id":1,"admin_graphql_api_id":"gid://shopify/Order/1"}`, `{}`)
+}
+
+func FuzzExtractSlack(f *testing.F) {
+	fuzzExtract(f, KindSlack, Paths{}, `{"event_id":"Ev1","team_id":"T1","event":{"type":"message"},"event_time":1767225600}`, `{"event_id":"Ev1","event":{}}`)
+}
+
+func FuzzExtractTwilio(f *testing.F) {
+	fuzzExtract(f, KindTwilio, Paths{}, "AccountSid=AC1&MessageSid=SM1&SmsStatus=received", "CallSid=CA1&CallStatus=completed&SequenceNumber=2", `{"specversion":"1.0","id":"EZ1","type":"t","time":"2026-01-01T00:00:00Z"}`, "%zz", "MessageSid=&CallSid=")
+}
+
+func FuzzExtractPaddle(f *testing.F) {
+	fuzzExtract(f, KindPaddle, Paths{}, `{"event_id":"evt_1","event_type":"t","occurred_at":"2026-01-01T00:00:00.000000Z","data":{"id":"x"}}`)
+}
+
+func FuzzExtractSquare(f *testing.F) {
+	fuzzExtract(f, KindSquare, Paths{}, `{"merchant_id":"M","type":"payment.updated","event_id":"e","created_at":"2026-01-01T00:00:00.000Z","data":{"id":"p"}}`)
 }
 
 func FuzzParsePath(f *testing.F) {

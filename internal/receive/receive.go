@@ -2,7 +2,9 @@
 // once as raw bytes under a size limit, verifies the pinned signature scheme
 // on those bytes before parsing anything, extracts identities, checks the
 // tenant, and answers 2xx only after the group commit made the delivery
-// durable (WH02, WH03, WH04, WH05).
+// durable (WH02, WH03, WH04, WH05). A verified set-up request of a sender
+// kind with a handshake (Slack's url_verification) is answered as the kind
+// says and stores nothing.
 package receive
 
 import (
@@ -75,6 +77,8 @@ type source struct {
 	paths     envelope.Paths
 	publicURL *url.URL
 	keep      []string // headers kept as evidence beside the body
+	// handshake recognises the sender's set-up requests (nil: none).
+	handshake func([]byte) (senderkind.Reply, bool)
 	// causation says whether this source may carry the causation headers
 	// (config causation.trusted_sources).
 	causation bool
@@ -169,6 +173,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 			// Identifiers and timestamps kept as evidence beside the
 			// body, never signatures or credentials.
 			keep:      kind.KeptHeaders(ks),
+			handshake: kind.Handshake,
 			causation: slices.Contains(cfg.Causation.TrustedSources, sc.Name),
 		}
 		if sc.PublicURL != "" {
@@ -240,6 +245,19 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 		}
 		h.log.Info("webhook refused", attrs...)
 		return reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
+	}
+
+	// A set-up request (Slack's url_verification) is answered only once
+	// its signature verified, so nobody can use it to probe the endpoint,
+	// and is not stored: it is no event and no flow could act on it.
+	if src.handshake != nil {
+		if rep, ok := src.handshake(body); ok {
+			h.log.Info("handshake answered", "source", src.cfg.Name, "what", rep.What)
+			w.Header().Set("Content-Type", rep.ContentType)
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(rep.Body)
+			return http.StatusOK
+		}
 	}
 
 	events, err := envelope.ExtractIdentity(src.identity, src.paths, r.Header, body)

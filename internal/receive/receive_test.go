@@ -56,6 +56,12 @@ type rig struct {
 
 func newRig(t *testing.T, yaml string, configure func(*http.Server)) *rig {
 	t.Helper()
+	return newRigAt(t, yaml, configure, t0)
+}
+
+// newRigAt is newRig with the receiver's fake clock at now.
+func newRigAt(t *testing.T, yaml string, configure func(*http.Server), now time.Time) *rig {
+	t.Helper()
 	cfg, err := config.Parse("receive.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -76,7 +82,7 @@ func newRig(t *testing.T, yaml string, configure func(*http.Server)) *rig {
 	logs := &bytes.Buffer{}
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h, err := receive.New(cfg, receive.Options{Writer: w, Store: st, Clock: clock.NewFake(t0), Logger: log})
+	h, err := receive.New(cfg, receive.Options{Writer: w, Store: st, Clock: clock.NewFake(now), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,17 +28,20 @@
 // The registry imports verify (to build schemes) and vendor (for contracts);
 // envelope imports the registry for the identity rules. verify never
 // imports the registry: it names signature schemes, which several kinds may
-// share (github is the generic hmac scheme with its header pinned), while
+// share (a kind can pin the generic hmac scheme's header), while
 // the kind names users write in the config exist once, here.
 //
 // # Adding a sender kind
 //
 //  1. Add a file named after the kind, with its name constant and a
-//     function returning its Kind: the scheme (an existing verify scheme
-//     with Pin, or a new scheme file in package verify first), the
-//     Identity (paths into the body, or header:Name for a header), Keep,
-//     Tolerance, Check, the Contract (or the name of a contract already in
-//     package vendor) and Sign.
+//     function returning its Kind: the scheme (an existing verify scheme,
+//     with Pin for fixed options of the generic hmac scheme, or a new
+//     scheme file in package verify first, dispatched from verify.New),
+//     the Identity (paths into the body, or header:Name for a header; Form
+//     for a sender that posts forms), Keep, Tolerance, Check (checks such
+//     as a required public_url), the Contract (or the name of a contract
+//     already in package vendor), Sign, and Handshake for a sender whose
+//     set-up requests are answered rather than stored.
 //  2. Append that function to the list in Builtin.
 //  3. Add tests: a signature made by the sender's own library verifies
 //     through the kind, a tampered one fails, a retry of one event keeps its

@@ -12,16 +12,15 @@ const GitHub = "github"
 
 // GitHub's delivery headers.
 const (
-	gitHubSignatureHeader = "X-Hub-Signature-256"
-	gitHubDeliveryHeader  = "X-GitHub-Delivery"
-	gitHubEventHeader     = "X-GitHub-Event"
+	gitHubDeliveryHeader = verify.GitHubDeliveryHeader
+	gitHubEventHeader    = verify.GitHubEventHeader
 )
 
-// github is the generic HMAC scheme pinned to what GitHub sends:
-// HMAC-SHA256 of the raw body, hex, in X-Hub-Signature-256 after "sha256=".
-// The legacy X-Hub-Signature header (HMAC-SHA1), which GitHub still sends
-// for backward compatibility, is never read: a source pinned to the SHA-256
-// header has no way to fall back to it.
+// github is verify's github scheme: HMAC-SHA256 of the raw body, hex, in
+// X-Hub-Signature-256 after "sha256=" (the generic HMAC construction, with
+// errors that name GitHub). The legacy X-Hub-Signature header (HMAC-SHA1),
+// which GitHub still sends for backward compatibility, is never read; a
+// request that carries only it is refused with a message saying so.
 //
 // The event is named by X-GitHub-Delivery. GitHub's REST API describes
 // that GUID as the identifier of the event, shared by every delivery of it
@@ -35,14 +34,7 @@ func github() Kind {
 		Name:  GitHub,
 		Title: "GitHub",
 		Scheme: Scheme{
-			Name: verify.KindHMAC,
-			Pin: &verify.HMACOptions{
-				Header:    gitHubSignatureHeader,
-				Algorithm: "sha256",
-				Encoding:  "hex",
-				Prefix:    "sha256=",
-				Template:  "{body}",
-			},
+			Name:        verify.KindGitHub,
 			Placeholder: "operator-load-placeholder",
 		},
 		Identity: Identity{

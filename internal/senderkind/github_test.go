@@ -3,6 +3,7 @@ package senderkind_test
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,10 +44,17 @@ func TestGitHubDocumentedExample(t *testing.T) {
 			t.Errorf("%s: %v, want a verification failure", name, err)
 		}
 	}
-	// The pinned options win over any a source could carry.
+	// The kind is verify's github scheme, and an hmac block a source could
+	// carry never reaches it (the config refuses one for this kind).
 	o := k.Options(senderkind.Source{HMAC: &verify.HMACOptions{Header: "X-Hub-Signature", Algorithm: "sha1"}}, []string{"x"})
-	if o.Kind != verify.KindHMAC || o.HMAC.Header != "X-Hub-Signature-256" || o.HMAC.Prefix != "sha256=" || o.HMAC.Algorithm != "sha256" {
+	if o.Kind != verify.KindGitHub || o.HMAC != nil {
 		t.Fatalf("github options = %+v %+v", o, o.HMAC)
+	}
+	// Only the SHA-1 header: the refusal names GitHub and says why.
+	err = s.Verify(req("X-Hub-Signature", "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59", "Hello, World!"), now)
+	var ve *verify.Error
+	if !errors.As(err, &ve) || ve.Reason != verify.ReasonMissing || !strings.Contains(ve.Msg, "github:") || !strings.Contains(ve.Msg, "SHA-1 is never accepted") {
+		t.Fatalf("sha1 only: %v", err)
 	}
 }
 

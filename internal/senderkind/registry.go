@@ -45,6 +45,19 @@ type Kind struct {
 	Sign Sign
 	// Sample is the built-in sample `hookledger send` uses by default.
 	Sample string
+	// Handshake, when set, recognises a verified request that is part of
+	// the sender's endpoint set-up rather than an event (Slack's
+	// url_verification): the receiver answers it with the Reply and stores
+	// nothing. It runs only after the signature verified.
+	Handshake func(body []byte) (Reply, bool)
+}
+
+// Reply is the answer to a handshake request.
+type Reply struct {
+	ContentType string
+	Body        []byte
+	// What names the handshake for the log.
+	What string
 }
 
 // Scheme is a kind's signature scheme.
@@ -88,6 +101,11 @@ type Identity struct {
 	Rule Rule
 	// Batch is how a body carries several events.
 	Batch Batch
+	// Form says the sender posts application/x-www-form-urlencoded
+	// bodies (Twilio): the body is read as an object of its parameters,
+	// each a string (the first value of a repeated name), unless it is a
+	// JSON object, which is read as JSON.
+	Form bool
 }
 
 // Rule names an identity rule that paths cannot express. Each is
@@ -110,6 +128,11 @@ const (
 	// webhooks v1 bodies are refused (their meta.id names the object, not
 	// the event).
 	RulePipedrive Rule = "pipedrive"
+	// RuleTwilio: the event id joins the resource's sid (MessageSid, else
+	// CallSid) with its status and, where sent, SequenceNumber, because a
+	// status callback is sent once per status of the same message or call;
+	// the type is "message." or "call." plus the status.
+	RuleTwilio Rule = "twilio"
 )
 
 // Batch says how a body carries events.
@@ -135,6 +158,13 @@ type Sign struct {
 	// first; sign's --headers picks one. Empty when the kind has one
 	// fixed set.
 	HeaderSets []verify.HeaderSet
+	// URL, when set, turns the URL the request is posted to into the one
+	// the sender would call for this body (Twilio adds bodySHA256 to the
+	// query for a JSON body); sign signs that URL and reports it.
+	URL func(url string, body []byte) string
+	// NeedsURL says the scheme signs the URL, so sign needs public_url
+	// (or --url) rather than the listen address.
+	NeedsURL bool
 }
 
 // HeaderSet returns the named header set, or the default for "".
@@ -190,7 +220,9 @@ func (k Kind) Options(s Source, secrets []string) verify.Options {
 	case k.Scheme.Pin != nil:
 		pin := *k.Scheme.Pin
 		o.HMAC = &pin
-	case s.HMAC != nil:
+	case k.Scheme.HMAC && s.HMAC != nil:
+		// Only a kind whose source configures the generic scheme takes
+		// an hmac: block; the config refuses one anywhere else.
 		h := *s.HMAC
 		o.HMAC = &h
 	}
@@ -278,6 +310,11 @@ func Builtin() *Registry {
 		pipedrive(),
 		hmacKind(),
 		github(),
+		shopify(),
+		slack(),
+		twilio(),
+		paddle(),
+		square(),
 	)
 	if err != nil {
 		// The built-in kinds are constants; a test builds them, so this

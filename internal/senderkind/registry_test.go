@@ -188,6 +188,7 @@ func TestToleranceDefaults(t *testing.T) {
 	for name, want := range map[string]time.Duration{
 		"stripe": 5 * time.Minute, "hubspot": 5 * time.Minute, "klaviyo": 5 * time.Minute,
 		"standard-webhooks": 5 * time.Minute, "hmac": 5 * time.Minute, "pipedrive": 0, "github": 0,
+		"shopify": 0, "slack": 5 * time.Minute, "twilio": 0, "paddle": 5 * time.Minute, "square": 0,
 	} {
 		k, ok := r.Lookup(name)
 		if !ok || k.Tolerance != want {

@@ -13,11 +13,18 @@ import (
 // (Paddle Billing notifications).
 const PaddleSignatureHeader = "Paddle-Signature"
 
-// PaddleDefaultTolerance is the window of Paddle's own Node SDK
-// (WebhooksValidator.MAX_VALID_TIME_DIFFERENCE, 5 seconds), which Paddle's
-// verification guide also suggests. It is tight: a receiver whose clock
-// drifts needs a wider configured tolerance.
-const PaddleDefaultTolerance = 5 * time.Second
+// PaddleSDKTolerance is the window of Paddle's own Node SDK
+// (WebhooksValidator.MAX_VALID_TIME_DIFFERENCE, 5 seconds), past direction
+// only.
+const PaddleSDKTolerance = 5 * time.Second
+
+// PaddleDefaultTolerance is the window hookledger applies unless the source
+// configures one: five minutes, as for Stripe, Slack and Standard Webhooks.
+// The SDK's five seconds refuses authentic notifications whenever the two
+// clocks drift a few seconds apart or a delivery is held up in transit, and
+// a refused notification is only retried later with the same problem. A
+// source that wants the SDK's window sets tolerance: 5s.
+const PaddleDefaultTolerance = 5 * time.Minute
 
 // paddle verifies Paddle Billing's notification signatures:
 // hex(HMAC-SHA256(endpoint secret key, "{ts}:{body}")).

@@ -19,6 +19,12 @@ const (
 	KindStandardWebhooks = "standard-webhooks"
 	KindPipedrive        = "pipedrive"
 	KindHMAC             = "hmac"
+	KindGitHub           = "github"
+	KindShopify          = "shopify"
+	KindSlack            = "slack"
+	KindTwilio           = "twilio"
+	KindPaddle           = "paddle"
+	KindSquare           = "square"
 )
 
 // HubSpot signature versions. A source is pinned to exactly one.
@@ -30,18 +36,26 @@ const (
 
 // Kinds returns the scheme names in a fresh slice.
 func Kinds() []string {
-	return []string{KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindPipedrive, KindHMAC}
+	return []string{
+		KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindPipedrive, KindHMAC,
+		KindGitHub, KindShopify, KindSlack, KindTwilio, KindPaddle, KindSquare,
+	}
 }
 
 // DefaultTolerance is the timestamp window used when Options.Tolerance is 0.
-// It is 0 for pipedrive, which carries no timestamp. For hubspot it applies
-// to v3 only and for hmac only when a timestamp header is configured.
+// It is 0 for the schemes whose sender signs no timestamp (pipedrive,
+// github, shopify, twilio, square). For hubspot it applies to v3 only and
+// for hmac only when a timestamp header is configured.
 func DefaultTolerance(kind string) time.Duration {
 	switch kind {
 	case KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindHMAC:
 		// Stripe's libraries, HubSpot's v3 guide and the Standard Webhooks
 		// reference libraries all use five minutes.
 		return 5 * time.Minute
+	case KindSlack:
+		return SlackDefaultTolerance
+	case KindPaddle:
+		return PaddleDefaultTolerance
 	default:
 		return 0
 	}
@@ -147,6 +161,34 @@ func New(o Options) (Scheme, error) {
 		return newPipedrive(o.Secrets)
 	case KindHMAC:
 		return newHMAC(o.HMAC, o.Secrets, o.Tolerance, tol)
+	case KindSlack:
+		return newSlack(o.Secrets, tol), nil
+	case KindPaddle:
+		return newPaddle(o.Secrets, tol), nil
+	case KindGitHub, KindShopify, KindTwilio, KindSquare:
+		// These senders sign no timestamp: replays are caught by the event
+		// identity in the inbox, and a tolerance would check nothing.
+		if o.Tolerance != 0 {
+			return nil, optErr("tolerance", "%s signs no timestamp, so no tolerance applies", o.Kind)
+		}
+		switch o.Kind {
+		case KindGitHub:
+			g, err := newGitHub(o.Secrets)
+			if err != nil {
+				return nil, err
+			}
+			return g, nil
+		case KindShopify:
+			s, err := newShopify(o.Secrets)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		case KindTwilio:
+			return newTwilio(o.Secrets), nil
+		default:
+			return newSquare(o.Secrets), nil
+		}
 	case "":
 		return nil, optErr("kind", "is required (one of %s)", strings.Join(Kinds(), ", "))
 	default:

@@ -264,7 +264,7 @@ func TestNewValidation(t *testing.T) {
 
 func TestKindsAndDefaults(t *testing.T) {
 	ks := Kinds()
-	if len(ks) != 6 {
+	if len(ks) != 12 {
 		t.Fatalf("Kinds() = %v", ks)
 	}
 	ks[0] = "mutated"
@@ -273,7 +273,8 @@ func TestKindsAndDefaults(t *testing.T) {
 	}
 	for _, k := range Kinds() {
 		want := 5 * time.Minute
-		if k == KindPipedrive {
+		switch k {
+		case KindPipedrive, KindGitHub, KindShopify, KindTwilio, KindSquare:
 			want = 0
 		}
 		if got := DefaultTolerance(k); got != want {

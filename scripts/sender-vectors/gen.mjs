@@ -2,12 +2,16 @@
 // npm libraries, and checks the vectors our Go signers wrote (ours.json)
 // with the same libraries. See README.md for how to run it.
 //
-//   node gen.mjs [--check-only] [--out DIR]
+//   node gen.mjs [--check-only] [--out DIR] [--hookledger BIN]
 //
-// DIR defaults to ../../internal/verify/testdata. The script exits non-zero
-// when a library disagrees with an expected outcome.
+// DIR defaults to ../../internal/verify/testdata. With --hookledger, the
+// headers that the built binary's `hookledger sign` prints for each kind
+// are also checked with the library. The script exits non-zero when a
+// library disagrees with an expected outcome.
+import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -26,6 +30,8 @@ const args = process.argv.slice(2);
 const checkOnly = args.includes('--check-only');
 const outIdx = args.indexOf('--out');
 const outDir = outIdx >= 0 ? args[outIdx + 1] : path.join(here, '../../internal/verify/testdata');
+const binIdx = args.indexOf('--hookledger');
+const hookledgerBin = binIdx >= 0 ? path.resolve(args[binIdx + 1]) : '';
 
 function version(pkg) {
   // Read from the installed package, so provenance cannot drift from the lockfile.
@@ -124,6 +130,68 @@ function formParams(body) {
     if (!m.has(k)) { m.set(k, val); } else { m.set(k, [].concat(m.get(k), val)); }
   }
   return m;
+}
+
+// ---- hookledger sign ------------------------------------------------------
+
+// signCases are the bodies `hookledger sign` signs per kind, with the URL
+// the sender signs (Twilio, Square: the source's public_url).
+const PUBLIC = 'https://hooks.example.com/hooks/';
+const signCases = [
+  { kind: 'github', source: 'github', body: () => ghBody },
+  // Shopify's validate also requires the headers sign leaves to the caller
+  // (the topic and the delivery's other metadata).
+  { kind: 'shopify', source: 'shopify', body: () => shopBody, extra: { 'X-Shopify-Topic': 'orders/create', 'X-Shopify-API-Version': '2025-10', 'X-Shopify-Shop-Domain': 'example.myshopify.com', 'X-Shopify-Webhook-Id': 'b54557e4-bdd9-4b37-8a5f-bf7d70bcd043' } },
+  { kind: 'slack', source: 'slack', body: () => slackEvent },
+  { kind: 'twilio', source: 'twilio', body: () => twilioForm, url: PUBLIC + 'twilio' },
+  { kind: 'twilio', source: 'twilio', body: () => twilioJSON, url: PUBLIC + 'twilio', json: true },
+  { kind: 'paddle', source: 'paddle', body: () => paddleBody },
+  { kind: 'square', source: 'square', body: () => squareBody, url: PUBLIC + 'square' },
+  { kind: 'svix', source: 'svix', body: () => svixBody, flags: ['--headers', 'svix'] },
+];
+
+// checkSignVerb runs `BIN sign` for every case in a temporary config and
+// checks the printed headers with the library, at the current time (sign
+// signs now). A changed body must then fail.
+async function checkSignVerb(bin) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hookledger-sign-'));
+  const kindOf = { svix: 'standard-webhooks' };
+  const src = Object.keys(S).map((k) => `  - name: ${k}\n    kind: ${kindOf[k] ?? k}\n    secrets: [${JSON.stringify(S[k])}]\n` +
+    (k === 'twilio' || k === 'square' ? `    public_url: ${PUBLIC}${k}\n` : '')).join('');
+  const cfg = path.join(dir, 'hookledger.yaml');
+  fs.writeFileSync(cfg, `listen: 127.0.0.1:8080\nstore: sqlite:${path.join(dir, 'unused.db')}\nsources:\n${src}`);
+  try {
+    for (const c of signCases) {
+      const body = c.body();
+      const bodyFile = path.join(dir, 'body');
+      fs.writeFileSync(bodyFile, body);
+      const res = spawnSync(bin, ['sign', '--config', cfg, '--source', c.source, '--event-id', 'msg_2Lx6cFNUVZo9Y3YqLIiLqRQqCZs', ...(c.flags ?? []), bodyFile], { encoding: 'utf8' });
+      if (res.status !== 0) {
+        failures++;
+        console.error(`FAIL ${c.kind}: hookledger sign --source ${c.source} exited ${res.status}: ${res.stderr}`);
+        continue;
+      }
+      const headers = { ...(c.extra ?? {}) };
+      for (const line of res.stdout.trim().split('\n')) {
+        const i = line.indexOf(': ');
+        headers[line.slice(0, i)] = line.slice(i + 2);
+      }
+      let url = c.url;
+      if (c.json) {
+        // sign reports the URL with bodySHA256 it signed on stderr; it
+        // must be the one Twilio would call for this body.
+        url = c.url + '?bodySHA256=' + crypto.createHash('sha256').update(body).digest('hex');
+        expect(c.kind, 'hookledger sign reports ' + url, true, res.stderr.includes(`signed for ${url};`));
+      }
+      const v = { body, headers, secret: S[c.kind], url, now: Math.floor(Date.now() / 1000) };
+      const name = `hookledger sign ${c.source}${c.json ? ' (json)' : ''}`;
+      expect(c.kind, name, true, await verifiers[c.kind](v));
+      expect(c.kind, name + ' with the body changed', false, await verifiers[c.kind]({ ...v, body: body.replace(/[0-9]/, (d) => (d === '1' ? '2' : '1')) }));
+    }
+    console.error(`hookledger sign: ${signCases.length} outputs checked with the libraries`);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 // ---- bodies ---------------------------------------------------------------
@@ -368,6 +436,9 @@ for (const [kind, k] of Object.entries(kinds)) {
   } else {
     console.error(`${kind}: no ours.json yet`);
   }
+}
+if (hookledgerBin) {
+  await checkSignVerb(hookledgerBin);
 }
 if (failures) {
   console.error(`${failures} disagreement(s)`);
