@@ -178,7 +178,7 @@ func (a applyTx) CountDown(_ context.Context, w *store.ApplyRow, settledKey stri
 }
 
 func (a applyTx) Audit(_ context.Context, p *store.AuditInsertParams) error {
-	a.t.exec("insert audit "+p.Action, insertAuditSQL, p.At, p.Actor, p.Action, p.Source, p.EventID, p.Entity, p.Detail)
+	a.t.audit(p)
 	return nil
 }
 
