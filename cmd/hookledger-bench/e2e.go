@@ -232,6 +232,28 @@ func readRSS(pid int) (rss, hwm int64, err error) {
 	return rss, hwm, sc.Err()
 }
 
+// readCPU is the user and system time a process has used, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s: USER_HZ on
+// Linux).
+func readCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time: %w", err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("read CPU time: unexpected /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("read CPU time: unexpected /proc/%d/stat", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
 func mib(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
 
 // e2eResult is one target's figures.
@@ -245,11 +267,12 @@ type e2eResult struct {
 	firstErr                             string
 	ackLat                               latencies
 
-	doneInWindow int           // effects done while sending
-	drainedIn    time.Duration // after sending, until every acked effect was done (or the bound)
-	drainBound   bool          // the drain stopped at --drain with effects still missing
-	samples      [][]rssSample // per server process
-	cpu          []time.Duration
+	doneInWindow int             // effects done while sending
+	drainedIn    time.Duration   // after sending, until every acked effect was done (or the bound)
+	drainBound   bool            // the drain stopped at --drain with effects still missing
+	samples      [][]rssSample   // per server process
+	cpuStart     []time.Duration // per server process, when sending started
+	cpu          []time.Duration // per server process, from sending started until it stopped
 
 	// The exactly-once account.
 	ackedIDs   []string
@@ -506,7 +529,8 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 		if err := s.stop(); err != nil {
 			return nil, err
 		}
-		res.cpu = append(res.cpu, s.cmd.ProcessState.UserTime()+s.cmd.ProcessState.SystemTime())
+		used := s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
+		res.cpu = append(res.cpu, used-cpuAt(res.cpuStart, len(res.cpu)))
 	}
 	srvs = nil
 	if stats != nil {
@@ -582,6 +606,11 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	samplerStop := make(chan struct{})
 	samplerDone := make(chan struct{})
 	res.samples = make([][]rssSample, len(pids))
+	// Startup and idle polling are not the events' cost.
+	for _, pid := range pids {
+		c, _ := readCPU(pid)
+		res.cpuStart = append(res.cpuStart, c)
+	}
 	t0 := time.Now()
 	sample := func() {
 		for i, pid := range pids {

@@ -36,7 +36,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 		if r.drainBound {
 			drain = ">" + drain
 		}
-		var rss, cpu []string
+		var rss []string
 		var cpuSum time.Duration
 		for i := range r.samples {
 			rss = append(rss, mib(peakHWM(r.samples[i])))
@@ -44,17 +44,17 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 		for _, c := range r.cpu {
 			cpuSum += c
 		}
-		cpu = append(cpu, fmt.Sprintf("%.2f", float64(cpuSum)/float64(time.Millisecond)/float64(max(r.acked, 1))))
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s %d/%d\t\n",
+		cpu := float64(cpuSum) / float64(time.Millisecond) / float64(max(r.acked, 1))
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s %d/%d\t\n",
 			r.target, r.processes, rate(r.acked, r.sendFor), r.acked, r.late, r.windowRate(), r.wholeRate(), drain,
-			ms(r.lat.pct(0.5)), ms(r.lat.pct(0.99)), ms(r.lat.pct(1)), strings.Join(rss, " + "), strings.Join(cpu, ""),
+			ms(r.lat.pct(0.5)), ms(r.lat.pct(0.99)), ms(r.lat.pct(1)), strings.Join(rss, " + "), cpu,
 			verdict, r.exactlyOne, r.acked)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "send/s: acknowledged webhooks per second of sending; late: sends that found every sender busy (>10 ms behind schedule).")
 	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
 	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
-	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es) per acknowledged webhook.")
+	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
 
 	// The targets: one PostgreSQL process at least half of SQLite,
 	// two processes at least one.
@@ -139,7 +139,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 			for _, x := range s[1:] {
 				lo, hi = min(lo, x.rss), max(hi, x.rss)
 			}
-			fmt.Fprintf(w, "%s: process %d: RSS %s MiB at the start of sending, %s-%s MiB through the run, peak %s MiB; CPU %.1f s\n",
+			fmt.Fprintf(w, "%s: process %d: RSS %s MiB at the start of sending, %s-%s MiB through the run, peak %s MiB; CPU %.1f s from sending until stopped\n",
 				r.target, i+1, mib(s[0].rss), mib(lo), mib(hi), mib(peakHWM(s)), cpuAt(r.cpu, i).Seconds())
 		}
 		fmt.Fprintf(w, "%s: ledger after the servers stopped: %d effects, by state %v\n", r.target, r.ledgerTotal, r.ledger)
