@@ -81,6 +81,10 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 		fmt.Fprintf(w, "%s (target >= %.1f): %s; %s\n", name, goal,
 			line("done/s sending", a.windowRate(), b.windowRate()), line("done/s whole run", a.wholeRate(), b.wholeRate()))
 	}
+	if by[e2ePG1] != nil && (by[e2eSQLite] != nil || by[e2ePG2] != nil) {
+		fmt.Fprintln(w, "ratios: done/s sending compares what each target did at this send rate (a target that keeps up does the send rate);")
+		fmt.Fprintln(w, "  done/s whole run, with --rate above what every target sustains, compares capacities.")
+	}
 	ratio("pg1/sqlite", e2ePG1, e2eSQLite, 0.5)
 	ratio("pg2/pg1", e2ePG2, e2ePG1, 1)
 
