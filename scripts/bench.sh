@@ -9,12 +9,20 @@
 #   pipeline events/s from a preloaded inbox to the effect ledger through
 #            the flow engine (one hot entity, 10,000 entities), beside the
 #            InboxCommit rate of the same events, then a correctness check
-#   e2e      signed webhooks in at 0.55 of the probed ingest rate for 60 s,
-#            effects done at a loopback destination, latency, server RSS,
-#            then an exactly-once count per event at the destination
+#   e2e      signed webhooks in, effects done at a loopback destination, on
+#            SQLite, PostgreSQL with one serve process and with two on one
+#            database, all at the same send rate (0.55 of the probed SQLite
+#            ingest rate) for 60 s each: effects/s, latency, server RSS and
+#            CPU, PostgreSQL transactions and statements per event, then an
+#            exactly-once count per event at the destination
 #
 # Extra flags go to commit and receive (e.g. scripts/bench.sh --duration 2s);
-# pipeline and e2e run with their defaults (their flags differ).
+# pipeline runs with its defaults and e2e with BENCH_E2E_ARGS (their flags
+# differ), e.g. BENCH_E2E_ARGS="--duration 20s". BENCH_ONLY="e2e" (a
+# space-separated list) runs only the benchmarks named.
+#
+# The throwaway PostgreSQL preloads pg_stat_statements when the server
+# package ships it, so that e2e can count statements per event.
 # The PostgreSQL data lives in a temp dir on the same disk as the SQLite
 # files and is stopped and removed on exit, whatever happens.
 #
@@ -48,6 +56,19 @@ fi
 bindir=$tmp/bin
 
 pgurl=$(scripts/pg.sh start "$pgdir")
+# pg_stat_statements must be loaded when the server starts: set it, then
+# restart with the options pg.sh started it with (postmaster.opts).
+for pgbin in /usr/lib/postgresql/*/bin; do
+	[ -x "$pgbin/pg_ctl" ] && break
+done
+if [ -f "$pgbin/../lib/pg_stat_statements.so" ] && [ -x "$pgbin/psql" ]; then
+	run=()
+	[ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
+	"$pgbin/psql" "$pgurl" -qXc "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
+	"${run[@]}" "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/server.log" -w -t 60 -m fast restart >/dev/null
+else
+	echo "bench.sh: no pg_stat_statements in $pgbin/../lib: e2e counts PostgreSQL transactions, not statements" >&2
+fi
 
 echo "== machine and code"
 echo "commit: $rev"
@@ -56,17 +77,28 @@ free -h | awk '/^Mem:/ {print "memory: " $2}'
 df -h "${TMPDIR:-/tmp}" | awk 'NR==2 {print "disk: " $1 " " $2 " (" $5 " used), temp dir " $6}'
 go version
 
+only=" ${BENCH_ONLY:-commit receive pipeline e2e} "
 status=0
-echo
-echo "== commit"
-"$bindir/hookledger-bench" commit --postgres "$pgurl" "$@" || status=1
-echo
-echo "== receive"
-"$bindir/hookledger-bench" receive --postgres "$pgurl" --hookledger "$bindir/hookledger" "$@" || status=1
-echo
-echo "== pipeline"
-"$bindir/hookledger-bench" pipeline --postgres "$pgurl" || status=1
-echo
-echo "== e2e"
-"$bindir/hookledger-bench" e2e --hookledger "$bindir/hookledger" || status=1
+if [[ $only == *" commit "* ]]; then
+	echo
+	echo "== commit"
+	"$bindir/hookledger-bench" commit --postgres "$pgurl" "$@" || status=1
+fi
+if [[ $only == *" receive "* ]]; then
+	echo
+	echo "== receive"
+	"$bindir/hookledger-bench" receive --postgres "$pgurl" --hookledger "$bindir/hookledger" "$@" || status=1
+fi
+if [[ $only == *" pipeline "* ]]; then
+	echo
+	echo "== pipeline"
+	"$bindir/hookledger-bench" pipeline --postgres "$pgurl" || status=1
+fi
+if [[ $only == *" e2e "* ]]; then
+	echo
+	echo "== e2e"
+	echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+	# shellcheck disable=SC2086 # BENCH_E2E_ARGS is a list of flags
+	"$bindir/hookledger-bench" e2e --postgres "$pgurl" --hookledger "$bindir/hookledger" ${BENCH_E2E_ARGS:-} || status=1
+fi
 exit $status

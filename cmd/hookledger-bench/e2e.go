@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +24,15 @@ import (
 	"github.com/hookledger/hookledger/internal/verify"
 )
 
+const (
+	e2eSQLite = "sqlite" // one hookledger serve on a fresh SQLite file
+	e2ePG1    = "pg1"    // one hookledger serve on a fresh PostgreSQL database
+	e2ePG2    = "pg2"    // two hookledger serve processes on one fresh PostgreSQL database
+)
+
 type e2eFlags struct {
+	postgres     string
+	targets      []string
 	duration     time.Duration
 	rate         float64
 	rateShare    float64
@@ -34,43 +41,57 @@ type e2eFlags struct {
 	probeClients int
 	drainFor     time.Duration
 	sampleEvery  time.Duration
+	topSQL       int
 	hookledger   string
 	module       string
 	dir          string
 }
 
 func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
-	fs := newFlagSet(stderr, "e2e", "e2e [--duration 60s] [--rate R] [flags]",
-		"Webhooks in, effects done: starts hookledger serve (SQLite) as a child process on\n"+
-			"127.0.0.1 with a flow that makes one effect per event and a destination pointing at a\n"+
-			"loopback HTTP server in this process, then sends Stripe-signed webhooks OPEN-LOOP at a\n"+
-			"steady rate for --duration (each send on its schedule, whatever the answers take).\n"+
-			"Without --rate, the rate is --rate-share of the ingest rate measured first, in the same\n"+
-			"run, by a closed-loop receive probe against its own fresh server. The default share,\n"+
-			"0.55, sends a tenth above the target of half the ingest rate: effects done while\n"+
-			"sending trail the schedule by the pipeline's latency, so a run sending at exactly the\n"+
-			"target rate could not reach it even when keeping up. Prints effects done/s,\n"+
-			"latency from sending the webhook to the destination receiving the call, the ingest\n"+
-			"rate, and the server's RSS sampled from /proc every --sample. After sending, waits up\n"+
-			"to --drain for the backlog; exit 1 unless every acknowledged webhook produced exactly\n"+
-			"one call at the destination.")
+	fs := newFlagSet(stderr, "e2e", "e2e [--postgres URL] [--targets sqlite,pg1,pg2] [--duration 60s] [--rate R] [flags]",
+		"Webhooks in, effects done: per target, starts hookledger serve as a child process on\n"+
+			"127.0.0.1 with a fresh store and a flow that makes one effect per event, with a\n"+
+			"destination pointing at a loopback HTTP server in this process, then sends Stripe-signed\n"+
+			"webhooks OPEN-LOOP at a steady rate for --duration (each send on its schedule, whatever\n"+
+			"the answers take). Targets: sqlite (one process, SQLite file), pg1 (one process,\n"+
+			"PostgreSQL), pg2 (two processes on one PostgreSQL database, each on its own port, the\n"+
+			"webhooks alternating between them). Every target is sent the SAME rate, decided once:\n"+
+			"--rate, or else --rate-share of the ingest rate measured first, in the same run, by a\n"+
+			"closed-loop receive probe against a fresh SQLite server. The default share, 0.55, sends\n"+
+			"a tenth above the target of half the ingest rate: effects done while sending trail the\n"+
+			"schedule by the pipeline's latency. A --rate above what a target sustains measures its\n"+
+			"capacity: effects done over the whole run, sending and draining.\n"+
+			"Prints side by side effects done/s while sending and over the whole run, latency from\n"+
+			"sending the webhook to the destination receiving the call, the drain time, each\n"+
+			"server's RSS (sampled from /proc every --sample) and CPU time, and on PostgreSQL the\n"+
+			"transactions (pg_stat_database) and, where pg_stat_statements is loaded, statements per\n"+
+			"event. After sending, waits up to --drain for the backlog; exit 1 unless, in every\n"+
+			"target, every acknowledged webhook produced exactly one call at the destination.")
 	var f e2eFlags
-	fs.DurationVar(&f.duration, "duration", 60*time.Second, "sending `time`")
-	fs.Float64Var(&f.rate, "rate", 0, "webhooks per second to send (0: --rate-share of the probed ingest rate)")
+	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per target (omit to measure SQLite only)")
+	targets := fs.String("targets", "", "comma-separated `targets`: sqlite, pg1, pg2 (default sqlite, plus pg1 and pg2 when --postgres is set)")
+	fs.DurationVar(&f.duration, "duration", 60*time.Second, "sending `time` per target")
+	fs.Float64Var(&f.rate, "rate", 0, "webhooks per second to send to every target (0: --rate-share of the probed SQLite ingest rate)")
 	fs.Float64Var(&f.rateShare, "rate-share", 0.55, "share of the probed ingest rate to send at when --rate is 0")
 	fs.IntVar(&f.senders, "senders", 64, "sender connections available to the open-loop schedule")
 	fs.DurationVar(&f.probeFor, "probe", 5*time.Second, "measured `time` of the ingest probe (after 1 s warm-up)")
 	fs.IntVar(&f.probeClients, "probe-clients", 32, "closed-loop clients of the ingest probe")
 	fs.DurationVar(&f.drainFor, "drain", 5*time.Minute, "upper bound on the `time` waited after sending for the remaining effects")
 	fs.DurationVar(&f.sampleEvery, "sample", 5*time.Second, "RSS sampling `interval`")
+	fs.IntVar(&f.topSQL, "top-sql", 10, "statements listed per PostgreSQL target by calls per event, when pg_stat_statements is loaded (0: none)")
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
-	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 {
-		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts and --rate-share must be positive, --rate and --drain not negative")
+	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts and --rate-share must be positive, --rate, --drain and --top-sql not negative")
+		return exitUsage
+	}
+	var err error
+	if f.targets, err = chooseE2ETargets(*targets, f.postgres); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench e2e: --targets: %v\n", err)
 		return exitUsage
 	}
 	ok, err := e2eBench(ctx, stdout, stderr, &f)
@@ -82,6 +103,39 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// chooseE2ETargets parses --targets: by default sqlite, and pg1 and pg2
+// beside it when a PostgreSQL server is given.
+func chooseE2ETargets(list, postgresURL string) ([]string, error) {
+	out := splitList(list)
+	if len(out) == 0 {
+		out = []string{e2eSQLite}
+		if postgresURL != "" {
+			out = append(out, e2ePG1, e2ePG2)
+		}
+	}
+	seen := map[string]bool{}
+	for _, t := range out {
+		switch {
+		case t != e2eSQLite && t != e2ePG1 && t != e2ePG2:
+			return nil, fmt.Errorf("unknown %q (%s, %s, %s)", t, e2eSQLite, e2ePG1, e2ePG2)
+		case t != e2eSQLite && postgresURL == "":
+			return nil, fmt.Errorf("%s needs --postgres URL", t)
+		case seen[t]:
+			return nil, fmt.Errorf("%q given twice", t)
+		}
+		seen[t] = true
+	}
+	return out, nil
+}
+
+// e2eProcesses is how many serve processes a target runs on its store.
+func e2eProcesses(target string) int {
+	if target == e2ePG2 {
+		return 2
+	}
+	return 1
 }
 
 // sink is the loopback destination: it answers every call 200 at once and
@@ -149,12 +203,10 @@ func (s *sink) doneCount() int {
 	return len(s.done)
 }
 
-// rssSample is one reading of the server's /proc/PID/status.
+// rssSample is one reading of a server's /proc/PID/status.
 type rssSample struct {
 	at       time.Duration // since sending started
 	rss, hwm int64         // KiB
-	done     int           // effects done at the destination by then
-	acked    int64
 }
 
 func readRSS(pid int) (rss, hwm int64, err error) {
@@ -180,10 +232,34 @@ func readRSS(pid int) (rss, hwm int64, err error) {
 	return rss, hwm, sc.Err()
 }
 
+// readCPU is the user and system time a process has used, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s: USER_HZ on
+// Linux).
+func readCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time: %w", err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("read CPU time: unexpected /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("read CPU time: unexpected /proc/%d/stat", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
 func mib(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
 
+// e2eResult is one target's figures.
 type e2eResult struct {
-	probeRate  float64
+	target     string
+	processes  int
 	targetRate float64
 	sendFor    time.Duration
 
@@ -191,9 +267,12 @@ type e2eResult struct {
 	firstErr                             string
 	ackLat                               latencies
 
-	doneInWindow int           // effects done while sending
-	drainedIn    time.Duration // after sending, until every acked effect was done (or the bound)
-	samples      []rssSample
+	doneInWindow int             // effects done while sending
+	drainedIn    time.Duration   // after sending, until every acked effect was done (or the bound)
+	drainBound   bool            // the drain stopped at --drain with effects still missing
+	samples      [][]rssSample   // per server process
+	cpuStart     []time.Duration // per server process, when sending started
+	cpu          []time.Duration // per server process, from sending started until it stopped
 
 	// The exactly-once account.
 	ackedIDs   []string
@@ -206,6 +285,21 @@ type e2eResult struct {
 
 	ledger      map[store.EffectState]int
 	ledgerTotal int
+
+	pg *pgCost // PostgreSQL targets only
+}
+
+// done is every distinct effect called at the destination.
+func (r *e2eResult) done() int { return r.exactlyOne + r.duplicated }
+
+func (r *e2eResult) windowRate() float64 { return rate(int64(r.doneInWindow), r.sendFor) }
+
+// wholeRate is effects done over sending and draining: a target that keeps
+// up shows about the send rate, one that does not shows its capacity.
+func (r *e2eResult) wholeRate() float64 { return rate(int64(r.done()), r.sendFor+r.drainedIn) }
+
+func (r *e2eResult) ok() bool {
+	return r.missing == 0 && r.duplicated == 0 && r.keyDiff == 0 && r.unknown == 0 && r.non2xx == 0 && r.errs == 0
 }
 
 func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool, error) {
@@ -230,36 +324,73 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
 
-	res := &e2eResult{targetRate: f.rate}
+	run := &e2eRunInfo{rate: f.rate}
+	if f.postgres != "" && slices.ContainsFunc(f.targets, func(t string) bool { return t != e2eSQLite }) {
+		if run.statements, err = pgEnableStatements(ctx, f.postgres); err != nil {
+			return false, err
+		}
+		if !run.statements {
+			fmt.Fprintln(stderr, "postgres: pg_stat_statements is not in shared_preload_libraries; counting transactions only")
+		}
+	}
 	if f.rate == 0 {
-		fmt.Fprintf(stderr, "probe: closed-loop ingest, %d clients, 1s warm-up, %s...\n", f.probeClients, f.probeFor)
+		fmt.Fprintf(stderr, "probe: closed-loop ingest on SQLite, %d clients, 1s warm-up, %s...\n", f.probeClients, f.probeFor)
 		// The probe's effects go to a destination of their own, so none
-		// of them is mistaken for the sustained run's.
+		// of them is mistaken for a sustained run's.
 		probeURL, closeProbe, err := startSink(newSink())
 		if err != nil {
 			return false, err
 		}
-		res.probeRate, err = e2eProbe(ctx, env, f, probeURL)
+		run.probeRate, err = e2eProbe(ctx, env, f, probeURL)
 		closeProbe()
 		if err != nil {
 			return false, fmt.Errorf("ingest probe: %w", err)
 		}
-		res.targetRate = res.probeRate * f.rateShare
-		fmt.Fprintf(stderr, "probe: %.0f webhooks/s acknowledged; sending at %.0f/s\n", res.probeRate, res.targetRate)
+		run.rate = run.probeRate * f.rateShare
+		fmt.Fprintf(stderr, "probe: %.0f webhooks/s acknowledged; sending at %.0f/s to every target\n", run.probeRate, run.rate)
 	}
-	if res.targetRate < 1 {
-		return false, fmt.Errorf("send rate %.2f/s is below 1/s", res.targetRate)
+	if run.rate < 1 {
+		return false, fmt.Errorf("send rate %.2f/s is below 1/s", run.rate)
 	}
-	dest := newSink()
-	destURL, closeDest, err := startSink(dest)
+	run.loadBefore = loadAvg()
+	var results []*e2eResult
+	for _, target := range f.targets {
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("interrupted: %w", err)
+		}
+		res, err := e2eCell(ctx, env, f, run, target)
+		if err != nil {
+			return false, fmt.Errorf("target %s: %w", target, err)
+		}
+		fmt.Fprintf(stderr, "target %s: %.0f effects/s while sending, %.0f/s over the whole run, p99 %s ms\n",
+			target, res.windowRate(), res.wholeRate(), ms(res.lat.pct(0.99)))
+		results = append(results, res)
+	}
+	run.loadAfter = loadAvg()
+	return printE2E(stdout, f, run, results), nil
+}
+
+// e2eRunInfo is what every target of one run shares.
+type e2eRunInfo struct {
+	probeRate  float64
+	rate       float64
+	statements bool // pg_stat_statements is loaded on the PostgreSQL server
+
+	loadBefore, loadAfter string
+}
+
+// loadAvg is /proc/loadavg's first three fields: the machine is shared, and
+// a figure means little without the load it was taken under.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return false, err
+		return "?"
 	}
-	defer closeDest()
-	if err := e2eRun(ctx, env, f, dest, destURL, res); err != nil {
-		return false, err
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
 	}
-	return printE2E(stdout, f, res), nil
+	return strings.Join(f[:3], " ")
 }
 
 // e2eConfig writes a config whose one flow makes one effect per invoice
@@ -302,29 +433,29 @@ flows:
 	return nil
 }
 
-// startE2EServer starts hookledger serve on a fresh SQLite file.
-func startE2EServer(ctx context.Context, env *receiveEnv, destURL, label string) (*child, string, error) {
-	storeURL := "sqlite:" + filepath.Join(env.dir, label+".db")
+// startE2EServer starts hookledger serve on storeURL, with a config of its
+// own named by label, and waits until it is ready.
+func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, label string) (*child, error) {
 	cfgPath := filepath.Join(env.dir, label+".yaml")
 	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	srv, err := startChild(ctx, "hookledger serve", env.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"},
+	srv, err := startChild(ctx, "hookledger serve ("+label+")", env.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"},
 		filepath.Join(env.dir, label+".log"))
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if err := waitReady(ctx, "http://"+srv.addr+"/readyz"); err != nil {
-		return nil, "", errors.Join(err, srv.stop())
+		return nil, errors.Join(err, srv.stop())
 	}
-	return srv, storeURL, nil
+	return srv, nil
 }
 
 // e2eProbe measures the receiver's closed-loop ingest rate with the same
-// config (flow and delivery running) on a server of its own, so the backlog
-// it leaves does not weigh on the sustained run.
+// config (flow and delivery running) on a SQLite server of its own, so the
+// backlog it leaves does not weigh on the sustained runs.
 func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string) (float64, error) {
-	srv, _, err := startE2EServer(ctx, env, destURL, "probe")
+	srv, err := startE2EServer(ctx, env, "sqlite:"+filepath.Join(env.dir, "probe.db"), destURL, "probe")
 	if err != nil {
 		return 0, err
 	}
@@ -340,20 +471,91 @@ func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string)
 	return res.rate(), nil
 }
 
-func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, destURL string, res *e2eResult) (err error) {
-	srv, storeURL, err := startE2EServer(ctx, env, destURL, "e2e")
-	if err != nil {
-		return err
+// e2eCell runs one target: a fresh store, its server processes, the
+// open-loop schedule, the drain, and the accounts.
+func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo, target string) (res *e2eResult, err error) {
+	driver := "sqlite"
+	if target != e2eSQLite {
+		driver = "postgres"
 	}
+	cs, err := newCellStore(ctx, driver, env.dir, f.postgres, target)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, cs.Drop()) }()
+	dest := newSink()
+	destURL, closeDest, err := startSink(dest)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDest()
+
+	res = &e2eResult{target: target, processes: e2eProcesses(target), targetRate: run.rate}
+	var srvs []*child
 	defer func() {
-		if srv != nil {
-			err = errors.Join(err, srv.stop())
+		for _, s := range srvs {
+			err = errors.Join(err, s.stop())
 		}
 	}()
-	pid := srv.cmd.Process.Pid
-	u := "http://" + srv.addr + "/hooks/stripe"
-	fmt.Fprintf(env.stderr, "sustained: %.0f webhooks/s for %s, open loop over %d sender connections; server pid %d\n",
-		res.targetRate, f.duration, f.senders, pid)
+	// One after the other: the first applies the migrations, and the
+	// second finds them applied, as a second node joining would.
+	for i := range res.processes {
+		srv, err := startE2EServer(ctx, env, cs.URL, destURL, fmt.Sprintf("%s-%d", target, i+1))
+		if err != nil {
+			return nil, err
+		}
+		srvs = append(srvs, srv)
+	}
+
+	var stats *pgStats
+	if driver == "postgres" {
+		if stats, err = newPGStats(ctx, f.postgres, cs.URL, run.statements); err != nil {
+			return nil, err
+		}
+		// Startup (migrations, first claims) is not the events' cost: the
+		// count starts once the servers idle, and the idle rate is
+		// measured so that a reader can tell polling from work.
+		if res.pg, err = stats.idle(ctx, 2*time.Second); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := e2eRun(ctx, env, f, dest, srvs, res); err != nil {
+		return nil, err
+	}
+	// Stop the servers before the last count: a backend leaving flushes
+	// its statistics, and no commit is in flight.
+	for _, s := range srvs {
+		if err := s.stop(); err != nil {
+			return nil, err
+		}
+		used := s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
+		res.cpu = append(res.cpu, used-cpuAt(res.cpuStart, len(res.cpu)))
+	}
+	srvs = nil
+	if stats != nil {
+		if err := stats.finish(ctx, res.pg, res.acked, f.topSQL); err != nil {
+			return nil, err
+		}
+	}
+	if err := e2eLedger(ctx, cs.URL, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// e2eRun sends the open-loop schedule to srvs, alternating between them,
+// waits (bounded) for the backlog, and accounts for every acknowledged
+// webhook at the destination. The servers are left running.
+func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs []*child, res *e2eResult) error {
+	urls := make([]string, len(srvs))
+	pids := make([]int, len(srvs))
+	for i, s := range srvs {
+		urls[i] = "http://" + s.addr + "/hooks/stripe"
+		pids[i] = s.cmd.Process.Pid
+	}
+	fmt.Fprintf(env.stderr, "target %s: %.0f webhooks/s for %s, open loop over %d sender connections; server pids %v\n",
+		res.target, res.targetRate, f.duration, f.senders, pids)
 
 	// Open loop: a scheduler hands each send to a free sender at its
 	// time. A send that finds every sender busy waits and is counted
@@ -373,7 +575,9 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, destU
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr := &http.Transport{MaxIdleConns: 1, MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableCompression: true, IdleConnTimeout: time.Minute}
+			// One connection per server: a send goes to the server its
+			// sequence number picks.
+			tr := &http.Transport{MaxIdleConns: len(urls), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableCompression: true, IdleConnTimeout: time.Minute}
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 			for j := range jobs {
@@ -382,7 +586,7 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, destU
 				}
 				id := fmt.Sprintf("evt_e2e_%d", j.seq)
 				dest.sent.Store(id, time.Now())
-				status, lat, err := env.post(ctx, client, u, id)
+				status, lat, err := env.post(ctx, client, urls[j.seq%int64(len(urls))], id)
 				switch {
 				case err != nil:
 					errs.Add(1)
@@ -401,13 +605,19 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, destU
 
 	samplerStop := make(chan struct{})
 	samplerDone := make(chan struct{})
+	res.samples = make([][]rssSample, len(pids))
+	// Startup and idle polling are not the events' cost.
+	for _, pid := range pids {
+		c, _ := readCPU(pid)
+		res.cpuStart = append(res.cpuStart, c)
+	}
 	t0 := time.Now()
 	sample := func() {
-		rss, hwm, err := readRSS(pid)
-		if err != nil {
-			return
+		for i, pid := range pids {
+			if rss, hwm, err := readRSS(pid); err == nil {
+				res.samples[i] = append(res.samples[i], rssSample{at: time.Since(t0), rss: rss, hwm: hwm})
+			}
 		}
-		res.samples = append(res.samples, rssSample{at: time.Since(t0), rss: rss, hwm: hwm, done: dest.doneCount(), acked: acked.Load()})
 	}
 	go func() {
 		defer close(samplerDone)
@@ -451,26 +661,23 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, destU
 
 	// Wait, bounded, for the backlog: the exactly-once check needs every
 	// acknowledged webhook's effect to have had its chance.
-	fmt.Fprintf(env.stderr, "sustained: sent %d, acknowledged %d, effects done %d; waiting up to %s for the rest...\n",
-		res.scheduled, res.acked, res.doneInWindow, f.drainFor)
+	fmt.Fprintf(env.stderr, "target %s: sent %d, acknowledged %d, effects done %d; waiting up to %s for the rest...\n",
+		res.target, res.scheduled, res.acked, res.doneInWindow, f.drainFor)
 	drainStart := time.Now()
 	for dest.doneCount() < int(res.acked) && time.Since(drainStart) < f.drainFor && ctx.Err() == nil {
-		sleepCtx(ctx, 200*time.Millisecond)
+		sleepCtx(ctx, 50*time.Millisecond)
 	}
-	// A moment more, so a second call for an effect just done (there
-	// should be none) is seen before counting.
-	sleepCtx(ctx, time.Second)
 	res.drainedIn = time.Since(drainStart)
+	res.drainBound = dest.doneCount() < int(res.acked)
+	// A moment more, so a second call for an effect just done (there
+	// should be none) is seen before counting; not part of the drain time.
+	sleepCtx(ctx, time.Second)
 	close(samplerStop)
 	<-samplerDone
 	sample()
 
-	stopErr := srv.stop()
-	srv = nil
-	if stopErr != nil {
-		return stopErr
-	}
 	dest.mu.Lock()
+	defer dest.mu.Unlock()
 	for _, id := range res.ackedIDs {
 		switch n := dest.calls[id]; {
 		case n == 1:
@@ -483,8 +690,7 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, destU
 	}
 	res.keyDiff, res.unknown = dest.keyDiff, dest.unknown
 	res.lat = mergeLatencies([]latencies{dest.lat})
-	dest.mu.Unlock()
-	return e2eLedger(ctx, storeURL, res)
+	return nil
 }
 
 // e2eLedger counts the effect ledger by state after the server stopped.
@@ -510,60 +716,4 @@ func e2eLedger(ctx context.Context, storeURL string, res *e2eResult) error {
 			return nil
 		}
 	}
-}
-
-func printE2E(w io.Writer, f *e2eFlags, r *e2eResult) bool {
-	fmt.Fprintf(w, "hookledger-bench e2e: hookledger serve on SQLite, Stripe-signed invoice events (~%d B), one effect per event,\n",
-		len(stripeBody("evt_x", "in_x", time.Now())))
-	fmt.Fprintf(w, "loopback destination in the load generator; %d CPUs shared by both (GOMAXPROCS %d)\n\n", runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	if r.probeRate > 0 {
-		fmt.Fprintf(w, "ingest probe (closed loop, %d clients, own fresh server): %.0f webhooks/s; send rate = %.2f x that = %.0f/s\n",
-			f.probeClients, r.probeRate, f.rateShare, r.targetRate)
-	} else {
-		fmt.Fprintf(w, "send rate (--rate): %.0f/s; no ingest probe\n", r.targetRate)
-	}
-	sendRate := rate(r.acked, r.sendFor)
-	fmt.Fprintf(w, "sending: %s open loop, %d scheduled, %d acknowledged (%.0f/s ingest), late %d, non-2xx %d, errors %d; ack p50 %s ms, p99 %s ms\n",
-		r.sendFor.Round(time.Millisecond), r.scheduled, r.acked, sendRate, r.late, r.non2xx, r.errs, ms(r.ackLat.pct(0.5)), ms(r.ackLat.pct(0.99)))
-	if r.firstErr != "" {
-		fmt.Fprintf(w, "first failure: %s\n", r.firstErr)
-	}
-	windowRate := rate(int64(r.doneInWindow), r.sendFor)
-	total := r.exactlyOne + r.duplicated
-	fmt.Fprintf(w, "effects done at the destination: %.0f/s while sending (%d in %s); %d of %d after a further %s (%.0f/s over the whole run)\n",
-		windowRate, r.doneInWindow, r.sendFor.Round(time.Millisecond), total, r.acked, r.drainedIn.Round(time.Millisecond),
-		rate(int64(total), r.sendFor+r.drainedIn))
-	fmt.Fprintf(w, "end-to-end latency (webhook sent -> destination called), %d effects: p50 %s ms, p99 %s ms, max %s ms\n",
-		len(r.lat), ms(r.lat.pct(0.5)), ms(r.lat.pct(0.99)), ms(r.lat.pct(1)))
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "server memory (VmRSS / VmHWM from /proc/PID/status):")
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "  %8s  %9s  %9s  %9s  %9s\n", "t", "RSS MiB", "peak MiB", "acked", "done")
-	for _, s := range r.samples {
-		fmt.Fprintf(&buf, "  %8s  %9s  %9s  %9d  %9d\n", s.at.Round(time.Second), mib(s.rss), mib(s.hwm), s.acked, s.done)
-	}
-	_, _ = w.Write(buf.Bytes())
-	if n := len(r.samples); n > 0 {
-		first, last := r.samples[0], r.samples[n-1]
-		fmt.Fprintf(w, "  peak RSS %s MiB; RSS first %s MiB, last %s MiB\n", mib(last.hwm), mib(first.rss), mib(last.rss))
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "ledger after the server stopped: %d effects, by state %v\n", r.ledgerTotal, r.ledger)
-
-	ok := r.missing == 0 && r.duplicated == 0 && r.keyDiff == 0 && r.unknown == 0 && r.non2xx == 0 && r.errs == 0
-	verdict := "ok"
-	if !ok {
-		verdict = "FAILED"
-	}
-	fmt.Fprintf(w, "exactly once: %s: %d acknowledged webhooks: %d called exactly once, %d not called, %d called more than once; %d calls under a second episode key, %d calls for unknown events\n",
-		verdict, r.acked, r.exactlyOne, r.missing, r.duplicated, r.keyDiff, r.unknown)
-	if r.probeRate > 0 {
-		goal := r.probeRate / 2
-		met := "MET"
-		if windowRate < goal {
-			met = "NOT MET"
-		}
-		fmt.Fprintf(w, "target (effects done/s while sending >= half the probed ingest rate, %.0f/s): %.0f/s: %s\n", goal, windowRate, met)
-	}
-	return ok
 }

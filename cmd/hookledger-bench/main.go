@@ -13,7 +13,9 @@
 //	          the flow engine, one hot entity and many entities, beside the
 //	          InboxCommit rate of the same events
 //	e2e       signed webhooks in, effects done at a loopback destination,
-//	          sustained, with end-to-end latency and the server's memory
+//	          sustained, on SQLite and on PostgreSQL with one and with two
+//	          serve processes at one send rate, with end-to-end latency,
+//	          the servers' memory and CPU, and PostgreSQL statements per event
 //	bulkhead  effects/s to a healthy destination alone and beside one that
 //	          hangs until its timeout, in one run (head-of-line blocking)
 //	signals   the cost of computing the nine outcome signals on a store of

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgCost is what a PostgreSQL target asked of the database while the
+// webhooks were sent and drained, read from the server's own statistics for
+// the target's database alone (each target has a fresh one).
+type pgCost struct {
+	// idleCommits and idleStatements are per second while the servers
+	// idled before sending: polling, not work.
+	idleCommits, idleStatements float64
+
+	commits, rollbacks int64 // pg_stat_database xact_commit, xact_rollback
+	statements         int64 // pg_stat_statements calls, -1 when not loaded
+	txControl          int64 // of which BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
+	events             int64 // acknowledged webhooks
+	top                []pgStatement
+}
+
+// pgStatement is one normalized statement's calls over the run.
+type pgStatement struct {
+	calls int64
+	query string
+}
+
+func (c *pgCost) perEvent(n int64) float64 {
+	if c.events == 0 {
+		return 0
+	}
+	return float64(n) / float64(c.events)
+}
+
+// pgStats reads the counters of one database over an admin connection
+// (the server's statistics are cluster-wide views filtered by database).
+type pgStats struct {
+	adminURL, db string
+	statements   bool
+
+	base pgCounters
+}
+
+type pgCounters struct {
+	commits, rollbacks int64
+	calls              map[int64]pgStatement // by queryid
+}
+
+// pgEnableStatements reports whether pg_stat_statements is loaded on the
+// server and, if so, makes its view available in the admin database.
+// It can be counted only where the server preloads it
+// (shared_preload_libraries); scripts/bench.sh starts its server so.
+func pgEnableStatements(ctx context.Context, adminURL string) (bool, error) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return false, fmt.Errorf("connect to postgres admin URL: %w", err)
+	}
+	defer conn.Close(ctx)
+	var libs string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('shared_preload_libraries')").Scan(&libs); err != nil {
+		return false, fmt.Errorf("read shared_preload_libraries: %w", err)
+	}
+	if !slices.Contains(splitList(libs), "pg_stat_statements") {
+		return false, nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return false, fmt.Errorf("create extension pg_stat_statements: %w", err)
+	}
+	return true, nil
+}
+
+func newPGStats(ctx context.Context, adminURL, storeURL string, statements bool) (*pgStats, error) {
+	u, err := url.Parse(storeURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse store URL: %w", err)
+	}
+	return &pgStats{adminURL: adminURL, db: strings.TrimPrefix(u.Path, "/"), statements: statements}, nil
+}
+
+// idle waits for the servers' startup statistics to be flushed (a backend
+// flushes at most once a second), takes the baseline, and measures the
+// idle rate over the window after it.
+func (s *pgStats) idle(ctx context.Context, window time.Duration) (*pgCost, error) {
+	sleepCtx(ctx, 1500*time.Millisecond)
+	a, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sleepCtx(ctx, window)
+	b, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &pgCost{statements: -1}
+	c.idleCommits = float64(b.commits-a.commits) / window.Seconds()
+	if s.statements {
+		total, _ := b.delta(a)
+		c.idleStatements = float64(total) / window.Seconds()
+	}
+	s.base = b
+	return c, ctx.Err()
+}
+
+// finish reads the counters after the servers stopped and fills c with
+// the run's deltas over the baseline.
+func (s *pgStats) finish(ctx context.Context, c *pgCost, events int64, top int) error {
+	// A backend flushes its statistics as it exits, just after its
+	// client has gone.
+	sleepCtx(ctx, 500*time.Millisecond)
+	end, err := s.read(ctx)
+	if err != nil {
+		return err
+	}
+	c.events = events
+	c.commits = end.commits - s.base.commits
+	c.rollbacks = end.rollbacks - s.base.rollbacks
+	if s.statements {
+		var stmts []pgStatement
+		c.statements, stmts = end.delta(s.base)
+		for _, st := range stmts {
+			if isTxControl(st.query) {
+				c.txControl += st.calls
+			}
+		}
+		slices.SortFunc(stmts, func(a, b pgStatement) int { return cmp.Compare(b.calls, a.calls) })
+		c.top = stmts[:min(top, len(stmts))]
+	}
+	return nil
+}
+
+// delta is the calls since base, in total and per statement.
+func (c pgCounters) delta(base pgCounters) (int64, []pgStatement) {
+	var total int64
+	var out []pgStatement
+	for id, st := range c.calls {
+		n := st.calls - base.calls[id].calls
+		if n > 0 {
+			total += n
+			out = append(out, pgStatement{calls: n, query: st.query})
+		}
+	}
+	return total, out
+}
+
+func isTxControl(q string) bool {
+	f := strings.Fields(strings.ToLower(q))
+	if len(f) == 0 {
+		return false
+	}
+	switch strings.TrimSuffix(f[0], ";") {
+	case "begin", "commit", "rollback", "savepoint", "release", "start", "end":
+		return true
+	}
+	return false
+}
+
+func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
+	out := pgCounters{calls: map[int64]pgStatement{}}
+	conn, err := pgx.Connect(ctx, s.adminURL)
+	if err != nil {
+		return out, fmt.Errorf("postgres statistics: %w", err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1", s.db).
+		Scan(&out.commits, &out.rollbacks); err != nil {
+		return out, fmt.Errorf("postgres statistics: pg_stat_database: %w", err)
+	}
+	if !s.statements {
+		return out, nil
+	}
+	rows, err := conn.Query(ctx, `SELECT queryid, sum(calls)::bigint, min(query)
+		FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND queryid IS NOT NULL
+		GROUP BY queryid`, s.db)
+	if err != nil {
+		return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
+	}
+	for rows.Next() {
+		var id, calls int64
+		var q string
+		if err := rows.Scan(&id, &calls, &q); err != nil {
+			return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
+		}
+		out.calls[id] = pgStatement{calls: calls, query: q}
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) bool {
+	fmt.Fprintf(w, "hookledger-bench e2e: hookledger serve, Stripe-signed invoice events (~%d B), one effect per event, each event its own entity,\n",
+		len(stripeBody("evt_x", "in_x", time.Now())))
+	fmt.Fprintf(w, "loopback destination in the load generator; %d CPUs shared by all (GOMAXPROCS %d); load average %s before, %s after\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), run.loadBefore, run.loadAfter)
+	fmt.Fprintln(w, "targets: sqlite = 1 process on a SQLite file; pg1 = 1 process on PostgreSQL; pg2 = 2 processes on one PostgreSQL database, webhooks alternating")
+	if run.probeRate > 0 {
+		fmt.Fprintf(w, "send rate, the same for every target: %.2f x the SQLite ingest probe (closed loop, %d clients, own fresh server: %.0f webhooks/s) = %.0f/s for %s\n\n",
+			f.rateShare, f.probeClients, run.probeRate, run.rate, f.duration)
+	} else {
+		fmt.Fprintf(w, "send rate, the same for every target (--rate): %.0f/s for %s; no ingest probe\n\n", run.rate, f.duration)
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tprocs\tsend/s\tacked\tlate\tdone/s sending\tdone/s whole run\tdrain s\tp50 ms\tp99 ms\tmax ms\tpeak RSS MiB\tCPU ms/event\texactly once\t")
+	allOK := true
+	for _, r := range results {
+		verdict := "ok"
+		if !r.ok() {
+			verdict = "FAILED"
+			allOK = false
+		}
+		drain := fmt.Sprintf("%.1f", r.drainedIn.Seconds())
+		if r.drainBound {
+			drain = ">" + drain
+		}
+		var rss []string
+		var cpuSum time.Duration
+		for i := range r.samples {
+			rss = append(rss, mib(peakHWM(r.samples[i])))
+		}
+		for _, c := range r.cpu {
+			cpuSum += c
+		}
+		cpu := float64(cpuSum) / float64(time.Millisecond) / float64(max(r.acked, 1))
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s %d/%d\t\n",
+			r.target, r.processes, rate(r.acked, r.sendFor), r.acked, r.late, r.windowRate(), r.wholeRate(), drain,
+			ms(r.lat.pct(0.5)), ms(r.lat.pct(0.99)), ms(r.lat.pct(1)), strings.Join(rss, " + "), cpu,
+			verdict, r.exactlyOne, r.acked)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "send/s: acknowledged webhooks per second of sending; late: sends that found every sender busy (>10 ms behind schedule).")
+	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
+	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
+	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
+
+	// The issue's targets: one PostgreSQL process at least half of SQLite,
+	// two processes at least one.
+	by := map[string]*e2eResult{}
+	for _, r := range results {
+		by[r.target] = r
+	}
+	fmt.Fprintln(w)
+	ratio := func(name, num, den string, goal float64) {
+		a, b := by[num], by[den]
+		if a == nil || b == nil {
+			return
+		}
+		line := func(what string, x, y float64) string {
+			if y == 0 {
+				return what + " -"
+			}
+			met := "met"
+			if x/y < goal {
+				met = "NOT met"
+			}
+			return fmt.Sprintf("%s %.2f (%s)", what, x/y, met)
+		}
+		fmt.Fprintf(w, "%s (target >= %.1f): %s; %s\n", name, goal,
+			line("done/s sending", a.windowRate(), b.windowRate()), line("done/s whole run", a.wholeRate(), b.wholeRate()))
+	}
+	if by[e2ePG1] != nil && (by[e2eSQLite] != nil || by[e2ePG2] != nil) {
+		fmt.Fprintln(w, "ratios: done/s sending compares what each target did at this send rate (a target that keeps up does the send rate);")
+		fmt.Fprintln(w, "  done/s whole run, with --rate above what every target sustains, compares capacities.")
+	}
+	ratio("pg1/sqlite", e2ePG1, e2eSQLite, 0.5)
+	ratio("pg2/pg1", e2ePG2, e2ePG1, 1)
+
+	var pgs []*e2eResult
+	for _, r := range results {
+		if r.pg != nil {
+			pgs = append(pgs, r)
+		}
+	}
+	if len(pgs) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "PostgreSQL work per acknowledged webhook, from sending until the servers stopped (the target's database only):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "target\tevents\ttransactions/event\trollbacks\tstatements/event\tof which BEGIN/COMMIT/SAVEPOINT\tidle transactions/s\tidle statements/s\t")
+		for _, r := range pgs {
+			c := r.pg
+			stmts, ctl, idle := "-", "-", "-"
+			if c.statements >= 0 {
+				stmts = fmt.Sprintf("%.1f", c.perEvent(c.statements))
+				ctl = fmt.Sprintf("%.1f", c.perEvent(c.txControl))
+				idle = fmt.Sprintf("%.0f", c.idleStatements)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%d\t%s\t%s\t%.0f\t%s\t\n",
+				r.target, c.events, c.perEvent(c.commits), c.rollbacks, stmts, ctl, c.idleCommits, idle)
+		}
+		tw.Flush()
+		fmt.Fprintln(w, "transactions: pg_stat_database xact_commit (every autocommit statement is one); statements: pg_stat_statements calls")
+		if pgs[0].pg.statements < 0 {
+			fmt.Fprintln(w, "  (pg_stat_statements is not in the server's shared_preload_libraries: statements not counted; scripts/bench.sh loads it).")
+		} else {
+			fmt.Fprintln(w, "  (top-level, utility statements included). Idle: the servers' polling before sending, included in the per-event figures.")
+		}
+		for _, r := range pgs {
+			if len(r.pg.top) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "\n%s: statements by calls per event:\n", r.target)
+			for _, st := range r.pg.top {
+				fmt.Fprintf(w, "  %7.2f  %s\n", r.pg.perEvent(st.calls), oneLine(st.query, 110))
+			}
+		}
+	}
+
+	fmt.Fprintln(w)
+	for _, r := range results {
+		fmt.Fprintf(w, "%s: sending %s, %d scheduled, %d acknowledged, late %d, non-2xx %d, errors %d; ack p50 %s ms, p99 %s ms\n",
+			r.target, r.sendFor.Round(time.Millisecond), r.scheduled, r.acked, r.late, r.non2xx, r.errs, ms(r.ackLat.pct(0.5)), ms(r.ackLat.pct(0.99)))
+		if r.firstErr != "" {
+			fmt.Fprintf(w, "%s: first failure: %s\n", r.target, r.firstErr)
+		}
+		for i, s := range r.samples {
+			if len(s) == 0 {
+				continue
+			}
+			lo, hi := s[0].rss, s[0].rss
+			for _, x := range s[1:] {
+				lo, hi = min(lo, x.rss), max(hi, x.rss)
+			}
+			fmt.Fprintf(w, "%s: process %d: RSS %s MiB at the start of sending, %s-%s MiB through the run, peak %s MiB; CPU %.1f s from sending until stopped\n",
+				r.target, i+1, mib(s[0].rss), mib(lo), mib(hi), mib(peakHWM(s)), cpuAt(r.cpu, i).Seconds())
+		}
+		fmt.Fprintf(w, "%s: ledger after the servers stopped: %d effects, by state %v\n", r.target, r.ledgerTotal, r.ledger)
+		verdict := "ok"
+		if !r.ok() {
+			verdict = "FAILED"
+		}
+		fmt.Fprintf(w, "%s: exactly once: %s: %d acknowledged webhooks: %d called exactly once, %d not called, %d called more than once; %d calls under a second episode key, %d calls for unknown events\n",
+			r.target, verdict, r.acked, r.exactlyOne, r.missing, r.duplicated, r.keyDiff, r.unknown)
+		if r.drainBound {
+			fmt.Fprintf(w, "%s: the drain stopped at --drain %s with effects still missing\n", r.target, f.drainFor)
+		}
+	}
+	if allOK {
+		fmt.Fprintln(w, "exactly once: every target, every acknowledged webhook called exactly once under one episode key")
+	} else {
+		fmt.Fprintln(w, "exactly once: FAILED (see above)")
+	}
+	return allOK
+}
+
+func peakHWM(s []rssSample) int64 {
+	var p int64
+	for _, x := range s {
+		p = max(p, x.hwm)
+	}
+	return p
+}
+
+func cpuAt(c []time.Duration, i int) time.Duration {
+	if i < len(c) {
+		return c[i]
+	}
+	return 0
+}
+
+var spaces = regexp.MustCompile(`\s+`)
+
+// oneLine folds a statement's whitespace and cuts it to n characters.
+func oneLine(q string, n int) string {
+	q = strings.TrimSpace(spaces.ReplaceAllString(q, " "))
+	if len(q) > n {
+		q = q[:n-3] + "..."
+	}
+	return q
+}
