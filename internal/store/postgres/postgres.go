@@ -64,17 +64,6 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 		// what is wrong with its shape.
 		return nil, errors.New("open postgres: the store URL is not a valid postgres:// connection string")
 	}
-	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set && !strings.Contains(url, "plan_cache_mode") {
-		// Every statement is planned with its parameters. After five
-		// executions PostgreSQL may switch a prepared statement to a
-		// generic plan that ignores them, and on tables whose statistics
-		// lag a burst (a new deployment, a fresh partition of work) that
-		// plan chose the state index over the entity one: superseding one
-		// entity's effects walked every approved effect, 7 ms instead of
-		// 0.1. Planning these statements costs tens of microseconds.
-		// docs/deploy.md says what to do behind PgBouncer.
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-	}
 	switch {
 	case maxConns > 0:
 		cfg.MaxConns = maxConns
