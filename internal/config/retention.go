@@ -42,8 +42,10 @@ type Retention struct {
 	// BatchSize bounds the events, or audit rows, deleted in one
 	// transaction.
 	BatchSize int `yaml:"batch_size"`
-	// Pause is the time between two batches of one pass: ingest gets the
-	// writer between batches.
+	// Pause is the least time between two batches of one pass; the loop
+	// also waits at least as long as the last batch took, so pruning
+	// never holds the writer more than half of the time and ingest gets
+	// it between batches.
 	Pause Duration `yaml:"pause"`
 	// Disabled turns the loop off (nothing is ever deleted).
 	Disabled bool `yaml:"disabled"`

@@ -122,6 +122,7 @@ type passState struct {
 	started   time.Time
 	evDone    bool
 	auditDone bool
+	lastBatch time.Duration // how long the last batch took
 }
 
 // New returns a service that prunes st by pol.
@@ -187,7 +188,8 @@ func (s *Service) Last() *PassResult {
 
 // Step runs one batch of the current pass, starting a pass when none is
 // in progress; more reports that the pass goes on. Between two batches
-// it pauses first, so that the writer goes to ingest.
+// it pauses first, at least Pause and at least as long as the last batch
+// took, so that the writer goes to ingest.
 func (s *Service) Step(ctx context.Context) (more bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,12 +202,18 @@ func (s *Service) step(ctx context.Context) (bool, error) {
 		now := s.clk.Now()
 		ps = &passState{params: s.pol.Params(now), started: now}
 		s.pass = ps
-	} else if s.pol.Pause > 0 {
-		if err := s.opts.Wait(ctx, s.pol.Pause); err != nil {
+	} else if wait := max(s.pol.Pause, ps.lastBatch); wait > 0 {
+		// Pausing as long as the last batch took gives pruning at most
+		// half of the writer's time: on SQLite ingest waits for the
+		// writer, and a pass that ran batch after batch would queue
+		// every webhook behind it for the whole pass.
+		if err := s.opts.Wait(ctx, wait); err != nil {
 			return false, err
 		}
 	}
+	began := s.clk.Now()
 	r, err := s.st.RetentionPrune(ctx, &ps.params)
+	ps.lastBatch = s.clk.Now().Sub(began)
 	if err != nil {
 		// The pass starts over next interval; batches already committed
 		// stay deleted, and the cursors only skip work, never rows.
