@@ -21,15 +21,22 @@ const pruneLockKey int64 = 0x686f6f6b7072756e
 // The questions the pruning pass asks of an event past its cutoff
 // (store.PruneKept); the SQLite driver asks the same.
 const (
+	// Each question is a LATERAL subquery with LIMIT 1, which PostgreSQL
+	// runs once per scanned event as an index probe. Written as NOT EXISTS
+	// in the select list it was planned as a hashed subplan: a scan of the
+	// whole effects and entities tables for every batch, a cost that grew
+	// with the store instead of with the batch.
 	pruneEventScan = `SELECT e.pk, e.source, e.received_at,
-		e.received_at < $1
-			AND e.routed
+		e.received_at < $1 AND e.routed
 			AND e.disposition IN ('applied', 'duplicate', 'stale', 'superseded', 'unrouted', 'resolved')
-			AND NOT EXISTS (SELECT 1 FROM work w WHERE w.event_pk = e.pk
-				AND (w.done_at IS NULL OR w.disposition = 'dead_lettered'))
-			AND NOT EXISTS (SELECT 1 FROM effects f WHERE f.source_event_pk = e.pk)
-			AND NOT EXISTS (SELECT 1 FROM entities n WHERE n.applied_event_pk = e.pk)
-		FROM events e WHERE e.pk > $2 ORDER BY e.pk LIMIT $3`
+			AND wk.x IS NULL AND fx.x IS NULL AND nx.x IS NULL
+		FROM (SELECT pk, source, received_at, routed, disposition FROM events
+			WHERE pk > $2 ORDER BY pk LIMIT $3) e
+		LEFT JOIN LATERAL (SELECT 1 AS x FROM work w WHERE w.event_pk = e.pk
+			AND (w.done_at IS NULL OR w.disposition = 'dead_lettered') LIMIT 1) wk ON true
+		LEFT JOIN LATERAL (SELECT 1 AS x FROM effects f WHERE f.source_event_pk = e.pk LIMIT 1) fx ON true
+		LEFT JOIN LATERAL (SELECT 1 AS x FROM entities n WHERE n.applied_event_pk = e.pk LIMIT 1) nx ON true
+		ORDER BY e.pk`
 	pruneAuditScan = `SELECT a.id, a.source, a.at,
 		a.at < $1 AND NOT EXISTS (SELECT 1 FROM events e
 			WHERE e.source = a.source AND e.event_id = a.event_id AND a.event_id <> ''
