@@ -24,7 +24,7 @@ func TestRetentionDefaultsAndDays(t *testing.T) {
     kind: pipedrive
     secrets: ["u:p"]
 retention:
-  batch_size: 200
+  batch_size: 300
 `
 	c, err := Parse("h.yaml", []byte(src), env(nil))
 	if err != nil {
@@ -36,7 +36,7 @@ retention:
 			t.Errorf("source %s retention = %s, want %s", c.Sources[i].Name, got, want)
 		}
 	}
-	if c.Retention.BatchSize != 200 || c.Retention.Interval.D() != DefaultRetentionInterval || c.Retention.Pause <= 0 {
+	if c.Retention.BatchSize != 300 || c.Retention.Interval.D() != DefaultRetentionInterval || c.Retention.Pause <= 0 {
 		t.Errorf("retention section = %+v", c.Retention)
 	}
 }

@@ -38,12 +38,12 @@ type RetentionPruneParams struct {
 	// fields), so rows kept for a reason are examined once per pass.
 	AfterEventPK int64
 	AfterAuditID int64
-	// BatchSize bounds the rows examined per table (default 500).
+	// BatchSize bounds the rows examined per table (default 200).
 	BatchSize int
 }
 
 // DefaultPruneBatch is the batch size of a zero RetentionPruneParams.BatchSize.
-const DefaultPruneBatch = 500
+const DefaultPruneBatch = 200
 
 // Batch returns the batch size with its default.
 func (p *RetentionPruneParams) Batch() int {
