@@ -23,6 +23,9 @@
 //	          scanning the tables
 //	console   p50/p99 of every console list page on a store of a million
 //	          events and effects, beside the admin API's JSON and /healthz
+//	retention one pruning pass on a store of a million events (half past
+//	          retention): its time and rows/s, and ingest p50/p99 beside it
+//	          against ingest alone
 //	noop      the no-op server the receive benchmark measures against
 //	serve     hookledger's server in this process, with an optional CPU
 //	          profile, for finding where the receive time goes
@@ -64,6 +67,7 @@ func subcommands() []subcommand {
 		{"bulkhead", "effects/s to a healthy destination, alone and beside one that hangs", runBulkhead},
 		{"signals", "the nine outcome signals on a store of a million events and effects", runSignals},
 		{"console", "console list pages on a store of a million events and effects", runConsole},
+		{"retention", "a pruning pass on a store of a million events, and ingest p99 beside it", runRetention},
 		{"noop", "serve a no-op HTTP handler (child process of receive)", runNoop},
 		{"serve", "run hookledger's server in-process, optionally CPU-profiled", runServe},
 	}

@@ -54,6 +54,7 @@ type Config struct {
 	Delivery      Delivery      `yaml:"delivery"`
 	Notifications Notifications `yaml:"notifications"`
 	Signals       Signals       `yaml:"signals"`
+	Retention     Retention     `yaml:"retention"`
 
 	// Path is the file the config was read from (for messages).
 	Path string `yaml:"-"`
@@ -149,6 +150,9 @@ type Source struct {
 	Fields    FieldPaths `yaml:"fields"`
 	// API is the source's own API, read by refetch flows.
 	API *SourceAPI `yaml:"api"`
+	// Retention is how long the source's events and what hangs off them
+	// are kept (default 30 days; docs/retention.md).
+	Retention RetentionPeriod `yaml:"retention"`
 }
 
 // HMAC configures the generic HMAC scheme (kind: hmac).

@@ -24,6 +24,7 @@ type fieldError struct {
 }
 
 func (c *Config) setDefaults() {
+	defer c.setRetentionDefaults()
 	defer c.setSignalDefaults()
 	defer c.setDestinationDefaults()
 	defer c.setFlowDefaults()
@@ -202,6 +203,7 @@ func (c *Config) validate() (errs, warns []fieldError) {
 	c.validateFlows(add, warn)
 	c.validateDestinations(add, warn)
 	c.validateSignals(add)
+	c.validateRetention(add)
 	return errs, warns
 }
 

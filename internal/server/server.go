@@ -1,6 +1,6 @@
 // Package server assembles a running hookledger: it opens and migrates the
 // store, starts the group-commit writer, the flow engine, the delivery
-// worker, its verifier and the signals monitor, serves HTTP (receiver,
+// worker, its verifier, the signals monitor and the retention loop, serves HTTP (receiver,
 // health, metrics, admin API, console) and shuts all of it down in order.
 package server
 
@@ -26,6 +26,7 @@ import (
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/inbox"
 	"github.com/hookledger/hookledger/internal/receive"
+	"github.com/hookledger/hookledger/internal/retention"
 	"github.com/hookledger/hookledger/internal/signals"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
@@ -99,8 +100,8 @@ func (s *Server) ConsoleLoginLink() string {
 
 // Run serves until ctx ends, then shuts down in order: stop accepting and
 // drain in-flight requests (their commits complete), stop the console's
-// jobs, stop the writer after its queue is committed, then the signals
-// monitor, the flow engine, the verifier and the delivery worker, and close
+// jobs, stop the writer after its queue is committed, then the retention
+// loop, the signals monitor, the flow engine, the verifier and the delivery worker, and close
 // the store (docs/architecture.md, "Background loops and shutdown"). It
 // returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context) error {
@@ -178,6 +179,16 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := monitor.Start(engineCtx); err != nil {
 		_ = writer.Stop(context.Background())
 		return err
+	}
+	// Retention deletes what is past each source's retention, one short
+	// transaction per batch (docs/retention.md); it needs nothing from
+	// the other loops.
+	pruner := retention.New(st, retention.PolicyOf(s.cfg), retention.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg})
+	if !s.cfg.Retention.Disabled {
+		if err := pruner.Start(engineCtx); err != nil {
+			_ = writer.Stop(context.Background())
+			return err
+		}
 	}
 	// Continuous verification starts only when a destination sets verify:.
 	verifier := deliver.NewVerifier(worker, st, deliver.VerifierOptions{})
@@ -259,6 +270,11 @@ func (s *Server) Run(ctx context.Context) error {
 	// The processor stops after the inbox: every acknowledged event is
 	// already durable, and unprocessed work simply waits for the next start.
 	stopEngine()
+	// A pruning batch in progress is one short transaction; a pass cut
+	// short starts over at the next start.
+	if err := pruner.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	if err := monitor.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}

@@ -47,6 +47,7 @@ type Store interface {
 	Outcomes
 	EventResolver // closing dead-lettered events by hand (events_resolve.go)
 	EntityHistory // an entity's work in business order (entity_history.go)
+	Retention     // deleting what is past its retention (retention.go)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
 	// ProbeWrite makes one small durable write (a single row rewritten with

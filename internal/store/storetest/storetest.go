@@ -132,6 +132,8 @@ func Exercise(t *testing.T, o Opener) {
 		{"SignalCompensation", testSignalCompensation},
 		{"SignalMismatchAndEscalation", testSignalMismatchAndEscalation},
 		{"SignalHistory", testSignalHistory},
+		{"RetentionPrune", testRetentionPrune},
+		{"RetentionNothingConfigured", testRetentionNothingConfigured},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
