@@ -63,10 +63,11 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	return exitOK
 }
 
-// clockSkewEnv shifts the host clock of a serve process. It is a test aid:
-// the multi-process tests run a real process whose host clock is minutes
-// off, to prove that on PostgreSQL leases and due times follow the
-// database's clock (docs/architecture.md, "The database's clock").
+// clockSkewEnv shifts the host clock of serve and of the operator verbs
+// (storeNow). It is a test aid: the multi-process tests run a real process
+// whose host clock is minutes off, to prove that on PostgreSQL leases and
+// due times follow the database's clock (docs/architecture.md, "The
+// database's clock").
 const clockSkewEnv = "HOOKLEDGER_TEST_CLOCK_SKEW"
 
 // hostClock is the real clock, shifted by $HOOKLEDGER_TEST_CLOCK_SKEW (a
