@@ -38,7 +38,11 @@ const DefaultSamples = 5
 // reference. On PostgreSQL the reference is the database, so that every
 // process judges leases and due times by one clock however wrong its host's
 // clock is (docs/architecture.md, "The database's clock"). Until the first
-// successful Measure the offset is zero.
+// successful Measure the offset is zero. A new measurement moves Now by the
+// change in offset, within the error of the measurements (a fraction of a
+// millisecond next to the database), backwards too: leases and due times
+// are seconds long, and durations measured within one process use the
+// monotonic clock, not this one.
 type Synced struct {
 	base    Clock
 	ref     Reference
