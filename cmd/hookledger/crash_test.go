@@ -41,14 +41,26 @@ type proc struct {
 	addr string
 	done chan error
 	logs *bytes.Buffer
+	mu   *sync.Mutex // guards logs while the process runs
+}
+
+// logText is what the process has logged so far.
+func (p *proc) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
 }
 
 var servingRe = regexp.MustCompile(`msg="hookledger serving" addr=(\S+)`)
 
-// startBinary runs `hookledger serve` and waits for its listening address.
-func startBinary(t *testing.T, bin, cfg string) *proc {
+// startBinary runs `hookledger serve` and waits for its listening address;
+// env adds VAR=value settings to the inherited environment.
+func startBinary(t *testing.T, bin, cfg string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--config", cfg)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -56,16 +68,15 @@ func startBinary(t *testing.T, bin, cfg string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}}
+	p := &proc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	addr := make(chan string, 1)
-	var mu sync.Mutex
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
-			mu.Lock()
+			p.mu.Lock()
 			p.logs.WriteString(line + "\n")
-			mu.Unlock()
+			p.mu.Unlock()
 			if m := servingRe.FindStringSubmatch(line); m != nil {
 				addr <- m[1]
 			}

@@ -160,7 +160,7 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		return effectsCompensate(ctx, env, st, id, who, *note, *format)
 	}
 	action := map[string]string{"retry": store.OperateRetry, "resolve": store.OperateResolve, "assign": store.OperateAssign}[sub]
-	e, err := st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: id, Action: action, Actor: who, Owner: *owner, Note: *note, Now: time.Now().UTC()})
+	e, err := st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: id, Action: action, Actor: who, Owner: *owner, Note: *note, Now: storeNow(ctx, env, st)})
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger effects %s %d: %s\n", sub, id, safe(err.Error()))
 		return exitFail

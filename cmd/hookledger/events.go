@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
@@ -98,7 +97,7 @@ func runEvents(ctx context.Context, env *Env, args []string) int {
 	}
 	defer closeStore()
 	e, err := st.EventResolve(ctx, &store.EventResolveParams{Source: *source, EventID: *eventID,
-		Actor: operatorActor(env, *actor), Note: *note, Now: time.Now().UTC()})
+		Actor: operatorActor(env, *actor), Note: *note, Now: storeNow(ctx, env, st)})
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger events resolve %s/%s: %s\n", safe(*source), safe(*eventID), safe(eventResolveError(err)))
 		return remoteExit(err)

@@ -133,7 +133,7 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 	defer st.Close()
 	// The engine only computes routes here; it never starts processing.
 	engine := flow.New(cfg, st, flow.Options{})
-	res, err := replay.RunWith(ctx, st, engine, sel, time.Now().UTC(), replay.Options{Progress: out.selecting})
+	res, err := replay.RunWith(ctx, st, engine, sel, storeNow(ctx, env, st), replay.Options{Progress: out.selecting})
 	out.endLine()
 	if errors.Is(err, replay.ErrNothingSelected) {
 		fmt.Fprintln(env.Stderr, "hookledger replay: the selection matches no stored event of any flow")

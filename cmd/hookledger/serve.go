@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/server"
 )
@@ -48,12 +50,38 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	warnDefaultedSecrets(log, cfg)
-	srv := server.New(cfg, server.Options{Logger: log})
+	host, err := hostClock(env)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "hookledger serve: %v\n", err)
+		return exitUsage
+	}
+	srv := server.New(cfg, server.Options{Logger: log, HostClock: host})
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger serve: %v\n", err)
 		return exitFail
 	}
 	return exitOK
+}
+
+// clockSkewEnv shifts the host clock of serve and of the operator verbs
+// (storeNow). It is a test aid: the multi-process tests run a real process
+// whose host clock is minutes off, to prove that on PostgreSQL leases and
+// due times follow the database's clock (docs/architecture.md, "The
+// database's clock").
+const clockSkewEnv = "HOOKLEDGER_TEST_CLOCK_SKEW"
+
+// hostClock is the real clock, shifted by $HOOKLEDGER_TEST_CLOCK_SKEW (a
+// Go duration such as 5m or -90s) when that is set.
+func hostClock(env *Env) (clock.Clock, error) {
+	v, ok := env.LookupEnv(clockSkewEnv)
+	if !ok || v == "" {
+		return clock.Real{}, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: want a duration such as 5m or -90s", clockSkewEnv, v)
+	}
+	return clock.Shifted{Base: clock.Real{}, By: d}, nil
 }
 
 func runMigrate(ctx context.Context, env *Env, args []string) int {

@@ -4,6 +4,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/clock"
 )
 
 // serve warns at start about each secret that came from a default written
@@ -41,5 +44,27 @@ notifications:
 		if strings.Contains(logs, never) {
 			t.Errorf("serve logs name %q:\n%s", never, logs)
 		}
+	}
+}
+
+// The clock-skew test aid shifts the host clock by a Go duration and
+// refuses anything else with exit 2.
+func TestServeClockSkewEnv(t *testing.T) {
+	env := func(vars map[string]string) *Env {
+		return &Env{LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	}
+	c, err := hostClock(env(nil))
+	if err != nil || c != (clock.Real{}) {
+		t.Fatalf("unset: %v, %v; want the real clock", c, err)
+	}
+	c, err = hostClock(env(map[string]string{clockSkewEnv: "-90s"}))
+	if err != nil || c != (clock.Shifted{Base: clock.Real{}, By: -90 * time.Second}) {
+		t.Fatalf("-90s: %v, %v; want the real clock shifted by -90s", c, err)
+	}
+
+	cfg := writeFile(t, "h.yaml", "listen: 127.0.0.1:0\nstore: sqlite:"+filepath.Join(t.TempDir(), "s.db")+"\n")
+	code, _, errOut := run(t, "", map[string]string{clockSkewEnv: "5 minutes"}, "serve", "--config", cfg)
+	if code != exitUsage || !strings.Contains(errOut, clockSkewEnv) {
+		t.Fatalf("exit %d, stderr %q; want 2 naming %s", code, errOut, clockSkewEnv)
 	}
 }

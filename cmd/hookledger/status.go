@@ -87,7 +87,7 @@ func runStatus(ctx context.Context, env *Env, args []string) int {
 			return code
 		}
 		defer st.Close()
-		r, _, err := signals.Compute(ctx, st, &cfg.Signals, time.Now().UTC())
+		r, _, err := signals.Compute(ctx, st, &cfg.Signals, storeNow(ctx, env, st))
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "hookledger status: %v\n", err)
 			return exitFail

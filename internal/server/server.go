@@ -35,7 +35,15 @@ import (
 // Options are the injected dependencies.
 type Options struct {
 	Logger *slog.Logger
-	Clock  clock.Clock
+	// Clock, when set, is the only clock the server reads (tests inject a
+	// fake one). When nil the server tells time by HostClock, and on
+	// PostgreSQL by HostClock corrected to the database's clock, so that
+	// every process on one database judges leases and due times alike
+	// (docs/architecture.md, "The database's clock").
+	Clock clock.Clock
+	// HostClock is this host's clock (default clock.Real). Tests of clock
+	// skew set a clock.Shifted to run a process whose host clock is wrong.
+	HostClock clock.Clock
 	// Listener, when set, is used instead of listening on cfg.Listen (tests
 	// pass one bound to 127.0.0.1:0).
 	Listener net.Listener
@@ -51,6 +59,9 @@ type Server struct {
 	clk  clock.Clock
 	reg  *prometheus.Registry
 	opts Options
+	// followDB: no clock was injected, so on a database with a clock of
+	// its own the server follows it.
+	followDB bool
 
 	mu      sync.Mutex
 	addr    string
@@ -63,10 +74,14 @@ func New(cfg *config.Config, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
+	if opts.HostClock == nil {
+		opts.HostClock = clock.Real{}
 	}
-	return &Server{cfg: cfg, log: opts.Logger, clk: opts.Clock, opts: opts, ready: make(chan struct{})}
+	followDB := opts.Clock == nil
+	if followDB {
+		opts.Clock = opts.HostClock
+	}
+	return &Server{cfg: cfg, log: opts.Logger, clk: opts.Clock, opts: opts, followDB: followDB, ready: make(chan struct{})}
 }
 
 // Ready is closed once the server accepts requests.
@@ -120,6 +135,24 @@ func (s *Server) Run(ctx context.Context) error {
 
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Before anything reads the clock: on PostgreSQL every component of
+	// this process tells time by the database's clock.
+	if s.followDB {
+		cs, err := newClockSync(ctx, st, s.opts.HostClock, s.log, s.reg)
+		if err != nil {
+			return err
+		}
+		if cs != nil {
+			s.clk = cs.clk
+			if err := cs.Start(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+			// Last, after the delivery worker, before the store closes:
+			// the clock keeps its offset once re-measuring stops.
+			defer func() { _ = cs.Stop(context.Background()) }()
+		}
+	}
 
 	writer := inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: flushers(s.cfg.Store),
 		// A commit that outlasts every waiting request's commit_timeout
