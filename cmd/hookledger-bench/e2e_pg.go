@@ -59,7 +59,7 @@ type pgCounters struct {
 // It can be counted only where the server preloads it
 // (shared_preload_libraries); scripts/bench.sh starts its server so.
 func pgEnableStatements(ctx context.Context, adminURL string) (bool, error) {
-	conn, err := pgx.Connect(ctx, adminURL)
+	conn, err := pgx.Connect(ctx, singleConnURL(adminURL))
 	if err != nil {
 		return false, fmt.Errorf("connect to postgres admin URL: %w", err)
 	}
@@ -164,7 +164,7 @@ func isTxControl(q string) bool {
 
 func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 	out := pgCounters{calls: map[int64]pgStatement{}}
-	conn, err := pgx.Connect(ctx, s.adminURL)
+	conn, err := pgx.Connect(ctx, singleConnURL(s.adminURL))
 	if err != nil {
 		return out, fmt.Errorf("postgres statistics: %w", err)
 	}

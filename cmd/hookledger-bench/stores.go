@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"path/filepath"
 	"time"
 
@@ -44,7 +45,7 @@ func newPostgresDatabase(ctx context.Context, adminURL string) (*cellStore, erro
 		return nil, fmt.Errorf("name database: %w", err)
 	}
 	name := "hl_bench_" + hex.EncodeToString(b[:])
-	conn, err := pgx.Connect(ctx, adminURL)
+	conn, err := pgx.Connect(ctx, singleConnURL(adminURL))
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres admin URL: %w", err)
 	}
@@ -58,7 +59,7 @@ func newPostgresDatabase(ctx context.Context, adminURL string) (*cellStore, erro
 	}
 	u.Path = "/" + name
 	drop := func(ctx context.Context) error {
-		c, err := pgx.Connect(ctx, adminURL)
+		c, err := pgx.Connect(ctx, singleConnURL(adminURL))
 		if err != nil {
 			return fmt.Errorf("drop database %s: %w", name, err)
 		}
@@ -104,4 +105,22 @@ func storedEvents(ctx context.Context, st store.Store, source string) (map[strin
 		}
 		after = page.NextAfterPK
 	}
+}
+
+// singleConnURL drops the pool settings (pool_max_conns and the like) from
+// a store URL: they configure the server's pool, and a single connection
+// would send them to PostgreSQL as unknown settings.
+func singleConnURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "pool_") {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
