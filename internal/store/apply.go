@@ -103,6 +103,12 @@ type ApplyTx interface {
 	// ReleaseDrained frees the lease that token holds when the entity has
 	// no pending work, and reports whether it did.
 	ReleaseDrained(ctx context.Context, flow, entity, token string) (bool, error)
+	// LockEvents takes, in pk order, the locks EventWork would take on
+	// each of pks, where the database has row locks. A batch settles its
+	// events in business order, which two flows sharing the events need
+	// not agree on: taking every lock first, in one order, keeps two
+	// batches from waiting on each other in a circle.
+	LockEvents(ctx context.Context, pks []int64) error
 }
 
 // ErrNoWork is ApplyRead's answer for a work item that does not exist.
@@ -127,12 +133,23 @@ const (
 // disposition and the drained release. Any error leaves tx to be rolled
 // back whole.
 func RunFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApplyResult, error) {
+	return runFlowApply(ctx, tx, p, nil)
+}
+
+// runFlowApply is RunFlowApply with afterRead, when set, run right after
+// the fencing read.
+func runFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams, afterRead func() error) (*FlowApplyResult, error) {
 	if p.Lease == nil {
 		return nil, fmt.Errorf("no lease")
 	}
 	w, err := tx.ApplyRead(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	if afterRead != nil {
+		if err := afterRead(); err != nil {
+			return nil, fmt.Errorf("lock events: %w", err)
+		}
 	}
 	if w.Flow != p.Lease.Flow || w.Entity != p.Lease.Entity {
 		return nil, fmt.Errorf("work item belongs to %s/%s, not the leased entity", w.Flow, w.Entity)
@@ -222,8 +239,24 @@ func RunFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApp
 // RunFlowApplyBatch settles ps in order inside tx (FlowApplyBatch).
 func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) ([]*FlowApplyResult, error) {
 	out := make([]*FlowApplyResult, len(ps))
+	var afterRead func() error
+	if len(ps) > 1 {
+		// After the first item's fencing read holds the entity (the lock
+		// order every writer keeps: entity, then events).
+		afterRead = func() error {
+			pks := make([]int64, 0, len(ps))
+			for _, p := range ps {
+				if p.EventPK != 0 {
+					pks = append(pks, p.EventPK)
+				}
+			}
+			slices.Sort(pks)
+			return tx.LockEvents(ctx, slices.Compact(pks))
+		}
+	}
 	for i, p := range ps {
-		res, err := RunFlowApply(ctx, tx, p)
+		res, err := runFlowApply(ctx, tx, p, afterRead)
+		afterRead = nil
 		if err != nil {
 			if len(ps) == 1 {
 				return nil, err

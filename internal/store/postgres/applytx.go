@@ -237,3 +237,9 @@ func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string)
 		})
 	return released, err
 }
+
+// LockEvents is queued: it travels with the next read, ahead of it.
+func (a applyTx) LockEvents(_ context.Context, pks []int64) error {
+	a.t.exec("lock events", `SELECT 1 FROM events WHERE pk = ANY($1) ORDER BY pk FOR NO KEY UPDATE`, pks)
+	return nil
+}

@@ -178,3 +178,6 @@ func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string)
 	n, err := r.RowsAffected()
 	return n == 1, err
 }
+
+// LockEvents has nothing to do: the write transaction is alone.
+func (applyTx) LockEvents(context.Context, []int64) error { return nil }
