@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
