@@ -1352,3 +1352,62 @@ func testApplyBatch(t *testing.T, o Opener) {
 		t.Fatalf("entity not claimable after the drained release: %+v", l2)
 	}
 }
+
+// testCrossedBatches: two flows share a page of events and order them
+// oppositely (one by revision, one by another key), and each settles its
+// page in one FlowApplyBatch at the same moment. Every batch must commit:
+// a batch that locked its events in its own business order would wait on
+// the other in a circle (a deadlock on PostgreSQL), so the events' locks
+// are taken in one order first.
+func testCrossedBatches(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	const page = 6
+	for round := range 12 {
+		entity := fmt.Sprintf("e%d", round)
+		var pks []int64
+		for i := range page {
+			pk := f.event(fmt.Sprintf("evt_%d_%d", round, i))
+			pks = append(pks, pk)
+			f.route(t0, to(pk, rt("up", entity, fmt.Sprintf("k%02d", i)), rt("down", entity, fmt.Sprintf("k%02d", page-i))))
+		}
+		at := t0.Add(time.Duration(round) * time.Hour)
+		leases := f.claim("w", at, 1000)
+		if len(leases) != 2 {
+			t.Fatalf("round %d: %d leases, want 2", round, len(leases))
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, len(leases))
+		results := make([][]*store.FlowApplyResult, len(leases))
+		for i, l := range leases {
+			ws := f.pending(l.Flow, l.Entity)
+			var ps []*store.FlowApplyParams
+			for j, w := range ws {
+				ap := rev(j+1, fmt.Sprintf(`{"n":%d}`, j+1))
+				ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor = l, at, w.ID, w.Event.PK, "worker"
+				ps = append(ps, &ap)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i], errs[i] = f.s.FlowApplyBatch(f.ctx, ps)
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: FlowApplyBatch of %s: %v", round, leases[i].Flow, err)
+			}
+			if len(results[i]) != page {
+				t.Fatalf("round %d: %s settled %d items, want %d", round, leases[i].Flow, len(results[i]), page)
+			}
+		}
+		for _, pk := range pks {
+			if d := f.disposition(pk); d != store.DispositionApplied {
+				t.Fatalf("round %d: event %d is %s after both flows settled it, want applied", round, pk, d)
+			}
+		}
+		if n := f.workCount(); n != 0 {
+			t.Fatalf("round %d: WorkCount = %d", round, n)
+		}
+	}
+}

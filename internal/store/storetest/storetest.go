@@ -93,6 +93,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineFlowApplyIdempotent", testFlowApplyIdempotent},
 		{"PipelineProjectionGet", testProjectionGetAbsent},
 		{"PipelineConcurrentSettle", testConcurrentSettle},
+		{"PipelineCrossedBatches", testCrossedBatches},
 		{"PipelineTwoProcesses", testTwoProcesses},
 		{"LedgerClaimDueKinds", testLedgerClaimDueKinds},
 		{"LedgerClaimOrder", testLedgerClaimOrder},
