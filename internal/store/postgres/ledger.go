@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -195,20 +194,11 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	return out, nil
 }
 
-// settleStates are the states a settle may move a submitting effect to.
-var settleStates = map[store.EffectState]bool{
-	store.EffectDone:                true,
-	store.EffectAcknowledged:        true,
-	store.EffectRetryWait:           true,
-	store.EffectNeedsReconciliation: true,
-	store.EffectDead:                true,
-}
-
 // EffectSettle records one call and moves the effect on, fenced by its
 // lease token, in two round trips: the fencing read, then the attempt, the
 // effect's new state, its audit row and COMMIT together.
 func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
-	if !settleStates[p.State] {
+	if !store.SettleStates[p.State] {
 		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
 	}
 	if err := s.inPipe(ctx, func(t *pipeTx) error { return settleEffect(ctx, t, p) }); err != nil {
@@ -264,26 +254,8 @@ func settleEffect(ctx context.Context, t *pipeTx, p *store.EffectSettleParams) e
 		string(p.State), nullTime(p.NextAttemptAt), attempts, string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef,
 		p.LastResponse, p.Now, p.EffectID)
 	t.exec("insert audit", insertAuditSQL, p.Now, p.Actor, "effect_"+string(p.State), f.Source, f.SourceEventID, f.Entity,
-		settleDetail(f.EpisodeKey, number, p))
+		store.SettleDetail(f.EpisodeKey, number, p))
 	return nil
-}
-
-func settleDetail(key string, number int, p *store.EffectSettleParams) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: submitting -> %s", key, p.State)
-	if number > 0 {
-		fmt.Fprintf(&b, " after attempt %d", number)
-	}
-	if p.Class != store.ClassNone {
-		fmt.Fprintf(&b, " [%s]", p.Class)
-	}
-	if p.Reason != "" {
-		b.WriteString(": " + p.Reason)
-	}
-	if !p.NextAttemptAt.IsZero() {
-		b.WriteString("; next at " + p.NextAttemptAt.UTC().Format(time.RFC3339Nano))
-	}
-	return b.String()
 }
 
 // EffectRelease gives a claim back without a call; see store.Ledger for
@@ -314,51 +286,10 @@ func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) 
 	return f, nil
 }
 
-// operateFrom lists the states each operator action is allowed from. A
-// submitting effect is never among them: its call may be in flight.
-var operateFrom = map[string][]store.EffectState{
-	store.OperateRetry:   {store.EffectDead, store.EffectNeedsReconciliation},
-	store.OperateResolve: {store.EffectDead, store.EffectNeedsReconciliation, store.EffectRetryWait, store.EffectApproved},
-	store.OperateAssign: {store.EffectApproved, store.EffectAcknowledged, store.EffectNeedsReconciliation,
-		store.EffectRetryWait, store.EffectDead},
-}
-
-// checkOperate refuses what no effect state could make valid.
-func checkOperate(p *store.EffectOperateParams) error {
-	switch p.Action {
-	case store.OperateRetry, store.OperateAssign:
-		return nil
-	case store.OperateResolve:
-		if strings.TrimSpace(p.Note) == "" {
-			return fmt.Errorf("%w: resolve needs a note saying how the effect was closed", store.ErrInvalidArgument)
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: unknown operator action %q", store.ErrInvalidArgument, p.Action)
-}
-
-// operateDetail is the audit detail of an operator action.
-func operateDetail(f *store.Effect, p *store.EffectOperateParams) string {
-	var b strings.Builder
-	b.WriteString(f.EpisodeKey + ": ")
-	switch p.Action {
-	case store.OperateRetry:
-		fmt.Fprintf(&b, "%s -> approved (retry; last failure [%s] %s)", f.State, f.ErrorClass, f.Reason)
-	case store.OperateResolve:
-		fmt.Fprintf(&b, "%s -> resolved", f.State)
-	case store.OperateAssign:
-		fmt.Fprintf(&b, "assigned to %q (was %q)", p.Owner, f.Owner)
-	}
-	if p.Note != "" {
-		b.WriteString("; note: " + p.Note)
-	}
-	return b.String()
-}
-
 // EffectOperate applies one operator action in one transaction, with the
 // effect row locked so a claim cannot take it halfway.
 func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error) {
-	if err := checkOperate(p); err != nil {
+	if err := store.CheckOperate(p); err != nil {
 		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
 	}
 	var f *store.Effect
@@ -381,28 +312,28 @@ func operate(ctx context.Context, tx pgx.Tx, p *store.EffectOperateParams) (*sto
 	if f == nil {
 		return nil, fmt.Errorf("effect: %w", store.ErrNotFound)
 	}
-	if !slices.Contains(operateFrom[p.Action], f.State) {
+	if !slices.Contains(store.OperateFrom[p.Action], f.State) {
 		return nil, fmt.Errorf("%s from %s: %w", p.Action, f.State, store.ErrInvalidTransition)
 	}
 	var action string
 	switch p.Action {
 	case store.OperateRetry:
-		action = "effect_retry"
+		action = store.OperateAction(p.Action)
 		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = '-infinity',
 			note = CASE WHEN $1::text = '' THEN note ELSE $1::text END, updated_at = $2 WHERE id = $3`, p.Note, p.Now, p.EffectID)
 	case store.OperateResolve:
-		action = "effect_resolved"
+		action = store.OperateAction(p.Action)
 		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = '-infinity', note = $1, updated_at = $2,
 			mismatch_at = NULL WHERE id = $3`, p.Note, p.Now, p.EffectID)
 	case store.OperateAssign:
-		action = "effect_assigned"
+		action = store.OperateAction(p.Action)
 		_, err = tx.Exec(ctx, `UPDATE effects SET owner = $1, note = CASE WHEN $2::text = '' THEN note ELSE $2::text END,
 			updated_at = $3 WHERE id = $4`, p.Owner, p.Note, p.Now, p.EffectID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("update effect: %w", err)
 	}
-	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, operateDetail(f, p)); err != nil {
+	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, store.OperateDetail(f, p)); err != nil {
 		return nil, err
 	}
 	if f, err = getEffect(ctx, tx, p.EffectID, ""); err != nil {

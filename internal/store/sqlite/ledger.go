@@ -190,19 +190,10 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 	return out, nil
 }
 
-// settleStates are the states a settle may move a submitting effect to.
-var settleStates = map[store.EffectState]bool{
-	store.EffectDone:                true,
-	store.EffectAcknowledged:        true,
-	store.EffectRetryWait:           true,
-	store.EffectNeedsReconciliation: true,
-	store.EffectDead:                true,
-}
-
 // EffectSettle records one call and moves the effect on, fenced by its
 // lease token.
 func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
-	if !settleStates[p.State] {
+	if !store.SettleStates[p.State] {
 		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
 	}
 	if err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error { return settleEffect(ctx, tx, p) }); err != nil {
@@ -259,25 +250,7 @@ func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) err
 		p.LastResponse, leaseFree, now, p.State, p.EffectID); err != nil {
 		return fmt.Errorf("update effect: %w", err)
 	}
-	return effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_"+string(p.State), settleDetail(f.EpisodeKey, number, p))
-}
-
-func settleDetail(key string, number int, p *store.EffectSettleParams) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: submitting -> %s", key, p.State)
-	if number > 0 {
-		fmt.Fprintf(&b, " after attempt %d", number)
-	}
-	if p.Class != store.ClassNone {
-		fmt.Fprintf(&b, " [%s]", p.Class)
-	}
-	if p.Reason != "" {
-		b.WriteString(": " + p.Reason)
-	}
-	if !p.NextAttemptAt.IsZero() {
-		b.WriteString("; next at " + p.NextAttemptAt.UTC().Format(time.RFC3339Nano))
-	}
-	return b.String()
+	return effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_"+string(p.State), store.SettleDetail(f.EpisodeKey, number, p))
 }
 
 // EffectRelease gives a claim back without a call; see store.Ledger for
@@ -310,50 +283,9 @@ func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) 
 	return f, nil
 }
 
-// operateFrom lists the states each operator action is allowed from. A
-// submitting effect is never among them: its call may be in flight.
-var operateFrom = map[string][]store.EffectState{
-	store.OperateRetry:   {store.EffectDead, store.EffectNeedsReconciliation},
-	store.OperateResolve: {store.EffectDead, store.EffectNeedsReconciliation, store.EffectRetryWait, store.EffectApproved},
-	store.OperateAssign: {store.EffectApproved, store.EffectAcknowledged, store.EffectNeedsReconciliation,
-		store.EffectRetryWait, store.EffectDead},
-}
-
-// checkOperate refuses what no effect state could make valid.
-func checkOperate(p *store.EffectOperateParams) error {
-	switch p.Action {
-	case store.OperateRetry, store.OperateAssign:
-		return nil
-	case store.OperateResolve:
-		if strings.TrimSpace(p.Note) == "" {
-			return fmt.Errorf("%w: resolve needs a note saying how the effect was closed", store.ErrInvalidArgument)
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: unknown operator action %q", store.ErrInvalidArgument, p.Action)
-}
-
-// operateDetail is the audit detail of an operator action.
-func operateDetail(f *store.Effect, p *store.EffectOperateParams) string {
-	var b strings.Builder
-	b.WriteString(f.EpisodeKey + ": ")
-	switch p.Action {
-	case store.OperateRetry:
-		fmt.Fprintf(&b, "%s -> approved (retry; last failure [%s] %s)", f.State, f.ErrorClass, f.Reason)
-	case store.OperateResolve:
-		fmt.Fprintf(&b, "%s -> resolved", f.State)
-	case store.OperateAssign:
-		fmt.Fprintf(&b, "assigned to %q (was %q)", p.Owner, f.Owner)
-	}
-	if p.Note != "" {
-		b.WriteString("; note: " + p.Note)
-	}
-	return b.String()
-}
-
 // EffectOperate applies one operator action in one transaction.
 func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error) {
-	if err := checkOperate(p); err != nil {
+	if err := store.CheckOperate(p); err != nil {
 		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
 	}
 	tx, err := s.writer.BeginTx(ctx, nil)
@@ -380,29 +312,29 @@ func operate(ctx context.Context, tx *wtx, p *store.EffectOperateParams) (*store
 		return nil, fmt.Errorf("effect: %w", store.ErrNotFound)
 	}
 	from := f.State
-	if !slices.Contains(operateFrom[p.Action], from) {
+	if !slices.Contains(store.OperateFrom[p.Action], from) {
 		return nil, fmt.Errorf("%s from %s: %w", p.Action, from, store.ErrInvalidTransition)
 	}
 	now := p.Now.UnixMicro()
 	var action string
 	switch p.Action {
 	case store.OperateRetry:
-		action = "effect_retry"
+		action = store.OperateAction(p.Action)
 		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = ?,
 			note = CASE WHEN ? = '' THEN note ELSE ? END, updated_at = ? WHERE id = ?`, noTime, p.Note, p.Note, now, p.EffectID)
 	case store.OperateResolve:
-		action = "effect_resolved"
+		action = store.OperateAction(p.Action)
 		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = ?, note = ?, updated_at = ?,
 			mismatch_at = NULL WHERE id = ?`, noTime, p.Note, now, p.EffectID)
 	case store.OperateAssign:
-		action = "effect_assigned"
+		action = store.OperateAction(p.Action)
 		_, err = tx.ExecContext(ctx, `UPDATE effects SET owner = ?, note = CASE WHEN ? = '' THEN note ELSE ? END,
 			updated_at = ? WHERE id = ?`, p.Owner, p.Note, p.Note, now, p.EffectID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("update effect: %w", err)
 	}
-	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, operateDetail(f, p)); err != nil {
+	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, store.OperateDetail(f, p)); err != nil {
 		return nil, err
 	}
 	if f, err = getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID)); err != nil {
