@@ -128,3 +128,40 @@ func TestSenderKindsConfigChecks(t *testing.T) {
 		}
 	}
 }
+
+// An account: on a kind whose events name no tenant would check nothing:
+// it loads with a warning at its line, and fields.account silences it.
+func TestAccountWithoutAccountPathWarns(t *testing.T) {
+	base := "sources:\n  - name: billing\n    kind: paddle\n    secrets: [pdl_ntfset_x]\n    account: acct_1\n"
+	c, err := Parse("h.yaml", []byte(base), env(nil))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	var found bool
+	for _, w := range c.Warnings {
+		if strings.Contains(w.Msg, "refuses nothing") && w.Line == 5 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("warnings %+v: want one at line 5 saying account refuses nothing", c.Warnings)
+	}
+	c, err = Parse("h.yaml", []byte(base+"    fields: {account: data.customer_id}\n"), env(nil))
+	if err != nil {
+		t.Fatalf("Parse with fields.account: %v", err)
+	}
+	for _, w := range c.Warnings {
+		if strings.Contains(w.Msg, "refuses nothing") {
+			t.Fatalf("fields.account set, still warned: %+v", w)
+		}
+	}
+	c, err = Parse("h.yaml", []byte("sources:\n  - name: s\n    kind: stripe\n    secrets: [whsec_x]\n    account: acct_1\n"), env(nil))
+	if err != nil {
+		t.Fatalf("Parse stripe: %v", err)
+	}
+	for _, w := range c.Warnings {
+		if strings.Contains(w.Msg, "refuses nothing") {
+			t.Fatalf("stripe names its account, still warned: %+v", w)
+		}
+	}
+}

@@ -179,6 +179,11 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		for _, pr := range kindWarns {
 			warn(fieldPath(p, pr.Field), "source %q: %s", s.Name, pr.Msg)
 		}
+		if known && s.Account != "" && kind.Identity.Account == "" && s.Fields.Account == "" {
+			// WH04 refuses a payload that names another tenant; a kind
+			// whose events name none would pass every one.
+			warn(p+".account", "source %q: kind %s carries no account in its events, so account: %q refuses nothing; set fields.account to where the sender names the tenant", s.Name, s.Kind, s.Account)
+		}
 		if s.API != nil && s.API.Timeout < 0 {
 			add(p+".api.timeout", "source %q: api.timeout must be positive", s.Name)
 		}
