@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -112,7 +113,7 @@ type ApplyTx interface {
 }
 
 // ErrNoWork is ApplyRead's answer for a work item that does not exist.
-var ErrNoWork = fmt.Errorf("no such work item")
+var ErrNoWork = errors.New("no such work item")
 
 // Audit actions written by the ledger's rules.
 const (
@@ -140,7 +141,7 @@ func RunFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApp
 // the fencing read.
 func runFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams, afterRead func() error) (*FlowApplyResult, error) {
 	if p.Lease == nil {
-		return nil, fmt.Errorf("no lease")
+		return nil, errors.New("no lease")
 	}
 	w, err := tx.ApplyRead(ctx, p)
 	if err != nil {

@@ -122,7 +122,6 @@ func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error
 		slices.SortFunc(claimed, func(a, b eventRef) int { return cmp.Compare(a.pk, b.pk) })
 		var items []routed
 		var withWork []int64
-		audit := applyTx{t}
 		for _, ev := range claimed {
 			d := byPK[ev.pk]
 			if len(d.Routes) == 0 {
@@ -130,7 +129,7 @@ func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error
 					continue
 				}
 				t.exec("set unrouted", `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk)
-				_ = audit.Audit(ctx, &store.AuditInsertParams{At: p.Now, Actor: "router", Action: store.ActionDisposition,
+				t.audit(&store.AuditInsertParams{At: p.Now, Actor: "router", Action: store.ActionDisposition,
 					Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
 					Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
 				continue
@@ -186,13 +185,13 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 	})
 	for _, it := range items {
 		r, ev := it.route, it.ev
-		t.exec("upsert entity "+r.Flow+"/"+r.Entity, `INSERT INTO entities (flow, entity, updated_at) VALUES ($1, $2, $3)
+		t.exec("upsert entity", `INSERT INTO entities (flow, entity, updated_at) VALUES ($1, $2, $3)
 			ON CONFLICT (flow, entity) DO NOTHING`, r.Flow, r.Entity, now)
 		if r.Failed != "" {
 			// A route that failed is still the entity's newest news: it
 			// counts for revision_lag like any other. The audit row is
 			// written only when the dead letter is new.
-			t.exec("insert failed work for "+r.Flow, `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
+			t.exec("insert failed work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
 					VALUES ($1, $2, $5, $6, $4, $3, $3, 'dead_lettered', $7) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1),
 				up AS (UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins))
 				INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
@@ -206,7 +205,7 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 		// whose key sorts late is not starved by newer ones. A retry's
 		// later not_before is kept. The same statement advances the
 		// entity's newest routed key for revision_lag.
-		t.exec("insert work for "+r.Flow, `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
+		t.exec("insert work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
 				VALUES ($1, $2, $5, $6, $4, $3) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1)
 			UPDATE entities SET pending = pending + 1,
 				not_before = CASE WHEN pending = 0 AND not_before < $3 THEN $3 ELSE not_before END, `+newestKeySet+`
@@ -472,8 +471,9 @@ func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (
 		}); err != nil {
 			return err
 		}
-		return applyTx{t}.Audit(ctx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "replay",
+		t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "replay",
 			Detail: fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)})
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("create replay: %w", err)

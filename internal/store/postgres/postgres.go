@@ -195,13 +195,13 @@ const insertAuditSQL = `INSERT INTO audit (at, actor, action, source, event_id, 
 func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
 	results, err := s.inboxPipelined(ctx, p)
 	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
-		if err != nil {
-			return nil, s.unavailable("inbox commit", err)
-		}
+	switch {
+	case err == nil:
 		return results, nil
+	case errors.As(err, &pgErr):
+		return s.inboxSavepoints(ctx, p)
 	}
-	return s.inboxSavepoints(ctx, p)
+	return nil, s.unavailable("inbox commit", err)
 }
 
 // inboxPipelined is InboxCommit's fast path: any error rolls it back.
