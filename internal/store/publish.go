@@ -1,0 +1,279 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+)
+
+// Publishing is the part of the contract that publishes webhooks to
+// Standard Webhooks endpoints (docs/publishing.md): the endpoints, and
+// messages fanned out to them as ledger effects that the delivery worker
+// carries out like any other.
+//
+// A message is stored as an event of source PublishSource (event_id = the
+// message id, disposition applied, one delivery row holding the payload),
+// so the event lists, the console and retention see it; each endpoint it
+// goes to is one effect of flow PublishFlow with episode key
+// PublishEpisodeKey(message, endpoint), destination EndpointDestination(id),
+// entity the endpoint id, version the message id and effect "deliver".
+type Publishing interface {
+	// EndpointPut inserts the endpoint, or replaces the spec of the one
+	// with its id (origin, enabled state, failing_since and created_at are
+	// kept on replace). Audited endpoint_created / endpoint_updated.
+	EndpointPut(ctx context.Context, p *EndpointPutParams) (*Endpoint, error)
+	// EndpointGet returns the endpoint (deleted ones included), or nil.
+	EndpointGet(ctx context.Context, id string) (*Endpoint, error)
+	// EndpointList returns the endpoints that are not deleted, in id order.
+	EndpointList(ctx context.Context) ([]*Endpoint, error)
+	// EndpointSetState enables or disables an endpoint, or records when it
+	// started failing; ErrNotFound for a missing or deleted one. Each
+	// change of Enabled writes an audit row (endpoint_enabled,
+	// endpoint_disabled, or endpoint_deleted when Delete is set).
+	EndpointSetState(ctx context.Context, p *EndpointStateParams) (*Endpoint, error)
+	// MessagePublish stores a message and fans it out, in ONE transaction:
+	// the idempotency key (an expired row for the same key is replaced),
+	// the event and its delivery row, and one approved effect per endpoint
+	// that is not deleted and whose Types match the message type
+	// (MatchType), disabled ones included (the worker parks those). When
+	// the key is held and unexpired nothing is written: the result names
+	// the original message and its fingerprint, with Replayed set.
+	MessagePublish(ctx context.Context, p *MessagePublishParams) (*MessagePublishResult, error)
+	// IdempotencyPrune deletes up to Limit keys expired at Now and returns
+	// how many it deleted.
+	IdempotencyPrune(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// Names the publishing path uses in the shared tables.
+const (
+	// PublishSource is the event source of published messages; no
+	// configured source may take this name.
+	PublishSource = "publish"
+	// PublishFlow is the flow of the effects that deliver messages to
+	// endpoints; no configured flow may take this name.
+	PublishFlow = "publish"
+	// PublishEffect is the effect name of a delivery to one endpoint.
+	PublishEffect = "deliver"
+	// EndpointDestinationPrefix starts the destination of an endpoint's
+	// effects; a configured destination name cannot contain ':'.
+	EndpointDestinationPrefix = "endpoint:"
+)
+
+// Audit actions of the publishing path.
+const (
+	ActionEndpointCreated  = "endpoint_created"
+	ActionEndpointUpdated  = "endpoint_updated"
+	ActionEndpointEnabled  = "endpoint_enabled"
+	ActionEndpointDisabled = "endpoint_disabled"
+	ActionEndpointDeleted  = "endpoint_deleted"
+	ActionMessagePublished = "message_published"
+)
+
+// Endpoint origins.
+const (
+	OriginConfig = "config" // from the endpoints: section
+	OriginAPI    = "api"    // made through /api/v1/endpoints
+)
+
+// EndpointDestination is the destination name of an endpoint's effects.
+func EndpointDestination(id string) string { return EndpointDestinationPrefix + id }
+
+// PublishEpisodeKey is the episode key of a message's delivery to one
+// endpoint: derived from the two ids, so a fan-out repeated after a crash
+// cannot make a second effect (IP05).
+func PublishEpisodeKey(messageID, endpointID string) string {
+	return "publish:" + messageID + ":" + endpointID
+}
+
+// MatchType reports whether an endpoint whose filter is types receives a
+// message of type typ: an empty filter receives everything, otherwise one
+// glob must match (path.Match syntax: '*' is any run of characters
+// without '/', '?' one character, [...] a class).
+func MatchType(types []string, typ string) bool {
+	if len(types) == 0 {
+		return true
+	}
+	for _, t := range types {
+		if ok, err := path.Match(t, typ); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckTypePattern reports a malformed filter glob.
+func CheckTypePattern(t string) error {
+	if t == "" {
+		return errors.New("empty event-type pattern")
+	}
+	if _, err := path.Match(t, ""); err != nil {
+		return fmt.Errorf("event-type pattern %q: %w", t, err)
+	}
+	return nil
+}
+
+// EndpointSpec is what a person configures on an endpoint. Drivers store it
+// as one JSON document (MarshalSpec / UnmarshalSpec), so a field added
+// here needs no migration.
+type EndpointSpec struct {
+	URL         string   `json:"url"`
+	Description string   `json:"description,omitempty"`
+	Owner       string   `json:"owner,omitempty"`
+	Types       []string `json:"types,omitempty"`
+	// Secrets sign every delivery; all unexpired ones sign it, so a
+	// receiver that knows any of them verifies it (rotation overlap).
+	Secrets []EndpointSecret `json:"secrets"`
+	// AllowPrivateNetworks lets deliveries reach non-public addresses.
+	AllowPrivateNetworks bool `json:"allow_private_networks,omitempty"`
+	// MaxInFlight caps this endpoint's calls in flight (0: the default).
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	// RateLimit is deliveries per second (0: none).
+	RateLimit float64 `json:"rate_limit,omitempty"`
+}
+
+// Secret kinds.
+const (
+	SecretHMAC    = "v1"  // whsec_ symmetric key, HMAC-SHA256
+	SecretEd25519 = "v1a" // whsk_ private key; the receiver holds whpk_
+)
+
+// EndpointSecret is one signing key of an endpoint.
+type EndpointSecret struct {
+	ID   string `json:"id"`   // stable, shown in lists instead of the key
+	Kind string `json:"kind"` // SecretHMAC or SecretEd25519
+	// Key is whsec_… (v1) or whsk_… (v1a, the private key); never logged.
+	Key string `json:"key"`
+	// Public is the whpk_… key a v1a receiver verifies with.
+	Public    string    `json:"public,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt, when set, ends the secret's signing (a rotated-out key
+	// keeps signing until then).
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Active reports whether the secret still signs at now.
+func (s EndpointSecret) Active(now time.Time) bool {
+	return s.ExpiresAt.IsZero() || now.Before(s.ExpiresAt)
+}
+
+// MarshalSpec encodes a spec for storage.
+func MarshalSpec(s *EndpointSpec) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encode endpoint spec: %w", err)
+	}
+	return b, nil
+}
+
+// UnmarshalSpec decodes a stored spec.
+func UnmarshalSpec(b []byte) (*EndpointSpec, error) {
+	var s EndpointSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("decode endpoint spec: %w", err)
+	}
+	return &s, nil
+}
+
+// Endpoint is a Standard Webhooks endpoint messages are published to.
+type Endpoint struct {
+	ID     string
+	Origin string // OriginConfig or OriginAPI
+	EndpointSpec
+	Enabled bool
+	// DisabledReason says why it is disabled (410 Gone, failing since …,
+	// an operator); empty when enabled.
+	DisabledReason string
+	DisabledAt     time.Time
+	// FailingSince is when its current run of failed deliveries began;
+	// zero after a success.
+	FailingSince time.Time
+	Deleted      bool
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// EndpointPutParams creates or replaces an endpoint's spec.
+type EndpointPutParams struct {
+	ID     string
+	Origin string
+	Spec   EndpointSpec
+	// Enabled is the state of a new endpoint; a replace keeps the stored
+	// state unless ForceDisabled.
+	Enabled bool
+	// ForceDisabled disables an existing endpoint on replace (config says
+	// enabled: false).
+	ForceDisabled bool
+	// Undelete revives a deleted endpoint of the same id on replace.
+	Undelete bool
+	Actor    string
+	Now      time.Time
+}
+
+// EndpointStateParams changes an endpoint's state; nil fields are kept.
+type EndpointStateParams struct {
+	ID      string
+	Enabled *bool
+	// Reason is stored as DisabledReason when disabling, and is the audit
+	// row's detail.
+	Reason string
+	// FailingSince sets (non-zero) or clears (zero) when failures began.
+	FailingSince *time.Time
+	// Delete marks the endpoint deleted (and disabled): it leaves the
+	// lists and receives no new messages; its effects stay in the ledger.
+	Delete bool
+	Actor  string
+	Now    time.Time
+}
+
+// MessagePublishParams stores and fans out one message.
+type MessagePublishParams struct {
+	// ID is the new message's id (msg_…); unused on a replay.
+	ID string
+	// Key is the Idempotency-Key; Fingerprint the SHA-256 (hex) of the
+	// canonical request; the key is held until KeyExpiresAt.
+	Key          string
+	Fingerprint  string
+	KeyExpiresAt time.Time
+	Type         string
+	// Payload is the body every endpoint receives, byte for byte on every
+	// attempt: {"type","timestamp","data"}.
+	Payload []byte
+	// Headers are kept on the delivery row (JSON object), for the console.
+	Headers map[string]string
+	// CausationID and Hop carry a flow's chain onto the effects.
+	CausationID string
+	Hop         int
+	Actor       string
+	Now         time.Time
+}
+
+// MessagePublishResult is what MessagePublish did.
+type MessagePublishResult struct {
+	// ID is the message id: the new one, or the original's on a replay.
+	ID string
+	// Replayed: the key was already held; nothing was written.
+	Replayed bool
+	// Fingerprint is the original request's (equal to the params' unless
+	// the key was reused for another payload).
+	Fingerprint string
+	// Endpoints are the endpoint ids the new message was fanned out to.
+	Endpoints []string
+	CreatedAt time.Time
+}
+
+// PublishRequest is the stored request of a message's effect: a POST of
+// the payload with the message id as webhook-id (the receiver's dedupe
+// key, the same on every attempt). The delivery action adds the
+// per-attempt timestamp and signatures.
+func PublishRequest(messageID string, payload []byte) []byte {
+	b, _ := json.Marshal(struct {
+		Method  string            `json:"method"`
+		Path    string            `json:"path"`
+		Headers map[string]string `json:"headers"`
+		Body    json.RawMessage   `json:"body"`
+	}{"POST", "", map[string]string{"webhook-id": messageID}, payload})
+	return b
+}
