@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"path"
 	"time"
 )
@@ -276,4 +277,167 @@ func PublishRequest(messageID string, payload []byte) []byte {
 		Body    json.RawMessage   `json:"body"`
 	}{"POST", "", map[string]string{"webhook-id": messageID}, payload})
 	return b
+}
+
+// ReasonConfigDisabled is the DisabledReason of an endpoint the config
+// disables (EndpointPutParams.ForceDisabled).
+const ReasonConfigDisabled = "disabled in the config"
+
+// PublishVersionSort is the version_sort of a message's effects: Now in
+// unix microseconds, zero-padded to a fixed width so that text order is
+// time order, then the message id to break ties.
+func PublishVersionSort(now time.Time, messageID string) string {
+	return fmt.Sprintf("%020d", now.UnixMicro()) + messageID
+}
+
+// CheckEndpointPut rejects params no database state could make valid.
+func CheckEndpointPut(p *EndpointPutParams) error {
+	switch {
+	case p.ID == "":
+		return fmt.Errorf("endpoint without an id: %w", ErrInvalidArgument)
+	case len(p.ID) > MaxIdentityBytes:
+		return fmt.Errorf("endpoint id longer than %d bytes: %w", MaxIdentityBytes, ErrInvalidArgument)
+	case p.Origin != OriginConfig && p.Origin != OriginAPI:
+		return fmt.Errorf("endpoint origin %q: %w", p.Origin, ErrInvalidArgument)
+	case p.Now.IsZero():
+		return fmt.Errorf("endpoint put without a time: %w", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CheckMessagePublish rejects params no database state could make valid.
+func CheckMessagePublish(p *MessagePublishParams) error {
+	switch {
+	case p.ID == "" || p.Key == "":
+		return fmt.Errorf("message without an id or idempotency key: %w", ErrInvalidArgument)
+	case len(p.ID) > MaxIdentityBytes || len(p.Key) > MaxIdentityBytes || len(p.Type) > MaxIdentityBytes:
+		return fmt.Errorf("message id, key or type longer than %d bytes: %w", MaxIdentityBytes, ErrInvalidArgument)
+	case p.Now.IsZero():
+		return fmt.Errorf("message without a time: %w", ErrInvalidArgument)
+	case !json.Valid(p.Payload):
+		// The payload is embedded in each effect's request as JSON.
+		return fmt.Errorf("message payload is not JSON: %w", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// EndpointAuditDetail is the audit detail of an endpoint's creation or
+// update. It names the URL's host only: a URL may carry credentials or a
+// token in its user info, path or query, and an audit row is read by
+// everyone who reads the console.
+func EndpointAuditDetail(verb string, origin string, s *EndpointSpec) string {
+	host := "an invalid URL"
+	if u, err := url.Parse(s.URL); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	types := "every type"
+	if len(s.Types) > 0 {
+		types = fmt.Sprintf("%d type pattern(s)", len(s.Types))
+	}
+	return fmt.Sprintf("%s (%s): delivers %s to %s, %d signing secret(s)", verb, origin, types, host, len(s.Secrets))
+}
+
+// MessagePublishedDetail is the audit detail of a published message.
+func MessagePublishedDetail(typ string, endpoints int) string {
+	return fmt.Sprintf("message of type %q fanned out to %d endpoint(s)", typ, endpoints)
+}
+
+// EndpointStateDetail is the audit detail of a state change: the reason
+// given, or what happened when none was.
+func EndpointStateDetail(reason, fallback string) string {
+	if reason != "" {
+		return reason
+	}
+	return fallback
+}
+
+// EndpointChange is what a driver writes for EndpointPut or
+// EndpointSetState: the endpoint row as it must be stored, and the audit
+// rows that go with it in the same transaction. The rules live here once;
+// the drivers only run the statements.
+type EndpointChange struct {
+	Endpoint *Endpoint
+	Audit    []*AuditInsertParams
+}
+
+// PlanEndpointPut decides EndpointPut from the stored row (nil when there
+// is none). A deleted row is revived only with Undelete, which starts it
+// over as a new endpoint; replacing it without Undelete is ErrConflict
+// (its id stays taken by the effects that name it).
+func PlanEndpointPut(cur *Endpoint, p *EndpointPutParams) (*EndpointChange, error) {
+	now := p.Now.UTC()
+	ep := &Endpoint{ID: p.ID, EndpointSpec: p.Spec, UpdatedAt: now}
+	ch := &EndpointChange{Endpoint: ep}
+	audit := func(action, detail string) {
+		ch.Audit = append(ch.Audit, &AuditInsertParams{At: now, Actor: p.Actor, Action: action, Entity: p.ID, Detail: detail})
+	}
+	switch {
+	case cur != nil && cur.Deleted && !p.Undelete:
+		return nil, fmt.Errorf("endpoint %s was deleted: %w", p.ID, ErrConflict)
+	case cur == nil || cur.Deleted:
+		ep.Origin = p.Origin
+		ep.Enabled = p.Enabled && !p.ForceDisabled
+		ep.CreatedAt = now
+		verb := "created"
+		if cur != nil {
+			verb = "revived"
+		}
+		if !ep.Enabled {
+			ep.DisabledReason, ep.DisabledAt = "created disabled", now
+			if p.ForceDisabled {
+				ep.DisabledReason = ReasonConfigDisabled
+			}
+			verb += " disabled"
+		}
+		audit(ActionEndpointCreated, EndpointAuditDetail(verb, ep.Origin, &ep.EndpointSpec))
+	default:
+		ep.Origin, ep.CreatedAt, ep.FailingSince = cur.Origin, cur.CreatedAt, cur.FailingSince
+		ep.Enabled, ep.DisabledReason, ep.DisabledAt = cur.Enabled, cur.DisabledReason, cur.DisabledAt
+		audit(ActionEndpointUpdated, EndpointAuditDetail("updated", ep.Origin, &ep.EndpointSpec))
+		if p.ForceDisabled {
+			ep.DisabledReason = ReasonConfigDisabled
+			if ep.Enabled {
+				ep.Enabled, ep.DisabledAt = false, now
+				audit(ActionEndpointDisabled, ReasonConfigDisabled)
+			}
+		}
+	}
+	return ch, nil
+}
+
+// PlanEndpointState decides EndpointSetState from the stored row (nil when
+// there is none): ErrNotFound for a missing or deleted endpoint.
+func PlanEndpointState(cur *Endpoint, p *EndpointStateParams) (*EndpointChange, error) {
+	if cur == nil || cur.Deleted {
+		return nil, fmt.Errorf("endpoint %s: %w", p.ID, ErrNotFound)
+	}
+	now := p.Now.UTC()
+	ep := *cur
+	ep.UpdatedAt = now
+	ch := &EndpointChange{Endpoint: &ep}
+	audit := func(action, detail string) {
+		ch.Audit = append(ch.Audit, &AuditInsertParams{At: now, Actor: p.Actor, Action: action, Entity: p.ID, Detail: detail})
+	}
+	if p.FailingSince != nil {
+		ep.FailingSince = p.FailingSince.UTC()
+		if p.FailingSince.IsZero() {
+			ep.FailingSince = time.Time{}
+		}
+	}
+	switch {
+	case p.Delete:
+		if ep.Enabled {
+			ep.DisabledAt = now
+		}
+		ep.Deleted, ep.Enabled = true, false
+		ep.DisabledReason = EndpointStateDetail(p.Reason, "deleted")
+		audit(ActionEndpointDeleted, EndpointStateDetail(p.Reason, "deleted"))
+	case p.Enabled != nil && *p.Enabled && !ep.Enabled:
+		ep.Enabled, ep.DisabledReason, ep.DisabledAt = true, "", time.Time{}
+		audit(ActionEndpointEnabled, EndpointStateDetail(p.Reason, "enabled"))
+	case p.Enabled != nil && !*p.Enabled && ep.Enabled:
+		ep.Enabled, ep.DisabledReason, ep.DisabledAt = false, EndpointStateDetail(p.Reason, "disabled"), now
+		audit(ActionEndpointDisabled, EndpointStateDetail(p.Reason, "disabled"))
+	}
+	return ch, nil
 }
