@@ -55,6 +55,10 @@ type Config struct {
 	Notifications Notifications `yaml:"notifications"`
 	Signals       Signals       `yaml:"signals"`
 	Retention     Retention     `yaml:"retention"`
+	// Publish and Endpoints configure publishing webhooks to endpoints
+	// (docs/publishing.md).
+	Publish   Publish          `yaml:"publish"`
+	Endpoints []EndpointConfig `yaml:"endpoints"`
 
 	// Path is the file the config was read from (for messages).
 	Path string `yaml:"-"`

@@ -70,6 +70,19 @@ type Destination struct {
 
 	Compiled   *CompiledDest  `yaml:"-"`
 	PresetData *vendor.Preset `yaml:"-"`
+	// Builtin marks a destination hookledger made itself (the publishing
+	// destination "endpoints", and one per endpoint at run time), which
+	// the file's rules for base_url and names do not apply to.
+	Builtin bool `yaml:"-"`
+	// Schedule, when set, replaces the exponential backoff: the wait
+	// before each retry, the last one repeating (endpoints).
+	Schedule []time.Duration `yaml:"-"`
+	// Paused, when set, parks every effect claimed for this destination
+	// in the exception queue with this reason instead of calling
+	// (a disabled endpoint).
+	Paused string `yaml:"-"`
+	// ParkRepair is the suggested repair of a parked effect.
+	ParkRepair string `yaml:"-"`
 }
 
 // Auth is how calls authenticate; set exactly one way.
@@ -286,6 +299,8 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			add(p, "destinations[%d]: name is required", i)
 		case !validSourceName(d.Name):
 			add(p+".name", "destination name %q: use lowercase letters, digits, '-' and '_'", d.Name)
+		case d.Name == PublishDestination && !d.Builtin:
+			add(p+".name", "destination name %q is reserved: an effect sent to it publishes a message to the endpoints (docs/publishing.md)", d.Name)
 		default:
 			if j, dup := names[d.Name]; dup {
 				add(p+".name", "duplicate destination name %q (already used by destinations[%d])", d.Name, j)

@@ -92,6 +92,11 @@ type Effect struct {
 	Request      EffectRequest `yaml:"request"`
 	Operation    string        `yaml:"operation"`
 	IdempotentBy string        `yaml:"idempotent_by"`
+	// Type and Data publish a message when Destination is "endpoints":
+	// the message's literal type, and the expression whose value is its
+	// data (docs/publishing.md).
+	Type string `yaml:"type"`
+	Data string `yaml:"data"`
 
 	// Deadline is the business deadline (docs/flows.md): a duration after
 	// the event's occurrence time ("30m", "2h"), or an expression giving
@@ -402,6 +407,19 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				return prog
 			}
 			ce.When = compileE("when", e.When, false)
+			if e.Destination == PublishDestination {
+				// Publishing: the body is the message; no path, no query.
+				if e.Request.Method == "" {
+					e.Request.Method = "POST"
+				}
+				if e.Request.Path != "" || e.Request.Body != "" || e.Request.Query != "" {
+					add(ep+".request", "flow %q: effect %q: an effect sent to %s takes type and data, not request.path, request.query or request.body", f.Name, e.Name, PublishDestination)
+				}
+				e.Request.Path = `""`
+				if e.Data != "" && ValidMessageType(e.Type) {
+					e.Request.Body = publishBody(e.Type, e.Data)
+				}
+			}
 			ce.Path = compileE("request.path", e.Request.Path, true)
 			checkPathExpr(add, ep+".request.path", fmt.Sprintf("flow %q: effect %q: request.path", f.Name, e.Name), ce.Path)
 			ce.Query = compileE("request.query", e.Request.Query, false)

@@ -27,6 +27,7 @@ func (c *Config) setDefaults() {
 	defer c.setRetentionDefaults()
 	defer c.setSignalDefaults()
 	defer c.setDestinationDefaults()
+	defer c.setPublishDefaults()
 	defer c.setFlowDefaults()
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -207,6 +208,7 @@ func (c *Config) validate() (errs, warns []fieldError) {
 	}
 	c.validateFlows(add, warn)
 	c.validateDestinations(add, warn)
+	c.validatePublish(add, warn)
 	c.validateSignals(add)
 	c.validateRetention(add)
 	return errs, warns
