@@ -23,6 +23,20 @@ func BackoffFor(p config.RetryPolicy) Backoff {
 	return Backoff{Base: p.Base.D(), Factor: p.Factor, Cap: p.Cap.D()}
 }
 
+// retryWait is the wait after the attempt-th call (1-based) to d: its
+// schedule when it has one (an endpoint's: each wait stretched by up to a
+// fifth at random, so endpoints recovering together are not all retried
+// in the same second), exponential backoff with full jitter otherwise.
+// Full jitter would make a 10 h step anything from 0 to 10 h, which is no
+// schedule at all.
+func retryWait(d *config.Destination, attempt int, r func() float64) time.Duration {
+	if len(d.Schedule) > 0 {
+		s := d.Schedule[min(max(attempt, 1), len(d.Schedule))-1]
+		return s + time.Duration(r()*float64(s)/5)
+	}
+	return BackoffFor(d.Retry).Wait(attempt, r)
+}
+
 // Ceiling is the upper bound of the wait after the attempt-th call (1-based).
 func (b Backoff) Ceiling(attempt int) time.Duration {
 	if attempt < 1 {

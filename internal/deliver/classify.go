@@ -42,6 +42,9 @@ func Classify(d *config.Destination, resp *Response, callErr error) (store.Error
 		}
 		return store.ClassTransient, fmt.Sprintf("request not sent: %v", callErr)
 	}
+	if d.Kind == config.KindEndpoint {
+		return classifyEndpoint(resp.Status)
+	}
 	if v, ok := matchRules(d, resp); ok {
 		return v.class, v.reason
 	}
@@ -267,4 +270,22 @@ func redirectReason(dest string, resp *Response) string {
 // isRedirect reports a 3xx answer.
 func isRedirect(resp *Response) bool {
 	return resp != nil && resp.Status >= 300 && resp.Status < 400
+}
+
+// classifyEndpoint reads an endpoint's answer as the Standard Webhooks
+// spec says: 2xx is success and anything else a failure to retry on the
+// schedule (3xx included: the endpoint moved, and a redirect is never
+// followed), except 410 Gone, which asks the sender to stop: the endpoint
+// is disabled (by the action) and the message parked.
+func classifyEndpoint(status int) (store.ErrorClass, string) {
+	switch {
+	case status >= 200 && status < 300:
+		return classSuccess, ""
+	case status == http.StatusGone:
+		return store.ClassPermanent, "HTTP 410 Gone: the endpoint asked not to be sent more messages, so it is disabled"
+	case status == http.StatusTooManyRequests:
+		return store.ClassQuota, "HTTP 429: rate limited"
+	default:
+		return store.ClassTransient, fmt.Sprintf("HTTP %d", status)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,16 @@ type Options struct {
 	Notifier Notifier
 	// Metrics records calls and state changes (nil: none).
 	Metrics *Metrics
+	// Runtime supplies destinations made while running (one per
+	// publishing endpoint), beside the configured ones.
+	Runtime DestinationSource
+}
+
+// DestinationSource supplies the destinations made at run time. Each one
+// is an immutable snapshot: a change comes as a new *Destination and a new
+// version.
+type DestinationSource interface {
+	RuntimeDestinations() (version uint64, dests []*config.Destination)
 }
 
 // Worker delivers due effects. In the background it keeps up to Workers
@@ -93,6 +104,8 @@ type Worker struct {
 	caps    map[string]int // per destination: calls in flight at most
 
 	mu       sync.Mutex
+	static   int    // the configured destinations lead names
+	runtime  uint64 // the version of the run-time ones in names
 	inflight map[string]int // per destination
 	total    int
 	next     int // where the next round of claims starts, for fairness
@@ -178,10 +191,60 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 			w.caps[d.Name] = config.DefaultMaxInFlight(opts.Workers, len(cfg.Destinations))
 		}
 	}
+	w.static = len(w.names)
 	if w.notify != nil {
 		w.notes = newNotifyQueue(w.notify, opts.Logger, opts.Clock)
 	}
 	return w, nil
+}
+
+// refreshLocked takes the run-time destinations in when their version
+// changed (w.mu held). A destination that went away stays known while a
+// call to it is in flight, so that call still settles.
+func (w *Worker) refreshLocked() {
+	if w.opts.Runtime == nil {
+		return
+	}
+	v, ds := w.opts.Runtime.RuntimeDestinations()
+	if v == w.runtime {
+		return
+	}
+	w.runtime = v
+	names := slices.Clone(w.names[:w.static])
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if _, ok := w.actions[d.Kind]; !ok || seen[d.Name] || (w.dests[d.Name] != nil && slices.Contains(names, d.Name)) {
+			continue // no action for it, or a configured name
+		}
+		seen[d.Name] = true
+		old := w.dests[d.Name]
+		w.dests[d.Name] = d
+		names = append(names, d.Name)
+		w.caps[d.Name] = max(d.MaxInFlight, 1)
+		if d.RateLimit.PerSecond <= 0 {
+			delete(w.limits, d.Name)
+		} else if old == nil || old.RateLimit != d.RateLimit || w.limits[d.Name] == nil {
+			w.limits[d.Name] = rate.NewLimiter(rate.Limit(d.RateLimit.PerSecond), max(d.RateLimit.Burst, 1, int(d.RateLimit.PerSecond)))
+		}
+	}
+	for _, n := range w.names[w.static:] {
+		if !seen[n] && w.inflight[n] == 0 {
+			delete(w.dests, n)
+			delete(w.caps, n)
+			delete(w.limits, n)
+		}
+	}
+	w.names = names
+	if w.next >= len(names) {
+		w.next = 0
+	}
+}
+
+// dest returns the destination named, configured or made at run time.
+func (w *Worker) dest(name string) (*config.Destination, *rate.Limiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dests[name], w.limits[name]
 }
 
 // Start delivers in the background until Stop (or until ctx ends). A
@@ -237,14 +300,16 @@ func (w *Worker) fill(ctx context.Context) (more bool, err error) {
 // share one commit), each for no more than its free room, so a destination
 // with a deep backlog cannot take the slots another needs.
 func (w *Worker) claim(ctx context.Context) ([]*store.ClaimedEffect, error) {
-	if len(w.names) == 0 {
-		return nil, nil
-	}
 	type ask struct {
 		dest string
 		room int
 	}
 	w.mu.Lock()
+	w.refreshLocked()
+	if len(w.names) == 0 {
+		w.mu.Unlock()
+		return nil, nil
+	}
 	free := w.opts.Workers - w.total
 	var asks []ask
 	for i := range w.names {
@@ -360,9 +425,16 @@ func (w *Worker) Drain(ctx context.Context) error {
 }
 
 func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
-	d := w.dests[c.Destination]
+	d, lim := w.dest(c.Destination)
 	if d == nil {
 		return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: w.clk.Now(), NotBefore: w.clk.Now().Add(time.Hour)})
+	}
+	if d.Paused != "" {
+		// Nothing is sent while the destination is paused (a disabled
+		// endpoint): the effect waits in the exception queue, in sight,
+		// until the destination is enabled again and re-drives it.
+		return w.settle(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: c.ErrorClass,
+			Reason: "parked: " + d.Paused, SuggestedRepair: d.ParkRepair})
 	}
 	if c.Resumed {
 		// A previous call's outcome is unknown: reconcile, never resend
@@ -382,7 +454,7 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		// answer was in hand. Give it back instead of calling.
 		return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: now})
 	}
-	if lim := w.limits[d.Name]; lim != nil {
+	if lim != nil {
 		now := w.clk.Now()
 		if !lim.AllowN(now, 1) {
 			r := lim.ReserveN(now, 1)
@@ -469,7 +541,7 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		if resp != nil {
 			ra = ParseRetryAfter(resp.Header, d.RetryAfter.Unit, d.RetryAfter.Max.D(), now)
 		}
-		wait := BackoffFor(d.Retry).Wait(attempt, w.opts.Rand)
+		wait := retryWait(d, attempt, w.opts.Rand)
 		if ra.OK {
 			wait = ra.Wait
 		}
@@ -481,6 +553,10 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	default: // permanent, hidden failure: never retried (RT06)
 		repair := "the destination refused the request: fix the data or the mapping, then retry the effect"
 		switch r := RuleRepair(d, resp, class); {
+		case d.Kind == config.KindEndpoint && resp != nil && resp.Status == http.StatusGone:
+			// The action disabled the endpoint: the rest of its messages
+			// park behind this one.
+			repair = d.ParkRepair
 		case r != "":
 			// The vendor's rule knows better (a retry that cannot succeed,
 			// a resend that would duplicate).
@@ -558,7 +634,7 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 			return w.settleAndNotify(ctx, c, d, p)
 		case err != nil:
 			p.State = store.EffectNeedsReconciliation
-			p.NextAttemptAt = now.Add(BackoffFor(d.Retry).Wait(c.Attempts+1, w.opts.Rand) + time.Second)
+			p.NextAttemptAt = now.Add(retryWait(d, c.Attempts+1, w.opts.Rand) + time.Second)
 			p.Reason = reason + "; lookup failed, retrying it: " + err.Error()
 			return w.settle(ctx, c, d, p)
 		case found:
@@ -567,7 +643,7 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 			return w.settle(ctx, c, d, p)
 		default:
 			p.State = store.EffectRetryWait
-			p.NextAttemptAt = now.Add(BackoffFor(d.Retry).Wait(c.Attempts+1, w.opts.Rand))
+			p.NextAttemptAt = now.Add(retryWait(d, c.Attempts+1, w.opts.Rand))
 			p.Reason = reason + "; lookup found nothing, so a resend is safe"
 			return w.settle(ctx, c, d, p)
 		}
@@ -576,7 +652,7 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 		// The destination still remembers the key: resending with the same
 		// key cannot do the work twice (IP07).
 		p.State = store.EffectRetryWait
-		p.NextAttemptAt = now.Add(BackoffFor(d.Retry).Wait(c.Attempts+1, w.opts.Rand))
+		p.NextAttemptAt = now.Add(retryWait(d, c.Attempts+1, w.opts.Rand))
 		p.Reason = reason + "; resending under the same " + d.Idem.Header + " within its window"
 		return w.settle(ctx, c, d, p)
 	}

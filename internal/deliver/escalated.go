@@ -19,7 +19,7 @@ func (w *Worker) NotifyEscalated(_ context.Context, effects []*store.Effect) {
 	}
 	for _, e := range effects {
 		owner := e.Owner
-		if d := w.dests[e.Destination]; owner == "" && d != nil {
+		if d, _ := w.dest(e.Destination); owner == "" && d != nil {
 			owner = d.Owner
 		}
 		n := Notification{EffectID: e.ID, EpisodeKey: e.EpisodeKey, Destination: e.Destination, State: e.State,
@@ -33,6 +33,14 @@ func (w *Worker) NotifyEscalated(_ context.Context, effects []*store.Effect) {
 		if n.Class == store.ClassNone {
 			n.Class = "deadline"
 		}
+		w.notes.add(n)
+	}
+}
+
+// Tell queues a notification that is not about one effect's settlement
+// (an endpoint that was disabled); without a notifier it does nothing.
+func (w *Worker) Tell(n Notification) {
+	if w.notes != nil {
 		w.notes.add(n)
 	}
 }

@@ -65,6 +65,10 @@ func (n Notification) Text() string {
 	if n.Owner != "" {
 		owner = " Owner: " + n.Owner + "."
 	}
+	if n.EffectID == 0 {
+		// Not about one effect (Worker.Tell).
+		return fmt.Sprintf("hookledger: %s: %s. Suggested repair: %s.%s", n.Destination, n.Reason, n.SuggestedRepair, owner)
+	}
 	return fmt.Sprintf("hookledger: effect %d (%s) to %s is %s [%s]: %s. Suggested repair: %s.%s Inspect: hookledger effects show %d",
 		n.EffectID, n.EpisodeKey, n.Destination, n.State, n.Class, n.Reason, n.SuggestedRepair, owner, n.EffectID)
 }

@@ -373,3 +373,27 @@ func (s *standardWebhooks) Sign(req *Request, now time.Time, eventID string) (ht
 	h.Set(WebhookSignatureHeader, entry)
 	return h, nil
 }
+
+// SignWebhook signs id, ts and body with every key (whsec_ gives a v1
+// entry, whsk_ a v1a entry) and returns the webhook-signature value, the
+// entries space-separated in the keys' order: during a rotation a
+// receiver that knows any one of the keys verifies the message.
+func SignWebhook(keys []string, id string, ts time.Time, body []byte) (string, error) {
+	s, err := newStandardWebhooks(keys, 0)
+	if err != nil {
+		return "", err
+	}
+	if len(s.signers) == 0 {
+		return "", optErr("secrets", "no key can sign (whpk_ keys only verify)")
+	}
+	content := signedContentSW(id, ts.Unix(), body)
+	entries := make([]string, 0, len(s.signers))
+	for _, sg := range s.signers {
+		if sg.hmacKey != nil {
+			entries = append(entries, "v1,"+base64.StdEncoding.EncodeToString(hmacSHA256(sg.hmacKey, content)))
+		} else {
+			entries = append(entries, "v1a,"+base64.StdEncoding.EncodeToString(ed25519.Sign(sg.edKey, content)))
+		}
+	}
+	return strings.Join(entries, " "), nil
+}
