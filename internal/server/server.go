@@ -25,6 +25,7 @@ import (
 	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/inbox"
+	"github.com/hookledger/hookledger/internal/publish"
 	"github.com/hookledger/hookledger/internal/receive"
 	"github.com/hookledger/hookledger/internal/retention"
 	"github.com/hookledger/hookledger/internal/signals"
@@ -164,14 +165,26 @@ func (s *Server) Run(ctx context.Context) error {
 	// wakes the next as soon as it hands work on, so latency is not bound
 	// to the poll interval.
 	deliveryMetrics := deliver.NewMetrics(s.reg)
-	worker, err := deliver.New(s.cfg, st, deliver.Options{
+	// Publishing hands the worker one destination per endpoint and the
+	// actions that deliver to them (docs/publishing.md); the worker is
+	// made after it, so its hooks reach the worker through this variable.
+	var worker *deliver.Worker
+	pub := publish.New(s.cfg, st, publish.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg,
+		Wake:   func() { worker.Wake() },
+		Notify: func(n deliver.Notification) { worker.Tell(n) }})
+	actions := pub.Actions()
+	for k, a := range s.opts.Actions {
+		actions[k] = a
+	}
+	worker, err = deliver.New(s.cfg, st, deliver.Options{
 		Workers:      s.cfg.Delivery.Workers,
 		LeaseFor:     s.cfg.Delivery.Lease.D(),
 		PollInterval: s.cfg.Delivery.PollInterval.D(),
 		Logger:       s.log,
 		Clock:        s.clk,
-		Actions:      s.opts.Actions,
+		Actions:      actions,
 		Metrics:      deliveryMetrics,
+		Runtime:      pub,
 	})
 	if err != nil {
 		_ = writer.Stop(context.Background())
@@ -198,6 +211,10 @@ func (s *Server) Run(ctx context.Context) error {
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
 	if err := engine.Start(engineCtx); err != nil {
+		_ = writer.Stop(context.Background())
+		return err
+	}
+	if err := pub.Start(engineCtx); err != nil {
 		_ = writer.Stop(context.Background())
 		return err
 	}
@@ -245,6 +262,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServeReplays(engine)
 	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
+	apiHandler.ServePublishing(pub, s.cfg.Publish.MaxPayloadBytes)
 	mux.Handle("/api/v1/", apiHandler)
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, s.reg))
@@ -320,6 +338,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// An effect whose call was cut short stays submitting and is
 	// reconciled after its lease by the next process.
+	if err := pub.Stop(shutCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("stop endpoint refresh: %w", err))
+	}
 	if err := worker.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}

@@ -1,0 +1,208 @@
+// Package publish sends webhooks to the endpoints of a team's customers
+// and partners, as the Standard Webhooks spec describes (WH06;
+// docs/publishing.md): endpoints with filters and rotating secrets, a
+// durable publish call guarded by an Idempotency-Key, and the fan-out of
+// each message as ledger effects that the delivery worker carries out,
+// signed on every attempt, retried on the spec's schedule, parked (never
+// dropped) while an endpoint is disabled.
+//
+// The package keeps a snapshot of the endpoints, re-read from the store
+// every publish.refresh and after each change this process makes, and
+// offers the worker one destination per endpoint (RuntimeDestinations).
+package publish
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/loop"
+	"github.com/hookledger/hookledger/internal/outbound"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// Store is the part of the store publishing uses.
+type Store interface {
+	store.Publishing
+	EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error)
+	EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error)
+}
+
+// Options tune the service; zero values take defaults.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// HTTPClient sends the deliveries (default: a client with keep-alives);
+	// non-public addresses are refused unless the endpoint allows them.
+	HTTPClient *http.Client
+	Resolver   outbound.Resolver
+	// Notify tells a person that an endpoint was disabled (nil: nobody).
+	Notify     func(deliver.Notification)
+	Registerer prometheus.Registerer
+	// Wake makes the delivery worker look for due effects now.
+	Wake func()
+}
+
+// Service is publishing in one process.
+type Service struct {
+	st   Store
+	cfg  *config.Config
+	opts Options
+	log  *slog.Logger
+	clk  clock.Clock
+	loop *loop.Loop
+	http *deliver.HTTPAction
+	m    *metrics
+
+	mu      sync.Mutex
+	version uint64
+	eps     map[string]*store.Endpoint
+	dests   []*config.Destination
+
+	// inflight holds the Idempotency-Keys whose first request this
+	// process is still storing (409 for a second one meanwhile).
+	keysMu   sync.Mutex
+	inflight map[string]bool
+}
+
+// New builds the service.
+func New(cfg *config.Config, st Store, opts Options) *Service {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Wake == nil {
+		opts.Wake = func() {}
+	}
+	if opts.HTTPClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 16
+		opts.HTTPClient = &http.Client{Transport: tr}
+	}
+	s := &Service{st: st, cfg: cfg, opts: opts, log: opts.Logger, clk: opts.Clock,
+		http: &deliver.HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver},
+		m:    newMetrics(opts.Registerer), eps: map[string]*store.Endpoint{}, inflight: map[string]bool{}}
+	s.loop = loop.New("endpoints", s.step,
+		loop.Options{PollInterval: cfg.Publish.Refresh.D(), Logger: opts.Logger, Clock: opts.Clock})
+	return s
+}
+
+// Actions are the destination kinds publishing adds to the worker.
+func (s *Service) Actions() map[string]deliver.Action {
+	return map[string]deliver.Action{
+		config.KindEndpoint: &endpointAction{s: s},
+		config.KindPublish:  &publishAction{s: s},
+	}
+}
+
+// Start writes the config's endpoints to the store, reads them all, and
+// re-reads them every publish.refresh until Stop.
+func (s *Service) Start(ctx context.Context) error {
+	if err := s.Sync(ctx); err != nil {
+		return err
+	}
+	if err := s.Refresh(ctx); err != nil {
+		return err
+	}
+	return s.loop.Start(ctx)
+}
+
+// Stop ends the refresh loop.
+func (s *Service) Stop(ctx context.Context) error { return s.loop.Stop(ctx) }
+
+// step re-reads the endpoints and drops expired Idempotency-Keys.
+func (s *Service) step(ctx context.Context) (bool, error) {
+	if err := s.Refresh(ctx); err != nil {
+		return false, err
+	}
+	n, err := s.st.IdempotencyPrune(ctx, s.clk.Now(), 500)
+	if err != nil {
+		return false, fmt.Errorf("prune idempotency keys: %w", err)
+	}
+	return n == 500, nil
+}
+
+// Refresh re-reads the endpoints; the worker sees a new version only when
+// one changed.
+func (s *Service) Refresh(ctx context.Context) error {
+	list, err := s.st.EndpointList(ctx)
+	if err != nil {
+		return fmt.Errorf("read endpoints: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := len(list) != len(s.eps)
+	eps := make(map[string]*store.Endpoint, len(list))
+	for _, e := range list {
+		eps[e.ID] = e
+		if old := s.eps[e.ID]; old == nil || !old.UpdatedAt.Equal(e.UpdatedAt) || old.Enabled != e.Enabled ||
+			!old.FailingSince.Equal(e.FailingSince) || !slices.EqualFunc(old.Secrets, e.Secrets, func(a, b store.EndpointSecret) bool { return a == b }) {
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	s.eps = eps
+	s.dests = s.dests[:0:0]
+	for _, e := range list {
+		s.dests = append(s.dests, s.destination(e))
+	}
+	s.version++
+	return nil
+}
+
+// RuntimeDestinations implements deliver.DestinationSource.
+func (s *Service) RuntimeDestinations() (uint64, []*config.Destination) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version, s.dests
+}
+
+// endpoint returns the snapshot of one endpoint, or nil.
+func (s *Service) endpoint(id string) *store.Endpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.eps[id]
+}
+
+// destination is what the worker delivers an endpoint's effects with.
+func (s *Service) destination(e *store.Endpoint) *config.Destination {
+	p := &s.cfg.Publish
+	d := &config.Destination{
+		Name: store.EndpointDestination(e.ID), Kind: config.KindEndpoint, Preset: "generic",
+		BaseURL: e.URL, Timeout: p.Timeout, Owner: e.Owner, Builtin: true,
+		Retry: config.RetryPolicy{Base: config.Duration(time.Second), Factor: 2, Cap: config.Duration(time.Minute),
+			Attempts: p.Attempts(), Redrive: []config.Duration{}},
+		RetryAfter: config.RetryAfter{Unit: "seconds", Max: config.Duration(10 * time.Hour)},
+		// The receiver dedupes on webhook-id (the spec asks it to), so a
+		// call whose outcome is unknown is resent, as a failed one is.
+		Idem:                 &config.Idempotency{Header: "webhook-id", Window: p.DisableAfter},
+		MaxInFlight:          e.MaxInFlight,
+		AllowPrivateNetworks: e.AllowPrivateNetworks,
+		Schedule:             p.ScheduleDurations(),
+		ParkRepair: fmt.Sprintf("enable endpoint %s once it accepts messages again (PATCH /api/v1/endpoints/%s with {\"enabled\": true}): "+
+			"its parked messages are then delivered in the order they were published", e.ID, e.ID),
+	}
+	if d.MaxInFlight == 0 {
+		d.MaxInFlight = p.MaxInFlight
+	}
+	if e.RateLimit > 0 {
+		d.RateLimit = config.RateLimit{PerSecond: e.RateLimit, Burst: max(1, int(e.RateLimit))}
+	}
+	if !e.Enabled {
+		d.Paused = fmt.Sprintf("endpoint %s is disabled (%s)", e.ID, e.DisabledReason)
+	}
+	return d
+}
