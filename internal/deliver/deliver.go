@@ -104,8 +104,8 @@ type Worker struct {
 	caps    map[string]int // per destination: calls in flight at most
 
 	mu       sync.Mutex
-	static   int    // the configured destinations lead names
-	runtime  uint64 // the version of the run-time ones in names
+	static   int            // the configured destinations lead names
+	runtime  uint64         // the version of the run-time ones in names
 	inflight map[string]int // per destination
 	total    int
 	next     int // where the next round of claims starts, for fairness

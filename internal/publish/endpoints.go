@@ -478,7 +478,7 @@ func (s *Service) disable(ctx context.Context, e *store.Endpoint, reason string)
 	s.log.Warn("endpoint disabled", "endpoint", e.ID, "reason", reason)
 	if s.opts.Notify != nil {
 		s.opts.Notify(deliver.Notification{Destination: "endpoint " + e.ID, Owner: e.Owner,
-			Reason: "disabled: " + reason + "; its messages are parked in the exception queue",
+			Reason:          "disabled: " + reason + "; its messages are parked in the exception queue",
 			SuggestedRepair: fmt.Sprintf("fix the receiver, then enable the endpoint (PATCH /api/v1/endpoints/%s {\"enabled\": true}): the parked messages are delivered in order", e.ID)})
 	}
 }
