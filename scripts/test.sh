@@ -51,6 +51,19 @@ else
 	echo "!!! every PostgreSQL test will SKIP. Install Debian's postgresql package to run them."
 fi
 
+step "reference Standard Webhooks verifier (npm)"
+# The publishing tests check every delivered message with the reference
+# JavaScript library, installed from the lockfile (scripts/publish-verify).
+if command -v npm >/dev/null 2>&1; then
+	npm ci --prefix scripts/publish-verify --no-audit --no-fund --loglevel=error
+	echo "ok"
+elif [ -n "${CI:-}" ]; then
+	echo "node and npm are missing under CI: install Node.js (Debian: nodejs npm)" >&2
+	exit 1
+else
+	echo "!!! npm not found: the publishing tests that run the reference JavaScript verifier will SKIP."
+fi
+
 step "go test -race ./..."
 go test -race -count=1 -timeout 30m ./...
 
