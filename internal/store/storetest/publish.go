@@ -180,6 +180,10 @@ func testEndpointPutGetList(t *testing.T, o Opener) {
 	if _, err := f.s.EndpointPut(f.ctx, &store.EndpointPutParams{ID: "ep_x", Origin: "elsewhere", Now: t0}); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("unknown origin: %v, want ErrInvalidArgument", err)
 	}
+	if _, err := f.s.EndpointPut(f.ctx, &store.EndpointPutParams{ID: "ep_x", Origin: store.OriginAPI, Spec: spec("https://x.example/", "invoice.[a"),
+		Now: t0}); !errors.Is(err, store.ErrInvalidArgument) || f.get("ep_x") != nil {
+		t.Fatalf("malformed type pattern: %v, want ErrInvalidArgument and nothing stored", err)
+	}
 }
 
 func testEndpointSetState(t *testing.T, o Opener) {
