@@ -302,6 +302,13 @@ func CheckEndpointPut(p *EndpointPutParams) error {
 	case p.Now.IsZero():
 		return fmt.Errorf("endpoint put without a time: %w", ErrInvalidArgument)
 	}
+	// A malformed glob would silently match nothing: refuse it here too,
+	// whatever validated it before.
+	for _, t := range p.Spec.Types {
+		if err := CheckTypePattern(t); err != nil {
+			return fmt.Errorf("endpoint %s: %w: %w", p.ID, ErrInvalidArgument, err)
+		}
+	}
 	return nil
 }
 

@@ -135,6 +135,12 @@ func Exercise(t *testing.T, o Opener) {
 		{"SignalHistory", testSignalHistory},
 		{"RetentionPrune", testRetentionPrune},
 		{"RetentionNothingConfigured", testRetentionNothingConfigured},
+		{"EndpointPutGetList", testEndpointPutGetList},
+		{"EndpointSetState", testEndpointSetState},
+		{"MessagePublishFanOut", testMessagePublishFanOut},
+		{"MessagePublishReplay", testMessagePublishReplay},
+		{"MessagePublishConcurrent", testMessagePublishConcurrent},
+		{"IdempotencyPrune", testIdempotencyPrune},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
