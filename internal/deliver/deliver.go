@@ -234,6 +234,14 @@ func (w *Worker) refreshLocked() {
 			delete(w.limits, n)
 		}
 	}
+	// A configured destination without max_in_flight had its cap sized
+	// for the configured peers; alone it took every slot, which would
+	// leave the endpoints none in a round. Sized again for all of them.
+	for i := range w.cfg.Destinations {
+		if d := &w.cfg.Destinations[i]; d.MaxInFlight <= 0 {
+			w.caps[d.Name] = config.DefaultMaxInFlight(w.opts.Workers, len(names))
+		}
+	}
 	w.names = names
 	if w.next >= len(names) {
 		w.next = 0

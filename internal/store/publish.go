@@ -239,8 +239,10 @@ type MessagePublishParams struct {
 	Fingerprint  string
 	KeyExpiresAt time.Time
 	Type         string
-	// Payload is the body every endpoint receives, byte for byte on every
-	// attempt: {"type","timestamp","data"}.
+	// Payload is the body endpoints receive: {"type","timestamp","data"}.
+	// The delivery row keeps it byte for byte; the effect's request holds
+	// it as JSON, which PostgreSQL (jsonb) normalises once (key order,
+	// spacing), so every attempt still sends the same bytes.
 	Payload []byte
 	// Headers are kept on the delivery row (JSON object), for the console.
 	Headers map[string]string

@@ -1,0 +1,147 @@
+package deliver_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// runtimeDests is a DestinationSource a test changes between steps.
+type runtimeDests struct {
+	mu    sync.Mutex
+	v     uint64
+	dests []*config.Destination
+}
+
+func (r *runtimeDests) RuntimeDestinations() (uint64, []*config.Destination) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.v, r.dests
+}
+
+func (r *runtimeDests) set(ds ...*config.Destination) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.v++
+	r.dests = ds
+}
+
+// scriptedAction answers each call with the next status.
+type scriptedAction struct {
+	mu       sync.Mutex
+	statuses []int
+	calls    int
+}
+
+func (a *scriptedAction) Do(_ context.Context, _ *deliver.Call) (*deliver.Response, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.statuses[min(a.calls, len(a.statuses)-1)]
+	a.calls++
+	return &deliver.Response{Status: st, Sent: true}, nil
+}
+
+// A destination made at run time is claimed for once the source offers
+// it; its schedule replaces the backoff; paused, its effects park in the
+// exception queue without a call.
+func TestRuntimeDestinationScheduleAndParking(t *testing.T) {
+	x := newWorld(t, setup{})
+	ctx := context.Background()
+	if _, err := x.st.EndpointPut(ctx, &store.EndpointPutParams{ID: "ep1", Origin: store.OriginAPI, Enabled: true,
+		Spec: store.EndpointSpec{URL: "https://ep.example"}, Actor: "test", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(id string) int64 {
+		t.Helper()
+		res, err := x.st.MessagePublish(ctx, &store.MessagePublishParams{ID: id, Key: "k-" + id, Fingerprint: "f", Type: "a.b",
+			KeyExpiresAt: x.clk.Now().Add(time.Hour), Payload: []byte(`{"type":"a.b","data":{}}`), Actor: "test", Now: x.clk.Now()})
+		if err != nil || len(res.Endpoints) != 1 {
+			t.Fatalf("publish: %v %+v", err, res)
+		}
+		es, err := x.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination("ep1"), Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es[len(es)-1].ID
+	}
+
+	act := &scriptedAction{statuses: []int{500, 500, 204}}
+	src := &runtimeDests{}
+	cfg := *x.cfg
+	w, err := deliver.New(&cfg, x.st, deliver.Options{Workers: 2, LeaseFor: time.Minute, Clock: x.clk, Rand: func() float64 { return 0.5 },
+		Actions: map[string]deliver.Action{config.KindEndpoint: act}, Runtime: src, Owner: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := publish("msg_1")
+	if _, err := w.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if act.calls != 0 {
+		t.Fatal("called a destination the source does not offer yet")
+	}
+	d := &config.Destination{Name: store.EndpointDestination("ep1"), Kind: config.KindEndpoint, Preset: "generic", BaseURL: "https://ep.example",
+		Timeout: config.Duration(5 * time.Second), Retry: config.RetryPolicy{Base: config.Duration(time.Second), Factor: 2, Cap: config.Duration(time.Minute), Attempts: 5},
+		Schedule: []time.Duration{5 * time.Second, 5 * time.Minute}, Builtin: true}
+	src.set(d)
+	if _, err := w.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := x.get(id)
+	// 500 from an endpoint is retried on the schedule: 5 s plus a tenth
+	// (the draw 0.5 of at most a fifth).
+	if act.calls != 1 || e.State != store.EffectRetryWait || !e.NextAttemptAt.Equal(x.clk.Now().Add(5500*time.Millisecond)) {
+		t.Fatalf("after one call: calls %d, %s due %s (now %s)", act.calls, e.State, e.NextAttemptAt, x.clk.Now())
+	}
+	x.clk.Set(e.NextAttemptAt)
+	if _, err := w.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e = x.get(id); !e.NextAttemptAt.Equal(x.clk.Now().Add(330 * time.Second)) {
+		t.Fatalf("second wait: due %s, want 5 min + 10%%", e.NextAttemptAt.Sub(x.clk.Now()))
+	}
+
+	// Paused: the due effect and a new one park, nothing is called.
+	paused := *d
+	paused.Paused = "endpoint ep1 is disabled (test)"
+	paused.ParkRepair = "enable it"
+	src.set(&paused)
+	id2 := publish("msg_2")
+	x.clk.Set(e.NextAttemptAt)
+	// One call in flight for the endpoint: a step each.
+	for range 2 {
+		if _, err := w.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pid := range []int64{id, id2} {
+		p := x.get(pid)
+		if p.State != store.EffectDead || p.Reason != "parked: endpoint ep1 is disabled (test)" || p.SuggestedRepair != "enable it" || !p.NextAttemptAt.IsZero() {
+			t.Fatalf("parked effect %+v", p)
+		}
+	}
+	if act.calls != 2 {
+		t.Fatalf("%d calls, want none while paused", act.calls)
+	}
+	// Enabled again and retried by a person (what enabling does): delivered.
+	src.set(d)
+	for _, pid := range []int64{id, id2} {
+		if _, err := x.st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: pid, Action: store.OperateRetry, Actor: "test", Now: x.clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := x.get(id), x.get(id2); a.State != store.EffectDone || b.State != store.EffectDone {
+		t.Fatalf("after enabling: %s %s", a.State, b.State)
+	}
+}
