@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,14 +113,24 @@ func TestMakeRunInterruptedGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()
+	// GNU make interrupted together with its child sometimes loses the
+	// race to reap it: the child is already reaped when make's own wait
+	// runs, and make reports "wait: No child processes" and exits 2. That
+	// line is about make alone; what this test checks is that the server
+	// stopped cleanly, which its own log line says.
+	s := makeReapRace.ReplaceAllString(out.String(), "")
+	reapRace := s != out.String()
 	var ee *exec.ExitError
-	if err != nil && !(errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT) {
+	if err != nil && !(errors.As(err, &ee) && (ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT || reapRace && ee.ExitCode() == 2)) {
 		t.Fatalf("make run: %v\n%s", err, out)
 	}
-	if s := out.String(); strings.Contains(s, "make: ***") || !strings.Contains(s, "msg=stopped") {
-		t.Fatalf("make run output:\n%s", s)
+	if strings.Contains(s, "make: ***") || !strings.Contains(s, "msg=stopped") {
+		t.Fatalf("make run output:\n%s", out)
 	}
 }
+
+// makeReapRace is GNU make's report of the race above.
+var makeReapRace = regexp.MustCompile(`(?m)^make: \*\*\* wait: No child processes.*$`)
 
 func waitUntilOrExit(t *testing.T, out *lockedBuffer, want string, cmd *exec.Cmd) {
 	t.Helper()
