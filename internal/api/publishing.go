@@ -23,7 +23,7 @@ type Publisher interface {
 	Update(ctx context.Context, id string, in *publish.EndpointInput, actor string) (*store.Endpoint, error)
 	Delete(ctx context.Context, id, actor string) error
 	Rotate(ctx context.Context, id, key, kind string, overlap time.Duration, actor string) (*store.Endpoint, store.EndpointSecret, error)
-	Parked(ctx context.Context, id string) (int, error)
+	Backlog(ctx context.Context, id string) (parked, pending int, err error)
 }
 
 // ServePublishing adds POST /api/v1/messages and /api/v1/endpoints.
@@ -140,9 +140,12 @@ type EndpointJSON struct {
 	MaxInFlight          int          `json:"max_in_flight"`
 	RateLimit            float64      `json:"rate_limit"`
 	Secrets              []SecretJSON `json:"secrets"`
-	Parked               *int         `json:"parked,omitempty"`
-	CreatedAt            string       `json:"created_at"`
-	UpdatedAt            string       `json:"updated_at"`
+	// Parked and Pending (GET of one endpoint): its messages waiting in
+	// the exception queue, and those still on their way.
+	Parked    *int   `json:"parked,omitempty"`
+	Pending   *int   `json:"pending,omitempty"`
+	CreatedAt string `json:"created_at"`
+	UpdatedAt string `json:"updated_at"`
 }
 
 // SecretJSON is one signing key; Key only where the resource shows keys
@@ -264,12 +267,12 @@ func (ph *publishing) getEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := endpointJSON(e)
-	n, err := ph.p.Parked(r.Context(), e.ID)
+	parked, pending, err := ph.p.Backlog(r.Context(), e.ID)
 	if err != nil {
 		ph.writeEndpointError(w, err)
 		return
 	}
-	j.Parked = &n
+	j.Parked, j.Pending = &parked, &pending
 	writeJSON(w, http.StatusOK, j)
 }
 

@@ -483,22 +483,30 @@ func (s *Service) disable(ctx context.Context, e *store.Endpoint, reason string)
 	}
 }
 
-// Parked counts the endpoint's messages waiting in the exception queue
-// (up to 10,000).
-func (s *Service) Parked(ctx context.Context, id string) (int, error) {
-	n := 0
-	after := int64(0)
-	for n < 10000 {
-		list, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
-			State: store.EffectDead, AfterID: after, Limit: 1000})
-		if err != nil {
-			return n, err
+// Backlog counts the endpoint's messages parked in the exception queue
+// and those still on their way (waiting, retrying, in flight), each up to
+// 10,000. A message waiting for a retry when its endpoint is disabled
+// parks when that retry comes due.
+func (s *Service) Backlog(ctx context.Context, id string) (parked, pending int, err error) {
+	count := func(states ...store.EffectState) (int, error) {
+		n, after := 0, int64(0)
+		for n < 10000 {
+			list, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
+				States: states, AfterID: after, Limit: 1000})
+			if err != nil {
+				return n, err
+			}
+			n += len(list)
+			if len(list) < 1000 {
+				break
+			}
+			after = list[len(list)-1].ID
 		}
-		n += len(list)
-		if len(list) < 1000 {
-			break
-		}
-		after = list[len(list)-1].ID
+		return n, nil
 	}
-	return n, nil
+	if parked, err = count(store.EffectDead); err != nil {
+		return 0, 0, err
+	}
+	pending, err = count(store.EffectApproved, store.EffectRetryWait, store.EffectSubmitting, store.EffectNeedsReconciliation)
+	return parked, pending, err
 }
