@@ -180,7 +180,13 @@ func URL(base, p string, query url.Values) (*url.URL, error) {
 	}
 	// The path stays in its escaped form: pathEscape("a/b") must reach the
 	// destination as one segment a%2Fb, not as two.
-	ref, err := url.Parse(strings.TrimRight(b.EscapedPath(), "/") + "/" + strings.TrimLeft(p, "/"))
+	joined := strings.TrimRight(b.EscapedPath(), "/") + "/" + strings.TrimLeft(p, "/")
+	if p == "" {
+		// No path: the URL as configured, without a slash it did not have
+		// (an endpoint's url is the whole address).
+		joined = b.EscapedPath()
+	}
+	ref, err := url.Parse(joined)
 	if err != nil {
 		return nil, pathError(p, "is not a valid URL path: "+strings.TrimPrefix(err.Error(), "parse "))
 	}

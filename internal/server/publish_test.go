@@ -17,6 +17,7 @@ import (
 type received struct {
 	header http.Header
 	body   []byte
+	path   string
 }
 
 // receiver is a local Standard Webhooks endpoint that records every
@@ -33,7 +34,7 @@ func newReceiver(t *testing.T) *receiver {
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		b, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
-		r.got = append(r.got, received{req.Header.Clone(), b})
+		r.got = append(r.got, received{req.Header.Clone(), b, req.URL.Path})
 		st := r.status
 		r.mu.Unlock()
 		w.WriteHeader(st())
@@ -79,7 +80,7 @@ func TestPublishSmoke(t *testing.T) { stores(t, testPublishSmoke) }
 
 func testPublishSmoke(t *testing.T, storeURL string) {
 	rcv := newReceiver(t)
-	h := startWith(t, publishConfig(storeURL, rcv.srv.URL))
+	h := startWith(t, publishConfig(storeURL, rcv.srv.URL+"/hooks/in"))
 
 	code, body, _ := h.publish("", `{"type":"invoice.paid","data":{"id":"in_1"}}`)
 	if code != 400 || !strings.Contains(body, "Idempotency-Key") {
@@ -109,6 +110,9 @@ func testPublishSmoke(t *testing.T, storeURL string) {
 
 	waitFor(t, "the delivery", func() bool { return len(rcv.deliveries()) >= 1 })
 	got := rcv.deliveries()[0]
+	if got.path != "/hooks/in" {
+		t.Fatalf("delivered to %q, want the endpoint's url as written (/hooks/in)", got.path)
+	}
 	if id := got.header.Get("webhook-id"); id != first.ID {
 		t.Fatalf("webhook-id %q, want the message id %q", id, first.ID)
 	}
