@@ -73,8 +73,11 @@ type MessageJSON struct {
 // Idempotent-Replayed: true), the same key and another payload is 422, and
 // a retry while the first is still being stored is 409.
 func (ph *publishing) postMessage(w http.ResponseWriter, r *http.Request) {
-	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	key, keyErr := idempotencyKey(r.Header.Get("Idempotency-Key"))
 	switch {
+	case keyErr != "":
+		writeProblem(w, http.StatusBadRequest, "Idempotency-Key is malformed", keyErr)
+		return
 	case key == "":
 		writeProblem(w, http.StatusBadRequest, "Idempotency-Key is missing",
 			"POST /api/v1/messages needs an Idempotency-Key header (a unique value per message, such as a UUID), so that a retried request publishes once")
@@ -122,6 +125,42 @@ func (ph *publishing) postMessage(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeJSON(w, http.StatusAccepted, MessageJSON{ID: res.ID, Warnings: res.Warnings})
+}
+
+// idempotencyKey reads the header as the draft defines it, a Structured
+// Field string ("…" with \" and \\ escapes). A bare token is taken as it
+// is, since many clients send one. The prefix "effect:" is reserved for
+// the keys of messages that flows publish.
+func idempotencyKey(v string) (key, problem string) {
+	v = strings.TrimSpace(v)
+	if strings.HasPrefix(v, `"`) {
+		var b strings.Builder
+		closed := false
+		for i := 1; i < len(v); i++ {
+			c := v[i]
+			switch {
+			case closed:
+				return "", "the Idempotency-Key string has characters after its closing quote"
+			case c == '\\' && i+1 < len(v) && (v[i+1] == '"' || v[i+1] == '\\'):
+				b.WriteByte(v[i+1])
+				i++
+			case c == '"':
+				closed = true
+			case c < 0x20 || c > 0x7e || c == '\\':
+				return "", "the Idempotency-Key string holds a character a Structured Field string cannot"
+			default:
+				b.WriteByte(c)
+			}
+		}
+		if !closed {
+			return "", "the Idempotency-Key string has no closing quote"
+		}
+		v = b.String()
+	}
+	if strings.HasPrefix(v, "effect:") {
+		return "", `Idempotency-Key values starting with "effect:" are reserved for messages that flows publish`
+	}
+	return v, ""
 }
 
 // EndpointJSON is one endpoint; secrets are listed without their keys.

@@ -510,10 +510,14 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		// Refused at the dial for the address the destination resolved
 		// to: nothing was sent, and every attempt would reach the same
 		// address (RT06).
+		repair := fmt.Sprintf("nothing was sent: %s leads to a non-public address; if destination %s is meant to be reached on an internal network, set allow_private_networks: true on it; otherwise fix its base_url or the name's DNS records; then retry the effect",
+			hostOf(d.BaseURL), d.Name)
+		if d.Kind == config.KindEndpoint {
+			repair = fmt.Sprintf("nothing was sent: %s leads to a non-public address; if endpoint %s is meant to be reached on an internal network, set allow_private_networks: true on it; otherwise fix its url or the name's DNS records; then retry the effect",
+				hostOf(d.BaseURL), strings.TrimPrefix(d.Name, store.EndpointDestinationPrefix))
+		}
 		return w.settleAndNotify(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: class, Reason: reason,
-			AddAttempt: true, Attempt: att,
-			SuggestedRepair: fmt.Sprintf("nothing was sent: %s leads to a non-public address; if destination %s is meant to be reached on an internal network, set allow_private_networks: true on it; otherwise fix its base_url or the name's DNS records; then retry the effect",
-				hostOf(d.BaseURL), d.Name)})
+			AddAttempt: true, Attempt: att, SuggestedRepair: repair})
 	}
 	return w.decide(ctx, c, d, resp, class, reason, att)
 }
