@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-	"time"
 	"testing"
+	"time"
 )
 
 // The closed loop issues exactly the count asked for, whatever the number
