@@ -15,10 +15,14 @@
 #            ingest rate) for 60 s each: effects/s, latency, server RSS and
 #            CPU, PostgreSQL transactions and statements per event, then an
 #            exactly-once count per event at the destination
+#   publish  messages/s through POST /api/v1/messages with an Idempotency-Key
+#            and fan-out deliveries/s to ten loopback endpoints with their
+#            latency, on SQLite and PostgreSQL, beside signed webhooks into
+#            the inbound path of a fresh store of the same kind
 #
 # Extra flags go to commit and receive (e.g. scripts/bench.sh --duration 2s);
-# pipeline runs with its defaults and e2e with BENCH_E2E_ARGS (their flags
-# differ), e.g. BENCH_E2E_ARGS="--duration 20s". BENCH_ONLY="e2e" (a
+# pipeline runs with its defaults, e2e with BENCH_E2E_ARGS and publish with
+# BENCH_PUBLISH_ARGS (their flags differ), e.g. BENCH_E2E_ARGS="--duration 20s". BENCH_ONLY="e2e" (a
 # space-separated list) runs only the benchmarks named.
 #
 # The throwaway PostgreSQL preloads pg_stat_statements when the server
@@ -77,7 +81,7 @@ free -h | awk '/^Mem:/ {print "memory: " $2}'
 df -h "${TMPDIR:-/tmp}" | awk 'NR==2 {print "disk: " $1 " " $2 " (" $5 " used), temp dir " $6}'
 go version
 
-only=" ${BENCH_ONLY:-commit receive pipeline e2e} "
+only=" ${BENCH_ONLY:-commit receive pipeline e2e publish} "
 status=0
 if [[ $only == *" commit "* ]]; then
 	echo
@@ -100,5 +104,11 @@ if [[ $only == *" e2e "* ]]; then
 	echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 	# shellcheck disable=SC2086 # BENCH_E2E_ARGS is a list of flags
 	"$bindir/hookledger-bench" e2e --postgres "$pgurl" --hookledger "$bindir/hookledger" ${BENCH_E2E_ARGS:-} || status=1
+fi
+if [[ $only == *" publish "* ]]; then
+	echo
+	echo "== publish"
+	# shellcheck disable=SC2086 # BENCH_PUBLISH_ARGS is a list of flags
+	"$bindir/hookledger-bench" publish --postgres "$pgurl" --hookledger "$bindir/hookledger" ${BENCH_PUBLISH_ARGS:-} || status=1
 fi
 exit $status

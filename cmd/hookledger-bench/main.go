@@ -16,6 +16,10 @@
 //	          sustained, on SQLite and on PostgreSQL with one and with two
 //	          serve processes at one send rate, with end-to-end latency,
 //	          the servers' memory and CPU, and PostgreSQL statements per event
+//	publish   messages accepted/s through POST /api/v1/messages with an
+//	          Idempotency-Key, and fan-out deliveries/s to ten loopback
+//	          endpoints with their latency, on SQLite and PostgreSQL, beside
+//	          signed webhooks into the inbound path of the same store kind
 //	bulkhead  effects/s to a healthy destination alone and beside one that
 //	          hangs until its timeout, in one run (head-of-line blocking)
 //	signals   the cost of computing the nine outcome signals on a store of
@@ -64,6 +68,7 @@ func subcommands() []subcommand {
 		{"receive", "signed webhooks/s through hookledger against a no-op server", runReceive},
 		{"pipeline", "events/s from inbox to effect ledger through the flow engine", runPipeline},
 		{"e2e", "signed webhooks in, effects done at a loopback destination, sustained", runE2E},
+		{"publish", "messages/s through the publish API and fan-out deliveries/s to ten endpoints", runPublish},
 		{"bulkhead", "effects/s to a healthy destination, alone and beside one that hangs", runBulkhead},
 		{"signals", "the nine outcome signals on a store of a million events and effects", runSignals},
 		{"console", "console list pages on a store of a million events and effects", runConsole},

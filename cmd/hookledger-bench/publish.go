@@ -1,0 +1,502 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store/storeopen"
+	"github.com/hookledger/hookledger/internal/verify"
+)
+
+type publishFlags struct {
+	postgres    string
+	targets     []string
+	clients     int
+	messages    int
+	duration    time.Duration
+	endpoints   int
+	maxInFlight int
+	drainFor    time.Duration
+	hookledger  string
+	module      string
+	dir         string
+}
+
+func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) int {
+	fs := newFlagSet(stderr, "publish", "publish [--postgres URL] [--clients 16] [--messages 500 | --duration 20s] [flags]",
+		"Publishing and fan-out: per store, starts hookledger serve as a child process on\n"+
+			"127.0.0.1 with a fresh store and --endpoints Standard Webhooks endpoints, every one\n"+
+			"subscribed to every type and pointing at a loopback receiver in this process that\n"+
+			"answers 204 at once. --clients closed-loop clients POST /api/v1/messages with a unique\n"+
+			"Idempotency-Key each (202 only after the commit) for --messages messages, or for\n"+
+			"--duration when it is set. Prints messages accepted/s with p50/p99 of the 202, then\n"+
+			"the fan-out: deliveries/s from the first publish until the receivers hold every\n"+
+			"delivery, with p50/p99 of (first receipt - publish sent). Baseline, same run, same\n"+
+			"clients and count, on a fresh server and store of the same kind: Stripe-signed\n"+
+			"webhooks into POST /hooks/stripe (the durable inbound path). Also prints the server's\n"+
+			"RSS at the end and its peak (VmHWM) and CPU time. Exit 1 unless every accepted\n"+
+			"message is stored once and reached every endpoint.")
+	var f publishFlags
+	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to measure SQLite only)")
+	targets := fs.String("targets", "", "comma-separated `targets`: sqlite, postgres (default sqlite, plus postgres with --postgres)")
+	fs.IntVar(&f.clients, "clients", 16, "concurrent publishing clients")
+	fs.IntVar(&f.messages, "messages", 500, "messages to publish per store (ignored with --duration)")
+	fs.DurationVar(&f.duration, "duration", 0, "publish for this `time` instead of a fixed count")
+	fs.IntVar(&f.endpoints, "endpoints", 10, "endpoints every message goes to")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 1, "publish.max_in_flight: deliveries in flight per endpoint (1, the default, keeps publication order)")
+	fs.DurationVar(&f.drainFor, "drain", 5*time.Minute, "upper bound on the `time` waited for every delivery")
+	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
+	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
+	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	if code, ok := parseFlags(stdout, fs, args); !ok {
+		return code
+	}
+	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 {
+		fmt.Fprintln(stderr, "hookledger-bench publish: counts and --drain must be positive, --max-in-flight at most 1024, --duration not negative")
+		return exitUsage
+	}
+	var err error
+	if f.targets, err = chooseTargets(*targets, []string{targetSQLite}, []string{targetSQLite, targetPostgres}, f.postgres); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench publish: --targets: %v\n", err)
+		return exitUsage
+	}
+	ok, err := publishBench(ctx, stdout, stderr, &f)
+	if err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench publish: %v\n", err)
+		return exitFail
+	}
+	if !ok {
+		return exitFail
+	}
+	return exitOK
+}
+
+// closedLoop is what a run of closed-loop clients measured.
+type closedLoop struct {
+	ok       int64 // answers counted as success
+	failed   int64 // other answers and transport errors
+	firstErr string
+	elapsed  time.Duration
+	lat      latencies
+}
+
+func (c *closedLoop) rate() float64 { return rate(c.ok, c.elapsed) }
+
+// driveClosedLoop runs clients that each send one request after another
+// (one keep-alive connection each) until count requests were issued, or
+// until the duration is over when it is positive. do sends request seq and
+// reports its latency and whether it succeeded.
+func driveClosedLoop(ctx context.Context, clients, count int, duration time.Duration,
+	do func(client *http.Client, seq int) (time.Duration, error)) *closedLoop {
+	res := &closedLoop{}
+	var issued, okN, failed atomic.Int64
+	var errOnce sync.Once
+	parts := make([]latencies, clients)
+	var deadline time.Time
+	start := time.Now()
+	if duration > 0 {
+		deadline = start.Add(duration)
+	}
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{MaxIdleConns: 1, MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1,
+				DisableCompression: true, IdleConnTimeout: time.Minute}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+			for ctx.Err() == nil {
+				if !deadline.IsZero() && time.Now().After(deadline) {
+					return
+				}
+				seq := int(issued.Add(1)) - 1
+				if deadline.IsZero() && seq >= count {
+					return
+				}
+				lat, err := do(client, seq)
+				if err != nil {
+					failed.Add(1)
+					errOnce.Do(func() { res.firstErr = err.Error() })
+					continue
+				}
+				okN.Add(1)
+				parts[i] = append(parts[i], lat)
+			}
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.ok, res.failed = okN.Load(), failed.Load()
+	res.lat = mergeLatencies(parts)
+	return res
+}
+
+// fanoutSink is the loopback receiver of every endpoint: the endpoint is
+// the path, the message the webhook-id. It answers 204 at once and keeps
+// the arrival of each first delivery.
+type fanoutSink struct {
+	mu    sync.Mutex
+	first map[string]time.Time // endpoint + " " + webhook-id -> first arrival
+	calls int
+	last  time.Time
+}
+
+func (s *fanoutSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	_, _ = io.Copy(io.Discard, r.Body)
+	k := strings.Trim(r.URL.Path, "/") + " " + r.Header.Get("webhook-id")
+	s.mu.Lock()
+	s.calls++
+	if _, ok := s.first[k]; !ok {
+		s.first[k] = now
+		s.last = now
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *fanoutSink) distinct() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.first)
+}
+
+// publishEnv is what every cell shares.
+type publishEnv struct {
+	f          *publishFlags
+	dir        string
+	hookledger string
+	token      string
+	recv       *receiveEnv // the signed-webhook sender of the baseline
+}
+
+// publishResult is one store's figures.
+type publishResult struct {
+	target   string
+	baseline *closedLoop
+	pub      *closedLoop
+	// Fan-out.
+	deliveries, calls int
+	fanoutTook        time.Duration // first publish sent -> last first delivery
+	deliveryLat       latencies
+	drained           bool
+	// Server.
+	rssKiB, hwmKiB int64
+	cpu            time.Duration
+	// Accounts.
+	stored, missing, unreached int
+}
+
+func publishBench(ctx context.Context, stdout, stderr io.Writer, f *publishFlags) (bool, error) {
+	dir, err := os.MkdirTemp(f.dir, "hookledger-bench-publish-")
+	if err != nil {
+		return false, fmt.Errorf("make temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	env := &publishEnv{f: f, dir: dir, hookledger: f.hookledger, token: randomHex(24)}
+	if env.hookledger == "" {
+		env.hookledger = filepath.Join(dir, "hookledger")
+		fmt.Fprintf(stderr, "building hookledger from %s...\n", f.module)
+		build := exec.CommandContext(ctx, "go", "build", "-o", env.hookledger, "./cmd/hookledger")
+		build.Dir = f.module
+		if out, err := build.CombinedOutput(); err != nil {
+			return false, fmt.Errorf("go build ./cmd/hookledger: %w\n%s", err, out)
+		}
+	}
+	env.recv = &receiveEnv{secret: "whsec_" + randomHex(24), stderr: stderr}
+	if env.recv.scheme, err = verify.New(verify.Options{Kind: verify.KindStripe, Secrets: []string{env.recv.secret}}); err != nil {
+		return false, fmt.Errorf("stripe signer: %w", err)
+	}
+
+	var results []*publishResult
+	for _, target := range f.targets {
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("interrupted: %w", err)
+		}
+		res, err := env.cell(ctx, stderr, target)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", target, err)
+		}
+		results = append(results, res)
+	}
+	return printPublish(stdout, f, results), nil
+}
+
+// config writes a hookledger.yaml: a stripe source for the baseline, the
+// admin API, and the endpoints at the loopback receiver.
+func (e *publishEnv) config(path, storeURL, sinkURL string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, `listen: 127.0.0.1:0
+store: %q
+admin:
+  token: %q
+sources:
+  - name: stripe
+    kind: stripe
+    secrets: [%q]
+publish:
+  max_in_flight: %d
+endpoints:
+`, storeURL, e.token, e.recv.secret, e.f.maxInFlight)
+	for i := range e.f.endpoints {
+		fmt.Fprintf(&b, "  - {id: e%d, url: %q, allow_private_networks: true}   # the receiver listens on loopback\n", i, fmt.Sprintf("%s/e%d", sinkURL, i))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	return nil
+}
+
+// server starts hookledger serve on a fresh store of driver and waits
+// until it is ready; stop stops it and drops the store.
+func (e *publishEnv) server(ctx context.Context, driver, label, sinkURL string) (srv *child, cs *cellStore, err error) {
+	if cs, err = newCellStore(ctx, driver, e.dir, e.f.postgres, label); err != nil {
+		return nil, nil, err
+	}
+	cfgPath := filepath.Join(e.dir, label+".yaml")
+	if err = e.config(cfgPath, cs.URL, sinkURL); err != nil {
+		return nil, nil, errors.Join(err, cs.Drop())
+	}
+	srv, err = startChild(ctx, "hookledger serve ("+label+")", e.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"},
+		filepath.Join(e.dir, label+".log"))
+	if err != nil {
+		return nil, nil, errors.Join(err, cs.Drop())
+	}
+	if err := waitReady(ctx, "http://"+srv.addr+"/readyz"); err != nil {
+		return nil, nil, errors.Join(err, srv.stop(), cs.Drop())
+	}
+	return srv, cs, nil
+}
+
+func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) (res *publishResult, err error) {
+	res = &publishResult{target: target}
+	sink := &fanoutSink{first: map[string]time.Time{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	hs := &http.Server{Handler: sink, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	sinkURL := "http://" + ln.Addr().String()
+
+	// Baseline: the inbound path, same clients and count, on its own
+	// server and store so that neither run weighs on the other.
+	fmt.Fprintf(stderr, "%s: baseline, signed webhooks into /hooks/stripe...\n", target)
+	srv, cs, err := e.server(ctx, target, target+"-inbound", sinkURL)
+	if err != nil {
+		return nil, err
+	}
+	hooks := "http://" + srv.addr + "/hooks/stripe"
+	run := randomHex(4)
+	res.baseline = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
+		status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
+		if err == nil && status/100 != 2 {
+			err = fmt.Errorf("HTTP %d", status)
+		}
+		return lat, err
+	})
+	if err := errors.Join(srv.stop(), cs.Drop()); err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintf(stderr, "%s: publishing to %d endpoints...\n", target, e.f.endpoints)
+	srv, cs, err = e.server(ctx, target, target+"-publish", sinkURL)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if srv != nil {
+			err = errors.Join(err, srv.stop())
+		}
+		err = errors.Join(err, cs.Drop())
+	}()
+	base := "http://" + srv.addr
+	var sentMu sync.Mutex
+	sent := map[string]time.Time{} // message id -> publish request sent
+	began := time.Now()
+	res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
+		at := time.Now()
+		id, err := e.publishOne(ctx, c, base, fmt.Sprintf("bench-%s-%d", run, seq), seq)
+		lat := time.Since(at)
+		if err != nil {
+			return 0, err
+		}
+		sentMu.Lock()
+		sent[id] = at
+		sentMu.Unlock()
+		return lat, nil
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
+	want := len(sent) * e.f.endpoints
+	drainBy := time.Now().Add(e.f.drainFor)
+	for sink.distinct() < want && time.Now().Before(drainBy) && ctx.Err() == nil {
+		sleepCtx(ctx, 5*time.Millisecond) // polling the receiver; arrival times come from the receiver
+	}
+	res.drained = sink.distinct() >= want
+	pid := srv.cmd.Process.Pid
+	if res.rssKiB, res.hwmKiB, err = readRSS(pid); err != nil {
+		return nil, err
+	}
+	if res.cpu, err = readCPU(pid); err != nil {
+		return nil, err
+	}
+	err = srv.stop()
+	srv = nil
+	if err != nil {
+		return nil, err
+	}
+
+	sink.mu.Lock()
+	res.calls = sink.calls
+	res.deliveries = len(sink.first)
+	res.fanoutTook = sink.last.Sub(began)
+	reached := map[string]int{}
+	for k, at := range sink.first {
+		_, id, _ := strings.Cut(k, " ")
+		if t, ok := sent[id]; ok {
+			res.deliveryLat = append(res.deliveryLat, at.Sub(t))
+			reached[id]++
+		}
+	}
+	sink.mu.Unlock()
+	slices.Sort(res.deliveryLat)
+	for id := range sent {
+		if reached[id] != e.f.endpoints {
+			res.unreached++
+		}
+	}
+
+	// The account: every accepted message is in the store, once.
+	st, err := storeopen.Open(ctx, cs.URL)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := storedEvents(ctx, st, "publish")
+	if cerr := st.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close store: %w", cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for id := range sent {
+		if stored[id] == 1 {
+			res.stored++
+		} else {
+			res.missing++
+		}
+	}
+	return res, nil
+}
+
+// publishOne posts one message (~300 B of data) with its own key and
+// returns the id of the 202.
+func (e *publishEnv) publishOne(ctx context.Context, c *http.Client, base, key string, seq int) (string, error) {
+	body := fmt.Sprintf(`{"type":"invoice.paid","data":{"invoice":"in_%d","customer":"cus_%d","amount_paid":%d,"currency":"eur",`+
+		`"status":"paid","lines":[{"description":"Subscription, monthly","amount":%d,"quantity":1}],"metadata":{"order":"ORD-%d","key":%q}}}`,
+		seq, seq%997, 1000+seq, 1000+seq, seq, key)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/messages", bytes.NewReader([]byte(body)))
+	if err != nil {
+		return "", fmt.Errorf("new request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return "", fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || out.ID == "" {
+		return "", fmt.Errorf("202 without an id: %s", b)
+	}
+	return out.ID, nil
+}
+
+func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
+	what := fmt.Sprintf("%d messages", f.messages)
+	if f.duration > 0 {
+		what = fmt.Sprintf("%s of publishing", f.duration)
+	}
+	fmt.Fprintf(w, "hookledger-bench publish: %s per store, %d closed-loop clients, %d endpoints per message (max_in_flight %d each); load generator, receiver and server share %d CPUs (GOMAXPROCS %d)\n",
+		what, f.clients, f.endpoints, f.maxInFlight, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintln(w, "keep-alive HTTP/1.1, one connection per client, 127.0.0.1; the receiver answers 204 at once")
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "store\tpath\trequests\t/s\tp50 ms\tp99 ms\tfailed\tvs inbound\t")
+	for _, r := range results {
+		for _, row := range []struct {
+			name string
+			c    *closedLoop
+		}{{"inbound POST /hooks/stripe (baseline)", r.baseline}, {"POST /api/v1/messages", r.pub}} {
+			vs := "-"
+			if row.c == r.pub && r.baseline.rate() > 0 {
+				vs = fmt.Sprintf("%.2f", r.pub.rate()/r.baseline.rate())
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%d\t%s\t\n", r.target, row.name, row.c.ok, row.c.rate(),
+				ms(row.c.lat.pct(0.50)), ms(row.c.lat.pct(0.99)), row.c.failed, vs)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "store\tdeliveries\tcalls\tdone in s\tdeliveries/s\tp50 ms\tp99 ms\tserver RSS MiB\tpeak MiB\tCPU s\taccount\t")
+	allOK := true
+	for _, r := range results {
+		account := fmt.Sprintf("accepted %d, stored once %d, missing %d, not at every endpoint %d", r.pub.ok, r.stored, r.missing, r.unreached)
+		if r.missing > 0 || r.unreached > 0 || !r.drained {
+			allOK = false
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.target, r.deliveries, r.calls, r.fanoutTook.Seconds(),
+			rate(int64(r.deliveries), r.fanoutTook), ms(r.deliveryLat.pct(0.50)), ms(r.deliveryLat.pct(0.99)),
+			mib(r.rssKiB), mib(r.hwmKiB), r.cpu.Seconds(), account)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, r := range results {
+		for _, c := range []*closedLoop{r.baseline, r.pub} {
+			if c.firstErr != "" {
+				fmt.Fprintf(w, "%s: first failure: %s\n", r.target, c.firstErr)
+			}
+		}
+	}
+	fmt.Fprintln(w, "latency of a request: from writing it to reading the whole answer (the 202 comes after the commit).")
+	fmt.Fprintln(w, "deliveries: distinct (endpoint, message) pairs received; calls: every call, repeats included.")
+	fmt.Fprintln(w, "done in: from the first publish sent to the last first delivery; delivery latency: first receipt minus the publish request's send time.")
+	fmt.Fprintln(w, "server RSS at the end of the fan-out, peak = VmHWM; CPU = the server's user+system time over its whole life.")
+	if allOK {
+		fmt.Fprintln(w, "account: every accepted message is stored once and reached every endpoint")
+	} else {
+		fmt.Fprintln(w, "account: FAILED, see the account column")
+	}
+	return allOK
+}
