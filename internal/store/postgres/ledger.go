@@ -101,6 +101,13 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	if dests == nil {
 		dests = []string{}
 	}
+	// The worker claims for named destinations: a plain = ANY lets the
+	// planner walk effects_due_destination (one destination's claimable
+	// effects in due order) instead of every effect it ever had.
+	destFilter := `destination = ANY($3::text[])`
+	if len(dests) == 0 {
+		destFilter = `cardinality($3::text[]) = 0`
+	}
 	until := p.Now.Add(p.LeaseFor)
 	var out []*store.ClaimedEffect
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -115,7 +122,8 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 					OR (state = 'needs_reconciliation' AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
 					OR (state = 'dead' AND redrives < $2 AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
 					OR (state = 'submitting' AND lease_until <= $1))
-				AND (cardinality($3::text[]) = 0 OR destination = ANY($3::text[]))
+				AND state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
+				AND `+destFilter+`
 				ORDER BY next_attempt_at, id
 				LIMIT $4 FOR UPDATE SKIP LOCKED)
 			UPDATE effects f SET state = 'submitting',

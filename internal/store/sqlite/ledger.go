@@ -110,7 +110,11 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 		OR (f.state = 'retry_wait' AND f.next_attempt_at <= ?)
 		OR (f.state = 'needs_reconciliation' AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
 		OR (f.state = 'dead' AND f.redrives < ? AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
-		OR (f.state = 'submitting' AND f.lease_until <= ?))`
+		OR (f.state = 'submitting' AND f.lease_until <= ?))
+		AND f.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')`
+	// The IN term repeats the partial indexes' WHERE word for word, which
+	// is what lets SQLite use effects_due_destination: one destination's
+	// claimable effects in due order, not every effect it ever had.
 	args := []any{now, now, now, p.MaxRedrives, now, now}
 	if len(p.Destinations) > 0 {
 		where += ` AND f.destination IN (?` + strings.Repeat(", ?", len(p.Destinations)-1) + `)`
