@@ -47,6 +47,13 @@ func testPublishConcurrentDuplicates(t *testing.T, storeURL string) {
 		err  error
 	}
 	answers := make([]answer, n)
+	// A client of its own, whose spare connections (dialed for a request
+	// that another connection served) are closed before the server stops:
+	// the server's shutdown waits seconds for a connection that never sent
+	// a request.
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
@@ -58,7 +65,7 @@ func testPublishConcurrentDuplicates(t *testing.T, storeURL string) {
 			req.Header.Set("Idempotency-Key", "dup-key")
 			req.Header.Set("Content-Type", "application/json")
 			<-gate
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				answers[i] = answer{err: err}
 				return
@@ -416,7 +423,7 @@ func publishVerifyDir(t *testing.T) string {
 // clock starts at it. Signing does not depend on the store: SQLite only.
 func TestPublishReferenceVerifier(t *testing.T) {
 	dir := publishVerifyDir(t)
-	rcv1, rcv1a, rcvRot := newReceiver(t), newReceiver(t), newReceiver(t)
+	rcv1, rcv1a, rcvRot, rcvMix := newReceiver(t), newReceiver(t), newReceiver(t), newReceiver(t)
 	other := newReceiver(t)
 	h := startAt(t, publishConfig(sqliteURL(t), other.srv.URL)+fastPoll, time.Now())
 
@@ -425,6 +432,12 @@ func TestPublishReferenceVerifier(t *testing.T) {
 	rot := h.createEndpoint(fmt.Sprintf(`{"id":"ep-rot","url":%q,"allow_private_networks":true,"types":["order.*"]}`, rcvRot.srv.URL))
 	rotNew := h.rotate("ep-rot", `{}`).Key
 	rotOld := rot.Secrets[0].Key
+	// A v1 endpoint moving to v1a signs with both kinds meanwhile.
+	mix := h.createEndpoint(fmt.Sprintf(`{"id":"ep-mix","url":%q,"allow_private_networks":true,"types":["order.*"]}`, rcvMix.srv.URL))
+	mixNew := h.rotate("ep-mix", `{"kind":"v1a"}`)
+	if mixNew.Kind != "v1a" || !strings.HasPrefix(mixNew.PublicKey, "whpk_") {
+		t.Fatalf("rotation to v1a made %+v", mixNew)
+	}
 
 	if s := v1a.Secrets[0]; s.Kind != "v1a" || !strings.HasPrefix(s.Key, "whsk_") || !strings.HasPrefix(s.PublicKey, "whpk_") {
 		t.Fatalf("v1a endpoint secret %+v, want kind v1a, a whsk_ key and a whpk_ public key", s)
@@ -433,15 +446,19 @@ func TestPublishReferenceVerifier(t *testing.T) {
 		t.Fatalf("GET secrets of the v1a endpoint: %+v, want its public key", s)
 	}
 	pub := v1a.Secrets[0].PublicKey
+	// The endpoint itself shows the public key, never the signing key.
+	if s := h.endpoint("ep-v1a").Secrets; len(s) != 1 || s[0].PublicKey != pub || s[0].Key != "" {
+		t.Fatalf("GET the v1a endpoint: secrets %+v, want the public key only", s)
+	}
 
 	ids := []string{
 		h.publishID("js-1", `{"type":"order.created","data":{"id":"ORD-1","total":"12.50","note":"caf\u00e9 \u2713"}}`),
 		h.publishID("js-2", `{"type":"order.updated","data":{"id":"ORD-1","lines":[{"sku":"A","qty":2}]}}`),
 	}
-	for _, r := range []*receiver{rcv1, rcv1a, rcvRot} {
+	for _, r := range []*receiver{rcv1, rcv1a, rcvRot, rcvMix} {
 		waitFor(t, "both messages at each endpoint", func() bool { return len(r.deliveries()) == 2 })
 	}
-	for _, r := range []*receiver{rcv1, rcv1a, rcvRot} {
+	for _, r := range []*receiver{rcv1, rcv1a, rcvRot, rcvMix} {
 		for i, d := range r.deliveries() {
 			if d.header.Get("webhook-id") != ids[i] {
 				t.Fatalf("delivery %d is %s, want %s", i, d.header.Get("webhook-id"), ids[i])
@@ -488,8 +505,15 @@ func TestPublishReferenceVerifier(t *testing.T) {
 		add(fmt.Sprintf("v1a message %d, body changed", i+1), d1a, tamper(d1a.body), nil, str(pub), "invalid")
 		add(fmt.Sprintf("rotated message %d, body changed", i+1), dr, tamper(dr.body), str(rotNew), nil, "invalid")
 		add(fmt.Sprintf("v1 message %d, wrong key", i+1), d1, string(d1.body), str(wrongSecret), nil, "invalid")
-		add(fmt.Sprintf("v1 message %d, the v1a endpoint's key", i+1), d1, string(d1.body), str(rotOld), nil, "invalid")
+		add(fmt.Sprintf("v1 message %d, another endpoint's key", i+1), d1, string(d1.body), str(rotOld), nil, "invalid")
 		add(fmt.Sprintf("v1a message %d, wrong public key", i+1), d1a, string(d1a.body), nil, str(wrongPub), "invalid")
+		dm := rcvMix.deliveries()[i]
+		if len(entries(dm, "v1")) != 1 || len(entries(dm, "v1a")) != 1 {
+			t.Fatalf("v1 to v1a rotation: signature %q, want one v1 and one v1a entry", dm.header.Get("webhook-signature"))
+		}
+		add(fmt.Sprintf("v1 and v1a message %d, both keys", i+1), dm, string(dm.body), str(mix.Secrets[0].Key), str(mixNew.PublicKey), "valid")
+		add(fmt.Sprintf("v1 and v1a message %d, wrong public key", i+1), dm, string(dm.body), str(mix.Secrets[0].Key), str(wrongPub), "invalid")
+		add(fmt.Sprintf("v1 and v1a message %d, body changed", i+1), dm, tamper(dm.body), str(mix.Secrets[0].Key), str(mixNew.PublicKey), "invalid")
 	}
 	// Headers of one message over the body of the other.
 	for _, r := range []struct {
