@@ -129,6 +129,9 @@ func testPublishGoneDisablesAndParks(t *testing.T, storeURL string) {
 	rcv := newReceiver(t)
 	rcv.setStatus(410)
 	h := startWith(t, publishConfig(storeURL, rcv.srv.URL)+fastPoll)
+	// Another endpoint for the same types keeps receiving meanwhile.
+	healthy := newReceiver(t)
+	h.createEndpoint(fmt.Sprintf(`{"id":"healthy","url":%q,"allow_private_networks":true,"types":["invoice.*"]}`, healthy.srv.URL))
 
 	ids := []string{h.publishID("gone-1", `{"type":"invoice.paid","data":{"n":1}}`)}
 	waitFor(t, "the 410 to park the message", func() bool {
@@ -162,6 +165,12 @@ func testPublishGoneDisablesAndParks(t *testing.T, storeURL string) {
 	}
 	if p := h.endpoint("partner").Parked; p == nil || *p != 4 {
 		t.Fatalf("parked = %v, want 4", p)
+	}
+	waitFor(t, "the healthy endpoint's deliveries", func() bool {
+		return len(h.effectList("destination=endpoint:healthy&state=done")) == 4
+	})
+	if e := h.endpoint("healthy"); !e.Enabled || *e.Parked != 0 || len(healthy.deliveries()) != 4 {
+		t.Fatalf("the other endpoint %+v got %d deliveries, want enabled with all 4", e, len(healthy.deliveries()))
 	}
 
 	rcv.setStatus(204)
@@ -201,16 +210,31 @@ notifications:
   allow_private_networks: true
 `, notes.srv.URL))
 
+	retryWaiting := func() bool {
+		return len(h.effectList("destination=endpoint:partner&state=retry_wait")) == 1
+	}
+	// A success ends a run of failures: the run that disables is the
+	// last one, not counted from the first failure ever.
+	h.publishID("fail-0", `{"type":"invoice.paid","data":{"id":"in_early"}}`)
+	waitFor(t, "an early failure", retryWaiting)
+	if e := h.endpoint("partner"); e.FailingSince == nil || *e.FailingSince != t0.Format(time.RFC3339Nano) {
+		t.Fatalf("after a failure failing_since = %v, want %s", e.FailingSince, t0)
+	}
+	rcv.setStatus(204)
+	h.clk.Advance(50 * time.Minute)
+	waitFor(t, "the early message to be delivered", func() bool {
+		return len(h.effectList("destination=endpoint:partner&state=done")) == 1
+	})
+	waitFor(t, "the run of failures to end", func() bool { return h.endpoint("partner").FailingSince == nil })
+	rcv.setStatus(500)
+
 	id := h.publishID("fail-1", `{"type":"invoice.paid","data":{"id":"in_fail"}}`)
-	waitFor(t, "the first attempt", func() bool { return len(rcv.deliveries()) == 1 })
+	waitFor(t, "the first attempt", func() bool { return len(rcv.deliveries()) == 3 })
 	started := h.clk.Now()
 	// Each step is past the retry's wait (1m + up to 20% jitter), so
 	// each makes exactly one retry due.
-	for attempts := 2; h.clk.Now().Sub(started) < time.Hour; attempts++ {
-		waitFor(t, "the retry to be scheduled", func() bool {
-			effs := h.effectList("destination=endpoint:partner")
-			return len(effs) == 1 && effs[0].State == "retry_wait"
-		})
+	for attempts := 4; h.clk.Now().Sub(started) < time.Hour; attempts++ {
+		waitFor(t, "the retry to be scheduled", retryWaiting)
 		if e := h.endpoint("partner"); !e.Enabled {
 			t.Fatalf("disabled after %s of failures, before disable_after (1h): %+v", h.clk.Now().Sub(started), e)
 		}
@@ -238,9 +262,19 @@ notifications:
 		effs := h.effectList("destination=endpoint:partner&state=dead")
 		return len(effs) == 1 && strings.HasPrefix(effs[0].Reason, "parked")
 	})
-	for _, d := range rcv.deliveries() {
+	// Every attempt carries the message id, and its own timestamp.
+	last := int64(0)
+	for _, d := range rcv.deliveries()[2:] {
 		if d.header.Get("webhook-id") != id {
 			t.Fatalf("delivery of %s, want only %s", d.header.Get("webhook-id"), id)
+		}
+		var ts int64
+		if _, err := fmt.Sscan(d.header.Get("webhook-timestamp"), &ts); err != nil || ts <= last {
+			t.Fatalf("attempt timestamps %q after %d, want each attempt's own, increasing", d.header.Get("webhook-timestamp"), last)
+		}
+		last = ts
+		if err := verifier(t, endpointSecret).VerifyIgnoringTimestamp(d.body, d.header); err != nil {
+			t.Fatalf("a retry does not verify: %v", err)
 		}
 	}
 	if v := h.metric("hookledger_endpoints_disabled_total"); v != 1 {
@@ -835,5 +869,39 @@ endpoints:
 	})
 	if n := len(rcv.deliveries()); n != 0 {
 		t.Fatalf("the loopback receiver got %d requests, want none", n)
+	}
+}
+
+// A change made through the admin API applies to the next message: a new
+// url receives it, and a type no longer matched is not sent.
+func TestPublishEndpointChangesApply(t *testing.T) { stores(t, testPublishEndpointChangesApply) }
+
+func testPublishEndpointChangesApply(t *testing.T, storeURL string) {
+	before, after, other := newReceiver(t), newReceiver(t), newReceiver(t)
+	h := startWith(t, publishConfig(storeURL, other.srv.URL)+fastPoll)
+	h.createEndpoint(fmt.Sprintf(`{"id":"moving","url":%q,"allow_private_networks":true,"types":["user.*"]}`, before.srv.URL))
+	first := h.publishID("move-1", `{"type":"user.created","data":{"id":"u1"}}`)
+	waitFor(t, "the first message", func() bool { return len(before.deliveries()) == 1 })
+
+	// The clock stands still: the change must be seen all the same.
+	code, b, _ := h.call("PATCH", "/api/v1/endpoints/moving", fmt.Sprintf(`{"url":%q,"types":["user.deleted"]}`, after.srv.URL), adminToken)
+	if code != 200 || !strings.Contains(string(b), after.srv.URL) {
+		t.Fatalf("PATCH url and types: %d %s", code, b)
+	}
+	h.publishID("move-2", `{"type":"user.created","data":{"id":"u2"}}`)
+	second := h.publishID("move-3", `{"type":"user.deleted","data":{"id":"u1"}}`)
+	waitFor(t, "the message to the new url", func() bool { return len(after.deliveries()) == 1 })
+	if id := after.deliveries()[0].header.Get("webhook-id"); id != second {
+		t.Fatalf("the new url got %s, want %s", id, second)
+	}
+	effs := h.effectList("destination=endpoint:moving")
+	if len(effs) != 2 || effs[0].EpisodeKey != "publish:"+first+":moving" || effs[1].EpisodeKey != "publish:"+second+":moving" {
+		t.Fatalf("deliveries to the endpoint %+v, want the first and the user.deleted message only", effs)
+	}
+	if n := len(before.deliveries()); n != 1 {
+		t.Fatalf("the old url got %d messages, want 1", n)
+	}
+	if n := len(other.deliveries()); n != 0 {
+		t.Fatalf("the invoice endpoint got %d user messages", n)
 	}
 }
