@@ -146,8 +146,7 @@ func (s *Service) Refresh(ctx context.Context) error {
 	eps := make(map[string]*store.Endpoint, len(list))
 	for _, e := range list {
 		eps[e.ID] = e
-		if old := s.eps[e.ID]; old == nil || !old.UpdatedAt.Equal(e.UpdatedAt) || old.Enabled != e.Enabled ||
-			!old.FailingSince.Equal(e.FailingSince) || !slices.EqualFunc(old.Secrets, e.Secrets, func(a, b store.EndpointSecret) bool { return a == b }) {
+		if old := s.eps[e.ID]; old == nil || !sameEndpoint(old, e) {
 			changed = true
 		}
 	}
@@ -161,6 +160,19 @@ func (s *Service) Refresh(ctx context.Context) error {
 	}
 	s.version++
 	return nil
+}
+
+// sameEndpoint tells whether a re-read endpoint is the one in the
+// snapshot. It compares what deliveries use, not only updated_at: two
+// changes within one tick of the clock (a stopped test clock, a clock
+// stepped back, another process's clock) leave updated_at as it was, and
+// the snapshot would keep the old url or types for good.
+func sameEndpoint(a, b *store.Endpoint) bool {
+	return a.UpdatedAt.Equal(b.UpdatedAt) && a.Enabled == b.Enabled && a.DisabledReason == b.DisabledReason &&
+		a.Deleted == b.Deleted && a.FailingSince.Equal(b.FailingSince) &&
+		a.URL == b.URL && a.Description == b.Description && a.Owner == b.Owner && slices.Equal(a.Types, b.Types) &&
+		a.AllowPrivateNetworks == b.AllowPrivateNetworks && a.MaxInFlight == b.MaxInFlight && a.RateLimit == b.RateLimit &&
+		slices.EqualFunc(a.Secrets, b.Secrets, func(x, y store.EndpointSecret) bool { return x == y })
 }
 
 // RuntimeDestinations implements deliver.DestinationSource.

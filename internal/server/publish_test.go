@@ -1,16 +1,25 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
 )
 
 // received is one delivery an endpoint got.
@@ -140,4 +149,147 @@ func testPublishSmoke(t *testing.T, storeURL string) {
 	if n := len(rcv.deliveries()); n != 1 {
 		t.Fatalf("%d deliveries, want 1 (the replay and the unmatched type send nothing)", n)
 	}
+}
+
+// setStatus makes the receiver answer code from now on.
+func (r *receiver) setStatus(code int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status = func() int { return code }
+}
+
+// startAt is startWith with the server's fake clock starting at now
+// instead of t0: for checks made against the real time (the reference
+// JavaScript verifier's timestamp tolerance).
+func startAt(t *testing.T, yaml string, now time.Time) *harness {
+	t.Helper()
+	cfg, err := config.Parse("e2e.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(now)
+	logs := &syncBuffer{}
+	srv := New(cfg, Options{Clock: clk, Listener: ln, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("server did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server stopped with %v, want a clean stop", err)
+		}
+	})
+	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs}
+}
+
+// call sends an admin API request with the bearer token (none when token
+// is empty) and returns the status, body and headers.
+func (h *harness) call(method, path, body, token string) (int, []byte, http.Header) {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, h.base+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// publishID publishes and returns the new message's id, failing unless
+// the answer is 202.
+func (h *harness) publishID(key, body string) string {
+	h.t.Helper()
+	code, resp, _ := h.publish(key, body)
+	if code != 202 {
+		h.t.Fatalf("publish %s: %d %s, want 202", key, code, resp)
+	}
+	var m api.MessageJSON
+	if err := json.Unmarshal([]byte(resp), &m); err != nil || !strings.HasPrefix(m.ID, "msg_") {
+		h.t.Fatalf("publish answer %s: %v", resp, err)
+	}
+	return m.ID
+}
+
+// effectList lists effects through the admin API (query: its filters).
+func (h *harness) effectList(query string) []api.EffectJSON {
+	h.t.Helper()
+	code, b := h.get("/api/v1/effects?"+query, adminToken)
+	if code != 200 {
+		h.t.Fatalf("effects API %s: %d %s", query, code, b)
+	}
+	var out struct{ Effects []api.EffectJSON }
+	if err := json.Unmarshal(b, &out); err != nil {
+		h.t.Fatalf("effects API JSON: %v: %s", err, b)
+	}
+	return out.Effects
+}
+
+// endpoint reads one endpoint through the admin API.
+func (h *harness) endpoint(id string) api.EndpointJSON {
+	h.t.Helper()
+	code, b := h.get("/api/v1/endpoints/"+id, adminToken)
+	if code != 200 {
+		h.t.Fatalf("GET endpoint %s: %d %s", id, code, b)
+	}
+	var e api.EndpointJSON
+	if err := json.Unmarshal(b, &e); err != nil {
+		h.t.Fatalf("endpoint JSON: %v: %s", err, b)
+	}
+	return e
+}
+
+// metric reads one unlabelled series from /metrics (-1 when absent).
+func (h *harness) metric(name string) float64 {
+	h.t.Helper()
+	code, b := h.get("/metrics", "")
+	if code != 200 {
+		h.t.Fatalf("/metrics: %d", code)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				h.t.Fatalf("metric line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+// published lists the stored published messages (events of source publish).
+func (h *harness) published() []api.EventJSON {
+	h.t.Helper()
+	code, b := h.get("/api/v1/events?source=publish&limit=100", adminToken)
+	if code != 200 {
+		h.t.Fatalf("events API: %d %s", code, b)
+	}
+	var out api.EventListJSON
+	if err := json.Unmarshal(b, &out); err != nil {
+		h.t.Fatalf("events API JSON: %v: %s", err, b)
+	}
+	return out.Events
 }
