@@ -103,8 +103,11 @@ func NewVerifier(w *Worker, st VerifyStore, opts VerifierOptions) *Verifier {
 		opts.Clock = w.clk
 	}
 	v := &Verifier{w: w, st: st, opts: opts, log: opts.Logger, clk: opts.Clock}
-	for _, name := range w.names {
-		d := w.dests[name]
+	// The configured destinations only: one made at run time (an
+	// endpoint) has no verify:, and the worker's loop may be adding those
+	// while this runs.
+	for i := range w.cfg.Destinations {
+		d := &w.cfg.Destinations[i]
 		if d.Verify == nil || d.Lookup == nil || d.Compiled == nil || d.Compiled.LookupPath == nil {
 			continue
 		}
