@@ -182,13 +182,44 @@ func startAt(t *testing.T, yaml string, now time.Time) *harness {
 	case err := <-done:
 		t.Fatalf("server did not start: %v", err)
 	}
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("server stopped with %v, want a clean stop", err)
 		}
 	})
-	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs}
+	t.Cleanup(stop)
+	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs, stop: stop}
+}
+
+// An Idempotency-Key outlives the process: after a restart on the same
+// store the same request is answered with the first message, another
+// payload under it is still 422, and the endpoint got one delivery.
+func TestPublishKeySurvivesRestart(t *testing.T) { stores(t, testPublishKeySurvivesRestart) }
+
+func testPublishKeySurvivesRestart(t *testing.T, storeURL string) {
+	rcv := newReceiver(t)
+	yaml := publishConfig(storeURL, rcv.srv.URL+"/in")
+	h := startWith(t, yaml)
+	const msg = `{"type":"invoice.paid","data":{"id":"in_7"}}`
+	code, body, _ := h.publish("restart-key", msg)
+	if code != 202 {
+		t.Fatalf("publish: %d %s", code, body)
+	}
+	waitFor(t, "the delivery", func() bool { return len(rcv.deliveries()) == 1 })
+	h.stop()
+
+	h2 := startWith(t, yaml)
+	code, again, hdr := h2.publish("restart-key", msg)
+	if code != 202 || again != body || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after a restart: %d %s %v, want the first answer %s replayed", code, again, hdr, body)
+	}
+	if code, body, _ := h2.publish("restart-key", `{"type":"invoice.paid","data":{"id":"in_8"}}`); code != 422 {
+		t.Fatalf("another payload after a restart: %d %s, want 422", code, body)
+	}
+	if n := len(rcv.deliveries()); n != 1 {
+		t.Fatalf("%d deliveries, want 1", n)
+	}
 }
 
 // call sends an admin API request with the bearer token (none when token

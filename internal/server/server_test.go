@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -89,6 +87,9 @@ type harness struct {
 	cfg  *config.Config
 	clk  *clock.Fake
 	logs *syncBuffer
+	// stop stops the server and waits for its clean stop (also run at the
+	// test's end; a second call does nothing).
+	stop func()
 }
 
 // syncBuffer collects the server's log records.
@@ -116,32 +117,7 @@ func start(t *testing.T, storeURL string) *harness {
 
 func startWith(t *testing.T, yaml string) *harness {
 	t.Helper()
-	cfg, err := config.Parse("e2e.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := clock.NewFake(t0)
-	logs := &syncBuffer{}
-	srv := New(cfg, Options{Clock: clk, Listener: ln, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("server did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server stopped with %v, want a clean stop", err)
-		}
-	})
-	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs}
+	return startAt(t, yaml, t0)
 }
 
 func sqliteURL(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "e2e.db") }
