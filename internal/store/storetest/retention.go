@@ -94,8 +94,8 @@ func testRetentionPrune(t *testing.T, o Opener) {
 	// Kept: pending work (routed, not processed).
 	keepPending := f.event("keep_pending")
 	f.route(old, to(keepPending, rt("out", "p", "1")))
-	// Kept: the source of an effect that is not done (nor would it go
-	// when done: the ledger is never pruned).
+	// Kept: the source of an effect that is not finished (a finished one
+	// would go first, leaving a tombstone: testRetentionEffects).
 	keepEffect := f.event("keep_effect")
 	f.route(old, to(keepEffect, rt("out", "e", "1")))
 	if r := f.step("out", "e", old, rev(1, `{"n":1}`, eff("out:e:r1:push", "push"))); r.EffectsInserted != 1 {
