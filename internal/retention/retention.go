@@ -1,7 +1,8 @@
 // Package retention is the maintenance loop that deletes what is past its
-// source's retention: events with their deliveries, work rows and loop
-// visits, and audit rows (docs/retention.md). It keeps everything an
-// unfinished event or an effect still needs; the store decides that, one
+// source's retention: finished effects with their attempts (each leaves a
+// tombstone of its episode key), events with their deliveries, work rows
+// and loop visits, and audit rows (docs/retention.md). It keeps everything
+// an unfinished event or effect still needs; the store decides that, one
 // short transaction per batch, and this loop paces the batches so that
 // ingest, which shares the database's writer, waits for one batch at most.
 package retention
@@ -34,6 +35,8 @@ const (
 	TableWork       = "work"
 	TableLoopVisits = "loop_visits"
 	TableAudit      = "audit"
+	TableEffects    = "effects"
+	TableAttempts   = "effect_attempts"
 )
 
 // ErrBusy reports that Pass found another process pruning (PostgreSQL).
@@ -120,6 +123,7 @@ type passState struct {
 	params    store.RetentionPruneParams
 	total     PassResult
 	started   time.Time
+	effDone   bool
 	evDone    bool
 	auditDone bool
 	lastBatch time.Duration // how long the last batch took
@@ -161,7 +165,7 @@ func New(st Store, pol Policy, opts Options) *Service {
 			Help: "Passes left to another process that held the pruning lock (PostgreSQL).",
 		}),
 	}
-	for _, t := range []string{TableEvents, TableDeliveries, TableWork, TableLoopVisits, TableAudit} {
+	for _, t := range []string{TableEvents, TableDeliveries, TableWork, TableLoopVisits, TableAudit, TableEffects, TableAttempts} {
 		s.deleted.WithLabelValues(t) // present at 0 from the start
 	}
 	if opts.Registerer != nil {
@@ -230,6 +234,10 @@ func (s *Service) step(ctx context.Context) (bool, error) {
 	}
 	s.count(&ps.total.RetentionPruneResult, r)
 	// A table whose scan is done is not scanned again this pass.
+	if !ps.effDone {
+		ps.params.AfterEffectID = r.NextEffectID
+		ps.effDone = r.EffectsDone
+	}
 	if !ps.evDone {
 		ps.params.AfterEventPK = r.NextEventPK
 		ps.evDone = r.EventsDone
@@ -238,13 +246,16 @@ func (s *Service) step(ctx context.Context) (bool, error) {
 		ps.params.AfterAuditID = r.NextAuditID
 		ps.auditDone = r.AuditDone
 	}
+	if ps.effDone {
+		ps.params.AfterEffectID = maxCursor
+	}
 	if ps.evDone {
 		ps.params.AfterEventPK = maxCursor
 	}
 	if ps.auditDone {
 		ps.params.AfterAuditID = maxCursor
 	}
-	if !ps.evDone || !ps.auditDone {
+	if !ps.effDone || !ps.evDone || !ps.auditDone {
 		return true, nil
 	}
 	s.pass = nil
@@ -258,7 +269,7 @@ func (s *Service) step(ctx context.Context) (bool, error) {
 	s.lastMu.Unlock()
 	if res.Deleted() > 0 {
 		s.log.Info("retention pass", "events", res.Events, "deliveries", res.Deliveries, "work", res.Work,
-			"loop_visits", res.LoopVisits, "audit", res.Audit, "batches", res.Batches, "duration", res.Duration)
+			"loop_visits", res.LoopVisits, "audit", res.Audit, "effects", res.Effects, "effect_attempts", res.Attempts, "batches", res.Batches, "duration", res.Duration)
 	}
 	return false, nil
 }
@@ -278,6 +289,8 @@ func (s *Service) count(total *store.RetentionPruneResult, r *store.RetentionPru
 		{TableWork, r.Work, &total.Work},
 		{TableLoopVisits, r.LoopVisits, &total.LoopVisits},
 		{TableAudit, r.Audit, &total.Audit},
+		{TableEffects, r.Effects, &total.Effects},
+		{TableAttempts, r.Attempts, &total.Attempts},
 	} {
 		*c.sum += c.n
 		if c.n > 0 {

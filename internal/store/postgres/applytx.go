@@ -125,18 +125,30 @@ func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) err
 
 // InsertEffect answers both questions in one statement: the CTE inserts,
 // and the outer select reads the row that was there before (the
-// statement's snapshot cannot see its own insert). A conflicting row
-// committed by another transaction after that snapshot is read again on
-// its own.
+// statement's snapshot cannot see its own insert). A key held by a
+// tombstone (a pruned effect) counts as existing: the insert's WHERE
+// skips it and the tombstone's request is the one returned, in the same
+// round trip. A conflicting row committed by another transaction after
+// that snapshot is read again on its own.
+//
+// Pruning cannot delete the row between this statement's snapshot and its
+// insert (which would let ON CONFLICT wait for the delete and then insert
+// a second effect under a key whose tombstone it did not see): ApplyRead
+// holds the entity's row lock until the commit, and pruning deletes an
+// effect only under that entity's row lock (retention.go).
 func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert) (bool, []byte, error) {
 	var inserted bool
 	var existing *string
-	err := a.t.query(ctx, "insert effect", `WITH ins AS (INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+	err := a.t.query(ctx, "insert effect", `WITH t AS (SELECT request::text AS request FROM effect_tombstones WHERE episode_key = $1),
+		ins AS (INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
 			compensates, deadline_at, deadline_warn_at, on_deadline)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'approved', $8::jsonb, $9, $10, $11, $12, $12, $13, $14, $15, $16)
+			SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, 'approved', $8::jsonb, $9::bigint,
+				$10::text, $11::bigint, $12::timestamptz, $12::timestamptz, $13::bigint, $14::timestamptz, $15::timestamptz, $16::text
+			WHERE NOT EXISTS (SELECT 1 FROM t)
 			ON CONFLICT (episode_key) DO NOTHING RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM ins), (SELECT request::text FROM effects WHERE episode_key = $1)`,
+		SELECT EXISTS (SELECT 1 FROM ins),
+			coalesce((SELECT request FROM t), (SELECT request::text FROM effects WHERE episode_key = $1))`,
 		[]any{e.EpisodeKey, w.Flow, w.Entity, p.Version, p.VersionSort, e.Effect, e.Destination, string(store.StateJSON(e.Request)),
 			w.EventPK, e.CausationID, e.Hop, p.Now, e.Compensates, nullTime(e.DeadlineAt), nullTime(e.DeadlineWarnAt), e.OnDeadline},
 		func(rows pgx.Rows) error {
@@ -149,7 +161,8 @@ func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.F
 		return inserted, nil, err
 	}
 	if existing == nil {
-		err = a.t.query(ctx, "read existing effect", `SELECT request::text FROM effects WHERE episode_key = $1`,
+		err = a.t.query(ctx, "read existing effect", `SELECT request::text FROM effects WHERE episode_key = $1
+			UNION ALL SELECT request::text FROM effect_tombstones WHERE episode_key = $1 LIMIT 1`,
 			[]any{e.EpisodeKey}, func(rows pgx.Rows) error {
 				if rows.Next() {
 					return rows.Scan(&existing)

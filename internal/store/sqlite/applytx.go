@@ -97,13 +97,19 @@ func (a applyTx) SupersedeEffect(ctx context.Context, id int64, now time.Time) e
 	return err
 }
 
-// InsertEffect reads the existing row only on the rare conflict.
+// InsertEffect reads the existing row only on the rare conflict. A key
+// held by a tombstone (a pruned effect) counts as existing: nothing is
+// inserted and the tombstone's request is what the caller compares. The
+// write transaction is alone, so no pruning can fall between the check
+// and the insert.
 func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert) (bool, []byte, error) {
 	now := p.Now.UnixMicro()
 	r, err := a.tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 		state, request, source_event_pk, causation_id, hop, created_at, updated_at,
 		compensates, deadline_at, deadline_warn_at, on_deadline)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
+		SELECT ?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		WHERE NOT EXISTS (SELECT 1 FROM effect_tombstones WHERE episode_key = ?1)
+		ON CONFLICT (episode_key) DO NOTHING`,
 		e.EpisodeKey, w.Flow, w.Entity, p.Version, p.VersionSort, e.Effect, e.Destination, string(store.StateJSON(e.Request)),
 		w.EventPK, e.CausationID, e.Hop, now, now, e.Compensates, micros(e.DeadlineAt), micros(e.DeadlineWarnAt), e.OnDeadline)
 	if err != nil {
@@ -114,7 +120,8 @@ func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.F
 		return n == 1, nil, err
 	}
 	var existing string
-	if err := a.tx.QueryRowContext(ctx, `SELECT request FROM effects WHERE episode_key = ?`, e.EpisodeKey).Scan(&existing); err != nil {
+	if err := a.tx.QueryRowContext(ctx, `SELECT request FROM effects WHERE episode_key = ?1
+		UNION ALL SELECT request FROM effect_tombstones WHERE episode_key = ?1 LIMIT 1`, e.EpisodeKey).Scan(&existing); err != nil {
 		return false, nil, err
 	}
 	return false, []byte(existing), nil

@@ -110,7 +110,7 @@ func TestOutcomePlans(t *testing.T) {
 		{"escalate", escalateSQL, []any{1, 10}, "effects_deadline", "TEMP B-TREE"},
 		{"verify page", verifyPageSQL, []any{"crm", 0, 10}, "effects_destination", "TEMP B-TREE"},
 		{"done evidence", evidence, nil, "audit_e", "SCAN au"},
-		{"find compensation", findCompensationSQL, []any{"k:compensate", 1}, "effects_compensation", "SCAN effects\n"},
+		{"find compensation", findCompensationSQL, []any{"k:compensate", 1}, "effects_compensates", "SCAN effects\n"},
 	} {
 		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
 		if err != nil {

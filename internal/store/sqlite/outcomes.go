@@ -148,9 +148,14 @@ func (s *Store) EffectCompensate(ctx context.Context, p *store.EffectCompensateP
 
 // findCompensationSQL finds an effect's compensation, made by an operator
 // (its episode key) or by a flow (compensates): two index probes, the
-// second through effects_compensation, whose predicate it repeats.
+// second through effects_compensates, whose predicate it repeats. A
+// tombstone of the operator's key (the compensation ran and was pruned,
+// id 0 here) counts as one: the compensation never runs twice. One
+// statement reads both tables, so a pruning that commits in between is
+// seen whole (the row or its tombstone), never as neither.
 const findCompensationSQL = `SELECT id FROM effects WHERE episode_key = ?
-	UNION ALL SELECT id FROM effects WHERE compensates = ? AND compensates <> 0 LIMIT 1`
+	UNION ALL SELECT id FROM effects WHERE compensates = ? AND compensates <> 0
+	UNION ALL SELECT 0 FROM effect_tombstones WHERE episode_key = ?1 LIMIT 1`
 
 func compensate(ctx context.Context, tx *wtx, p *store.EffectCompensateParams) (*store.Effect, error) {
 	var orig struct {
@@ -177,6 +182,8 @@ func compensate(ctx context.Context, tx *wtx, p *store.EffectCompensateParams) (
 	var existing int64
 	err = tx.QueryRowContext(ctx, findCompensationSQL, orig.key+store.CompensationSuffix, p.EffectID).Scan(&existing)
 	switch {
+	case err == nil && existing == 0:
+		return nil, fmt.Errorf("%w: effect %d was compensated already (the compensation is pruned: docs/retention.md)", store.ErrConflict, p.EffectID)
 	case err == nil:
 		return nil, fmt.Errorf("%w: effect %d is compensated by effect %d already", store.ErrConflict, p.EffectID, existing)
 	case !errors.Is(err, sql.ErrNoRows):

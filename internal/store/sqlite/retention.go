@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +39,29 @@ const (
 					AND f.state NOT IN ('done', 'superseded', 'resolved'))))
 		THEN 1 ELSE 0 END
 		FROM audit a WHERE a.id > ? ORDER BY a.id LIMIT ?`
+	// An effect past its source's cutoff that nothing needs
+	// (store.PruneEffectKept). The scan walks effects in id order; the
+	// time that ends the scan is created_at, which grows with the id (an
+	// effect is changed after it is created, never before), and the
+	// cutoff applies to updated_at. The compensation probe reads
+	// effects_compensates.
+	pruneEffectScan = `SELECT f.id, e.source, f.created_at, f.updated_at,
+		CASE WHEN f.updated_at < ?
+			AND f.state IN ('done', 'superseded', 'resolved')
+			AND NOT EXISTS (SELECT 1 FROM effects c WHERE c.compensates = f.id AND c.compensates <> 0
+				AND c.state NOT IN ('done', 'superseded', 'resolved'))
+		THEN 1 ELSE 0 END
+		FROM effects f JOIN events e ON e.pk = f.source_event_pk
+		WHERE f.id > ? ORDER BY f.id LIMIT ?`
+	// The tombstone is written before the row goes, in the same
+	// transaction. A tombstone already there (which the ledger's inserts
+	// make impossible) is kept: either one holds the key.
+	pruneAttempts   = `DELETE FROM effect_attempts WHERE effect_id IN (SELECT value FROM json_each(?))`
+	pruneTombstones = `INSERT INTO effect_tombstones (episode_key, flow, entity, effect, destination, state, request, created_at, deleted_at)
+		SELECT episode_key, flow, entity, effect, destination, state, request, created_at, ?2
+		FROM effects WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id
+		ON CONFLICT (episode_key) DO NOTHING`
+	pruneEffects = `DELETE FROM effects WHERE id IN (SELECT value FROM json_each(?))`
 	// The pks to delete travel as one JSON array, so each statement has
 	// one text whatever the batch holds (the writer caches statements by
 	// text). Work is deleted only when settled: a replay enqueued between
@@ -54,14 +79,49 @@ const (
 // shared writer like any other write, so ingest waits for at most one
 // batch, never for the pass.
 func (s *Store) RetentionPrune(ctx context.Context, p *store.RetentionPruneParams) (*store.RetentionPruneResult, error) {
-	res := &store.RetentionPruneResult{NextEventPK: p.AfterEventPK, NextAuditID: p.AfterAuditID}
+	res := &store.RetentionPruneResult{NextEffectID: p.AfterEffectID, NextEventPK: p.AfterEventPK, NextAuditID: p.AfterAuditID}
 	latest := p.LatestCutoff()
 	if latest.IsZero() {
-		res.EventsDone, res.AuditDone = true, true
+		res.EffectsDone, res.EventsDone, res.AuditDone = true, true, true
 		return res, nil
 	}
 	limit := p.Batch()
+	// Effects first: an event whose last effect goes in this batch can go
+	// in the events transaction right after it, when the event scan has
+	// not passed it yet.
 	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
+		scan, err := pruneEffectsScan(ctx, tx, p, latest, p.AfterEffectID, limit)
+		if err != nil {
+			return fmt.Errorf("scan effects: %w", err)
+		}
+		res.NextEffectID, res.EffectsDone = scan.next, scan.done
+		if len(scan.ids) == 0 {
+			return nil
+		}
+		ids, err := json.Marshal(scan.ids)
+		if err != nil {
+			return err
+		}
+		r, err := tx.ExecContext(ctx, pruneAttempts, string(ids))
+		if err != nil {
+			return wrapErr("prune attempts", err)
+		}
+		if res.Attempts, err = r.RowsAffected(); err != nil {
+			return wrapErr("prune attempts", err)
+		}
+		if _, err := tx.ExecContext(ctx, pruneTombstones, string(ids), p.Now.UnixMicro()); err != nil {
+			return wrapErr("write tombstones", err)
+		}
+		if r, err = tx.ExecContext(ctx, pruneEffects, string(ids)); err != nil {
+			return wrapErr("prune effects", err)
+		}
+		res.Effects, err = r.RowsAffected()
+		return wrapErr("prune effects", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("prune effects: %w", err)
+	}
+	err = s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		scan, err := pruneScan(ctx, tx, pruneEventScan, p, latest, p.AfterEventPK, limit)
 		if err != nil {
 			return fmt.Errorf("scan events: %w", err)
@@ -94,7 +154,6 @@ func (s *Store) RetentionPrune(ctx context.Context, p *store.RetentionPruneParam
 		return nil
 	})
 	if err != nil {
-		*res = store.RetentionPruneResult{NextEventPK: p.AfterEventPK, NextAuditID: p.AfterAuditID}
 		return nil, fmt.Errorf("prune events: %w", err)
 	}
 	err = s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
@@ -166,4 +225,63 @@ func pruneScan(ctx context.Context, tx *wtx, q string, p *store.RetentionPrunePa
 	}
 	out.done = n < limit || !old
 	return out, nil
+}
+
+// pruneEffectsScan reads one window of effects after the cursor and picks
+// those past their source's cutoff that nothing needs; the window is done
+// as pruneScan's is, by creation time.
+func pruneEffectsScan(ctx context.Context, tx *wtx, p *store.RetentionPruneParams, latest time.Time, after int64, limit int) (*scanResult, error) {
+	rows, err := tx.QueryContext(ctx, pruneEffectScan, latest.UnixMicro(), after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := &scanResult{next: after}
+	n, old := 0, false
+	for rows.Next() {
+		var (
+			id, created, updated int64
+			source               string
+			deletable            bool
+		)
+		if err := rows.Scan(&id, &source, &created, &updated, &deletable); err != nil {
+			return nil, err
+		}
+		n++
+		out.next = id
+		if created >= latest.UnixMicro() {
+			continue
+		}
+		old = true
+		cut := p.CutoffOf(source)
+		if deletable && !cut.IsZero() && updated < cut.UnixMicro() {
+			out.ids = append(out.ids, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out.done = n < limit || !old
+	return out, nil
+}
+
+// EffectTombstoneGet reads the tombstone of an episode key.
+func (s *Store) EffectTombstoneGet(ctx context.Context, episodeKey string) (*store.EffectTombstone, error) {
+	var (
+		t                  store.EffectTombstone
+		request            string
+		created, deletedAt int64
+	)
+	err := s.readQueryRow(ctx, `SELECT episode_key, flow, entity, effect, destination, state, request, created_at, deleted_at
+		FROM effect_tombstones WHERE episode_key = ?`, episodeKey).
+		Scan(&t.EpisodeKey, &t.Flow, &t.Entity, &t.Effect, &t.Destination, &t.State, &request, &created, &deletedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get tombstone %s: %w", episodeKey, err)
+	}
+	t.Request = []byte(request)
+	t.CreatedAt, t.DeletedAt = time.UnixMicro(created).UTC(), time.UnixMicro(deletedAt).UTC()
+	return &t, nil
 }

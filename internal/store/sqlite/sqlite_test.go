@@ -183,7 +183,7 @@ func TestListPlans(t *testing.T) {
 	ef("finished states", store.EffectListParams{State: store.EffectDone}, "INTEGER PRIMARY KEY", "TEMP B-TREE")
 	ef("created span", store.EffectListParams{CreatedFrom: t1, CreatedTo: t2}, "effects_created", "")
 	ef("deadline missed", store.EffectListParams{DeadlineMissed: true, Flow: "f", Destination: "crm"}, "effects_deadline_missed", "effects_flow")
-	ef("compensations", store.EffectListParams{Compensations: true, Destination: "crm"}, "effects_compensation", "effects_destination")
+	ef("compensations", store.EffectListParams{Compensations: true, Destination: "crm"}, "effects_compensat", "effects_destination")
 	for _, c := range cases {
 		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
 		if err != nil {
