@@ -34,8 +34,9 @@ type retentionFlags struct {
 }
 
 // The fixture's mix, by modulus of the event number: one event in
-// modRetEffect caused an effect (kept: the ledger is never pruned), one in
-// modRetPending is not processed yet (kept). Events 1..n/2 are 45 days
+// modRetEffect caused an effect (done: past retention it is pruned to a
+// tombstone, and its event goes with it), one in modRetPending is not
+// processed yet (kept). Events 1..n/2 are 45 days
 // old, the rest 1 to 29 days: with a 30-day retention the old half goes,
 // less what is kept.
 const (
@@ -166,13 +167,17 @@ func retentionCell(ctx context.Context, stdout, stderr io.Writer, f *retentionFl
 	}
 	printRetentionRow(stdout, driver, "prune pass", pass.Duration, pass.Deleted(), nil)
 	printRetentionRow(stdout, driver, "ingest+prune", pass.Duration, 0, during)
-	fmt.Fprintf(stdout, "%-9s deleted: %d events, %d deliveries, %d work, %d audit in %d batches\n",
-		driver, pass.Events, pass.Deliveries, pass.Work, pass.Audit, pass.Batches)
+	fmt.Fprintf(stdout, "%-9s deleted: %d events, %d deliveries, %d work, %d audit, %d effects (tombstoned) in %d batches\n",
+		driver, pass.Events, pass.Deliveries, pass.Work, pass.Audit, pass.Effects, pass.Batches)
 
 	want := expectedPruned(f)
 	half := int64(f.events / 2)
 	if wantAudit := 2 * (half - half/modRetPending); pass.Audit != wantAudit {
 		fmt.Fprintf(stderr, "%s: pass deleted %d audit rows, the fixture planted %d past retention\n", driver, pass.Audit, wantAudit)
+		return false, nil
+	}
+	if wantEffects := half / modRetEffect; pass.Effects != wantEffects {
+		fmt.Fprintf(stderr, "%s: pass pruned %d effects, the fixture planted %d done effects past retention\n", driver, pass.Effects, wantEffects)
 		return false, nil
 	}
 	if pass.Events != want || pass.Deliveries != want || pass.Work != want {
@@ -188,7 +193,7 @@ func retentionCell(ctx context.Context, stdout, stderr io.Writer, f *retentionFl
 func expectedPruned(f *retentionFlags) int64 {
 	var n int64
 	for i := 1; i <= f.events/2; i++ {
-		if i%modRetEffect != 0 && i%modRetPending != 0 {
+		if i%modRetPending != 0 {
 			n++
 		}
 	}

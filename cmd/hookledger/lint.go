@@ -116,8 +116,9 @@ var errNoConfigFlows = errors.New("the config defines no flows to lint (it has n
 
 // configFlows derives one inventory row per flow of a hookledger config, as
 // the engine runs it: an event pipeline that keys every effect on flow,
-// entity, business version and effect name, behind an inbound webhook. The
-// ledger is never pruned, so its retention is unbounded; acknowledgement
+// entity, business version and effect name, behind an inbound webhook.
+// Episode keys are kept for ever (a pruned effect leaves a tombstone), so
+// the ledger's retention is unbounded; acknowledgement
 // latency is left blank because it is a property of the deployment (measure
 // it with /metrics' hookledger_receive_ack_seconds).
 func configFlows(env *Env, path string) ([]lint.Flow, error) {
