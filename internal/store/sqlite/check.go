@@ -44,7 +44,7 @@ func (s *Store) InvariantCheck(ctx context.Context, p *store.InvariantCheckParam
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("check %s: %w", c.name, err)
 		}
-		res.Counts[c.name] = n
+		res.Counts[c.name] += n
 	}
 	return res, nil
 }
@@ -101,6 +101,20 @@ func invariantChecks() []invariantCheck {
 				return "", "", err
 			}
 			return "episode key " + key, fmt.Sprintf("held by %d effects (ids %s): the effect can happen more than once", n, ids), nil
+		},
+	}, {
+		// A pruned effect's tombstone holds its key; a live effect beside
+		// it was made after the prune, which the ledger's insert forbids.
+		name: store.InvariantEpisodeKeyOnce,
+		query: `SELECT f.episode_key, f.id, t.deleted_at FROM effects f JOIN effect_tombstones t ON t.episode_key = f.episode_key
+			ORDER BY f.id`,
+		finding: func(sc scanner) (string, string, error) {
+			var key string
+			var id, pruned int64
+			if err := sc.Scan(&key, &id, &pruned); err != nil {
+				return "", "", err
+			}
+			return "episode key " + key, fmt.Sprintf("held by effect %d and by the tombstone of an effect pruned %s: the effect can happen more than once", id, stamp(pruned)), nil
 		},
 	}, {
 		// Evidence that a done effect was done: an attempts row of class

@@ -138,6 +138,15 @@ func testInvariantEpisodeKeyOnce(t *testing.T, o Opener) {
 	f.only(store.InvariantEpisodeKeyOnce, "episode key "+f.success.EpisodeKey, "held by 2 effects", fmt.Sprintf("ids %d, ", f.success.ID))
 }
 
+// A tombstone beside a live effect of the same key: the effect was made
+// again after it was pruned.
+func testInvariantEpisodeKeyTombstone(t *testing.T, o Opener) {
+	f := newHealthy(t, o)
+	f.tamper(GuardNone, `INSERT INTO effect_tombstones (episode_key, flow, entity, effect, destination, state, request, created_at, deleted_at)
+		SELECT episode_key, flow, entity, effect, destination, 'done', request, created_at, updated_at FROM effects WHERE id = ?`, f.success.ID)
+	f.only(store.InvariantEpisodeKeyOnce, "episode key "+f.success.EpisodeKey, fmt.Sprintf("held by effect %d and by the tombstone", f.success.ID))
+}
+
 func testInvariantDoneEvidence(t *testing.T, o Opener) {
 	f := newHealthy(t, o)
 	f.tamper(GuardNone, `UPDATE effects SET state = 'done' WHERE id = ?`, f.approved.ID)

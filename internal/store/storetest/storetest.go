@@ -117,6 +117,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"InvariantCheckClean", testInvariantCheckClean},
 		{"InvariantCheckEventPending", testInvariantEventPending},
 		{"InvariantCheckEpisodeKeyOnce", testInvariantEpisodeKeyOnce},
+		{"InvariantCheckEpisodeKeyTombstone", testInvariantEpisodeKeyTombstone},
 		{"InvariantCheckDoneEvidence", testInvariantDoneEvidence},
 		{"InvariantCheckProjectionVersion", testInvariantProjectionVersion},
 		{"InvariantCheckEffectEvent", testInvariantEffectEvent},
