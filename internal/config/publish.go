@@ -162,7 +162,13 @@ func ParseSecret(s string) (kind, public string, err error) {
 
 func (c *Config) setPublishDefaults() {
 	p := &c.Publish
-	setDur(&p.Timeout, DefaultPublishTimeout)
+	// 15 s unless the delivery lease is shorter: a call must end well
+	// inside the lease, or it looks abandoned while still running.
+	lease := c.Delivery.Lease.D()
+	if lease <= 0 {
+		lease = 2 * time.Minute // delivery's default, set after this
+	}
+	setDur(&p.Timeout, min(DefaultPublishTimeout, lease/2))
 	setDur(&p.DisableAfter, DefaultDisableAfter)
 	setDur(&p.IdempotencyWindow, DefaultIdempotencyWindow)
 	setDur(&p.RotationOverlap, DefaultRotationOverlap)

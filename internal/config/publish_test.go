@@ -25,6 +25,14 @@ func TestPublishDefaultsAndEndpoints(t *testing.T) {
 	if len(c.Endpoints) != 1 || c.Endpoints[0].ID != "partner.eu" {
 		t.Fatalf("endpoints %+v", c.Endpoints)
 	}
+	// A short delivery lease shortens the default timeout with it.
+	c2, err := Parse("p.yaml", []byte("delivery:\n  lease: 4s\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.Publish.Timeout.D() != 2*time.Second {
+		t.Fatalf("timeout %s under a 4 s lease, want 2 s", c2.Publish.Timeout.D())
+	}
 	// No flow publishes: no built-in destination is added.
 	for _, d := range c.Destinations {
 		if d.Name == PublishDestination {
