@@ -145,3 +145,31 @@ func TestRuntimeDestinationScheduleAndParking(t *testing.T) {
 		t.Fatalf("after enabling: %s %s", a.State, b.State)
 	}
 }
+
+// An endpoint's answers are read as the Standard Webhooks spec says: only
+// 2xx succeeds, a redirect or a 4xx is retried like a 5xx, 410 stops.
+func TestClassifyEndpoint(t *testing.T) {
+	d := &config.Destination{Name: "endpoint:e", Kind: config.KindEndpoint}
+	for _, tc := range []struct {
+		status int
+		want   store.ErrorClass
+	}{
+		{200, ""}, {204, ""}, {299, ""},
+		{301, store.ClassTransient}, {308, store.ClassTransient},
+		{400, store.ClassTransient}, {401, store.ClassTransient}, {404, store.ClassTransient},
+		{410, store.ClassPermanent},
+		{429, store.ClassQuota},
+		{500, store.ClassTransient}, {503, store.ClassTransient},
+	} {
+		class, reason := deliver.Classify(d, &deliver.Response{Status: tc.status, Sent: true}, nil)
+		if tc.want == "" {
+			if class != "success" || reason != "" {
+				t.Errorf("%d: %s %q, want success", tc.status, class, reason)
+			}
+			continue
+		}
+		if class != tc.want || reason == "" {
+			t.Errorf("%d: %s %q, want %s with a reason", tc.status, class, reason, tc.want)
+		}
+	}
+}
