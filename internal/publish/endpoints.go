@@ -309,6 +309,17 @@ func (s *Service) SetEnabled(ctx context.Context, id string, enabled bool, reaso
 	if err := s.Refresh(ctx); err != nil {
 		return e, err
 	}
+	if !enabled {
+		// Messages waiting for a retry park now, in sight, instead of at
+		// their next retry hours from now.
+		n, err := s.st.EffectsDueNow(ctx, store.EndpointDestination(id), now)
+		if err != nil {
+			return e, fmt.Errorf("park waiting messages of %s: %w", id, err)
+		}
+		if n > 0 {
+			s.opts.Wake()
+		}
+	}
 	if enabled {
 		n, err := s.unpark(ctx, id, actor)
 		if err != nil {

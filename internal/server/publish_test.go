@@ -324,3 +324,42 @@ func (h *harness) published() []api.EventJSON {
 	}
 	return out.Events
 }
+
+// Disabling an endpoint parks its messages that wait for a retry at once,
+// not when that retry comes due hours later; enabling delivers them.
+func TestPublishDisableParksWaitingRetries(t *testing.T) { stores(t, testPublishDisableParksWaitingRetries) }
+
+func testPublishDisableParksWaitingRetries(t *testing.T, storeURL string) {
+	rcv := newReceiver(t)
+	rcv.setStatus(500)
+	h := startWith(t, publishConfig(storeURL, rcv.srv.URL+"/in"))
+	id := h.publishID("wait-1", `{"type":"invoice.paid","data":{"id":"in_1"}}`)
+	waitFor(t, "the first failed attempt", func() bool {
+		es := h.effectList("destination=endpoint:partner&state=retry_wait")
+		return len(es) == 1
+	})
+	// The clock stands still: the retry is 5 s away and never comes due.
+	if code, b, _ := h.call("PATCH", "/api/v1/endpoints/partner", `{"enabled": false}`, adminToken); code != 200 {
+		t.Fatalf("disable: %d %s", code, b)
+	}
+	waitFor(t, "the waiting message to park", func() bool {
+		es := h.effectList("destination=endpoint:partner&state=dead")
+		return len(es) == 1 && strings.HasPrefix(es[0].Reason, "parked: ")
+	})
+	if e := h.endpoint("partner"); e.Parked == nil || *e.Parked != 1 || e.Pending == nil || *e.Pending != 0 {
+		t.Fatalf("endpoint after disabling: parked %v pending %v, want 1 and 0", e.Parked, e.Pending)
+	}
+	calls := len(rcv.deliveries())
+	rcv.setStatus(204)
+	if code, b, _ := h.call("PATCH", "/api/v1/endpoints/partner", `{"enabled": true}`, adminToken); code != 200 {
+		t.Fatalf("enable: %d %s", code, b)
+	}
+	waitFor(t, "the delivery after enabling", func() bool {
+		es := h.effectList("destination=endpoint:partner&state=done")
+		return len(es) == 1
+	})
+	got := rcv.deliveries()
+	if len(got) != calls+1 || got[len(got)-1].header.Get("webhook-id") != id {
+		t.Fatalf("%d calls after enabling (had %d), want one more with webhook-id %s", len(got), calls, id)
+	}
+}

@@ -46,6 +46,12 @@ type Publishing interface {
 	// IdempotencyPrune deletes up to Limit keys expired at Now and returns
 	// how many it deleted.
 	IdempotencyPrune(ctx context.Context, now time.Time, limit int) (int, error)
+	// EffectsDueNow makes the destination's effects waiting in retry_wait
+	// for a later time due at now, and returns how many. A disabled
+	// endpoint's messages then park at once instead of at their next
+	// retry. The state and attempts are kept; nothing is audited, since
+	// nothing changes state.
+	EffectsDueNow(ctx context.Context, destination string, now time.Time) (int, error)
 }
 
 // Names the publishing path uses in the shared tables.

@@ -284,3 +284,13 @@ func (s *Store) IdempotencyPrune(ctx context.Context, now time.Time, limit int) 
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// EffectsDueNow brings the destination's waiting retries forward to now.
+func (s *Store) EffectsDueNow(ctx context.Context, destination string, now time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE effects SET next_attempt_at = $1
+		WHERE destination = $2 AND state = 'retry_wait' AND next_attempt_at > $1`, now, destination)
+	if err != nil {
+		return 0, fmt.Errorf("make effects of %s due: %w", destination, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

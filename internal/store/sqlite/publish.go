@@ -291,3 +291,21 @@ func (s *Store) IdempotencyPrune(ctx context.Context, now time.Time, limit int) 
 	}
 	return int(n), nil
 }
+
+// EffectsDueNow brings the destination's waiting retries forward to now.
+func (s *Store) EffectsDueNow(ctx context.Context, destination string, now time.Time) (int, error) {
+	var n int64
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
+		r, err := tx.ExecContext(ctx, `UPDATE effects SET next_attempt_at = ?
+			WHERE destination = ? AND state = 'retry_wait' AND next_attempt_at > ?`, now.UnixMicro(), destination, now.UnixMicro())
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("make effects of %s due: %w", destination, err)
+	}
+	return int(n), nil
+}

@@ -452,3 +452,49 @@ func testMessagePublishConcurrent(t *testing.T, o Opener) {
 		t.Fatalf("%d message events, %d effects; want 1 and 2", len(evs), len(effs))
 	}
 }
+
+// EffectsDueNow brings an endpoint's waiting retries forward (a disabled
+// endpoint parks them at once) and touches nothing else.
+func testEffectsDueNow(t *testing.T, o Opener) {
+	f := newPub(t, o)
+	f.put(&store.EndpointPutParams{ID: "ep_a", Spec: spec("https://a.example/hooks"), Enabled: true})
+	f.put(&store.EndpointPutParams{ID: "ep_b", Spec: spec("https://b.example/hooks"), Enabled: true})
+	f.publish(msg("msg_1", "k1", "invoice.paid", t0))
+	f.publish(msg("msg_2", "k2", "invoice.paid", t0))
+	dest := store.EndpointDestination("ep_a")
+	claimed, err := f.s.EffectClaim(f.ctx, &store.EffectClaimParams{Owner: "w1", Now: t0, LeaseFor: time.Minute, Limit: 10,
+		Destinations: []string{dest, store.EndpointDestination("ep_b")}})
+	if err != nil || len(claimed) != 4 {
+		t.Fatalf("claim: %v, %d claimed, want 4", err, len(claimed))
+	}
+	later := t0.Add(10 * time.Hour)
+	for _, c := range claimed {
+		if err := f.s.EffectSettle(f.ctx, &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: t0, Actor: "w1",
+			State: store.EffectRetryWait, NextAttemptAt: later, AddAttempt: true, Class: store.ClassTransient, Reason: "HTTP 500",
+			Attempt: &store.Attempt{StartedAt: t0, Status: 500, Class: store.ClassTransient, Error: "HTTP 500"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := t0.Add(time.Minute)
+	n, err := f.s.EffectsDueNow(f.ctx, dest, now)
+	if err != nil || n != 2 {
+		t.Fatalf("EffectsDueNow: %d, %v; want 2", n, err)
+	}
+	for _, e := range f.effects() {
+		want := later
+		if e.Destination == dest {
+			want = now
+		}
+		if !e.NextAttemptAt.Equal(want) || e.State != store.EffectRetryWait || e.Attempts != 1 {
+			t.Errorf("%s: %s due %s attempts %d, want retry_wait due %s attempts 1", e.EpisodeKey, e.State, e.NextAttemptAt, e.Attempts, want)
+		}
+	}
+	if n, err := f.s.EffectsDueNow(f.ctx, dest, now); err != nil || n != 0 {
+		t.Fatalf("again: %d, %v; want 0 (nothing waits beyond now)", n, err)
+	}
+	due, err := f.s.EffectClaim(f.ctx, &store.EffectClaimParams{Owner: "w1", Now: now, LeaseFor: time.Minute, Limit: 10,
+		Destinations: []string{dest, store.EndpointDestination("ep_b")}})
+	if err != nil || len(due) != 2 || due[0].Destination != dest || due[1].Destination != dest {
+		t.Fatalf("claim after: %v %d, want ep_a's two", err, len(due))
+	}
+}

@@ -145,6 +145,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"MessagePublishReplay", testMessagePublishReplay},
 		{"MessagePublishConcurrent", testMessagePublishConcurrent},
 		{"IdempotencyPrune", testIdempotencyPrune},
+		{"EffectsDueNow", testEffectsDueNow},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
