@@ -327,7 +327,9 @@ func (h *harness) published() []api.EventJSON {
 
 // Disabling an endpoint parks its messages that wait for a retry at once,
 // not when that retry comes due hours later; enabling delivers them.
-func TestPublishDisableParksWaitingRetries(t *testing.T) { stores(t, testPublishDisableParksWaitingRetries) }
+func TestPublishDisableParksWaitingRetries(t *testing.T) {
+	stores(t, testPublishDisableParksWaitingRetries)
+}
 
 func testPublishDisableParksWaitingRetries(t *testing.T, storeURL string) {
 	rcv := newReceiver(t)
