@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/publish"
 	"github.com/hookledger/hookledger/internal/store"
 )
+
+// paramName is a body field as errors name it: secret_kind, types[2].
+var paramName = regexp.MustCompile(`^[a-z_]+(\[\d+\])?$`)
 
 // Publisher is what the publishing resources need.
 type Publisher interface {
@@ -235,7 +239,14 @@ func endpointJSON(e *store.Endpoint) EndpointJSON {
 func (ph *publishing) writeEndpointError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, publish.ErrInvalid):
-		writeError(w, http.StatusBadRequest, strings.TrimPrefix(err.Error(), publish.ErrInvalid.Error()+": "))
+		msg := strings.TrimPrefix(err.Error(), publish.ErrInvalid.Error()+": ")
+		out := map[string]string{"error": msg}
+		// "types[2]: …" names the field at fault, as the other admin
+		// resources do under "param".
+		if field, _, ok := strings.Cut(msg, ":"); ok && paramName.MatchString(field) {
+			out["param"] = field
+		}
+		writeJSON(w, http.StatusBadRequest, out)
 	case errors.Is(err, publish.ErrConflict):
 		writeError(w, http.StatusConflict, strings.TrimPrefix(err.Error(), publish.ErrConflict.Error()+": "))
 	case errors.Is(err, store.ErrNotFound):

@@ -153,7 +153,7 @@ type EndpointInput struct {
 func (in *EndpointInput) apply(spec *store.EndpointSpec) error {
 	if in.URL != nil {
 		var bad error
-		config.CheckEndpointURL(func(f string, a ...any) { bad = invalid(f, a...) }, *in.URL)
+		config.CheckEndpointURL(func(f string, a ...any) { bad = invalid("url: %s", fmt.Sprintf(f, a...)) }, *in.URL)
 		if bad != nil {
 			return bad
 		}

@@ -653,11 +653,11 @@ func testPublishEndpointsAPIErrors(t *testing.T, storeURL string) {
 		code                            int
 		want                            string
 	}{
-		{"create without url", "POST", "/api/v1/endpoints", `{"id":"nourl"}`, adminToken, 400, "url"},
-		{"create with a bad url", "POST", "/api/v1/endpoints", `{"url":"ftp://x"}`, adminToken, 400, "url"},
-		{"create with a bad types glob", "POST", "/api/v1/endpoints", `{"url":"https://a.example/h","types":["["]}`, adminToken, 400, "types"},
+		{"create without url", "POST", "/api/v1/endpoints", `{"id":"nourl"}`, adminToken, 400, `"param":"url"`},
+		{"create with a bad url", "POST", "/api/v1/endpoints", `{"url":"ftp://x"}`, adminToken, 400, `"param":"url"`},
+		{"create with a bad types glob", "POST", "/api/v1/endpoints", `{"url":"https://a.example/h","types":["["]}`, adminToken, 400, `"param":"types[0]"`},
 		{"create with an unknown field", "POST", "/api/v1/endpoints", `{"url":"https://a.example/h","colour":"red"}`, adminToken, 400, "colour"},
-		{"create with a bad id", "POST", "/api/v1/endpoints", `{"id":"no spaces","url":"https://a.example/h"}`, adminToken, 400, "id"},
+		{"create with a bad id", "POST", "/api/v1/endpoints", `{"id":"no spaces","url":"https://a.example/h"}`, adminToken, 400, `"param":"id"`},
 		{"create with a bad secret kind", "POST", "/api/v1/endpoints", `{"url":"https://a.example/h","secret_kind":"v2"}`, adminToken, 400, "kind"},
 		{"create over a config endpoint", "POST", "/api/v1/endpoints", `{"id":"partner","url":"https://a.example/h"}`, adminToken, 409, "partner"},
 		{"change a config endpoint's url", "PATCH", "/api/v1/endpoints/partner", `{"url":"https://other.example/h"}`, adminToken, 409, "config"},
