@@ -108,6 +108,16 @@ func testPublishSmoke(t *testing.T, storeURL string) {
 	if code != 202 || !strings.Contains(body, first.ID) || hdr.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay: %d %s %v, want 202 with %s and Idempotent-Replayed", code, body, hdr, first.ID)
 	}
+	// The draft's form of the key, a Structured Field string, is the same key.
+	code, body, hdr = h.publish(`"k1"`, `{"type":"invoice.paid","data":{"id":"in_1","amount":100}}`)
+	if code != 202 || !strings.Contains(body, first.ID) || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("quoted key: %d %s, want the replay of %s", code, body, first.ID)
+	}
+	for _, bad := range []string{`"k1`, `"k1" x`, "effect:orders:o1:r1:tell"} {
+		if code, body, _ := h.publish(bad, `{"type":"invoice.paid","data":{"id":"in_1"}}`); code != 400 || !strings.Contains(body, "Idempotency-Key") {
+			t.Fatalf("key %q: %d %s, want 400 about the Idempotency-Key", bad, code, body)
+		}
+	}
 	code, body, _ = h.publish("k1", `{"type":"invoice.paid","data":{"id":"in_2"}}`)
 	if code != 422 {
 		t.Fatalf("other payload under the same key: %d %s, want 422", code, body)
