@@ -20,7 +20,7 @@ func TestRetentionBenchSmall(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errOut.String())
 	}
-	if !strings.Contains(out.String(), "deleted: 3750 events, 3750 deliveries, 3750 work, 9976 audit") {
+	if !strings.Contains(out.String(), "deleted: 4988 events, 4988 deliveries, 4988 work, 9976 audit, 1250 effects (tombstoned)") {
 		t.Errorf("output:\n%s", out.String())
 	}
 }
