@@ -361,8 +361,9 @@ func (s *Service) unpark(ctx context.Context, id, actor string) (int, error) {
 	}
 }
 
-// Delete removes an endpoint that is disabled and has no message still
-// on its way: its parked messages stay in the exception queue.
+// Delete removes an endpoint that is disabled and has no message left to
+// deliver, parked ones included: a parked message of a deleted endpoint
+// could be retried into a destination no process serves, out of sight.
 func (s *Service) Delete(ctx context.Context, id, actor string) error {
 	e, err := s.Get(ctx, id)
 	if err != nil {
@@ -378,12 +379,14 @@ func (s *Service) Delete(ctx context.Context, id, actor string) error {
 		return conflict("endpoint %s is enabled: disable it first, so its messages park in the exception queue instead of vanishing", id)
 	}
 	pending, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
-		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait, store.EffectSubmitting, store.EffectNeedsReconciliation}, Limit: 1})
+		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait, store.EffectSubmitting, store.EffectNeedsReconciliation,
+			store.EffectDead}, Limit: 1})
 	if err != nil {
 		return err
 	}
 	if len(pending) > 0 {
-		return conflict("endpoint %s still has messages on their way (effect %d): wait until they are parked", id, pending[0].ID)
+		return conflict("endpoint %s still has messages to deliver (effect %d is %s): enable it to deliver them, or resolve its parked messages in the exception queue, then delete it",
+			id, pending[0].ID, pending[0].State)
 	}
 	if _, err := s.st.EndpointSetState(ctx, &store.EndpointStateParams{ID: id, Delete: true, Reason: "deleted by " + actor, Actor: actor, Now: s.clk.Now()}); err != nil {
 		return err

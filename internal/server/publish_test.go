@@ -375,3 +375,29 @@ func testPublishDisableParksWaitingRetries(t *testing.T, storeURL string) {
 		t.Fatalf("%d calls after enabling (had %d), want one more with webhook-id %s", len(got), calls, id)
 	}
 }
+
+// An endpoint with parked messages cannot be deleted: a parked message of a
+// deleted endpoint could be retried towards an address no process serves.
+// Resolved, the endpoint deletes.
+func TestPublishDeleteKeepsParkedMessagesInSight(t *testing.T) {
+	rcv := newReceiver(t)
+	rcv.setStatus(410)
+	h := startWith(t, publishConfig(sqliteURL(t), rcv.srv.URL+"/in"))
+	ep := h.createEndpoint(`{"id":"gone","url":"` + rcv.srv.URL + `/gone","allow_private_networks":true}`)
+	h.publishID("del-1", `{"type":"invoice.paid","data":{"id":"in_1"}}`)
+	var parked []api.EffectJSON
+	waitFor(t, "the 410 to disable the endpoint and park the message", func() bool {
+		parked = h.effectList("destination=endpoint:" + ep.ID + "&state=dead")
+		return len(parked) == 1 && !h.endpoint(ep.ID).Enabled
+	})
+	code, b, _ := h.call("DELETE", "/api/v1/endpoints/"+ep.ID, "", adminToken)
+	if code != 409 || !strings.Contains(string(b), "resolve its parked messages") {
+		t.Fatalf("delete with a parked message: %d %s, want 409 saying how to clear it", code, b)
+	}
+	if code, b, _ := h.call("POST", fmt.Sprintf("/api/v1/effects/%d/resolve", parked[0].ID), `{"note":"the partner left"}`, adminToken); code != 200 {
+		t.Fatalf("resolve: %d %s", code, b)
+	}
+	if code, b, _ := h.call("DELETE", "/api/v1/endpoints/"+ep.ID, "", adminToken); code != 204 {
+		t.Fatalf("delete after resolving: %d %s, want 204", code, b)
+	}
+}
