@@ -122,9 +122,28 @@ func (s *Service) Sync(ctx context.Context) error {
 		return fmt.Errorf("sync endpoints: %w", err)
 	}
 	for _, e := range list {
-		if e.Origin == store.OriginConfig && !inFile[e.ID] {
-			if _, err := s.st.EndpointSetState(ctx, &store.EndpointStateParams{ID: e.ID, Delete: true,
-				Reason: "removed from the config file", Actor: "config", Now: now}); err != nil {
+		if e.Origin != store.OriginConfig || inFile[e.ID] {
+			continue
+		}
+		// Removed from the file. With messages still to deliver it is only
+		// disabled, so they park in sight; a start after they are resolved
+		// deletes it.
+		left, err := s.undelivered(ctx, e.ID)
+		if err != nil {
+			return fmt.Errorf("sync endpoints: %w", err)
+		}
+		p := &store.EndpointStateParams{ID: e.ID, Delete: true, Reason: "removed from the config file", Actor: "config", Now: now}
+		if left != nil {
+			off := false
+			p = &store.EndpointStateParams{ID: e.ID, Enabled: &off, Actor: "config", Now: now,
+				Reason: "removed from the config file; deleted at a start after its parked messages are resolved"}
+			s.log.Warn("endpoint removed from the config file still has messages to deliver: disabled, not deleted", "endpoint", e.ID, "effect", left.ID)
+		}
+		if _, err := s.st.EndpointSetState(ctx, p); err != nil {
+			return fmt.Errorf("sync endpoints: %w", err)
+		}
+		if left != nil {
+			if _, err := s.st.EffectsDueNow(ctx, store.EndpointDestination(e.ID), now); err != nil {
 				return fmt.Errorf("sync endpoints: %w", err)
 			}
 		}
@@ -378,20 +397,30 @@ func (s *Service) Delete(ctx context.Context, id, actor string) error {
 	if e.Enabled {
 		return conflict("endpoint %s is enabled: disable it first, so its messages park in the exception queue instead of vanishing", id)
 	}
-	pending, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
-		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait, store.EffectSubmitting, store.EffectNeedsReconciliation,
-			store.EffectDead}, Limit: 1})
+	left, err := s.undelivered(ctx, id)
 	if err != nil {
 		return err
 	}
-	if len(pending) > 0 {
+	if left != nil {
 		return conflict("endpoint %s still has messages to deliver (effect %d is %s): enable it to deliver them, or resolve its parked messages in the exception queue, then delete it",
-			id, pending[0].ID, pending[0].State)
+			id, left.ID, left.State)
 	}
 	if _, err := s.st.EndpointSetState(ctx, &store.EndpointStateParams{ID: id, Delete: true, Reason: "deleted by " + actor, Actor: actor, Now: s.clk.Now()}); err != nil {
 		return err
 	}
 	return s.Refresh(ctx)
+}
+
+// undelivered returns one of the endpoint's messages that is not final
+// (parked ones included), or nil.
+func (s *Service) undelivered(ctx context.Context, id string) (*store.Effect, error) {
+	list, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
+		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait, store.EffectSubmitting, store.EffectNeedsReconciliation,
+			store.EffectDead}, Limit: 1})
+	if err != nil || len(list) == 0 {
+		return nil, err
+	}
+	return list[0], nil
 }
 
 // Rotate adds a signing key (the one given, or a generated one of kind)

@@ -401,3 +401,39 @@ func TestPublishDeleteKeepsParkedMessagesInSight(t *testing.T) {
 		t.Fatalf("delete after resolving: %d %s, want 204", code, b)
 	}
 }
+
+// An endpoint removed from the config file while it still has messages to
+// deliver is disabled, not deleted, so they park in sight; once they are
+// resolved, the next start deletes it.
+func TestPublishEndpointRemovedFromConfigKeepsItsMessages(t *testing.T) {
+	rcv := newReceiver(t)
+	rcv.setStatus(500)
+	storeURL := sqliteURL(t)
+	h := startWith(t, publishConfig(storeURL, rcv.srv.URL+"/in"))
+	h.publishID("rm-1", `{"type":"invoice.paid","data":{"id":"in_1"}}`)
+	waitFor(t, "the first failed attempt", func() bool {
+		return len(h.effectList("destination=endpoint:partner&state=retry_wait")) == 1
+	})
+	h.stop()
+
+	without := fmt.Sprintf("listen: 127.0.0.1:0\nstore: %s\nadmin:\n  token: %s\n", storeURL, adminToken)
+	h2 := startWith(t, without)
+	e := h2.endpoint("partner")
+	if e.Enabled || !strings.Contains(e.DisabledReason, "removed from the config file") {
+		t.Fatalf("endpoint after its removal: %+v, want it kept, disabled, saying why", e)
+	}
+	var parked []api.EffectJSON
+	waitFor(t, "the message to park", func() bool {
+		parked = h2.effectList("destination=endpoint:partner&state=dead")
+		return len(parked) == 1
+	})
+	if code, b, _ := h2.call("POST", fmt.Sprintf("/api/v1/effects/%d/resolve", parked[0].ID), `{"note":"partner gone"}`, adminToken); code != 200 {
+		t.Fatalf("resolve: %d %s", code, b)
+	}
+	h2.stop()
+
+	h3 := startWith(t, without)
+	if code, b := h3.get("/api/v1/endpoints/partner", adminToken); code != 404 {
+		t.Fatalf("endpoint after its messages were resolved and a restart: %d %s, want 404", code, b)
+	}
+}
