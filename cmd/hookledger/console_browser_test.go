@@ -174,7 +174,11 @@ func TestConsoleBrowser(t *testing.T) {
 	if st := b.Text("#effect-state"); st != "dead" {
 		t.Fatalf("export_invoice is %q before the retry, want dead", st)
 	}
-	b.Step("retry it", chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("#effect-state")))
+	// The retry's answer is the effect page again, with a confirmation:
+	// wait for that, not for #effect-state, which the page before the
+	// click still shows (as "dead") until the answer arrives.
+	b.Step("retry it", chromedp.Click(chromedp.CSS("#retry")), chromedp.WaitVisible(chromedp.CSS("p.flash")),
+		chromedp.WaitVisible(chromedp.CSS("#effect-state")))
 	if p := b.Eval("location.pathname"); p != invoice {
 		t.Fatalf("after the retry at %s, want the effect's page %s", p, invoice)
 	}
