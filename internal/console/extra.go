@@ -33,6 +33,17 @@ type Attachments struct {
 	// effect definitions (the flow engine): without it the effect page
 	// offers no compensate button.
 	Compensations Compensator
+	// Endpoints lists the publishing endpoints and enables or disables
+	// them (the publishing service): without it the endpoints page is off.
+	Endpoints EndpointControl
+}
+
+// EndpointControl is what the endpoints page reads and does;
+// *publish.Service implements it.
+type EndpointControl interface {
+	List(ctx context.Context) ([]*store.Endpoint, error)
+	Backlog(ctx context.Context, id string) (parked, pending int, err error)
+	SetEnabled(ctx context.Context, id string, enabled bool, reason, actor string) (*store.Endpoint, error)
 }
 
 // Compensator renders an effect's compensation request from its flow's

@@ -293,5 +293,7 @@ func (c *Console) operationRoutes() {
 	c.mux.HandleFunc("GET /jobs/{id}/progress", c.jobProgressFragment)
 	c.mux.HandleFunc("POST /jobs/{id}/cancel", c.cancelJob)
 	c.mux.HandleFunc("GET /destinations", c.destinationsPage)
+	c.mux.HandleFunc("GET /endpoints", c.endpointsPage)
+	c.mux.HandleFunc("POST /endpoints/{id}/{action}", c.endpointAction)
 	c.mux.HandleFunc("POST /effects/{id}/compensate", c.compensate)
 }

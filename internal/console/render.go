@@ -58,7 +58,7 @@ var funcs = template.FuncMap{
 func mustParsePages() *pages {
 	p := &pages{byName: map[string]*template.Template{}}
 	for _, name := range []string{"overview", "events", "event", "effects", "effect", "entity", "error",
-		"bulk", "job", "replay", "destinations", "audit"} {
+		"bulk", "job", "replay", "destinations", "endpoints", "audit"} {
 		p.byName[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(embedded,
 			"templates/layout.html", "templates/rows.html", "templates/"+name+".html"))
 	}

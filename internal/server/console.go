@@ -7,13 +7,14 @@ import (
 	"github.com/hookledger/hookledger/internal/console"
 	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/flow"
+	"github.com/hookledger/hookledger/internal/publish"
 )
 
 // consoleAttachments hands the console the running parts it shows or
 // drives: the flow engine for replays, the delivery worker's wake-up and
 // token buckets, the metrics registry and the configured names.
-func consoleAttachments(cfg *config.Config, engine *flow.Engine, worker *deliver.Worker, reg *prometheus.Registry) console.Attachments {
-	a := console.Attachments{Router: engine, Compensations: engine, Wake: worker.Wake, Metrics: reg,
+func consoleAttachments(cfg *config.Config, engine *flow.Engine, worker *deliver.Worker, pub *publish.Service, reg *prometheus.Registry) console.Attachments {
+	a := console.Attachments{Router: engine, Compensations: engine, Wake: worker.Wake, Metrics: reg, Endpoints: pub,
 		Limits: func() []console.DestinationLimit {
 			var out []console.DestinationLimit
 			for _, l := range worker.Limits() {

@@ -265,7 +265,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServePublishing(pub, s.cfg.Publish.MaxPayloadBytes)
 	mux.Handle("/api/v1/", apiHandler)
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals))
-	cons.Attach(consoleAttachments(s.cfg, engine, worker, s.reg))
+	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))
 	mux.Handle("/", cons)
 
 	rc := s.cfg.Receive
