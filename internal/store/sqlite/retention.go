@@ -15,7 +15,7 @@ import (
 // (store.PruneKept). Each NOT EXISTS is one probe of an index from
 // 0008_retention.sql or earlier; rows inside every retention skip them.
 const (
-	pruneEventScan = `SELECT e.pk, e.source, e.received_at,
+	pruneEventScan = `SELECT e.pk, e.source, e.received_at, e.received_at,
 		CASE WHEN e.received_at < ?
 			AND e.routed = 1
 			AND e.disposition IN ('applied', 'duplicate', 'stale', 'superseded', 'unrouted', 'resolved')
@@ -29,7 +29,7 @@ const (
 	// is unfinished or has an effect not yet in a terminal state: the
 	// console and the exception queue show that trail to the person who
 	// has to act on it.
-	pruneAuditScan = `SELECT a.id, a.source, a.at,
+	pruneAuditScan = `SELECT a.id, a.source, a.at, a.at,
 		CASE WHEN a.at < ? AND NOT EXISTS (SELECT 1 FROM events e
 			WHERE e.source = a.source AND e.event_id = a.event_id AND a.event_id <> ''
 			AND (e.routed = 0 OR e.disposition IN ('accepted', 'dead_lettered')
@@ -90,7 +90,7 @@ func (s *Store) RetentionPrune(ctx context.Context, p *store.RetentionPruneParam
 	// in the events transaction right after it, when the event scan has
 	// not passed it yet.
 	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		scan, err := pruneEffectsScan(ctx, tx, p, latest, p.AfterEffectID, limit)
+		scan, err := pruneScan(ctx, tx, pruneEffectScan, p, latest, p.AfterEffectID, limit)
 		if err != nil {
 			return fmt.Errorf("scan effects: %w", err)
 		}
@@ -189,9 +189,13 @@ type scanResult struct {
 }
 
 // pruneScan reads one window of rows after the cursor and picks those past
-// their source's cutoff that nothing needs. The window is done when it
-// came back short or held no row older than the latest cutoff: keys grow
-// with time, so what follows is inside every retention.
+// their source's cutoff that nothing needs. Each row is (id, source, the
+// time its window is judged by, the time its cutoff is judged by,
+// deletable): an event's or audit row's one time twice; an effect's
+// creation (keys and creation grow together) and its last change. The
+// window is done when it came back short or held no row older than the
+// latest cutoff: keys grow with time, so what follows is inside every
+// retention.
 func pruneScan(ctx context.Context, tx *wtx, q string, p *store.RetentionPruneParams, latest time.Time, after int64, limit int) (*scanResult, error) {
 	rows, err := tx.QueryContext(ctx, q, latest.UnixMicro(), after, limit)
 	if err != nil {
@@ -202,11 +206,11 @@ func pruneScan(ctx context.Context, tx *wtx, q string, p *store.RetentionPrunePa
 	n, old := 0, false
 	for rows.Next() {
 		var (
-			id, at    int64
-			source    string
-			deletable bool
+			id, at, cutAt int64
+			source        string
+			deletable     bool
 		)
-		if err := rows.Scan(&id, &source, &at, &deletable); err != nil {
+		if err := rows.Scan(&id, &source, &at, &cutAt, &deletable); err != nil {
 			return nil, err
 		}
 		n++
@@ -216,45 +220,7 @@ func pruneScan(ctx context.Context, tx *wtx, q string, p *store.RetentionPrunePa
 		}
 		old = true
 		cut := p.CutoffOf(source)
-		if deletable && !cut.IsZero() && at < cut.UnixMicro() {
-			out.ids = append(out.ids, id)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	out.done = n < limit || !old
-	return out, nil
-}
-
-// pruneEffectsScan reads one window of effects after the cursor and picks
-// those past their source's cutoff that nothing needs; the window is done
-// as pruneScan's is, by creation time.
-func pruneEffectsScan(ctx context.Context, tx *wtx, p *store.RetentionPruneParams, latest time.Time, after int64, limit int) (*scanResult, error) {
-	rows, err := tx.QueryContext(ctx, pruneEffectScan, latest.UnixMicro(), after, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := &scanResult{next: after}
-	n, old := 0, false
-	for rows.Next() {
-		var (
-			id, created, updated int64
-			source               string
-			deletable            bool
-		)
-		if err := rows.Scan(&id, &source, &created, &updated, &deletable); err != nil {
-			return nil, err
-		}
-		n++
-		out.next = id
-		if created >= latest.UnixMicro() {
-			continue
-		}
-		old = true
-		cut := p.CutoffOf(source)
-		if deletable && !cut.IsZero() && updated < cut.UnixMicro() {
+		if deletable && !cut.IsZero() && cutAt < cut.UnixMicro() {
 			out.ids = append(out.ids, id)
 		}
 	}
