@@ -81,15 +81,7 @@ func runCommit(ctx context.Context, stdout, stderr io.Writer, args []string) int
 		fmt.Fprintln(stderr, "hookledger-bench commit: --duration and --fsync-duration must be positive, --warmup not negative")
 		return exitUsage
 	}
-	ok, err := commitBench(ctx, stdout, stderr, &f)
-	if err != nil {
-		fmt.Fprintf(stderr, "hookledger-bench commit: %v\n", err)
-		return exitFail
-	}
-	if !ok {
-		return exitFail
-	}
-	return exitOK
+	return benchExit(stderr, "commit")(commitBench(ctx, stdout, stderr, &f))
 }
 
 // chooseTargets reads a --drivers or --targets list: empty means defaults,

@@ -94,15 +94,7 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintf(stderr, "hookledger-bench e2e: --targets: %v\n", err)
 		return exitUsage
 	}
-	ok, err := e2eBench(ctx, stdout, stderr, &f)
-	if err != nil {
-		fmt.Fprintf(stderr, "hookledger-bench e2e: %v\n", err)
-		return exitFail
-	}
-	if !ok {
-		return exitFail
-	}
-	return exitOK
+	return benchExit(stderr, "e2e")(e2eBench(ctx, stdout, stderr, &f))
 }
 
 // chooseE2ETargets parses --targets: by default sqlite, and pg1 and pg2

@@ -151,3 +151,18 @@ func parseFlags(stdout io.Writer, fs *flag.FlagSet, args []string) (code int, ok
 	}
 	return exitOK, true
 }
+
+// benchExit turns a benchmark's outcome into the exit code: 1 when it
+// failed (the error is printed) or its figures did not add up.
+func benchExit(stderr io.Writer, name string) func(ok bool, err error) int {
+	return func(ok bool, err error) int {
+		switch {
+		case err != nil:
+			fmt.Fprintf(stderr, "hookledger-bench %s: %v\n", name, err)
+			return exitFail
+		case !ok:
+			return exitFail
+		}
+		return exitOK
+	}
+}

@@ -77,15 +77,7 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 		fmt.Fprintln(stderr, "hookledger-bench pipeline: --events, --entities, --group, --workers and --timeout must be positive")
 		return exitUsage
 	}
-	ok, err := pipelineBench(ctx, stdout, stderr, &f)
-	if err != nil {
-		fmt.Fprintf(stderr, "hookledger-bench pipeline: %v\n", err)
-		return exitFail
-	}
-	if !ok {
-		return exitFail
-	}
-	return exitOK
+	return benchExit(stderr, "pipeline")(pipelineBench(ctx, stdout, stderr, &f))
 }
 
 // pipelineConfig is the flow under test: one revision-mode flow with one

@@ -76,15 +76,7 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		fmt.Fprintf(stderr, "hookledger-bench publish: --targets: %v\n", err)
 		return exitUsage
 	}
-	ok, err := publishBench(ctx, stdout, stderr, &f)
-	if err != nil {
-		fmt.Fprintf(stderr, "hookledger-bench publish: %v\n", err)
-		return exitFail
-	}
-	if !ok {
-		return exitFail
-	}
-	return exitOK
+	return benchExit(stderr, "publish")(publishBench(ctx, stdout, stderr, &f))
 }
 
 // closedLoop is what a run of closed-loop clients measured.

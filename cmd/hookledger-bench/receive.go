@@ -90,15 +90,7 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		fmt.Fprintln(stderr, "hookledger-bench receive: --duration and --max-requests must be positive, --warmup and --sample not negative")
 		return exitUsage
 	}
-	ok, err := receiveBench(ctx, stdout, stderr, &f)
-	if err != nil {
-		fmt.Fprintf(stderr, "hookledger-bench receive: %v\n", err)
-		return exitFail
-	}
-	if !ok {
-		return exitFail
-	}
-	return exitOK
+	return benchExit(stderr, "receive")(receiveBench(ctx, stdout, stderr, &f))
 }
 
 // receiveResult is one target × clients cell.
