@@ -307,13 +307,23 @@ func (ph *publishing) createEndpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, j)
 }
 
-func (ph *publishing) getEndpoint(w http.ResponseWriter, r *http.Request) {
+// loadEndpoint reads the endpoint the path names, answering 404 (or the
+// store's failure) itself when there is none.
+func (ph *publishing) loadEndpoint(w http.ResponseWriter, r *http.Request) (*store.Endpoint, bool) {
 	e, err := ph.p.Get(r.Context(), r.PathValue("id"))
 	if err == nil && e == nil {
 		err = store.ErrNotFound
 	}
 	if err != nil {
 		ph.writeEndpointError(w, err)
+		return nil, false
+	}
+	return e, true
+}
+
+func (ph *publishing) getEndpoint(w http.ResponseWriter, r *http.Request) {
+	e, ok := ph.loadEndpoint(w, r)
+	if !ok {
 		return
 	}
 	j := endpointJSON(e)
@@ -383,12 +393,8 @@ func (ph *publishing) rotate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (ph *publishing) secrets(w http.ResponseWriter, r *http.Request) {
-	e, err := ph.p.Get(r.Context(), r.PathValue("id"))
-	if err == nil && e == nil {
-		err = store.ErrNotFound
-	}
-	if err != nil {
-		ph.writeEndpointError(w, err)
+	e, ok := ph.loadEndpoint(w, r)
+	if !ok {
 		return
 	}
 	out := struct {
