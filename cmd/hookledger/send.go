@@ -51,8 +51,8 @@ answer's status and body; exit 0 on a 2xx answer, 1 otherwise.
 The body is FILE, or standard input for '-'. Without either, a built-in
 sample event of the source's kind is sent (--list-samples shows them):
 each send gets fresh event ids and the current time, written where that
-kind carries them (the body for Stripe, HubSpot, Klaviyo, Pipedrive and
-hmac; the webhook-id header for Standard Webhooks), and the source's
+kind carries them (the body for Stripe, HubSpot, Klaviyo, Pipedrive, Slack,
+Paddle, Square and hmac; the webhook-id header for Standard Webhooks), and the source's
 account when it has one. --event-id fixes the id instead, to send the same
 event twice. A FILE is sent byte for byte; --event-id then only sets
 header-borne ids.
@@ -274,6 +274,22 @@ func fillSample(raw []byte, src *config.Source, id string, now time.Time, extra 
 		setPath(doc, "meta.timestamp", now.UTC().Format("2006-01-02T15:04:05.000Z"))
 		if src.Account != "" {
 			setPath(doc, "meta.company_id", account(src.Account))
+		}
+	case senderkind.Slack:
+		setPath(doc, "event_id", nth(0, "Ev"))
+		setPath(doc, "event_time", secs)
+		if src.Account != "" {
+			setPath(doc, "team_id", src.Account)
+		}
+	case senderkind.Paddle:
+		setPath(doc, "event_id", nth(0, "evt_"))
+		setPath(doc, "notification_id", fresh("ntf_"))
+		setPath(doc, "occurred_at", now.UTC().Format("2006-01-02T15:04:05.000000Z"))
+	case senderkind.Square:
+		setPath(doc, "event_id", nth(0, "uuid"))
+		setPath(doc, "created_at", now.UTC().Format("2006-01-02T15:04:05.000Z"))
+		if src.Account != "" {
+			setPath(doc, "merchant_id", src.Account)
 		}
 	case senderkind.HMAC:
 		eid := nth(0, "ev_")

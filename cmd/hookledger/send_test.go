@@ -52,6 +52,17 @@ sources:
     secrets: [gh-secret]
     hmac: {header: X-Hub-Signature-256, prefix: "sha256="}
     fields: {event_id: "header:X-GitHub-Delivery", type: action}
+  - name: slack
+    kind: slack
+    secrets: [slack-signing-secret]
+    account: T0TEAM
+  - name: paddle
+    kind: paddle
+    secrets: [pdl_ntfset_demo_secret]
+  - name: square
+    kind: square
+    secrets: [square-signature-key]
+    public_url: %s/hooks/square
   - name: unset
     kind: stripe
     secrets: [${S_UNSET}]
@@ -62,7 +73,7 @@ func TestSendEveryKind(t *testing.T) {
 	cfgPath := filepath.Join(dir, "hookledger.yaml")
 	db := filepath.Join(dir, "send.db")
 	ln, base := listenLocal(t)
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(sendConfig, db, base, base)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(sendConfig, db, base, base, base)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	startServerOn(t, ln, cfgPath, map[string]string{"S_STRIPE": "whsec_stripe", "S_UNSET": "whsec_unset"})
@@ -72,9 +83,10 @@ func TestSendEveryKind(t *testing.T) {
 		events int
 	}{
 		{"stripe", 1}, {"crm1", 2}, {"crm2", 2}, {"crm3", 2}, {"klaviyo", 2}, {"app", 1}, {"deals", 1}, {"shop", 1}, {"github", 1},
+		{"slack", 1}, {"paddle", 1}, {"square", 1},
 	} {
 		args := []string{"send", "--config", cfgPath, "--source", tc.source}
-		if tc.source != "crm2" && tc.source != "crm3" {
+		if tc.source != "crm2" && tc.source != "crm3" && tc.source != "square" {
 			args = append(args, "--url", base+"/hooks/"+tc.source)
 		}
 		// Two sends of the sample are two events: fresh ids each time.
@@ -138,7 +150,7 @@ func TestSendEveryKind(t *testing.T) {
 		}
 	}
 	code, out, _ = run(t, "", nil, "send", "--list-samples")
-	for _, kind := range []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac"} {
+	for _, kind := range []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac", "slack", "paddle", "square"} {
 		if !strings.Contains(out, kind+" ") {
 			t.Errorf("--list-samples lacks %s: %q", kind, out)
 		}

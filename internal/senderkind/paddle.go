@@ -26,6 +26,7 @@ func paddle() Kind {
 		Name:   Paddle,
 		Title:  "Paddle Billing",
 		Scheme: Scheme{Name: verify.KindPaddle, Placeholder: "operator-load-placeholder"},
+		Sample: "transaction.completed",
 		Identity: Identity{
 			EventID: "event_id", Type: "event_type", TypeRequired: true,
 			Entity: "data.id", OccurredAt: "occurred_at", Unit: time.Second,

@@ -33,6 +33,7 @@ func slack() Kind {
 			Account: "team_id", OccurredAt: "event_time", Unit: time.Second,
 		},
 		Keep:      []string{verify.SlackTimestampHeader, verify.SlackRetryNumHeader, verify.SlackRetryReasonHeader},
+		Sample:    "message.channels",
 		Tolerance: verify.DefaultTolerance(verify.KindSlack),
 		Check:     timedCheck("Slack"),
 		Handshake: slackURLVerification,

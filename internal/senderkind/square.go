@@ -26,6 +26,7 @@ func square() Kind {
 			Name:        verify.KindSquare,
 			Placeholder: "operator-load-placeholder",
 		},
+		Sample: "payment.updated",
 		Identity: Identity{
 			EventID: "event_id", Type: "type", TypeRequired: true,
 			Account: "merchant_id", Entity: "data.id", OccurredAt: "created_at", Unit: time.Second,
