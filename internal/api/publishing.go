@@ -184,7 +184,8 @@ type EndpointJSON struct {
 	RateLimit            float64      `json:"rate_limit"`
 	Secrets              []SecretJSON `json:"secrets"`
 	// Parked and Pending (GET of one endpoint): its messages waiting in
-	// the exception queue, and those still on their way.
+	// the exception queue, and those waiting for a retry or a
+	// reconciliation.
 	Parked    *int   `json:"parked,omitempty"`
 	Pending   *int   `json:"pending,omitempty"`
 	CreatedAt string `json:"created_at"`

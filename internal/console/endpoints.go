@@ -53,7 +53,7 @@ func (c *Console) endpointsPage(w http.ResponseWriter, r *http.Request) {
 		}
 		dest := store.EndpointDestination(e.ID)
 		row.ParkedLink = "/effects?" + url.Values{"destination": {dest}, "state": {string(store.EffectDead)}}.Encode()
-		row.PendingLink = "/effects?" + url.Values{"destination": {dest}, "state": {"approved,retry_wait,submitting,needs_reconciliation"}}.Encode()
+		row.PendingLink = "/effects?" + url.Values{"destination": {dest}, "state": {"retry_wait,needs_reconciliation"}}.Encode()
 		var kinds []string
 		now := c.clk.Now()
 		for _, s := range e.Secrets {

@@ -527,29 +527,25 @@ func (s *Service) disable(ctx context.Context, e *store.Endpoint, reason string)
 }
 
 // Backlog counts the endpoint's messages parked in the exception queue
-// and those still on their way (waiting, retrying, in flight), each up to
-// 10,000. A message waiting for a retry when its endpoint is disabled
-// parks when that retry comes due.
+// (dead) and those waiting for a retry or a reconciliation, with the
+// ledger's one count of parked effects per destination (no effect rows
+// are read). Calls in flight and messages due now are not counted: they
+// are on the wire or about to be.
 func (s *Service) Backlog(ctx context.Context, id string) (parked, pending int, err error) {
-	count := func(states ...store.EffectState) (int, error) {
-		n, after := 0, int64(0)
-		for n < 10000 {
-			list, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
-				States: states, AfterID: after, Limit: 1000})
-			if err != nil {
-				return n, err
-			}
-			n += len(list)
-			if len(list) < 1000 {
-				break
-			}
-			after = list[len(list)-1].ID
-		}
-		return n, nil
-	}
-	if parked, err = count(store.EffectDead); err != nil {
+	counts, err := s.st.EffectParked(ctx)
+	if err != nil {
 		return 0, 0, err
 	}
-	pending, err = count(store.EffectApproved, store.EffectRetryWait, store.EffectSubmitting, store.EffectNeedsReconciliation)
-	return parked, pending, err
+	dest := store.EndpointDestination(id)
+	for _, c := range counts {
+		if c.Destination != dest {
+			continue
+		}
+		if c.State == store.EffectDead {
+			parked += int(c.Count)
+		} else {
+			pending += int(c.Count)
+		}
+	}
+	return parked, pending, nil
 }

@@ -31,8 +31,6 @@ type Result struct {
 	Replayed bool
 	// Endpoints the new message goes to (empty on a replay).
 	Endpoints []string
-	// PayloadBytes is the size of the payload the endpoints receive.
-	PayloadBytes int
 	// Warnings are accepted-but-questionable findings (an oversized
 	// payload).
 	Warnings []string
@@ -159,7 +157,6 @@ func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *M
 	if err != nil {
 		return nil, invalid("data: %v", err)
 	}
-	res := &Result{PayloadBytes: len(payload)}
 	if int64(len(payload)) > s.cfg.Publish.MaxPayloadBytes {
 		s.m.requests.WithLabelValues("too_large").Inc()
 		return nil, fmt.Errorf("%w: the payload is %d bytes, over publish.max_payload_bytes (%d)", ErrTooLarge, len(payload), s.cfg.Publish.MaxPayloadBytes)
@@ -170,7 +167,7 @@ func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *M
 	if err != nil {
 		return nil, fmt.Errorf("publish message: %w", err)
 	}
-	res.ID, res.Replayed, res.Endpoints = out.ID, out.Replayed, out.Endpoints
+	res := &Result{ID: out.ID, Replayed: out.Replayed, Endpoints: out.Endpoints}
 	if out.Replayed {
 		if out.Fingerprint != fingerprint {
 			s.m.requests.WithLabelValues("key_mismatch").Inc()

@@ -33,6 +33,8 @@ import (
 // Store is the part of the store publishing uses.
 type Store interface {
 	store.Publishing
+	// EffectParked counts an endpoint's parked and waiting messages.
+	EffectParked(ctx context.Context) ([]*store.ParkedCount, error)
 	EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error)
 	EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error)
 }

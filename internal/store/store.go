@@ -48,6 +48,7 @@ type Store interface {
 	EventResolver // closing dead-lettered events by hand (events_resolve.go)
 	EntityHistory // an entity's work in business order (entity_history.go)
 	Retention     // deleting what is past its retention (retention.go)
+	Stats         // bounded summaries for the console and publishing (stats.go)
 	Publishing    // endpoints and the messages published to them (publish.go)
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error
