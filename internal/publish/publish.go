@@ -74,6 +74,10 @@ type Service struct {
 	// process is still storing (409 for a second one meanwhile).
 	keysMu   sync.Mutex
 	inflight map[string]bool
+
+	// nextPrune is when expired Idempotency-Keys are dropped next (the
+	// refresh loop's own state: only step touches it).
+	nextPrune time.Time
 }
 
 // New builds the service.
@@ -128,9 +132,19 @@ func (s *Service) step(ctx context.Context) (bool, error) {
 	if err := s.Refresh(ctx); err != nil {
 		return false, err
 	}
-	n, err := s.st.IdempotencyPrune(ctx, s.clk.Now(), 500)
+	// Expired keys are dropped once a minute, not at every re-read: on
+	// SQLite each prune is a write through the one writer. A full batch
+	// means more are waiting, so the next one runs at once.
+	now := s.clk.Now()
+	if now.Before(s.nextPrune) {
+		return false, nil
+	}
+	n, err := s.st.IdempotencyPrune(ctx, now, 500)
 	if err != nil {
 		return false, fmt.Errorf("prune idempotency keys: %w", err)
+	}
+	if n < 500 {
+		s.nextPrune = now.Add(time.Minute)
 	}
 	return n == 500, nil
 }
