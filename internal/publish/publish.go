@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
+	"reflect"
 	"sync"
 	"time"
 
@@ -179,16 +179,13 @@ func (s *Service) Refresh(ctx context.Context) error {
 }
 
 // sameEndpoint tells whether a re-read endpoint is the one in the
-// snapshot. It compares what deliveries use, not only updated_at: two
-// changes within one tick of the clock (a stopped test clock, a clock
-// stepped back, another process's clock) leave updated_at as it was, and
-// the snapshot would keep the old url or types for good.
+// snapshot. It compares every field, not only updated_at: two changes
+// within one tick of the clock (a stopped test clock, a clock stepped
+// back, another process's clock) leave updated_at as it was, and the
+// snapshot would keep the old url or types for good. Comparing the whole
+// value keeps a field added to the endpoint from being missed here.
 func sameEndpoint(a, b *store.Endpoint) bool {
-	return a.UpdatedAt.Equal(b.UpdatedAt) && a.Enabled == b.Enabled && a.DisabledReason == b.DisabledReason &&
-		a.Deleted == b.Deleted && a.FailingSince.Equal(b.FailingSince) &&
-		a.URL == b.URL && a.Description == b.Description && a.Owner == b.Owner && slices.Equal(a.Types, b.Types) &&
-		a.AllowPrivateNetworks == b.AllowPrivateNetworks && a.MaxInFlight == b.MaxInFlight && a.RateLimit == b.RateLimit &&
-		slices.EqualFunc(a.Secrets, b.Secrets, func(x, y store.EndpointSecret) bool { return x == y })
+	return reflect.DeepEqual(*a, *b)
 }
 
 // RuntimeDestinations implements deliver.DestinationSource.
