@@ -65,38 +65,49 @@ func (s *Store) EndpointPut(ctx context.Context, p *store.EndpointPutParams) (*s
 	if err != nil {
 		return nil, fmt.Errorf("put endpoint %s: %w", p.ID, err)
 	}
-	var out *store.Endpoint
-	err = s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		cur, err := getEndpoint(ctx, tx, p.ID)
-		if err != nil {
-			return fmt.Errorf("read endpoint: %w", err)
-		}
-		plan, err := store.PlanEndpointPut(cur, p)
-		if err != nil {
-			return err
-		}
-		ep := plan.Endpoint
-		if _, err := tx.ExecContext(ctx, `INSERT INTO endpoints (`+endpointColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	out, err := s.changeEndpoint(ctx, p.ID, func(cur *store.Endpoint) (*store.EndpointChange, error) { return store.PlanEndpointPut(cur, p) },
+		func(ctx context.Context, tx *wtx, ep *store.Endpoint) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO endpoints (`+endpointColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET origin = excluded.origin, spec = excluded.spec, enabled = excluded.enabled,
 				disabled_reason = excluded.disabled_reason, disabled_at = excluded.disabled_at,
 				failing_since = excluded.failing_since, deleted = excluded.deleted,
 				created_at = excluded.created_at, updated_at = excluded.updated_at`,
-			ep.ID, ep.Origin, string(spec), boolInt(ep.Enabled), ep.DisabledReason, micros(ep.DisabledAt), micros(ep.FailingSince),
-			boolInt(ep.Deleted), ep.CreatedAt.UnixMicro(), ep.UpdatedAt.UnixMicro()); err != nil {
-			return wrapErr("write endpoint", err)
-		}
-		for _, a := range plan.Audit {
-			if _, err := insertAudit(ctx, tx, a); err != nil {
-				return err
-			}
-		}
-		out = ep
-		return nil
-	})
+				ep.ID, ep.Origin, string(spec), boolInt(ep.Enabled), ep.DisabledReason, micros(ep.DisabledAt), micros(ep.FailingSince),
+				boolInt(ep.Deleted), ep.CreatedAt.UnixMicro(), ep.UpdatedAt.UnixMicro())
+			return err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("put endpoint %s: %w", p.ID, err)
 	}
 	return out, nil
+}
+
+// changeEndpoint is one change of an endpoint in one transaction: read the
+// row, let the store's rules plan the change, write it, audit it.
+func (s *Store) changeEndpoint(ctx context.Context, id string, plan func(cur *store.Endpoint) (*store.EndpointChange, error),
+	write func(ctx context.Context, tx *wtx, ep *store.Endpoint) error) (*store.Endpoint, error) {
+	var out *store.Endpoint
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
+		cur, err := getEndpoint(ctx, tx, id)
+		if err != nil {
+			return fmt.Errorf("read endpoint: %w", err)
+		}
+		change, err := plan(cur)
+		if err != nil {
+			return err
+		}
+		if err := write(ctx, tx, change.Endpoint); err != nil {
+			return wrapErr("write endpoint", err)
+		}
+		for _, a := range change.Audit {
+			if _, err := insertAudit(ctx, tx, a); err != nil {
+				return err
+			}
+		}
+		out = change.Endpoint
+		return nil
+	})
+	return out, err
 }
 
 // EndpointGet returns the endpoint, deleted or not, or nil.
@@ -135,31 +146,14 @@ func (s *Store) EndpointList(ctx context.Context) ([]*store.Endpoint, error) {
 // EndpointSetState enables, disables or deletes an endpoint, or records
 // when it started failing.
 func (s *Store) EndpointSetState(ctx context.Context, p *store.EndpointStateParams) (*store.Endpoint, error) {
-	var out *store.Endpoint
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		cur, err := getEndpoint(ctx, tx, p.ID)
-		if err != nil {
-			return fmt.Errorf("read endpoint: %w", err)
-		}
-		plan, err := store.PlanEndpointState(cur, p)
-		if err != nil {
-			return err
-		}
-		ep := plan.Endpoint
-		if _, err := tx.ExecContext(ctx, `UPDATE endpoints SET enabled = ?, disabled_reason = ?, disabled_at = ?,
+	out, err := s.changeEndpoint(ctx, p.ID, func(cur *store.Endpoint) (*store.EndpointChange, error) { return store.PlanEndpointState(cur, p) },
+		func(ctx context.Context, tx *wtx, ep *store.Endpoint) error {
+			_, err := tx.ExecContext(ctx, `UPDATE endpoints SET enabled = ?, disabled_reason = ?, disabled_at = ?,
 			failing_since = ?, deleted = ?, updated_at = ? WHERE id = ?`,
-			boolInt(ep.Enabled), ep.DisabledReason, micros(ep.DisabledAt), micros(ep.FailingSince), boolInt(ep.Deleted),
-			ep.UpdatedAt.UnixMicro(), ep.ID); err != nil {
-			return wrapErr("write endpoint", err)
-		}
-		for _, a := range plan.Audit {
-			if _, err := insertAudit(ctx, tx, a); err != nil {
-				return err
-			}
-		}
-		out = ep
-		return nil
-	})
+				boolInt(ep.Enabled), ep.DisabledReason, micros(ep.DisabledAt), micros(ep.FailingSince), boolInt(ep.Deleted),
+				ep.UpdatedAt.UnixMicro(), ep.ID)
+			return err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("set state of endpoint %s: %w", p.ID, err)
 	}
