@@ -27,7 +27,7 @@ type Publisher interface {
 	Update(ctx context.Context, id string, in *publish.EndpointInput, actor string) (*store.Endpoint, error)
 	Delete(ctx context.Context, id, actor string) error
 	Rotate(ctx context.Context, id, key, kind string, overlap time.Duration, actor string) (*store.Endpoint, store.EndpointSecret, error)
-	Backlog(ctx context.Context, id string) (parked, pending int, err error)
+	Backlogs(ctx context.Context) (map[string]publish.Counts, error)
 }
 
 // ServePublishing adds POST /api/v1/messages and /api/v1/endpoints.
@@ -328,12 +328,13 @@ func (ph *publishing) getEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := endpointJSON(e)
-	parked, pending, err := ph.p.Backlog(r.Context(), e.ID)
+	counts, err := ph.p.Backlogs(r.Context())
 	if err != nil {
 		ph.writeEndpointError(w, err)
 		return
 	}
-	j.Parked, j.Pending = &parked, &pending
+	n := counts[e.ID]
+	j.Parked, j.Pending = &n.Parked, &n.Pending
 	writeJSON(w, http.StatusOK, j)
 }
 

@@ -45,12 +45,13 @@ func (c *Console) endpointsPage(w http.ResponseWriter, r *http.Request) {
 		c.storeFailed(w, r, "list endpoints", err)
 		return
 	}
+	counts, err := c.extra.Endpoints.Backlogs(r.Context())
+	if err != nil {
+		c.storeFailed(w, r, "count the endpoints' messages", err)
+		return
+	}
 	for _, e := range list {
-		row := &endpointRow{Endpoint: e}
-		if row.Parked, row.Pending, err = c.extra.Endpoints.Backlog(r.Context(), e.ID); err != nil {
-			c.storeFailed(w, r, "count an endpoint's messages", err)
-			return
-		}
+		row := &endpointRow{Endpoint: e, Parked: counts[e.ID].Parked, Pending: counts[e.ID].Pending}
 		dest := store.EndpointDestination(e.ID)
 		row.ParkedLink = "/effects?" + url.Values{"destination": {dest}, "state": {string(store.EffectDead)}}.Encode()
 		row.PendingLink = "/effects?" + url.Values{"destination": {dest}, "state": {"retry_wait,needs_reconciliation"}}.Encode()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hookledger/hookledger/internal/publish"
 	"github.com/hookledger/hookledger/internal/replay"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -42,7 +43,7 @@ type Attachments struct {
 // *publish.Service implements it.
 type EndpointControl interface {
 	List(ctx context.Context) ([]*store.Endpoint, error)
-	Backlog(ctx context.Context, id string) (parked, pending int, err error)
+	Backlogs(ctx context.Context) (map[string]publish.Counts, error)
 	SetEnabled(ctx context.Context, id string, enabled bool, reason, actor string) (*store.Endpoint, error)
 }
 

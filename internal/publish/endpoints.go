@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/config"
@@ -526,26 +527,31 @@ func (s *Service) disable(ctx context.Context, e *store.Endpoint, reason string)
 	}
 }
 
-// Backlog counts the endpoint's messages parked in the exception queue
-// (dead) and those waiting for a retry or a reconciliation, with the
-// ledger's one count of parked effects per destination (no effect rows
-// are read). Calls in flight and messages due now are not counted: they
-// are on the wire or about to be.
-func (s *Service) Backlog(ctx context.Context, id string) (parked, pending int, err error) {
+// Counts are an endpoint's messages parked in the exception queue (dead)
+// and those waiting for a retry or a reconciliation. Calls in flight and
+// messages due now are not counted: they are on the wire or about to be.
+type Counts struct{ Parked, Pending int }
+
+// Backlogs counts every endpoint's messages with the ledger's one count of
+// parked effects per destination (no effect rows are read), by endpoint id.
+func (s *Service) Backlogs(ctx context.Context) (map[string]Counts, error) {
 	counts, err := s.st.EffectParked(ctx)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	dest := store.EndpointDestination(id)
+	out := map[string]Counts{}
 	for _, c := range counts {
-		if c.Destination != dest {
+		id, ok := strings.CutPrefix(c.Destination, store.EndpointDestinationPrefix)
+		if !ok {
 			continue
 		}
+		n := out[id]
 		if c.State == store.EffectDead {
-			parked += int(c.Count)
+			n.Parked += int(c.Count)
 		} else {
-			pending += int(c.Count)
+			n.Pending += int(c.Count)
 		}
+		out[id] = n
 	}
-	return parked, pending, nil
+	return out, nil
 }
