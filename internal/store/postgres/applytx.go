@@ -82,15 +82,23 @@ func (a applyTx) WriteProjection(_ context.Context, w *store.ApplyRow, p *store.
 	return nil
 }
 
-func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams) ([]store.SupersededEffect, error) {
+// supersedeOlderSQL moves the open effects of entity ($2, $3) named $4
+// older than version_sort $5 (other than $5 when the flow is unordered) to
+// superseded at $1. Its WHERE is effects_open's predicate and columns, so
+// that index is the plan even before statistics exist (0012).
+func supersedeOlderSQL(ordered bool) string {
 	older := `version_sort < $5`
-	if !p.Ordered {
+	if !ordered {
 		older = `version_sort <> $5`
 	}
+	return `UPDATE effects SET state = 'superseded', updated_at = $1
+		WHERE flow = $2 AND entity = $3 AND effect = $4 AND state IN ('approved', 'retry_wait') AND compensates = 0 AND ` + older + `
+		RETURNING episode_key, version`
+}
+
+func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams) ([]store.SupersededEffect, error) {
 	var out []store.SupersededEffect
-	err := a.t.query(ctx, "supersede "+name, `UPDATE effects SET state = 'superseded', updated_at = $1
-		WHERE flow = $2 AND entity = $3 AND effect = $4 AND state IN ('approved', 'retry_wait') AND compensates = 0 AND `+older+`
-		RETURNING episode_key, version`, []any{p.Now, w.Flow, w.Entity, name, p.VersionSort}, func(rows pgx.Rows) error {
+	err := a.t.query(ctx, "supersede "+name, supersedeOlderSQL(p.Ordered), []any{p.Now, w.Flow, w.Entity, name, p.VersionSort}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var s store.SupersededEffect
 			if err := rows.Scan(&s.EpisodeKey, &s.Version); err != nil {

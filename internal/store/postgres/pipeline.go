@@ -32,7 +32,25 @@ var _ store.Pipeline = (*Store)(nil)
 const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account, e.occurred_at, e.received_at,
 	d.causation_id, d.hop, d.body`
 
-const firstDeliveryJoin = `JOIN deliveries d ON d.id = (SELECT min(id) FROM deliveries WHERE event_pk = e.pk)`
+// firstDeliveryJoin joins d, an event's first delivery: the first entry of
+// its range of deliveries_event (event_pk, id), written so that no other
+// plan fits: min(id) let the planner walk the primary key from the start
+// until it met the event (a scan that grew with the table), and a scalar
+// subquery let it hash-join a full scan of deliveries while statistics
+// were missing.
+const firstDeliveryJoin = `CROSS JOIN LATERAL (SELECT causation_id, hop, body FROM deliveries
+	WHERE event_pk = e.pk ORDER BY event_pk, id LIMIT 1) d`
+
+// listUnroutedSQL is EventListUnrouted's page ($1 rows).
+const listUnroutedSQL = `SELECT ` + routableColumns + ` FROM (SELECT * FROM events
+		WHERE NOT routed AND disposition = 'accepted' ORDER BY pk LIMIT $1) e ` + firstDeliveryJoin + `
+	ORDER BY e.pk`
+
+// listPendingSQL is WorkListPending's page: flow $1, entity $2, $3 rows.
+const listPendingSQL = `SELECT ` + routableColumns + `, w.id, w.flow, w.entity, w.order_key, w.replay_id
+	FROM work w JOIN events e ON e.pk = w.event_pk ` + firstDeliveryJoin + `
+	WHERE w.flow = $1 AND w.entity = $2 AND w.done_at IS NULL
+	ORDER BY w.order_key, w.id LIMIT $3`
 
 func scanRoutable(row pgx.Row, e *store.RoutableEvent, extra ...any) error {
 	var occ *time.Time
@@ -52,9 +70,7 @@ func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroute
 	// left to itself the planner may join every accepted event (a backlog
 	// of thousands, most of them routed already) and sort them, which took
 	// a second per page right after a burst, before statistics caught up.
-	rows, err := s.pool.Query(ctx, `SELECT `+routableColumns+` FROM (SELECT * FROM events
-			WHERE NOT routed AND disposition = 'accepted' ORDER BY pk LIMIT $1) e `+firstDeliveryJoin+`
-		ORDER BY e.pk`, store.ClampLimit(p.Limit))
+	rows, err := s.pool.Query(ctx, listUnroutedSQL, store.ClampLimit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list unrouted events: %w", err)
 	}
@@ -291,10 +307,7 @@ func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams)
 // WorkListPending returns one entity's unsettled work in business order
 // (order_key is COLLATE "C": byte order, as in SQLite).
 func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingParams) ([]*store.WorkItem, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+routableColumns+`, w.id, w.flow, w.entity, w.order_key, w.replay_id
-		FROM work w JOIN events e ON e.pk = w.event_pk `+firstDeliveryJoin+`
-		WHERE w.flow = $1 AND w.entity = $2 AND w.done_at IS NULL
-		ORDER BY w.order_key, w.id LIMIT $3`, p.Flow, p.Entity, store.ClampLimit(p.Limit))
+	rows, err := s.pool.Query(ctx, listPendingSQL, p.Flow, p.Entity, store.ClampLimit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list pending work: %w", err)
 	}

@@ -1,0 +1,114 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store/pgtest"
+)
+
+// TestPipelinePlansWithoutStatistics: the pipeline's per-event statements
+// read only the rows they need on a store the planner knows nothing about
+// (never analyzed, as after an install or a burst into empty tables),
+// which is where a PostgreSQL node spends its first minutes. Seeded like
+// a hot entity's history: 20,000 events with one delivery each, all
+// routed but the last 20, whose work is pending; 20,000 effects of one
+// entity, all superseded but the newest. Before 0012 the supersede step
+// walked every effect of the flow and the first-delivery lookup walked
+// the deliveries' primary key from the start, both growing with the table.
+func TestPipelinePlansWithoutStatistics(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	const n = 20000
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	for _, q := range []string{
+		// No statistics may appear while the test runs.
+		`ALTER TABLE events SET (autovacuum_enabled = off)`,
+		`ALTER TABLE deliveries SET (autovacuum_enabled = off)`,
+		`ALTER TABLE work SET (autovacuum_enabled = off)`,
+		`ALTER TABLE effects SET (autovacuum_enabled = off)`,
+		`INSERT INTO events (source, event_id, type, entity, account, received_at, deliveries, disposition, routed)
+		SELECT 'shop', 'e' || g, 'order.updated', 'ord-hot', '', $1::timestamptz, 1,
+			CASE WHEN g > $2::int - 20 THEN 'accepted' ELSE 'applied' END, g <= $2::int - 20
+		FROM generate_series(1, $2::int) g`,
+		`INSERT INTO deliveries (event_pk, request_id, batch_index, source, event_id, type, entity, account, received_at, headers, body)
+		SELECT pk, 'r' || pk, 0, source, event_id, type, entity, '', received_at, '{}', '\x7b7d' FROM events ORDER BY pk`,
+		`INSERT INTO work (flow, entity, event_pk, order_key, created_at, done_at, disposition)
+		SELECT 'orders', 'ord-hot', pk, lpad(pk::text, 10, '0'), $1::timestamptz,
+			CASE WHEN routed THEN $1::timestamptz END, CASE WHEN routed THEN 'applied' ELSE '' END
+		FROM events WHERE pk > $2::int - 40 ORDER BY pk`,
+		`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
+			source_event_pk, causation_id, hop, created_at, updated_at)
+		SELECT 'k' || pk, 'orders', 'ord-hot', 'r' || pk, lpad(pk::text, 10, '0'), 'sync', 'sink',
+			CASE WHEN pk = $2::int - 20 THEN 'approved' ELSE 'superseded' END, '{}', pk, '', 0, $1::timestamptz, $1::timestamptz
+		FROM events WHERE routed ORDER BY pk`,
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = []any{at, n}
+		}
+		if _, err := h.pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("seed: %v\n%s", err, q)
+		}
+	}
+	for _, c := range []struct {
+		name, sql string
+		args      []any
+		index     string
+		rows      int // rows the statement returns
+	}{
+		{"unrouted page", listUnroutedSQL, []any{200}, "deliveries_event", 20},
+		{"pending work", listPendingSQL, []any{"orders", "ord-hot", 50}, "deliveries_event", 20},
+		{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},
+	} {
+		tx, err := h.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+c.sql, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan strings.Builder
+		removed, returned := 0, -1
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+			if _, v, ok := strings.Cut(line, "Rows Removed by Filter: "); ok {
+				k, _ := strconv.Atoi(strings.TrimSpace(v))
+				removed += k
+			}
+			// The top node's row count is what the statement returns.
+			if _, v, ok := strings.Cut(line, "(actual rows="); ok && returned < 0 {
+				returned, _ = strconv.Atoi(strings.Fields(v)[0])
+			}
+		}
+		rows.Close()
+		if err := tx.Rollback(ctx); err != nil { // the supersede must not stay
+			t.Fatal(err)
+		}
+		got := plan.String()
+		t.Logf("%s:\n%s", c.name, got)
+		if !strings.Contains(got, c.index) {
+			t.Errorf("%s does not read %s:\n%s", c.name, c.index, got)
+		}
+		for _, bad := range []string{"Seq Scan", "deliveries_pkey", "effects_flow", "Hash"} {
+			if strings.Contains(got, bad) {
+				t.Errorf("%s uses %s, a read that grows with the table:\n%s", c.name, bad, got)
+			}
+		}
+		if removed > 100 {
+			t.Errorf("%s read and dropped %d rows (the table holds %d):\n%s", c.name, removed, n, got)
+		}
+		if c.name != "supersede older" && returned != c.rows {
+			t.Errorf("%s returned %d rows, want %d:\n%s", c.name, returned, c.rows, got)
+		}
+	}
+}
