@@ -17,8 +17,8 @@ import (
 // implementation reports a failed deferred write at the next call that
 // returns an error, and the whole transaction rolls back.
 
-// ApplyRow is what ApplyTx.ApplyRead returns: the work item, its event and
-// the entity's projection, read under the entity's lease.
+// ApplyRow is one work item as the rules settle it: the work row, its
+// event and the entity's projection as it stands before the item.
 type ApplyRow struct {
 	Flow, Entity string
 	EventPK      int64
@@ -36,10 +36,39 @@ type ApplyRow struct {
 	State                []byte
 }
 
+// BatchRead is what ApplyTx.ReadBatch returns: the entity's projection
+// and every work row of the batch's events (the items' own among them).
+type BatchRead struct {
+	// The projection: VersionSort "" when none was applied.
+	Version, VersionSort string
+	State                []byte
+	Work                 []BatchWork
+}
+
+// BatchWork is one work row with its event.
+type BatchWork struct {
+	WorkID       int64
+	Flow, Entity string
+	EventPK      int64
+	ReplayID     int64
+	OrderKey     string
+	Done         bool
+	Disposition  Disposition
+	Reason       string
+	Event        EventHead
+}
+
 // SupersededEffect is one pending effect that a newer version replaced.
 type SupersededEffect struct {
 	EpisodeKey string
 	Version    string
+}
+
+// InsertOutcome is InsertEffect's answer: whether the effect was inserted
+// and, when its episode key was held already, the stored request.
+type InsertOutcome struct {
+	Inserted bool
+	Existing []byte
 }
 
 // EventWorkRow is one work row of an event, as SettleEvent reads them.
@@ -56,13 +85,27 @@ type EventHead struct {
 }
 
 // ApplyTx is one driver transaction as the ledger's rules use it.
+//
+// Some calls promise an answer through a pointer instead of returning it
+// (SupersedeOlder, InsertEffect, ReleaseDrained): a driver may hold such a
+// statement back and send it with the next one that must answer at once,
+// or with Flush, and fills the answer by the time that call returns. The
+// statements still run in the order of the calls, so the transaction
+// means what it would mean statement by statement; only the rules learn
+// some answers later, and they decide nothing on them but counts and
+// audit rows, which they write after Flush.
 type ApplyTx interface {
-	// ApplyRead checks that p.Lease's token still holds the entity's lease
-	// and that it runs past p.Now (ErrLeaseLost otherwise), keeps the
+	// ReadBatch fences and reads for work items of the one entity all of
+	// ps lease: it checks that ps[0].Lease's token still holds the lease
+	// and that it runs past ps[0].Now (ErrLeaseLost otherwise), keeps the
 	// entity row locked until the commit (so no claimer takes it over
-	// halfway), and reads work item p.WorkID with its event and the
-	// entity's projection. ErrNoWork when the item does not exist.
-	ApplyRead(ctx context.Context, p *FlowApplyParams) (*ApplyRow, error)
+	// halfway), then takes the locks EventWork takes on the events of the
+	// items (ps[i].WorkID), in pk order, and only then reads the
+	// projection's current row and every work row of those events with
+	// the event: read after the locks are held, the rows include what
+	// another flow's settler committed before it let go of an event.
+	// An item that does not exist is simply absent from Work.
+	ReadBatch(ctx context.Context, ps []*FlowApplyParams) (*BatchRead, error)
 	// LoopVisit records the first visit of causationID in flow (by
 	// eventPK) unless one exists, and returns the first visit's event pk.
 	// Concurrent first visits must serialise: exactly one is first.
@@ -74,8 +117,8 @@ type ApplyTx interface {
 	// SupersedeOlder moves the entity's effects named name that are not
 	// compensations, still approved or retry_wait and older than p's
 	// version (version_sort < p.VersionSort, or <> when !p.Ordered) to
-	// superseded, and returns them.
-	SupersedeOlder(ctx context.Context, w *ApplyRow, name string, p *FlowApplyParams) ([]SupersededEffect, error)
+	// superseded, and puts them in *out (see ApplyTx on answers).
+	SupersedeOlder(ctx context.Context, w *ApplyRow, name string, p *FlowApplyParams, out *[]SupersededEffect) error
 	// LockEffect reads effect id for a compensation decision and, where
 	// the database has row locks, locks it until the commit (so a
 	// delivery claim cannot send it between decision and commit).
@@ -84,9 +127,10 @@ type ApplyTx interface {
 	// SupersedeEffect moves effect id to superseded.
 	SupersedeEffect(ctx context.Context, id int64, now time.Time) error
 	// InsertEffect inserts e (state approved) unless its episode key
-	// exists; inserted reports which. When it exists, existing is the
-	// stored request, for the key-conflict comparison.
-	InsertEffect(ctx context.Context, w *ApplyRow, p *FlowApplyParams, e *EffectInsert) (inserted bool, existing []byte, err error)
+	// exists, and answers in *out (see ApplyTx on answers) whether it was
+	// inserted and, when the key exists, the stored request, for the
+	// key-conflict comparison.
+	InsertEffect(ctx context.Context, w *ApplyRow, p *FlowApplyParams, e *EffectInsert, out *InsertOutcome) error
 	// SettleWork marks work item p.WorkID done with the disposition,
 	// reason and sortKey (AppliedSort).
 	SettleWork(ctx context.Context, p *FlowApplyParams, res *FlowApplyResult, sortKey string) error
@@ -102,17 +146,15 @@ type ApplyTx interface {
 	// SetDisposition sets event pk's disposition.
 	SetDisposition(ctx context.Context, pk int64, d Disposition) error
 	// ReleaseDrained frees the lease that token holds when the entity has
-	// no pending work, and reports whether it did.
-	ReleaseDrained(ctx context.Context, flow, entity, token string) (bool, error)
-	// LockEvents takes, in pk order, the locks EventWork would take on
-	// each of pks, where the database has row locks. A batch settles its
-	// events in business order, which two flows sharing the events need
-	// not agree on: taking every lock first, in one order, keeps two
-	// batches from waiting on each other in a circle.
-	LockEvents(ctx context.Context, pks []int64) error
+	// no pending work, and answers in *released whether it did (see
+	// ApplyTx on answers).
+	ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error
+	// Flush sends what the driver holds back and fills every answer it
+	// promised.
+	Flush(ctx context.Context) error
 }
 
-// ErrNoWork is ApplyRead's answer for a work item that does not exist.
+// ErrNoWork is the rules' answer for a work item that does not exist.
 var ErrNoWork = errors.New("no such work item")
 
 // Audit actions written by the ledger's rules.
@@ -134,130 +176,46 @@ const (
 // disposition and the drained release. Any error leaves tx to be rolled
 // back whole.
 func RunFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApplyResult, error) {
-	return runFlowApply(ctx, tx, p, nil)
-}
-
-// runFlowApply is RunFlowApply with afterRead, when set, run right after
-// the fencing read.
-func runFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams, afterRead func() error) (*FlowApplyResult, error) {
-	if p.Lease == nil {
-		return nil, errors.New("no lease")
-	}
-	w, err := tx.ApplyRead(ctx, p)
+	out, err := RunFlowApplyBatch(ctx, tx, []*FlowApplyParams{p})
 	if err != nil {
 		return nil, err
 	}
-	if afterRead != nil {
-		if err := afterRead(); err != nil {
-			return nil, fmt.Errorf("lock events: %w", err)
-		}
-	}
-	if w.Flow != p.Lease.Flow || w.Entity != p.Lease.Entity {
-		return nil, fmt.Errorf("work item belongs to %s/%s, not the leased entity", w.Flow, w.Entity)
-	}
-	if p.EventPK != 0 && p.EventPK != w.EventPK {
-		return nil, fmt.Errorf("work item is for event %d, not %d", w.EventPK, p.EventPK)
-	}
-	if w.Done {
-		return &FlowApplyResult{Disposition: w.Disposition, Reason: w.Reason}, nil
-	}
-
-	res := &FlowApplyResult{}
-	audit := func(action, detail string) error {
-		return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
-			Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: detail})
-	}
-	subject := fmt.Sprintf("flow %s entity %s", w.Flow, w.Entity)
-
-	decided := false
-	switch {
-	case p.Fail != "":
-		res.Disposition, res.Reason, decided = DispositionDeadLettered, p.Fail, true
-		if err := audit(ActionDeadLettered, subject+": "+p.Fail); err != nil {
-			return nil, err
-		}
-	case p.CausationID != "" && p.MaxHops > 0 && p.Hop >= p.MaxHops:
-		res.Disposition, decided = DispositionDeadLettered, true
-		res.Reason = fmt.Sprintf("loop_hop_limit: causation %s reached hop %d (ceiling %d)", p.CausationID, p.Hop, p.MaxHops)
-		if err := audit(ActionLoopHopLimit, subject+": "+res.Reason); err != nil {
-			return nil, err
-		}
-	case p.CausationID != "":
-		first, err := tx.LoopVisit(ctx, w.Flow, p.CausationID, w.EventPK, p.Now)
-		if err != nil {
-			return nil, fmt.Errorf("record loop visit: %w", err)
-		}
-		if first != w.EventPK {
-			res.Disposition, decided = DispositionDuplicate, true
-			res.Reason = fmt.Sprintf("loop_blocked: causation %s already visited flow %s with event %d", p.CausationID, w.Flow, first)
-			if err := audit(ActionLoopBlocked, subject+": "+res.Reason); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	if !decided {
-		res.Disposition, res.Reason = RevisionGuard(w.Version, w.VersionSort, JSONEqual(w.State, StateJSON(p.State)), p)
-		if res.Disposition == DispositionDeadLettered { // the guard's only dead letter: version_conflict
-			if err := audit(ActionDeadLettered, subject+": "+res.Reason); err != nil {
-				return nil, err
-			}
-			if err := audit(ActionKeyConflict, VersionConflictDetail(subject, p.Version)); err != nil {
-				return nil, err
-			}
-		}
-		if res.Disposition == DispositionApplied {
-			if err := applyEffects(ctx, tx, p, w, res, audit); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	if err := tx.SettleWork(ctx, p, res, AppliedSort(res, p)); err != nil {
-		return nil, fmt.Errorf("settle work: %w", err)
-	}
-	if res.Disposition != DispositionApplied { // WriteProjection counted it down
-		if err := tx.CountDown(ctx, w, SettledKey(res, w.OrderKey)); err != nil {
-			return nil, fmt.Errorf("count pending: %w", err)
-		}
-	}
-	if err := audit(ActionWorkSettled, settledDetail(subject, res, p.Version)); err != nil {
-		return nil, err
-	}
-	if err := SettleEvent(ctx, tx, w.EventPK, w.ReplayID, p.Now, p.Actor); err != nil {
-		return nil, err
-	}
-	if p.ReleaseIfDrained {
-		released, err := tx.ReleaseDrained(ctx, w.Flow, w.Entity, p.Lease.Token)
-		if err != nil {
-			return nil, fmt.Errorf("release drained entity: %w", err)
-		}
-		res.Released = released
-	}
-	return res, nil
+	return out[0], nil
 }
 
-// RunFlowApplyBatch settles ps in order inside tx (FlowApplyBatch).
+// RunFlowApplyBatch settles ps, work items of one leased entity, in order
+// inside tx (FlowApplyBatch), as RunFlowApply would one by one.
+//
+// One read at the start answers every question the rules ask of the
+// database before they write (ReadBatch). The projection is then carried
+// from item to item in memory (WriteProjection is the only statement that
+// changes it, and the entity is locked), and so are the events' work rows
+// (the events are locked, and only this transaction settles their items
+// of this entity). The writes follow in order, and the audit rows, which
+// need the answers of the supersede and insert statements, are written
+// after one Flush, in the order the rules produced them. A page of a hot
+// entity costs a few round trips instead of four per item.
 func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) ([]*FlowApplyResult, error) {
-	out := make([]*FlowApplyResult, len(ps))
-	var afterRead func() error
-	if len(ps) > 1 {
-		// After the first item's fencing read holds the entity (the lock
-		// order every writer keeps: entity, then events).
-		afterRead = func() error {
-			pks := make([]int64, 0, len(ps))
-			for _, p := range ps {
-				if p.EventPK != 0 {
-					pks = append(pks, p.EventPK)
-				}
-			}
-			slices.Sort(pks)
-			return tx.LockEvents(ctx, slices.Compact(pks))
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	lease := ps[0].Lease
+	for _, p := range ps {
+		if p.Lease == nil {
+			return nil, errors.New("no lease")
+		}
+		if p.Lease.Flow != lease.Flow || p.Lease.Entity != lease.Entity || p.Lease.Token != lease.Token {
+			return nil, errors.New("the items of one batch must share one lease")
 		}
 	}
+	rd, err := tx.ReadBatch(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	b := newApplyBatch(tx, rd)
+	out := make([]*FlowApplyResult, len(ps))
 	for i, p := range ps {
-		res, err := runFlowApply(ctx, tx, p, afterRead)
-		afterRead = nil
+		res, err := b.apply(ctx, p)
 		if err != nil {
 			if len(ps) == 1 {
 				return nil, err
@@ -266,35 +224,166 @@ func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) (
 		}
 		out[i] = res
 	}
+	if err := tx.Flush(ctx); err != nil {
+		return nil, err
+	}
+	for _, f := range b.finish {
+		if err := f(); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// applyBatch is one RunFlowApplyBatch: what it read, carried forward.
+type applyBatch struct {
+	tx ApplyTx
+	// The projection as the items so far left it.
+	version, versionSort string
+	state                []byte
+	work                 map[int64]*BatchWork   // by work id
+	events               map[int64][]*BatchWork // an event's work rows, by event pk
+	// finish runs after Flush, in order: the audit rows and the counts
+	// that wait for answers.
+	finish []func() error
+}
+
+func newApplyBatch(tx ApplyTx, rd *BatchRead) *applyBatch {
+	b := &applyBatch{tx: tx, version: rd.Version, versionSort: rd.VersionSort, state: rd.State,
+		work: map[int64]*BatchWork{}, events: map[int64][]*BatchWork{}}
+	for i := range rd.Work {
+		w := &rd.Work[i]
+		b.work[w.WorkID] = w
+		b.events[w.EventPK] = append(b.events[w.EventPK], w)
+	}
+	return b
+}
+
+// audit queues an audit row behind the ones before it.
+func (b *applyBatch) audit(ctx context.Context, a *AuditInsertParams) {
+	b.finish = append(b.finish, func() error { return b.tx.Audit(ctx, a) })
+}
+
+// later queues f behind the audit rows before it.
+func (b *applyBatch) later(f func() error) { b.finish = append(b.finish, f) }
+
+// apply settles one item (RunFlowApply's rules).
+func (b *applyBatch) apply(ctx context.Context, p *FlowApplyParams) (*FlowApplyResult, error) {
+	tx := b.tx
+	bw := b.work[p.WorkID]
+	if bw == nil {
+		return nil, ErrNoWork
+	}
+	if bw.Flow != p.Lease.Flow || bw.Entity != p.Lease.Entity {
+		return nil, fmt.Errorf("work item belongs to %s/%s, not the leased entity", bw.Flow, bw.Entity)
+	}
+	if p.EventPK != 0 && p.EventPK != bw.EventPK {
+		return nil, fmt.Errorf("work item is for event %d, not %d", bw.EventPK, p.EventPK)
+	}
+	if bw.Done {
+		return &FlowApplyResult{Disposition: bw.Disposition, Reason: bw.Reason}, nil
+	}
+	w := &ApplyRow{Flow: bw.Flow, Entity: bw.Entity, EventPK: bw.EventPK, ReplayID: bw.ReplayID, OrderKey: bw.OrderKey,
+		Source: bw.Event.Source, EventID: bw.Event.EventID,
+		Version: b.version, VersionSort: b.versionSort, State: b.state}
+
+	res := &FlowApplyResult{}
+	audit := func(action, detail string) {
+		b.audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
+			Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: detail})
+	}
+	subject := fmt.Sprintf("flow %s entity %s", w.Flow, w.Entity)
+
+	decided := false
+	switch {
+	case p.Fail != "":
+		res.Disposition, res.Reason, decided = DispositionDeadLettered, p.Fail, true
+		audit(ActionDeadLettered, subject+": "+p.Fail)
+	case p.CausationID != "" && p.MaxHops > 0 && p.Hop >= p.MaxHops:
+		res.Disposition, decided = DispositionDeadLettered, true
+		res.Reason = fmt.Sprintf("loop_hop_limit: causation %s reached hop %d (ceiling %d)", p.CausationID, p.Hop, p.MaxHops)
+		audit(ActionLoopHopLimit, subject+": "+res.Reason)
+	case p.CausationID != "":
+		first, err := tx.LoopVisit(ctx, w.Flow, p.CausationID, w.EventPK, p.Now)
+		if err != nil {
+			return nil, fmt.Errorf("record loop visit: %w", err)
+		}
+		if first != w.EventPK {
+			res.Disposition, decided = DispositionDuplicate, true
+			res.Reason = fmt.Sprintf("loop_blocked: causation %s already visited flow %s with event %d", p.CausationID, w.Flow, first)
+			audit(ActionLoopBlocked, subject+": "+res.Reason)
+		}
+	}
+
+	if !decided {
+		res.Disposition, res.Reason = RevisionGuard(w.Version, w.VersionSort, JSONEqual(w.State, StateJSON(p.State)), p)
+		if res.Disposition == DispositionDeadLettered { // the guard's only dead letter: version_conflict
+			audit(ActionDeadLettered, subject+": "+res.Reason)
+			audit(ActionKeyConflict, VersionConflictDetail(subject, p.Version))
+		}
+		if res.Disposition == DispositionApplied {
+			if err := b.applyEffects(ctx, p, w, res, audit); err != nil {
+				return nil, err
+			}
+			b.version, b.versionSort, b.state = p.Version, p.VersionSort, StateJSON(p.State)
+		}
+	}
+
+	if err := tx.SettleWork(ctx, p, res, AppliedSort(res, p)); err != nil {
+		return nil, fmt.Errorf("settle work: %w", err)
+	}
+	bw.Done, bw.Disposition, bw.Reason = true, res.Disposition, res.Reason
+	if res.Disposition != DispositionApplied { // WriteProjection counted it down
+		if err := tx.CountDown(ctx, w, SettledKey(res, w.OrderKey)); err != nil {
+			return nil, fmt.Errorf("count pending: %w", err)
+		}
+	}
+	audit(ActionWorkSettled, settledDetail(subject, res, p.Version))
+	if err := b.settleEvent(ctx, w.EventPK, w.ReplayID, p.Now, p.Actor); err != nil {
+		return nil, err
+	}
+	if p.ReleaseIfDrained {
+		if err := tx.ReleaseDrained(ctx, w.Flow, w.Entity, p.Lease.Token, &res.Released); err != nil {
+			return nil, fmt.Errorf("release drained entity: %w", err)
+		}
+	}
+	return res, nil
 }
 
 // applyEffects writes the projection, supersedes older pending effects of
 // the same names and inserts the new effects behind their episode keys.
-func applyEffects(ctx context.Context, tx ApplyTx, p *FlowApplyParams, w *ApplyRow, res *FlowApplyResult, audit func(action, detail string) error) error {
+func (b *applyBatch) applyEffects(ctx context.Context, p *FlowApplyParams, w *ApplyRow, res *FlowApplyResult, audit func(action, detail string)) error {
+	tx := b.tx
 	if err := tx.WriteProjection(ctx, w, p); err != nil {
 		return fmt.Errorf("update projection: %w", err)
 	}
-	for _, name := range effectNames(p.Effects) {
-		sup, err := tx.SupersedeOlder(ctx, w, name, p)
-		if err != nil {
+	names := effectNames(p.Effects)
+	sups := make([][]SupersededEffect, len(names))
+	for i, name := range names {
+		if err := tx.SupersedeOlder(ctx, w, name, p, &sups[i]); err != nil {
 			return fmt.Errorf("supersede %s: %w", name, err)
 		}
-		keys := make([]string, len(sup))
-		for i, s := range sup {
-			keys[i] = fmt.Sprintf("%s (version %s superseded by %s)", s.EpisodeKey, s.Version, p.Version)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if err := audit(ActionEffectSuperseded, k); err != nil {
-				return err
-			}
-		}
-		res.Superseded += len(keys)
 	}
+	b.later(func() error {
+		for _, sup := range sups {
+			keys := make([]string, len(sup))
+			for i, s := range sup {
+				keys[i] = fmt.Sprintf("%s (version %s superseded by %s)", s.EpisodeKey, s.Version, p.Version)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEffectSuperseded,
+					Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: k}); err != nil {
+					return err
+				}
+			}
+			res.Superseded += len(keys)
+		}
+		return nil
+	})
 	for _, e := range p.Effects {
 		if e.Compensates != 0 {
-			insert, err := compensationNeeded(ctx, tx, p, e, res, audit)
+			insert, err := b.compensationNeeded(ctx, p, e, res, audit)
 			if err != nil {
 				return err
 			}
@@ -302,33 +391,31 @@ func applyEffects(ctx context.Context, tx ApplyTx, p *FlowApplyParams, w *ApplyR
 				continue
 			}
 		}
-		inserted, existing, err := tx.InsertEffect(ctx, w, p, e)
-		if err != nil {
+		o := &InsertOutcome{}
+		if err := tx.InsertEffect(ctx, w, p, e, o); err != nil {
 			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
 		}
-		if !inserted {
+		b.later(func() error {
+			if o.Inserted {
+				res.EffectsInserted++
+				return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEffectApproved,
+					Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: e.EpisodeKey})
+			}
 			res.EffectsExisting++
 			// The unique index swallowed the insert. The same key with
 			// another request is a key built from too little (two
 			// different effects collapsed into one), recorded for
 			// key_conflicts instead of vanishing. Requests compare as
 			// JSON values: key order and spacing do not count.
-			if !JSONEqual(existing, StateJSON(e.Request)) {
-				if err := audit(ActionKeyConflict, EpisodeConflictDetail(e.EpisodeKey)); err != nil {
-					return err
-				}
+			if JSONEqual(o.Existing, StateJSON(e.Request)) {
+				return nil
 			}
-			continue
-		}
-		res.EffectsInserted++
-		if err := audit(ActionEffectApproved, e.EpisodeKey); err != nil {
-			return err
-		}
+			return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionKeyConflict,
+				Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: EpisodeConflictDetail(e.EpisodeKey)})
+		})
 	}
 	for _, e := range p.Skipped {
-		if err := audit(ActionEffectSkipped, e.EpisodeKey+": "+e.Reason); err != nil {
-			return err
-		}
+		audit(ActionEffectSkipped, e.EpisodeKey+": "+e.Reason)
 		res.EffectsSkipped++
 	}
 	return nil
@@ -338,26 +425,54 @@ func applyEffects(ctx context.Context, tx ApplyTx, p *FlowApplyParams, w *ApplyR
 // transaction, whether a compensation (compensate_when held) is inserted:
 // an original never sent is superseded instead, one that ended superseded
 // or dead needs nothing undone, any other is compensated.
-func compensationNeeded(ctx context.Context, tx ApplyTx, p *FlowApplyParams, e *EffectInsert,
-	res *FlowApplyResult, audit func(action, detail string) error) (bool, error) {
-	key, version, state, found, err := tx.LockEffect(ctx, e.Compensates)
+func (b *applyBatch) compensationNeeded(ctx context.Context, p *FlowApplyParams, e *EffectInsert,
+	res *FlowApplyResult, audit func(action, detail string)) (bool, error) {
+	key, version, state, found, err := b.tx.LockEffect(ctx, e.Compensates)
 	if err != nil {
 		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
 	}
 	if !found {
-		return false, audit(ActionEffectSkipped, MissingOriginalDetail(e))
+		audit(ActionEffectSkipped, MissingOriginalDetail(e))
+		return false, nil
 	}
 	switch CompensationDecision(state) {
 	case CompensateSupersede:
-		if err := tx.SupersedeEffect(ctx, e.Compensates, p.Now); err != nil {
+		if err := b.tx.SupersedeEffect(ctx, e.Compensates, p.Now); err != nil {
 			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
 		}
 		res.Superseded++
-		return false, audit(ActionEffectSuperseded, CompensationSupersededDetail(key, version, p.Version))
+		audit(ActionEffectSuperseded, CompensationSupersededDetail(key, version, p.Version))
+		return false, nil
 	case CompensateNothing:
 		return false, nil
 	}
 	return true, nil
+}
+
+// settleEvent is SettleEvent on the rows the batch read and settled.
+func (b *applyBatch) settleEvent(ctx context.Context, pk, replayID int64, now time.Time, actor string) error {
+	ws := b.events[pk]
+	if len(ws) == 0 {
+		return fmt.Errorf("aggregate event %d: no such event", pk)
+	}
+	rows := make([]EventWorkRow, len(ws))
+	for i, w := range ws {
+		rows[i] = EventWorkRow{Pending: !w.Done, ReplayID: w.ReplayID, Disposition: w.Disposition}
+	}
+	ev := ws[0].Event
+	agg, ok := eventAggregate(&ev, rows, replayID)
+	if !ok {
+		return nil
+	}
+	if err := b.tx.SetDisposition(ctx, pk, agg); err != nil {
+		return fmt.Errorf("set disposition of event %d: %w", pk, err)
+	}
+	for _, w := range ws {
+		w.Event.Disposition = agg
+	}
+	b.audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: ActionDisposition,
+		Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: fmt.Sprintf("%s -> %s", ev.Disposition, agg)})
+	return nil
 }
 
 // SettleEvent applies the aggregate rule once an event has no pending
@@ -369,20 +484,8 @@ func SettleEvent(ctx context.Context, tx ApplyTx, eventPK, replayID int64, now t
 	if err != nil {
 		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
 	}
-	var ds []Disposition
-	for _, r := range rows {
-		if r.Pending {
-			return nil
-		}
-		if r.ReplayID == replayID {
-			ds = append(ds, r.Disposition)
-		}
-	}
-	if len(ds) == 0 {
-		return nil
-	}
-	agg := Aggregate(ds)
-	if ev.Disposition == agg || (ev.Disposition != DispositionAccepted && ev.Disposition != DispositionDeadLettered) {
+	agg, ok := eventAggregate(ev, rows, replayID)
+	if !ok {
 		return nil
 	}
 	if err := tx.SetDisposition(ctx, eventPK, agg); err != nil {
@@ -390,6 +493,30 @@ func SettleEvent(ctx context.Context, tx ApplyTx, eventPK, replayID int64, now t
 	}
 	return tx.Audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: ActionDisposition,
 		Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: fmt.Sprintf("%s -> %s", ev.Disposition, agg)})
+}
+
+// eventAggregate is the disposition an event moves to once its pass
+// replayID is settled, and false when it stays: work is still pending,
+// the pass has no rows, it has the aggregate already, or it is past
+// accepted and dead_lettered.
+func eventAggregate(ev *EventHead, rows []EventWorkRow, replayID int64) (Disposition, bool) {
+	var ds []Disposition
+	for _, r := range rows {
+		if r.Pending {
+			return "", false
+		}
+		if r.ReplayID == replayID {
+			ds = append(ds, r.Disposition)
+		}
+	}
+	if len(ds) == 0 {
+		return "", false
+	}
+	agg := Aggregate(ds)
+	if ev.Disposition == agg || (ev.Disposition != DispositionAccepted && ev.Disposition != DispositionDeadLettered) {
+		return "", false
+	}
+	return agg, true
 }
 
 // Aggregate is the event disposition over the work rows of one pass: a

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,48 +17,62 @@ type applyTx struct{ t *pipeTx }
 
 var _ store.ApplyTx = applyTx{}
 
-// ApplyRead fences and reads in one statement: the UPDATE in the CTE is
-// the fencing (it matches only while the token holds an unexpired lease)
-// and row-locks the entity until the commit, so a claimer skips it.
-func (a applyTx) ApplyRead(ctx context.Context, p *store.FlowApplyParams) (*store.ApplyRow, error) {
-	l := p.Lease
-	var w *store.ApplyRow
-	err := a.t.query(ctx, "read work", `WITH f AS (UPDATE entities SET lease_until = lease_until
-			WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND lease_until > $4
-			RETURNING version, version_sort, state::text AS state)
-		SELECT f.version, f.version_sort, f.state, w.flow, w.entity, w.event_pk, w.replay_id, w.order_key,
-			w.done_at IS NOT NULL, w.disposition, w.reason, e.source, e.event_id
-		FROM f LEFT JOIN (work w JOIN events e ON e.pk = w.event_pk) ON w.id = $5`,
-		[]any{l.Flow, l.Entity, l.Token, p.Now, p.WorkID}, func(rows pgx.Rows) error {
+// ReadBatch sends four statements in one round trip, BEGIN among them.
+// The fence is a row lock taken only while the token holds an unexpired
+// lease (FOR NO KEY UPDATE: a claimer's FOR UPDATE SKIP LOCKED passes the
+// entity by, and no new row version is written as an UPDATE would), kept
+// until the commit. The events are locked next, in pk order, and the work
+// rows are read by a statement of their own: a statement that waited for
+// a row lock sees the rows it joins as of its start, so a read in the
+// locking statement would miss another flow's settled row and leave the
+// event accepted forever; the next statement takes a fresh snapshot.
+func (a applyTx) ReadBatch(ctx context.Context, ps []*store.FlowApplyParams) (*store.BatchRead, error) {
+	l := ps[0].Lease
+	ids := make([]int64, len(ps))
+	for i, p := range ps {
+		ids[i] = p.WorkID
+	}
+	var rd *store.BatchRead
+	a.t.later("fence entity", `SELECT version, version_sort, state::text FROM entities
+		WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND lease_until > $4 FOR NO KEY UPDATE`,
+		[]any{l.Flow, l.Entity, l.Token, ps[0].Now}, func(rows pgx.Rows) error {
 			if !rows.Next() {
 				return nil
 			}
 			var state string
-			var flow, entity, orderKey, disposition, reason, source, eventID *string
-			var eventPK, replayID *int64
-			var done *bool
-			r := &store.ApplyRow{}
-			if err := rows.Scan(&r.Version, &r.VersionSort, &state, &flow, &entity, &eventPK, &replayID, &orderKey,
-				&done, &disposition, &reason, &source, &eventID); err != nil {
+			rd = &store.BatchRead{}
+			if err := rows.Scan(&rd.Version, &rd.VersionSort, &state); err != nil {
 				return err
 			}
-			r.State = []byte(state)
-			if flow != nil {
-				r.Flow, r.Entity, r.EventPK, r.ReplayID, r.OrderKey = *flow, *entity, *eventPK, *replayID, *orderKey
-				r.Done, r.Disposition, r.Reason, r.Source, r.EventID = *done, store.Disposition(*disposition), *reason, *source, *eventID
+			rd.State = []byte(state)
+			return nil
+		})
+	a.t.exec("lock events", `SELECT 1 FROM events WHERE pk IN (SELECT event_pk FROM work WHERE id = ANY($1))
+		ORDER BY pk FOR NO KEY UPDATE`, ids)
+	var work []store.BatchWork
+	err := a.t.query(ctx, "read work", `SELECT w.id, w.flow, w.entity, w.event_pk, w.replay_id, w.order_key,
+			w.done_at IS NOT NULL, w.disposition, w.reason, e.source, e.event_id, e.entity, e.disposition
+		FROM work w JOIN events e ON e.pk = w.event_pk
+		WHERE w.event_pk IN (SELECT event_pk FROM work WHERE id = ANY($1))`,
+		[]any{ids}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var w store.BatchWork
+				if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
+					&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
+					return err
+				}
+				work = append(work, w)
 			}
-			w = r
 			return nil
 		})
 	switch {
 	case err != nil:
 		return nil, err
-	case w == nil:
+	case rd == nil:
 		return nil, store.ErrLeaseLost
-	case w.Flow == "":
-		return nil, store.ErrNoWork
 	}
-	return w, nil
+	rd.Work = work
+	return rd, nil
 }
 
 // LoopVisit: a concurrent first visit of the same causation waits on the
@@ -96,19 +111,18 @@ func supersedeOlderSQL(ordered bool) string {
 		RETURNING episode_key, version`
 }
 
-func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams) ([]store.SupersededEffect, error) {
-	var out []store.SupersededEffect
-	err := a.t.query(ctx, "supersede "+name, supersedeOlderSQL(p.Ordered), []any{p.Now, w.Flow, w.Entity, name, p.VersionSort}, func(rows pgx.Rows) error {
+func (a applyTx) SupersedeOlder(_ context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
+	a.t.later("supersede "+name, supersedeOlderSQL(p.Ordered), []any{p.Now, w.Flow, w.Entity, name, p.VersionSort}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var s store.SupersededEffect
 			if err := rows.Scan(&s.EpisodeKey, &s.Version); err != nil {
 				return err
 			}
-			out = append(out, s)
+			*out = append(*out, s)
 		}
 		return nil
 	})
-	return out, err
+	return nil
 }
 
 // LockEffect locks the original FOR UPDATE: a delivery claim skips the
@@ -141,13 +155,11 @@ func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) err
 //
 // Pruning cannot delete the row between this statement's snapshot and its
 // insert (which would let ON CONFLICT wait for the delete and then insert
-// a second effect under a key whose tombstone it did not see): ApplyRead
+// a second effect under a key whose tombstone it did not see): ReadBatch
 // holds the entity's row lock until the commit, and pruning deletes an
 // effect only under that entity's row lock (retention.go).
-func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert) (bool, []byte, error) {
-	var inserted bool
-	var existing *string
-	err := a.t.query(ctx, "insert effect", `WITH t AS (SELECT request::text AS request FROM effect_tombstones WHERE episode_key = $1),
+func (a applyTx) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
+	a.t.later("insert effect", `WITH t AS (SELECT request::text AS request FROM effect_tombstones WHERE episode_key = $1),
 		ins AS (INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
 			compensates, deadline_at, deadline_warn_at, on_deadline)
@@ -163,25 +175,45 @@ func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.F
 			if !rows.Next() {
 				return errors.New("no insert result")
 			}
-			return rows.Scan(&inserted, &existing)
+			var existing *string
+			if err := rows.Scan(&out.Inserted, &existing); err != nil {
+				return err
+			}
+			if existing != nil {
+				out.Existing = []byte(*existing)
+			}
+			if !out.Inserted && existing == nil {
+				a.t.then = append(a.t.then, func(ctx context.Context) error { return a.readExisting(ctx, e.EpisodeKey, out) })
+			}
+			return nil
 		})
-	if err != nil || inserted {
-		return inserted, nil, err
-	}
-	if existing == nil {
-		err = a.t.query(ctx, "read existing effect", `SELECT request::text FROM effects WHERE episode_key = $1
-			UNION ALL SELECT request::text FROM effect_tombstones WHERE episode_key = $1 LIMIT 1`,
-			[]any{e.EpisodeKey}, func(rows pgx.Rows) error {
-				if rows.Next() {
-					return rows.Scan(&existing)
-				}
+	return nil
+}
+
+// readExisting reads the request under key for an insert whose conflict
+// was committed by another transaction after the insert's snapshot.
+func (a applyTx) readExisting(ctx context.Context, key string, out *store.InsertOutcome) error {
+	found := false
+	err := a.t.query(ctx, "read existing effect", `SELECT request::text FROM effects WHERE episode_key = $1
+		UNION ALL SELECT request::text FROM effect_tombstones WHERE episode_key = $1 LIMIT 1`,
+		[]any{key}, func(rows pgx.Rows) error {
+			if !rows.Next() {
 				return nil
-			})
-		if err != nil || existing == nil {
-			return false, nil, errors.Join(err, errors.New("the conflicting effect is not readable"))
-		}
+			}
+			var existing string
+			if err := rows.Scan(&existing); err != nil {
+				return err
+			}
+			found, out.Existing = true, []byte(existing)
+			return nil
+		})
+	if err == nil && !found {
+		err = errors.New("the conflicting effect is not readable")
 	}
-	return false, []byte(*existing), nil
+	if err != nil {
+		return fmt.Errorf("insert effect %s: %w", key, err)
+	}
+	return nil
 }
 
 func (a applyTx) SettleWork(_ context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
@@ -248,19 +280,15 @@ func (a applyTx) SetDisposition(_ context.Context, pk int64, d store.Disposition
 	return nil
 }
 
-func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string) (bool, error) {
-	released := false
-	err := a.t.query(ctx, "release drained entity", `UPDATE entities SET lease_token = '', lease_until = '-infinity'
+func (a applyTx) ReleaseDrained(_ context.Context, flow, entity, token string, released *bool) error {
+	a.t.later("release drained entity", `UPDATE entities SET lease_token = '', lease_until = '-infinity'
 		WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND pending = 0 RETURNING 1`,
 		[]any{flow, entity, token}, func(rows pgx.Rows) error {
-			released = rows.Next()
+			*released = rows.Next()
 			return nil
 		})
-	return released, err
-}
-
-// LockEvents is queued: it travels with the next read, ahead of it.
-func (a applyTx) LockEvents(_ context.Context, pks []int64) error {
-	a.t.exec("lock events", `SELECT 1 FROM events WHERE pk = ANY($1) ORDER BY pk FOR NO KEY UPDATE`, pks)
 	return nil
 }
+
+// Flush sends the held-back statements (the audit rows wait for COMMIT).
+func (a applyTx) Flush(ctx context.Context) error { return a.t.flush(ctx) }

@@ -21,8 +21,8 @@ import (
 //   - routers lock the events they route (in pk order) before any entity,
 //     and only events not yet routed;
 //   - routers and replays lock entities in (flow, entity) order;
-//   - FlowApply locks its one entity first (the fencing update) and an
-//     event last, and only events that are already routed.
+//   - FlowApply locks its one entity first (the fencing lock), then the
+//     events of its items in pk order, and only events already routed.
 
 var _ store.Pipeline = (*Store)(nil)
 

@@ -24,13 +24,24 @@ import (
 // Errors of queued statements surface at the flush that sent them,
 // labelled with the statement they belong to; the caller then rolls back.
 type pipeTx struct {
-	conn   *pgxpool.Conn
-	batch  *pgx.Batch
-	labels []string
+	conn  *pgxpool.Conn
+	batch *pgx.Batch
+	// queued names each statement of batch (for errors) and, for one
+	// whose rows are wanted, the function that reads them.
+	queued []queued
+	// then holds follow-up reads that a scan asked for; they run after
+	// the flush that answered it.
+	then []func(context.Context) error
 	// audits wait to be written as one multi-row insert, queued before
 	// the next read or COMMIT: a settle writes three or four audit rows,
 	// and one statement costs the database less than four.
 	audits []*store.AuditInsertParams
+}
+
+// queued is one statement of pipeTx.batch.
+type queued struct {
+	label string
+	scan  func(pgx.Rows) error
 }
 
 // beginPipe takes a connection and queues BEGIN.
@@ -47,7 +58,14 @@ func (s *Store) beginPipe(ctx context.Context) (*pipeTx, error) {
 // exec queues a statement whose result only matters as success.
 func (t *pipeTx) exec(label, sql string, args ...any) {
 	t.batch.Queue(sql, args...)
-	t.labels = append(t.labels, label)
+	t.queued = append(t.queued, queued{label: label})
+}
+
+// later queues a statement whose rows scan reads when the queue is sent,
+// with the next query or flush.
+func (t *pipeTx) later(label, sql string, args []any, scan func(pgx.Rows) error) {
+	t.batch.Queue(sql, args...)
+	t.queued = append(t.queued, queued{label: label, scan: scan})
 }
 
 // audit queues an audit row (see audits).
@@ -78,45 +96,49 @@ func (t *pipeTx) queueAudits() {
 // query sends the queue and then sql, and hands sql's rows to scan.
 func (t *pipeTx) query(ctx context.Context, label, sql string, args []any, scan func(pgx.Rows) error) error {
 	t.queueAudits()
-	t.batch.Queue(sql, args...)
-	t.labels = append(t.labels, label)
-	return t.flush(ctx, scan)
+	t.later(label, sql, args, scan)
+	return t.flush(ctx)
 }
 
-// flush sends the queue; when last is not nil, the last queued statement
-// returns rows and last reads them.
-func (t *pipeTx) flush(ctx context.Context, last func(pgx.Rows) error) error {
+// flush sends the queue, hands each statement's rows to its scan, and
+// then runs the follow-up reads the scans asked for.
+func (t *pipeTx) flush(ctx context.Context) error {
 	if t.batch.Len() == 0 {
 		return nil
 	}
-	b, labels := t.batch, t.labels
-	t.batch, t.labels = &pgx.Batch{}, nil
+	b, qs := t.batch, t.queued
+	t.batch, t.queued = &pgx.Batch{}, nil
 	br := t.conn.SendBatch(ctx, b)
-	n := len(labels)
-	if last != nil {
-		n--
-	}
-	for i := range n {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return fmt.Errorf("%s: %w", labels[i], err)
-		}
-	}
-	if last != nil {
-		rows, err := br.Query()
-		if err == nil {
-			err = last(rows)
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
+	for _, q := range qs {
+		var err error
+		if q.scan == nil {
+			_, err = br.Exec()
+		} else {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				err = q.scan(rows)
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
 			}
 		}
 		if err != nil {
 			br.Close()
-			return fmt.Errorf("%s: %w", labels[len(labels)-1], err)
+			return fmt.Errorf("%s: %w", q.label, err)
 		}
 	}
-	return br.Close()
+	if err := br.Close(); err != nil {
+		return err
+	}
+	for len(t.then) > 0 {
+		f := t.then[0]
+		t.then = t.then[1:]
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendScan sends the queue, whose first skip statements (BEGIN) return
@@ -125,7 +147,7 @@ func (t *pipeTx) flush(ctx context.Context, last func(pgx.Rows) error) error {
 // on t.batch directly (no labels): the caller's scan names what failed.
 func (t *pipeTx) sendScan(ctx context.Context, skip int, scan func(i int, row pgx.Row) error) error {
 	b := t.batch
-	t.batch, t.labels = &pgx.Batch{}, nil
+	t.batch, t.queued = &pgx.Batch{}, nil
 	n := b.Len()
 	commit := n > 0 && b.QueuedQueries[n-1].SQL == "COMMIT"
 	br := t.conn.SendBatch(ctx, b)
@@ -149,7 +171,7 @@ func (t *pipeTx) sendScan(ctx context.Context, skip int, scan func(i int, row pg
 func (t *pipeTx) commit(ctx context.Context) error {
 	t.queueAudits()
 	t.exec("commit", "COMMIT")
-	err := t.flush(ctx, nil)
+	err := t.flush(ctx)
 	if err != nil {
 		t.rollback()
 		return err

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -16,34 +17,47 @@ type applyTx struct{ tx *wtx }
 
 var _ store.ApplyTx = applyTx{}
 
-// ApplyRead: the fencing read also fetches the projection for the
-// revision guard.
-func (a applyTx) ApplyRead(ctx context.Context, p *store.FlowApplyParams) (*store.ApplyRow, error) {
-	l := p.Lease
-	w := &store.ApplyRow{}
+// ReadBatch: the fencing read also fetches the projection, and one more
+// read every work row of the items' events.
+func (a applyTx) ReadBatch(ctx context.Context, ps []*store.FlowApplyParams) (*store.BatchRead, error) {
+	l := ps[0].Lease
+	rd := &store.BatchRead{}
 	var state string
 	err := a.tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities
-		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, p.Now.UnixMicro()).
-		Scan(&w.Version, &w.VersionSort, &state)
+		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, ps[0].Now.UnixMicro()).
+		Scan(&rd.Version, &rd.VersionSort, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.ErrLeaseLost
 	}
 	if err != nil {
 		return nil, err
 	}
-	w.State = []byte(state)
-	var doneAt sql.NullInt64
-	err = a.tx.QueryRowContext(ctx, `SELECT w.flow, w.entity, w.event_pk, w.replay_id, w.order_key, w.done_at, w.disposition, w.reason,
-		e.source, e.event_id FROM work w JOIN events e ON e.pk = w.event_pk WHERE w.id = ?`, p.WorkID).
-		Scan(&w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey, &doneAt, &w.Disposition, &w.Reason, &w.Source, &w.EventID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNoWork
+	rd.State = []byte(state)
+	ids := make([]int64, len(ps))
+	for i, p := range ps {
+		ids[i] = p.WorkID
 	}
+	idList, err := json.Marshal(ids)
 	if err != nil {
 		return nil, err
 	}
-	w.Done = doneAt.Valid
-	return w, nil
+	rows, err := a.tx.QueryContext(ctx, `SELECT w.id, w.flow, w.entity, w.event_pk, w.replay_id, w.order_key,
+			w.done_at IS NOT NULL, w.disposition, w.reason, e.source, e.event_id, e.entity, e.disposition
+		FROM work w JOIN events e ON e.pk = w.event_pk
+		WHERE w.event_pk IN (SELECT event_pk FROM work WHERE id IN (SELECT value FROM json_each(?)))`, string(idList))
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var w store.BatchWork
+		if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
+			&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		rd.Work = append(rd.Work, w)
+	}
+	return rd, rows.Close()
 }
 
 func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventPK int64, now time.Time) (int64, error) {
@@ -61,7 +75,7 @@ func (a applyTx) WriteProjection(ctx context.Context, w *store.ApplyRow, p *stor
 	return err
 }
 
-func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams) ([]store.SupersededEffect, error) {
+func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
 	older := `version_sort < ?`
 	if !p.Ordered {
 		older = `version_sort <> ?`
@@ -70,18 +84,17 @@ func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name str
 		WHERE flow = ? AND entity = ? AND effect = ? AND state IN ('approved', 'retry_wait') AND compensates = 0 AND `+older+`
 		RETURNING episode_key, version`, p.Now.UnixMicro(), w.Flow, w.Entity, name, p.VersionSort)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []store.SupersededEffect
 	for rows.Next() {
 		var s store.SupersededEffect
 		if err := rows.Scan(&s.EpisodeKey, &s.Version); err != nil {
 			rows.Close()
-			return nil, err
+			return err
 		}
-		out = append(out, s)
+		*out = append(*out, s)
 	}
-	return out, rows.Close()
+	return rows.Close()
 }
 
 func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string, state store.EffectState, found bool, err error) {
@@ -102,7 +115,7 @@ func (a applyTx) SupersedeEffect(ctx context.Context, id int64, now time.Time) e
 // inserted and the tombstone's request is what the caller compares. The
 // write transaction is alone, so no pruning can fall between the check
 // and the insert.
-func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert) (bool, []byte, error) {
+func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
 	now := p.Now.UnixMicro()
 	r, err := a.tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 		state, request, source_event_pk, causation_id, hop, created_at, updated_at,
@@ -113,18 +126,20 @@ func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.F
 		e.EpisodeKey, w.Flow, w.Entity, p.Version, p.VersionSort, e.Effect, e.Destination, string(store.StateJSON(e.Request)),
 		w.EventPK, e.CausationID, e.Hop, now, now, e.Compensates, micros(e.DeadlineAt), micros(e.DeadlineWarnAt), e.OnDeadline)
 	if err != nil {
-		return false, nil, err
+		return err
 	}
 	n, err := r.RowsAffected()
 	if err != nil || n == 1 {
-		return n == 1, nil, err
+		out.Inserted = n == 1
+		return err
 	}
 	var existing string
 	if err := a.tx.QueryRowContext(ctx, `SELECT request FROM effects WHERE episode_key = ?1
 		UNION ALL SELECT request FROM effect_tombstones WHERE episode_key = ?1 LIMIT 1`, e.EpisodeKey).Scan(&existing); err != nil {
-		return false, nil, err
+		return err
 	}
-	return false, []byte(existing), nil
+	out.Existing = []byte(existing)
+	return nil
 }
 
 func (a applyTx) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
@@ -176,15 +191,16 @@ func (a applyTx) SetDisposition(ctx context.Context, pk int64, d store.Dispositi
 	return err
 }
 
-func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string) (bool, error) {
+func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error {
 	r, err := a.tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?
 		WHERE flow = ? AND entity = ? AND lease_token = ? AND pending = 0`, leaseFree, flow, entity, token)
 	if err != nil {
-		return false, err
+		return err
 	}
 	n, err := r.RowsAffected()
-	return n == 1, err
+	*released = n == 1
+	return err
 }
 
-// LockEvents has nothing to do: the write transaction is alone.
-func (applyTx) LockEvents(context.Context, []int64) error { return nil }
+// Flush has nothing to send: every statement ran when it was called.
+func (applyTx) Flush(context.Context) error { return nil }
