@@ -22,6 +22,9 @@ const (
 	shapeHot    = "hot"    // every event for one entity, increasing revisions
 	shapeSpread = "spread" // events spread over --entities entities
 
+	modeLoop  = "loop"  // Engine.Start, as serve runs it
+	modeDrain = "drain" // Engine.Drain: route a page, then process, in turn
+
 	pipelineSource = "shop"
 	pipelineFlow   = "orders"
 	pipelineEffect = "sync"
@@ -35,6 +38,7 @@ type pipelineFlags struct {
 	entities int
 	group    int
 	workers  int
+	mode     string
 	timeout  time.Duration
 	dir      string
 }
@@ -44,7 +48,7 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 		"Measures events per second from the inbox to the effect ledger. Per cell, a fresh\n"+
 			"database is preloaded with --events order events through store.InboxCommit in groups\n"+
 			"(timed: the same-run baseline), then the flow engine runs in this process (a\n"+
-			"revision-mode flow with one effect) until no work is pending. Shapes: hot = every\n"+
+			"revision-mode flow with one effect, --mode loop or drain) until no work is pending. Shapes: hot = every\n"+
 			"event for one entity with increasing revisions; spread = the events spread round-robin\n"+
 			"over --entities entities. Afterwards every entity's projection must be at its newest\n"+
 			"revision and the ledger must hold one effect per event; exit 1 otherwise.")
@@ -56,6 +60,9 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 	fs.IntVar(&f.entities, "entities", 10_000, "entities of the spread shape")
 	fs.IntVar(&f.group, "group", 64, "submissions per InboxCommit while preloading")
 	fs.IntVar(&f.workers, "workers", 4, "flow engine workers (entities processed in parallel; the product default is 64, processing.workers)")
+	fs.StringVar(&f.mode, "mode", modeLoop, "how the engine runs: loop = its background loop, as serve runs it (routing beside processing,\n"+
+		"a worker's slot refilled as soon as its entity is done); drain = Step after Step (route a page, then process\n"+
+		"what is ready, in turn)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "upper bound on each cell's processing `time`")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding SQLite files (default the system temp dir)")
 	if code, ok := parseFlags(stdout, fs, args); !ok {
@@ -71,6 +78,10 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 	var err error
 	if f.drivers, err = chooseTargets(*drivers, []string{"sqlite"}, []string{"sqlite", "postgres"}, f.postgres); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench pipeline: --drivers: %v\n", err)
+		return exitUsage
+	}
+	if f.mode != modeLoop && f.mode != modeDrain {
+		fmt.Fprintf(stderr, "hookledger-bench pipeline: --mode: unknown mode %q (loop, drain)\n", f.mode)
 		return exitUsage
 	}
 	if f.events < 1 || f.entities < 1 || f.group < 1 || f.workers < 1 || f.timeout <= 0 {
@@ -242,16 +253,42 @@ func pipelineCell(ctx context.Context, f *pipelineFlags, dir, driver, shape, lab
 	engine := flow.New(cfg, res.timing, flow.Options{Workers: f.workers, Owner: "bench"})
 	dctx, cancel := context.WithTimeout(ctx, f.timeout)
 	t0 = time.Now()
-	derr := engine.Drain(dctx)
+	derr := runEngine(dctx, engine, f.mode, res.timing, int64(f.events))
 	res.elapsed = time.Since(t0)
 	cancel()
 	if derr != nil {
-		return nil, fmt.Errorf("drain after %s: %w", res.elapsed.Round(time.Millisecond), derr)
+		return nil, fmt.Errorf("process after %s: %w", res.elapsed.Round(time.Millisecond), derr)
 	}
 	if err := pipelineAccount(ctx, st, res); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// runEngine processes the preloaded inbox: in drain mode until a Step
+// finds nothing; in loop mode until every event is settled (the counter
+// is read every millisecond, which costs the store nothing), then stops
+// the loop. The account afterwards checks that nothing is left pending.
+func runEngine(ctx context.Context, engine *flow.Engine, mode string, timing *timedPipeline, events int64) error {
+	if mode == modeDrain {
+		return engine.Drain(ctx)
+	}
+	if err := engine.Start(ctx); err != nil {
+		return err
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	var err error
+	for timing.applied.Load() < events && err == nil {
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("%d of %d events settled: %w", timing.applied.Load(), events, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return errors.Join(err, engine.Stop(sctx))
 }
 
 // pipelineAccount checks the outcome through the store contract: nothing
@@ -377,8 +414,8 @@ func addSince(sum *atomic.Int64, t0 time.Time) { sum.Add(int64(time.Since(t0))) 
 func seconds(ns int64) string { return fmt.Sprintf("%.2f", time.Duration(ns).Seconds()) }
 
 func printPipeline(w io.Writer, f *pipelineFlags, results []*pipelineResult) bool {
-	fmt.Fprintf(w, "hookledger-bench pipeline: %d order events (~%d B) per cell, flow engine in-process with %d workers; %d CPUs (GOMAXPROCS %d)\n",
-		f.events, len(orderBody("evt_x", "ord-x", 1, time.Now())), f.workers, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "hookledger-bench pipeline: %d order events (~%d B) per cell, flow engine in-process with %d workers, mode %s; %d CPUs (GOMAXPROCS %d)\n",
+		f.events, len(orderBody("evt_x", "ord-x", 1, time.Now())), f.workers, f.mode, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "revision-mode flow, one effect per applied event; preload through InboxCommit in groups of %d\n\n", f.group)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "driver\tshape\tentities\tevents/s\tseconds\tInboxCommit events/s\tvs InboxCommit\troute s\tclaim s\tlist s\tapply s\teffects\tpending\tprojections ok\t")
@@ -408,7 +445,7 @@ func printPipeline(w io.Writer, f *pipelineFlags, results []*pipelineResult) boo
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "events/s: work items settled (FlowApply, FlowApplyBatch) per second of Drain, routing included, from preloaded inbox to empty work queue.")
+	fmt.Fprintln(w, "events/s: work items settled (FlowApply, FlowApplyBatch) per second of processing, routing included, from preloaded inbox to empty work queue.")
 	fmt.Fprintln(w, "InboxCommit events/s: the same events written to the inbox in this run (the baseline); vs = events/s over it.")
 	fmt.Fprintln(w, "route/claim/list/apply s: store time per kind of call, summed over workers (can exceed the wall time).")
 	if allOK {

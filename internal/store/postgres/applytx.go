@@ -12,7 +12,8 @@ import (
 )
 
 // applyTx is store.ApplyTx on a pipelined transaction: every method that
-// returns only an error queues its statement (pipeTx).
+// returns only an error queues its statement (pipeTx), or holds it to be
+// sent as one statement with its kind (held).
 type applyTx struct{ t *pipeTx }
 
 var _ store.ApplyTx = applyTx{}
@@ -26,6 +27,21 @@ var _ store.ApplyTx = applyTx{}
 // a row lock sees the rows it joins as of its start, so a read in the
 // locking statement would miss another flow's settled row and leave the
 // event accepted forever; the next statement takes a fresh snapshot.
+// lockBatchEventsSQL locks the events of work items $1 in pk order, and
+// readBatchWorkSQL reads every work row of those events with the event.
+// The events' pks are an array computed once (an InitPlan), named on both
+// sides of the join, so every read is an index lookup whatever the
+// planner knows of the tables.
+const (
+	lockBatchEventsSQL = `SELECT 1 FROM events WHERE pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY($1)))
+		ORDER BY pk FOR NO KEY UPDATE`
+	readBatchWorkSQL = `SELECT w.id, w.flow, w.entity, e.pk, w.replay_id, w.order_key,
+			w.done_at IS NOT NULL, w.disposition, w.reason, e.source, e.event_id, e.entity, e.disposition
+		FROM events e JOIN work w ON w.event_pk = e.pk
+		WHERE e.pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY($1)))
+			AND w.event_pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY($1)))`
+)
+
 func (a applyTx) ReadBatch(ctx context.Context, ps []*store.FlowApplyParams) (*store.BatchRead, error) {
 	l := ps[0].Lease
 	ids := make([]int64, len(ps))
@@ -47,24 +63,19 @@ func (a applyTx) ReadBatch(ctx context.Context, ps []*store.FlowApplyParams) (*s
 			rd.State = []byte(state)
 			return nil
 		})
-	a.t.exec("lock events", `SELECT 1 FROM events WHERE pk IN (SELECT event_pk FROM work WHERE id = ANY($1))
-		ORDER BY pk FOR NO KEY UPDATE`, ids)
+	a.t.exec("lock events", lockBatchEventsSQL, ids)
 	var work []store.BatchWork
-	err := a.t.query(ctx, "read work", `SELECT w.id, w.flow, w.entity, w.event_pk, w.replay_id, w.order_key,
-			w.done_at IS NOT NULL, w.disposition, w.reason, e.source, e.event_id, e.entity, e.disposition
-		FROM work w JOIN events e ON e.pk = w.event_pk
-		WHERE w.event_pk IN (SELECT event_pk FROM work WHERE id = ANY($1))`,
-		[]any{ids}, func(rows pgx.Rows) error {
-			for rows.Next() {
-				var w store.BatchWork
-				if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
-					&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
-					return err
-				}
-				work = append(work, w)
+	err := a.t.query(ctx, "read work", readBatchWorkSQL, []any{ids}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var w store.BatchWork
+			if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
+				&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
+				return err
 			}
-			return nil
-		})
+			work = append(work, w)
+		}
+		return nil
+	})
 	switch {
 	case err != nil:
 		return nil, err
@@ -91,9 +102,9 @@ func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventP
 }
 
 func (a applyTx) WriteProjection(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
-	a.t.exec("update projection", `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
-		pending = pending - 1, settled_key = GREATEST(settled_key, $8) WHERE flow = $6 AND entity = $7`,
-		p.Version, p.VersionSort, string(store.StateJSON(p.State)), w.EventPK, p.Now, w.Flow, w.Entity, w.OrderKey)
+	e := a.t.held.countDown(a.t, w.Flow, w.Entity, w.OrderKey)
+	e.projection = &heldProjection{version: p.Version, versionSort: p.VersionSort, state: string(store.StateJSON(p.State)),
+		eventPK: w.EventPK, at: p.Now}
 	return nil
 }
 
@@ -217,16 +228,14 @@ func (a applyTx) readExisting(ctx context.Context, key string, out *store.Insert
 }
 
 func (a applyTx) SettleWork(_ context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
-	a.t.exec("settle work", `UPDATE work SET done_at = $1, disposition = $2, reason = $3, version_sort = $4 WHERE id = $5`,
-		p.Now, res.Disposition, res.Reason, sortKey, p.WorkID)
+	a.t.held.settleWork(heldWork{id: p.WorkID, at: p.Now, disposition: string(res.Disposition), reason: res.Reason, versionSort: sortKey})
 	return nil
 }
 
 // CountDown: GREATEST(settled_key, ”) leaves the key alone, so a dead
 // letter does not catch the entity up.
 func (a applyTx) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) error {
-	a.t.exec("count pending", `UPDATE entities SET pending = pending - 1, settled_key = GREATEST(settled_key, $3)
-		WHERE flow = $1 AND entity = $2`, w.Flow, w.Entity, settledKey)
+	a.t.held.countDown(a.t, w.Flow, w.Entity, settledKey)
 	return nil
 }
 
@@ -276,11 +285,12 @@ func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []s
 }
 
 func (a applyTx) SetDisposition(_ context.Context, pk int64, d store.Disposition) error {
-	a.t.exec("set disposition", `UPDATE events SET disposition = $1 WHERE pk = $2`, d, pk)
+	a.t.held.setDisposition(pk, d)
 	return nil
 }
 
 func (a applyTx) ReleaseDrained(_ context.Context, flow, entity, token string, released *bool) error {
+	a.t.held.queue(a.t) // the count it reads
 	a.t.later("release drained entity", `UPDATE entities SET lease_token = '', lease_until = '-infinity'
 		WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND pending = 0 RETURNING 1`,
 		[]any{flow, entity, token}, func(rows pgx.Rows) error {

@@ -14,11 +14,12 @@ import (
 // read only the rows they need on a store the planner knows nothing about
 // (never analyzed, as after an install or a burst into empty tables),
 // which is where a PostgreSQL node spends its first minutes. Seeded like
-// a hot entity's history: 20,000 events with one delivery each, all
-// routed but the last 20, whose work is pending; 20,000 effects of one
+// a hot entity's history: 20,000 events with one delivery and one work
+// item each, all routed and settled but the last 20, whose work is pending; 20,000 effects of one
 // entity, all superseded but the newest. Before 0012 the supersede step
 // walked every effect of the flow and the first-delivery lookup walked
-// the deliveries' primary key from the start, both growing with the table.
+// the deliveries' primary key from the start, both growing with the table;
+// a page's batch read joined a scan of the whole work table.
 func TestPipelinePlansWithoutStatistics(t *testing.T) {
 	pgtest.ServerURL(t)
 	h := open(t, pgtest.NewDatabase(t))
@@ -40,7 +41,7 @@ func TestPipelinePlansWithoutStatistics(t *testing.T) {
 		`INSERT INTO work (flow, entity, event_pk, order_key, created_at, done_at, disposition)
 		SELECT 'orders', 'ord-hot', pk, lpad(pk::text, 10, '0'), $1::timestamptz,
 			CASE WHEN routed THEN $1::timestamptz END, CASE WHEN routed THEN 'applied' ELSE '' END
-		FROM events WHERE pk > $2::int - 40 ORDER BY pk`,
+		FROM events WHERE $2::int > 0 ORDER BY pk`,
 		`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
 			source_event_pk, causation_id, hop, created_at, updated_at)
 		SELECT 'k' || pk, 'orders', 'ord-hot', 'r' || pk, lpad(pk::text, 10, '0'), 'sync', 'sink',
@@ -55,6 +56,22 @@ func TestPipelinePlansWithoutStatistics(t *testing.T) {
 			t.Fatalf("seed: %v\n%s", err, q)
 		}
 	}
+	var pendingIDs []int64
+	rows, err := h.pool.Query(ctx, `SELECT id FROM work WHERE done_at IS NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		pendingIDs = append(pendingIDs, id)
+	}
+	rows.Close()
+	if len(pendingIDs) != 20 {
+		t.Fatalf("seeded %d pending work items, want 20", len(pendingIDs))
+	}
 	for _, c := range []struct {
 		name, sql string
 		args      []any
@@ -64,6 +81,8 @@ func TestPipelinePlansWithoutStatistics(t *testing.T) {
 		{"unrouted page", listUnroutedSQL, []any{200}, "deliveries_event", 20},
 		{"pending work", listPendingSQL, []any{"orders", "ord-hot", 50}, "deliveries_event", 20},
 		{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},
+		{"lock a page's events", lockBatchEventsSQL, []any{pendingIDs}, "events_pkey", 20},
+		{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20},
 	} {
 		tx, err := h.pool.Begin(ctx)
 		if err != nil {

@@ -32,6 +32,9 @@ type pipeTx struct {
 	// then holds follow-up reads that a scan asked for; they run after
 	// the flush that answered it.
 	then []func(context.Context) error
+	// held are writes of a settle that wait to go as one statement per
+	// table (held.go).
+	held held
 	// audits wait to be written as one multi-row insert, queued before
 	// the next read or COMMIT: a settle writes three or four audit rows,
 	// and one statement costs the database less than four.
@@ -95,6 +98,7 @@ func (t *pipeTx) queueAudits() {
 
 // query sends the queue and then sql, and hands sql's rows to scan.
 func (t *pipeTx) query(ctx context.Context, label, sql string, args []any, scan func(pgx.Rows) error) error {
+	t.held.queue(t)
 	t.queueAudits()
 	t.later(label, sql, args, scan)
 	return t.flush(ctx)
@@ -103,6 +107,7 @@ func (t *pipeTx) query(ctx context.Context, label, sql string, args []any, scan 
 // flush sends the queue, hands each statement's rows to its scan, and
 // then runs the follow-up reads the scans asked for.
 func (t *pipeTx) flush(ctx context.Context) error {
+	t.held.queue(t)
 	if t.batch.Len() == 0 {
 		return nil
 	}
@@ -169,6 +174,7 @@ func (t *pipeTx) sendScan(ctx context.Context, skip int, scan func(i int, row pg
 
 // commit sends what is queued with COMMIT and gives the connection back.
 func (t *pipeTx) commit(ctx context.Context) error {
+	t.held.queue(t)
 	t.queueAudits()
 	t.exec("commit", "COMMIT")
 	err := t.flush(ctx)
