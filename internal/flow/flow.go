@@ -85,6 +85,10 @@ type Engine struct {
 	// flow without any.
 	changesOnly map[string][]bool
 
+	// settler groups the pages of concurrent entities into shared
+	// transactions.
+	settler *settler
+
 	// errs keeps failing entities from filling the log.
 	errs *logging.Repeats
 	loop *loop.Loop
@@ -148,7 +152,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	// says: the source API's credentials would go along. Nor does it
 	// connect to an internal address unless the API allows it.
 	e := &Engine{
-		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
+		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, settler: &settler{st: st},
 		http:        outbound.Guard(opts.HTTPClient, outbound.GuardOptions{Resolver: opts.Resolver}),
 		httpPrivate: outbound.NoRedirects(opts.HTTPClient),
 		bySource:    map[string][]*config.Flow{}, flows: map[string]*config.Flow{},

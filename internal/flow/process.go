@@ -151,8 +151,9 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			return settled, nil
 		}
 		// The page's items are prepared first and settled in one
-		// transaction (FlowApplyBatch): a hot entity's backlog costs one
-		// commit per page instead of one per event. An item whose
+		// transaction (FlowApplyBatch, grouped with other entities'
+		// pages by the settler): a hot entity's backlog costs one commit
+		// per page instead of one per event. An item whose
 		// preparation must be retried later ends the batch before it.
 		ps := make([]*store.FlowApplyParams, 0, len(items))
 		deferred := false
@@ -189,7 +190,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			// The last item of a short page is all the work listed: the
 			// apply frees the lease itself if nothing arrived meanwhile.
 			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < page
-			results, err := e.st.FlowApplyBatch(ctx, ps)
+			results, err := e.settler.apply(ctx, ps)
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
 				return settled, nil

@@ -49,6 +49,37 @@ func (o *orderWatch) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*
 		// A fenced or failed apply settled nothing; its caller reports it.
 		return res, err
 	}
+	o.record(p, res)
+	return res, err
+}
+
+// FlowApplyBatch and FlowApplyGroup are watched item by item, in the
+// order each page settles its items.
+func (o *orderWatch) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
+	out, err := o.simStore.FlowApplyBatch(ctx, ps)
+	if err == nil {
+		for i, p := range ps {
+			o.record(p, out[i])
+		}
+	}
+	return out, err
+}
+
+func (o *orderWatch) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
+	outs := o.simStore.FlowApplyGroup(ctx, subs)
+	for si, ps := range subs {
+		if outs[si].Err != nil {
+			continue
+		}
+		for i, p := range ps {
+			o.record(p, outs[si].Results[i])
+		}
+	}
+	return outs
+}
+
+// record checks one settled item against the entity's latest listing.
+func (o *orderWatch) record(p *store.FlowApplyParams, res *store.FlowApplyResult) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.existing += res.EffectsExisting
@@ -68,5 +99,4 @@ func (o *orderWatch) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*
 		}
 	}
 	o.settled[p.WorkID] = true
-	return res, err
 }

@@ -36,13 +36,21 @@ type ApplyRow struct {
 	State                []byte
 }
 
-// BatchRead is what ApplyTx.ReadBatch returns: the entity's projection
-// and every work row of the batch's events (the items' own among them).
-type BatchRead struct {
-	// The projection: VersionSort "" when none was applied.
+// GroupRead is what ApplyTx.ReadGroup returns: each submission's entity
+// projection and every work row of the group's events (the items' own
+// among them).
+type GroupRead struct {
+	// Entities has one entry per submission, in order: nil when its lease
+	// no longer holds.
+	Entities []*EntityRead
+	Work     []BatchWork
+}
+
+// EntityRead is an entity's projection: VersionSort "" when none was
+// applied.
+type EntityRead struct {
 	Version, VersionSort string
 	State                []byte
-	Work                 []BatchWork
 }
 
 // BatchWork is one work row with its event.
@@ -95,17 +103,21 @@ type EventHead struct {
 // some answers later, and they decide nothing on them but counts and
 // audit rows, which they write after Flush.
 type ApplyTx interface {
-	// ReadBatch fences and reads for work items of the one entity all of
-	// ps lease: it checks that ps[0].Lease's token still holds the lease
-	// and that it runs past ps[0].Now (ErrLeaseLost otherwise), keeps the
-	// entity row locked until the commit (so no claimer takes it over
-	// halfway), then takes the locks EventWork takes on the events of the
-	// items (ps[i].WorkID), in pk order, and only then reads the
-	// projection's current row and every work row of those events with
-	// the event: read after the locks are held, the rows include what
-	// another flow's settler committed before it let go of an event.
-	// An item that does not exist is simply absent from Work.
-	ReadBatch(ctx context.Context, ps []*FlowApplyParams) (*BatchRead, error)
+	// ReadGroup fences and reads for submissions of work items, each
+	// submission the items of one leased entity (the lease of its first
+	// item; every item shares it), no two for one entity. For each
+	// submission it checks that the lease's token still holds it and that
+	// it runs past the first item's Now (its Entities entry is nil
+	// otherwise) and keeps the entities it holds locked until the commit
+	// (so no claimer takes one over halfway), taking them in (flow,
+	// entity) order, the order every writer locks entities in. Then it
+	// takes the locks EventWork takes on the events of the items
+	// (WorkID), in pk order, and only then reads the projections and every
+	// work row of those events with the event: read after the locks are
+	// held, the rows include what another flow's settler committed before
+	// it let go of an event. An item that does not exist is absent from
+	// Work.
+	ReadGroup(ctx context.Context, subs [][]*FlowApplyParams) (*GroupRead, error)
 	// LoopVisit records the first visit of causationID in flow (by
 	// eventPK) unless one exists, and returns the first visit's event pk.
 	// Concurrent first visits must serialise: exactly one is first.
@@ -185,49 +197,84 @@ func RunFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApp
 
 // RunFlowApplyBatch settles ps, work items of one leased entity, in order
 // inside tx (FlowApplyBatch), as RunFlowApply would one by one.
-//
-// One read at the start answers every question the rules ask of the
-// database before they write (ReadBatch). The projection is then carried
-// from item to item in memory (WriteProjection is the only statement that
-// changes it, and the entity is locked), and so are the events' work rows
-// (the events are locked, and only this transaction settles their items
-// of this entity). The writes follow in order, and the audit rows, which
-// need the answers of the supersede and insert statements, are written
-// after one Flush, in the order the rules produced them. A page of a hot
-// entity costs a few round trips instead of four per item.
 func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) ([]*FlowApplyResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	lease := ps[0].Lease
-	for _, p := range ps {
-		if p.Lease == nil {
-			return nil, errors.New("no lease")
-		}
-		if p.Lease.Flow != lease.Flow || p.Lease.Entity != lease.Entity || p.Lease.Token != lease.Token {
-			return nil, errors.New("the items of one batch must share one lease")
-		}
-	}
-	rd, err := tx.ReadBatch(ctx, ps)
+	out, err := RunFlowApplyGroup(ctx, tx, [][]*FlowApplyParams{ps})
 	if err != nil {
 		return nil, err
 	}
-	b := newApplyBatch(tx, rd)
-	out := make([]*FlowApplyResult, len(ps))
-	for i, p := range ps {
-		res, err := b.apply(ctx, p)
-		if err != nil {
-			if len(ps) == 1 {
-				return nil, err
-			}
-			return nil, fmt.Errorf("item %d of %d (work %d): %w", i+1, len(ps), p.WorkID, err)
+	return out[0].Results, out[0].Err
+}
+
+// RunFlowApplyGroup settles submissions of work items, each the items of
+// one leased entity, inside tx (FlowApplyGroup), each submission as
+// RunFlowApplyBatch would alone. A submission whose lease no longer holds
+// gets ErrLeaseLost in its outcome and writes nothing; any other error
+// fails the whole group (the caller rolls tx back and may settle the
+// submissions one by one).
+//
+// One read at the start answers every question the rules ask of the
+// database before they write (ReadGroup). Each entity's projection is
+// then carried from item to item in memory (WriteProjection is the only
+// statement that changes it, and the entity is locked), and so are the
+// events' work rows (the events are locked, and only this transaction
+// settles their items of these entities). The writes follow in order, and
+// the audit rows, which need the answers of the supersede and insert
+// statements, are written after one Flush, in the order the rules
+// produced them. A group costs a few round trips instead of four per
+// item.
+func RunFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParams) ([]FlowApplyOutcome, error) {
+	seen := map[[2]string]bool{}
+	for _, ps := range subs {
+		if len(ps) == 0 {
+			return nil, errors.New("an empty submission")
 		}
-		out[i] = res
+		lease := ps[0].Lease
+		for _, p := range ps {
+			if p.Lease == nil {
+				return nil, errors.New("no lease")
+			}
+			if p.Lease.Flow != lease.Flow || p.Lease.Entity != lease.Entity || p.Lease.Token != lease.Token {
+				return nil, errors.New("the items of one submission must share one lease")
+			}
+		}
+		k := [2]string{lease.Flow, lease.Entity}
+		if seen[k] {
+			return nil, fmt.Errorf("two submissions for entity %s/%s", lease.Flow, lease.Entity)
+		}
+		seen[k] = true
+	}
+	rd, err := tx.ReadGroup(ctx, subs)
+	if err != nil {
+		return nil, err
+	}
+	g := newApplyGroup(tx, rd)
+	out := make([]FlowApplyOutcome, len(subs))
+	for si, ps := range subs {
+		ent := rd.Entities[si]
+		if ent == nil {
+			out[si].Err = ErrLeaseLost
+			continue
+		}
+		es := &entityState{version: ent.Version, versionSort: ent.VersionSort, state: ent.State}
+		out[si].Results = make([]*FlowApplyResult, len(ps))
+		for i, p := range ps {
+			res, err := g.apply(ctx, es, p)
+			if err != nil {
+				if len(ps) == 1 {
+					return nil, err
+				}
+				return nil, fmt.Errorf("item %d of %d (work %d): %w", i+1, len(ps), p.WorkID, err)
+			}
+			out[si].Results[i] = res
+		}
 	}
 	if err := tx.Flush(ctx); err != nil {
 		return nil, err
 	}
-	for _, f := range b.finish {
+	for _, f := range g.finish {
 		if err := f(); err != nil {
 			return nil, err
 		}
@@ -235,40 +282,51 @@ func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) (
 	return out, nil
 }
 
-// applyBatch is one RunFlowApplyBatch: what it read, carried forward.
-type applyBatch struct {
-	tx ApplyTx
-	// The projection as the items so far left it.
-	version, versionSort string
-	state                []byte
-	work                 map[int64]*BatchWork   // by work id
-	events               map[int64][]*BatchWork // an event's work rows, by event pk
+// FlowApplyOutcome is one submission's outcome in a group.
+type FlowApplyOutcome struct {
+	Results []*FlowApplyResult
+	Err     error
+}
+
+// applyGroup is one RunFlowApplyGroup: what it read, carried forward.
+type applyGroup struct {
+	tx     ApplyTx
+	work   map[int64]*BatchWork   // by work id
+	events map[int64][]*BatchWork // an event's work rows, by event pk
 	// finish runs after Flush, in order: the audit rows and the counts
 	// that wait for answers.
 	finish []func() error
 }
 
-func newApplyBatch(tx ApplyTx, rd *BatchRead) *applyBatch {
-	b := &applyBatch{tx: tx, version: rd.Version, versionSort: rd.VersionSort, state: rd.State,
-		work: map[int64]*BatchWork{}, events: map[int64][]*BatchWork{}}
+// entityState is an entity's projection as the items so far left it.
+type entityState struct {
+	version, versionSort string
+	state                []byte
+}
+
+func newApplyGroup(tx ApplyTx, rd *GroupRead) *applyGroup {
+	g := &applyGroup{tx: tx, work: map[int64]*BatchWork{}, events: map[int64][]*BatchWork{}}
 	for i := range rd.Work {
 		w := &rd.Work[i]
-		b.work[w.WorkID] = w
-		b.events[w.EventPK] = append(b.events[w.EventPK], w)
+		if g.work[w.WorkID] != nil {
+			continue
+		}
+		g.work[w.WorkID] = w
+		g.events[w.EventPK] = append(g.events[w.EventPK], w)
 	}
-	return b
+	return g
 }
 
 // audit queues an audit row behind the ones before it.
-func (b *applyBatch) audit(ctx context.Context, a *AuditInsertParams) {
-	b.finish = append(b.finish, func() error { return b.tx.Audit(ctx, a) })
+func (g *applyGroup) audit(ctx context.Context, a *AuditInsertParams) {
+	g.finish = append(g.finish, func() error { return g.tx.Audit(ctx, a) })
 }
 
 // later queues f behind the audit rows before it.
-func (b *applyBatch) later(f func() error) { b.finish = append(b.finish, f) }
+func (g *applyGroup) later(f func() error) { g.finish = append(g.finish, f) }
 
-// apply settles one item (RunFlowApply's rules).
-func (b *applyBatch) apply(ctx context.Context, p *FlowApplyParams) (*FlowApplyResult, error) {
+// apply settles one item of the entity es (RunFlowApply's rules).
+func (b *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyParams) (*FlowApplyResult, error) {
 	tx := b.tx
 	bw := b.work[p.WorkID]
 	if bw == nil {
@@ -285,7 +343,7 @@ func (b *applyBatch) apply(ctx context.Context, p *FlowApplyParams) (*FlowApplyR
 	}
 	w := &ApplyRow{Flow: bw.Flow, Entity: bw.Entity, EventPK: bw.EventPK, ReplayID: bw.ReplayID, OrderKey: bw.OrderKey,
 		Source: bw.Event.Source, EventID: bw.Event.EventID,
-		Version: b.version, VersionSort: b.versionSort, State: b.state}
+		Version: es.version, VersionSort: es.versionSort, State: es.state}
 
 	res := &FlowApplyResult{}
 	audit := func(action, detail string) {
@@ -325,7 +383,7 @@ func (b *applyBatch) apply(ctx context.Context, p *FlowApplyParams) (*FlowApplyR
 			if err := b.applyEffects(ctx, p, w, res, audit); err != nil {
 				return nil, err
 			}
-			b.version, b.versionSort, b.state = p.Version, p.VersionSort, StateJSON(p.State)
+			es.version, es.versionSort, es.state = p.Version, p.VersionSort, StateJSON(p.State)
 		}
 	}
 
@@ -352,7 +410,7 @@ func (b *applyBatch) apply(ctx context.Context, p *FlowApplyParams) (*FlowApplyR
 
 // applyEffects writes the projection, supersedes older pending effects of
 // the same names and inserts the new effects behind their episode keys.
-func (b *applyBatch) applyEffects(ctx context.Context, p *FlowApplyParams, w *ApplyRow, res *FlowApplyResult, audit func(action, detail string)) error {
+func (b *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *ApplyRow, res *FlowApplyResult, audit func(action, detail string)) error {
 	tx := b.tx
 	if err := tx.WriteProjection(ctx, w, p); err != nil {
 		return fmt.Errorf("update projection: %w", err)
@@ -425,7 +483,7 @@ func (b *applyBatch) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 // transaction, whether a compensation (compensate_when held) is inserted:
 // an original never sent is superseded instead, one that ended superseded
 // or dead needs nothing undone, any other is compensated.
-func (b *applyBatch) compensationNeeded(ctx context.Context, p *FlowApplyParams, e *EffectInsert,
+func (b *applyGroup) compensationNeeded(ctx context.Context, p *FlowApplyParams, e *EffectInsert,
 	res *FlowApplyResult, audit func(action, detail string)) (bool, error) {
 	key, version, state, found, err := b.tx.LockEffect(ctx, e.Compensates)
 	if err != nil {
@@ -450,7 +508,7 @@ func (b *applyBatch) compensationNeeded(ctx context.Context, p *FlowApplyParams,
 }
 
 // settleEvent is SettleEvent on the rows the batch read and settled.
-func (b *applyBatch) settleEvent(ctx context.Context, pk, replayID int64, now time.Time, actor string) error {
+func (b *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now time.Time, actor string) error {
 	ws := b.events[pk]
 	if len(ws) == 0 {
 		return fmt.Errorf("aggregate event %d: no such event", pk)

@@ -52,6 +52,14 @@ type Pipeline interface {
 	// event. Any error rolls all of them back (ErrLeaseLost included), and
 	// the caller may retry them one by one.
 	FlowApplyBatch(ctx context.Context, ps []*FlowApplyParams) ([]*FlowApplyResult, error)
+	// FlowApplyGroup settles submissions, each the work items of one
+	// leased entity (no two for one entity), each exactly as
+	// FlowApplyBatch would, and answers per submission: what
+	// FlowApplyBatch would have returned for it. A driver may settle
+	// several submissions in one transaction (a group commit for
+	// processing, as InboxCommit is for receiving); one submission's
+	// failure never fails another's.
+	FlowApplyGroup(ctx context.Context, subs [][]*FlowApplyParams) []FlowApplyOutcome
 	// ProjectionGet returns the projection of one entity of one flow, or
 	// nil when it has none.
 	ProjectionGet(ctx context.Context, p *ProjectionGetParams) (*Projection, error)

@@ -18,15 +18,60 @@ type applyTx struct{ t *pipeTx }
 
 var _ store.ApplyTx = applyTx{}
 
-// ReadBatch sends four statements in one round trip, BEGIN among them.
-// The fence is a row lock taken only while the token holds an unexpired
-// lease (FOR NO KEY UPDATE: a claimer's FOR UPDATE SKIP LOCKED passes the
-// entity by, and no new row version is written as an UPDATE would), kept
-// until the commit. The events are locked next, in pk order, and the work
-// rows are read by a statement of their own: a statement that waited for
-// a row lock sees the rows it joins as of its start, so a read in the
-// locking statement would miss another flow's settled row and leave the
-// event accepted forever; the next statement takes a fresh snapshot.
+// ReadGroup sends four statements in one round trip, BEGIN among them.
+// The fence is a row lock on each entity, taken in (flow, entity) byte
+// order and only while its token holds an unexpired lease (FOR NO KEY
+// UPDATE: a claimer's FOR UPDATE SKIP LOCKED passes the entity by, and no
+// new row version is written as an UPDATE would), kept until the commit.
+// The events are locked next, in pk order, and the work rows are read by
+// a statement of their own: a statement that waited for a row lock sees
+// the rows it joins as of its start, so a read in the locking statement
+// would miss another flow's settled row and leave the event accepted
+// forever; the next statement takes a fresh snapshot.
+func (a applyTx) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
+	n := len(subs)
+	flows, entities, tokens := make([]string, n), make([]string, n), make([]string, n)
+	nows, nums := make([]time.Time, n), make([]int32, n)
+	var ids []int64
+	for i, ps := range subs {
+		l := ps[0].Lease
+		flows[i], entities[i], tokens[i], nows[i], nums[i] = l.Flow, l.Entity, l.Token, ps[0].Now, int32(i)
+		for _, p := range ps {
+			ids = append(ids, p.WorkID)
+		}
+	}
+	rd := &store.GroupRead{Entities: make([]*store.EntityRead, n)}
+	a.t.later("fence entities", fenceEntitiesSQL, []any{flows, entities, tokens, nows, nums}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var i int32
+			var state string
+			e := &store.EntityRead{}
+			if err := rows.Scan(&i, &e.Version, &e.VersionSort, &state); err != nil {
+				return err
+			}
+			e.State = []byte(state)
+			rd.Entities[i] = e
+		}
+		return nil
+	})
+	a.t.exec("lock events", lockBatchEventsSQL, ids)
+	err := a.t.query(ctx, "read work", readBatchWorkSQL, []any{ids}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var w store.BatchWork
+			if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
+				&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
+				return err
+			}
+			rd.Work = append(rd.Work, w)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rd, nil
+}
+
 // lockBatchEventsSQL locks the events of work items $1 in pk order, and
 // readBatchWorkSQL reads every work row of those events with the event.
 // The events' pks are an array computed once (an InitPlan), named on both
@@ -42,49 +87,16 @@ const (
 			AND w.event_pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY($1)))`
 )
 
-func (a applyTx) ReadBatch(ctx context.Context, ps []*store.FlowApplyParams) (*store.BatchRead, error) {
-	l := ps[0].Lease
-	ids := make([]int64, len(ps))
-	for i, p := range ps {
-		ids[i] = p.WorkID
-	}
-	var rd *store.BatchRead
-	a.t.later("fence entity", `SELECT version, version_sort, state::text FROM entities
-		WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND lease_until > $4 FOR NO KEY UPDATE`,
-		[]any{l.Flow, l.Entity, l.Token, ps[0].Now}, func(rows pgx.Rows) error {
-			if !rows.Next() {
-				return nil
-			}
-			var state string
-			rd = &store.BatchRead{}
-			if err := rows.Scan(&rd.Version, &rd.VersionSort, &state); err != nil {
-				return err
-			}
-			rd.State = []byte(state)
-			return nil
-		})
-	a.t.exec("lock events", lockBatchEventsSQL, ids)
-	var work []store.BatchWork
-	err := a.t.query(ctx, "read work", readBatchWorkSQL, []any{ids}, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var w store.BatchWork
-			if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
-				&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
-				return err
-			}
-			work = append(work, w)
-		}
-		return nil
-	})
-	switch {
-	case err != nil:
-		return nil, err
-	case rd == nil:
-		return nil, store.ErrLeaseLost
-	}
-	rd.Work = work
-	return rd, nil
-}
+// fenceEntitiesSQL locks the entities ($1, $2) whose lease token is $3
+// and runs past $4, in (flow, entity) byte order, and returns each one's
+// submission number $5 and projection. The pk lookups are named outright
+// (= ANY) so the plan reads the primary key whatever the planner knows.
+const fenceEntitiesSQL = `SELECT l.n, e.version, e.version_sort, e.state::text
+	FROM entities e JOIN unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[]) AS l(flow, entity, token, now, n)
+		ON e.flow = l.flow AND e.entity = l.entity
+	WHERE e.flow = ANY($1) AND e.entity = ANY($2) AND e.lease_token = l.token AND e.lease_until > l.now
+	ORDER BY e.flow COLLATE "C", e.entity COLLATE "C"
+	FOR NO KEY UPDATE OF e`
 
 // LoopVisit: a concurrent first visit of the same causation waits on the
 // unique index for the other transaction, then sees its row.
@@ -102,7 +114,7 @@ func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventP
 }
 
 func (a applyTx) WriteProjection(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
-	e := a.t.held.countDown(a.t, w.Flow, w.Entity, w.OrderKey)
+	e := a.t.held.countDown(w.Flow, w.Entity, w.OrderKey)
 	e.projection = &heldProjection{version: p.Version, versionSort: p.VersionSort, state: string(store.StateJSON(p.State)),
 		eventPK: w.EventPK, at: p.Now}
 	return nil
@@ -235,7 +247,7 @@ func (a applyTx) SettleWork(_ context.Context, p *store.FlowApplyParams, res *st
 // CountDown: GREATEST(settled_key, ”) leaves the key alone, so a dead
 // letter does not catch the entity up.
 func (a applyTx) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) error {
-	a.t.held.countDown(a.t, w.Flow, w.Entity, settledKey)
+	a.t.held.countDown(w.Flow, w.Entity, settledKey)
 	return nil
 }
 
@@ -290,13 +302,7 @@ func (a applyTx) SetDisposition(_ context.Context, pk int64, d store.Disposition
 }
 
 func (a applyTx) ReleaseDrained(_ context.Context, flow, entity, token string, released *bool) error {
-	a.t.held.queue(a.t) // the count it reads
-	a.t.later("release drained entity", `UPDATE entities SET lease_token = '', lease_until = '-infinity'
-		WHERE flow = $1 AND entity = $2 AND lease_token = $3 AND pending = 0 RETURNING 1`,
-		[]any{flow, entity, token}, func(rows pgx.Rows) error {
-			*released = rows.Next()
-			return nil
-		})
+	a.t.held.release(heldRelease{flow: flow, entity: entity, token: token, out: released})
 	return nil
 }
 

@@ -3,25 +3,34 @@ package postgres
 import (
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hookledger/hookledger/internal/store"
 )
 
 // held collects the writes of a settle that nothing in the transaction
 // reads back before the commit: the work rows settled, the events'
-// dispositions and the entity's counters and projection. A page of one
-// entity's work settles up to 50 items, and one statement per table costs
-// the database far less than one per item (each statement opens every
-// index of its table). They are queued, in the order of the tables' first
-// held write, before the next statement that reads (pipeTx.query), before
-// ReleaseDrained (which reads the entity's pending count) and before
-// COMMIT, so every read in the transaction sees them as if they had run
-// one by one.
+// dispositions, the entities' counters and projections, and the drained
+// releases (which read only the counters). A group of pages settles
+// hundreds of items, and one statement per table costs the database far
+// less than one per item (each statement opens every index of its table).
+// They are queued before the next statement that reads (pipeTx.query),
+// at Flush and before COMMIT, the releases after the counters they read,
+// so every read in the transaction sees them as if they had run one by
+// one.
 type held struct {
 	work []heldWork
 	// dispositions in the order first set; a later set of the same event
 	// replaces the value.
 	dispositions []heldDisposition
-	entity       *heldEntity
+	entities     []*heldEntity
+	releases     []heldRelease
+}
+
+// heldRelease is a ReleaseDrained waiting for its answer.
+type heldRelease struct {
+	flow, entity, token string
+	out                 *bool
 }
 
 type heldWork struct {
@@ -63,24 +72,30 @@ func (h *held) setDisposition(pk int64, d store.Disposition) {
 	h.dispositions = append(h.dispositions, heldDisposition{pk: pk, d: d})
 }
 
-// countDown adds one settled item of flow/entity; a held write for
-// another entity is queued first (a page has one entity, so this is only
-// a guard).
-func (h *held) countDown(t *pipeTx, flow, entity, settledKey string) *heldEntity {
-	if h.entity != nil && (h.entity.flow != flow || h.entity.entity != entity) {
-		h.queueEntity(t)
+// countDown adds one settled item of flow/entity.
+func (h *held) countDown(flow, entity, settledKey string) *heldEntity {
+	var e *heldEntity
+	for _, c := range h.entities {
+		if c.flow == flow && c.entity == entity {
+			e = c
+			break
+		}
 	}
-	if h.entity == nil {
-		h.entity = &heldEntity{flow: flow, entity: entity}
+	if e == nil {
+		e = &heldEntity{flow: flow, entity: entity}
+		h.entities = append(h.entities, e)
 	}
-	h.entity.settled++
-	h.entity.settledKey = max(h.entity.settledKey, settledKey)
-	return h.entity
+	e.settled++
+	e.settledKey = max(e.settledKey, settledKey)
+	return e
 }
+
+func (h *held) release(r heldRelease) { h.releases = append(h.releases, r) }
 
 // queue queues every held write on t.
 func (h *held) queue(t *pipeTx) {
-	h.queueEntity(t)
+	h.queueEntities(t)
+	h.queueReleases(t)
 	switch n := len(h.work); {
 	case n == 1:
 		w := h.work[0]
@@ -113,19 +128,79 @@ func (h *held) queue(t *pipeTx) {
 	h.dispositions = h.dispositions[:0]
 }
 
-// queueEntity queues the held entity write.
-func (h *held) queueEntity(t *pipeTx) {
-	e := h.entity
-	if e == nil {
+// queueEntities queues the held entity writes: one UPDATE for one
+// entity, one from unnest for several.
+func (h *held) queueEntities(t *pipeTx) {
+	es := h.entities
+	h.entities = nil
+	if len(es) == 1 {
+		e := es[0]
+		if p := e.projection; p != nil {
+			t.exec("update projection", `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
+				pending = pending - $8, settled_key = GREATEST(settled_key, $9) WHERE flow = $6 AND entity = $7`,
+				p.version, p.versionSort, p.state, p.eventPK, p.at, e.flow, e.entity, e.settled, e.settledKey)
+			return
+		}
+		t.exec("count pending", `UPDATE entities SET pending = pending - $3, settled_key = GREATEST(settled_key, $4)
+			WHERE flow = $1 AND entity = $2`, e.flow, e.entity, e.settled, e.settledKey)
 		return
 	}
-	h.entity = nil
-	if p := e.projection; p != nil {
-		t.exec("update projection", `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
-			pending = pending - $8, settled_key = GREATEST(settled_key, $9) WHERE flow = $6 AND entity = $7`,
-			p.version, p.versionSort, p.state, p.eventPK, p.at, e.flow, e.entity, e.settled, e.settledKey)
+	if len(es) == 0 {
 		return
 	}
-	t.exec("count pending", `UPDATE entities SET pending = pending - $3, settled_key = GREATEST(settled_key, $4)
-		WHERE flow = $1 AND entity = $2`, e.flow, e.entity, e.settled, e.settledKey)
+	n := len(es)
+	flows, entities, versions, sorts, states, keys := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n)
+	proj, eventPKs, at, settled := make([]bool, n), make([]int64, n), make([]time.Time, n), make([]int64, n)
+	for i, e := range es {
+		flows[i], entities[i], settled[i], keys[i] = e.flow, e.entity, int64(e.settled), e.settledKey
+		if p := e.projection; p != nil {
+			proj[i], versions[i], sorts[i], states[i], eventPKs[i], at[i] = true, p.version, p.versionSort, p.state, p.eventPK, p.at
+		} else {
+			states[i], at[i] = "null", time.Unix(0, 0)
+		}
+	}
+	t.exec("update projections", `UPDATE entities e SET
+			version = CASE WHEN u.proj THEN u.version ELSE e.version END,
+			version_sort = CASE WHEN u.proj THEN u.version_sort ELSE e.version_sort END,
+			state = CASE WHEN u.proj THEN u.state::jsonb ELSE e.state END,
+			applied_event_pk = CASE WHEN u.proj THEN u.event_pk ELSE e.applied_event_pk END,
+			updated_at = CASE WHEN u.proj THEN u.at ELSE e.updated_at END,
+			pending = e.pending - u.n, settled_key = GREATEST(e.settled_key, u.settled_key COLLATE "C")
+		FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[], $10::text[])
+			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key)
+		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($1) AND e.entity = ANY($2)`,
+		flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys)
+}
+
+// queueReleases queues the held drained releases as one statement whose
+// rows answer them.
+func (h *held) queueReleases(t *pipeTx) {
+	rs := h.releases
+	h.releases = nil
+	if len(rs) == 0 {
+		return
+	}
+	flows, entities, tokens := make([]string, len(rs)), make([]string, len(rs)), make([]string, len(rs))
+	for i, r := range rs {
+		flows[i], entities[i], tokens[i] = r.flow, r.entity, r.token
+	}
+	t.later("release drained entities", `UPDATE entities e SET lease_token = '', lease_until = '-infinity'
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS u(flow, entity, token)
+		WHERE e.flow = u.flow AND e.entity = u.entity AND e.lease_token = u.token AND e.pending = 0
+			AND e.flow = ANY($1) AND e.entity = ANY($2)
+		RETURNING e.flow, e.entity`, []any{flows, entities, tokens}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var flow, entity string
+			if err := rows.Scan(&flow, &entity); err != nil {
+				return err
+			}
+			for _, r := range rs {
+				if r.flow == flow && r.entity == entity {
+					*r.out = true
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -340,6 +340,48 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 	return res, nil
 }
 
+// FlowApplyGroup settles submissions in one pipelined transaction
+// (store.RunFlowApplyGroup): the statements of a group are shared, so a
+// group of entities costs the database a fraction of one transaction per
+// entity. When the group fails as a whole (one submission's error, or the
+// database's), each submission is settled alone, so that one cannot fail
+// another.
+func (s *Store) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
+	out := make([]store.FlowApplyOutcome, len(subs))
+	alone := func() []store.FlowApplyOutcome {
+		for i, ps := range subs {
+			out[i].Results, out[i].Err = s.FlowApplyBatch(ctx, ps)
+		}
+		return out
+	}
+	if len(subs) < 2 {
+		return alone()
+	}
+	for _, ps := range subs {
+		if len(ps) == 0 || ps[0].Lease == nil {
+			return alone() // FlowApplyBatch answers each precisely
+		}
+	}
+	var got []store.FlowApplyOutcome
+	err := s.inPipe(ctx, func(t *pipeTx) error {
+		var err error
+		got, err = store.RunFlowApplyGroup(ctx, applyTx{t}, subs)
+		return err
+	})
+	if err != nil {
+		s.groupsAlone.Add(1)
+		return alone()
+	}
+	for i, o := range got {
+		if o.Err != nil {
+			l := subs[i][0].Lease
+			o.Results, o.Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
+		}
+		out[i] = o
+	}
+	return out
+}
+
 // FlowApplyBatch settles several work items of one leased entity in one
 // transaction (store.RunFlowApplyBatch).
 func (s *Store) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,9 @@ type Store struct {
 	// by the range's index before it falls back to the pk walk
 	// (eventListSQL); tests lower it.
 	windowCap int
+	// groupsAlone counts the groups FlowApplyGroup had to settle
+	// submission by submission; tests read it.
+	groupsAlone atomic.Int64
 }
 
 // defaultWindowCap: a page with a time range reads at most this many rows

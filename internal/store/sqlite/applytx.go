@@ -17,25 +17,32 @@ type applyTx struct{ tx *wtx }
 
 var _ store.ApplyTx = applyTx{}
 
-// ReadBatch: the fencing read also fetches the projection, and one more
-// read every work row of the items' events.
-func (a applyTx) ReadBatch(ctx context.Context, ps []*store.FlowApplyParams) (*store.BatchRead, error) {
-	l := ps[0].Lease
-	rd := &store.BatchRead{}
-	var state string
-	err := a.tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities
-		WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, ps[0].Now.UnixMicro()).
-		Scan(&rd.Version, &rd.VersionSort, &state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrLeaseLost
+// ReadGroup: the fencing read of each entity also fetches its
+// projection, and one more read every work row of the items' events.
+func (a applyTx) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
+	rd := &store.GroupRead{Entities: make([]*store.EntityRead, len(subs))}
+	var ids []int64
+	for i, ps := range subs {
+		l := ps[0].Lease
+		e := &store.EntityRead{}
+		var state string
+		err := a.tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities
+			WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, ps[0].Now.UnixMicro()).
+			Scan(&e.Version, &e.VersionSort, &state)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // lease lost: rd.Entities[i] stays nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		e.State = []byte(state)
+		rd.Entities[i] = e
+		for _, p := range ps {
+			ids = append(ids, p.WorkID)
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	rd.State = []byte(state)
-	ids := make([]int64, len(ps))
-	for i, p := range ps {
-		ids[i] = p.WorkID
+	if len(ids) == 0 {
+		return rd, nil
 	}
 	idList, err := json.Marshal(ids)
 	if err != nil {

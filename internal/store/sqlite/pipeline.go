@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -320,6 +321,21 @@ func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store
 		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
 	}
 	return res, nil
+}
+
+// FlowApplyGroup settles each submission by FlowApplyBatch, all at once:
+// the one writer already runs concurrent write transactions back to back
+// in one database transaction (batch.go), each under its own savepoint,
+// so the group shares one commit without one submission's failure
+// touching another's.
+func (s *Store) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
+	out := make([]store.FlowApplyOutcome, len(subs))
+	var wg sync.WaitGroup
+	for i, ps := range subs {
+		wg.Go(func() { out[i].Results, out[i].Err = s.FlowApplyBatch(ctx, ps) })
+	}
+	wg.Wait()
+	return out
 }
 
 // FlowApplyBatch settles several work items of one leased entity in one

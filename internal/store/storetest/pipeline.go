@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -1409,5 +1410,139 @@ func testCrossedBatches(t *testing.T, o Opener) {
 		if n := f.workCount(); n != 0 {
 			t.Fatalf("round %d: WorkCount = %d", round, n)
 		}
+	}
+}
+
+// testApplyGroup: several entities' pages settled by one FlowApplyGroup.
+// Each submission gets what FlowApplyBatch would have given it alone: a
+// lost lease fails only its own submission (and writes nothing of it), a
+// submission with a bad item fails only itself, and an event shared by two
+// flows in the group, both of whose items the group settles, ends with the
+// aggregate disposition of both.
+func testApplyGroup(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	shared := f.event("evt_shared")
+	f.route(t0, to(shared, rt("up", "s1", "k1"), rt("down", "s1", "k1")))
+	var pks []int64
+	for i := range 3 {
+		pk := f.event(fmt.Sprintf("evt_a%d", i))
+		pks = append(pks, pk)
+		f.route(t0, to(pk, rt("deals", "a", fmt.Sprintf("k%d", i))))
+	}
+	lost := f.event("evt_lost")
+	f.route(t0, to(lost, rt("deals", "lost", "k1")))
+	bad := f.event("evt_bad")
+	f.route(t0, to(bad, rt("deals", "bad", "k1")))
+	good := f.event("evt_good")
+	f.route(t0, to(good, rt("deals", "good", "k1")))
+
+	at := t0.Add(time.Minute)
+	leases := map[string]*store.Lease{}
+	for _, l := range f.claim("w", at, 1000) {
+		leases[l.Flow+"/"+l.Entity] = l
+	}
+	if len(leases) != 6 {
+		t.Fatalf("claimed %d entities, want 6", len(leases))
+	}
+	page := func(key string, aps ...store.FlowApplyParams) []*store.FlowApplyParams {
+		l := leases[key]
+		ws := f.pending(l.Flow, l.Entity)
+		var ps []*store.FlowApplyParams
+		for i := range aps {
+			ap := aps[i]
+			ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor = l, at, ws[i].ID, ws[i].Event.PK, "worker"
+			ps = append(ps, &ap)
+		}
+		ps[len(ps)-1].ReleaseIfDrained = true
+		return ps
+	}
+	subs := [][]*store.FlowApplyParams{
+		page("deals/a", rev(1, `{"s":1}`, eff("a1", "notify")), rev(3, `{"s":3}`, eff("a3", "notify")), rev(2, `{"s":2}`)),
+		page("up/s1", rev(1, `{"u":1}`, eff("u1", "notify"))),
+		page("deals/lost", rev(1, `{"l":1}`, eff("l1", "notify"))),
+		page("down/s1", rev(1, `{"d":1}`)),
+	}
+	// The lost lease: another worker holds the entity now.
+	f.release(leases["deals/lost"], at, time.Time{})
+	f.claim("other", at, 1000)
+
+	outs := f.s.FlowApplyGroup(f.ctx, subs)
+	if len(outs) != len(subs) {
+		t.Fatalf("%d outcomes for %d submissions", len(outs), len(subs))
+	}
+	if !errors.Is(outs[2].Err, store.ErrLeaseLost) {
+		t.Fatalf("the lost lease's submission: %v, want ErrLeaseLost", outs[2].Err)
+	}
+	for _, i := range []int{0, 1, 3} {
+		if outs[i].Err != nil || len(outs[i].Results) != len(subs[i]) {
+			t.Fatalf("submission %d: %d results, %v", i, len(outs[i].Results), outs[i].Err)
+		}
+	}
+	// A submission with a bad item (it names an event its item is not
+	// for) fails alone; the other in its group settles.
+	badSubs := [][]*store.FlowApplyParams{
+		page("deals/bad", rev(1, `{"b":1}`, eff("b1", "notify"))),
+		page("deals/good", rev(1, `{"g":1}`, eff("g1", "notify"))),
+	}
+	badSubs[0][0].EventPK = pks[0]
+	badOuts := f.s.FlowApplyGroup(f.ctx, badSubs)
+	if badOuts[0].Err == nil || errors.Is(badOuts[0].Err, store.ErrLeaseLost) {
+		t.Fatalf("the bad submission: %v, want its own error", badOuts[0].Err)
+	}
+	if badOuts[1].Err != nil || len(badOuts[1].Results) != 1 || badOuts[1].Results[0].Disposition != store.DispositionApplied {
+		t.Fatalf("the good submission beside the bad one: %+v", badOuts[1])
+	}
+	want := []store.Disposition{store.DispositionApplied, store.DispositionApplied, store.DispositionStale}
+	for i, r := range outs[0].Results {
+		if r.Disposition != want[i] || f.disposition(pks[i]) != want[i] {
+			t.Fatalf("deals/a item %d: %s (event %s), want %s", i, r.Disposition, f.disposition(pks[i]), want[i])
+		}
+	}
+	if r := outs[0].Results; r[1].Superseded != 1 || r[0].EffectsInserted != 1 || !r[2].Released {
+		t.Fatalf("deals/a results %+v %+v %+v: want r3 to supersede a1 and the last item to release", r[0], r[1], r[2])
+	}
+	if pr := f.projection("deals", "a"); pr.Version != "r3" || pr.Pending != 0 || pr.AppliedEventPK != pks[1] {
+		t.Fatalf("deals/a projection %+v, want r3 from event %d", pr, pks[1])
+	}
+	// Both flows settled the shared event in the group: applied.
+	if d := f.disposition(shared); d != store.DispositionApplied {
+		t.Fatalf("the shared event is %s, want applied", d)
+	}
+	for _, e := range []string{"up/s1", "down/s1"} {
+		if pr := f.projection(strings.Split(e, "/")[0], "s1"); pr.Version != "r1" || pr.Pending != 0 {
+			t.Fatalf("%s projection %+v, want r1, nothing pending", e, pr)
+		}
+	}
+	// Nothing of the failed submissions was written.
+	for _, e := range []string{"lost", "bad"} {
+		if pr := f.projection("deals", e); pr.VersionSort != "" || pr.Pending != 1 {
+			t.Fatalf("deals/%s projection %+v after its failed submission, want nothing applied and 1 pending", e, pr)
+		}
+	}
+	if n := f.workCount(); n != 2 {
+		t.Fatalf("WorkCount = %d, want 2 (the failed submissions' items)", n)
+	}
+	var keys []string
+	for _, e := range f.effects(&store.EffectListParams{Limit: 100}) {
+		keys = append(keys, e.EpisodeKey+" "+string(e.State))
+	}
+	slices.Sort(keys)
+	if got := strings.Join(keys, ", "); got != "a1 superseded, a3 approved, g1 approved, u1 approved" {
+		t.Fatalf("effects: %s", got)
+	}
+	// The audit rows of the group keep each item's order: a3's approval
+	// comes after a1's supersession, which comes after a1's approval.
+	var order []string
+	rows, err := f.s.AuditList(f.ctx, &store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range rows {
+		if a.Action == store.ActionEffectApproved || a.Action == store.ActionEffectSuperseded {
+			order = append(order, a.Action+" "+strings.Fields(a.Detail)[0])
+		}
+	}
+	if got := strings.Join(order, ", "); !strings.Contains(got, "effect_approved a1, effect_superseded a1, effect_approved a3") {
+		t.Fatalf("audit order: %s", got)
 	}
 }

@@ -94,6 +94,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineProjectionGet", testProjectionGetAbsent},
 		{"PipelineConcurrentSettle", testConcurrentSettle},
 		{"PipelineCrossedBatches", testCrossedBatches},
+		{"PipelineApplyGroup", testApplyGroup},
 		{"PipelineTwoProcesses", testTwoProcesses},
 		{"LedgerClaimDueKinds", testLedgerClaimDueKinds},
 		{"LedgerClaimOrder", testLedgerClaimOrder},
