@@ -378,6 +378,11 @@ func (t *timedPipeline) WorkListPending(ctx context.Context, p *store.WorkListPe
 	return t.Pipeline.WorkListPending(ctx, p)
 }
 
+func (t *timedPipeline) WorkListPendingGroup(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
+	defer addSince(&t.list, time.Now())
+	return t.Pipeline.WorkListPendingGroup(ctx, ps)
+}
+
 func (t *timedPipeline) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
 	defer addSince(&t.apply, time.Now())
 	res, err := t.Pipeline.FlowApply(ctx, p)

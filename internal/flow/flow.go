@@ -86,8 +86,9 @@ type Engine struct {
 	changesOnly map[string][]bool
 
 	// settler groups the pages of concurrent entities into shared
-	// transactions.
-	settler *settler
+	// transactions, and lister their listings into shared queries.
+	settler *batcher[[]*store.FlowApplyParams, store.FlowApplyOutcome]
+	lister  *batcher[*store.WorkListPendingParams, listOutcome]
 
 	// errs keeps failing entities from filling the log.
 	errs *logging.Repeats
@@ -152,7 +153,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	// says: the source API's credentials would go along. Nor does it
 	// connect to an internal address unless the API allows it.
 	e := &Engine{
-		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, settler: &settler{st: st},
+		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, settler: newSettler(st), lister: newLister(st),
 		http:        outbound.Guard(opts.HTTPClient, outbound.GuardOptions{Resolver: opts.Resolver}),
 		httpPrivate: outbound.NoRedirects(opts.HTTPClient),
 		bySource:    map[string][]*config.Flow{}, flows: map[string]*config.Flow{},

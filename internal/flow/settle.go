@@ -7,76 +7,117 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// maxGroupItems bounds the work items one group settles: a group is one
-// transaction, and its locks are held until the commit.
-const maxGroupItems = 400
+// Limits of one group: a settle group is one transaction, whose locks are
+// held until the commit; a list group is one query.
+const (
+	maxGroupItems = 400
+	maxListGroup  = 64
+)
 
-// settler is the processing side's group commit. Each entity's goroutine
-// prepares a page and hands it in; whoever finds no group being settled
-// settles every page handed in meanwhile as one group
-// (store.Pipeline.FlowApplyGroup), and again while more arrive. Nothing
-// waits to gather a group: under load pages pile up while the previous
-// group commits, and a lone page goes at once. On PostgreSQL a group
-// shares its statements and its commit, which is where the database
-// spends its time when many entities each have a little work; every page
-// still gets its own answer, exactly as FlowApplyBatch would give it.
-type settler struct {
-	st store.Pipeline
+// batcher is a group commit without waiting. Each caller hands in its
+// request; whoever finds no group running runs every request handed in
+// meanwhile as one group, and again while more arrive. Under load
+// requests pile up while the previous group runs, and a lone request goes
+// at once. Each caller gets its own answer.
+type batcher[I, O any] struct {
+	run   func(context.Context, []I) []O
+	size  func(I) int // a request's share of limit
+	limit int
 
 	mu      sync.Mutex
-	queue   []*settleReq
+	queue   []*batchReq[I, O]
 	leading bool
 }
 
-type settleReq struct {
-	ps   []*store.FlowApplyParams
-	out  store.FlowApplyOutcome
+type batchReq[I, O any] struct {
+	in   I
+	out  O
 	done chan struct{}
 }
 
-// apply settles ps, the page of one leased entity, in the next group.
-func (s *settler) apply(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
-	r := &settleReq{ps: ps, done: make(chan struct{})}
-	s.mu.Lock()
-	s.queue = append(s.queue, r)
-	lead := !s.leading
-	s.leading = true
-	s.mu.Unlock()
+// do runs in in the next group and returns its answer.
+func (b *batcher[I, O]) do(ctx context.Context, in I) O {
+	r := &batchReq[I, O]{in: in, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	lead := !b.leading
+	b.leading = true
+	b.mu.Unlock()
 	if lead {
-		s.lead(ctx)
+		b.lead(ctx)
 	}
 	<-r.done
-	return r.out.Results, r.out.Err
+	return r.out
 }
 
-// lead settles groups until none is waiting. The leader's own page is in
-// the first group; it goes on leading while pages keep arriving, which
-// costs its entity the time of those groups and saves a hand-over.
-func (s *settler) lead(ctx context.Context) {
+// lead runs groups until none is waiting. The leader's own request is in
+// the first group; it goes on leading while requests keep arriving, which
+// costs its caller the time of those groups and saves a hand-over.
+func (b *batcher[I, O]) lead(ctx context.Context) {
 	for {
-		s.mu.Lock()
-		n, items := 0, 0
-		for n < len(s.queue) && (n == 0 || items+len(s.queue[n].ps) <= maxGroupItems) {
-			items += len(s.queue[n].ps)
+		b.mu.Lock()
+		n, total := 0, 0
+		for n < len(b.queue) && (n == 0 || total+b.size(b.queue[n].in) <= b.limit) {
+			total += b.size(b.queue[n].in)
 			n++
 		}
-		group := s.queue[:n:n]
-		s.queue = s.queue[n:]
+		group := b.queue[:n:n]
+		b.queue = b.queue[n:]
 		if n == 0 {
-			s.leading = false
+			b.leading = false
 		}
-		s.mu.Unlock()
+		b.mu.Unlock()
 		if n == 0 {
 			return
 		}
-		subs := make([][]*store.FlowApplyParams, n)
+		ins := make([]I, n)
 		for i, r := range group {
-			subs[i] = r.ps
+			ins[i] = r.in
 		}
-		outs := s.st.FlowApplyGroup(ctx, subs)
+		outs := b.run(ctx, ins)
 		for i, r := range group {
 			r.out = outs[i]
 			close(r.done)
 		}
+	}
+}
+
+// newSettler groups the pages of concurrent entities into shared
+// transactions (store.Pipeline.FlowApplyGroup). On PostgreSQL a group
+// shares its statements and its commit, which is where the database
+// spends its time when many entities each have a little work; every page
+// still gets exactly the answer FlowApplyBatch would give it.
+func newSettler(st store.Pipeline) *batcher[[]*store.FlowApplyParams, store.FlowApplyOutcome] {
+	return &batcher[[]*store.FlowApplyParams, store.FlowApplyOutcome]{
+		run:   st.FlowApplyGroup,
+		size:  func(ps []*store.FlowApplyParams) int { return len(ps) },
+		limit: maxGroupItems,
+	}
+}
+
+// listOutcome is one entity's listing.
+type listOutcome struct {
+	items []*store.WorkItem
+	err   error
+}
+
+// newLister groups concurrent entities' listings of pending work into one
+// query (store.Pipeline.WorkListPendingGroup).
+func newLister(st store.Pipeline) *batcher[*store.WorkListPendingParams, listOutcome] {
+	return &batcher[*store.WorkListPendingParams, listOutcome]{
+		run: func(ctx context.Context, ps []*store.WorkListPendingParams) []listOutcome {
+			out := make([]listOutcome, len(ps))
+			items, err := st.WorkListPendingGroup(ctx, ps)
+			for i := range out {
+				if err != nil {
+					out[i].err = err
+				} else {
+					out[i].items = items[i]
+				}
+			}
+			return out
+		},
+		size:  func(*store.WorkListPendingParams) int { return 1 },
+		limit: maxListGroup,
 	}
 }

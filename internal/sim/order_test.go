@@ -43,6 +43,18 @@ func (o *orderWatch) WorkListPending(ctx context.Context, p *store.WorkListPendi
 	return items, err
 }
 
+func (o *orderWatch) WorkListPendingGroup(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
+	out, err := o.simStore.WorkListPendingGroup(ctx, ps)
+	if err == nil {
+		o.mu.Lock()
+		for i, p := range ps {
+			o.listed[p.Flow+"\x00"+p.Entity] = out[i]
+		}
+		o.mu.Unlock()
+	}
+	return out, err
+}
+
 func (o *orderWatch) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
 	res, err := o.simStore.FlowApply(ctx, p)
 	if err != nil {

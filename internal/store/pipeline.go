@@ -37,6 +37,10 @@ type Pipeline interface {
 	// WorkListPending returns an entity's pending work items in business
 	// order (order key, then id), with their events.
 	WorkListPending(ctx context.Context, p *WorkListPendingParams) ([]*WorkItem, error)
+	// WorkListPendingGroup is WorkListPending for several entities at
+	// once: one answer per params, in order (a driver may read them in
+	// one query).
+	WorkListPendingGroup(ctx context.Context, ps []*WorkListPendingParams) ([][]*WorkItem, error)
 	// FlowApply settles one work item in ONE transaction: fencing check,
 	// feedback-loop guard, revision guard, projection update, superseding
 	// older pending effects of the same name, effect inserts under the

@@ -52,6 +52,20 @@ const listPendingSQL = `SELECT ` + routableColumns + `, w.id, w.flow, w.entity, 
 	WHERE w.flow = $1 AND w.entity = $2 AND w.done_at IS NULL
 	ORDER BY w.order_key, w.id LIMIT $3`
 
+// listPendingGroupSQL is WorkListPendingGroup's pages: entity n of the
+// arrays flows $1 and entities $2, at most $3[n] rows each, ordered by n
+// and business order. Each join is a LATERAL read of one row or one
+// entity's range, so the plan is index lookups whatever the planner knows
+// (LIMIT 1 keeps the event's read from being flattened into a join the
+// planner could hash).
+const listPendingGroupSQL = `SELECT ` + routableColumns + `, w.id, w.flow, w.entity, w.order_key, w.replay_id, l.n
+	FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS l(flow, entity, lim, n)
+	CROSS JOIN LATERAL (SELECT * FROM work WHERE flow = l.flow AND entity = l.entity AND done_at IS NULL
+		ORDER BY order_key, id LIMIT l.lim) w
+	CROSS JOIN LATERAL (SELECT * FROM events WHERE pk = w.event_pk LIMIT 1) e
+	` + firstDeliveryJoin + `
+	ORDER BY l.n, w.order_key, w.id`
+
 func scanRoutable(row pgx.Row, e *store.RoutableEvent, extra ...any) error {
 	var occ *time.Time
 	dest := append([]any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt,
@@ -302,6 +316,35 @@ func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams)
 		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
 	}
 	return nil
+}
+
+// WorkListPendingGroup reads several entities' pending work in one query.
+func (s *Store) WorkListPendingGroup(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
+	flows, entities, limits := make([]string, len(ps)), make([]string, len(ps)), make([]int32, len(ps))
+	for i, p := range ps {
+		flows[i], entities[i], limits[i] = p.Flow, p.Entity, int32(store.ClampLimit(p.Limit))
+	}
+	rows, err := s.pool.Query(ctx, listPendingGroupSQL, flows, entities, limits)
+	if err != nil {
+		return nil, fmt.Errorf("list pending work: %w", err)
+	}
+	defer rows.Close()
+	out := make([][]*store.WorkItem, len(ps))
+	for rows.Next() {
+		w := &store.WorkItem{}
+		var n int64 // WITH ORDINALITY counts from 1
+		if err := scanRoutable(rows, &w.Event, &w.ID, &w.Flow, &w.Entity, &w.OrderKey, &w.ReplayID, &n); err != nil {
+			return nil, fmt.Errorf("list pending work: %w", err)
+		}
+		if n < 1 || int(n) > len(ps) {
+			return nil, fmt.Errorf("list pending work: row for entity %d of %d", n, len(ps))
+		}
+		out[n-1] = append(out[n-1], w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list pending work: %w", err)
+	}
+	return out, nil
 }
 
 // WorkListPending returns one entity's unsettled work in business order

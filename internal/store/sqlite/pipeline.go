@@ -279,6 +279,20 @@ func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams)
 	return nil
 }
 
+// WorkListPendingGroup lists each entity's pending work in turn: reads
+// run on the read pool, beside the writer, and cost no round trip.
+func (s *Store) WorkListPendingGroup(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
+	out := make([][]*store.WorkItem, len(ps))
+	for i, p := range ps {
+		items, err := s.WorkListPending(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = items
+	}
+	return out, nil
+}
+
 // WorkListPending returns one entity's unsettled work in business order.
 // SQLite compares TEXT with BINARY collation, i.e. byte order, like the
 // COLLATE "C" columns in PostgreSQL.

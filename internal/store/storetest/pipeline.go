@@ -976,6 +976,33 @@ func testWorkListPendingOrder(t *testing.T, o Opener) {
 	if ws := f.pending("f", "other"); len(ws) != 0 {
 		t.Fatalf("other entity has %d items", len(ws))
 	}
+	// A group lists each entity as WorkListPending would: its own items,
+	// in business order, up to its own limit, and none for an entity
+	// without work, whatever its place in the group.
+	pk := f.event("evt_g", caused("cg", 1))
+	f.route(t0, to(pk, rt("g", "e", "k")))
+	groups, err := f.s.WorkListPendingGroup(f.ctx, []*store.WorkListPendingParams{
+		{Flow: "f", Entity: "other"}, {Flow: "f", Entity: "e", Limit: 3}, {Flow: "g", Entity: "e"}, {Flow: "f", Entity: "e"},
+	})
+	if err != nil {
+		t.Fatalf("WorkListPendingGroup: %v", err)
+	}
+	summary := func(ws []*store.WorkItem) string {
+		var out []string
+		for _, w := range ws {
+			out = append(out, w.Flow+"/"+w.OrderKey+"/"+w.Event.EventID)
+			if w.Event.CausationID == "" || len(w.Event.Body) == 0 || w.ID == 0 {
+				t.Fatalf("group work item = %+v", w)
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	for i, want := range []string{"", "f/Z/evt_2 f/a-10/evt_3 f/a-2/evt_1", "g/k/evt_g",
+		"f/Z/evt_2 f/a-10/evt_3 f/a-2/evt_1 f/b/evt_0 f/b/evt_4"} {
+		if got := summary(groups[i]); got != want {
+			t.Fatalf("group entry %d: %q, want %q", i, got, want)
+		}
+	}
 }
 
 func testWorkCount(t *testing.T, o Opener) {
