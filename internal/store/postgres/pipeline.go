@@ -204,44 +204,84 @@ func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error
 	return nil
 }
 
-// enqueue queues the work rows of routes for one pass, in (flow, entity)
-// order (the order every writer locks entities in). Failed routes are
-// inserted already settled as dead letters. Each pending row and its
-// entity's counters are one statement: the UPDATE runs only when the
-// INSERT was not swallowed by an existing row.
+// enqueue queues the work rows of routes for one pass. The page's entities
+// are created if new and locked in (flow, entity) order (the order every
+// writer locks entities in); then the pending rows go in one statement
+// that also raises each entity's counters by the rows actually inserted
+// (a row swallowed by an existing one counts nothing). Failed routes are
+// inserted already settled as dead letters, one statement each (rare).
 func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, replayID int64, actor string) error {
 	slices.SortStableFunc(items, func(a, b routed) int {
 		return cmp.Or(cmp.Compare(a.route.Flow, b.route.Flow), cmp.Compare(a.route.Entity, b.route.Entity))
 	})
+	var flows, entities, keys []string
+	var pks []int64
+	var pairs [][2]string
 	for _, it := range items {
 		r, ev := it.route, it.ev
-		t.exec("upsert entity", `INSERT INTO entities (flow, entity, updated_at) VALUES ($1, $2, $3)
-			ON CONFLICT (flow, entity) DO NOTHING`, r.Flow, r.Entity, now)
+		if pair := [2]string{r.Flow, r.Entity}; len(pairs) == 0 || pairs[len(pairs)-1] != pair {
+			pairs = append(pairs, pair) // items are sorted: each pair once
+		}
 		if r.Failed != "" {
 			// A route that failed is still the entity's newest news: it
 			// counts for revision_lag like any other. The audit row is
-			// written only when the dead letter is new.
-			t.exec("insert failed work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
-					VALUES ($1, $2, $5, $6, $4, $3, $3, 'dead_lettered', $7) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1),
-				up AS (UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins))
-				INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-				SELECT $3, $8, 'dead_lettered', $9, $10, $2, $11 WHERE EXISTS (SELECT 1 FROM ins)`,
-				r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID, r.Failed, actor, ev.source, ev.eventID,
-				fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed))
+			// written only when the dead letter is new. Rare: one
+			// statement each, after the entities exist.
 			continue
 		}
-		// An entity that becomes ready joins the back of the claim order
-		// (not_before, then keys): first come, first served, so an entity
-		// whose key sorts late is not starved by newer ones. A retry's
-		// later not_before is kept. The same statement advances the
-		// entity's newest routed key for revision_lag.
-		t.exec("insert work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
-				VALUES ($1, $2, $5, $6, $4, $3) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1)
-			UPDATE entities SET pending = pending + 1,
-				not_before = CASE WHEN pending = 0 AND not_before < $3 THEN $3 ELSE not_before END, `+newestKeySet+`
-			WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins)`,
-			r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID)
+		flows, entities, keys, pks = append(flows, r.Flow), append(entities, r.Entity), append(keys, r.OrderKey), append(pks, ev.pk)
 	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	pf, pe := make([]string, len(pairs)), make([]string, len(pairs))
+	for i, p := range pairs {
+		pf[i], pe[i] = p[0], p[1]
+	}
+	t.exec("upsert entities", `INSERT INTO entities (flow, entity, updated_at)
+		SELECT flow, entity, $3 FROM unnest($1::text[], $2::text[]) AS u(flow, entity)
+		ORDER BY flow COLLATE "C", entity COLLATE "C"
+		ON CONFLICT (flow, entity) DO NOTHING`, pf, pe, now)
+	// Every entity of the page locked first, in (flow, entity) byte order
+	// (the order every writer keeps), by one sorted locking read: the
+	// statements below then touch them in any order.
+	t.exec("lock entities", `SELECT 1 FROM entities
+		WHERE flow = ANY($1) AND entity = ANY($2) AND (flow, entity) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+		ORDER BY flow COLLATE "C", entity COLLATE "C" FOR NO KEY UPDATE`, pf, pe)
+	for _, it := range items {
+		r, ev := it.route, it.ev
+		if r.Failed == "" {
+			continue
+		}
+		t.exec("insert failed work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
+				VALUES ($1, $2, $5, $6, $4, $3, $3, 'dead_lettered', $7) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1),
+			up AS (UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins))
+			INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+			SELECT $3, $8, 'dead_lettered', $9, $10, $2, $11 WHERE EXISTS (SELECT 1 FROM ins)`,
+			r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID, r.Failed, actor, ev.source, ev.eventID,
+			fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed))
+	}
+	if len(pks) == 0 {
+		return nil
+	}
+	// The pending work rows in one statement, and each entity's counters
+	// by the rows actually inserted (a row that existed is not counted).
+	// An entity that becomes ready joins the back of the claim order
+	// (not_before, then keys): first come, first served, so an entity
+	// whose key sorts late is not starved by newer ones; a retry's later
+	// not_before is kept. The newest routed key advances for revision_lag.
+	t.exec("insert work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
+			SELECT flow, entity, pk, $5, order_key, $3
+			FROM unnest($1::text[], $2::text[], $4::bigint[], $6::text[]) WITH ORDINALITY AS u(flow, entity, pk, order_key, n)
+			ORDER BY n
+			ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING flow, entity, order_key),
+		agg AS (SELECT flow, entity, count(*) AS n, max(order_key COLLATE "C") AS k FROM ins GROUP BY flow, entity)
+		UPDATE entities en SET pending = en.pending + agg.n,
+			not_before = CASE WHEN en.pending = 0 AND en.not_before < $3 THEN $3 ELSE en.not_before END,
+			behind_since = CASE WHEN en.newest_key <= en.settled_key AND agg.k > en.settled_key THEN $3 ELSE en.behind_since END,
+			newest_key = GREATEST(en.newest_key, agg.k)
+		FROM agg WHERE en.flow = agg.flow AND en.entity = agg.entity AND en.flow = ANY($1) AND en.entity = ANY($2)`,
+		flows, entities, now, pks, replayID, keys)
 	return nil
 }
 
