@@ -59,7 +59,7 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 	fs.IntVar(&f.events, "events", 10_000, "events preloaded per cell")
 	fs.IntVar(&f.entities, "entities", 10_000, "entities of the spread shape")
 	fs.IntVar(&f.group, "group", 64, "submissions per InboxCommit while preloading")
-	fs.IntVar(&f.workers, "workers", 4, "flow engine workers (entities processed in parallel; the product default is 64, processing.workers)")
+	fs.IntVar(&f.workers, "workers", 64, "flow engine workers (entities processed in parallel; 64 is the product default, processing.workers)")
 	fs.StringVar(&f.mode, "mode", modeLoop, "how the engine runs: loop = its background loop, as serve runs it (routing beside processing,\n"+
 		"a worker's slot refilled as soon as its entity is done); drain = Step after Step (route a page, then process\n"+
 		"what is ready, in turn)")

@@ -15,10 +15,13 @@ const (
 )
 
 // batcher is a group commit without waiting. Each caller hands in its
-// request; whoever finds no group running runs every request handed in
-// meanwhile as one group, and again while more arrive. Under load
-// requests pile up while the previous group runs, and a lone request goes
-// at once. Each caller gets its own answer.
+// request; a caller that finds no group running starts a goroutine that
+// runs every request handed in meanwhile as one group, and again while
+// more arrive, then ends. Under load requests pile up while the previous
+// group runs, and a lone request goes at once. Each caller gets its own
+// answer and goes on as soon as its group is done: no caller's goroutine
+// is kept running other callers' groups (with 4 workers, one of them
+// leading would have cost a quarter of the processing).
 type batcher[I, O any] struct {
 	run   func(context.Context, []I) []O
 	size  func(I) int // a request's share of limit
@@ -40,19 +43,17 @@ func (b *batcher[I, O]) do(ctx context.Context, in I) O {
 	r := &batchReq[I, O]{in: in, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
-	lead := !b.leading
-	b.leading = true
-	b.mu.Unlock()
-	if lead {
-		b.lead(ctx)
+	if !b.leading {
+		b.leading = true
+		go b.lead(ctx)
 	}
+	b.mu.Unlock()
 	<-r.done
 	return r.out
 }
 
-// lead runs groups until none is waiting. The leader's own request is in
-// the first group; it goes on leading while requests keep arriving, which
-// costs its caller the time of those groups and saves a hand-over.
+// lead runs groups until none is waiting. Its context is that of the
+// request that started it; the engine's callers share one.
 func (b *batcher[I, O]) lead(ctx context.Context) {
 	for {
 		b.mu.Lock()
