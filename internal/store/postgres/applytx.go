@@ -41,7 +41,7 @@ func (a applyTx) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams)
 		}
 	}
 	rd := &store.GroupRead{Entities: make([]*store.EntityRead, n)}
-	a.t.later("fence entities", fenceEntitiesSQL, []any{flows, entities, tokens, nows, nums}, func(rows pgx.Rows) error {
+	a.t.later("fence entities", fenceEntitiesSQL, []any{flows, entities, tokens, nows, nums, distinct(flows), distinct(entities)}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var i int32
 			var state string
@@ -89,12 +89,13 @@ const (
 
 // fenceEntitiesSQL locks the entities ($1, $2) whose lease token is $3
 // and runs past $4, in (flow, entity) byte order, and returns each one's
-// submission number $5 and projection. The pk lookups are named outright
-// (= ANY) so the plan reads the primary key whatever the planner knows.
+// submission number $5 and projection. The primary key lookups are named
+// outright with the distinct flows $6 and entities $7 (anyKeys), so the
+// plan reads the primary key whatever the planner knows.
 const fenceEntitiesSQL = `SELECT l.n, e.version, e.version_sort, e.state::text
 	FROM entities e JOIN unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[]) AS l(flow, entity, token, now, n)
 		ON e.flow = l.flow AND e.entity = l.entity
-	WHERE e.flow = ANY($1) AND e.entity = ANY($2) AND e.lease_token = l.token AND e.lease_until > l.now
+	WHERE e.flow = ANY($6) AND e.entity = ANY($7) AND e.lease_token = l.token AND e.lease_until > l.now
 	ORDER BY e.flow COLLATE "C", e.entity COLLATE "C"
 	FOR NO KEY UPDATE OF e`
 

@@ -160,17 +160,8 @@ func (h *held) queueEntities(t *pipeTx) {
 			states[i], at[i] = "null", time.Unix(0, 0)
 		}
 	}
-	t.exec("update projections", `UPDATE entities e SET
-			version = CASE WHEN u.proj THEN u.version ELSE e.version END,
-			version_sort = CASE WHEN u.proj THEN u.version_sort ELSE e.version_sort END,
-			state = CASE WHEN u.proj THEN u.state::jsonb ELSE e.state END,
-			applied_event_pk = CASE WHEN u.proj THEN u.event_pk ELSE e.applied_event_pk END,
-			updated_at = CASE WHEN u.proj THEN u.at ELSE e.updated_at END,
-			pending = e.pending - u.n, settled_key = GREATEST(e.settled_key, u.settled_key COLLATE "C")
-		FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[], $10::text[])
-			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key)
-		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($1) AND e.entity = ANY($2)`,
-		flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys)
+	t.exec("update projections", updateEntitiesSQL,
+		flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys, distinct(flows))
 }
 
 // queueReleases queues the held drained releases as one statement whose
@@ -185,11 +176,7 @@ func (h *held) queueReleases(t *pipeTx) {
 	for i, r := range rs {
 		flows[i], entities[i], tokens[i] = r.flow, r.entity, r.token
 	}
-	t.later("release drained entities", `UPDATE entities e SET lease_token = '', lease_until = '-infinity'
-		FROM unnest($1::text[], $2::text[], $3::text[]) AS u(flow, entity, token)
-		WHERE e.flow = u.flow AND e.entity = u.entity AND e.lease_token = u.token AND e.pending = 0
-			AND e.flow = ANY($1) AND e.entity = ANY($2)
-		RETURNING e.flow, e.entity`, []any{flows, entities, tokens}, func(rows pgx.Rows) error {
+	t.later("release drained entities", releaseDrainedSQL, []any{flows, entities, tokens, distinct(flows)}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var flow, entity string
 			if err := rows.Scan(&flow, &entity); err != nil {
@@ -203,4 +190,42 @@ func (h *held) queueReleases(t *pipeTx) {
 		}
 		return nil
 	})
+}
+
+// updateEntitiesSQL writes the held counters and projections of several
+// entities: arrays $1-$10, one element per entity, $11 the distinct flows.
+const updateEntitiesSQL = `UPDATE entities e SET
+			version = CASE WHEN u.proj THEN u.version ELSE e.version END,
+			version_sort = CASE WHEN u.proj THEN u.version_sort ELSE e.version_sort END,
+			state = CASE WHEN u.proj THEN u.state::jsonb ELSE e.state END,
+			applied_event_pk = CASE WHEN u.proj THEN u.event_pk ELSE e.applied_event_pk END,
+			updated_at = CASE WHEN u.proj THEN u.at ELSE e.updated_at END,
+			pending = e.pending - u.n, settled_key = GREATEST(e.settled_key, u.settled_key COLLATE "C")
+		FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[], $10::text[])
+			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key)
+		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($11) AND e.entity = ANY($2)`
+
+// releaseDrainedSQL frees the leases ($1, $2, token $3; $4 the distinct
+// flows) of entities with no pending work, and returns those it freed.
+const releaseDrainedSQL = `UPDATE entities e SET lease_token = '', lease_until = '-infinity'
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS u(flow, entity, token)
+		WHERE e.flow = u.flow AND e.entity = u.entity AND e.lease_token = u.token AND e.pending = 0
+			AND e.flow = ANY($4) AND e.entity = ANY($2)
+		RETURNING e.flow, e.entity`
+
+// distinct returns ss without repeats, in first-seen order. A statement
+// that finds rows by primary key names its keys with = ANY of distinct
+// values: with statistics, the planner costs a repeated value as many
+// index probes (30 entities of one flow as 900) and takes a sequential
+// scan of the whole table instead.
+func distinct(ss []string) []string {
+	seen := make(map[string]bool, len(ss))
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -246,8 +246,8 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 	// (the order every writer keeps), by one sorted locking read: the
 	// statements below then touch them in any order.
 	t.exec("lock entities", `SELECT 1 FROM entities
-		WHERE flow = ANY($1) AND entity = ANY($2) AND (flow, entity) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		ORDER BY flow COLLATE "C", entity COLLATE "C" FOR NO KEY UPDATE`, pf, pe)
+		WHERE flow = ANY($3) AND entity = ANY($4) AND (flow, entity) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+		ORDER BY flow COLLATE "C", entity COLLATE "C" FOR NO KEY UPDATE`, pf, pe, distinct(pf), distinct(pe))
 	for _, it := range items {
 		r, ev := it.route, it.ev
 		if r.Failed == "" {
@@ -280,8 +280,8 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 			not_before = CASE WHEN en.pending = 0 AND en.not_before < $3 THEN $3 ELSE en.not_before END,
 			behind_since = CASE WHEN en.newest_key <= en.settled_key AND agg.k > en.settled_key THEN $3 ELSE en.behind_since END,
 			newest_key = GREATEST(en.newest_key, agg.k)
-		FROM agg WHERE en.flow = agg.flow AND en.entity = agg.entity AND en.flow = ANY($1) AND en.entity = ANY($2)`,
-		flows, entities, now, pks, replayID, keys)
+		FROM agg WHERE en.flow = agg.flow AND en.entity = agg.entity AND en.flow = ANY($7) AND en.entity = ANY($8)`,
+		flows, entities, now, pks, replayID, keys, distinct(flows), distinct(entities))
 	return nil
 }
 
