@@ -107,11 +107,7 @@ func (h *held) queue(t *pipeTx) {
 		for i, w := range h.work {
 			ids[i], at[i], ds[i], reasons[i], sorts[i] = w.id, w.at, w.disposition, w.reason, w.versionSort
 		}
-		// w.id = ANY($1) lets the rows be found by the primary key
-		// whatever the planner thinks of the unnest's size.
-		t.exec("settle work", `UPDATE work w SET done_at = u.at, disposition = u.disposition, reason = u.reason, version_sort = u.version_sort
-			FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[]) AS u(id, at, disposition, reason, version_sort)
-			WHERE w.id = u.id AND w.id = ANY($1)`, ids, at, ds, reasons, sorts)
+		t.exec("settle work", settleWorkSQL, ids, at, ds, reasons, sorts)
 	}
 	h.work = h.work[:0]
 	switch n := len(h.dispositions); {
@@ -122,8 +118,7 @@ func (h *held) queue(t *pipeTx) {
 		for i, d := range h.dispositions {
 			pks[i], ds[i] = d.pk, string(d.d)
 		}
-		t.exec("set disposition", `UPDATE events e SET disposition = u.d
-			FROM unnest($1::bigint[], $2::text[]) AS u(pk, d) WHERE e.pk = u.pk AND e.pk = ANY($1)`, pks, ds)
+		t.exec("set disposition", setDispositionsSQL, pks, ds)
 	}
 	h.dispositions = h.dispositions[:0]
 }
@@ -191,6 +186,17 @@ func (h *held) queueReleases(t *pipeTx) {
 		return nil
 	})
 }
+
+// settleWorkSQL settles work rows $1 (arrays $1-$5, one element per row);
+// w.id = ANY($1) lets the rows be found by the primary key whatever the
+// planner thinks of the unnest's size.
+const settleWorkSQL = `UPDATE work w SET done_at = u.at, disposition = u.disposition, reason = u.reason, version_sort = u.version_sort
+			FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[]) AS u(id, at, disposition, reason, version_sort)
+			WHERE w.id = u.id AND w.id = ANY($1)`
+
+// setDispositionsSQL sets the dispositions $2 of events $1.
+const setDispositionsSQL = `UPDATE events e SET disposition = u.d
+			FROM unnest($1::bigint[], $2::text[]) AS u(pk, d) WHERE e.pk = u.pk AND e.pk = ANY($1)`
 
 // updateEntitiesSQL writes the held counters and projections of several
 // entities: arrays $1-$10, one element per entity, $11 the distinct flows.
