@@ -217,13 +217,16 @@ func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) e
 
 func settleEffect(ctx context.Context, t *pipeTx, p *store.EffectSettleParams) error {
 	// Fencing: a worker whose lease expired or was re-claimed writes
-	// nothing. The update also locks the row until commit, so a claimer
-	// cannot take the effect over halfway (it skips the locked row), and
-	// the select reads the effect as the update left it.
+	// nothing. The read also locks the row until commit (FOR NO KEY
+	// UPDATE, the lock the UPDATE below takes anyway), so a claimer cannot
+	// take the effect over halfway (it skips the locked row); a row
+	// changed meanwhile is re-checked as it now stands. A lock, not a
+	// no-op UPDATE: that wrote a row version, and its index entries, per
+	// settle.
 	var f *store.Effect
-	err := t.query(ctx, "check lease", `WITH l AS (UPDATE effects SET lease_until = lease_until
-			WHERE id = $1 AND lease_token = $2 AND state = 'submitting' AND lease_until > $3 RETURNING id)
-		SELECT `+effectColumns+effectFrom+` JOIN l ON l.id = f.id`, []any{p.EffectID, p.Token, p.Now}, func(rows pgx.Rows) error {
+	err := t.query(ctx, "check lease", `SELECT `+effectColumns+effectFrom+`
+		WHERE f.id = $1 AND f.lease_token = $2 AND f.state = 'submitting' AND f.lease_until > $3
+		FOR NO KEY UPDATE OF f`, []any{p.EffectID, p.Token, p.Now}, func(rows pgx.Rows) error {
 		if !rows.Next() {
 			return nil
 		}
