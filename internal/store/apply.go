@@ -17,18 +17,13 @@ import (
 // implementation reports a failed deferred write at the next call that
 // returns an error, and the whole transaction rolls back.
 
-// ApplyRow is one work item as the rules settle it: the work row, its
-// event and the entity's projection as it stands before the item.
+// ApplyRow is one unsettled work item as the rules settle it: the work
+// row, its event and the entity's projection as it stands before the item.
 type ApplyRow struct {
 	Flow, Entity string
 	EventPK      int64
 	ReplayID     int64
 	OrderKey     string
-	// Done is true when the item was settled before (a retried apply):
-	// Disposition and Reason are its outcome and nothing is written.
-	Done        bool
-	Disposition Disposition
-	Reason      string
 	// The event, for audit rows.
 	Source, EventID string
 	// The projection as it stands: VersionSort "" when none was applied.
@@ -53,7 +48,9 @@ type EntityRead struct {
 	State                []byte
 }
 
-// BatchWork is one work row with its event.
+// BatchWork is one work row with its event. Done is true when the item
+// was settled before (a retried apply): Disposition and Reason are its
+// outcome, and the rules write nothing for it.
 type BatchWork struct {
 	WorkID       int64
 	Flow, Entity string

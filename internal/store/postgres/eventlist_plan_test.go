@@ -57,25 +57,7 @@ func TestEventListTimePlans(t *testing.T) {
 		if !windowed {
 			t.Fatalf("%s: not the windowed query", c.name)
 		}
-		rows, err := h.pool.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+q, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var plan strings.Builder
-		removed := 0
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-			if _, v, ok := strings.Cut(line, "Rows Removed by Filter: "); ok {
-				k, _ := strconv.Atoi(strings.TrimSpace(v))
-				removed += k
-			}
-		}
-		rows.Close()
-		got := plan.String()
+		got, removed, _ := explain(t, h.pool, "(ANALYZE, COSTS OFF, TIMING OFF)", q, args...)
 		t.Logf("%s:\n%s", c.name, got)
 		if !strings.Contains(got, c.index) {
 			t.Errorf("%s does not read %s:\n%s", c.name, c.index, got)

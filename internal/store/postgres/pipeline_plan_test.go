@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,36 +106,7 @@ func TestPipelinePlans(t *testing.T) {
 			{"settle a page's work", settleWorkSQL, []any{pendingIDs, n20(at), n20("applied"), n20(""), n20("k")}, "work_pkey", 0},
 			{"set a page's dispositions", setDispositionsSQL, []any{pendingIDs, n20("applied")}, "events_pkey", 0},
 		} {
-			tx, err := h.pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+c.sql, c.args...)
-			if err != nil {
-				t.Fatalf("%s %s: %v", c.name, phase, err)
-			}
-			var plan strings.Builder
-			removed, returned := 0, -1
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan.WriteString(line + "\n")
-				if _, v, ok := strings.Cut(line, "Rows Removed by Filter: "); ok {
-					k, _ := strconv.Atoi(strings.TrimSpace(v))
-					removed += k
-				}
-				// The top node's row count is what the statement returns.
-				if _, v, ok := strings.Cut(line, "(actual rows="); ok && returned < 0 {
-					returned, _ = strconv.Atoi(strings.Fields(v)[0])
-				}
-			}
-			rows.Close()
-			if err := tx.Rollback(ctx); err != nil { // the supersede must not stay
-				t.Fatal(err)
-			}
-			got := plan.String()
+			got, removed, returned := explain(t, h.pool, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)", c.sql, c.args...)
 			t.Logf("%s %s:\n%s", c.name, phase, got)
 			if !strings.Contains(got, c.index) {
 				t.Errorf("%s %s does not read %s:\n%s", c.name, phase, c.index, got)
@@ -197,27 +167,7 @@ func TestEntityPlansWithStatistics(t *testing.T) {
 		{"update counters and projections", updateEntitiesSQL, []any{flows, entities, proj, versions, versions, states, eventPKs, nows, settled, versions, distinct(flows)}},
 		{"release drained", releaseDrainedSQL, []any{flows, entities, tokens, distinct(flows)}},
 	} {
-		tx, err := h.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := tx.Query(ctx, `EXPLAIN (COSTS OFF) `+c.sql, c.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		rows.Close()
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
-		got := plan.String()
+		got, _, _ := explain(t, h.pool, "(COSTS OFF)", c.sql, c.args...)
 		t.Logf("%s:\n%s", c.name, got)
 		if !strings.Contains(got, "entities_pkey") || strings.Contains(got, "Seq Scan on entities") {
 			t.Errorf("%s does not find the entities by primary key:\n%s", c.name, got)

@@ -90,20 +90,7 @@ func TestSignalPlans(t *testing.T) {
 		{"mismatch", sqlMismatch, nil},
 		{"compensation", sqlCompensation, nil},
 	} {
-		rows, err := h.pool.Query(ctx, `EXPLAIN `+c.sql, c.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		rows.Close()
-		got := plan.String()
+		got, _, _ := explain(t, h.pool, "", c.sql, c.args...)
 		t.Logf("%s:\n%s", c.name, got)
 		if strings.Contains(got, "Seq Scan") {
 			t.Errorf("%s reads a table in full:\n%s", c.name, got)
