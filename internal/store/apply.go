@@ -323,9 +323,9 @@ func (g *applyGroup) audit(ctx context.Context, a *AuditInsertParams) {
 func (g *applyGroup) later(f func() error) { g.finish = append(g.finish, f) }
 
 // apply settles one item of the entity es (RunFlowApply's rules).
-func (b *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyParams) (*FlowApplyResult, error) {
-	tx := b.tx
-	bw := b.work[p.WorkID]
+func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyParams) (*FlowApplyResult, error) {
+	tx := g.tx
+	bw := g.work[p.WorkID]
 	if bw == nil {
 		return nil, ErrNoWork
 	}
@@ -344,7 +344,7 @@ func (b *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 
 	res := &FlowApplyResult{}
 	audit := func(action, detail string) {
-		b.audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
+		g.audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
 			Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: detail})
 	}
 	subject := fmt.Sprintf("flow %s entity %s", w.Flow, w.Entity)
@@ -377,7 +377,7 @@ func (b *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 			audit(ActionKeyConflict, VersionConflictDetail(subject, p.Version))
 		}
 		if res.Disposition == DispositionApplied {
-			if err := b.applyEffects(ctx, p, w, res, audit); err != nil {
+			if err := g.applyEffects(ctx, p, w, res, audit); err != nil {
 				return nil, err
 			}
 			es.version, es.versionSort, es.state = p.Version, p.VersionSort, StateJSON(p.State)
@@ -394,7 +394,7 @@ func (b *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 		}
 	}
 	audit(ActionWorkSettled, settledDetail(subject, res, p.Version))
-	if err := b.settleEvent(ctx, w.EventPK, w.ReplayID, p.Now, p.Actor); err != nil {
+	if err := g.settleEvent(ctx, w.EventPK, w.ReplayID, p.Now, p.Actor); err != nil {
 		return nil, err
 	}
 	if p.ReleaseIfDrained {
@@ -407,8 +407,8 @@ func (b *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 
 // applyEffects writes the projection, supersedes older pending effects of
 // the same names and inserts the new effects behind their episode keys.
-func (b *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *ApplyRow, res *FlowApplyResult, audit func(action, detail string)) error {
-	tx := b.tx
+func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *ApplyRow, res *FlowApplyResult, audit func(action, detail string)) error {
+	tx := g.tx
 	if err := tx.WriteProjection(ctx, w, p); err != nil {
 		return fmt.Errorf("update projection: %w", err)
 	}
@@ -419,7 +419,7 @@ func (b *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 			return fmt.Errorf("supersede %s: %w", name, err)
 		}
 	}
-	b.later(func() error {
+	g.later(func() error {
 		for _, sup := range sups {
 			keys := make([]string, len(sup))
 			for i, s := range sup {
@@ -438,7 +438,7 @@ func (b *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 	})
 	for _, e := range p.Effects {
 		if e.Compensates != 0 {
-			insert, err := b.compensationNeeded(ctx, p, e, res, audit)
+			insert, err := g.compensationNeeded(ctx, p, e, res, audit)
 			if err != nil {
 				return err
 			}
@@ -450,7 +450,7 @@ func (b *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 		if err := tx.InsertEffect(ctx, w, p, e, o); err != nil {
 			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
 		}
-		b.later(func() error {
+		g.later(func() error {
 			if o.Inserted {
 				res.EffectsInserted++
 				return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEffectApproved,
@@ -480,9 +480,9 @@ func (b *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 // transaction, whether a compensation (compensate_when held) is inserted:
 // an original never sent is superseded instead, one that ended superseded
 // or dead needs nothing undone, any other is compensated.
-func (b *applyGroup) compensationNeeded(ctx context.Context, p *FlowApplyParams, e *EffectInsert,
+func (g *applyGroup) compensationNeeded(ctx context.Context, p *FlowApplyParams, e *EffectInsert,
 	res *FlowApplyResult, audit func(action, detail string)) (bool, error) {
-	key, version, state, found, err := b.tx.LockEffect(ctx, e.Compensates)
+	key, version, state, found, err := g.tx.LockEffect(ctx, e.Compensates)
 	if err != nil {
 		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
 	}
@@ -492,7 +492,7 @@ func (b *applyGroup) compensationNeeded(ctx context.Context, p *FlowApplyParams,
 	}
 	switch CompensationDecision(state) {
 	case CompensateSupersede:
-		if err := b.tx.SupersedeEffect(ctx, e.Compensates, p.Now); err != nil {
+		if err := g.tx.SupersedeEffect(ctx, e.Compensates, p.Now); err != nil {
 			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
 		}
 		res.Superseded++
@@ -505,8 +505,8 @@ func (b *applyGroup) compensationNeeded(ctx context.Context, p *FlowApplyParams,
 }
 
 // settleEvent is SettleEvent on the rows the batch read and settled.
-func (b *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now time.Time, actor string) error {
-	ws := b.events[pk]
+func (g *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now time.Time, actor string) error {
+	ws := g.events[pk]
 	if len(ws) == 0 {
 		return fmt.Errorf("aggregate event %d: no such event", pk)
 	}
@@ -519,13 +519,13 @@ func (b *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now ti
 	if !ok {
 		return nil
 	}
-	if err := b.tx.SetDisposition(ctx, pk, agg); err != nil {
+	if err := g.tx.SetDisposition(ctx, pk, agg); err != nil {
 		return fmt.Errorf("set disposition of event %d: %w", pk, err)
 	}
 	for _, w := range ws {
 		w.Event.Disposition = agg
 	}
-	b.audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: ActionDisposition,
+	g.audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: ActionDisposition,
 		Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: fmt.Sprintf("%s -> %s", ev.Disposition, agg)})
 	return nil
 }

@@ -179,7 +179,7 @@ func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) err
 //
 // Pruning cannot delete the row between this statement's snapshot and its
 // insert (which would let ON CONFLICT wait for the delete and then insert
-// a second effect under a key whose tombstone it did not see): ReadBatch
+// a second effect under a key whose tombstone it did not see): ReadGroup
 // holds the entity's row lock until the commit, and pruning deletes an
 // effect only under that entity's row lock (retention.go).
 func (a applyTx) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {

@@ -60,7 +60,7 @@ const (
 		LEFT JOIN LATERAL (SELECT 1 AS x FROM effects c WHERE c.compensates = f.id AND c.compensates <> 0
 			AND c.state NOT IN ('done', 'superseded', 'resolved') LIMIT 1) cx ON true
 		ORDER BY f.id`
-	// The row lock every flow apply holds on its entity from ReadBatch to
+	// The row lock every flow apply holds on its entity from ReadGroup to
 	// its commit (the fence is a FOR NO KEY UPDATE lock, which
 	// conflicts with this one). SKIP LOCKED: an entity being applied is
 	// left for the next pass instead of making pruning wait.
@@ -254,7 +254,7 @@ type effectCandidate struct {
 // finds the key free and inserts a second effect under it. Every effect a
 // flow inserts carries its (flow, entity) in the episode key and is
 // inserted by an apply of that entity, and an apply holds the entity's row
-// lock from its first statement (ReadBatch's fencing lock) to its
+// lock from its first statement (ReadGroup's fencing lock) to its
 // commit. Pruning takes the same row lock before it deletes: either the
 // apply committed first (pruning then deletes the row the apply found
 // existing) or pruning did (the apply's fence waited, and its
