@@ -146,32 +146,6 @@ func (t *pipeTx) flush(ctx context.Context) error {
 	return nil
 }
 
-// sendScan sends the queue, whose first skip statements (BEGIN) return
-// nothing to look at; scan reads the result row of each statement after
-// them, numbered from 0, except a final COMMIT. The statements were queued
-// on t.batch directly (no labels): the caller's scan names what failed.
-func (t *pipeTx) sendScan(ctx context.Context, skip int, scan func(i int, row pgx.Row) error) error {
-	b := t.batch
-	t.batch, t.queued = &pgx.Batch{}, nil
-	n := b.Len()
-	commit := n > 0 && b.QueuedQueries[n-1].SQL == "COMMIT"
-	br := t.conn.SendBatch(ctx, b)
-	for i := range n {
-		var err error
-		switch {
-		case i < skip || (commit && i == n-1):
-			_, err = br.Exec()
-		default:
-			err = scan(i-skip, br.QueryRow())
-		}
-		if err != nil {
-			br.Close()
-			return err
-		}
-	}
-	return br.Close()
-}
-
 // commit sends what is queued with COMMIT and gives the connection back.
 func (t *pipeTx) commit(ctx context.Context) error {
 	t.held.queue(t)

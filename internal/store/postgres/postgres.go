@@ -41,6 +41,10 @@ type Store struct {
 	// groupsAlone counts the groups FlowApplyGroup had to settle
 	// submission by submission; tests read it.
 	groupsAlone atomic.Int64
+	// inboxCareful counts the inbox groups written the careful way, one
+	// savepoint per submission, after the fast path failed: tests assert
+	// that a valid group takes the fast path.
+	inboxCareful atomic.Int64
 }
 
 // defaultWindowCap: a page with a time range reads at most this many rows
@@ -189,89 +193,6 @@ const insertDeliverySQL = `INSERT INTO deliveries
 
 const insertAuditSQL = `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
 	VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`
-
-// InboxCommit writes every submission in one transaction. The common case
-// is pipelined whole: BEGIN with every event upsert in one round trip, every
-// delivery and audit row with COMMIT in the second, whatever the group's
-// size. A statement that fails there (a submission the database refuses)
-// sends the group again the careful way, each submission under its own
-// savepoint, so that one bad submission fails alone.
-func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
-	results, err := s.inboxPipelined(ctx, p)
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		return results, nil
-	case errors.As(err, &pgErr):
-		return s.inboxSavepoints(ctx, p)
-	}
-	return nil, s.unavailable("inbox commit", err)
-}
-
-// inboxPipelined is InboxCommit's fast path: any error rolls it back.
-func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
-	t, err := s.beginPipe(ctx)
-	if err != nil {
-		return nil, err
-	}
-	results := make([]store.SubmissionResult, len(p.Submissions))
-	var dels []*store.DeliveryInput
-	for _, sub := range p.Submissions {
-		for _, d := range sub.Deliveries {
-			disposition := store.DispositionAccepted
-			if d.Unrouted {
-				disposition = store.DispositionUnrouted
-			}
-			t.batch.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt,
-				d.CausationID, d.Hop, string(disposition), d.Unrouted)
-			dels = append(dels, d)
-		}
-	}
-	items := make([]store.DeliveryOutcome, len(dels))
-	if err := t.sendScan(ctx, 1, func(i int, row pgx.Row) error {
-		var n int32
-		if err := row.Scan(&items[i].EventPK, &n); err != nil {
-			return wrapErr("record event", err)
-		}
-		items[i].Duplicate = n > 1
-		return nil
-	}); err != nil {
-		t.rollback()
-		return nil, err
-	}
-	var audits []*store.AuditInsertParams
-	k := 0
-	for i, sub := range p.Submissions {
-		results[i].Items = items[k : k+len(sub.Deliveries)]
-		for j, d := range sub.Deliveries {
-			queueDelivery(t.batch, d, items[k+j].EventPK)
-		}
-		audits = append(audits, submissionAudits(sub, items[k:k+len(sub.Deliveries)])...)
-		k += len(sub.Deliveries)
-	}
-	for _, a := range audits {
-		t.batch.Queue(insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
-	}
-	t.batch.Queue("COMMIT")
-	if err := t.sendScan(ctx, 0, func(i int, row pgx.Row) error {
-		if i < len(items) {
-			if err := row.Scan(&items[i].DeliveryID); err != nil {
-				return wrapErr("record delivery", err)
-			}
-			return nil
-		}
-		var id int64
-		if err := row.Scan(&id); err != nil {
-			return wrapErr("insert audit", err)
-		}
-		return nil
-	}); err != nil {
-		t.rollback()
-		return nil, err
-	}
-	t.conn.Release()
-	return results, nil
-}
 
 // inboxSavepoints writes each submission under its own savepoint.
 func (s *Store) inboxSavepoints(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {

@@ -59,6 +59,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"InboxCommitIsolatesFailedSubmission", testInboxIsolatesFailure},
 		{"InboxCommitConcurrentSameEvent", testInboxConcurrentSameEvent},
 		{"InboxCommitAuditRides", testInboxAuditRides},
+		{"InboxCommitEventTwiceInGroup", testInboxEventTwiceInGroup},
 		{"EventListPagesAndFilters", testEventListPaging},
 		{"EventListFilters", testEventListFilters},
 		{"AuditInsertAndList", testAudit},
@@ -375,6 +376,60 @@ func testInboxAuditRides(t *testing.T, o Opener) {
 	}
 	if len(rows) != 1 || rows[0].EventID != "evt_x" {
 		t.Fatalf("audit rows %+v: want only the committed submission's row", rows)
+	}
+}
+
+// testInboxEventTwiceInGroup: a sender's retry that lands in the same
+// group commit as the original is a duplicate of it, whichever submission
+// carries it, and the event's deliveries keep the group's order.
+func testInboxEventTwiceInGroup(t *testing.T, o Opener) {
+	s := o.Open(t)
+	commit(t, s, one(delivery("stripe", "evt_old", 0)))
+	first, retry := delivery("stripe", "evt_g", 0), delivery("stripe", "evt_g", 1)
+	first.Unrouted, retry.Unrouted = true, true
+	first.Headers = map[string]string{"Attempt": "1"}
+	retry.Headers = map[string]string{"Attempt": "2"}
+	retry.Body = []byte(`{"id":"evt_g","retry":true}`)
+	res := commit(t, s,
+		one(first),
+		one(delivery("stripe", "evt_old", 1), delivery("stripe", "evt_new", 0)),
+		one(retry),
+	)
+	want := [][]bool{{false}, {true, false}, {true}}
+	for i, r := range res {
+		if r.Err != nil || len(r.Items) != len(want[i]) {
+			t.Fatalf("submission %d: %+v", i, r)
+		}
+		for j, dup := range want[i] {
+			if r.Items[j].Duplicate != dup {
+				t.Errorf("submission %d item %d: duplicate %v, want %v", i, j, r.Items[j].Duplicate, dup)
+			}
+		}
+	}
+	if res[0].Items[0].EventPK != res[2].Items[0].EventPK || res[0].Items[0].DeliveryID >= res[2].Items[0].DeliveryID {
+		t.Fatalf("evt_g outcomes %+v / %+v: want one event, the first delivery's id lower", res[0].Items[0], res[2].Items[0])
+	}
+	ev := events(t, s, &store.EventListParams{EventID: "evt_g"})
+	if len(ev) != 1 || ev[0].Deliveries != 2 || ev[0].Disposition != store.DispositionUnrouted || !ev[0].ReceivedAt.Equal(first.ReceivedAt) {
+		t.Fatalf("evt_g = %+v, want one unrouted event with 2 deliveries received at the first's time", ev)
+	}
+	if old := events(t, s, &store.EventListParams{EventID: "evt_old"}); len(old) != 1 || old[0].Deliveries != 2 {
+		t.Fatalf("evt_old = %+v, want 2 deliveries", old)
+	}
+	ds, err := s.DeliveryList(context.Background(), &store.DeliveryListParams{Source: "stripe", EventID: "evt_g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 2 || ds[0].ID != res[0].Items[0].DeliveryID || ds[1].ID != res[2].Items[0].DeliveryID ||
+		ds[0].Headers["Attempt"] != "1" || ds[1].Headers["Attempt"] != "2" || string(ds[1].Body) != string(retry.Body) {
+		t.Fatalf("deliveries of evt_g = %+v, want each attempt under the id its outcome named, in group order", ds)
+	}
+	rows, err := s.AuditList(context.Background(), &store.AuditListParams{Action: "disposition"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].EventID != "evt_g" {
+		t.Fatalf("disposition audit rows %+v: want one, for the first receipt of evt_g", rows)
 	}
 }
 

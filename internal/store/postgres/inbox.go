@@ -1,0 +1,264 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/hookledger/hookledger/internal/store"
+)
+
+// InboxCommit writes every submission in one transaction. The common case
+// is pipelined whole and costs the database one statement per table,
+// whatever the group's size: BEGIN, the events' upsert and the deliveries'
+// ids in one round trip; the deliveries, the audit rows and COMMIT in the
+// second. A statement costs PostgreSQL more to start (bind, executor set-up,
+// constraint and trigger preparation) than a 2 KB row costs to insert, so a
+// group of thirty submissions written row by row spent most of the
+// database's processor time on set-up (docs/architecture.md, "Storage").
+// A statement that fails (a submission the database refuses) sends the
+// group again the careful way, each submission under its own savepoint, so
+// that one bad submission fails alone.
+func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
+	results, err := s.inboxPipelined(ctx, p)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return results, nil
+	case errors.As(err, &pgErr):
+		s.inboxCareful.Add(1)
+		return s.inboxSavepoints(ctx, p)
+	}
+	return nil, s.unavailable("inbox commit", err)
+}
+
+// upsertEventsSQL records each distinct event of a group once, counting
+// all its deliveries in the group: one statement may not update a row
+// twice. A new event takes the first delivery's fields, as it would
+// delivery by delivery.
+const upsertEventsSQL = `INSERT INTO events
+	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
+	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
+		$8::text[], $9::int[], $10::text[], $11::bool[], $12::int[]) WITH ORDINALITY
+		AS e(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, n)
+	ORDER BY n
+	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + excluded.deliveries
+	RETURNING source, event_id, pk, deliveries`
+
+// deliveryIDsSQL draws the group's delivery ids ahead of their insert, so
+// that each delivery knows its id without relying on the order of a
+// RETURNING clause, which SQL does not promise.
+const deliveryIDsSQL = `SELECT nextval(pg_get_serial_sequence('deliveries', 'id')) FROM generate_series(1, $1::int)`
+
+const insertDeliveriesSQL = `INSERT INTO deliveries
+	(id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
+	OVERRIDING SYSTEM VALUE
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[],
+		$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int[], $14::jsonb[], $15::bytea[])`
+
+// eventKey names an event within a group.
+type eventKey struct{ source, eventID string }
+
+// inboxPipelined is InboxCommit's fast path: any error rolls it back.
+func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
+	var dels []*store.DeliveryInput
+	for _, sub := range p.Submissions {
+		dels = append(dels, sub.Deliveries...)
+	}
+	// first[k] is the group's first delivery of event k, counts[k] how
+	// many deliveries of it the group carries.
+	first := make(map[eventKey]int, len(dels))
+	counts := make(map[eventKey]int32, len(dels))
+	var order []int
+	for i, d := range dels {
+		k := eventKey{d.Source, d.EventID}
+		if _, ok := first[k]; !ok {
+			first[k] = i
+			order = append(order, i)
+		}
+		counts[k]++
+	}
+	ev := newEventParams(len(order))
+	for _, i := range order {
+		d := dels[i]
+		ev.add(d, counts[eventKey{d.Source, d.EventID}])
+	}
+
+	t, err := s.beginPipe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type stored struct {
+		pk    int64
+		total int32
+	}
+	got := make(map[eventKey]stored, len(order))
+	t.later("record events", upsertEventsSQL, ev.args(), func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k eventKey
+			var st stored
+			if err := rows.Scan(&k.source, &k.eventID, &st.pk, &st.total); err != nil {
+				return err
+			}
+			got[k] = st
+		}
+		return nil
+	})
+	ids := make([]int64, 0, len(dels))
+	t.later("draw delivery ids", deliveryIDsSQL, []any{len(dels)}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err := t.flush(ctx); err != nil {
+		t.rollback()
+		return nil, err
+	}
+	if len(got) != len(order) || len(ids) != len(dels) {
+		t.rollback()
+		return nil, fmt.Errorf("inbox commit: %d of %d events and %d of %d delivery ids came back", len(got), len(order), len(ids), len(dels))
+	}
+	slices.Sort(ids) // ids in the group's order, as the deliveries arrived
+
+	items := make([]store.DeliveryOutcome, len(dels))
+	dc := newDeliveryParams(len(dels))
+	for i, d := range dels {
+		k := eventKey{d.Source, d.EventID}
+		st := got[k]
+		// The group's first delivery of an event is a duplicate only if
+		// the event existed before the group; the later ones always are.
+		items[i] = store.DeliveryOutcome{DeliveryID: ids[i], EventPK: st.pk, Duplicate: first[k] != i || st.total > counts[k]}
+		if err := dc.add(ids[i], st.pk, d); err != nil {
+			t.rollback()
+			return nil, err
+		}
+	}
+	t.exec("record deliveries", insertDeliveriesSQL, dc.args()...)
+	results := make([]store.SubmissionResult, len(p.Submissions))
+	k := 0
+	for i, sub := range p.Submissions {
+		results[i].Items = items[k : k+len(sub.Deliveries)]
+		for _, a := range submissionAudits(sub, results[i].Items) {
+			t.audit(a)
+		}
+		k += len(sub.Deliveries)
+	}
+	if err := t.commit(ctx); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// eventParams are the events' upsert parameters, one array per column.
+type eventParams struct {
+	source, eventID, typ, entity, account, causation, disposition []string
+	occurred                                                     []pgtype.Timestamptz
+	received                                                     []time.Time
+	hop, deliveries                                              []int32
+	routed                                                       []bool
+}
+
+func newEventParams(n int) *eventParams {
+	return &eventParams{
+		source: make([]string, 0, n), eventID: make([]string, 0, n), typ: make([]string, 0, n),
+		entity: make([]string, 0, n), account: make([]string, 0, n), causation: make([]string, 0, n),
+		disposition: make([]string, 0, n), occurred: make([]pgtype.Timestamptz, 0, n),
+		received: make([]time.Time, 0, n), hop: make([]int32, 0, n), deliveries: make([]int32, 0, n),
+		routed: make([]bool, 0, n),
+	}
+}
+
+func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
+	disposition := store.DispositionAccepted
+	if d.Unrouted {
+		disposition = store.DispositionUnrouted
+	}
+	c.source = append(c.source, d.Source)
+	c.eventID = append(c.eventID, d.EventID)
+	c.typ = append(c.typ, d.Type)
+	c.entity = append(c.entity, d.Entity)
+	c.account = append(c.account, d.Account)
+	c.occurred = append(c.occurred, pgtype.Timestamptz{Time: d.OccurredAt, Valid: !d.OccurredAt.IsZero()})
+	c.received = append(c.received, d.ReceivedAt)
+	c.causation = append(c.causation, d.CausationID)
+	c.hop = append(c.hop, int32(d.Hop)) //nolint:gosec // hop counts are bounded by the loop guard
+	c.disposition = append(c.disposition, string(disposition))
+	// An event unrouted at receipt needs no routing: it is stored routed.
+	c.routed = append(c.routed, d.Unrouted)
+	c.deliveries = append(c.deliveries, deliveries)
+}
+
+func (c *eventParams) args() []any {
+	return []any{c.source, c.eventID, c.typ, c.entity, c.account, c.occurred, c.received,
+		c.causation, c.hop, c.disposition, c.routed, c.deliveries}
+}
+
+// deliveryParams are the deliveries' insert parameters, one array per
+// column.
+type deliveryParams struct {
+	id, eventPK                                                      []int64
+	requestID, source, eventID, typ, entity, account, causation, hdr []string
+	batchIndex, hop                                                  []int32
+	occurred                                                         []pgtype.Timestamptz
+	received                                                         []time.Time
+	body                                                             [][]byte
+}
+
+func newDeliveryParams(n int) *deliveryParams {
+	return &deliveryParams{
+		id: make([]int64, 0, n), eventPK: make([]int64, 0, n), requestID: make([]string, 0, n),
+		source: make([]string, 0, n), eventID: make([]string, 0, n), typ: make([]string, 0, n),
+		entity: make([]string, 0, n), account: make([]string, 0, n), causation: make([]string, 0, n),
+		hdr: make([]string, 0, n), batchIndex: make([]int32, 0, n), hop: make([]int32, 0, n),
+		occurred: make([]pgtype.Timestamptz, 0, n), received: make([]time.Time, 0, n), body: make([][]byte, 0, n),
+	}
+}
+
+func (c *deliveryParams) add(id, eventPK int64, d *store.DeliveryInput) error {
+	headers := d.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	hdr, err := json.Marshal(headers)
+	if err != nil {
+		return fmt.Errorf("record delivery: headers: %w", err)
+	}
+	body := d.Body
+	if body == nil {
+		body = []byte{}
+	}
+	c.id = append(c.id, id)
+	c.eventPK = append(c.eventPK, eventPK)
+	c.requestID = append(c.requestID, d.RequestID)
+	c.batchIndex = append(c.batchIndex, int32(d.BatchIndex)) //nolint:gosec // bounded by the sender's batch limit
+	c.source = append(c.source, d.Source)
+	c.eventID = append(c.eventID, d.EventID)
+	c.typ = append(c.typ, d.Type)
+	c.entity = append(c.entity, d.Entity)
+	c.account = append(c.account, d.Account)
+	c.occurred = append(c.occurred, pgtype.Timestamptz{Time: d.OccurredAt, Valid: !d.OccurredAt.IsZero()})
+	c.received = append(c.received, d.ReceivedAt)
+	c.causation = append(c.causation, d.CausationID)
+	c.hop = append(c.hop, int32(d.Hop)) //nolint:gosec // hop counts are bounded by the loop guard
+	c.hdr = append(c.hdr, string(hdr))
+	c.body = append(c.body, body)
+	return nil
+}
+
+func (c *deliveryParams) args() []any {
+	return []any{c.id, c.eventPK, c.requestID, c.batchIndex, c.source, c.eventID, c.typ, c.entity, c.account,
+		c.occurred, c.received, c.causation, c.hop, c.hdr, c.body}
+}
