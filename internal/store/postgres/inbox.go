@@ -165,10 +165,10 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 // eventParams are the events' upsert parameters, one array per column.
 type eventParams struct {
 	source, eventID, typ, entity, account, causation, disposition []string
-	occurred                                                     []pgtype.Timestamptz
-	received                                                     []time.Time
-	hop, deliveries                                              []int32
-	routed                                                       []bool
+	occurred                                                      []pgtype.Timestamptz
+	received                                                      []time.Time
+	hop, deliveries                                               []int32
+	routed                                                        []bool
 }
 
 func newEventParams(n int) *eventParams {
