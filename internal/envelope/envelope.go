@@ -102,13 +102,13 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	if id.Form && !looksJSON(body) {
 		root, err = decodeForm(body)
 	} else {
-		root, err = decode(body)
+		root, err = parseBody(body)
 	}
 	if err != nil {
 		return nil, &MalformedError{Field: "body", Msg: err.Error()}
 	}
 	if id.Rule == senderkind.RuleTwilio {
-		if obj, ok := root.(map[string]any); ok && obj["specversion"] != nil {
+		if _, ok := mustPath("specversion").lookup(root, root, nil); ok {
 			// A JSON body from Twilio (signed with bodySHA256) is a
 			// CloudEvent: its id names the event and stays the same on
 			// every delivery of it, per the CloudEvents specification.
@@ -133,7 +133,7 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	if b := id.Batch; b.Array || b.Key != "" {
 		return x.batch(body, b.Key, b.Max)
 	}
-	if _, isObj := root.(map[string]any); !isObj {
+	if !isObject(root) {
 		return nil, &MalformedError{Field: "body", Msg: "must be a JSON object"}
 	}
 	ev, merr := x.event(root, "")
@@ -142,6 +142,29 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	}
 	ev.Body = body
 	return []Event{ev}, nil
+}
+
+// parseBody validates a JSON body as a whole, which it then stays as; an
+// object is indexed by its members.
+func parseBody(b []byte) (any, error) {
+	if json.Valid(b) {
+		return rawJSON(b).indexed(), nil
+	}
+	if _, err := decode(b); err != nil {
+		return nil, err // names what is wrong
+	}
+	return nil, errors.New("is not valid JSON")
+}
+
+// isObject reports whether a body's root is an object.
+func isObject(root any) bool {
+	switch r := root.(type) {
+	case map[string]any:
+		return true
+	case rawJSON:
+		return r.kind() == '{'
+	}
+	return false
 }
 
 // decode parses exactly one JSON value with numbers kept as json.Number.
@@ -199,30 +222,21 @@ type extractor struct {
 // limit.
 func (x extractor) batch(body []byte, key string, limit int) ([]Event, error) {
 	field := "body"
-	var raws []json.RawMessage
-	if key == "" {
-		if _, ok := x.root.([]any); !ok {
-			return nil, &MalformedError{Field: field, Msg: "must be a JSON array of events"}
-		}
-		if err := json.Unmarshal(body, &raws); err != nil {
-			return nil, &MalformedError{Field: field, Msg: "is not a JSON array of events"}
-		}
-	} else {
+	list := x.root
+	if key != "" {
 		field = key
-		obj, ok := x.root.(map[string]any)
-		if !ok {
+		if !isObject(x.root) {
 			return nil, &MalformedError{Field: "body", Msg: "must be a JSON object"}
 		}
-		if _, ok := obj[key].([]any); !ok {
-			return nil, &MalformedError{Field: field, Msg: "must be an array of events"}
-		}
-		var env map[string]json.RawMessage
-		if err := json.Unmarshal(body, &env); err != nil {
-			return nil, &MalformedError{Field: "body", Msg: "is not a JSON object"}
-		}
-		if err := json.Unmarshal(env[key], &raws); err != nil {
-			return nil, &MalformedError{Field: field, Msg: "must be an array of events"}
-		}
+		list, _ = path{text: key, segs: []string{key}}.lookup(x.root, x.root, nil)
+	}
+	var raws []rawJSON
+	if r, ok := list.(rawJSON); ok && r.kind() == '[' {
+		raws, _ = r.elements()
+	} else if key == "" {
+		return nil, &MalformedError{Field: field, Msg: "must be a JSON array of events"}
+	} else {
+		return nil, &MalformedError{Field: field, Msg: "must be an array of events"}
 	}
 	if len(raws) == 0 {
 		return nil, &MalformedError{Field: field, Msg: "holds no events; the sender never sends an empty batch"}
@@ -233,14 +247,10 @@ func (x extractor) batch(body []byte, key string, limit int) ([]Event, error) {
 	events := make([]Event, 0, len(raws))
 	for i, raw := range raws {
 		prefix := fmt.Sprintf("%s[%d]", key, i)
-		elem, err := decode(raw)
-		if err != nil {
-			return nil, &MalformedError{Field: prefix, Msg: err.Error()}
-		}
-		if _, ok := elem.(map[string]any); !ok {
+		if raw.kind() != '{' {
 			return nil, &MalformedError{Field: prefix, Msg: "must be a JSON object"}
 		}
-		ev, merr := x.event(elem, prefix+".")
+		ev, merr := x.event(raw.indexed(), prefix+".")
 		if merr != nil {
 			return nil, merr
 		}
@@ -489,11 +499,10 @@ func (x extractor) pipedriveType(elem any, prefix string) (string, *MalformedErr
 // id, not the event's, so taking it as the event identity would collapse
 // every change to one object into a single event.
 func (x extractor) pipedriveVersion() *MalformedError {
-	obj, ok := x.root.(map[string]any)
-	if !ok {
+	if !isObject(x.root) {
 		return nil
 	}
-	if v, ok := obj["v"]; ok {
+	if v, ok := mustPath("v").lookup(x.root, x.root, nil); ok {
 		if s, _ := scalar(v); s == "1" {
 			return &MalformedError{Field: "v", Msg: "is a Pipedrive webhooks v1 payload; create the webhook with version 2.0"}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"testing"
 )
 
@@ -105,5 +106,70 @@ func FuzzParsePath(f *testing.F) {
 			}
 		}
 		p.lookup(map[string]any{"a": []any{1}}, nil, http.Header{"X-A": {"1"}})
+	})
+}
+
+// FuzzRawLookupMatchesDecode holds the walk over a body's text to what a
+// full decode answers, for any valid JSON and any path: found or not, the
+// same string, number or bool, and an object or array where the decode has
+// one (repeated keys, escaped keys, invalid UTF-8 and nesting included).
+func FuzzRawLookupMatchesDecode(f *testing.F) {
+	seeds := []struct{ body, path string }{
+		{`{"id":"a","id":"b"}`, "id"},
+		{`{"a":{"id":"x","b":[],"id":"y"}}`, "a.id"},
+		{`{"a":{"\u0069d":"x","i\u0064":"y"}}`, "a.id"},
+		{`{"\u0069d":"escaped key","x":1}`, "id"},
+		{`{"data":{"object":{"id":"in_1","lines":[{"id":"il_1"},{"id":"il_2"}]}}}`, "data.object.lines.1.id"},
+		{`{"a":[1,[2,3],{"b":null}]}`, "a.2.b"},
+		{` { "n" : 9007199254740993 , "f" : -1.5e+10 } `, "n"},
+		{`{"s":"caf\u00e9 \"q\" \\ \/","t":true,"u":false}`, "s"},
+		{"{\"bad\":\"\xff\xfe\",\"k\xff\":1}", "bad"},
+		{`[{"id":1},{"id":2}]`, "1.id"},
+		{`{"a":{"b":{"c":{}}}}`, "a.b.c"},
+		{`{"0":"key zero","x":[]}`, "0"},
+		{`"just a string"`, "a"},
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s.body), s.path)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, text string) {
+		if !json.Valid(body) {
+			return
+		}
+		p, err := parsePath(text)
+		if err != nil || p.hdr != "" {
+			return
+		}
+		full, err := decode(body)
+		if err != nil {
+			t.Fatalf("decode of valid JSON: %v", err)
+		}
+		root, err := parseBody(body)
+		if err != nil {
+			t.Fatalf("parseBody of valid JSON: %v", err)
+		}
+		want, wantOK := p.lookup(full, full, nil)
+		got, gotOK := p.lookup(root, root, nil)
+		if wantOK != gotOK {
+			t.Fatalf("%s in %q: found %v, want %v", text, body, gotOK, wantOK)
+		}
+		if !wantOK {
+			return
+		}
+		switch w := want.(type) {
+		case map[string]any, []any:
+			r, ok := got.(rawJSON)
+			if !ok {
+				t.Fatalf("%s in %q: got %#v, want an object or array", text, body, got)
+			}
+			again, err := decode(r)
+			if err != nil || !reflect.DeepEqual(again, w) {
+				t.Fatalf("%s in %q: got %s (%v), want %#v", text, body, r, err, w)
+			}
+		default:
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s in %q: got %#v, want %#v", text, body, got, want)
+			}
+		}
 	})
 }

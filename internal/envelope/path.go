@@ -70,6 +70,21 @@ func (p path) lookup(root, elem any, h http.Header) (any, bool) {
 	}
 	for _, seg := range p.segs {
 		switch node := v.(type) {
+		case rawJSON:
+			var next rawJSON
+			ok := false
+			switch node.kind() {
+			case '{':
+				next, ok = node.member(seg)
+			case '[':
+				if i, err := strconv.Atoi(seg); err == nil {
+					next, ok = node.index(i)
+				}
+			}
+			if !ok {
+				return nil, false
+			}
+			v = next
 		case map[string]any:
 			next, ok := node[seg]
 			if !ok {
@@ -85,6 +100,9 @@ func (p path) lookup(root, elem any, h http.Header) (any, bool) {
 		default:
 			return nil, false
 		}
+	}
+	if r, ok := v.(rawJSON); ok {
+		v = r.leaf()
 	}
 	if v == nil {
 		return nil, false // JSON null counts as absent
