@@ -216,7 +216,7 @@ func commitCell(ctx context.Context, f *commitFlags, dir, driver, mode string, w
 	case modeGroup:
 		// The same writer settings as hookledger serve uses for this
 		// driver, so the figure is the product's.
-		res.flushers = serverFlushers(driver)
+		res.flushers = inbox.FlushersFor(driver)
 		reg = prometheus.NewRegistry()
 		w = inbox.New(st, inbox.Options{Flushers: res.flushers, Registerer: reg})
 		w.Start()
@@ -326,14 +326,6 @@ func writerStats(reg *prometheus.Registry) (batches int64, meanBatch float64, me
 	return batches, meanBatch, meanCommit, nil
 }
 
-// serverFlushers mirrors the choice hookledger serve makes: SQLite has one
-// writer, PostgreSQL runs a few group commits at once.
-func serverFlushers(driver string) int {
-	if driver == "sqlite" {
-		return 1
-	}
-	return 4
-}
 
 // benchSubmission is one webhook's worth of work: one delivery with a
 // realistic body and the evidence headers the receiver keeps.

@@ -348,13 +348,12 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
-// flushers picks how many group commits may run at once: SQLite has one
-// writer, PostgreSQL gains from a few concurrent transactions.
+// flushers picks how many group commits may run at once for the store.
 func flushers(storeURL string) int {
 	if len(storeURL) >= 7 && storeURL[:7] == "sqlite:" {
-		return 1
+		return inbox.FlushersFor("sqlite")
 	}
-	return 4
+	return inbox.FlushersFor("postgres")
 }
 
 // readiness answers /readyz: ready when the store can commit now, which a

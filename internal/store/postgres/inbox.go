@@ -56,7 +56,7 @@ const upsertEventsSQL = `INSERT INTO events
 // deliveryIDsSQL draws the group's delivery ids ahead of their insert, so
 // that each delivery knows its id without relying on the order of a
 // RETURNING clause, which SQL does not promise.
-const deliveryIDsSQL = `SELECT nextval(pg_get_serial_sequence('deliveries', 'id')) FROM generate_series(1, $1::int)`
+const deliveryIDsSQL = `SELECT nextval('deliveries_id_seq'::regclass) FROM generate_series(1, $1::int)`
 
 const insertDeliveriesSQL = `INSERT INTO deliveries
 	(id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
