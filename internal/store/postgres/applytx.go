@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -136,6 +135,7 @@ func supersedeOlderSQL(ordered bool) string {
 }
 
 func (a applyTx) SupersedeOlder(_ context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
+	a.t.held.touchEffects(a.t, w.Flow, w.Entity)
 	a.t.later("supersede "+name, supersedeOlderSQL(p.Ordered), []any{p.Now, w.Flow, w.Entity, name, p.VersionSort}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var s store.SupersededEffect
@@ -165,78 +165,27 @@ func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string,
 }
 
 func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) error {
+	a.t.held.queueEffects(a.t)
 	a.t.exec("supersede effect", `UPDATE effects SET state = 'superseded', updated_at = $1 WHERE id = $2`, now, id)
 	return nil
 }
 
-// InsertEffect answers both questions in one statement: the CTE inserts,
-// and the outer select reads the row that was there before (the
-// statement's snapshot cannot see its own insert). A key held by a
-// tombstone (a pruned effect) counts as existing: the insert's WHERE
-// skips it and the tombstone's request is the one returned, in the same
-// round trip. A conflicting row committed by another transaction after
-// that snapshot is read again on its own.
+// InsertEffect holds the insert: a group's inserts go as one statement
+// (heldeffects.go), sent before the next statement that touches the same
+// entity's effects, before any read and at Flush.
 //
-// Pruning cannot delete the row between this statement's snapshot and its
+// Pruning cannot delete the row between that statement's snapshot and its
 // insert (which would let ON CONFLICT wait for the delete and then insert
 // a second effect under a key whose tombstone it did not see): ReadGroup
 // holds the entity's row lock until the commit, and pruning deletes an
 // effect only under that entity's row lock (retention.go).
 func (a applyTx) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
-	a.t.later("insert effect", `WITH t AS (SELECT request::text AS request FROM effect_tombstones WHERE episode_key = $1),
-		ins AS (INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
-			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
-			compensates, deadline_at, deadline_warn_at, on_deadline)
-			SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, 'approved', $8::jsonb, $9::bigint,
-				$10::text, $11::bigint, $12::timestamptz, $12::timestamptz, $13::bigint, $14::timestamptz, $15::timestamptz, $16::text
-			WHERE NOT EXISTS (SELECT 1 FROM t)
-			ON CONFLICT (episode_key) DO NOTHING RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM ins),
-			coalesce((SELECT request FROM t), (SELECT request::text FROM effects WHERE episode_key = $1))`,
-		[]any{e.EpisodeKey, w.Flow, w.Entity, p.Version, p.VersionSort, e.Effect, e.Destination, string(store.StateJSON(e.Request)),
-			w.EventPK, e.CausationID, e.Hop, p.Now, e.Compensates, nullTime(e.DeadlineAt), nullTime(e.DeadlineWarnAt), e.OnDeadline},
-		func(rows pgx.Rows) error {
-			if !rows.Next() {
-				return errors.New("no insert result")
-			}
-			var existing *string
-			if err := rows.Scan(&out.Inserted, &existing); err != nil {
-				return err
-			}
-			if existing != nil {
-				out.Existing = []byte(*existing)
-			}
-			if !out.Inserted && existing == nil {
-				a.t.then = append(a.t.then, func(ctx context.Context) error { return a.readExisting(ctx, e.EpisodeKey, out) })
-			}
-			return nil
-		})
-	return nil
-}
-
-// readExisting reads the request under key for an insert whose conflict
-// was committed by another transaction after the insert's snapshot.
-func (a applyTx) readExisting(ctx context.Context, key string, out *store.InsertOutcome) error {
-	found := false
-	err := a.t.query(ctx, "read existing effect", `SELECT request::text FROM effects WHERE episode_key = $1
-		UNION ALL SELECT request::text FROM effect_tombstones WHERE episode_key = $1 LIMIT 1`,
-		[]any{key}, func(rows pgx.Rows) error {
-			if !rows.Next() {
-				return nil
-			}
-			var existing string
-			if err := rows.Scan(&existing); err != nil {
-				return err
-			}
-			found, out.Existing = true, []byte(existing)
-			return nil
-		})
-	if err == nil && !found {
-		err = errors.New("the conflicting effect is not readable")
-	}
-	if err != nil {
-		return fmt.Errorf("insert effect %s: %w", key, err)
-	}
+	a.t.held.insertEffect(a.t, heldEffect{
+		key: e.EpisodeKey, flow: w.Flow, entity: w.Entity, version: p.Version, versionSort: p.VersionSort,
+		effect: e.Effect, destination: e.Destination, request: string(store.StateJSON(e.Request)), eventPK: w.EventPK,
+		causationID: e.CausationID, hop: int64(e.Hop), at: p.Now, compensates: e.Compensates,
+		deadline: e.DeadlineAt, warn: e.DeadlineWarnAt, onDeadline: e.OnDeadline, out: out,
+	})
 	return nil
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +65,119 @@ func TestApplyGroupOneTransaction(t *testing.T) {
 	}
 	if n, err := h.WorkCount(ctx); err != nil || n != 0 {
 		t.Fatalf("WorkCount = %d, %v", n, err)
+	}
+}
+
+// TestApplyGroupHeldEffects: a group's effect inserts go as one statement
+// and answer as they would one by one. Two pages of other entities share
+// an episode key (a key built from the customer, not the order): exactly
+// one inserts it and the other finds its request. A page of two revisions
+// of one entity supersedes the first revision's effect with the second's:
+// the supersede step sees the insert held before it. A key the ledger
+// already holds is found. None of it takes the fallback.
+func TestApplyGroupHeldEffects(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	type ev struct{ id, entity string }
+	evs := []ev{{"e1", "o1"}, {"e2", "o2"}, {"e3", "o3"}, {"e4", "o3"}, {"e5", "o4"}}
+	var subs []*store.Submission
+	for _, e := range evs {
+		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{
+			RequestID: e.id, Source: "shop", EventID: e.id, Type: "order.updated",
+			Entity: e.entity, ReceivedAt: at, Headers: map[string]string{}, Body: []byte(`{}`)}}})
+	}
+	out, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := &store.EventRouteParams{Now: at}
+	for i, o := range out {
+		route.Decisions = append(route.Decisions, &store.RouteDecision{EventPK: o.Items[0].EventPK,
+			Routes: []store.Route{{Flow: "orders", Entity: evs[i].entity, OrderKey: fmt.Sprintf("k%d", i)}}})
+	}
+	if err := h.EventRoute(ctx, route); err != nil {
+		t.Fatal(err)
+	}
+	// The ledger already holds o4's key, with the same request spelled
+	// otherwise: found, and no conflict.
+	if _, err := h.pool.Exec(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+		state, request, source_event_pk, causation_id, hop, created_at, updated_at)
+		VALUES ('key-o4', 'orders', 'o4', 'r0', '0', 'sync', 'd', 'done', '{ "entity" : "o4" }', $1, '', 0, $2, $2)`,
+		out[4].Items[0].EventPK, at); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := h.EntityClaim(ctx, &store.EntityClaimParams{Owner: "w", Now: at, LeaseFor: time.Minute, Limit: 10})
+	if err != nil || len(leases) != 4 {
+		t.Fatalf("claimed %d: %v", len(leases), err)
+	}
+	keyOf := map[string][]string{ // the episode keys of each entity's events
+		"o1": {"cus-1"}, "o2": {"cus-1"}, "o3": {"key-o3-r1", "key-o3-r2"}, "o4": {"key-o4"},
+	}
+	var group [][]*store.FlowApplyParams
+	for _, l := range leases {
+		ws, err := h.WorkListPending(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity})
+		if err != nil || len(ws) != len(keyOf[l.Entity]) {
+			t.Fatalf("pending of %s: %d, %v", l.Entity, len(ws), err)
+		}
+		var page []*store.FlowApplyParams
+		for i, w := range ws {
+			v := fmt.Sprintf("r%d", i+1)
+			page = append(page, &store.FlowApplyParams{Lease: l, Now: at, WorkID: w.ID, EventPK: w.Event.PK, Actor: "w",
+				Version: v, VersionSort: v, Ordered: true, State: []byte(`{}`), ReleaseIfDrained: true,
+				Effects: []*store.EffectInsert{{EpisodeKey: keyOf[l.Entity][i], Effect: "sync", Destination: "d",
+					Request: []byte(`{"entity":"` + l.Entity + `"}`)}}})
+		}
+		group = append(group, page)
+	}
+	outs := h.FlowApplyGroup(ctx, group)
+	if got := h.groupsAlone.Load(); got != 0 {
+		t.Fatalf("the group was settled page by page (%d fallbacks), want one transaction", got)
+	}
+	inserted := map[string]int{}
+	for i, o := range outs {
+		if o.Err != nil || len(o.Results) != len(group[i]) {
+			t.Fatalf("page %d: %+v %v", i, o.Results, o.Err)
+		}
+		entity := group[i][0].Lease.Entity
+		for j, r := range o.Results {
+			if r.Disposition != store.DispositionApplied {
+				t.Fatalf("%s event %d: %+v", entity, j, r)
+			}
+			inserted[entity] += r.EffectsInserted
+			if entity == "o3" && j == 1 && r.Superseded != 1 {
+				t.Errorf("o3's second revision superseded %d effects, want its first revision's", r.Superseded)
+			}
+		}
+	}
+	if inserted["o1"]+inserted["o2"] != 1 || inserted["o3"] != 2 || inserted["o4"] != 0 {
+		t.Fatalf("effects inserted per entity %v: want one of o1/o2, both of o3, none of o4", inserted)
+	}
+	var states []string
+	rows, err := h.pool.Query(ctx, `SELECT episode_key || '=' || state FROM effects ORDER BY episode_key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, s)
+	}
+	rows.Close()
+	want := "cus-1=approved key-o3-r1=superseded key-o3-r2=approved key-o4=done"
+	if got := strings.Join(states, " "); got != want {
+		t.Fatalf("effects %q, want %q", got, want)
+	}
+	// The page that found cus-1 taken sent another request (o1 against
+	// o2): a key built from too little, recorded as a conflict.
+	conflicts, err := h.AuditList(ctx, &store.AuditListParams{Action: store.ActionKeyConflict})
+	if err != nil || len(conflicts) != 1 || conflicts[0].Entity == "o4" {
+		for _, c := range conflicts {
+			t.Logf("conflict: %+v", *c)
+		}
+		t.Fatalf("%d key conflicts, %v: want one, for the page that lost cus-1", len(conflicts), err)
 	}
 }

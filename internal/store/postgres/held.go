@@ -25,6 +25,8 @@ type held struct {
 	dispositions []heldDisposition
 	entities     []*heldEntity
 	releases     []heldRelease
+	// effects are the held effect inserts (heldeffects.go), distinct keys.
+	effects []heldEffect
 }
 
 // heldRelease is a ReleaseDrained waiting for its answer.
@@ -94,6 +96,7 @@ func (h *held) release(r heldRelease) { h.releases = append(h.releases, r) }
 
 // queue queues every held write on t.
 func (h *held) queue(t *pipeTx) {
+	h.queueEffects(t)
 	h.queueEntities(t)
 	h.queueReleases(t)
 	switch n := len(h.work); {

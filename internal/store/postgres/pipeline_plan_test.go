@@ -33,6 +33,7 @@ func TestPipelinePlans(t *testing.T) {
 		`ALTER TABLE deliveries SET (autovacuum_enabled = off)`,
 		`ALTER TABLE work SET (autovacuum_enabled = off)`,
 		`ALTER TABLE effects SET (autovacuum_enabled = off)`,
+		`ALTER TABLE effect_tombstones SET (autovacuum_enabled = off)`,
 		`INSERT INTO events (source, event_id, type, entity, account, received_at, deliveries, disposition, routed)
 		SELECT 'shop', 'e' || g, 'order.updated', 'ord-hot', '', $1::timestamptz, 1,
 			CASE WHEN g > $2::int - 20 THEN 'accepted' ELSE 'applied' END, g <= $2::int - 20
@@ -48,6 +49,12 @@ func TestPipelinePlans(t *testing.T) {
 		SELECT 'k' || pk, 'orders', 'ord-hot', 'r' || pk, lpad(pk::text, 10, '0'), 'sync', 'sink',
 			CASE WHEN pk = $2::int - 20 THEN 'approved' ELSE 'superseded' END, '{}', pk, '', 0, $1::timestamptz, $1::timestamptz
 		FROM events WHERE routed ORDER BY pk`,
+		// What retention left of older effects (an empty table, once
+		// analyzed, is rightly read by a sequential scan; a ledger in use
+		// is not empty).
+		`INSERT INTO effect_tombstones (episode_key, flow, entity, effect, destination, state, request, created_at, deleted_at)
+		SELECT 'old' || g, 'orders', 'ord-' || g, 'sync', 'sink', 'done', '{}', $1::timestamptz, $1::timestamptz
+		FROM generate_series(1, $2::int) g`,
 	} {
 		var args []any
 		if strings.Contains(q, "$1") {
@@ -73,6 +80,13 @@ func TestPipelinePlans(t *testing.T) {
 	if len(pendingIDs) != 20 {
 		t.Fatalf("seeded %d pending work items, want 20", len(pendingIDs))
 	}
+	n21 := func(v time.Time) []time.Time {
+		a := make([]time.Time, 21)
+		for i := range a {
+			a[i] = v
+		}
+		return a
+	}
 	n20 := func(v any) any { // a 20-element array of v
 		switch v := v.(type) {
 		case string:
@@ -90,6 +104,35 @@ func TestPipelinePlans(t *testing.T) {
 		}
 		return nil
 	}
+	// A group's effect inserts: twenty new keys and one the ledger holds.
+	fx := make([][]any, 16)
+	for i := range 21 {
+		key := fmt.Sprintf("knew%d", i)
+		if i == 20 {
+			key = "k5"
+		}
+		for j, v := range []any{key, "orders", fmt.Sprintf("ord-%d", i), "r1", "0000000001", "sync", "sink", "{}",
+			int64(i + 1), "", int64(0), at, int64(0), nil, nil, ""} {
+			fx[j] = append(fx[j], v)
+		}
+	}
+	texts := func(vs []any) []string {
+		out := make([]string, len(vs))
+		for i, v := range vs {
+			out[i] = v.(string)
+		}
+		return out
+	}
+	ints := func(vs []any) []int64 {
+		out := make([]int64, len(vs))
+		for i, v := range vs {
+			out[i] = v.(int64)
+		}
+		return out
+	}
+	nulls := make([]*time.Time, 21)
+	effectArgs := []any{texts(fx[0]), texts(fx[1]), texts(fx[2]), texts(fx[3]), texts(fx[4]), texts(fx[5]), texts(fx[6]), texts(fx[7]),
+		ints(fx[8]), texts(fx[9]), ints(fx[10]), n21(at), ints(fx[12]), nulls, nulls, texts(fx[15])}
 	check := func(phase string) {
 		for _, c := range []struct {
 			name, sql string
@@ -105,6 +148,7 @@ func TestPipelinePlans(t *testing.T) {
 			{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20},
 			{"settle a page's work", settleWorkSQL, []any{pendingIDs, n20(at), n20("applied"), n20(""), n20("k")}, "work_pkey", 0},
 			{"set a page's dispositions", setDispositionsSQL, []any{pendingIDs, n20("applied")}, "events_pkey", 0},
+			{"insert a group's effects", insertEffectsSQL, effectArgs, "effects_episode_key_key", 21},
 		} {
 			got, removed, returned := explain(t, h.pool, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)", c.sql, c.args...)
 			t.Logf("%s %s:\n%s", c.name, phase, got)
