@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 	"sync"
@@ -12,8 +13,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/flow"
+	"github.com/hookledger/hookledger/internal/server"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
@@ -253,7 +256,7 @@ func pipelineCell(ctx context.Context, f *pipelineFlags, dir, driver, shape, lab
 	engine := flow.New(cfg, res.timing, flow.Options{Workers: f.workers, Owner: "bench"})
 	dctx, cancel := context.WithTimeout(ctx, f.timeout)
 	t0 = time.Now()
-	derr := runEngine(dctx, engine, f.mode, res.timing, int64(f.events))
+	derr := runEngine(dctx, st, engine, f.mode, res.timing, int64(f.events))
 	res.elapsed = time.Since(t0)
 	cancel()
 	if derr != nil {
@@ -268,13 +271,19 @@ func pipelineCell(ctx context.Context, f *pipelineFlags, dir, driver, shape, lab
 // runEngine processes the preloaded inbox: in drain mode until a Step
 // finds nothing; in loop mode until every event is settled (the counter
 // is read every millisecond, which costs the store nothing), then stops
-// the loop. The account afterwards checks that nothing is left pending.
-func runEngine(ctx context.Context, engine *flow.Engine, mode string, timing *timedPipeline, events int64) error {
+// the loop; the table statistics keeper runs beside it, as in serve. The account afterwards checks that nothing is left pending.
+func runEngine(ctx context.Context, st store.Store, engine *flow.Engine, mode string, timing *timedPipeline, events int64) error {
 	if mode == modeDrain {
 		return engine.Drain(ctx)
 	}
 	if err := engine.Start(ctx); err != nil {
 		return err
+	}
+	if stats := server.NewStatsKeeper(st, slog.New(slog.DiscardHandler), clock.Real{}); stats != nil {
+		if err := stats.Start(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = stats.Stop(context.WithoutCancel(ctx)) }()
 	}
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()

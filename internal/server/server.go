@@ -240,6 +240,15 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	// On PostgreSQL the planner's statistics follow the tables' growth
+	// faster than autovacuum does (postgres.Store.AnalyzeGrown).
+	stats := NewStatsKeeper(st, s.log, s.clk)
+	if stats != nil {
+		if err := stats.Start(engineCtx); err != nil {
+			_ = writer.Stop(context.Background())
+			return err
+		}
+	}
 	// Continuous verification starts only when a destination sets verify:.
 	verifier := deliver.NewVerifier(worker, st, deliver.VerifierOptions{})
 	if err := verifier.Start(engineCtx); err != nil {
@@ -328,6 +337,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if err := monitor.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)
+	}
+	if stats != nil {
+		if err := stats.Stop(shutCtx); err != nil {
+			runErr = errors.Join(runErr, err)
+		}
 	}
 	if err := engine.Stop(shutCtx); err != nil {
 		runErr = errors.Join(runErr, err)

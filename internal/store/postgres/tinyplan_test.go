@@ -1,0 +1,106 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store/pgtest"
+)
+
+// TestAnalyzeGrown: a pipelined statement prepared and run while its
+// tables are nearly empty gets a generic plan that PostgreSQL keeps until
+// the tables are analyzed again: at 20,000 rows it still scans the work
+// table for every page it settles. AnalyzeGrown analyzes the tables that
+// doubled, which makes PostgreSQL plan the statement again, by index. A
+// table whose owner switched autovacuum off is left alone.
+func TestAnalyzeGrown(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	conn, err := h.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+	}
+	// Autovacuum must not analyze first, yet count as on.
+	for _, tbl := range []string{"events", "work", "entities", "deliveries", "effects", "effect_attempts"} {
+		exec(`ALTER TABLE ` + tbl + ` SET (autovacuum_analyze_threshold = 2000000000)`)
+	}
+	exec(`ALTER TABLE audit SET (autovacuum_enabled = off)`)
+	seed := func(from, to int) {
+		exec(`INSERT INTO events (source, event_id, type, entity, account, received_at, deliveries, disposition, routed)
+			SELECT 'shop', 'e' || g, 'order.updated', 'o' || g, '', $1::timestamptz, 1, 'accepted', true
+			FROM generate_series($2::int, $3::int) g`, at, from, to)
+		exec(`INSERT INTO work (flow, entity, event_pk, order_key, created_at)
+			SELECT 'orders', entity, pk, 'k', $1::timestamptz FROM events WHERE pk BETWEEN $2 AND $3`, at, from, to)
+		exec(`INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+			SELECT $1::timestamptz, 'x', 'x', 'shop', 'e' || g, '', '' FROM generate_series($2::int, $3::int) g`, at, from, to)
+	}
+	seed(1, 5)
+	exec(`ANALYZE events, work, audit`) // five rows each: as small as they are
+	exec(`PREPARE page_work(bigint[]) AS ` + readBatchWorkSQL)
+	// Six runs: PostgreSQL plans the first five for their arguments, then
+	// settles on the generic plan if it costs no more.
+	for range 6 {
+		exec(`EXECUTE page_work('{1,2,3}')`)
+	}
+	seed(6, 20000)
+	plan := func() string {
+		t.Helper()
+		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE page_work('{19990,19991,19992}')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var b strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(line + "\n")
+		}
+		return b.String()
+	}
+	// Wait for the statistics system to count the new rows.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var live int64
+		if err := conn.QueryRow(ctx, `SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'work'`).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		if live >= 20000 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	before := plan()
+	t.Logf("plan made on 5 rows, run on 20,000:\n%s", before)
+	if !strings.Contains(before, "Seq Scan on work") {
+		t.Fatalf("the plan made on 5 rows does not scan work: the case this test is about no longer happens:\n%s", before)
+	}
+	grown, err := h.AnalyzeGrown(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(grown, "events") || !slices.Contains(grown, "work") || slices.Contains(grown, "audit") {
+		t.Fatalf("AnalyzeGrown analyzed %v: want events and work, not audit (autovacuum off)", grown)
+	}
+	after := plan()
+	t.Logf("after AnalyzeGrown:\n%s", after)
+	if strings.Contains(after, "Seq Scan") || !strings.Contains(after, "work_pkey") || !strings.Contains(after, "events_pkey") {
+		t.Fatalf("the page's work read still scans:\n%s", after)
+	}
+	if again, err := h.AnalyzeGrown(ctx); err != nil || len(again) != 0 {
+		t.Fatalf("a second AnalyzeGrown analyzed %v (%v): nothing grew since", again, err)
+	}
+}
