@@ -326,7 +326,6 @@ func writerStats(reg *prometheus.Registry) (batches int64, meanBatch float64, me
 	return batches, meanBatch, meanCommit, nil
 }
 
-
 // benchSubmission is one webhook's worth of work: one delivery with a
 // realistic body and the evidence headers the receiver keeps.
 func benchSubmission(eventID string) *store.Submission {
