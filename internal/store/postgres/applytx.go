@@ -135,17 +135,8 @@ func supersedeOlderSQL(ordered bool) string {
 }
 
 func (a applyTx) SupersedeOlder(_ context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
-	a.t.held.touchEffects(a.t, w.Flow, w.Entity)
-	a.t.later("supersede "+name, supersedeOlderSQL(p.Ordered), []any{p.Now, w.Flow, w.Entity, name, p.VersionSort}, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var s store.SupersededEffect
-			if err := rows.Scan(&s.EpisodeKey, &s.Version); err != nil {
-				return err
-			}
-			*out = append(*out, s)
-		}
-		return nil
-	})
+	a.t.held.supersedeOlder(a.t, heldSupersede{flow: w.Flow, entity: w.Entity, effect: name,
+		versionSort: p.VersionSort, ordered: p.Ordered, at: p.Now, out: out})
 	return nil
 }
 

@@ -11,7 +11,7 @@ import (
 
 // explain runs EXPLAIN (opts) of sql in a transaction that it rolls back,
 // so that a write explained with ANALYZE changes nothing, and returns the
-// plan, the rows its filters removed in all and the top node's actual row
+// plan, the rows its filters and join filters removed in all and the top node's actual row
 // count (-1 without ANALYZE).
 func explain(t *testing.T, pool *pgxpool.Pool, opts, sql string, args ...any) (plan string, removed, returned int) {
 	t.Helper()
@@ -34,9 +34,11 @@ func explain(t *testing.T, pool *pgxpool.Pool, opts, sql string, args ...any) (p
 			t.Fatal(err)
 		}
 		b.WriteString(line + "\n")
-		if _, v, ok := strings.Cut(line, "Rows Removed by Filter: "); ok {
-			k, _ := strconv.Atoi(strings.TrimSpace(v))
-			removed += k
+		for _, filter := range []string{"Rows Removed by Filter: ", "Rows Removed by Join Filter: "} {
+			if _, v, ok := strings.Cut(line, filter); ok {
+				k, _ := strconv.Atoi(strings.TrimSpace(v))
+				removed += k
+			}
 		}
 		if _, v, ok := strings.Cut(line, "(actual rows="); ok && returned < 0 {
 			returned, _ = strconv.Atoi(strings.Fields(v)[0])

@@ -25,8 +25,10 @@ type held struct {
 	dispositions []heldDisposition
 	entities     []*heldEntity
 	releases     []heldRelease
-	// effects are the held effect inserts (heldeffects.go), distinct keys.
-	effects []heldEffect
+	// supersedes and effects are the held supersede steps and effect
+	// inserts (heldeffects.go).
+	supersedes []heldSupersede
+	effects    []heldEffect
 }
 
 // heldRelease is a ReleaseDrained waiting for its answer.

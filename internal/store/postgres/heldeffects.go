@@ -26,6 +26,31 @@ type heldEffect struct {
 	out                                                                   *store.InsertOutcome
 }
 
+// heldSupersede is a SupersedeOlder waiting to be sent with the others of
+// its group: an UPDATE that finds nothing to supersede (the common case)
+// still opens every index of effects, and cost as much as an insert.
+type heldSupersede struct {
+	flow, entity, effect, versionSort string
+	ordered                           bool
+	at                                time.Time
+	out                               *[]store.SupersededEffect
+}
+
+// supersedeOlder holds s. The held statements go first if one of them is
+// an insert of the same entity, which s must see (an earlier event's
+// effect in the same page), or a supersede of the same effect name, which
+// one statement could not tell apart from s.
+func (h *held) supersedeOlder(t *pipeTx, s heldSupersede) {
+	h.touchEffects(t, s.flow, s.entity)
+	for _, o := range h.supersedes {
+		if o.flow == s.flow && o.entity == s.entity && o.effect == s.effect {
+			h.queueEffects(t)
+			break
+		}
+	}
+	h.supersedes = append(h.supersedes, s)
+}
+
 // insertEffect holds e. An insert whose episode key is already held goes
 // after the held ones, in a statement of its own: one statement could not
 // tell which of two rows with one key was inserted.
@@ -51,9 +76,12 @@ func (h *held) touchEffects(t *pipeTx, flow, entity string) {
 	}
 }
 
-// queueEffects queues the held inserts: the single-row statement for one,
-// one statement from unnest for several.
+// queueEffects queues the held supersede steps, then the held inserts:
+// each kind as its single-row statement for one, one statement from
+// unnest for several. Supersedes go first: a page's supersede step runs
+// before its own inserts, and one of another entity touches other rows.
 func (h *held) queueEffects(t *pipeTx) {
+	h.queueSupersedes(t)
 	es := h.effects
 	h.effects = nil
 	switch len(es) {
@@ -104,6 +132,77 @@ func (h *held) queueEffects(t *pipeTx) {
 			return nil
 		})
 }
+
+// queueSupersedes queues the held supersede steps.
+func (h *held) queueSupersedes(t *pipeTx) {
+	ss := h.supersedes
+	h.supersedes = nil
+	switch len(ss) {
+	case 0:
+		return
+	case 1:
+		s := ss[0]
+		t.later("supersede "+s.effect, supersedeOlderSQL(s.ordered), []any{s.at, s.flow, s.entity, s.effect, s.versionSort},
+			func(rows pgx.Rows) error {
+				for rows.Next() {
+					var e store.SupersededEffect
+					if err := rows.Scan(&e.EpisodeKey, &e.Version); err != nil {
+						return err
+					}
+					*s.out = append(*s.out, e)
+				}
+				return nil
+			})
+		return
+	}
+	n := len(ss)
+	flows, entities, names, sorts := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ordered, at, nums := make([]bool, n), make([]time.Time, n), make([]int32, n)
+	for i, s := range ss {
+		flows[i], entities[i], names[i], sorts[i], ordered[i], at[i], nums[i] = s.flow, s.entity, s.effect, s.versionSort, s.ordered, s.at, int32(i)
+	}
+	t.later("supersede older effects", supersedeOlderManySQL,
+		[]any{flows, entities, names, sorts, ordered, at, nums},
+		func(rows pgx.Rows) error {
+			for rows.Next() {
+				var i int32
+				var e store.SupersededEffect
+				if err := rows.Scan(&i, &e.EpisodeKey, &e.Version); err != nil {
+					return err
+				}
+				if i < 0 || int(i) >= n {
+					return fmt.Errorf("supersede result for step %d of %d", i, n)
+				}
+				*ss[i].out = append(*ss[i].out, e)
+			}
+			return nil
+		})
+}
+
+// supersedeOlderManySQL is supersedeOlderSQL for several steps (arrays
+// $1-$7, one element per step, each with its own entity and effect name).
+// A row names the step that superseded it. Each step's candidates are
+// found by a lateral lookup on effects_open's key, kept a subquery of its
+// own (OFFSET 0) so the planner cannot fold it into a join that reads
+// every open effect of the flow; the update then finds them by primary
+// key. It checks the state again on the row it locks: an effect a
+// delivery worker claimed meanwhile is left alone. That check is wrapped
+// in a CASE so that it does not match effects_open's predicate: the
+// planner, knowing nothing of the tables, would otherwise walk all of
+// that index instead of looking the ids up.
+const supersedeOlderManySQL = `WITH s AS MATERIALIZED (
+		SELECT u.n, o.id, u.at FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::timestamptz[], $7::int[])
+			AS u(flow, entity, effect, version_sort, ordered, at, n)
+		CROSS JOIN LATERAL (SELECT f.id FROM effects f
+			WHERE f.flow = u.flow AND f.entity = u.entity AND f.effect = u.effect
+				AND f.state IN ('approved', 'retry_wait') AND f.compensates = 0
+				AND CASE WHEN u.ordered THEN f.version_sort < u.version_sort COLLATE "C"
+					ELSE f.version_sort <> u.version_sort COLLATE "C" END
+			OFFSET 0) o)
+	UPDATE effects f SET state = 'superseded', updated_at = (SELECT at FROM s WHERE s.id = f.id)
+	WHERE f.id = ANY(ARRAY(SELECT id FROM s))
+		AND CASE WHEN f.state IN ('approved', 'retry_wait') AND f.compensates = 0 THEN true ELSE false END
+	RETURNING (SELECT n FROM s WHERE s.id = f.id), f.episode_key, f.version`
 
 // scanInsertOutcome reads one row of either insert statement into e.out:
 // inserted, and the request already under the key. A conflicting row
