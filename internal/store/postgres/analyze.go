@@ -11,9 +11,10 @@ import (
 // on: the ones every event adds rows to.
 var plannedTables = []string{"events", "deliveries", "work", "entities", "effects", "effect_attempts", "audit"}
 
-// analyzeFloor is the row count below which a table is left to
-// autovacuum: under it any plan is cheap.
-const analyzeFloor = 1000
+// analyzeFloor: a table is analyzed once it holds twice this many rows,
+// whatever its statistics say; an ANALYZE of a few hundred rows takes a
+// millisecond, and a plan made for 20 rows already reads 200 badly.
+const analyzeFloor = 100
 
 // AnalyzeGrown analyzes each of hookledger's busy tables that holds more
 // than twice the rows its statistics know of (and at least
@@ -27,7 +28,7 @@ const analyzeFloor = 1000
 // but looks at most once a minute (autovacuum_naptime), and at 1,000
 // events a second a table grows from a few rows to 60,000 in that minute,
 // the whole time on plans for a few rows. Doubling bounds the analyses to
-// one per doubling (about 20 up to a million rows), each a sample of
+// one per doubling (about 13 up to a million rows), each a sample of
 // 30,000 rows at most. A table with autovacuum switched off is left
 // alone: its owner manages its statistics. Where the connecting role does
 // not own a table, PostgreSQL skips it with a warning and nothing fails.
