@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -37,6 +38,7 @@ type receiveFlags struct {
 	clients     []int
 	duration    time.Duration
 	warmup      time.Duration
+	settle      time.Duration
 	maxRequests int64
 	hookledger  string
 	module      string
@@ -65,6 +67,8 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	clients := fs.String("clients", "32,128", "comma-separated concurrent client `counts`")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured `time` per cell")
 	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "unmeasured warm-up `time` per cell")
+	fs.DurationVar(&f.settle, "settle", 3*time.Second, "before each cell, flush what earlier cells wrote to disk (sync) and wait this `time`,\n"+
+		"so that a cell does not pay for the writeback of the one before it")
 	fs.Int64Var(&f.maxRequests, "max-requests", 2_000_000, "upper bound on requests sent per cell, warm-up included")
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
@@ -166,6 +170,7 @@ func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags
 				return false, fmt.Errorf("interrupted: %w", err)
 			}
 			label := fmt.Sprintf("%s-%d", target, n)
+			settle(ctx, f.settle)
 			fmt.Fprintf(stderr, "cell %s: warm-up %s, measure %s...\n", label, f.warmup, f.duration)
 			res, err := env.cell(ctx, target, n, label)
 			if err != nil {
@@ -181,6 +186,18 @@ func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags
 		}
 	}
 	return printReceive(stdout, f, results), nil
+}
+
+// settle flushes the page cache's dirty pages and waits d: the cell
+// before wrote hundreds of megabytes (a database per cell, the floor's
+// file), whose writeback otherwise lands in the next cell's measurement
+// and made whichever target ran later look 5–10 ms slower at p99.
+func settle(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	syscall.Sync()
+	sleepCtx(ctx, d)
 }
 
 func randomHex(n int) string {
