@@ -72,9 +72,10 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 // store's parameters) and keeps little: its live heap is a few tens of
 // megabytes, which Go's default target of 100 collects every few
 // milliseconds under load, each collection taking processor time from the
-// requests. At 400 the heap may grow to five times what is live (about
-// 150 MB for 30 MB live), and at 32 concurrent senders on two cores p99
-// fell from 23 to 18–19 ms (BENCHMARKS.md, "receive").
+// requests. At 400 the heap may grow to five times what is live (the
+// end-to-end benchmark peaks at 75–90 MB instead of 50), and at 32
+// concurrent senders on two cores p99 fell from 23 to 19–20 ms
+// (BENCHMARKS.md, "receive"). docs/deploy.md tells operators how to cap it.
 const serveGCPercent = 400
 
 // clockSkewEnv shifts the host clock of serve and of the operator verbs
