@@ -86,7 +86,7 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 		}
 		counts[k]++
 	}
-	ev := newEventParams(len(order))
+	ev := &eventParams{}
 	for _, i := range order {
 		d := dels[i]
 		ev.add(d, counts[eventKey{d.Source, d.EventID}])
@@ -134,7 +134,7 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 	slices.Sort(ids) // ids in the group's order, as the deliveries arrived
 
 	items := make([]store.DeliveryOutcome, len(dels))
-	dc := newDeliveryParams(len(dels))
+	dc := &deliveryParams{}
 	for i, d := range dels {
 		k := eventKey{d.Source, d.EventID}
 		st := got[k]
@@ -162,30 +162,16 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 	return results, nil
 }
 
-// eventParams are the events' upsert parameters, one array per column.
-type eventParams struct {
-	source, eventID, typ, entity, account, causation, disposition []string
-	occurred                                                      []pgtype.Timestamptz
-	received                                                      []time.Time
-	hop, deliveries                                               []int32
-	routed                                                        []bool
+// eventFields are the columns an event and its deliveries both carry,
+// one array per column.
+type eventFields struct {
+	source, eventID, typ, entity, account, causation []string
+	occurred                                         []pgtype.Timestamptz
+	received                                         []time.Time
+	hop                                              []int32
 }
 
-func newEventParams(n int) *eventParams {
-	return &eventParams{
-		source: make([]string, 0, n), eventID: make([]string, 0, n), typ: make([]string, 0, n),
-		entity: make([]string, 0, n), account: make([]string, 0, n), causation: make([]string, 0, n),
-		disposition: make([]string, 0, n), occurred: make([]pgtype.Timestamptz, 0, n),
-		received: make([]time.Time, 0, n), hop: make([]int32, 0, n), deliveries: make([]int32, 0, n),
-		routed: make([]bool, 0, n),
-	}
-}
-
-func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
-	disposition := store.DispositionAccepted
-	if d.Unrouted {
-		disposition = store.DispositionUnrouted
-	}
+func (c *eventFields) add(d *store.DeliveryInput) {
 	c.source = append(c.source, d.Source)
 	c.eventID = append(c.eventID, d.EventID)
 	c.typ = append(c.typ, d.Type)
@@ -195,6 +181,22 @@ func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
 	c.received = append(c.received, d.ReceivedAt)
 	c.causation = append(c.causation, d.CausationID)
 	c.hop = append(c.hop, int32(d.Hop)) //nolint:gosec // hop counts are bounded by the loop guard
+}
+
+// eventParams are the events' upsert parameters.
+type eventParams struct {
+	eventFields
+	disposition []string
+	deliveries  []int32
+	routed      []bool
+}
+
+func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
+	disposition := store.DispositionAccepted
+	if d.Unrouted {
+		disposition = store.DispositionUnrouted
+	}
+	c.eventFields.add(d)
 	c.disposition = append(c.disposition, string(disposition))
 	// An event unrouted at receipt needs no routing: it is stored routed.
 	c.routed = append(c.routed, d.Unrouted)
@@ -206,25 +208,13 @@ func (c *eventParams) args() []any {
 		c.causation, c.hop, c.disposition, c.routed, c.deliveries}
 }
 
-// deliveryParams are the deliveries' insert parameters, one array per
-// column.
+// deliveryParams are the deliveries' insert parameters.
 type deliveryParams struct {
-	id, eventPK                                                      []int64
-	requestID, source, eventID, typ, entity, account, causation, hdr []string
-	batchIndex, hop                                                  []int32
-	occurred                                                         []pgtype.Timestamptz
-	received                                                         []time.Time
-	body                                                             [][]byte
-}
-
-func newDeliveryParams(n int) *deliveryParams {
-	return &deliveryParams{
-		id: make([]int64, 0, n), eventPK: make([]int64, 0, n), requestID: make([]string, 0, n),
-		source: make([]string, 0, n), eventID: make([]string, 0, n), typ: make([]string, 0, n),
-		entity: make([]string, 0, n), account: make([]string, 0, n), causation: make([]string, 0, n),
-		hdr: make([]string, 0, n), batchIndex: make([]int32, 0, n), hop: make([]int32, 0, n),
-		occurred: make([]pgtype.Timestamptz, 0, n), received: make([]time.Time, 0, n), body: make([][]byte, 0, n),
-	}
+	eventFields
+	id, eventPK    []int64
+	requestID, hdr []string
+	batchIndex     []int32
+	body           [][]byte
 }
 
 func (c *deliveryParams) add(id, eventPK int64, d *store.DeliveryInput) error {
@@ -240,19 +230,11 @@ func (c *deliveryParams) add(id, eventPK int64, d *store.DeliveryInput) error {
 	if body == nil {
 		body = []byte{}
 	}
+	c.eventFields.add(d)
 	c.id = append(c.id, id)
 	c.eventPK = append(c.eventPK, eventPK)
 	c.requestID = append(c.requestID, d.RequestID)
 	c.batchIndex = append(c.batchIndex, int32(d.BatchIndex)) //nolint:gosec // bounded by the sender's batch limit
-	c.source = append(c.source, d.Source)
-	c.eventID = append(c.eventID, d.EventID)
-	c.typ = append(c.typ, d.Type)
-	c.entity = append(c.entity, d.Entity)
-	c.account = append(c.account, d.Account)
-	c.occurred = append(c.occurred, pgtype.Timestamptz{Time: d.OccurredAt, Valid: !d.OccurredAt.IsZero()})
-	c.received = append(c.received, d.ReceivedAt)
-	c.causation = append(c.causation, d.CausationID)
-	c.hop = append(c.hop, int32(d.Hop)) //nolint:gosec // hop counts are bounded by the loop guard
 	c.hdr = append(c.hdr, string(hdr))
 	c.body = append(c.body, body)
 	return nil
