@@ -64,9 +64,10 @@ func (h *held) insertEffect(t *pipeTx, e heldEffect) {
 	h.effects = append(h.effects, e)
 }
 
-// touchEffects sends the held inserts before a statement on the effects of
-// flow/entity, if one of them is that entity's: the statement must see
-// them (a later event's supersede step reads the earlier one's effect).
+// touchEffects queues what is held (supersede steps, then inserts) before
+// a statement on the effects of flow/entity, if a held insert is that
+// entity's: the statement must see it (a later event's supersede step
+// reads the earlier one's effect).
 func (h *held) touchEffects(t *pipeTx, flow, entity string) {
 	for _, o := range h.effects {
 		if o.flow == flow && o.entity == entity {
