@@ -131,7 +131,7 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 		}
 	}
 	if b := id.Batch; b.Array || b.Key != "" {
-		return x.batch(body, b.Key, b.Max)
+		return x.batch(b.Key, b.Max)
 	}
 	if !isObject(root) {
 		return nil, &MalformedError{Field: "body", Msg: "must be a JSON object"}
@@ -220,7 +220,7 @@ type extractor struct {
 // batch splits an array (the body itself when key is empty, else the
 // root's key) into events, keeping each element's raw bytes. limit 0 means no
 // limit.
-func (x extractor) batch(body []byte, key string, limit int) ([]Event, error) {
+func (x extractor) batch(key string, limit int) ([]Event, error) {
 	field := "body"
 	list := x.root
 	if key != "" {
