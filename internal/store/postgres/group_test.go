@@ -21,24 +21,11 @@ func TestApplyGroupOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
 	const n = 8
-	var subs []*store.Submission
+	var entities []string
 	for i := range n {
-		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{
-			RequestID: fmt.Sprintf("r%d", i), Source: "shop", EventID: fmt.Sprintf("e%d", i), Type: "order.updated",
-			Entity: fmt.Sprintf("o%d", i), ReceivedAt: at, Headers: map[string]string{}, Body: []byte(`{}`)}}})
+		entities = append(entities, fmt.Sprintf("o%d", i))
 	}
-	out, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	route := &store.EventRouteParams{Now: at}
-	for i, o := range out {
-		route.Decisions = append(route.Decisions, &store.RouteDecision{EventPK: o.Items[0].EventPK,
-			Routes: []store.Route{{Flow: "orders", Entity: fmt.Sprintf("o%d", i), OrderKey: "k1"}}})
-	}
-	if err := h.EventRoute(ctx, route); err != nil {
-		t.Fatal(err)
-	}
+	receiveAndRoute(t, h, at, entities)
 	leases, err := h.EntityClaim(ctx, &store.EntityClaimParams{Owner: "w", Now: at, LeaseFor: time.Minute, Limit: n})
 	if err != nil || len(leases) != n {
 		t.Fatalf("claimed %d: %v", len(leases), err)
@@ -80,32 +67,13 @@ func TestApplyGroupHeldEffects(t *testing.T) {
 	h := open(t, pgtest.NewDatabase(t))
 	ctx := context.Background()
 	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
-	type ev struct{ id, entity string }
-	evs := []ev{{"e1", "o1"}, {"e2", "o2"}, {"e3", "o3"}, {"e4", "o3"}, {"e5", "o4"}}
-	var subs []*store.Submission
-	for _, e := range evs {
-		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{
-			RequestID: e.id, Source: "shop", EventID: e.id, Type: "order.updated",
-			Entity: e.entity, ReceivedAt: at, Headers: map[string]string{}, Body: []byte(`{}`)}}})
-	}
-	out, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	route := &store.EventRouteParams{Now: at}
-	for i, o := range out {
-		route.Decisions = append(route.Decisions, &store.RouteDecision{EventPK: o.Items[0].EventPK,
-			Routes: []store.Route{{Flow: "orders", Entity: evs[i].entity, OrderKey: fmt.Sprintf("k%d", i)}}})
-	}
-	if err := h.EventRoute(ctx, route); err != nil {
-		t.Fatal(err)
-	}
+	pks := receiveAndRoute(t, h, at, []string{"o1", "o2", "o3", "o3", "o4"})
 	// The ledger already holds o4's key, with the same request spelled
 	// otherwise: found, and no conflict.
 	if _, err := h.pool.Exec(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 		state, request, source_event_pk, causation_id, hop, created_at, updated_at)
 		VALUES ('key-o4', 'orders', 'o4', 'r0', '0', 'sync', 'd', 'done', '{ "entity" : "o4" }', $1, '', 0, $2, $2)`,
-		out[4].Items[0].EventPK, at); err != nil {
+		pks[4], at); err != nil {
 		t.Fatal(err)
 	}
 	leases, err := h.EntityClaim(ctx, &store.EntityClaimParams{Owner: "w", Now: at, LeaseFor: time.Minute, Limit: 10})
@@ -180,4 +148,33 @@ func TestApplyGroupHeldEffects(t *testing.T) {
 		}
 		t.Fatalf("%d key conflicts, %v: want one, for the page that lost cus-1", len(conflicts), err)
 	}
+}
+
+// receiveAndRoute stores one event per element of entities (e0, e1, ...,
+// in that order) and routes each to flow orders for its entity, with
+// order keys rising in the same order; it returns the events' pks.
+func receiveAndRoute(t *testing.T, h *handle, at time.Time, entities []string) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	var subs []*store.Submission
+	for i, entity := range entities {
+		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{
+			RequestID: fmt.Sprintf("r%d", i), Source: "shop", EventID: fmt.Sprintf("e%d", i), Type: "order.updated",
+			Entity: entity, ReceivedAt: at, Headers: map[string]string{}, Body: []byte(`{}`)}}})
+	}
+	out, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := &store.EventRouteParams{Now: at}
+	pks := make([]int64, len(out))
+	for i, o := range out {
+		pks[i] = o.Items[0].EventPK
+		route.Decisions = append(route.Decisions, &store.RouteDecision{EventPK: pks[i],
+			Routes: []store.Route{{Flow: "orders", Entity: entities[i], OrderKey: fmt.Sprintf("k%d", i)}}})
+	}
+	if err := h.EventRoute(ctx, route); err != nil {
+		t.Fatal(err)
+	}
+	return pks
 }
