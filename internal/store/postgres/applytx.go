@@ -162,8 +162,8 @@ func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) err
 }
 
 // InsertEffect holds the insert: a group's inserts go as one statement
-// (heldeffects.go), sent before the next statement that touches the same
-// entity's effects, before any read and at Flush.
+// (heldeffects.go), sent before a supersede step of the same entity and
+// effect name, before any read or single-effect write, and at Flush.
 //
 // Pruning cannot delete the row between that statement's snapshot and its
 // insert (which would let ON CONFLICT wait for the delete and then insert

@@ -178,3 +178,38 @@ func receiveAndRoute(t *testing.T, h *handle, at time.Time, entities []string) [
 	}
 	return pks
 }
+
+// TestHeldSupersedeSeesHeldInsert: the driver keeps the order of the
+// statements it holds on the ApplyTx contract alone. A supersede step of
+// an entity and name whose insert is still held sends the insert first,
+// even with no supersede step held beside it (the rules in apply.go
+// always supersede before they insert, which TestApplyGroupHeldEffects
+// covers).
+func TestHeldSupersedeSeesHeldInsert(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	pks := receiveAndRoute(t, h, at, []string{"o1"})
+	tx, err := h.beginPipe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := applyTx{t: tx}
+	row := &store.ApplyRow{Flow: "orders", Entity: "o1", EventPK: pks[0]}
+	var ins store.InsertOutcome
+	if err := a.InsertEffect(ctx, row, &store.FlowApplyParams{Version: "r1", VersionSort: "1", Now: at},
+		&store.EffectInsert{EpisodeKey: "k-r1", Effect: "sync", Destination: "d", Request: []byte(`{}`)}, &ins); err != nil {
+		t.Fatal(err)
+	}
+	var sup []store.SupersededEffect
+	if err := a.SupersedeOlder(ctx, row, "sync", &store.FlowApplyParams{Version: "r2", VersionSort: "2", Ordered: true, Now: at}, &sup); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !ins.Inserted || len(sup) != 1 || sup[0].EpisodeKey != "k-r1" {
+		t.Fatalf("inserted %v, superseded %+v: want r1's effect inserted, then superseded", ins.Inserted, sup)
+	}
+}

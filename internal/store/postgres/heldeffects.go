@@ -36,14 +36,23 @@ type heldSupersede struct {
 	out                               *[]store.SupersededEffect
 }
 
-// supersedeOlder holds s. The held statements go first if one of them is
-// an insert of the same entity, which s must see (an earlier event's
-// effect in the same page), or a supersede of the same effect name, which
-// one statement could not tell apart from s.
+// supersedeOlder holds s. What is held goes first if it holds an insert
+// or a supersede step of the same entity and effect name: s must see the
+// insert (an earlier event's effect in the same page), and one statement
+// could not tell two steps on the same rows apart. Other entities' and
+// names' rows are not the ones s reads.
 func (h *held) supersedeOlder(t *pipeTx, s heldSupersede) {
-	h.touchEffects(t, s.flow, s.entity)
+	same := func(flow, entity, effect string) bool {
+		return flow == s.flow && entity == s.entity && effect == s.effect
+	}
+	for _, o := range h.effects {
+		if same(o.flow, o.entity, o.effect) {
+			h.queueEffects(t)
+			break
+		}
+	}
 	for _, o := range h.supersedes {
-		if o.flow == s.flow && o.entity == s.entity && o.effect == s.effect {
+		if same(o.flow, o.entity, o.effect) {
 			h.queueEffects(t)
 			break
 		}
@@ -62,19 +71,6 @@ func (h *held) insertEffect(t *pipeTx, e heldEffect) {
 		}
 	}
 	h.effects = append(h.effects, e)
-}
-
-// touchEffects queues what is held (supersede steps, then inserts) before
-// a statement on the effects of flow/entity, if a held insert is that
-// entity's: the statement must see it (a later event's supersede step
-// reads the earlier one's effect).
-func (h *held) touchEffects(t *pipeTx, flow, entity string) {
-	for _, o := range h.effects {
-		if o.flow == flow && o.entity == entity {
-			h.queueEffects(t)
-			return
-		}
-	}
 }
 
 // queueEffects queues the held supersede steps, then the held inserts:
