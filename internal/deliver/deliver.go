@@ -249,9 +249,14 @@ func (w *Worker) refreshLocked() {
 }
 
 // dest returns the destination named, configured or made at run time.
+// It takes in a run-time change first: the change may have been made
+// after this round's claim read the destinations and before the effect
+// was claimed (an endpoint's url changed, then a message published), and
+// that effect must go to the destination as it is now, not as it was.
 func (w *Worker) dest(name string) (*config.Destination, *rate.Limiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.refreshLocked()
 	return w.dests[name], w.limits[name]
 }
 

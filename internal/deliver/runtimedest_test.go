@@ -173,3 +173,67 @@ func TestClassifyEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// claimHook runs a function after each claim, as a change another
+// goroutine makes while the claim is in flight.
+type claimHook struct {
+	deliver.Store
+	after func()
+}
+
+func (h *claimHook) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
+	out, err := h.Store.EffectClaim(ctx, p)
+	h.after()
+	return out, err
+}
+
+// urlAction records the base url of each call's destination.
+type urlAction struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (a *urlAction) Do(_ context.Context, c *deliver.Call) (*deliver.Response, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.urls = append(a.urls, c.Destination.BaseURL)
+	return &deliver.Response{Status: 204, Sent: true}, nil
+}
+
+// A destination changed after a round read the destinations and before
+// its claim returned is the one the claimed effect is delivered with: an
+// endpoint's url changed and a message published right after must reach
+// the new url.
+func TestRuntimeDestinationChangedDuringClaim(t *testing.T) {
+	x := newWorld(t, setup{})
+	ctx := context.Background()
+	if _, err := x.st.EndpointPut(ctx, &store.EndpointPutParams{ID: "ep1", Origin: store.OriginAPI, Enabled: true,
+		Spec: store.EndpointSpec{URL: "https://old.example"}, Actor: "test", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.st.MessagePublish(ctx, &store.MessagePublishParams{ID: "msg_1", Key: "k1", Fingerprint: "f", Type: "a.b",
+		KeyExpiresAt: x.clk.Now().Add(time.Hour), Payload: []byte(`{"type":"a.b","data":{}}`), Actor: "test", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	dest := func(url string) *config.Destination {
+		return &config.Destination{Name: store.EndpointDestination("ep1"), Kind: config.KindEndpoint, Preset: "generic", BaseURL: url,
+			Timeout: config.Duration(5 * time.Second), Retry: config.RetryPolicy{Base: config.Duration(time.Second), Factor: 2, Cap: config.Duration(time.Minute), Attempts: 5},
+			Builtin: true}
+	}
+	src := &runtimeDests{}
+	src.set(dest("https://old.example"))
+	act := &urlAction{}
+	hook := &claimHook{Store: x.st, after: func() { src.set(dest("https://new.example")) }}
+	cfg := *x.cfg
+	w, err := deliver.New(&cfg, hook, deliver.Options{Workers: 2, LeaseFor: time.Minute, Clock: x.clk,
+		Actions: map[string]deliver.Action{config.KindEndpoint: act}, Runtime: src, Owner: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.Step(ctx); err != nil || n == 0 {
+		t.Fatalf("step: %d claimed, %v", n, err)
+	}
+	if len(act.urls) != 1 || act.urls[0] != "https://new.example" {
+		t.Fatalf("calls went to %v, want the new url once", act.urls)
+	}
+}
