@@ -413,35 +413,3 @@ func normalize(v any) any {
 	return v
 }
 
-// DecodeJSON parses a JSON document into CEL-friendly Go values: integers
-// that fit stay int64 (so revision 3 compares as an int), other numbers
-// become float64.
-func DecodeJSON(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("decode JSON: %w", err)
-	}
-	return numbers(v), nil
-}
-
-func numbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			return i
-		}
-		f, _ := x.Float64()
-		return f
-	case []any:
-		for i := range x {
-			x[i] = numbers(x[i])
-		}
-	case map[string]any:
-		for k := range x {
-			x[k] = numbers(x[k])
-		}
-	}
-	return v
-}
