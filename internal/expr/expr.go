@@ -412,4 +412,3 @@ func normalize(v any) any {
 	}
 	return v
 }
-
