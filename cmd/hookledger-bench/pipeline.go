@@ -377,6 +377,25 @@ func (t *timedPipeline) EventRoute(ctx context.Context, p *store.EventRouteParam
 	return err
 }
 
+// EventRouteNext counts the store's time only: the engine's decisions,
+// made inside the call, are left out.
+func (t *timedPipeline) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
+	t0 := time.Now()
+	var deciding time.Duration
+	inner := *p
+	inner.Decide = func(evs []*store.RoutableEvent) []*store.RouteDecision {
+		d0 := time.Now()
+		defer func() { deciding += time.Since(d0) }()
+		return p.Decide(evs)
+	}
+	n, err := t.Pipeline.EventRouteNext(ctx, &inner)
+	t.route.Add(int64(time.Since(t0) - deciding))
+	if err == nil {
+		t.routed.Add(int64(n))
+	}
+	return n, err
+}
+
 func (t *timedPipeline) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
 	defer addSince(&t.claim, time.Now())
 	return t.Pipeline.EntityClaim(ctx, p)

@@ -319,29 +319,31 @@ func (e *Engine) Drain(ctx context.Context) error {
 
 // RouteOnce routes up to one batch of accepted events.
 func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
-	evs, err := e.st.EventListUnrouted(ctx, &store.EventListUnroutedParams{Limit: 200})
+	var evs []*store.RoutableEvent
+	var ds []*store.RouteDecision
+	n, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 200, Now: e.clk.Now(),
+		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
+			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
+			for _, ev := range page {
+				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: e.safeRoutes(ev)})
+			}
+			return ds
+		}})
 	if err != nil {
-		return 0, fmt.Errorf("list unrouted events: %w", err)
+		return 0, err
 	}
-	if len(evs) == 0 {
+	if n == 0 {
 		return 0, nil
 	}
-	p := &store.EventRouteParams{Now: e.clk.Now()}
-	for _, ev := range evs {
-		p.Decisions = append(p.Decisions, &store.RouteDecision{EventPK: ev.PK, Routes: e.safeRoutes(ev)})
-	}
-	if err := e.st.EventRoute(ctx, p); err != nil {
-		return 0, fmt.Errorf("route events: %w", err)
-	}
-	e.opts.Metrics.routed(p.Decisions)
-	for i, d := range p.Decisions {
+	e.opts.Metrics.routed(ds)
+	for i, d := range ds {
 		for _, r := range d.Routes {
 			if r.Failed != "" {
 				e.log.Warn("event dead-lettered", "source", evs[i].Source, "event_id", evs[i].EventID, "flow", r.Flow, "reason", r.Failed)
 			}
 		}
 	}
-	return len(evs), nil
+	return n, nil
 }
 
 // safeRoutes is Routes with a panic in an expression turned into a failed

@@ -26,6 +26,14 @@ type Pipeline interface {
 	// second work item (safe for concurrent routers): a decision for an
 	// event that is already routed is skipped as a whole.
 	EventRoute(ctx context.Context, p *EventRouteParams) error
+	// EventRouteNext routes the next page of accepted, unrouted events in
+	// one transaction: it takes up to Limit of them in pk order (each with
+	// the body of its first delivery), asks Decide for their decisions and
+	// records those as EventRoute would. Concurrent callers, in one
+	// process or in several, take disjoint pages: an event another caller
+	// holds is passed over, so no event is read or decided twice. It
+	// returns the number of events taken (0: none was waiting).
+	EventRouteNext(ctx context.Context, p *EventRouteNextParams) (int, error)
 	// EntityClaim leases up to Limit entities that have pending work, whose
 	// lease is free or expired and whose not_before has passed, in claim
 	// order (not_before, flow, entity).
@@ -81,6 +89,15 @@ type Pipeline interface {
 // EventListUnroutedParams selects unrouted events.
 type EventListUnroutedParams struct {
 	Limit int
+}
+
+// EventRouteNextParams routes the next page of unrouted events.
+type EventRouteNextParams struct {
+	Limit int
+	Now   time.Time
+	// Decide computes the routing decisions of the events taken, called
+	// once with at least one event, inside the transaction.
+	Decide func(evs []*RoutableEvent) []*RouteDecision
 }
 
 // RoutableEvent is an accepted event with what routing and processing need.

@@ -114,6 +114,45 @@ type routed struct {
 	route store.Route
 }
 
+// takeUnroutedSQL is EventRouteNext's page ($1 rows): listUnroutedSQL
+// with the page's events locked, passing over those another router
+// holds.
+const takeUnroutedSQL = `SELECT ` + routableColumns + ` FROM (SELECT * FROM events
+		WHERE NOT routed AND disposition = 'accepted' ORDER BY pk LIMIT $1 FOR UPDATE SKIP LOCKED) e ` + firstDeliveryJoin + `
+	ORDER BY e.pk`
+
+// EventRouteNext takes a page of unrouted events under row locks, which
+// another router's page skips (SKIP LOCKED), and routes them in the same
+// pipelined transaction. Listing without the locks let every process read
+// and decide the same page: with two processes on one database each event
+// was read, decoded and decided 2.1 times on average, and the second
+// router's work was thrown away by EventRoute's claim.
+func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
+	var n int
+	err := s.inPipe(ctx, func(t *pipeTx) error {
+		var evs []*store.RoutableEvent
+		err := t.query(ctx, "take unrouted events", takeUnroutedSQL, []any{store.ClampLimit(p.Limit)}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				e := &store.RoutableEvent{}
+				if err := scanRoutable(rows, e); err != nil {
+					return err
+				}
+				evs = append(evs, e)
+			}
+			return nil
+		})
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		n = len(evs)
+		return routeIn(ctx, t, &store.EventRouteParams{Now: p.Now, Decisions: p.Decide(evs)})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("route events: %w", err)
+	}
+	return n, nil
+}
+
 // EventRoute records the decisions in one pipelined transaction: one
 // round trip claims the events, one carries every entity and work row
 // with the check for events left without pending work, one commits. An
@@ -122,84 +161,86 @@ type routed struct {
 // creates no duplicate work and never waits on another router: an event
 // whose router rolls back is still unrouted and found again.
 func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		byPK := make(map[int64]*store.RouteDecision, len(p.Decisions))
-		pks := make([]int64, 0, len(p.Decisions))
-		for _, d := range p.Decisions {
-			if _, ok := byPK[d.EventPK]; !ok {
-				pks = append(pks, d.EventPK)
-			}
-			byPK[d.EventPK] = d
+	if err := s.inPipe(ctx, func(t *pipeTx) error { return routeIn(ctx, t, p) }); err != nil {
+		return fmt.Errorf("route events: %w", err)
+	}
+	return nil
+}
+
+// routeIn records routing decisions in t (EventRoute).
+func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
+	byPK := make(map[int64]*store.RouteDecision, len(p.Decisions))
+	pks := make([]int64, 0, len(p.Decisions))
+	for _, d := range p.Decisions {
+		if _, ok := byPK[d.EventPK]; !ok {
+			pks = append(pks, d.EventPK)
 		}
-		slices.Sort(pks)
-		var claimed []eventRef
-		err := t.query(ctx, "mark routed", `WITH c AS (SELECT pk FROM events WHERE pk = ANY($1) AND NOT routed
-				ORDER BY pk FOR UPDATE SKIP LOCKED)
-			UPDATE events e SET routed = true FROM c WHERE e.pk = c.pk
-			RETURNING e.pk, e.source, e.event_id, e.type, e.entity, e.disposition`, []any{pks}, func(rows pgx.Rows) error {
-			for rows.Next() {
-				var ev eventRef
-				if err := rows.Scan(&ev.pk, &ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition); err != nil {
-					return err
-				}
-				claimed = append(claimed, ev)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		slices.SortFunc(claimed, func(a, b eventRef) int { return cmp.Compare(a.pk, b.pk) })
-		var items []routed
-		var withWork []int64
-		for _, ev := range claimed {
-			d := byPK[ev.pk]
-			if len(d.Routes) == 0 {
-				if ev.disposition != store.DispositionAccepted {
-					continue
-				}
-				t.exec("set unrouted", `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk)
-				t.audit(&store.AuditInsertParams{At: p.Now, Actor: "router", Action: store.ActionDisposition,
-					Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
-					Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
-				continue
-			}
-			for _, r := range d.Routes {
-				items = append(items, routed{ev: ev, route: r})
-			}
-			withWork = append(withWork, ev.pk)
-		}
-		if err := enqueue(ctx, t, p.Now, items, 0, "router"); err != nil {
-			return err
-		}
-		// An event routed to flows normally has pending work now. One
-		// whose every route failed (dead letters), or whose work rows all
-		// existed already, settles by the aggregate rule.
-		var settle []int64
-		err = t.query(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
-			WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = pk AND done_at IS NULL) ORDER BY pk`,
-			[]any{withWork}, func(rows pgx.Rows) error {
-				for rows.Next() {
-					var pk int64
-					if err := rows.Scan(&pk); err != nil {
-						return err
-					}
-					settle = append(settle, pk)
-				}
-				return nil
-			})
-		if err != nil {
-			return err
-		}
-		for _, pk := range settle {
-			if err := store.SettleEvent(ctx, applyTx{t}, pk, 0, p.Now, "router"); err != nil {
+		byPK[d.EventPK] = d
+	}
+	slices.Sort(pks)
+	var claimed []eventRef
+	err := t.query(ctx, "mark routed", `WITH c AS (SELECT pk FROM events WHERE pk = ANY($1) AND NOT routed
+			ORDER BY pk FOR UPDATE SKIP LOCKED)
+		UPDATE events e SET routed = true FROM c WHERE e.pk = c.pk
+		RETURNING e.pk, e.source, e.event_id, e.type, e.entity, e.disposition`, []any{pks}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var ev eventRef
+			if err := rows.Scan(&ev.pk, &ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition); err != nil {
 				return err
 			}
+			claimed = append(claimed, ev)
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("route events: %w", err)
+		return err
+	}
+	slices.SortFunc(claimed, func(a, b eventRef) int { return cmp.Compare(a.pk, b.pk) })
+	var items []routed
+	var withWork []int64
+	for _, ev := range claimed {
+		d := byPK[ev.pk]
+		if len(d.Routes) == 0 {
+			if ev.disposition != store.DispositionAccepted {
+				continue
+			}
+			t.exec("set unrouted", `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk)
+			t.audit(&store.AuditInsertParams{At: p.Now, Actor: "router", Action: store.ActionDisposition,
+				Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
+				Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
+			continue
+		}
+		for _, r := range d.Routes {
+			items = append(items, routed{ev: ev, route: r})
+		}
+		withWork = append(withWork, ev.pk)
+	}
+	if err := enqueue(ctx, t, p.Now, items, 0, "router"); err != nil {
+		return err
+	}
+	// An event routed to flows normally has pending work now. One
+	// whose every route failed (dead letters), or whose work rows all
+	// existed already, settles by the aggregate rule.
+	var settle []int64
+	err = t.query(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
+		WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = pk AND done_at IS NULL) ORDER BY pk`,
+		[]any{withWork}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var pk int64
+				if err := rows.Scan(&pk); err != nil {
+					return err
+				}
+				settle = append(settle, pk)
+			}
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	for _, pk := range settle {
+		if err := store.SettleEvent(ctx, applyTx{t}, pk, 0, p.Now, "router"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

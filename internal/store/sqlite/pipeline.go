@@ -73,6 +73,21 @@ func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroute
 	return out, nil
 }
 
+// EventRouteNext lists a page and routes it while holding routeMu, so
+// that a concurrent caller lists only after this page is recorded.
+func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
+	s.routeMu.Lock()
+	defer s.routeMu.Unlock()
+	evs, err := s.EventListUnrouted(ctx, &store.EventListUnroutedParams{Limit: p.Limit})
+	if err != nil || len(evs) == 0 {
+		return 0, err
+	}
+	if err := s.EventRoute(ctx, &store.EventRouteParams{Now: p.Now, Decisions: p.Decide(evs)}); err != nil {
+		return 0, err
+	}
+	return len(evs), nil
+}
+
 // EventRoute records the decisions in one transaction. A decision for an
 // event that is already routed (another router got there first) is skipped
 // as a whole, which is what makes concurrent routing safe: the routed flag

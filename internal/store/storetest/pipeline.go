@@ -267,6 +267,79 @@ func testRouteTwice(t *testing.T, o Opener) {
 	}
 }
 
+// testRouteNextDisjoint: EventRouteNext takes pages in pk order, records
+// the decisions as EventRoute would, and two routers at once take
+// disjoint pages, so no event is decided twice.
+func testRouteNextDisjoint(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	var pks []int64
+	for i := range 5 {
+		pks = append(pks, f.event(fmt.Sprintf("evt_%d", i)))
+	}
+	var mu sync.Mutex
+	decided := map[int64]int{}
+	decide := func(evs []*store.RoutableEvent) []*store.RouteDecision {
+		mu.Lock()
+		defer mu.Unlock()
+		var ds []*store.RouteDecision
+		for _, e := range evs {
+			decided[e.PK]++
+			ds = append(ds, to(e.PK, rt("deals", "d_"+e.EventID, e.EventID)))
+		}
+		return ds
+	}
+	// Router A holds its page (two events) until router B has finished,
+	// or for a while if B waits for A (a driver that serialises routers).
+	bDone := make(chan struct{})
+	aHolds := make(chan struct{})
+	var nA, nB int
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		nA, errA = f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 2, Now: t0,
+			Decide: func(evs []*store.RoutableEvent) []*store.RouteDecision {
+				close(aHolds)
+				select {
+				case <-bDone:
+				case <-time.After(500 * time.Millisecond):
+				}
+				return decide(evs)
+			}})
+	})
+	<-aHolds
+	nB, errB = f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 2, Now: t0, Decide: decide})
+	close(bDone)
+	wg.Wait()
+	if errA != nil || errB != nil {
+		t.Fatalf("EventRouteNext: %v, %v", errA, errB)
+	}
+	if nA != 2 || nB != 2 {
+		t.Fatalf("pages of %d and %d events, want 2 and 2", nA, nB)
+	}
+	// The last event, then nothing.
+	if n, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 2, Now: t0, Decide: decide}); err != nil || n != 1 {
+		t.Fatalf("third page: %d events, %v; want 1", n, err)
+	}
+	if n, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 2, Now: t0, Decide: func([]*store.RoutableEvent) []*store.RouteDecision {
+		t.Error("Decide called with no event waiting")
+		return nil
+	}}); err != nil || n != 0 {
+		t.Fatalf("empty page: %d events, %v", n, err)
+	}
+	for i, pk := range pks {
+		if decided[pk] != 1 {
+			t.Fatalf("event %d decided %d times, want once (decisions %v)", pk, decided[pk], decided)
+		}
+		ws := f.pending("deals", fmt.Sprintf("d_evt_%d", i))
+		if len(ws) != 1 || ws[0].Event.PK != pk || ws[0].OrderKey != fmt.Sprintf("evt_%d", i) {
+			t.Fatalf("event %d: pending work %+v, want its one routed item", pk, ws)
+		}
+	}
+	if evs, _ := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{}); len(evs) != 0 {
+		t.Fatalf("%d events still unrouted", len(evs))
+	}
+}
+
 func testRouteFailed(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	both := f.event("evt_both")

@@ -69,6 +69,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"CanceledContextCommitsNothing", testCanceledContext},
 		{"PipelineRouteUnrouted", testRouteUnrouted},
 		{"PipelineRouteTwiceNoDuplicateWork", testRouteTwice},
+		{"PipelineRouteNextDisjointPages", testRouteNextDisjoint},
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
 		{"PipelineClaimExclusive", testClaimExclusive},
 		{"PipelineClaimNotBefore", testClaimNotBefore},
