@@ -18,7 +18,8 @@ const analyzeFloor = 100
 
 // AnalyzeGrown analyzes each of hookledger's busy tables that holds more
 // than twice the rows its statistics know of (and at least
-// 2 × analyzeFloor), and returns their names.
+// 2 × analyzeFloor), and returns the names of those it analyzed: a table
+// another process is analyzing at the moment is left to it.
 //
 // Why: pgx prepares a statement once per connection, and PostgreSQL keeps
 // its generic plan until the table's statistics change. A plan made while
@@ -45,10 +46,45 @@ func (s *Store) AnalyzeGrown(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find grown tables: %w", err)
 	}
-	for i, name := range grown {
-		if _, err := s.pool.Exec(ctx, `ANALYZE `+pgx.Identifier{name}.Sanitize()); err != nil {
-			return grown[:i], fmt.Errorf("analyze %s: %w", name, err)
+	var done []string
+	for _, name := range grown {
+		ok, err := s.analyzeOne(ctx, name)
+		if err != nil {
+			return done, fmt.Errorf("analyze %s: %w", name, err)
+		}
+		if ok {
+			done = append(done, name)
 		}
 	}
-	return grown, nil
+	return done, nil
+}
+
+// analyzeLockKey is the first key of the advisory locks (one per table,
+// the table's oid the second) that let one process at a time analyze a
+// table.
+const analyzeLockKey int32 = 0x686c6167 // "hlag"
+
+// analyzeOne analyzes a table unless another process is analyzing it or
+// has just done so. Every serve process runs AnalyzeGrown, and they see a
+// table double at the same moment: two ANALYZEs of one table queue behind
+// each other's lock and the second repeats the first's work. The lock is
+// a transaction's (so it works through PgBouncer in transaction mode),
+// and once it is held the growth is checked again, against the
+// statistics an ANALYZE that committed meanwhile left.
+func (s *Store) analyzeOne(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1, $2::regclass::oid::int)`,
+			analyzeLockKey, pgx.Identifier{name}.Sanitize()).Scan(&ok); err != nil || !ok {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT st.n_live_tup > 2 * greatest(c.reltuples, $2)
+			FROM pg_class c JOIN pg_stat_user_tables st ON st.relid = c.oid WHERE c.oid = $1::regclass`,
+			pgx.Identifier{name}.Sanitize(), analyzeFloor).Scan(&ok); err != nil || !ok {
+			return err
+		}
+		_, err := tx.Exec(ctx, `ANALYZE `+pgx.Identifier{name}.Sanitize())
+		return err
+	})
+	return ok, err
 }
