@@ -28,16 +28,22 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
+	"github.com/hookledger/hookledger/internal/groupcommit"
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
+// maxSettleGroup bounds the settles written in one transaction: its locks
+// are held until the commit.
+const maxSettleGroup = 64
+
 // Store is the part of the ledger the worker uses.
 type Store interface {
 	EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error)
 	EffectSettle(ctx context.Context, p *store.EffectSettleParams) error
+	EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error
 	EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error
 }
 
@@ -90,8 +96,11 @@ type DestinationSource interface {
 // whole batch), and no destination holds more than its max_in_flight of
 // them: one slow or dead destination cannot stall the others.
 type Worker struct {
-	cfg     *config.Config
-	st      Store
+	cfg *config.Config
+	st  Store
+	// settler sends the settles of calls that end together to the store
+	// as one group (Store.EffectSettleGroup).
+	settler *groupcommit.Batcher[*store.EffectSettleParams, error]
 	opts    Options
 	log     *slog.Logger
 	clk     clock.Clock
@@ -157,7 +166,8 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,
-		dests: map[string]*config.Destination{}, limits: map[string]*rate.Limiter{},
+		settler: groupcommit.New(st.EffectSettleGroup, func(*store.EffectSettleParams) int { return 1 }, maxSettleGroup),
+		dests:   map[string]*config.Destination{}, limits: map[string]*rate.Limiter{},
 		actions:  map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver}},
 		notify:   opts.Notifier,
 		caps:     map[string]int{},
@@ -800,7 +810,11 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 			p.Attempt.StartedAt = p.Now
 		}
 	}
-	if err := w.st.EffectSettle(ctx, p); err != nil {
+	// Settled with whatever other calls ended meanwhile, in one
+	// transaction where the store can; every settle keeps its own answer.
+	// The group runs under the context of its first settle: all of them
+	// are the worker's.
+	if err := w.settler.Do(ctx, p); err != nil {
 		return fmt.Errorf("settle: %w", err)
 	}
 	w.opts.Metrics.settled(d.Name, p)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/groupcommit"
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
@@ -87,8 +88,8 @@ type Engine struct {
 
 	// settler groups the pages of concurrent entities into shared
 	// transactions, and lister their listings into shared queries.
-	settler *batcher[[]*store.FlowApplyParams, store.FlowApplyOutcome]
-	lister  *batcher[*store.WorkListPendingParams, listOutcome]
+	settler *groupcommit.Batcher[[]*store.FlowApplyParams, store.FlowApplyOutcome]
+	lister  *groupcommit.Batcher[*store.WorkListPendingParams, listOutcome]
 
 	// errs keeps failing entities from filling the log.
 	errs *logging.Repeats

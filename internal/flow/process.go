@@ -137,7 +137,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 	const page = 50
 	settled := 0
 	for {
-		listed := e.lister.do(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: page})
+		listed := e.lister.Do(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: page})
 		items, err := listed.items, listed.err
 		if err != nil {
 			release(time.Time{})
@@ -191,7 +191,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			// The last item of a short page is all the work listed: the
 			// apply frees the lease itself if nothing arrived meanwhile.
 			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < page
-			settledPage := e.settler.do(ctx, ps)
+			settledPage := e.settler.Do(ctx, ps)
 			results, err := settledPage.Results, settledPage.Err
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)

@@ -94,6 +94,14 @@ func (t *ledgerTap) EffectSettle(ctx context.Context, p *store.EffectSettleParam
 	return err
 }
 
+func (t *ledgerTap) EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error {
+	errs := t.st.EffectSettleGroup(ctx, ps)
+	for i, p := range ps {
+		t.r.concludeClaim(p.Token, errs[i], true, p.Attempt)
+	}
+	return errs
+}
+
 func (t *ledgerTap) EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error {
 	err := t.st.EffectRelease(ctx, p)
 	t.r.concludeClaim(p.Token, err, false, nil)

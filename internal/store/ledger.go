@@ -35,6 +35,13 @@ type Ledger interface {
 	// describe the last call); DestinationRef only when non-empty. Every
 	// settle writes an audit row "effect_<state>".
 	EffectSettle(ctx context.Context, p *EffectSettleParams) error
+	// EffectSettleGroup settles each of ps exactly as EffectSettle would
+	// and answers per params, in order: what EffectSettle would have
+	// returned for it. A driver may settle several in one transaction (a
+	// group commit for the delivery workers' settles, as FlowApplyGroup is
+	// for processing); one settle's failure, a lost lease included, never
+	// fails another's.
+	EffectSettleGroup(ctx context.Context, ps []*EffectSettleParams) []error
 	// EffectRelease gives a claimed effect back (no call was made, for
 	// example the destination's token bucket was empty), due again at
 	// NotBefore (zero: nothing scheduled, due at once). The state it was

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 // TestApplyGroupOneTransaction: a group of valid pages settles in one
 // transaction, not by the fallback that settles each page alone (which
 // gives the same answers, so the conformance case cannot tell them
-// apart).
+// apart); so does a group of the effects' settles.
 func TestApplyGroupOneTransaction(t *testing.T) {
 	pgtest.ServerURL(t)
 	h := open(t, pgtest.NewDatabase(t))
@@ -52,6 +53,35 @@ func TestApplyGroupOneTransaction(t *testing.T) {
 	}
 	if n, err := h.WorkCount(ctx); err != nil || n != 0 {
 		t.Fatalf("WorkCount = %d, %v", n, err)
+	}
+
+	// The effects' settles, one of them under a lost lease, also go as
+	// one transaction.
+	claimed, err := h.EffectClaim(ctx, &store.EffectClaimParams{Owner: "d", Now: at, LeaseFor: time.Minute, Limit: n})
+	if err != nil || len(claimed) != n {
+		t.Fatalf("claimed %d effects: %v", len(claimed), err)
+	}
+	var settles []*store.EffectSettleParams
+	for i, c := range claimed {
+		p := &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: at, Actor: "d", State: store.EffectDone,
+			AddAttempt: true, Attempt: &store.Attempt{StartedAt: at, Status: 200}}
+		if i == 0 {
+			p.Token = "lost"
+		}
+		settles = append(settles, p)
+	}
+	for i, err := range h.EffectSettleGroup(ctx, settles) {
+		if (i == 0) != errors.Is(err, store.ErrLeaseLost) || (i > 0 && err != nil) {
+			t.Fatalf("settle %d: %v", i, err)
+		}
+	}
+	if got := h.settlesAlone.Load(); got != 0 {
+		t.Fatalf("the settles went one by one (%d fallbacks), want one transaction", got)
+	}
+	var done int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM effects WHERE state = 'done' AND attempts = 1
+		AND id IN (SELECT effect_id FROM effect_attempts WHERE number = 1 AND status = 200)`).Scan(&done); err != nil || done != n-1 {
+		t.Fatalf("%d effects done with their attempt (%v), want %d", done, err, n-1)
 	}
 }
 

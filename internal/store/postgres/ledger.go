@@ -215,6 +215,165 @@ func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) e
 	return nil
 }
 
+// EffectSettleGroup settles several claimed effects in one pipelined
+// transaction: one round trip reads and locks every effect whose lease
+// still holds (in id order, the order every settle group locks in), one
+// carries the attempts, the effects' new states, the audit rows and
+// COMMIT, each one statement for the group. A settle is the delivery
+// worker's per-call write, and one transaction each cost a commit and
+// four statements per effect. An effect whose lease no longer holds is
+// answered ErrLeaseLost and nothing is written for it; should the group
+// fail as a whole, each is settled alone, so that one cannot fail another.
+func (s *Store) EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error {
+	errs := make([]error, len(ps))
+	alone := func() []error {
+		for i, p := range ps {
+			errs[i] = s.EffectSettle(ctx, p)
+		}
+		return errs
+	}
+	if len(ps) < 2 {
+		return alone()
+	}
+	seen := make(map[int64]bool, len(ps))
+	for _, p := range ps {
+		if !store.SettleStates[p.State] || seen[p.EffectID] {
+			return alone() // EffectSettle answers each precisely
+		}
+		seen[p.EffectID] = true
+	}
+	lost := make(map[int64]bool, len(ps))
+	err := s.inPipe(ctx, func(t *pipeTx) error {
+		n := len(ps)
+		ids, tokens, nows := make([]int64, n), make([]string, n), make([]time.Time, n)
+		for i, p := range ps {
+			ids[i], tokens[i], nows[i] = p.EffectID, p.Token, p.Now
+		}
+		held := make(map[int64]*store.Effect, n)
+		err := t.query(ctx, "check leases", `SELECT `+effectColumns+effectFrom+`
+			JOIN unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(id, token, now)
+				ON f.id = u.id AND f.lease_token = u.token AND f.lease_until > u.now
+			WHERE f.id = ANY($1) AND f.state = 'submitting'
+			ORDER BY f.id FOR NO KEY UPDATE OF f`, []any{ids, tokens, nows}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				f := &store.Effect{}
+				if err := scanEffect(rows, f); err != nil {
+					return err
+				}
+				held[f.ID] = f
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		var w settleWrites
+		for _, p := range ps {
+			f := held[p.EffectID]
+			if f == nil {
+				lost[p.EffectID] = true
+				continue
+			}
+			w.add(t, f, p)
+		}
+		w.queue(t)
+		return nil
+	})
+	if err != nil {
+		s.settlesAlone.Add(1)
+		return alone()
+	}
+	for i, p := range ps {
+		if lost[p.EffectID] {
+			errs[i] = fmt.Errorf("settle effect %d: %w", p.EffectID, store.ErrLeaseLost)
+		}
+	}
+	return errs
+}
+
+// settleWrites collects a settle group's attempts rows and effect updates,
+// to go as one statement each.
+type settleWrites struct {
+	attempts []*store.Attempt
+	updates  []settleUpdate
+}
+
+// settleUpdate is one effect's new state.
+type settleUpdate struct {
+	p        *store.EffectSettleParams
+	attempts int
+}
+
+// settleCounts is the rule both settle paths count by: the effect's
+// attempts after this settle, and the attempts row's number (0: no call).
+func settleCounts(f *store.Effect, p *store.EffectSettleParams) (attempts, number int) {
+	attempts = f.Attempts
+	if p.AddAttempt {
+		attempts++
+	}
+	if p.Attempt != nil {
+		number = max(attempts, 1)
+	}
+	return attempts, number
+}
+
+func (w *settleWrites) add(t *pipeTx, f *store.Effect, p *store.EffectSettleParams) {
+	attempts, number := settleCounts(f, p)
+	if p.Attempt != nil {
+		a := *p.Attempt
+		a.EffectID, a.Number = p.EffectID, number
+		if a.StartedAt.IsZero() {
+			a.StartedAt = p.Now
+		}
+		w.attempts = append(w.attempts, &a)
+	}
+	w.updates = append(w.updates, settleUpdate{p: p, attempts: attempts})
+	t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "effect_" + string(p.State), Source: f.Source,
+		EventID: f.SourceEventID, Entity: f.Entity, Detail: store.SettleDetail(f.EpisodeKey, number, p)})
+}
+
+func (w *settleWrites) queue(t *pipeTx) {
+	if n := len(w.attempts); n > 0 {
+		ids, numbers, started, dur, status := make([]int64, n), make([]int32, n), make([]time.Time, n), make([]int64, n), make([]int32, n)
+		class, errText, resp, ra, raUnit := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		wait, reconcile := make([]int64, n), make([]bool, n)
+		for i, a := range w.attempts {
+			ids[i], numbers[i], started[i], dur[i], status[i] = a.EffectID, int32(a.Number), a.StartedAt, a.Duration.Microseconds(), int32(a.Status)
+			class[i], errText[i], resp[i], ra[i], raUnit[i] = string(a.Class), a.Error, a.Response, a.RetryAfter, a.RetryAfterUnit
+			wait[i], reconcile[i] = a.Wait.Microseconds(), a.Reconcile
+		}
+		t.exec("record attempts", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+			class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+			SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::text[],
+				$8::text[], $9::text[], $10::text[], $11::bigint[], $12::bool[])`,
+			ids, numbers, started, dur, status, class, errText, resp, ra, raUnit, wait, reconcile)
+	}
+	if n := len(w.updates); n > 0 {
+		ids, states, attempts := make([]int64, n), make([]string, n), make([]int64, n)
+		next := make([]pgtype.Timestamptz, n)
+		class, reason, repair, ref, resp, at := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+		for i, u := range w.updates {
+			p := u.p
+			ids[i], states[i], attempts[i] = p.EffectID, string(p.State), int64(u.attempts)
+			next[i] = pgtype.Timestamptz{Time: p.NextAttemptAt, Valid: !p.NextAttemptAt.IsZero()}
+			class[i], reason[i], repair[i], ref[i], resp[i], at[i] = string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef, p.LastResponse, p.Now
+		}
+		t.exec("update effects", settleEffectsSQL, ids, states, next, attempts, class, reason, repair, ref, resp, at)
+	}
+}
+
+// settleEffectsSQL moves effects $1 on (arrays $1-$10, one element per
+// effect), as settleEffect's update does for one; f.id = ANY($1) names the
+// primary key lookups outright.
+const settleEffectsSQL = `UPDATE effects f SET state = u.state, next_attempt_at = coalesce(u.next_at, '-infinity'),
+		attempts = u.attempts, error_class = u.class, reason = u.reason, suggested_repair = u.repair,
+		destination_ref = CASE WHEN u.ref = '' THEN f.destination_ref ELSE u.ref END,
+		last_response = u.resp, lease_token = '', lease_until = '-infinity', updated_at = u.at,
+		mismatch_at = CASE WHEN u.state = 'done' THEN NULL ELSE f.mismatch_at END
+	FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
+		$9::text[], $10::timestamptz[]) AS u(id, state, next_at, attempts, class, reason, repair, ref, resp, at)
+	WHERE f.id = u.id AND f.id = ANY($1)`
+
 func settleEffect(ctx context.Context, t *pipeTx, p *store.EffectSettleParams) error {
 	// Fencing: a worker whose lease expired or was re-claimed writes
 	// nothing. The read also locks the row until commit (FOR NO KEY
@@ -239,13 +398,8 @@ func settleEffect(ctx context.Context, t *pipeTx, p *store.EffectSettleParams) e
 	if f == nil {
 		return store.ErrLeaseLost
 	}
-	attempts := f.Attempts
-	if p.AddAttempt {
-		attempts++
-	}
-	number := 0
+	attempts, number := settleCounts(f, p)
 	if p.Attempt != nil {
-		number = max(attempts, 1)
 		a := p.Attempt
 		started := a.StartedAt
 		if started.IsZero() {

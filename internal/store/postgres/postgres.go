@@ -41,6 +41,9 @@ type Store struct {
 	// groupsAlone counts the groups FlowApplyGroup had to settle
 	// submission by submission; tests read it.
 	groupsAlone atomic.Int64
+	// settlesAlone counts the settle groups EffectSettleGroup had to
+	// settle one by one; tests read it.
+	settlesAlone atomic.Int64
 	// inboxCareful counts the inbox groups written the careful way, one
 	// savepoint per submission, after the fast path failed: tests assert
 	// that a valid group takes the fast path.

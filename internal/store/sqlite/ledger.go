@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -204,6 +205,19 @@ func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) e
 		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
 	}
 	return nil
+}
+
+// EffectSettleGroup settles each concurrently: the store's write loop
+// already commits concurrent writes together (batch.go), each under its
+// own savepoint, so one failure cannot fail another.
+func (s *Store) EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error {
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs[i] = s.EffectSettle(ctx, p) })
+	}
+	wg.Wait()
+	return errs
 }
 
 func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) error {

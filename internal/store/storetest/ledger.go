@@ -778,3 +778,104 @@ func testLedgerAbandonedCallCounted(t *testing.T, o Opener) {
 		t.Fatalf("after the resend: %d attempts (last numbered %d), want 3", len(as), as[len(as)-1].Number)
 	}
 }
+
+// testLedgerSettleGroup: EffectSettleGroup leaves every effect, attempts
+// row and audit row as EffectSettle would, answers a lost or expired
+// lease with ErrLeaseLost for that settle alone, and refuses a bad state
+// for that settle alone.
+func testLedgerSettleGroup(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	at := t0.Add(5 * time.Second)
+	// One settle of each kind; the same list is settled one by one on one
+	// set of effects and as a group on another.
+	kinds := []func(p *store.EffectSettleParams){
+		func(p *store.EffectSettleParams) {
+			p.State, p.AddAttempt, p.DestinationRef = store.EffectDone, true, "ref-done"
+			p.Attempt = &store.Attempt{StartedAt: t0.Add(time.Second), Duration: 80 * time.Millisecond, Status: 200}
+		},
+		func(p *store.EffectSettleParams) {
+			p.State, p.AddAttempt, p.NextAttemptAt = store.EffectRetryWait, true, t0.Add(time.Hour)
+			p.Class, p.Reason, p.SuggestedRepair, p.LastResponse = store.ClassQuota, "429 with Retry-After 60", "raise the quota", `{"error":"slow"}`
+			p.Attempt = &store.Attempt{Duration: time.Second, Status: 429, Class: store.ClassQuota, Error: "rate limited",
+				Response: `{"error":"slow"}`, RetryAfter: "60", RetryAfterUnit: "seconds", Wait: time.Minute}
+		},
+		func(p *store.EffectSettleParams) {
+			p.State, p.NextAttemptAt, p.Class, p.Reason, p.DestinationRef = store.EffectNeedsReconciliation, t0.Add(time.Minute),
+				store.ClassUnknown, "timeout after send", "ref-unknown"
+		},
+		func(p *store.EffectSettleParams) { p.State, p.AddAttempt, p.Token = store.EffectDone, true, "not-the-token" },
+		func(p *store.EffectSettleParams) { p.State, p.Now = store.EffectDone, t0.Add(2*time.Minute) }, // after the lease
+	}
+	lost := []bool{false, false, false, true, true}
+	params := func(es []*store.Effect) []*store.EffectSettleParams {
+		var ps []*store.EffectSettleParams
+		for i, e := range es {
+			c := f.claimOne(e.ID, t0)
+			p := &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: at, Actor: "delivery"}
+			kinds[i](p)
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	alone, grouped := f.seed("crm", "crm", "crm", "crm", "crm"), f.seed("crm", "crm", "crm", "crm", "crm")
+	for i, p := range params(alone) {
+		if err := f.l.EffectSettle(f.ctx, p); lost[i] != errors.Is(err, store.ErrLeaseLost) || (!lost[i] && err != nil) {
+			t.Fatalf("EffectSettle %d: %v", i, err)
+		}
+	}
+	errs := f.l.EffectSettleGroup(f.ctx, params(grouped))
+	if len(errs) != len(kinds) {
+		t.Fatalf("%d answers for %d settles", len(errs), len(kinds))
+	}
+	for i, err := range errs {
+		if lost[i] != errors.Is(err, store.ErrLeaseLost) || (!lost[i] && err != nil) {
+			t.Fatalf("settle %d of the group: %v (lease lost: %v)", i, err, lost[i])
+		}
+	}
+	// What each left behind, with the ids and keys that differ by nature
+	// left out.
+	trace := func(e *store.Effect) string {
+		g := f.get(e.ID)
+		s := fmt.Sprintf("%s attempts=%d next=%v class=%s reason=%q repair=%q ref=%q resp=%q updated=%v",
+			g.State, g.Attempts, g.NextAttemptAt, g.ErrorClass, g.Reason, g.SuggestedRepair, g.DestinationRef, g.LastResponse, g.UpdatedAt)
+		as, err := f.l.AttemptList(f.ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			a.ID, a.EffectID = 0, 0
+			s += fmt.Sprintf(" attempt%+v", *a)
+		}
+		rows, err := f.s.AuditList(f.ctx, &store.AuditListParams{EventID: e.SourceEventID, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if strings.HasPrefix(r.Action, "effect_") {
+				s += fmt.Sprintf(" audit[%s %s %s %v]", r.Action, r.Actor, strings.ReplaceAll(r.Detail, e.EpisodeKey, "KEY"), r.At)
+			}
+		}
+		return s
+	}
+	for i := range kinds {
+		a, g := trace(alone[i]), trace(grouped[i])
+		if a != g {
+			t.Fatalf("settle %d: alone it left\n%s\nin a group\n%s", i, a, g)
+		}
+		if want := store.EffectSubmitting; lost[i] != strings.HasPrefix(g, string(want)+" ") {
+			t.Fatalf("settle %d left %s", i, g)
+		}
+	}
+	// A bad state is refused for its settle alone.
+	es := f.seed("crm", "crm")
+	ps := params(es[:1])
+	ps = append(ps, params(es[1:])...)
+	ps[0].State, ps[1].State = "bogus", store.EffectDone
+	errs = f.l.EffectSettleGroup(f.ctx, ps)
+	if errs[0] == nil || errors.Is(errs[0], store.ErrLeaseLost) || errs[1] != nil {
+		t.Fatalf("group with a bad state answered %v", errs)
+	}
+	if g0, g1 := f.get(es[0].ID), f.get(es[1].ID); g0.State != store.EffectSubmitting || g1.State != store.EffectDone {
+		t.Fatalf("after the group with a bad state: %s and %s", g0.State, g1.State)
+	}
+}

@@ -106,6 +106,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerRedrive", testLedgerRedrive},
 		{"LedgerAbandonedCallCounted", testLedgerAbandonedCallCounted},
 		{"LedgerSettleEvidence", testLedgerSettleEvidence},
+		{"LedgerSettleGroup", testLedgerSettleGroup},
 		{"LedgerRelease", testLedgerRelease},
 		{"LedgerOperate", testLedgerOperate},
 		{"EventResolve", testEventResolve},
