@@ -803,7 +803,9 @@ func testLedgerSettleGroup(t *testing.T, o Opener) {
 			p.State, p.NextAttemptAt, p.Class, p.Reason, p.DestinationRef = store.EffectNeedsReconciliation, t0.Add(time.Minute),
 				store.ClassUnknown, "timeout after send", "ref-unknown"
 		},
-		func(p *store.EffectSettleParams) { p.State, p.AddAttempt, p.Token = store.EffectDone, true, "not-the-token" },
+		func(p *store.EffectSettleParams) {
+			p.State, p.AddAttempt, p.Token = store.EffectDone, true, "not-the-token"
+		},
 		func(p *store.EffectSettleParams) { p.State, p.Now = store.EffectDone, t0.Add(2*time.Minute) }, // after the lease
 	}
 	lost := []bool{false, false, false, true, true}
