@@ -145,19 +145,9 @@ func (d *decoder) object(depth int) (any, error) {
 			return nil, err
 		}
 		m[k] = v
-		d.space()
-		if d.i < len(d.b) {
-			switch d.b[d.i] {
-			case ',':
-				d.i++
-				d.space()
-				continue
-			case '}':
-				d.i++
-				return m, nil
-			}
+		if more, err := d.next('}', "after object key:value pair"); err != nil || !more {
+			return m, err
 		}
-		return nil, d.unexpected("after object key:value pair")
 	}
 }
 
@@ -175,20 +165,28 @@ func (d *decoder) array(depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		d.space()
-		if d.i < len(d.b) {
-			switch d.b[d.i] {
-			case ',':
-				d.i++
-				d.space()
-				continue
-			case ']':
-				d.i++
-				return a, nil
-			}
+		if more, err := d.next(']', "after array element"); err != nil || !more {
+			return a, err
 		}
-		return nil, d.unexpected("after array element")
 	}
+}
+
+// next reads what follows a member of an object or array: a comma (true:
+// another member follows) or the closing byte (false).
+func (d *decoder) next(closing byte, where string) (bool, error) {
+	d.space()
+	if d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+			d.space()
+			return true, nil
+		case closing:
+			d.i++
+			return false, nil
+		}
+	}
+	return false, d.unexpected(where)
 }
 
 // number reads a number as the JSON grammar spells it and converts it as
