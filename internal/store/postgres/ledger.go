@@ -398,28 +398,10 @@ func settleEffect(ctx context.Context, t *pipeTx, p *store.EffectSettleParams) e
 	if f == nil {
 		return store.ErrLeaseLost
 	}
-	attempts, number := settleCounts(f, p)
-	if p.Attempt != nil {
-		a := p.Attempt
-		started := a.StartedAt
-		if started.IsZero() {
-			started = p.Now
-		}
-		t.exec("record attempt", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-			class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			p.EffectID, number, started, a.Duration.Microseconds(), a.Status, string(a.Class), a.Error, a.Response,
-			a.RetryAfter, a.RetryAfterUnit, a.Wait.Microseconds(), a.Reconcile)
-	}
-	t.exec("update effect", `UPDATE effects SET state = $1, next_attempt_at = coalesce($2::timestamptz, '-infinity'),
-		attempts = $3, error_class = $4, reason = $5, suggested_repair = $6,
-		destination_ref = CASE WHEN $7::text = '' THEN destination_ref ELSE $7::text END,
-		last_response = $8, lease_token = '', lease_until = '-infinity', updated_at = $9,
-		mismatch_at = CASE WHEN $1 = 'done' THEN NULL ELSE mismatch_at END WHERE id = $10`,
-		string(p.State), nullTime(p.NextAttemptAt), attempts, string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef,
-		p.LastResponse, p.Now, p.EffectID)
-	t.exec("insert audit", insertAuditSQL, p.Now, p.Actor, "effect_"+string(p.State), f.Source, f.SourceEventID, f.Entity,
-		store.SettleDetail(f.EpisodeKey, number, p))
+	// The same writes as a group's, for a group of one.
+	var w settleWrites
+	w.add(t, f, p)
+	w.queue(t)
 	return nil
 }
 
