@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -402,4 +403,26 @@ type ReplayCreateParams struct {
 	// Selection describes what was selected (for the audit trail).
 	Selection string
 	Decisions []*RouteDecision
+}
+
+// CheckDecisions reports a Decide answer that does not hold exactly one
+// decision for each event taken: an event taken without a decision would
+// be marked routed with no work, and lost.
+func CheckDecisions(evs []*RoutableEvent, ds []*RouteDecision) error {
+	taken := make(map[int64]bool, len(evs))
+	for _, e := range evs {
+		taken[e.PK] = true
+	}
+	for _, d := range ds {
+		if !taken[d.EventPK] {
+			return fmt.Errorf("routing decision for event %d, which is not in the page or decided twice", d.EventPK)
+		}
+		delete(taken, d.EventPK)
+	}
+	for _, e := range evs {
+		if taken[e.PK] {
+			return fmt.Errorf("no routing decision for event %d", e.PK)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -116,28 +117,37 @@ type routed struct {
 
 // takeUnroutedSQL is EventRouteNext's page ($1 rows): listUnroutedSQL
 // with the page's events locked, passing over those another router
-// holds.
-const takeUnroutedSQL = `SELECT ` + routableColumns + ` FROM (SELECT * FROM events
-		WHERE NOT routed AND disposition = 'accepted' ORDER BY pk LIMIT $1 FOR UPDATE SKIP LOCKED) e ` + firstDeliveryJoin + `
+// holds, and marked routed in the same statement (the transaction rolls
+// the mark back if routing fails).
+const takeUnroutedSQL = `WITH e AS (UPDATE events ev SET routed = true
+		FROM (SELECT pk FROM events WHERE NOT routed AND disposition = 'accepted'
+			ORDER BY pk LIMIT $1 FOR UPDATE SKIP LOCKED) c
+		WHERE ev.pk = c.pk RETURNING ev.*)
+	SELECT ` + routableColumns + `, e.disposition FROM e ` + firstDeliveryJoin + `
 	ORDER BY e.pk`
 
 // EventRouteNext takes a page of unrouted events under row locks, which
-// another router's page skips (SKIP LOCKED), and routes them in the same
-// pipelined transaction. Listing without the locks let every process read
-// and decide the same page: with two processes on one database each event
-// was read, decoded and decided 2.1 times on average, and the second
-// router's work was thrown away by EventRoute's claim.
+// another router's page skips (SKIP LOCKED), marks them routed in the
+// same statement and routes them in the same pipelined transaction.
+// Listing without the locks let every process read and decide the same
+// page: with two processes on one database each event was read, decoded
+// and decided 2.1 times on average, and the second router's work was
+// thrown away by EventRoute's claim.
 func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
 	var n int
 	err := s.inPipe(ctx, func(t *pipeTx) error {
 		var evs []*store.RoutableEvent
+		var refs []eventRef
 		err := t.query(ctx, "take unrouted events", takeUnroutedSQL, []any{store.ClampLimit(p.Limit)}, func(rows pgx.Rows) error {
 			for rows.Next() {
 				e := &store.RoutableEvent{}
-				if err := scanRoutable(rows, e); err != nil {
+				var disposition store.Disposition
+				if err := rows.Scan(&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &e.OccurredAt, &e.ReceivedAt,
+					&e.CausationID, &e.Hop, &e.Body, &disposition); err != nil {
 					return err
 				}
 				evs = append(evs, e)
+				refs = append(refs, eventRef{pk: e.PK, source: e.Source, eventID: e.EventID, typ: e.Type, entity: e.Entity, disposition: disposition})
 			}
 			return nil
 		})
@@ -145,7 +155,11 @@ func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParam
 			return err
 		}
 		n = len(evs)
-		return routeIn(ctx, t, &store.EventRouteParams{Now: p.Now, Decisions: p.Decide(evs)})
+		ds := p.Decide(evs)
+		if err := store.CheckDecisions(evs, ds); err != nil {
+			return err
+		}
+		return routeClaimed(ctx, t, p.Now, decisionsByPK(ds), refs)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("route events: %w", err)
@@ -169,15 +183,8 @@ func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error
 
 // routeIn records routing decisions in t (EventRoute).
 func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
-	byPK := make(map[int64]*store.RouteDecision, len(p.Decisions))
-	pks := make([]int64, 0, len(p.Decisions))
-	for _, d := range p.Decisions {
-		if _, ok := byPK[d.EventPK]; !ok {
-			pks = append(pks, d.EventPK)
-		}
-		byPK[d.EventPK] = d
-	}
-	slices.Sort(pks)
+	byPK := decisionsByPK(p.Decisions)
+	pks := slices.Sorted(maps.Keys(byPK))
 	var claimed []eventRef
 	err := t.query(ctx, "mark routed", `WITH c AS (SELECT pk FROM events WHERE pk = ANY($1) AND NOT routed
 			ORDER BY pk FOR UPDATE SKIP LOCKED)
@@ -195,6 +202,22 @@ func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
 	if err != nil {
 		return err
 	}
+	return routeClaimed(ctx, t, p.Now, byPK, claimed)
+}
+
+// decisionsByPK indexes decisions by event; a later decision for an event
+// replaces an earlier one.
+func decisionsByPK(ds []*store.RouteDecision) map[int64]*store.RouteDecision {
+	byPK := make(map[int64]*store.RouteDecision, len(ds))
+	for _, d := range ds {
+		byPK[d.EventPK] = d
+	}
+	return byPK
+}
+
+// routeClaimed records the decisions of the events claimed (marked routed
+// by this transaction): work rows, dispositions and audit rows.
+func routeClaimed(ctx context.Context, t *pipeTx, now time.Time, byPK map[int64]*store.RouteDecision, claimed []eventRef) error {
 	slices.SortFunc(claimed, func(a, b eventRef) int { return cmp.Compare(a.pk, b.pk) })
 	var items []routed
 	var withWork []int64
@@ -205,7 +228,7 @@ func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
 				continue
 			}
 			t.exec("set unrouted", `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk)
-			t.audit(&store.AuditInsertParams{At: p.Now, Actor: "router", Action: store.ActionDisposition,
+			t.audit(&store.AuditInsertParams{At: now, Actor: "router", Action: store.ActionDisposition,
 				Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
 				Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
 			continue
@@ -215,14 +238,14 @@ func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
 		}
 		withWork = append(withWork, ev.pk)
 	}
-	if err := enqueue(ctx, t, p.Now, items, 0, "router"); err != nil {
+	if err := enqueue(ctx, t, now, items, 0, "router"); err != nil {
 		return err
 	}
 	// An event routed to flows normally has pending work now. One
 	// whose every route failed (dead letters), or whose work rows all
 	// existed already, settles by the aggregate rule.
 	var settle []int64
-	err = t.query(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
+	err := t.query(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
 		WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = pk AND done_at IS NULL) ORDER BY pk`,
 		[]any{withWork}, func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -238,19 +261,23 @@ func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
 		return err
 	}
 	for _, pk := range settle {
-		if err := store.SettleEvent(ctx, applyTx{t}, pk, 0, p.Now, "router"); err != nil {
+		if err := store.SettleEvent(ctx, applyTx{t}, pk, 0, now, "router"); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// enqueue queues the work rows of routes for one pass. The page's entities
-// are created if new and locked in (flow, entity) order (the order every
-// writer locks entities in); then the pending rows go in one statement
-// that also raises each entity's counters by the rows actually inserted
-// (a row swallowed by an existing one counts nothing). Failed routes are
-// inserted already settled as dead letters, one statement each (rare).
+// enqueue queues the work rows of routes for one pass, in one statement:
+// the pending work rows go in, then every entity of the page is created
+// with its counters or, when it exists, locked and its counters raised by
+// the rows actually inserted (a row swallowed by an existing one counts
+// nothing). The entities are written in (flow, entity) byte order, the
+// order every writer locks entities in; the work rows before them are new
+// and lock nothing another writer waits for. A new entity is one insert
+// instead of an insert and an update, and no statement only locks rows.
+// Failed routes are inserted already settled as dead letters, one
+// statement each (rare), after their entities exist.
 func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, replayID int64, actor string) error {
 	slices.SortStableFunc(items, func(a, b routed) int {
 		return cmp.Or(cmp.Compare(a.route.Flow, b.route.Flow), cmp.Compare(a.route.Entity, b.route.Entity))
@@ -279,16 +306,34 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 	for i, p := range pairs {
 		pf[i], pe[i] = p[0], p[1]
 	}
-	t.exec("upsert entities", `INSERT INTO entities (flow, entity, updated_at)
-		SELECT flow, entity, $3 FROM unnest($1::text[], $2::text[]) AS u(flow, entity)
-		ORDER BY flow COLLATE "C", entity COLLATE "C"
-		ON CONFLICT (flow, entity) DO NOTHING`, pf, pe, now)
-	// Every entity of the page locked first, in (flow, entity) byte order
-	// (the order every writer keeps), by one sorted locking read: the
-	// statements below then touch them in any order.
-	t.exec("lock entities", `SELECT 1 FROM entities
-		WHERE flow = ANY($3) AND entity = ANY($4) AND (flow, entity) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		ORDER BY flow COLLATE "C", entity COLLATE "C" FOR NO KEY UPDATE`, pf, pe, distinct(pf), distinct(pe))
+	// An entity that becomes ready joins the back of the claim order
+	// (not_before, then keys): first come, first served, so an entity
+	// whose key sorts late is not starved by newer ones; a retry's later
+	// not_before is kept. The newest routed key advances for
+	// revision_lag. A new entity gets the values the same rules give
+	// from the column defaults. An existing entity that gains no row is
+	// left as it is, but still locked (ON CONFLICT DO UPDATE locks the
+	// rows its WHERE passes over).
+	t.exec("enqueue work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
+			SELECT flow, entity, pk, $5, order_key, $3
+			FROM unnest($1::text[], $2::text[], $4::bigint[], $6::text[]) WITH ORDINALITY AS u(flow, entity, pk, order_key, n)
+			ORDER BY n
+			ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING flow, entity, order_key),
+		agg AS (SELECT flow, entity, count(*) AS n, max(order_key COLLATE "C") AS k FROM ins GROUP BY flow, entity)
+		INSERT INTO entities AS en (flow, entity, updated_at, pending, not_before, behind_since, newest_key)
+		SELECT p.flow, p.entity, $3, coalesce(agg.n, 0),
+			CASE WHEN agg.n > 0 THEN $3 ELSE '-infinity' END,
+			CASE WHEN agg.k > '' THEN $3 ELSE '-infinity' END,
+			coalesce(agg.k, '')
+		FROM unnest($7::text[], $8::text[]) AS p(flow, entity)
+		LEFT JOIN agg ON agg.flow = p.flow AND agg.entity = p.entity
+		ORDER BY p.flow COLLATE "C", p.entity COLLATE "C"
+		ON CONFLICT (flow, entity) DO UPDATE SET pending = en.pending + excluded.pending,
+			not_before = CASE WHEN en.pending = 0 AND en.not_before < $3 THEN $3 ELSE en.not_before END,
+			behind_since = CASE WHEN en.newest_key <= en.settled_key AND excluded.newest_key > en.settled_key THEN $3 ELSE en.behind_since END,
+			newest_key = GREATEST(en.newest_key, excluded.newest_key)
+		WHERE excluded.pending > 0`,
+		flows, entities, now, pks, replayID, keys, pf, pe)
 	for _, it := range items {
 		r, ev := it.route, it.ev
 		if r.Failed == "" {
@@ -302,27 +347,6 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 			r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID, r.Failed, actor, ev.source, ev.eventID,
 			fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed))
 	}
-	if len(pks) == 0 {
-		return nil
-	}
-	// The pending work rows in one statement, and each entity's counters
-	// by the rows actually inserted (a row that existed is not counted).
-	// An entity that becomes ready joins the back of the claim order
-	// (not_before, then keys): first come, first served, so an entity
-	// whose key sorts late is not starved by newer ones; a retry's later
-	// not_before is kept. The newest routed key advances for revision_lag.
-	t.exec("insert work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
-			SELECT flow, entity, pk, $5, order_key, $3
-			FROM unnest($1::text[], $2::text[], $4::bigint[], $6::text[]) WITH ORDINALITY AS u(flow, entity, pk, order_key, n)
-			ORDER BY n
-			ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING flow, entity, order_key),
-		agg AS (SELECT flow, entity, count(*) AS n, max(order_key COLLATE "C") AS k FROM ins GROUP BY flow, entity)
-		UPDATE entities en SET pending = en.pending + agg.n,
-			not_before = CASE WHEN en.pending = 0 AND en.not_before < $3 THEN $3 ELSE en.not_before END,
-			behind_since = CASE WHEN en.newest_key <= en.settled_key AND agg.k > en.settled_key THEN $3 ELSE en.behind_since END,
-			newest_key = GREATEST(en.newest_key, agg.k)
-		FROM agg WHERE en.flow = agg.flow AND en.entity = agg.entity AND en.flow = ANY($7) AND en.entity = ANY($8)`,
-		flows, entities, now, pks, replayID, keys, distinct(flows), distinct(entities))
 	return nil
 }
 

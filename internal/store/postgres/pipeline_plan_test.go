@@ -148,6 +148,7 @@ func TestPipelinePlans(t *testing.T) {
 			rows      int // rows the statement returns
 		}{
 			{"unrouted page", listUnroutedSQL, []any{200}, "deliveries_event", 20},
+			{"take the unrouted page", takeUnroutedSQL, []any{200}, "events_unrouted", 20},
 			{"pending work", listPendingSQL, []any{"orders", "ord-hot", 50}, "deliveries_event", 20},
 			{"pending work of a group", listPendingGroupSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
 			{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},

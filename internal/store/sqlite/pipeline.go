@@ -82,7 +82,11 @@ func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParam
 	if err != nil || len(evs) == 0 {
 		return 0, err
 	}
-	if err := s.EventRoute(ctx, &store.EventRouteParams{Now: p.Now, Decisions: p.Decide(evs)}); err != nil {
+	ds := p.Decide(evs)
+	if err := store.CheckDecisions(evs, ds); err != nil {
+		return 0, fmt.Errorf("route events: %w", err)
+	}
+	if err := s.EventRoute(ctx, &store.EventRouteParams{Now: p.Now, Decisions: ds}); err != nil {
 		return 0, err
 	}
 	return len(evs), nil

@@ -267,6 +267,36 @@ func testRouteTwice(t *testing.T, o Opener) {
 	}
 }
 
+// testRouteNextIncomplete: a Decide answer without a decision for every
+// event taken is refused, and the page stays unrouted for the next router
+// rather than being marked routed with no work.
+func testRouteNextIncomplete(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	a, b := f.event("evt_a"), f.event("evt_b")
+	for name, decide := range map[string]func([]*store.RoutableEvent) []*store.RouteDecision{
+		"one missing": func(evs []*store.RoutableEvent) []*store.RouteDecision {
+			return []*store.RouteDecision{to(evs[0].PK, rt("deals", "d_a", "evt_a"))}
+		},
+		"one twice": func(evs []*store.RoutableEvent) []*store.RouteDecision {
+			return []*store.RouteDecision{to(evs[0].PK, rt("deals", "d_a", "evt_a")), to(evs[0].PK), to(evs[1].PK)}
+		},
+		"a stranger": func(evs []*store.RoutableEvent) []*store.RouteDecision {
+			return []*store.RouteDecision{to(evs[0].PK), to(evs[1].PK), to(evs[1].PK + 100)}
+		},
+	} {
+		if _, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide}); err == nil {
+			t.Fatalf("%s: EventRouteNext accepted an incomplete decision", name)
+		}
+	}
+	evs, err := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{})
+	if err != nil || len(evs) != 2 || evs[0].PK != a || evs[1].PK != b {
+		t.Fatalf("unrouted after refused pages: %d events, %v; want both", len(evs), err)
+	}
+	if ws := f.pending("deals", "d_a"); len(ws) != 0 {
+		t.Fatalf("pending work %+v after refused pages, want none", ws)
+	}
+}
+
 // testRouteNextDisjoint: EventRouteNext takes pages in pk order, records
 // the decisions as EventRoute would, and two routers at once take
 // disjoint pages, so no event is decided twice.

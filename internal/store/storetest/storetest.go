@@ -70,6 +70,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineRouteUnrouted", testRouteUnrouted},
 		{"PipelineRouteTwiceNoDuplicateWork", testRouteTwice},
 		{"PipelineRouteNextDisjointPages", testRouteNextDisjoint},
+		{"PipelineRouteNextIncompleteDecisions", testRouteNextIncomplete},
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
 		{"PipelineClaimExclusive", testClaimExclusive},
 		{"PipelineClaimNotBefore", testClaimNotBefore},
