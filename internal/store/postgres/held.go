@@ -56,6 +56,10 @@ type heldEntity struct {
 	settled      int
 	settledKey   string
 	projection   *heldProjection
+	// releases are drained releases of this entity under one token,
+	// answered by the entity's own update (queueEntities) instead of a
+	// second update.
+	releases []heldRelease
 }
 
 type heldProjection struct {
@@ -148,10 +152,12 @@ func (h *held) queueEntities(t *pipeTx) {
 	if len(es) == 0 {
 		return
 	}
+	h.attachReleases(es)
 	n := len(es)
-	flows, entities, versions, sorts, states, keys := make([]string, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n)
+	flows, entities, versions, sorts, states, keys, tokens := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	proj, eventPKs, at, settled := make([]bool, n), make([]int64, n), make([]time.Time, n), make([]int64, n)
+	var outs map[[2]string][]*bool
 	for i, e := range es {
 		flows[i], entities[i], settled[i], keys[i] = e.flow, e.entity, int64(e.settled), e.settledKey
 		if p := e.projection; p != nil {
@@ -159,9 +165,55 @@ func (h *held) queueEntities(t *pipeTx) {
 		} else {
 			states[i], at[i] = "null", time.Unix(0, 0)
 		}
+		if len(e.releases) > 0 {
+			tokens[i] = e.releases[0].token
+			if outs == nil {
+				outs = make(map[[2]string][]*bool)
+			}
+			for _, r := range e.releases {
+				outs[[2]string{e.flow, e.entity}] = append(outs[[2]string{e.flow, e.entity}], r.out)
+			}
+		}
 	}
-	t.exec("update projections", updateEntitiesSQL,
-		flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys, distinct(flows))
+	args := []any{flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys, distinct(flows), tokens}
+	if outs == nil {
+		t.exec("update projections", updateEntitiesSQL, args...)
+		return
+	}
+	t.later("update projections", updateEntitiesSQL, args, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var flow, entity string
+			var released bool
+			if err := rows.Scan(&flow, &entity, &released); err != nil {
+				return err
+			}
+			for _, out := range outs[[2]string{flow, entity}] {
+				*out = *out || released
+			}
+		}
+		return nil
+	})
+}
+
+// attachReleases hands each held release of an entity in es to that
+// entity's update, which frees the lease when the entity drains: one
+// write of the row instead of two. Releases of other entities stay for
+// releaseDrainedSQL.
+func (h *held) attachReleases(es []*heldEntity) {
+	kept := h.releases[:0]
+	for _, r := range h.releases {
+		attached := false
+		for _, e := range es {
+			if e.flow == r.flow && e.entity == r.entity && (len(e.releases) == 0 || e.releases[0].token == r.token) {
+				e.releases, attached = append(e.releases, r), true
+				break
+			}
+		}
+		if !attached {
+			kept = append(kept, r)
+		}
+	}
+	h.releases = kept
 }
 
 // queueReleases queues the held drained releases as one statement whose
@@ -204,17 +256,26 @@ const setDispositionsSQL = `UPDATE events e SET disposition = u.d
 			FROM unnest($1::bigint[], $2::text[]) AS u(pk, d) WHERE e.pk = u.pk AND e.pk = ANY($1)`
 
 // updateEntitiesSQL writes the held counters and projections of several
-// entities: arrays $1-$10, one element per entity, $11 the distinct flows.
+// entities: arrays $1-$10 and $12, one element per entity, $11 the
+// distinct flows. An entity whose lease token $12 is set (a drained
+// release, attachReleases) and whose pending count reaches zero has its
+// lease freed by the same write, as releaseDrainedSQL would; each row
+// returns whether it was. The group fenced every entity earlier in the
+// transaction (fenceEntitiesSQL: token checked, row locked), so a lease
+// found free here was freed by this statement.
 const updateEntitiesSQL = `UPDATE entities e SET
 			version = CASE WHEN u.proj THEN u.version ELSE e.version END,
 			version_sort = CASE WHEN u.proj THEN u.version_sort ELSE e.version_sort END,
 			state = CASE WHEN u.proj THEN u.state::jsonb ELSE e.state END,
 			applied_event_pk = CASE WHEN u.proj THEN u.event_pk ELSE e.applied_event_pk END,
 			updated_at = CASE WHEN u.proj THEN u.at ELSE e.updated_at END,
-			pending = e.pending - u.n, settled_key = GREATEST(e.settled_key, u.settled_key COLLATE "C")
-		FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[], $10::text[])
-			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key)
-		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($11) AND e.entity = ANY($2)`
+			pending = e.pending - u.n, settled_key = GREATEST(e.settled_key, u.settled_key COLLATE "C"),
+			lease_token = CASE WHEN u.token <> '' AND e.lease_token = u.token AND e.pending = u.n THEN '' ELSE e.lease_token END,
+			lease_until = CASE WHEN u.token <> '' AND e.lease_token = u.token AND e.pending = u.n THEN '-infinity' ELSE e.lease_until END
+		FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[], $10::text[], $12::text[])
+			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key, token)
+		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($11) AND e.entity = ANY($2)
+		RETURNING e.flow, e.entity, u.token <> '' AND e.pending = 0 AND e.lease_token = ''`
 
 // releaseDrainedSQL frees the leases ($1, $2, token $3; $4 the distinct
 // flows) of entities with no pending work, and returns those it freed.

@@ -219,7 +219,7 @@ func TestEntityPlansWithStatistics(t *testing.T) {
 		args      []any
 	}{
 		{"fence", fenceEntitiesSQL, []any{flows, entities, tokens, nows, nums, distinct(flows), distinct(entities)}},
-		{"update counters and projections", updateEntitiesSQL, []any{flows, entities, proj, versions, versions, states, eventPKs, nows, settled, versions, distinct(flows)}},
+		{"update counters and projections", updateEntitiesSQL, []any{flows, entities, proj, versions, versions, states, eventPKs, nows, settled, versions, distinct(flows), tokens}},
 		{"release drained", releaseDrainedSQL, []any{flows, entities, tokens, distinct(flows)}},
 	} {
 		got, _, _ := explain(t, h.pool, "(COSTS OFF)", c.sql, c.args...)

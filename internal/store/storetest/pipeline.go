@@ -1565,14 +1565,18 @@ func testApplyGroup(t *testing.T, o Opener) {
 	f.route(t0, to(bad, rt("deals", "bad", "k1")))
 	good := f.event("evt_good")
 	f.route(t0, to(good, rt("deals", "good", "k1")))
+	// deals/more has two items and settles one: it must keep its lease.
+	for i := range 2 {
+		f.route(t0, to(f.event(fmt.Sprintf("evt_more%d", i)), rt("deals", "more", fmt.Sprintf("k%d", i))))
+	}
 
 	at := t0.Add(time.Minute)
 	leases := map[string]*store.Lease{}
 	for _, l := range f.claim("w", at, 1000) {
 		leases[l.Flow+"/"+l.Entity] = l
 	}
-	if len(leases) != 6 {
-		t.Fatalf("claimed %d entities, want 6", len(leases))
+	if len(leases) != 7 {
+		t.Fatalf("claimed %d entities, want 7", len(leases))
 	}
 	page := func(key string, aps ...store.FlowApplyParams) []*store.FlowApplyParams {
 		l := leases[key]
@@ -1591,6 +1595,7 @@ func testApplyGroup(t *testing.T, o Opener) {
 		page("up/s1", rev(1, `{"u":1}`, eff("u1", "notify"))),
 		page("deals/lost", rev(1, `{"l":1}`, eff("l1", "notify"))),
 		page("down/s1", rev(1, `{"d":1}`)),
+		page("deals/more", rev(1, `{"m":1}`)),
 	}
 	// The lost lease: another worker holds the entity now.
 	f.release(leases["deals/lost"], at, time.Time{})
@@ -1603,10 +1608,15 @@ func testApplyGroup(t *testing.T, o Opener) {
 	if !errors.Is(outs[2].Err, store.ErrLeaseLost) {
 		t.Fatalf("the lost lease's submission: %v, want ErrLeaseLost", outs[2].Err)
 	}
-	for _, i := range []int{0, 1, 3} {
+	for _, i := range []int{0, 1, 3, 4} {
 		if outs[i].Err != nil || len(outs[i].Results) != len(subs[i]) {
 			t.Fatalf("submission %d: %d results, %v", i, len(outs[i].Results), outs[i].Err)
 		}
+	}
+	// Drained entities are released, the one with work left is not.
+	if !outs[1].Results[0].Released || !outs[3].Results[0].Released || outs[4].Results[0].Released {
+		t.Fatalf("released: up/s1 %v, down/s1 %v, deals/more %v; want true, true, false",
+			outs[1].Results[0].Released, outs[3].Results[0].Released, outs[4].Results[0].Released)
 	}
 	// A submission with a bad item (it names an event its item is not
 	// for) fails alone; the other in its group settles.
@@ -1649,8 +1659,8 @@ func testApplyGroup(t *testing.T, o Opener) {
 			t.Fatalf("deals/%s projection %+v after its failed submission, want nothing applied and 1 pending", e, pr)
 		}
 	}
-	if n := f.workCount(); n != 2 {
-		t.Fatalf("WorkCount = %d, want 2 (the failed submissions' items)", n)
+	if n := f.workCount(); n != 3 {
+		t.Fatalf("WorkCount = %d, want 3 (the failed submissions' items and deals/more's second)", n)
 	}
 	var keys []string
 	for _, e := range f.effects(&store.EffectListParams{Limit: 100}) {
@@ -1674,5 +1684,15 @@ func testApplyGroup(t *testing.T, o Opener) {
 	}
 	if got := strings.Join(order, ", "); !strings.Contains(got, "effect_approved a1, effect_superseded a1, effect_approved a3") {
 		t.Fatalf("audit order: %s", got)
+	}
+	// The releases freed the leases in the database: new work for deals/a
+	// is claimable at once, while deals/more stays leased to its worker.
+	f.route(at, to(f.event("evt_a_next"), rt("deals", "a", "k9")))
+	var claimed []string
+	for _, l := range f.claim("third", at, 1000) {
+		claimed = append(claimed, l.Flow+"/"+l.Entity)
+	}
+	if got := strings.Join(claimed, ", "); got != "deals/a" {
+		t.Fatalf("a third worker claimed [%s], want [deals/a]", got)
 	}
 }
