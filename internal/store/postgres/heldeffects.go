@@ -239,6 +239,7 @@ const insertEffectSQL = `WITH t AS (SELECT request::text AS request FROM effect_
 // keys (arrays $1-$16, one element per effect), answering in their order.
 // The tombstone and the existing row are read by scalar subqueries, one
 // index lookup per key: a join could be planned as a scan of either table.
+// The existing row is looked up only for a key the insert skipped.
 const insertEffectsSQL = `WITH u AS MATERIALIZED (
 		SELECT u.*, (SELECT request::text FROM effect_tombstones t WHERE t.episode_key = u.episode_key) AS tomb
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[],
@@ -252,9 +253,10 @@ const insertEffectsSQL = `WITH u AS MATERIALIZED (
 			source_event_pk, causation_id, hop, at, at, compensates, deadline_at, deadline_warn_at, on_deadline
 		FROM u WHERE tomb IS NULL ORDER BY n
 		ON CONFLICT (episode_key) DO NOTHING RETURNING episode_key)
-	SELECT EXISTS (SELECT 1 FROM ins WHERE ins.episode_key = u.episode_key),
-		coalesce(u.tomb, (SELECT request::text FROM effects f WHERE f.episode_key = u.episode_key))
-	FROM u ORDER BY u.n`
+	SELECT ins.episode_key IS NOT NULL,
+		coalesce(u.tomb, CASE WHEN ins.episode_key IS NULL
+			THEN (SELECT request::text FROM effects f WHERE f.episode_key = u.episode_key) END)
+	FROM u LEFT JOIN ins ON ins.episode_key = u.episode_key ORDER BY u.n`
 
 // readExisting reads the request under key for an insert whose conflict
 // was committed by another transaction after the insert's snapshot.

@@ -238,16 +238,30 @@ func routeClaimed(ctx context.Context, t *pipeTx, now time.Time, byPK map[int64]
 		}
 		withWork = append(withWork, ev.pk)
 	}
-	if err := enqueue(ctx, t, now, items, 0, "router"); err != nil {
+	pending := map[int64]bool{}
+	if err := enqueue(ctx, t, now, items, 0, "router", pending); err != nil {
 		return err
 	}
-	// An event routed to flows normally has pending work now. One
-	// whose every route failed (dead letters), or whose work rows all
-	// existed already, settles by the aggregate rule.
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	// An event routed to flows normally has pending work now: a row this
+	// transaction inserted, which nothing else can settle before the
+	// commit. One whose every route failed (dead letters), or whose work
+	// rows all existed already, settles by the aggregate rule.
+	var rest []int64
+	for _, pk := range withWork {
+		if !pending[pk] {
+			rest = append(rest, pk)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
 	var settle []int64
 	err := t.query(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
 		WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = pk AND done_at IS NULL) ORDER BY pk`,
-		[]any{withWork}, func(rows pgx.Rows) error {
+		[]any{rest}, func(rows pgx.Rows) error {
 			for rows.Next() {
 				var pk int64
 				if err := rows.Scan(&pk); err != nil {
@@ -277,8 +291,10 @@ func routeClaimed(ctx context.Context, t *pipeTx, now time.Time, byPK map[int64]
 // and lock nothing another writer waits for. A new entity is one insert
 // instead of an insert and an update, and no statement only locks rows.
 // Failed routes are inserted already settled as dead letters, one
-// statement each (rare), after their entities exist.
-func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, replayID int64, actor string) error {
+// statement each (rare), after their entities exist. When pending is not
+// nil, the events that got a pending row are added to it as the
+// statement's answer arrives (at the transaction's next flush).
+func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, replayID int64, actor string, pending map[int64]bool) error {
 	slices.SortStableFunc(items, func(a, b routed) int {
 		return cmp.Or(cmp.Compare(a.route.Flow, b.route.Flow), cmp.Compare(a.route.Entity, b.route.Entity))
 	})
@@ -314,13 +330,13 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 	// from the column defaults. An existing entity that gains no row is
 	// left as it is, but still locked (ON CONFLICT DO UPDATE locks the
 	// rows its WHERE passes over).
-	t.exec("enqueue work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
+	t.later("enqueue work", `WITH ins AS (INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
 			SELECT flow, entity, pk, $5, order_key, $3
 			FROM unnest($1::text[], $2::text[], $4::bigint[], $6::text[]) WITH ORDINALITY AS u(flow, entity, pk, order_key, n)
 			ORDER BY n
-			ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING flow, entity, order_key),
-		agg AS (SELECT flow, entity, count(*) AS n, max(order_key COLLATE "C") AS k FROM ins GROUP BY flow, entity)
-		INSERT INTO entities AS en (flow, entity, updated_at, pending, not_before, behind_since, newest_key)
+			ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING flow, entity, order_key, event_pk),
+		agg AS (SELECT flow, entity, count(*) AS n, max(order_key COLLATE "C") AS k FROM ins GROUP BY flow, entity),
+		up AS (INSERT INTO entities AS en (flow, entity, updated_at, pending, not_before, behind_since, newest_key)
 		SELECT p.flow, p.entity, $3, coalesce(agg.n, 0),
 			CASE WHEN agg.n > 0 THEN $3 ELSE '-infinity' END,
 			CASE WHEN agg.k > '' THEN $3 ELSE '-infinity' END,
@@ -332,8 +348,20 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 			not_before = CASE WHEN en.pending = 0 AND en.not_before < $3 THEN $3 ELSE en.not_before END,
 			behind_since = CASE WHEN en.newest_key <= en.settled_key AND excluded.newest_key > en.settled_key THEN $3 ELSE en.behind_since END,
 			newest_key = GREATEST(en.newest_key, excluded.newest_key)
-		WHERE excluded.pending > 0`,
-		flows, entities, now, pks, replayID, keys, pf, pe)
+		WHERE excluded.pending > 0)
+		SELECT DISTINCT event_pk FROM ins`,
+		[]any{flows, entities, now, pks, replayID, keys, pf, pe}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var pk int64
+				if err := rows.Scan(&pk); err != nil {
+					return err
+				}
+				if pending != nil {
+					pending[pk] = true
+				}
+			}
+			return nil
+		})
 	for _, it := range items {
 		r, ev := it.route, it.ev
 		if r.Failed == "" {
@@ -655,7 +683,7 @@ func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (
 				}
 			}
 		}
-		if err := enqueue(ctx, t, p.Now, items, id, p.Actor); err != nil {
+		if err := enqueue(ctx, t, p.Now, items, id, p.Actor, nil); err != nil {
 			return err
 		}
 		// The pass's work rows are exactly those enqueued now (the replay
