@@ -20,17 +20,21 @@ type pgCost struct {
 	// idled before sending: polling, not work.
 	idleCommits, idleStatements float64
 
-	commits, rollbacks int64 // pg_stat_database xact_commit, xact_rollback
-	statements         int64 // pg_stat_statements calls, -1 when not loaded
-	txControl          int64 // of which BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
-	events             int64 // acknowledged webhooks
+	commits, rollbacks int64       // pg_stat_database xact_commit, xact_rollback
+	statements         int64       // pg_stat_statements calls, -1 when not loaded
+	txControl          int64       // of which BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
+	work               pgStatement // the statements' sums (calls is statements)
+	events             int64       // acknowledged webhooks
 	top                []pgStatement
 }
 
-// pgStatement is one normalized statement's calls over the run.
+// pgStatement is one normalized statement's calls over the run, with the
+// rows it returned or changed, the WAL it wrote and the shared buffers it
+// read (hit or read in). Unlike times, these do not change with the
+// machine's load, so they compare runs on a busy machine.
 type pgStatement struct {
-	calls int64
-	query string
+	calls, rows, walBytes, buffers int64
+	query                          string
 }
 
 func (c *pgCost) perEvent(n int64) float64 {
@@ -103,7 +107,7 @@ func (s *pgStats) idle(ctx context.Context, window time.Duration) (*pgCost, erro
 	c.idleCommits = float64(b.commits-a.commits) / window.Seconds()
 	if s.statements {
 		total, _ := b.delta(a)
-		c.idleStatements = float64(total) / window.Seconds()
+		c.idleStatements = float64(total.calls) / window.Seconds()
 	}
 	s.base = b
 	return c, ctx.Err()
@@ -124,7 +128,8 @@ func (s *pgStats) finish(ctx context.Context, c *pgCost, events int64, top int) 
 	c.rollbacks = end.rollbacks - s.base.rollbacks
 	if s.statements {
 		var stmts []pgStatement
-		c.statements, stmts = end.delta(s.base)
+		c.work, stmts = end.delta(s.base)
+		c.statements = c.work.calls
 		for _, st := range stmts {
 			if isTxControl(st.query) {
 				c.txControl += st.calls
@@ -136,15 +141,20 @@ func (s *pgStats) finish(ctx context.Context, c *pgCost, events int64, top int) 
 	return nil
 }
 
-// delta is the calls since base, in total and per statement.
-func (c pgCounters) delta(base pgCounters) (int64, []pgStatement) {
-	var total int64
+// delta is the counters since base, in total and per statement.
+func (c pgCounters) delta(base pgCounters) (pgStatement, []pgStatement) {
+	var total pgStatement
 	var out []pgStatement
 	for id, st := range c.calls {
-		n := st.calls - base.calls[id].calls
-		if n > 0 {
-			total += n
-			out = append(out, pgStatement{calls: n, query: st.query})
+		b := base.calls[id]
+		d := pgStatement{calls: st.calls - b.calls, rows: st.rows - b.rows, walBytes: st.walBytes - b.walBytes,
+			buffers: st.buffers - b.buffers, query: st.query}
+		if d.calls > 0 {
+			total.calls += d.calls
+			total.rows += d.rows
+			total.walBytes += d.walBytes
+			total.buffers += d.buffers
+			out = append(out, d)
 		}
 	}
 	return total, out
@@ -176,7 +186,8 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 	if !s.statements {
 		return out, nil
 	}
-	rows, err := conn.Query(ctx, `SELECT queryid, sum(calls)::bigint, min(query)
+	rows, err := conn.Query(ctx, `SELECT queryid, sum(calls)::bigint, sum(rows)::bigint, sum(wal_bytes)::bigint,
+			sum(shared_blks_hit + shared_blks_read)::bigint, min(query)
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND queryid IS NOT NULL
 		GROUP BY queryid`, s.db)
@@ -184,12 +195,12 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 		return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
 	}
 	for rows.Next() {
-		var id, calls int64
-		var q string
-		if err := rows.Scan(&id, &calls, &q); err != nil {
+		var id int64
+		var st pgStatement
+		if err := rows.Scan(&id, &st.calls, &st.rows, &st.walBytes, &st.buffers, &st.query); err != nil {
 			return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
 		}
-		out.calls[id] = pgStatement{calls: calls, query: q}
+		out.calls[id] = st
 	}
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)

@@ -98,24 +98,29 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "PostgreSQL work per acknowledged webhook, from sending until the servers stopped (the target's database only):")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "target\tevents\ttransactions/event\trollbacks\tstatements/event\tof which BEGIN/COMMIT/SAVEPOINT\tidle transactions/s\tidle statements/s\t")
+		fmt.Fprintln(tw, "target\tevents\ttransactions/event\trollbacks\tstatements/event\tof which BEGIN/COMMIT/SAVEPOINT\trows/event\tWAL B/event\tbuffers/event\tidle transactions/s\tidle statements/s\t")
 		for _, r := range pgs {
 			c := r.pg
-			stmts, ctl, idle := "-", "-", "-"
+			stmts, ctl, rows, wal, bufs, idle := "-", "-", "-", "-", "-", "-"
 			if c.statements >= 0 {
 				stmts = fmt.Sprintf("%.1f", c.perEvent(c.statements))
 				ctl = fmt.Sprintf("%.1f", c.perEvent(c.txControl))
+				rows = fmt.Sprintf("%.1f", c.perEvent(c.work.rows))
+				wal = fmt.Sprintf("%.0f", c.perEvent(c.work.walBytes))
+				bufs = fmt.Sprintf("%.0f", c.perEvent(c.work.buffers))
 				idle = fmt.Sprintf("%.0f", c.idleStatements)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%d\t%s\t%s\t%.0f\t%s\t\n",
-				r.target, c.events, c.perEvent(c.commits), c.rollbacks, stmts, ctl, c.idleCommits, idle)
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n",
+				r.target, c.events, c.perEvent(c.commits), c.rollbacks, stmts, ctl, rows, wal, bufs, c.idleCommits, idle)
 		}
 		tw.Flush()
 		fmt.Fprintln(w, "transactions: pg_stat_database xact_commit (every autocommit statement is one); statements: pg_stat_statements calls")
 		if pgs[0].pg.statements < 0 {
 			fmt.Fprintln(w, "  (pg_stat_statements is not in the server's shared_preload_libraries: statements not counted; scripts/bench.sh loads it).")
 		} else {
-			fmt.Fprintln(w, "  (top-level, utility statements included). Idle: the servers' polling before sending, included in the per-event figures.")
+			fmt.Fprintln(w, "  (top-level, utility statements included); rows returned or changed, WAL bytes written and shared buffers read")
+			fmt.Fprintln(w, "  (hit or read in) by those statements: counts of work that do not move with the machine's load.")
+			fmt.Fprintln(w, "  Idle: the servers' polling before sending, included in the per-event figures.")
 		}
 		for _, r := range pgs {
 			if len(r.pg.top) == 0 {

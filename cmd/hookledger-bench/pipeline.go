@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -44,6 +45,10 @@ type pipelineFlags struct {
 	mode     string
 	timeout  time.Duration
 	dir      string
+
+	// pgStatements: the server loads pg_stat_statements, so PostgreSQL
+	// cells count the database's work while processing.
+	pgStatements bool
 }
 
 func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -141,6 +146,7 @@ type pipelineResult struct {
 	commitElapsed time.Duration // preload through InboxCommit
 	elapsed       time.Duration // Drain, until no work is pending
 	timing        *timedPipeline
+	pg            *pgStatement // PostgreSQL's work while processing, when counted
 
 	// The correctness account.
 	pending      int64
@@ -165,6 +171,11 @@ func pipelineBench(ctx context.Context, stdout, stderr io.Writer, f *pipelineFla
 		return false, fmt.Errorf("make temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	if slices.Contains(f.drivers, "postgres") {
+		if f.pgStatements, err = pgEnableStatements(ctx, f.postgres); err != nil {
+			return false, err
+		}
+	}
 	var results []*pipelineResult
 	for _, driver := range f.drivers {
 		for _, shape := range f.shapes {
@@ -254,6 +265,18 @@ func pipelineCell(ctx context.Context, f *pipelineFlags, dir, driver, shape, lab
 
 	res.timing = &timedPipeline{Pipeline: st}
 	engine := flow.New(cfg, res.timing, flow.Options{Workers: f.workers, Owner: "bench"})
+	// pg_stat_statements counts as each statement ends, so the counters
+	// read just before and just after processing hold its work alone.
+	var stats *pgStats
+	var base pgCounters
+	if driver == "postgres" && f.pgStatements {
+		if stats, err = newPGStats(ctx, f.postgres, cs.URL, true); err != nil {
+			return nil, err
+		}
+		if base, err = stats.read(ctx); err != nil {
+			return nil, err
+		}
+	}
 	dctx, cancel := context.WithTimeout(ctx, f.timeout)
 	t0 = time.Now()
 	derr := runEngine(dctx, st, engine, f.mode, res.timing, int64(f.events))
@@ -261,6 +284,14 @@ func pipelineCell(ctx context.Context, f *pipelineFlags, dir, driver, shape, lab
 	cancel()
 	if derr != nil {
 		return nil, fmt.Errorf("process after %s: %w", res.elapsed.Round(time.Millisecond), derr)
+	}
+	if stats != nil {
+		end, err := stats.read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		work, _ := end.delta(base)
+		res.pg = &work
 	}
 	if err := pipelineAccount(ctx, st, res); err != nil {
 		return nil, err
@@ -494,10 +525,37 @@ func printPipeline(w io.Writer, f *pipelineFlags, results []*pipelineResult) boo
 	fmt.Fprintln(w, "events/s: work items settled (FlowApply, FlowApplyBatch, FlowApplyGroup) per second of processing, routing included, from preloaded inbox to empty work queue.")
 	fmt.Fprintln(w, "InboxCommit events/s: the same events written to the inbox in this run (the baseline); vs = events/s over it.")
 	fmt.Fprintln(w, "route/claim/list/apply s: store time per kind of call, summed over workers (can exceed the wall time).")
+	printPipelinePG(w, results)
 	if allOK {
 		fmt.Fprintln(w, "correctness: every cell settled every event, one effect per event, every projection at its newest revision")
 	} else {
 		fmt.Fprintln(w, "correctness: FAILED (see above)")
 	}
 	return allOK
+}
+
+// printPipelinePG prints what PostgreSQL did per event while the cells
+// processed, where pg_stat_statements counted it.
+func printPipelinePG(w io.Writer, results []*pipelineResult) {
+	var pgs []*pipelineResult
+	for _, r := range results {
+		if r.pg != nil {
+			pgs = append(pgs, r)
+		}
+	}
+	if len(pgs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "PostgreSQL work per event while processing (pg_stat_statements, the cell's database only):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "driver\tshape\tstatements/event\trows/event\tWAL B/event\tbuffers/event\t")
+	for _, r := range pgs {
+		per := func(n int64) float64 { return float64(n) / float64(r.events) }
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.1f\t%.0f\t%.0f\t\n", r.driver, r.shape,
+			per(r.pg.calls), per(r.pg.rows), per(r.pg.walBytes), per(r.pg.buffers))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "statements: top-level calls, the statistics keeper's ANALYZE included; rows returned or changed; WAL bytes written;")
+	fmt.Fprintln(w, "  shared buffers read (hit or read in). Counts of work that do not move with the machine's load, unlike events/s.")
 }
