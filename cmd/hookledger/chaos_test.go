@@ -128,7 +128,7 @@ func TestChaosDelivery(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for int64(len(dest.Requests())) < killAt {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d calls after 2 min\n%s", len(dest.Requests()), tail(p.logs.String()))
+			t.Fatalf("only %d calls after 2 min\n%s", len(dest.Requests()), tail(p.logText()))
 		}
 		time.Sleep(20 * time.Millisecond) // polling progress, not measuring time
 	}
@@ -152,7 +152,7 @@ func TestChaosDelivery(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled after 5 min: %v\n%s", countStates(effects), tail(p.logs.String()))
+			t.Fatalf("not settled after 5 min: %v\n%s", countStates(effects), tail(p.logText()))
 		}
 		time.Sleep(250 * time.Millisecond) // polling progress, not measuring time
 	}

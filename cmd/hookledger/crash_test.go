@@ -93,9 +93,9 @@ func startBinary(t *testing.T, bin, cfg string, env ...string) *proc {
 	select {
 	case p.addr = <-addr:
 	case err := <-p.done:
-		t.Fatalf("hookledger exited before serving: %v\n%s", err, p.logs)
+		t.Fatalf("hookledger exited before serving: %v\n%s", err, p.logText())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("hookledger did not start serving\n%s", p.logs)
+		t.Fatalf("hookledger did not start serving\n%s", p.logText())
 	}
 	return p
 }
@@ -214,7 +214,7 @@ func waitAcked(t *testing.T, l *load, n int64, p *proc) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for l.nAcked.Load() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d acknowledgements after 3 minutes: the server stopped acknowledging\n%s", l.nAcked.Load(), n, p.logs)
+			t.Fatalf("only %d of %d acknowledgements after 3 minutes: the server stopped acknowledging\n%s", l.nAcked.Load(), n, p.logText())
 		}
 		time.Sleep(5 * time.Millisecond) // polling progress, not measuring time
 	}
@@ -265,7 +265,7 @@ sources:
 		t.Fatal(err)
 	}
 	if err := <-p.done; err != nil {
-		t.Fatalf("SIGTERM: %v, want exit 0\n%s", err, p.logs)
+		t.Fatalf("SIGTERM: %v, want exit 0\n%s", err, p.logText())
 	}
 	close(stop)
 	wg.Wait()

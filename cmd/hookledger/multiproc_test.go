@@ -129,7 +129,7 @@ destinations:
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d work items still pending after 60 s\nA:\n%s\nB:\n%s", n, a.logs, b.logs)
+			t.Fatalf("%d work items still pending after 60 s\nA:\n%s\nB:\n%s", n, a.logText(), b.logText())
 		}
 		time.Sleep(20 * time.Millisecond) // waiting for the processes, not measuring time
 	}

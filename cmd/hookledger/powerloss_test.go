@@ -65,7 +65,7 @@ sources:
 	deadline := time.Now().Add(60 * time.Second)
 	for !heldSync && l.nAcked.Load() < armedAt+ackedWithoutSync {
 		if time.Now().After(deadline) {
-			t.Fatalf("within 60 s neither a WAL sync came nor %d more events were acknowledged (%d so far)\n%s", ackedWithoutSync, l.nAcked.Load()-armedAt, p.logs)
+			t.Fatalf("within 60 s neither a WAL sync came nor %d more events were acknowledged (%d so far)\n%s", ackedWithoutSync, l.nAcked.Load()-armedAt, p.logText())
 		}
 		select {
 		case <-held:

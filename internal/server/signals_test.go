@@ -42,12 +42,21 @@ func testSignalsServedAndExported(t *testing.T, storeURL string) {
 		}
 	}
 
-	// The monitor's first round runs at start, in the background.
+	// The monitor's first round runs at start, in the background, and
+	// sets its gauges one after another: wait for every one checked below
+	// (the effects queue's age is set after its depth).
 	var metrics string
 	waitFor(t, "the monitor's first round", func() bool {
 		_, m := h.get("/metrics", "")
 		metrics = string(m)
-		return strings.Contains(metrics, "hookledger_queue_depth{queue=\"effects\"}")
+		for _, name := range store.SignalNames() {
+			if !strings.Contains(metrics, fmt.Sprintf(`hookledger_signal_value{signal=%q}`, name)) ||
+				!strings.Contains(metrics, fmt.Sprintf(`hookledger_signal_status{signal=%q}`, name)) {
+				return false
+			}
+		}
+		return strings.Contains(metrics, `hookledger_queue_depth{queue="work"}`) &&
+			strings.Contains(metrics, `hookledger_queue_oldest_age_seconds{queue="effects"}`)
 	})
 	for _, name := range store.SignalNames() {
 		for _, want := range []string{fmt.Sprintf(`hookledger_signal_value{signal=%q} 0`, name), fmt.Sprintf(`hookledger_signal_status{signal=%q} 0`, name)} {

@@ -142,8 +142,7 @@ func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParam
 			for rows.Next() {
 				e := &store.RoutableEvent{}
 				var disposition store.Disposition
-				if err := rows.Scan(&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &e.OccurredAt, &e.ReceivedAt,
-					&e.CausationID, &e.Hop, &e.Body, &disposition); err != nil {
+				if err := scanRoutable(rows, e, &disposition); err != nil {
 					return err
 				}
 				evs = append(evs, e)

@@ -304,16 +304,22 @@ func testRouteNextDisjoint(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	var pks []int64
 	for i := range 5 {
-		pks = append(pks, f.event(fmt.Sprintf("evt_%d", i)))
+		var mods []func(*store.DeliveryInput)
+		if i == 4 { // a sender that gives no occurrence time
+			mods = append(mods, func(d *store.DeliveryInput) { d.OccurredAt = time.Time{} })
+		}
+		pks = append(pks, f.event(fmt.Sprintf("evt_%d", i), mods...))
 	}
 	var mu sync.Mutex
 	decided := map[int64]int{}
+	seen := map[int64]*store.RoutableEvent{}
 	decide := func(evs []*store.RoutableEvent) []*store.RouteDecision {
 		mu.Lock()
 		defer mu.Unlock()
 		var ds []*store.RouteDecision
 		for _, e := range evs {
 			decided[e.PK]++
+			seen[e.PK] = e
 			ds = append(ds, to(e.PK, rt("deals", "d_"+e.EventID, e.EventID)))
 		}
 		return ds
@@ -359,6 +365,11 @@ func testRouteNextDisjoint(t *testing.T, o Opener) {
 	for i, pk := range pks {
 		if decided[pk] != 1 {
 			t.Fatalf("event %d decided %d times, want once (decisions %v)", pk, decided[pk], decided)
+		}
+		e := seen[pk]
+		if e.EventID != fmt.Sprintf("evt_%d", i) || e.Source != "crm" || e.Type != "deal.updated" || len(e.Body) == 0 ||
+			e.ReceivedAt.IsZero() || e.OccurredAt.IsZero() != (i == 4) {
+			t.Fatalf("event %d handed to Decide as %+v", i, e)
 		}
 		ws := f.pending("deals", fmt.Sprintf("d_evt_%d", i))
 		if len(ws) != 1 || ws[0].Event.PK != pk || ws[0].OrderKey != fmt.Sprintf("evt_%d", i) {
