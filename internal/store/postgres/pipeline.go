@@ -167,8 +167,9 @@ func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParam
 }
 
 // EventRoute records the decisions in one pipelined transaction: one
-// round trip claims the events, one carries every entity and work row
-// with the check for events left without pending work, one commits. An
+// round trip claims the events, one carries every entity and work row,
+// one commits; the check for events left without pending work takes one
+// more only when an event got no new row (routeClaimed). An
 // event is claimed by setting its routed flag under a row lock; rows
 // another router holds are skipped (SKIP LOCKED), so concurrent routing
 // creates no duplicate work and never waits on another router: an event
