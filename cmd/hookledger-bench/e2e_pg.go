@@ -21,9 +21,9 @@ type pgCost struct {
 	idleCommits, idleStatements float64
 
 	commits, rollbacks int64       // pg_stat_database xact_commit, xact_rollback
-	statements         int64       // pg_stat_statements calls, -1 when not loaded
+	counted            bool        // pg_stat_statements is loaded: work, txControl and top hold
+	work               pgStatement // the sums over the run's statements (calls: the statements)
 	txControl          int64       // of which BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
-	work               pgStatement // the statements' sums (calls is statements)
 	events             int64       // acknowledged webhooks
 	top                []pgStatement
 }
@@ -103,7 +103,7 @@ func (s *pgStats) idle(ctx context.Context, window time.Duration) (*pgCost, erro
 	if err != nil {
 		return nil, err
 	}
-	c := &pgCost{statements: -1}
+	c := &pgCost{}
 	c.idleCommits = float64(b.commits-a.commits) / window.Seconds()
 	if s.statements {
 		total, _ := b.delta(a)
@@ -128,8 +128,8 @@ func (s *pgStats) finish(ctx context.Context, c *pgCost, events int64, top int) 
 	c.rollbacks = end.rollbacks - s.base.rollbacks
 	if s.statements {
 		var stmts []pgStatement
+		c.counted = true
 		c.work, stmts = end.delta(s.base)
-		c.statements = c.work.calls
 		for _, st := range stmts {
 			if isTxControl(st.query) {
 				c.txControl += st.calls

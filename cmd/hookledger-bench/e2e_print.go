@@ -102,8 +102,8 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 		for _, r := range pgs {
 			c := r.pg
 			stmts, ctl, rows, wal, bufs, idle := "-", "-", "-", "-", "-", "-"
-			if c.statements >= 0 {
-				stmts = fmt.Sprintf("%.1f", c.perEvent(c.statements))
+			if c.counted {
+				stmts = fmt.Sprintf("%.1f", c.perEvent(c.work.calls))
 				ctl = fmt.Sprintf("%.1f", c.perEvent(c.txControl))
 				rows = fmt.Sprintf("%.1f", c.perEvent(c.work.rows))
 				wal = fmt.Sprintf("%.0f", c.perEvent(c.work.walBytes))
@@ -115,7 +115,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 		}
 		tw.Flush()
 		fmt.Fprintln(w, "transactions: pg_stat_database xact_commit (every autocommit statement is one); statements: pg_stat_statements calls")
-		if pgs[0].pg.statements < 0 {
+		if !pgs[0].pg.counted {
 			fmt.Fprintln(w, "  (pg_stat_statements is not in the server's shared_preload_libraries: statements not counted; scripts/bench.sh loads it).")
 		} else {
 			fmt.Fprintln(w, "  (top-level, utility statements included); rows returned or changed, WAL bytes written and shared buffers read")
