@@ -147,7 +147,7 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 // parseBody validates a JSON body as a whole, which it then stays as; an
 // object is indexed by its members.
 func parseBody(b []byte) (any, error) {
-	if json.Valid(b) {
+	if validJSON(b) {
 		return rawJSON(b).indexed(), nil
 	}
 	if _, err := decode(b); err != nil {

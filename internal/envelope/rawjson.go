@@ -17,7 +17,7 @@ import (
 // because it must answer exactly as encoding/json would after a full
 // decode, which the rest of hookledger (flows, the console) does: the last
 // of repeated keys wins, escaped keys match their unescaped text, strings
-// decode with encoding/json. It only ever runs on text json.Valid
+// decode with encoding/json. It only ever runs on text validJSON
 // accepted, and FuzzRawLookupMatchesDecode holds it to a full decode.
 type rawJSON []byte
 
