@@ -45,6 +45,7 @@ type e2eFlags struct {
 	hookledger   string
 	module       string
 	dir          string
+	cpuProfile   string
 }
 
 func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -82,6 +83,7 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
@@ -300,7 +302,15 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 		return false, fmt.Errorf("make temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	env := &receiveEnv{stderr: stderr, hookledger: f.hookledger, dir: dir}
+	env := &receiveEnv{stderr: stderr, hookledger: f.hookledger, dir: dir, profiles: f.cpuProfile}
+	if f.cpuProfile != "" {
+		if err := os.MkdirAll(f.cpuProfile, 0o750); err != nil {
+			return false, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if env.self, err = os.Executable(); err != nil {
+			return false, fmt.Errorf("--cpuprofile: find own binary: %w", err)
+		}
+	}
 	if env.hookledger == "" {
 		env.hookledger = filepath.Join(dir, "hookledger")
 		fmt.Fprintf(stderr, "building hookledger from %s...\n", f.module)
@@ -432,8 +442,11 @@ func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, lab
 	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL); err != nil {
 		return nil, err
 	}
-	srv, err := startChild(ctx, "hookledger serve ("+label+")", env.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"},
-		filepath.Join(env.dir, label+".log"))
+	bin, args := env.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"}
+	if env.profiles != "" {
+		bin, args = env.self, []string{"serve", "--config", cfgPath, "--cpuprofile", filepath.Join(env.profiles, label+".pprof")}
+	}
+	srv, err := startChild(ctx, "hookledger serve ("+label+")", bin, args, filepath.Join(env.dir, label+".log"))
 	if err != nil {
 		return nil, err
 	}

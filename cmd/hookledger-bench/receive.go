@@ -127,6 +127,7 @@ type receiveEnv struct {
 	dir        string
 	hookledger string
 	self       string
+	profiles   string // e2e: the directory of the servers' CPU profiles, if any
 	secret     string
 	token      string
 	scheme     verify.Scheme
