@@ -8,8 +8,9 @@ import (
 )
 
 // plannedTables are the tables whose statistics the pipeline's plans rest
-// on: the ones every event adds rows to.
-var plannedTables = []string{"events", "deliveries", "work", "entities", "effects", "effect_attempts", "audit"}
+// on: the ones every event adds rows to, and the routing queue, which a
+// backlog grows.
+var plannedTables = []string{"events", "deliveries", "work", "entities", "effects", "effect_attempts", "audit", "route_queue"}
 
 // analyzeFloor: a table is analyzed once it holds twice this many rows,
 // whatever its statistics say; an ANALYZE of a few hundred rows takes a

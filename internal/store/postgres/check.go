@@ -71,13 +71,15 @@ func invariantChecks() []invariantCheck {
 		states = append(states, string(st))
 	}
 	return []invariantCheck{{
-		// Visibly pending: not routed yet (the router will take it), or
+		// Visibly pending: not routed yet (queued or, as an earlier
+		// version left it, routed = false: the router will take it), or
 		// with a work item still pending. Routing and settling the last
 		// work item decide the disposition in the transaction that does
 		// them, so an accepted event with neither is stuck for good.
 		name: store.InvariantEventPending,
 		query: `SELECT e.source, e.event_id, e.received_at, (SELECT count(*) FROM work w WHERE w.event_pk = e.pk)
 			FROM events e WHERE e.disposition = 'accepted' AND e.routed
+			AND NOT EXISTS (SELECT 1 FROM route_queue q WHERE q.pk = e.pk)
 			AND NOT EXISTS (SELECT 1 FROM work w WHERE w.event_pk = e.pk AND w.done_at IS NULL) ORDER BY e.pk`,
 		finding: func(row pgx.Row) (string, string, error) {
 			var src, id string

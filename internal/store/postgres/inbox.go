@@ -42,16 +42,23 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 // upsertEventsSQL records each distinct event of a group once, counting
 // all its deliveries in the group: one statement may not update a row
 // twice. A new event takes the first delivery's fields, as it would
-// delivery by delivery.
-const upsertEventsSQL = `INSERT INTO events
+// delivery by delivery. A new event that needs routing ($11) is queued
+// for the router in the same statement (0015_route_queue); it is new when
+// its deliveries are the group's alone.
+const upsertEventsSQL = `WITH up AS (INSERT INTO events
 	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
-	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries
+	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, true, deliveries
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
-		$8::text[], $9::int[], $10::text[], $11::bool[], $12::int[]) WITH ORDINALITY
-		AS e(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, n)
+		$8::text[], $9::int[], $10::text[], $12::int[]) WITH ORDINALITY
+		AS e(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, deliveries, n)
 	ORDER BY n
 	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + excluded.deliveries
-	RETURNING source, event_id, pk, deliveries`
+	RETURNING source, event_id, pk, deliveries),
+	q AS (INSERT INTO route_queue (pk) SELECT up.pk
+		FROM up JOIN unnest($1::text[], $2::text[], $11::bool[], $12::int[]) AS g(source, event_id, route, deliveries)
+			ON g.source = up.source AND g.event_id = up.event_id
+		WHERE g.route AND up.deliveries = g.deliveries)
+	SELECT source, event_id, pk, deliveries FROM up`
 
 // deliveryIDsSQL draws the group's delivery ids ahead of their insert, so
 // that each delivery knows its id without relying on the order of a
@@ -188,7 +195,7 @@ type eventParams struct {
 	eventFields
 	disposition []string
 	deliveries  []int32
-	routed      []bool
+	route       []bool
 }
 
 func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
@@ -198,14 +205,14 @@ func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
 	}
 	c.eventFields.add(d)
 	c.disposition = append(c.disposition, string(disposition))
-	// An event unrouted at receipt needs no routing: it is stored routed.
-	c.routed = append(c.routed, d.Unrouted)
+	// An event unrouted at receipt needs no routing.
+	c.route = append(c.route, !d.Unrouted)
 	c.deliveries = append(c.deliveries, deliveries)
 }
 
 func (c *eventParams) args() []any {
 	return []any{c.source, c.eventID, c.typ, c.entity, c.account, c.occurred, c.received,
-		c.causation, c.hop, c.disposition, c.routed, c.deliveries}
+		c.causation, c.hop, c.disposition, c.route, c.deliveries}
 }
 
 // deliveryParams are the deliveries' insert parameters.

@@ -19,8 +19,9 @@ import (
 // on is fenced by a row lock. Lock order, to keep transactions from
 // deadlocking one another:
 //
-//   - routers lock the events they route (in pk order) before any entity,
-//     and only events not yet routed;
+//   - routers lock the route_queue rows of the events they route, or the
+//     events themselves where an earlier version left them unrouted (in pk
+//     order), before any entity;
 //   - routers and replays lock entities in (flow, entity) order;
 //   - FlowApply locks its one entity first (the fencing lock), then the
 //     events of its items in pk order, and only events already routed.
@@ -42,9 +43,21 @@ const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account
 const firstDeliveryJoin = `CROSS JOIN LATERAL (SELECT causation_id, hop, body FROM deliveries
 	WHERE event_pk = e.pk ORDER BY event_pk, id LIMIT 1) d`
 
+// Events wait for the router in two places (0015_route_queue): a pk in
+// route_queue, where this version's inbox puts them, and routed = false in
+// events (the events_unrouted index), where an earlier version's inbox
+// left them. Routing takes both, the older kind first. A queued event is
+// always accepted: nothing but the router changes an event's disposition
+// before it is routed.
+//
+// unroutedPKs is the page of $1 pks waiting in either place, in pk order.
+const unroutedPKs = `SELECT pk FROM ((SELECT pk FROM events WHERE NOT routed AND disposition = 'accepted' ORDER BY pk LIMIT $1)
+		UNION ALL (SELECT pk FROM route_queue ORDER BY pk LIMIT $1)) u ORDER BY pk LIMIT $1`
+
 // listUnroutedSQL is EventListUnrouted's page ($1 rows).
-const listUnroutedSQL = `SELECT ` + routableColumns + ` FROM (SELECT * FROM events
-		WHERE NOT routed AND disposition = 'accepted' ORDER BY pk LIMIT $1) e ` + firstDeliveryJoin + `
+const listUnroutedSQL = `SELECT ` + routableColumns + ` FROM (` + unroutedPKs + `) p
+	CROSS JOIN LATERAL (SELECT * FROM events WHERE pk = p.pk AND disposition = 'accepted' LIMIT 1) e
+	` + firstDeliveryJoin + `
 	ORDER BY e.pk`
 
 // listPendingSQL is WorkListPending's page: flow $1, entity $2, $3 rows.
@@ -115,20 +128,26 @@ type routed struct {
 	route store.Route
 }
 
-// takeUnroutedSQL is EventRouteNext's page ($1 rows): listUnroutedSQL
-// with the page's events locked, passing over those another router
-// holds, and marked routed in the same statement (the transaction rolls
-// the mark back if routing fails).
-const takeUnroutedSQL = `WITH e AS (UPDATE events ev SET routed = true
+// takeUnroutedSQL is EventRouteNext's page (at most $1 rows): the events
+// an earlier version left unrouted (l), marked routed, then as many
+// queued ones as the page has room for (q), their queue rows deleted; in
+// both, rows another router holds are passed over (SKIP LOCKED), and the
+// transaction rolls the marks and deletes back if routing fails.
+const takeUnroutedSQL = `WITH l AS (UPDATE events ev SET routed = true
 		FROM (SELECT pk FROM events WHERE NOT routed AND disposition = 'accepted'
 			ORDER BY pk LIMIT $1 FOR UPDATE SKIP LOCKED) c
-		WHERE ev.pk = c.pk RETURNING ev.*)
-	SELECT ` + routableColumns + `, e.disposition FROM e ` + firstDeliveryJoin + `
+		WHERE ev.pk = c.pk RETURNING ev.pk),
+	q AS (DELETE FROM route_queue WHERE pk = ANY(ARRAY(SELECT pk FROM route_queue
+			ORDER BY pk LIMIT (SELECT $1 - count(*) FROM l) FOR UPDATE SKIP LOCKED)) RETURNING pk),
+	p AS (SELECT pk FROM l UNION ALL SELECT pk FROM q)
+	SELECT ` + routableColumns + `, e.disposition FROM p
+	CROSS JOIN LATERAL (SELECT * FROM events WHERE pk = p.pk AND disposition = 'accepted' LIMIT 1) e
+	` + firstDeliveryJoin + `
 	ORDER BY e.pk`
 
 // EventRouteNext takes a page of unrouted events under row locks, which
-// another router's page skips (SKIP LOCKED), marks them routed in the
-// same statement and routes them in the same pipelined transaction.
+// another router's page skips (SKIP LOCKED), takes them off the queue in
+// the same statement and routes them in the same pipelined transaction.
 // Listing without the locks let every process read and decide the same
 // page: with two processes on one database each event was read, decoded
 // and decided 2.1 times on average, and the second router's work was
@@ -170,7 +189,8 @@ func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParam
 // round trip claims the events, one carries every entity and work row,
 // one commits; the check for events left without pending work takes one
 // more only when an event got no new row (routeClaimed). An
-// event is claimed by setting its routed flag under a row lock; rows
+// event is claimed by deleting its queue row (or setting its routed flag,
+// for one an earlier version left unrouted) under a row lock; rows
 // another router holds are skipped (SKIP LOCKED), so concurrent routing
 // creates no duplicate work and never waits on another router: an event
 // whose router rolls back is still unrouted and found again.
@@ -186,10 +206,13 @@ func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
 	byPK := decisionsByPK(p.Decisions)
 	pks := slices.Sorted(maps.Keys(byPK))
 	var claimed []eventRef
-	err := t.query(ctx, "mark routed", `WITH c AS (SELECT pk FROM events WHERE pk = ANY($1) AND NOT routed
-			ORDER BY pk FOR UPDATE SKIP LOCKED)
-		UPDATE events e SET routed = true FROM c WHERE e.pk = c.pk
-		RETURNING e.pk, e.source, e.event_id, e.type, e.entity, e.disposition`, []any{pks}, func(rows pgx.Rows) error {
+	err := t.query(ctx, "mark routed", `WITH l AS (UPDATE events e SET routed = true
+			FROM (SELECT pk FROM events WHERE pk = ANY($1) AND NOT routed ORDER BY pk FOR UPDATE SKIP LOCKED) c
+			WHERE e.pk = c.pk RETURNING e.pk),
+		q AS (DELETE FROM route_queue WHERE pk = ANY(ARRAY(SELECT pk FROM route_queue WHERE pk = ANY($1)
+			ORDER BY pk FOR UPDATE SKIP LOCKED)) RETURNING pk)
+		SELECT e.pk, e.source, e.event_id, e.type, e.entity, e.disposition
+		FROM (SELECT pk FROM l UNION ALL SELECT pk FROM q) p JOIN events e ON e.pk = p.pk`, []any{pks}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var ev eventRef
 			if err := rows.Scan(&ev.pk, &ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition); err != nil {
@@ -717,7 +740,8 @@ func (s *Store) WorkCount(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM work WHERE done_at IS NULL) +
-		(SELECT count(*) FROM events WHERE NOT routed AND disposition = 'accepted')`).Scan(&n); err != nil {
+		(SELECT count(*) FROM events WHERE NOT routed AND disposition = 'accepted') +
+		(SELECT count(*) FROM route_queue)`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count work: %w", err)
 	}
 	return n, nil

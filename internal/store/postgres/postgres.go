@@ -184,11 +184,15 @@ func wrapErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-const upsertEventSQL = `INSERT INTO events
+// upsertEventSQL is upsertEventsSQL for one delivery: a new event that
+// needs routing ($11) is queued for the router.
+const upsertEventSQL = `WITH up AS (INSERT INTO events
 	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, true, 1)
 	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + 1
-	RETURNING pk, deliveries`
+	RETURNING pk, deliveries),
+	q AS (INSERT INTO route_queue (pk) SELECT pk FROM up WHERE $11::bool AND deliveries = 1)
+	SELECT pk, deliveries FROM up`
 
 const insertDeliverySQL = `INSERT INTO deliveries
 	(event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
@@ -259,7 +263,7 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 			disposition = store.DispositionUnrouted
 		}
 		eb.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt,
-			d.CausationID, d.Hop, string(disposition), d.Unrouted)
+			d.CausationID, d.Hop, string(disposition), !d.Unrouted)
 	}
 	items := make([]store.DeliveryOutcome, len(sub.Deliveries))
 	br := tx.SendBatch(ctx, eb)

@@ -124,9 +124,11 @@ func testInvariantCheckClean(t *testing.T, o Opener) {
 
 func testInvariantEventPending(t *testing.T, o Opener) {
 	f := newHealthy(t, o)
-	// Routed without any work: nothing will ever settle it.
-	f.tamper(GuardNone, `UPDATE events SET routed = TRUE WHERE pk = ?`, f.waiting)
-	f.only(store.InvariantEventPending, "event crm/"+f.waitingID, "accepted", "none of its 0 work items is pending")
+	// Routed, and its one work item settled without settling the event:
+	// nothing will ever settle it. (The event still waiting to be routed
+	// is pending, however the driver keeps it waiting.)
+	f.tamper(GuardNone, `UPDATE work SET done_at = ? WHERE event_pk = ?`, t0.Add(2*time.Minute), f.routedPending)
+	f.only(store.InvariantEventPending, "event crm/"+f.routedID, "accepted", "none of its 1 work items is pending")
 }
 
 func testInvariantEpisodeKeyOnce(t *testing.T, o Opener) {
