@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -48,13 +49,24 @@ func parsePath(s string) (path, error) {
 	return p, nil
 }
 
+// mustPath parses a path known to be valid: a kind's (a constant) or the
+// configuration's (checked by ValidatePaths first). Parsed paths are kept:
+// they are a fixed set, and parsing one for every field of every event
+// allocated its segments each time.
 func mustPath(s string) path {
+	if p, ok := parsedPaths.Load(s); ok {
+		return p.(path)
+	}
 	p, err := parsePath(s)
 	if err != nil {
 		panic(err) // defaults are constants; a bad one is a programming error
 	}
+	parsedPaths.Store(s, p)
 	return p
 }
+
+// parsedPaths holds mustPath's answers by path text.
+var parsedPaths sync.Map
 
 // lookup walks p from elem (or root), or reads the header. Missing keys,
 // out-of-range indexes, walking into a scalar and an empty header all

@@ -47,6 +47,9 @@ func stringEnd(b []byte, i int) int {
 	return len(b)
 }
 
+// structural marks the bytes valueEnd stops at inside an object or array.
+var structural = [256]bool{'"': true, '{': true, '[': true, '}': true, ']': true}
+
 // valueEnd returns the index just past the value that starts at b[i].
 func valueEnd(b []byte, i int) int {
 	if i >= len(b) {
@@ -58,7 +61,11 @@ func valueEnd(b []byte, i int) int {
 	case '{', '[':
 		depth := 0
 		for ; i < len(b); i++ {
-			switch b[i] {
+			c := b[i]
+			if !structural[c] {
+				continue
+			}
+			switch c {
 			case '"':
 				i = stringEnd(b, i) - 1
 			case '{', '[':
