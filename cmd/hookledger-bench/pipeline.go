@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,6 +47,7 @@ type pipelineFlags struct {
 	mode     string
 	timeout  time.Duration
 	dir      string
+	profiles string // directory of one CPU profile of processing per cell
 
 	// pgStatements: the server loads pg_stat_statements, so PostgreSQL
 	// cells count the database's work while processing.
@@ -73,6 +76,7 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 		"what is ready, in turn)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "upper bound on each cell's processing `time`")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding SQLite files (default the system temp dir)")
+	fs.StringVar(&f.profiles, "cpuprofile", "", "write a CPU profile of each cell's processing (this process: the engine and the store driver) into `dir`")
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
@@ -277,11 +281,18 @@ func pipelineCell(ctx context.Context, f *pipelineFlags, dir, driver, shape, lab
 			return nil, err
 		}
 	}
+	stopProfile, err := startProfile(f.profiles, label)
+	if err != nil {
+		return nil, err
+	}
 	dctx, cancel := context.WithTimeout(ctx, f.timeout)
 	t0 = time.Now()
 	derr := runEngine(dctx, st, engine, f.mode, res.timing, int64(f.events))
 	res.elapsed = time.Since(t0)
 	cancel()
+	if err := stopProfile(); err != nil {
+		return nil, err
+	}
 	if derr != nil {
 		return nil, fmt.Errorf("process after %s: %w", res.elapsed.Round(time.Millisecond), derr)
 	}
@@ -558,4 +569,27 @@ func printPipelinePG(w io.Writer, results []*pipelineResult) {
 	tw.Flush()
 	fmt.Fprintln(w, "statements: top-level calls, the statistics keeper's ANALYZE included; rows returned or changed; WAL bytes written;")
 	fmt.Fprintln(w, "  shared buffers read (hit or read in). Counts of work that do not move with the machine's load, unlike events/s.")
+}
+
+// startProfile starts a CPU profile into dir/label.pprof; with no dir it
+// does nothing. The function it returns stops the profile.
+func startProfile(dir, label string) (func() error, error) {
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	f, err := os.Create(filepath.Join(dir, label+".pprof"))
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
