@@ -11,5 +11,6 @@
 -- A node of an earlier version still writes routed = false and takes only
 -- such events; nodes of this version take both (the old index stays, and
 -- is empty once no such node runs), so a rolling upgrade routes every
--- event exactly once.
+-- event exactly once. Going back to an earlier version needs the queue
+-- drained first (docs/deploy.md, "Upgrading").
 CREATE TABLE route_queue (pk bigint PRIMARY KEY);
