@@ -115,20 +115,32 @@ func runServe(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 }
 
 func serveProfiled(ctx context.Context, stderr io.Writer, cfg *config.Config, cpuProfile string) (err error) {
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			err = errors.Join(err, f.Close())
-		}()
+	stop, err := startCPUProfile(cpuProfile)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
 	}
+	defer func() { err = errors.Join(err, stop()) }()
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	return server.New(cfg, server.Options{Logger: log}).Run(ctx)
+}
+
+// startCPUProfile starts a CPU profile written to path; with no path it
+// does nothing. The function it returns stops the profile and closes the
+// file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -175,6 +174,11 @@ func pipelineBench(ctx context.Context, stdout, stderr io.Writer, f *pipelineFla
 		return false, fmt.Errorf("make temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	if f.profiles != "" {
+		if err := os.MkdirAll(f.profiles, 0o750); err != nil {
+			return false, fmt.Errorf("--cpuprofile: %w", err)
+		}
+	}
 	if slices.Contains(f.drivers, "postgres") {
 		if f.pgStatements, err = pgEnableStatements(ctx, f.postgres); err != nil {
 			return false, err
@@ -281,9 +285,13 @@ func pipelineCell(ctx context.Context, f *pipelineFlags, dir, driver, shape, lab
 			return nil, err
 		}
 	}
-	stopProfile, err := startProfile(f.profiles, label)
+	var profile string
+	if f.profiles != "" {
+		profile = filepath.Join(f.profiles, label+".pprof")
+	}
+	stopProfile, err := startCPUProfile(profile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, f.timeout)
 	t0 = time.Now()
@@ -569,27 +577,4 @@ func printPipelinePG(w io.Writer, results []*pipelineResult) {
 	tw.Flush()
 	fmt.Fprintln(w, "statements: top-level calls, the statistics keeper's ANALYZE included; rows returned or changed; WAL bytes written;")
 	fmt.Fprintln(w, "  shared buffers read (hit or read in). Counts of work that do not move with the machine's load, unlike events/s.")
-}
-
-// startProfile starts a CPU profile into dir/label.pprof; with no dir it
-// does nothing. The function it returns stops the profile.
-func startProfile(dir, label string) (func() error, error) {
-	if dir == "" {
-		return func() error { return nil }, nil
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	f, err := os.Create(filepath.Join(dir, label+".pprof"))
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
 }

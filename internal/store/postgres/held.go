@@ -170,8 +170,9 @@ func (h *held) queueEntities(t *pipeTx) {
 			if outs == nil {
 				outs = make(map[[2]string][]*bool)
 			}
+			key := [2]string{e.flow, e.entity}
 			for _, r := range e.releases {
-				outs[[2]string{e.flow, e.entity}] = append(outs[[2]string{e.flow, e.entity}], r.out)
+				outs[key] = append(outs[key], r.out)
 			}
 		}
 	}
