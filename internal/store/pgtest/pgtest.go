@@ -36,6 +36,14 @@ func ServerURL(t testing.TB) string {
 // and returns its URL.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return NewDatabaseWith(t, "")
+}
+
+// NewDatabaseWith is NewDatabase with options for CREATE DATABASE, such as
+// a template and a locale: "TEMPLATE template0 LOCALE_PROVIDER icu
+// ICU_LOCALE 'en-US'".
+func NewDatabaseWith(t testing.TB, options string) string {
+	t.Helper()
 	admin := ServerURL(t)
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -49,7 +57,7 @@ func NewDatabase(t testing.TB) string {
 		t.Fatalf("connect to test PostgreSQL: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" "+options); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {
