@@ -371,7 +371,7 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 	}
 
 	if !decided {
-		res.Disposition, res.Reason = RevisionGuard(w.Version, w.VersionSort, JSONEqual(w.State, StateJSON(p.State)), p)
+		res.Disposition, res.Reason = RevisionGuard(w.Version, w.VersionSort, func() bool { return JSONEqual(w.State, StateJSON(p.State)) }, p)
 		if res.Disposition == DispositionDeadLettered { // the guard's only dead letter: version_conflict
 			audit(ActionDeadLettered, subject+": "+res.Reason)
 			audit(ActionKeyConflict, VersionConflictDetail(subject, p.Version))
@@ -587,14 +587,16 @@ func Aggregate(ds []Disposition) Disposition {
 
 // RevisionGuard decides what an event's version does to the projection.
 // Versions compare as Go strings, i.e. bytes, like the drivers' byte-order
-// (COLLATE "C" on PostgreSQL) key columns.
-func RevisionGuard(curVersion, curSort string, sameState bool, p *FlowApplyParams) (Disposition, string) {
+// (COLLATE "C" on PostgreSQL) key columns. sameState compares the states
+// (decoding both): it is asked only when the versions are equal, which is
+// rare, and not for every event.
+func RevisionGuard(curVersion, curSort string, sameState func() bool, p *FlowApplyParams) (Disposition, string) {
 	if curSort == "" {
 		return DispositionApplied, ""
 	}
 	switch {
 	case p.VersionSort == curSort:
-		if sameState {
+		if sameState() {
 			return DispositionDuplicate, fmt.Sprintf("version %s already applied", p.Version)
 		}
 		return DispositionDeadLettered, fmt.Sprintf("version_conflict: version %s already applied with a different state", p.Version)

@@ -186,7 +186,12 @@ func (h *held) queueSupersedes(t *pipeTx) {
 // delivery worker claimed meanwhile is left alone. That check is wrapped
 // in a CASE so that it does not match effects_open's predicate: the
 // planner, knowing nothing of the tables, would otherwise walk all of
-// that index instead of looking the ids up.
+// that index instead of looking the ids up. Usually a group has nothing
+// to supersede (each entity's first effect), and EXISTS then skips the
+// update's scan altogether (a one-time filter): a plan made while the
+// table was small reads it whole to find no ids, and PostgreSQL keeps
+// that plan until the statistics change, scanning a table ten times that
+// size for every group meanwhile.
 const supersedeOlderManySQL = `WITH s AS MATERIALIZED (
 		SELECT u.n, o.id, u.at FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::timestamptz[], $7::int[])
 			AS u(flow, entity, effect, version_sort, ordered, at, n)
@@ -197,7 +202,7 @@ const supersedeOlderManySQL = `WITH s AS MATERIALIZED (
 					ELSE f.version_sort <> u.version_sort COLLATE "C" END
 			OFFSET 0) o)
 	UPDATE effects f SET state = 'superseded', updated_at = (SELECT at FROM s WHERE s.id = f.id)
-	WHERE f.id = ANY(ARRAY(SELECT id FROM s))
+	WHERE f.id = ANY(ARRAY(SELECT id FROM s)) AND EXISTS (SELECT FROM s)
 		AND CASE WHEN f.state IN ('approved', 'retry_wait') AND f.compensates = 0 THEN true ELSE false END
 	RETURNING (SELECT n FROM s WHERE s.id = f.id), f.episode_key, f.version`
 

@@ -638,9 +638,26 @@ const effectEntityAnyFlow = `f.flow IN (WITH RECURSIVE fl(n) AS (
 
 // EffectList pages through the effect ledger in id order.
 func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error) {
+	q, args := effectListSQL(p)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", err)
+	}
+	out, err := collectEffects(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", err)
+	}
+	return out, nil
+}
+
+// effectListSQL is EffectList's query and arguments.
+func effectListSQL(p *store.EffectListParams) (string, []any) {
 	f := &filter{}
 	f.add("f.id > ?", p.AfterID)
-	f.eq("f.flow", p.Flow)
+	if p.Flow != "" {
+		// effects_flow's predicate (0017_effects_flow_partial).
+		f.add("f.flow = ? AND f.flow <> ''", p.Flow)
+	}
 	switch {
 	case p.Entity != "" && p.Flow != "":
 		f.add("f.entity = ?", p.Entity)
@@ -673,15 +690,7 @@ func (s *Store) EffectList(ctx context.Context, p *store.EffectListParams) ([]*s
 	}
 	f.span("f.created_at", p.CreatedFrom, p.CreatedTo)
 	f.span("f.updated_at", p.UpdatedFrom, p.UpdatedTo)
-	rows, err := s.pool.Query(ctx, `SELECT `+effectColumns+effectFrom+f.sql(store.ClampLimit(p.Limit)), f.args...)
-	if err != nil {
-		return nil, fmt.Errorf("list effects: %w", err)
-	}
-	out, err := collectEffects(rows)
-	if err != nil {
-		return nil, fmt.Errorf("list effects: %w", err)
-	}
-	return out, nil
+	return `SELECT ` + effectColumns + effectFrom + f.sql(store.ClampLimit(p.Limit)), f.args
 }
 
 // ReplayCreate records a replay and enqueues a new pass of work for its

@@ -170,6 +170,9 @@ func TestPipelinePlans(t *testing.T) {
 			{"supersede a group's older effects", supersedeOlderManySQL, []any{[]string{"orders", "orders"}, []string{"ord-hot", "ord-none"},
 				[]string{"sync", "sync"}, []string{"9999999999", "9999999999"}, []bool{true, false}, n21(at)[:2], []int32{0, 1}},
 				"effects_open", 1},
+			{"supersede when a group has nothing older", supersedeOlderManySQL, []any{[]string{"orders"}, []string{"ord-none"},
+				[]string{"sync"}, []string{"9999999999"}, []bool{true}, n21(at)[:1], []int32{0}},
+				"effects_open", 0},
 		} {
 			got, removed, returned := explain(t, h.pool, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)", c.sql, c.args...)
 			t.Logf("%s %s:\n%s", c.name, phase, got)
@@ -185,6 +188,9 @@ func TestPipelinePlans(t *testing.T) {
 			}
 			if removed > 100 {
 				t.Errorf("%s %s read and dropped %d rows (the table holds %d):\n%s", c.name, phase, removed, n, got)
+			}
+			if strings.HasSuffix(c.name, "nothing older") && !strings.Contains(got, "One-Time Filter") {
+				t.Errorf("%s %s looks for ids to update although none were found:\n%s", c.name, phase, got)
 			}
 			if c.rows > 0 && !strings.HasPrefix(c.name, "supersede") && returned != c.rows {
 				t.Errorf("%s %s returned %d rows, want %d:\n%s", c.name, phase, returned, c.rows, got)
