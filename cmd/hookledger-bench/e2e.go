@@ -483,6 +483,15 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if target != e2eSQLite {
 		driver = "postgres"
 	}
+	if driver == "postgres" {
+		// Every PostgreSQL target starts from a checkpoint: the one before
+		// wrote some 170 MB of WAL, and a target that ran into the
+		// checkpoint it set off would pay for it (the first write to each
+		// page after a checkpoint logs the whole page).
+		if err := pgCheckpoint(ctx, f.postgres); err != nil {
+			return nil, err
+		}
+	}
 	cs, err := newCellStore(ctx, driver, env.dir, f.postgres, target)
 	if err != nil {
 		return nil, err

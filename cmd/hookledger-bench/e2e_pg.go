@@ -207,3 +207,16 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 	}
 	return out, nil
 }
+
+// pgCheckpoint runs CHECKPOINT on the server of adminURL.
+func pgCheckpoint(ctx context.Context, adminURL string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
