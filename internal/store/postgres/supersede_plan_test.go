@@ -95,15 +95,6 @@ func TestSupersedePlanOnSmallTables(t *testing.T) {
 	if !strings.Contains(generic, "effects_flow") {
 		t.Errorf("a flow's page of effects does not read effects_flow (generic plan):\n%s", generic)
 	}
-	// An entity's effects in any flow skip from flow to flow by an index
-	// that holds every row (effects_flow no longer serves an unfiltered
-	// min(flow)).
-	q, qargs = effectListSQL(&store.EffectListParams{Entity: "o77", Limit: 50})
-	anyFlow, _, _ := explain(t, h.pool, "(COSTS OFF)", q, qargs...)
-	t.Logf("an entity's effects in any flow:\n%s", anyFlow)
-	if strings.Contains(anyFlow, "Seq Scan on effects") {
-		t.Errorf("an entity's effects in any flow scan the ledger:\n%s", anyFlow)
-	}
 }
 
 // genericPlan prepares sql as plan_me and explains execute (an EXECUTE
