@@ -31,20 +31,27 @@ func TestTextInByteOrder(t *testing.T) {
 		t.Fatal("the test database compares 'a' and 'B' in byte order: the test proves nothing")
 	}
 
+	// strs runs q and returns its one text column.
+	strs := func(q string) []string {
+		t.Helper()
+		rows, err := h.pool.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
 	// Every text column of every table, except the migrator's own.
-	rows, err := h.pool.Query(ctx, `SELECT c.relname || '.' || a.attname
+	cols := strs(`SELECT c.relname || '.' || a.attname
 		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relname <> 'schema_migrations'
 			AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid = 'text'::regtype
 			AND a.attcollation <> 'pg_catalog."C"'::regcollation
 		ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(cols) > 0 {
 		t.Errorf("text columns on the database's collation, not byte order: %v", cols)
 	}
@@ -59,19 +66,12 @@ func TestTextInByteOrder(t *testing.T) {
 	}
 
 	// Every index key column that has a collation has byte order.
-	rows, err = h.pool.Query(ctx, `SELECT i.indexrelid::regclass::text
+	idx := strs(`SELECT i.indexrelid::regclass::text
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
 		CROSS JOIN LATERAL unnest(i.indcollation::oid[]) AS k(coll)
 		WHERE c.relnamespace = current_schema()::regnamespace AND c.relname <> 'schema_migrations'
 			AND k.coll <> 0 AND k.coll <> 'pg_catalog."C"'::regcollation
 		ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(idx) > 0 {
 		t.Errorf("indexes on the database's collation, not byte order: %v", idx)
 	}
@@ -87,15 +87,7 @@ func TestTextInByteOrder(t *testing.T) {
 	if _, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err = h.pool.Query(ctx, `SELECT source FROM events ORDER BY source`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"A", "B", "a", "b"}; !slices.Equal(got, want) {
+	if got, want := strs(`SELECT source FROM events ORDER BY source`), []string{"A", "B", "a", "b"}; !slices.Equal(got, want) {
 		t.Errorf("sources in order %v, want byte order %v", got, want)
 	}
 }
