@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -25,6 +26,14 @@ func explain(t *testing.T, pool *pgxpool.Pool, opts, sql string, args ...any) (p
 	if err != nil {
 		t.Fatalf("explain: %v\n%s", err, sql)
 	}
+	return readPlan(t, rows)
+}
+
+// readPlan reads EXPLAIN's lines: the plan, the rows its filters and join
+// filters removed in all, and the top node's actual row count (-1 without
+// ANALYZE).
+func readPlan(t *testing.T, rows pgx.Rows) (plan string, removed, returned int) {
+	t.Helper()
 	defer rows.Close()
 	var b strings.Builder
 	returned = -1
@@ -48,4 +57,30 @@ func explain(t *testing.T, pool *pgxpool.Pool, opts, sql string, args ...any) (p
 		t.Fatal(err)
 	}
 	return b.String(), removed, returned
+}
+
+// genericPlan prepares sql as plan_me and explains execute (an EXECUTE
+// plan_me(...) with literal arguments) under force_generic_plan: the plan
+// PostgreSQL keeps for a prepared statement, made without the arguments.
+func genericPlan(t *testing.T, pool *pgxpool.Pool, sql, execute string) string {
+	t.Helper()
+	ctx := context.Background()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A session of its own: its prepared statement and setting end with it.
+	conn := pc.Hijack()
+	defer conn.Close(ctx) //nolint:errcheck // a throwaway session
+	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE plan_me AS ` + sql} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	rows, err := conn.Query(ctx, `EXPLAIN (COSTS OFF) `+execute)
+	if err != nil {
+		t.Fatalf("explain: %v\n%s", err, execute)
+	}
+	plan, _, _ := readPlan(t, rows)
+	return plan
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 )
@@ -95,41 +93,4 @@ func TestSupersedePlanOnSmallTables(t *testing.T) {
 	if !strings.Contains(generic, "effects_flow") {
 		t.Errorf("a flow's page of effects does not read effects_flow (generic plan):\n%s", generic)
 	}
-}
-
-// genericPlan prepares sql as plan_me and explains execute (an EXECUTE
-// plan_me(...) with literal arguments) under force_generic_plan: the plan
-// PostgreSQL keeps for a prepared statement, made without the arguments.
-func genericPlan(t *testing.T, pool *pgxpool.Pool, sql, execute string) string {
-	t.Helper()
-	ctx := context.Background()
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A session of its own: its prepared statement and setting end with it.
-	conn := pc.Hijack()
-	defer conn.Close(ctx) //nolint:errcheck // a throwaway session
-	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE plan_me AS ` + sql} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%v\n%s", err, q)
-		}
-	}
-	rows, err := conn.Query(ctx, `EXPLAIN (COSTS OFF) `+execute)
-	if err != nil {
-		t.Fatalf("explain: %v\n%s", err, execute)
-	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
 }
