@@ -102,7 +102,8 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	return out, nil
 }
 
-func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now int64, until time.Time) ([]*store.ClaimedEffect, error) {
+// effectClaimSQL is the claim's read: the due effects, oldest due first.
+func effectClaimSQL(p *store.EffectClaimParams, now int64) (string, []any) {
 	// A needs_reconciliation or dead effect is only due when something
 	// scheduled it; without a time it waits for a person.
 	// An approved effect released by a worker (its destination's token
@@ -112,11 +113,17 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 		OR (f.state = 'needs_reconciliation' AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
 		OR (f.state = 'dead' AND f.redrives < ? AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
 		OR (f.state = 'submitting' AND f.lease_until <= ?))
-		AND f.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')`
+		AND f.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
+		AND f.next_attempt_at <= ?`
 	// The IN term repeats the partial indexes' WHERE word for word, which
 	// is what lets SQLite use effects_due_destination: one destination's
 	// claimable effects in due order, not every effect it ever had.
-	args := []any{now, now, now, p.MaxRedrives, now, now}
+	// Every branch of the due condition implies next_attempt_at <= now (a
+	// claim leaves it at a due time and sets a lease that ends after it).
+	// Repeated on its own, it bounds the index range: a claim stops at the
+	// first effect not yet due instead of walking the destination's
+	// scheduled retries.
+	args := []any{now, now, now, p.MaxRedrives, now, now, now}
 	if len(p.Destinations) > 0 {
 		where += ` AND f.destination IN (?` + strings.Repeat(", ?", len(p.Destinations)-1) + `)`
 		for _, d := range p.Destinations {
@@ -124,8 +131,12 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 		}
 	}
 	args = append(args, store.ClampLimit(p.Limit))
-	rows, err := tx.QueryContext(ctx, `SELECT `+effectColumns+effectFrom+` WHERE `+where+
-		` ORDER BY f.next_attempt_at, f.id LIMIT ?`, args...)
+	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.next_attempt_at, f.id LIMIT ?`, args
+}
+
+func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now int64, until time.Time) ([]*store.ClaimedEffect, error) {
+	q, args := effectClaimSQL(p, now)
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
