@@ -201,12 +201,13 @@ func effectClaimSQL(destFilter string) string {
 }
 
 // claimDestinations is the claim's condition on $3 and the argument for
-// it. The delivery worker claims for one destination at a
-// time, and it gets a scalar equality: with it the planner reads
-// effects_due_destination in due order and stops at the claim's limit.
-// Under = ANY, even of one element, PostgreSQL 15 cannot use that order,
-// so every claim read and sorted the destination's whole backlog: at 5,000
-// due effects, 9 ms and 180 buffers against 0.5 ms and 24.
+// it. The delivery worker claims for one destination at a time, and it
+// gets a scalar equality: with it the planner reads effects_due_destination
+// in due order and stops at the claim's limit. Under = ANY, even of one
+// element, PostgreSQL 15 cannot use that order, so every claim read and
+// sorted the destination's whole backlog: at 5,000 due effects, 9.2 ms and
+// 199 buffers against 0.5 ms and 24 (BENCHMARKS.md, "Delivery claims in
+// due order").
 //
 // Every branch of the due condition implies next_attempt_at <= $1 (a claim
 // leaves next_attempt_at at a due time and sets a lease that ends after
