@@ -6,16 +6,16 @@
 -- for common values and a histogram) was half or more of an ANALYZE of
 -- effects or entities.
 --
--- Why it matters: an ANALYZE holds a snapshot while it samples, and no
--- table's dead row versions can be pruned below that snapshot meanwhile.
--- The busy tables are analyzed each time they double (AnalyzeGrown), and
--- on a growing store the oldest snapshot in the database was most often an
--- ANALYZE's, of deliveries, audit or effects, held for up to 0.9 s while
--- every index scan walked the row versions it kept. Measured on a store of
--- 14,000 events, alternating four times: an ANALYZE of effects took 140 ms
--- instead of 361 (medians), of entities 74 instead of 151, of deliveries
--- 204 instead of 249, and of audit no faster (BENCHMARKS.md, "Delivery
--- claims in due order, and where a second process's time goes").
+-- Why it matters: the busy tables are analyzed each time they double
+-- (AnalyzeGrown), and on a new, growing store ANALYZE was about 7 % of the
+-- database's statement time in the end-to-end benchmark. An ANALYZE also
+-- holds a snapshot while it samples, below which no dead row version of
+-- any table can be pruned; the oldest snapshots sampled during that
+-- benchmark were ANALYZE's. Measured on a store of 14,000 events,
+-- alternating four times: an ANALYZE of effects took 140 ms instead of
+-- 361 (medians), of entities 74 instead of 151, of deliveries 204 instead
+-- of 249, and of audit no less (BENCHMARKS.md, "Delivery claims in due
+-- order, and where a second process's time goes").
 --
 -- SET STATISTICS takes a lock that reads and writes do not conflict with.
 ALTER TABLE deliveries ALTER COLUMN body SET STATISTICS 0, ALTER COLUMN headers SET STATISTICS 0;
