@@ -7,7 +7,7 @@
 -- effects or entities.
 --
 -- Why it matters: the busy tables are analyzed each time they double
--- (AnalyzeGrown), and on a new, growing store ANALYZE was about 7 % of the
+-- (AnalyzeGrown), and on a new, growing store ANALYZE was 7–9 % of the
 -- database's statement time in the end-to-end benchmark. An ANALYZE also
 -- holds a snapshot while it samples, below which no dead row version of
 -- any table can be pruned; the oldest snapshots sampled during that
