@@ -17,10 +17,8 @@ func TestAnalyzeSkipsPayloads(t *testing.T) {
 	h := open(t, pgtest.NewDatabase(t))
 	ctx := context.Background()
 	at := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	seedAppliedEvents(t, h.pool, at, 1, 300)
 	for _, q := range []string{
-		`INSERT INTO events (pk, source, event_id, type, entity, account, received_at, deliveries, disposition, routed)
-		OVERRIDING SYSTEM VALUE SELECT g, 'shop', 'e' || g, 'order.updated', 'o' || g, '', $1, 1, 'applied', true
-		FROM generate_series(1, 300) g`,
 		`INSERT INTO deliveries (event_pk, request_id, batch_index, source, event_id, type, entity, account, received_at, headers, body)
 		SELECT g, 'r' || g, 0, 'shop', 'e' || g, 'order.updated', 'o' || g, '', $1,
 			jsonb_build_object('Stripe-Signature', 't=' || g), convert_to('{"id":"e' || g || '"}', 'UTF8')

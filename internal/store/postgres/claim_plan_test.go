@@ -40,19 +40,14 @@ func TestEffectClaimPlan(t *testing.T) {
 	}
 	pk := 0
 	for _, s := range seeds {
-		for _, q := range []string{
-			`INSERT INTO events (pk, source, event_id, type, entity, account, received_at, deliveries, disposition, routed)
-			OVERRIDING SYSTEM VALUE SELECT $2 + g, 'shop', 'e' || ($2 + g), 'order.updated', 'o' || ($2 + g), '', $1, 1, 'applied', true
-			FROM generate_series(1, $3::int) g`,
-			`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
+		seedAppliedEvents(t, h.pool, now, pk+1, pk+s.n)
+		q := `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
 				source_event_pk, causation_id, hop, created_at, updated_at, next_attempt_at, lease_until, lease_token)
 			SELECT 'k' || ($2 + g), 'orders', 'o' || ($2 + g), 'r1', '0000000001', 'sync', '` + s.dest + `', '` + s.state + `', '{}',
 				$2 + g, '', 0, $1, $1, ` + s.due + `, ` + s.lease + `, CASE WHEN '` + s.state + `' = 'submitting' THEN 'w0:x' ELSE '' END
-			FROM generate_series(1, $3::int) g`,
-		} {
-			if _, err := h.pool.Exec(ctx, q, now, pk, s.n); err != nil {
-				t.Fatalf("seed %s %s: %v\n%s", s.dest, s.state, err, q)
-			}
+			FROM generate_series(1, $3::int) g`
+		if _, err := h.pool.Exec(ctx, q, now, pk, s.n); err != nil {
+			t.Fatalf("seed %s %s: %v\n%s", s.dest, s.state, err, q)
 		}
 		pk += s.n
 	}

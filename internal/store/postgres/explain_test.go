@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,4 +84,17 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, sql, execute string) string {
 	}
 	plan, _, _ := readPlan(t, rows)
 	return plan
+}
+
+// seedAppliedEvents adds events with pks from..to, received at at, each
+// routed and applied: event_id 'e' and entity 'o' followed by the pk, as
+// the plan tests' effects name them.
+func seedAppliedEvents(t *testing.T, pool *pgxpool.Pool, at time.Time, from, to int) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO events (pk, source, event_id, type, entity, account,
+			received_at, deliveries, disposition, routed)
+		OVERRIDING SYSTEM VALUE SELECT g, 'shop', 'e' || g, 'order.updated', 'o' || g, '', $1, 1, 'applied', true
+		FROM generate_series($2::int, $3::int) g`, at, from, to); err != nil {
+		t.Fatalf("seed events %d..%d: %v", from, to, err)
+	}
 }

@@ -27,18 +27,13 @@ func TestSupersedePlanOnSmallTables(t *testing.T) {
 	// flowSQL names (an expression of g, the event's pk).
 	seed := func(from, to int, flowSQL string) {
 		t.Helper()
-		for _, q := range []string{
-			`INSERT INTO events (pk, source, event_id, type, entity, account, received_at, deliveries, disposition, routed)
-			OVERRIDING SYSTEM VALUE SELECT g, 'shop', 'e' || g, 'order.updated', 'o' || g, '', $1::timestamptz, 1, 'applied', true
-			FROM generate_series($2::int, $3::int) g`,
-			`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
+		seedAppliedEvents(t, h.pool, at, from, to)
+		q := `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
 				source_event_pk, causation_id, hop, created_at, updated_at)
 			SELECT 'k' || g, ` + flowSQL + `, 'o' || g, 'r1', '0000000001', 'sync', 'sink', 'approved', '{}', g, '', 0, $1::timestamptz, $1::timestamptz
-			FROM generate_series($2::int, $3::int) g`,
-		} {
-			if _, err := h.pool.Exec(ctx, q, at, from, to); err != nil {
-				t.Fatalf("seed: %v\n%s", err, q)
-			}
+			FROM generate_series($2::int, $3::int) g`
+		if _, err := h.pool.Exec(ctx, q, at, from, to); err != nil {
+			t.Fatalf("seed: %v\n%s", err, q)
 		}
 	}
 	for _, q := range []string{`ALTER TABLE effects SET (autovacuum_enabled = off)`, `ALTER TABLE events SET (autovacuum_enabled = off)`} {
