@@ -282,7 +282,7 @@ func loadConsoleAttempts(ctx context.Context, driver, storeURL string, n int, no
 			cols, t0, step, pick, n))
 		return err
 	case "postgres":
-		conn, err := pgx.Connect(ctx, storeURL)
+		conn, err := pgx.Connect(ctx, singleConnURL(storeURL))
 		if err != nil {
 			return err
 		}

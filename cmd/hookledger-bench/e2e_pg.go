@@ -210,7 +210,7 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 
 // pgCheckpoint runs CHECKPOINT on the server of adminURL.
 func pgCheckpoint(ctx context.Context, adminURL string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
+	conn, err := pgx.Connect(ctx, singleConnURL(adminURL))
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

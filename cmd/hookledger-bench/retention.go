@@ -327,7 +327,7 @@ func loadRetentionFixture(ctx context.Context, driver, url string, f *retentionF
 		}
 		return nil
 	case "postgres":
-		conn, err := pgx.Connect(ctx, url)
+		conn, err := pgx.Connect(ctx, singleConnURL(url))
 		if err != nil {
 			return err
 		}

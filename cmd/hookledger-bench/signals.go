@@ -329,7 +329,7 @@ func loadSignalsSQLite(ctx context.Context, path string, f *signalsFlags, now ti
 }
 
 func loadSignalsPostgres(ctx context.Context, url string, f *signalsFlags, now time.Time) (func(context.Context, time.Time) error, error) {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgx.Connect(ctx, singleConnURL(url))
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +350,7 @@ func loadSignalsPostgres(ctx context.Context, url string, f *signalsFlags, now t
 		return nil, fmt.Errorf("analyze: %w", err)
 	}
 	baseline := func(ctx context.Context, now time.Time) error {
-		c, err := pgx.Connect(ctx, url)
+		c, err := pgx.Connect(ctx, singleConnURL(url))
 		if err != nil {
 			return err
 		}
