@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -149,5 +150,76 @@ func TestReadCPU(t *testing.T) {
 		if i > 50_000_000 {
 			t.Fatalf("CPU time stayed at %s after a busy loop (started at %s)", now, before)
 		}
+	}
+}
+
+// Over the rounds every target runs first, and after every other, in turn.
+func TestRotated(t *testing.T) {
+	for _, tc := range []struct {
+		n, r int
+		want []int
+	}{
+		{3, 0, []int{0, 1, 2}},
+		{3, 1, []int{1, 2, 0}},
+		{3, 2, []int{2, 0, 1}},
+		{3, 3, []int{0, 1, 2}},
+		{2, 1, []int{1, 0}},
+		{1, 5, []int{0}},
+	} {
+		if got := rotated(tc.n, tc.r); !slices.Equal(got, tc.want) {
+			t.Errorf("rotated(%d, %d) = %v, want %v", tc.n, tc.r, got, tc.want)
+		}
+	}
+}
+
+func TestMedianRange(t *testing.T) {
+	for _, tc := range []struct {
+		in          []float64
+		med, lo, hi float64
+	}{
+		{[]float64{3}, 3, 3, 3},
+		{[]float64{0.9, 0.7, 1.1}, 0.9, 0.7, 1.1},
+		{[]float64{4, 1, 3, 2}, 2.5, 1, 4},
+	} {
+		in := slices.Clone(tc.in)
+		med, lo, hi := medianRange(in)
+		if med != tc.med || lo != tc.lo || hi != tc.hi {
+			t.Errorf("medianRange(%v) = %v %v %v, want %v %v %v", tc.in, med, lo, hi, tc.med, tc.lo, tc.hi)
+		}
+		if !slices.Equal(in, tc.in) {
+			t.Errorf("medianRange reordered its input: %v", in)
+		}
+	}
+}
+
+// The summary of several rounds judges each goal on the median of the
+// rounds' ratios, not on any one round: here pg2 beats pg1 in one round
+// of three and falls short in the other two.
+func TestE2ERoundsSummary(t *testing.T) {
+	cell := func(target string, done int) *e2eResult {
+		return &e2eResult{target: target, sendFor: 10 * time.Second, doneInWindow: done, exactlyOne: done,
+			acked: int64(done), lat: latencies{time.Duration(done) * time.Millisecond}}
+	}
+	rounds := [][]*e2eResult{
+		{cell("sqlite", 6000), cell("pg1", 5000), cell("pg2", 5500)}, // pg2/pg1 1.10
+		{cell("sqlite", 6000), cell("pg1", 5000), cell("pg2", 4500)}, // 0.90
+		{cell("sqlite", 8000), cell("pg1", 6000), cell("pg2", 4800)}, // 0.80
+	}
+	var b strings.Builder
+	printE2ERounds(&b, rounds)
+	out := b.String()
+	for _, want := range []string{
+		"== summary of 3 rounds",
+		"pg1/sqlite (target >= 0.5), median of 3 rounds' ratios: done/s sending 0.833 (0.750-0.833) (met)",
+		"pg2/pg1 (target >= 1.0), median of 3 rounds' ratios: done/s sending 0.900 (0.800-1.100) (NOT met)",
+		"ok in 3 of 3 rounds",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	// The per-target medians: pg2 did 550, 450 and 480 effects/s.
+	if !regexp.MustCompile(`(?m)^\s+pg2\s+480 \(450-550\)\s`).MatchString(out) {
+		t.Errorf("pg2's median and range are not 480 (450-550):\n%s", out)
 	}
 }

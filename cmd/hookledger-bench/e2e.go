@@ -46,6 +46,7 @@ type e2eFlags struct {
 	module       string
 	dir          string
 	cpuProfile   string
+	rounds       int
 }
 
 func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -83,12 +84,13 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	fs.IntVar(&f.rounds, "rounds", 1, "`times` every target runs, in an order rotating by round; above 1, a summary gives each target's\nmedian and the median of the per-round ratios, so that one noisy cell does not decide a comparison")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
-	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 {
-		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts and --rate-share must be positive, --rate, --drain and --top-sql not negative")
+	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --drain and --top-sql not negative")
 		return exitUsage
 	}
 	var err error
@@ -354,22 +356,60 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 	if run.rate < 1 {
 		return false, fmt.Errorf("send rate %.2f/s is below 1/s", run.rate)
 	}
-	run.loadBefore = loadAvg()
-	var results []*e2eResult
-	for _, target := range f.targets {
-		if err := ctx.Err(); err != nil {
-			return false, fmt.Errorf("interrupted: %w", err)
+	allOK := true
+	var rounds [][]*e2eResult
+	for round := range f.rounds {
+		run.round = round + 1
+		run.loadBefore = loadAvg()
+		results := make([]*e2eResult, len(f.targets))
+		for _, i := range rotated(len(f.targets), round) {
+			target := f.targets[i]
+			if err := ctx.Err(); err != nil {
+				return false, fmt.Errorf("interrupted: %w", err)
+			}
+			res, err := e2eCell(ctx, env, f, run, target)
+			if err != nil {
+				return false, fmt.Errorf("target %s: %w", target, err)
+			}
+			fmt.Fprintf(stderr, "target %s%s: %.0f effects/s while sending, %.0f/s over the whole run, p99 %s ms\n",
+				target, run.roundLabel(f.rounds), res.windowRate(), res.wholeRate(), ms(res.lat.pct(0.99)))
+			results[i] = res
 		}
-		res, err := e2eCell(ctx, env, f, run, target)
-		if err != nil {
-			return false, fmt.Errorf("target %s: %w", target, err)
+		run.loadAfter = loadAvg()
+		if f.rounds > 1 {
+			fmt.Fprintf(stdout, "== round %d of %d (targets run in the order %s)\n", round+1, f.rounds,
+				strings.Join(pick(f.targets, rotated(len(f.targets), round)), ", "))
 		}
-		fmt.Fprintf(stderr, "target %s: %.0f effects/s while sending, %.0f/s over the whole run, p99 %s ms\n",
-			target, res.windowRate(), res.wholeRate(), ms(res.lat.pct(0.99)))
-		results = append(results, res)
+		allOK = printE2E(stdout, f, run, results) && allOK
+		if f.rounds > 1 {
+			fmt.Fprintln(stdout)
+		}
+		rounds = append(rounds, results)
 	}
-	run.loadAfter = loadAvg()
-	return printE2E(stdout, f, run, results), nil
+	if f.rounds > 1 {
+		printE2ERounds(stdout, rounds)
+	}
+	return allOK, nil
+}
+
+// rotated is the order of n targets in round r (from 0): the list turned
+// by r, so that over the rounds each target runs first, and after each
+// other, in turn. The machine's load drifts, and a fixed order would hand
+// one target the same place in that drift every round.
+func rotated(n, r int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = (i + r) % n
+	}
+	return out
+}
+
+func pick(list []string, idx []int) []string {
+	out := make([]string, len(idx))
+	for i, j := range idx {
+		out[i] = list[j]
+	}
+	return out
 }
 
 // e2eRunInfo is what every target of one run shares.
@@ -379,6 +419,16 @@ type e2eRunInfo struct {
 	statements bool // pg_stat_statements is loaded on the PostgreSQL server
 
 	loadBefore, loadAfter string
+	round                 int // from 1
+}
+
+// roundLabel tells cells of different rounds apart in progress lines and
+// profile names; with one round there is nothing to tell apart.
+func (r *e2eRunInfo) roundLabel(rounds int) string {
+	if rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("-r%d", r.round)
 }
 
 // loadAvg is /proc/loadavg's first three fields: the machine is shared, and
@@ -514,7 +564,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	// One after the other: the first applies the migrations, and the
 	// second finds them applied, as a second node joining would.
 	for i := range res.processes {
-		srv, err := startE2EServer(ctx, env, cs.URL, destURL, fmt.Sprintf("%s-%d", target, i+1))
+		srv, err := startE2EServer(ctx, env, cs.URL, destURL, fmt.Sprintf("%s%s-%d", target, run.roundLabel(f.rounds), i+1))
 		if err != nil {
 			return nil, err
 		}

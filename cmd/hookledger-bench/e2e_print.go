@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,37 +57,31 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
 	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
 
-	// The targets: one PostgreSQL process at least half of SQLite,
-	// two processes at least one.
+	// The targets: one PostgreSQL process at least half of SQLite, two
+	// processes at least one (e2eRatios).
 	by := map[string]*e2eResult{}
 	for _, r := range results {
 		by[r.target] = r
 	}
 	fmt.Fprintln(w)
-	ratio := func(name, num, den string, goal float64) {
-		a, b := by[num], by[den]
-		if a == nil || b == nil {
-			return
+	line := func(what string, x, y, goal float64) string {
+		if y == 0 {
+			return what + " -"
 		}
-		line := func(what string, x, y float64) string {
-			if y == 0 {
-				return what + " -"
-			}
-			met := "met"
-			if x/y < goal {
-				met = "NOT met"
-			}
-			return fmt.Sprintf("%s %.2f (%s)", what, x/y, met)
-		}
-		fmt.Fprintf(w, "%s (target >= %.1f): %s; %s\n", name, goal,
-			line("done/s sending", a.windowRate(), b.windowRate()), line("done/s whole run", a.wholeRate(), b.wholeRate()))
+		return fmt.Sprintf("%s %.2f (%s)", what, x/y, metOrNot(x/y, goal))
 	}
 	if by[e2ePG1] != nil && (by[e2eSQLite] != nil || by[e2ePG2] != nil) {
 		fmt.Fprintln(w, "ratios: done/s sending compares what each target did at this send rate (a target that keeps up does the send rate);")
 		fmt.Fprintln(w, "  done/s whole run, with --rate above what every target sustains, compares capacities.")
 	}
-	ratio("pg1/sqlite", e2ePG1, e2eSQLite, 0.5)
-	ratio("pg2/pg1", e2ePG2, e2ePG1, 1)
+	for _, q := range e2eRatios {
+		a, b := by[q.num], by[q.den]
+		if a == nil || b == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%s (target >= %.1f): %s; %s\n", q.name, q.goal,
+			line("done/s sending", a.windowRate(), b.windowRate(), q.goal), line("done/s whole run", a.wholeRate(), b.wholeRate(), q.goal))
+	}
 
 	var pgs []*e2eResult
 	for _, r := range results {
@@ -194,4 +189,102 @@ func oneLine(q string, n int) string {
 		q = q[:n-3] + "..."
 	}
 	return q
+}
+
+// e2eRatios are the comparisons the report makes, each with its goal: one
+// PostgreSQL process does at least half of what SQLite does, and two
+// processes on one database at least what one does.
+var e2eRatios = []struct {
+	name, num, den string
+	goal           float64
+}{
+	{"pg1/sqlite", e2ePG1, e2eSQLite, 0.5},
+	{"pg2/pg1", e2ePG2, e2ePG1, 1},
+}
+
+func metOrNot(ratio, goal float64) string {
+	if ratio < goal {
+		return "NOT met"
+	}
+	return "met"
+}
+
+// printE2ERounds sums up several rounds: per target the median of each
+// figure, and per comparison the median of the rounds' ratios, each round's
+// cells having run minutes apart under much the same load. Goals are
+// judged on the medians, printed to three places so that a median just
+// under a goal does not read as the goal.
+func printE2ERounds(w io.Writer, rounds [][]*e2eResult) {
+	fmt.Fprintf(w, "== summary of %d rounds: median (lowest-highest)\n", len(rounds))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tdone/s sending\tdone/s whole run\tp99 ms\texactly once\t")
+	for i, first := range rounds[0] {
+		var sending, whole, p99 []float64
+		ok := 0
+		for _, rs := range rounds {
+			r := rs[i]
+			sending = append(sending, r.windowRate())
+			whole = append(whole, r.wholeRate())
+			p99 = append(p99, float64(r.lat.pct(0.99))/float64(time.Millisecond))
+			if r.ok() {
+				ok++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tok in %d of %d rounds\t\n", first.target,
+			spread(sending, "%.0f"), spread(whole, "%.0f"), spread(p99, "%.0f"), ok, len(rounds))
+	}
+	tw.Flush()
+	for _, q := range e2eRatios {
+		var sending, whole []float64
+		for _, rs := range rounds {
+			var a, b *e2eResult
+			for _, r := range rs {
+				switch r.target {
+				case q.num:
+					a = r
+				case q.den:
+					b = r
+				}
+			}
+			if a == nil || b == nil || b.windowRate() == 0 || b.wholeRate() == 0 {
+				continue
+			}
+			sending = append(sending, a.windowRate()/b.windowRate())
+			whole = append(whole, a.wholeRate()/b.wholeRate())
+		}
+		if len(sending) == 0 {
+			continue
+		}
+		medS, _, _ := medianRange(sending)
+		medW, _, _ := medianRange(whole)
+		fmt.Fprintf(w, "%s (target >= %.1f), median of %d rounds' ratios: done/s sending %s (%s); done/s whole run %s (%s)\n",
+			q.name, q.goal, len(sending), spread(sending, "%.3f"), metOrNot(medS, q.goal), spread(whole, "%.3f"), metOrNot(medW, q.goal))
+	}
+}
+
+// spread formats the median of xs and, when they differ, the lowest and
+// highest.
+func spread(xs []float64, format string) string {
+	med, lo, hi := medianRange(xs)
+	s := fmt.Sprintf(format, med)
+	if lo != hi {
+		s += " (" + fmt.Sprintf(format, lo) + "-" + fmt.Sprintf(format, hi) + ")"
+	}
+	return s
+}
+
+// medianRange is the median of xs (the mean of the middle two when there
+// is an even number) with the lowest and the highest.
+func medianRange(xs []float64) (med, lo, hi float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	med = s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return med, s[0], s[n-1]
 }
