@@ -304,8 +304,15 @@ func (w *Worker) Stop(ctx context.Context) error {
 // there are free slots, each destination at most up to its own cap, and
 // starts a call for each. A call that ends frees its slot and wakes the
 // loop, so the next effect is claimed at once.
+//
+// It asks for another round at once only when some destination's claim
+// came back full, so more of its effects may be due. A shorter claim took
+// every effect due, and what becomes due later wakes the loop (a call
+// ending, processing writing effects) or is found by the poll. Going
+// round again after every claim cost one empty claim per effect at light
+// load (BENCHMARKS.md, "Empty claims at light load").
 func (w *Worker) fill(ctx context.Context) (more bool, err error) {
-	claims, err := w.claim(ctx)
+	claims, full, err := w.claim(ctx)
 	for _, c := range claims {
 		w.calls.Add(1)
 		go func() {
@@ -315,14 +322,15 @@ func (w *Worker) fill(ctx context.Context) (more bool, err error) {
 			w.loop.Wake()
 		}()
 	}
-	return len(claims) > 0, err
+	return full, err
 }
 
 // claim takes due effects for the free slots. Destinations are visited
 // from a rotating start and claimed for concurrently (on SQLite the claims
 // share one commit), each for no more than its free room, so a destination
-// with a deep backlog cannot take the slots another needs.
-func (w *Worker) claim(ctx context.Context) ([]*store.ClaimedEffect, error) {
+// with a deep backlog cannot take the slots another needs. full is true
+// when some destination's claim took all the room it was given.
+func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, full bool, err error) {
 	type ask struct {
 		dest string
 		room int
@@ -331,7 +339,7 @@ func (w *Worker) claim(ctx context.Context) ([]*store.ClaimedEffect, error) {
 	w.refreshLocked()
 	if len(w.names) == 0 {
 		w.mu.Unlock()
-		return nil, nil
+		return nil, false, nil
 	}
 	free := w.opts.Workers - w.total
 	var asks []ask
@@ -353,7 +361,7 @@ func (w *Worker) claim(ctx context.Context) ([]*store.ClaimedEffect, error) {
 	w.next = (w.next + 1) % len(w.names)
 	w.mu.Unlock()
 	if len(asks) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	results := make([][]*store.ClaimedEffect, len(asks))
 	errs := make([]error, len(asks))
@@ -375,14 +383,15 @@ func (w *Worker) claim(ctx context.Context) ([]*store.ClaimedEffect, error) {
 		unused := a.room - len(results[i])
 		w.inflight[a.dest] -= unused
 		w.total -= unused
+		full = full || unused == 0
 		out = append(out, results[i]...)
 	}
 	w.mu.Unlock()
 	w.opts.Metrics.claimed(len(out))
 	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("claim effects: %w", err)
+		return out, full, fmt.Errorf("claim effects: %w", err)
 	}
-	return out, nil
+	return out, full, nil
 }
 
 // release frees a call's slot.
@@ -412,7 +421,7 @@ func (w *Worker) run(ctx context.Context, c *store.ClaimedEffect) {
 // the synchronous form of the background loop, for tests and tools that
 // drive the worker with a fake clock.
 func (w *Worker) Step(ctx context.Context) (int, error) {
-	claims, err := w.claim(ctx)
+	claims, _, err := w.claim(ctx)
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup

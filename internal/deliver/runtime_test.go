@@ -323,3 +323,83 @@ func TestSlowNotificationsStayOutOfDeliverySlots(t *testing.T) {
 	defer cancel()
 	_ = r.w.Stop(ctx) // the hanging notification is abandoned at the deadline
 }
+
+// effectClaimCounter passes every call to the store and counts claims.
+type effectClaimCounter struct {
+	*sqlite.Store
+	claims atomic.Int64
+}
+
+func (c *effectClaimCounter) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
+	c.claims.Add(1)
+	return c.Store.EffectClaim(ctx, p)
+}
+
+// The background loop claims again at once only after a claim that took
+// all the room it was given. With the poll out of the way, one effect
+// delivered alone wakes the worker twice (the effect written, its call
+// ended), so it may cost two claims; going round again after every claim
+// that found something made it three.
+func TestWorkerClaimsOnlyWhenWoken(t *testing.T) {
+	var calls atomic.Int64
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer dest.Close()
+	r := newRuntime(t, "", "", 4, nil, fmt.Sprintf(`destinations:
+  - name: healthy
+    base_url: %s
+    allow_private_networks: true
+    max_in_flight: 4
+sources:
+  - name: shop
+    kind: hmac
+    secrets: [x]
+    hmac: {header: X-Sig}
+flows:
+  - name: orders
+    source: shop
+    events: ["*"]
+    entity: event.id
+    version: {mode: revision, revision: event.rev}
+    effects:
+      - {name: to_healthy, destination: healthy, request: {path: '"/y"'}}
+`, dest.URL))
+	cc := &effectClaimCounter{Store: r.st}
+	w, err := deliver.New(r.cfg, cc, deliver.Options{Workers: 4, LeaseFor: time.Hour, Clock: r.clk, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	const n = 5
+	for i := range n {
+		res, err := r.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
+			Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", i), Source: "shop", EventID: fmt.Sprint("evt-", i),
+				Type: "order.paid", ReceivedAt: t0, Body: []byte(fmt.Sprintf(`{"id":"o%d","rev":1}`, i))}},
+		}}})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("commit: %v %v", err, res)
+		}
+		if err := flow.New(r.cfg, r.st, flow.Options{Clock: r.clk}).Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		w.Wake()
+		waitUntil(t, fmt.Sprintf("effect %d done", i), func() bool { return r.count(t, "healthy", store.EffectDone) == i+1 })
+		// Let the wake of the call's end be taken.
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := calls.Load(); got != n {
+		t.Fatalf("%d calls for %d effects", got, n)
+	}
+	// One claim when the worker starts, at most two per effect.
+	if got := cc.claims.Load(); got > 1+2*n {
+		t.Errorf("%d claims for %d effects delivered one at a time, want at most %d", got, n, 1+2*n)
+	}
+}

@@ -134,3 +134,70 @@ flows:
 		t.Fatalf("second Stop: %v", err)
 	}
 }
+
+// claimCounter passes every call to the store and counts entity claims.
+type claimCounter struct {
+	store.Store
+	claims atomic.Int64
+}
+
+func (c *claimCounter) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
+	c.claims.Add(1)
+	return c.Store.EntityClaim(ctx, p)
+}
+
+// The background loop claims again at once only after a claim that filled
+// every free slot. With the poll out of the way, one event processed alone
+// wakes the loop three times (the event stored, its page routed, its entity
+// finished), so it may cost three claims; going round again after every
+// claim that found something made it four.
+func TestLoopClaimsOnlyWhenWoken(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+`flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.rev}
+`)
+	cc := &claimCounter{Store: f.st}
+	f.eng = New(f.cfg, cc, Options{Clock: f.clk, Workers: 4, LeaseFor: time.Hour, PollInterval: time.Hour})
+	if err := f.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := f.eng.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	const n = 5
+	for i := range n {
+		id := fmt.Sprint("evt-", i)
+		f.send("shop", id, fmt.Sprintf(`{"order_id":"o%d","rev":1}`, i))
+		f.eng.Wake()
+		deadline := time.Now().Add(30 * time.Second)
+		for f.disposition("shop", id) != "applied" {
+			if time.Now().After(deadline) {
+				t.Fatalf("event %d not applied after 30 s (%d claims so far)", i, cc.claims.Load())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		// Let the entity's release and the claim it wakes settle.
+		for f.eng.inFlight() > 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// One claim when the loop starts, at most three per event.
+	if got := cc.claims.Load(); got > 1+3*n {
+		t.Errorf("%d entity claims for %d events processed one at a time, want at most %d", got, n, 1+3*n)
+	}
+}
+
+// inFlight is how many entities the background loop holds slots for.
+func (e *Engine) inFlight() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inflight
+}
