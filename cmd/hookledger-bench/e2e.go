@@ -542,7 +542,10 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 			return nil, err
 		}
 	}
-	cs, err := newCellStore(ctx, driver, env.dir, f.postgres, target)
+	// Each round gets a store of its own: a SQLite file named by the
+	// target alone would hold the last round's events, and the same event
+	// ids sent again would be taken as duplicates.
+	cs, err := newCellStore(ctx, driver, env.dir, f.postgres, target+run.roundLabel(f.rounds))
 	if err != nil {
 		return nil, err
 	}
