@@ -305,14 +305,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 // starts a call for each. A call that ends frees its slot and wakes the
 // loop, so the next effect is claimed at once.
 //
-// It asks for another round at once only when some destination's claim
-// came back full, so more of its effects may be due. A shorter claim took
-// every effect due, and what becomes due later wakes the loop (a call
+// It asks for another round at once only when another claim may find
+// more (see claim). A claim shorter than its room took every effect due
+// at its destination, and what becomes due later wakes the loop (a call
 // ending, processing writing effects) or is found by the poll. Going
 // round again after every claim cost one empty claim per effect at light
 // load (BENCHMARKS.md, "Empty claims at light load").
 func (w *Worker) fill(ctx context.Context) (more bool, err error) {
-	claims, full, err := w.claim(ctx)
+	claims, more, err := w.claim(ctx)
 	for _, c := range claims {
 		w.calls.Add(1)
 		go func() {
@@ -322,15 +322,18 @@ func (w *Worker) fill(ctx context.Context) (more bool, err error) {
 			w.loop.Wake()
 		}()
 	}
-	return full, err
+	return more, err
 }
 
 // claim takes due effects for the free slots. Destinations are visited
 // from a rotating start and claimed for concurrently (on SQLite the claims
 // share one commit), each for no more than its free room, so a destination
-// with a deep backlog cannot take the slots another needs. full is true
-// when some destination's claim took all the room it was given.
-func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, full bool, err error) {
+// with a deep backlog cannot take the slots another needs. more is true
+// when another round at once may find more: some destination's claim took
+// all the room it was given, or the free slots ran out before every
+// destination was asked and this round found something (as the loop did
+// before it learnt to stop; the round after starts one destination on).
+func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, more bool, err error) {
 	type ask struct {
 		dest string
 		room int
@@ -343,8 +346,10 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, ful
 	}
 	free := w.opts.Workers - w.total
 	var asks []ask
+	partial := false
 	for i := range w.names {
 		if free <= 0 {
+			partial = true
 			break
 		}
 		d := w.names[(w.next+i)%len(w.names)]
@@ -383,15 +388,16 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, ful
 		unused := a.room - len(results[i])
 		w.inflight[a.dest] -= unused
 		w.total -= unused
-		full = full || unused == 0
+		more = more || unused == 0
 		out = append(out, results[i]...)
 	}
 	w.mu.Unlock()
+	more = more || partial && len(out) > 0
 	w.opts.Metrics.claimed(len(out))
 	if err := errors.Join(errs...); err != nil {
-		return out, full, fmt.Errorf("claim effects: %w", err)
+		return out, more, fmt.Errorf("claim effects: %w", err)
 	}
-	return out, full, nil
+	return out, more, nil
 }
 
 // release frees a call's slot.
