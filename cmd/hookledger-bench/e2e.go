@@ -362,7 +362,8 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 		run.round = round + 1
 		run.loadBefore = loadAvg()
 		results := make([]*e2eResult, len(f.targets))
-		for _, i := range rotated(len(f.targets), round) {
+		order := rotated(len(f.targets), round)
+		for _, i := range order {
 			target := f.targets[i]
 			if err := ctx.Err(); err != nil {
 				return false, fmt.Errorf("interrupted: %w", err)
@@ -378,7 +379,7 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 		run.loadAfter = loadAvg()
 		if f.rounds > 1 {
 			fmt.Fprintf(stdout, "== round %d of %d (targets run in the order %s)\n", round+1, f.rounds,
-				strings.Join(pick(f.targets, rotated(len(f.targets), round)), ", "))
+				strings.Join(pick(f.targets, order), ", "))
 		}
 		allOK = printE2E(stdout, f, run, results) && allOK
 		if f.rounds > 1 {

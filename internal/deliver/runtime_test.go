@@ -123,7 +123,14 @@ func newRuntime(t *testing.T, stuckURL, healthyURL string, workers int, actions 
 // orders stores n order events and processes them into effects.
 func (r *rt) orders(t *testing.T, n int) {
 	t.Helper()
-	for i := range n {
+	r.ordersFrom(t, 0, n)
+}
+
+// ordersFrom stores the order events from..from+n-1 and processes them
+// into effects.
+func (r *rt) ordersFrom(t *testing.T, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
 		res, err := r.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
 			Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", i), Source: "shop", EventID: fmt.Sprint("evt-", i),
 				Type: "order.paid", ReceivedAt: t0, Body: []byte(fmt.Sprintf(`{"id":"o%d","rev":1}`, i))}},
@@ -380,16 +387,7 @@ flows:
 	}()
 	const n = 5
 	for i := range n {
-		res, err := r.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
-			Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", i), Source: "shop", EventID: fmt.Sprint("evt-", i),
-				Type: "order.paid", ReceivedAt: t0, Body: []byte(fmt.Sprintf(`{"id":"o%d","rev":1}`, i))}},
-		}}})
-		if err != nil || res[0].Err != nil {
-			t.Fatalf("commit: %v %v", err, res)
-		}
-		if err := flow.New(r.cfg, r.st, flow.Options{Clock: r.clk}).Drain(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		r.ordersFrom(t, i, 1)
 		w.Wake()
 		waitUntil(t, fmt.Sprintf("effect %d done", i), func() bool { return r.count(t, "healthy", store.EffectDone) == i+1 })
 		// Let the wake of the call's end be taken.
