@@ -25,6 +25,10 @@ type Ledger interface {
 	// worker claimed it) and says Resumed (the worker must reconcile, never
 	// blindly resend: IP04). Resumed claims are audited
 	// as effect_resumed; plain claims write no audit row.
+	// A claimed effect's next_attempt_at becomes its lease's end (stored
+	// and returned): the time it is due again should the call be
+	// abandoned, which keeps calls in flight out of the due effects that
+	// later claims read.
 	// Destinations, when set, restricts the claim to those destinations.
 	EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*ClaimedEffect, error)
 	// EffectSettle records one call (an attempts row, when Attempt is set)

@@ -17,12 +17,24 @@ import (
 // count (-1 without ANALYZE).
 func explain(t *testing.T, pool *pgxpool.Pool, opts, sql string, args ...any) (plan string, removed, returned int) {
 	t.Helper()
+	return explainWith(t, pool, "", opts, sql, args...)
+}
+
+// explainWith is explain after setup (when not empty) has run in the same
+// transaction: the settings a statement is run under, for one.
+func explainWith(t *testing.T, pool *pgxpool.Pool, setup, opts, sql string, args ...any) (plan string, removed, returned int) {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // nothing to keep
+	if setup != "" {
+		if _, err := tx.Exec(ctx, setup); err != nil {
+			t.Fatalf("%v\n%s", err, setup)
+		}
+	}
 	rows, err := tx.Query(ctx, `EXPLAIN `+opts+` `+sql, args...)
 	if err != nil {
 		t.Fatalf("explain: %v\n%s", err, sql)

@@ -119,10 +119,10 @@ func effectClaimSQL(p *store.EffectClaimParams, now int64) (string, []any) {
 	// is what lets SQLite use effects_due_destination: one destination's
 	// claimable effects in due order, not every effect it ever had.
 	// Every branch of the due condition implies next_attempt_at <= now (a
-	// claim leaves it at a due time and sets a lease that ends after it).
-	// Repeated on its own, it bounds the index range: a claim stops at the
-	// first effect not yet due instead of walking the destination's
-	// scheduled retries.
+	// claim sets it to the lease's end, so a call whose lease ran out is
+	// due). Repeated on its own, it bounds the index range: a claim stops
+	// at the first effect not yet due instead of walking the destination's
+	// scheduled retries and calls in flight.
 	args := []any{now, now, now, p.MaxRedrives, now, now, now}
 	if len(p.Destinations) > 0 {
 		where += ` AND f.destination IN (?` + strings.Repeat(", ?", len(p.Destinations)-1) + `)`
@@ -186,9 +186,13 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 			c.Resumed = true
 		}
 		c.UpdatedAt = p.Now.UTC()
+		// The call in flight is next due when its lease ends: it leaves
+		// the head of effects_due_destination, which every later claim
+		// would otherwise read through and pass over.
+		c.NextAttemptAt = until.UTC()
 		if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = 'submitting', lease_token = ?, lease_until = ?,
-			attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ? WHERE id = ?`,
-			c.Token, until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.ID); err != nil {
+			next_attempt_at = ?, attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ? WHERE id = ?`,
+			c.Token, until.UnixMicro(), until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.ID); err != nil {
 			return nil, fmt.Errorf("lease effect %d: %w", c.ID, err)
 		}
 		switch {

@@ -262,6 +262,29 @@ func testLedgerClaimOrder(t *testing.T, o Opener) {
 	if want := []int64{es[2].ID, es[3].ID, es[1].ID, es[0].ID}; !slices.Equal(got, want) {
 		t.Fatalf("claim order %v, want %v", got, want)
 	}
+
+	// One claim of all four returns them in the same order, and each
+	// call in flight is next due when its lease ends: the claim moves it
+	// out of the due effects that later claims read through.
+	f = newLed(t, o)
+	es = f.seed("crm", "crm", "crm", "crm")
+	f.into(es[0].ID, t0, store.EffectRetryWait, t0.Add(3*time.Minute))
+	f.into(es[1].ID, t0, store.EffectRetryWait, t0.Add(2*time.Minute))
+	at := t0.Add(time.Hour)
+	cs := f.claimP(store.EffectClaimParams{Now: at, Limit: 10})
+	got = nil
+	for _, c := range cs {
+		got = append(got, c.ID)
+	}
+	if want := []int64{es[2].ID, es[3].ID, es[1].ID, es[0].ID}; !slices.Equal(got, want) {
+		t.Fatalf("one claim's order %v, want %v", got, want)
+	}
+	for _, c := range cs {
+		if g := f.get(c.ID); !g.NextAttemptAt.Equal(at.Add(time.Minute)) || !c.NextAttemptAt.Equal(g.NextAttemptAt) {
+			t.Fatalf("claimed effect %d: next attempt %v stored, %v returned, want the lease's end %v",
+				c.ID, g.NextAttemptAt, c.NextAttemptAt, at.Add(time.Minute))
+		}
+	}
 }
 
 func testLedgerClaimDestinations(t *testing.T, o Opener) {
