@@ -223,3 +223,51 @@ func TestE2ERoundsSummary(t *testing.T) {
 		t.Errorf("pg2's median and range are not 480 (450-550):\n%s", out)
 	}
 }
+
+func TestIsBackendOf(t *testing.T) {
+	for _, tc := range []struct {
+		title string
+		want  bool
+	}{
+		{"postgres: postgres hl_bench_1 127.0.0.1(40112) idle\x00\x00", true},
+		{"postgres: app hl_bench_1 [local] UPDATE", true},
+		{"postgres: postgres hl_bench_12 127.0.0.1(40112) idle", false},
+		{"postgres: walwriter", false},
+		{"postgres: autovacuum worker hl_bench_1", false},
+		{"/usr/lib/postgresql/15/bin/postgres\x00-D\x00hl_bench_1", false},
+		{"", false},
+	} {
+		if got := isBackendOf(tc.title, "hl_bench_1"); got != tc.want {
+			t.Errorf("isBackendOf(%q) = %v, want %v", tc.title, got, tc.want)
+		}
+	}
+}
+
+// TestBackendCPU: a backend present at the start counts from its time
+// then, one that connects later from zero, and one that left keeps the
+// time it was last seen with.
+func TestBackendCPU(t *testing.T) {
+	cpu := map[int]time.Duration{10: 5 * time.Second, 11: 2 * time.Second}
+	b := newBackendCPU("db")
+	b.list = func(string) []int {
+		var pids []int
+		for pid := range cpu {
+			pids = append(pids, pid)
+		}
+		return pids
+	}
+	b.read = func(pid int) (time.Duration, bool) { c, ok := cpu[pid]; return c, ok }
+	b.sample() // the start
+	cpu[10] += 300 * time.Millisecond
+	cpu[12] = 700 * time.Millisecond // connected after the start
+	b.sample()
+	cpu[11] += time.Second
+	b.sample()
+	delete(cpu, 11) // gone: its second stays counted
+	cpu[12] += 100 * time.Millisecond
+	b.sample()
+	sum, n := b.total()
+	if want := 300*time.Millisecond + time.Second + 800*time.Millisecond; sum != want || n != 3 {
+		t.Fatalf("total %v over %d backends, want %v over 3", sum, n, want)
+	}
+}

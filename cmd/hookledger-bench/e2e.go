@@ -282,7 +282,8 @@ type e2eResult struct {
 	ledger      map[store.EffectState]int
 	ledgerTotal int
 
-	pg *pgCost // PostgreSQL targets only
+	pg    *pgCost     // PostgreSQL targets only
+	pgCPU *backendCPU // PostgreSQL targets only: the database's backends, from sending started until the servers stopped
 }
 
 // done is every distinct effect called at the destination.
@@ -586,10 +587,15 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 		if res.pg, err = stats.idle(ctx, 2*time.Second); err != nil {
 			return nil, err
 		}
+		res.pgCPU = newBackendCPU(stats.db)
 	}
 
 	if err := e2eRun(ctx, env, f, dest, srvs, res); err != nil {
 		return nil, err
+	}
+	// The backends' last CPU reading, while they are still there.
+	if res.pgCPU != nil {
+		res.pgCPU.sample()
 	}
 	// Stop the servers before the last count: a backend leaving flushes
 	// its statistics, and no commit is in flight.
@@ -685,6 +691,9 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 			if rss, hwm, err := readRSS(pid); err == nil {
 				res.samples[i] = append(res.samples[i], rssSample{at: time.Since(t0), rss: rss, hwm: hwm})
 			}
+		}
+		if res.pgCPU != nil {
+			res.pgCPU.sample()
 		}
 	}
 	go func() {

@@ -25,7 +25,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tprocs\tsend/s\tacked\tlate\tdone/s sending\tdone/s whole run\tdrain s\tp50 ms\tp99 ms\tmax ms\tpeak RSS MiB\tCPU ms/event\texactly once\t")
+	fmt.Fprintln(tw, "target\tprocs\tsend/s\tacked\tlate\tdone/s sending\tdone/s whole run\tdrain s\tp50 ms\tp99 ms\tmax ms\tpeak RSS MiB\tCPU ms/event\tPG CPU ms/event\texactly once\t")
 	allOK := true
 	for _, r := range results {
 		verdict := "ok"
@@ -46,9 +46,9 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 			cpuSum += c
 		}
 		cpu := float64(cpuSum) / float64(time.Millisecond) / float64(max(r.acked, 1))
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s %d/%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s %d/%d\t\n",
 			r.target, r.processes, rate(r.acked, r.sendFor), r.acked, r.late, r.windowRate(), r.wholeRate(), drain,
-			ms(r.lat.pct(0.5)), ms(r.lat.pct(0.99)), ms(r.lat.pct(1)), strings.Join(rss, " + "), cpu,
+			ms(r.lat.pct(0.5)), ms(r.lat.pct(0.99)), ms(r.lat.pct(1)), strings.Join(rss, " + "), cpu, r.pgCPUPerEvent(),
 			verdict, r.exactlyOne, r.acked)
 	}
 	tw.Flush()
@@ -56,6 +56,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
 	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
 	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
+	fmt.Fprintln(w, "PG CPU ms/event: the same for the target database's backends, read from /proc when PostgreSQL runs on this\n  machine (- otherwise); PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) not included.")
 
 	// The targets: one PostgreSQL process at least half of SQLite, two
 	// processes at least one (e2eRatios).
@@ -287,4 +288,17 @@ func medianRange(xs []float64) (med, lo, hi float64) {
 		med = (s[n/2-1] + s[n/2]) / 2
 	}
 	return med, s[0], s[n-1]
+}
+
+// pgCPUPerEvent is the database's backends' CPU per acknowledged webhook,
+// in milliseconds, or "-" where it was not measured.
+func (r *e2eResult) pgCPUPerEvent() string {
+	if r.pgCPU == nil {
+		return "-"
+	}
+	sum, n := r.pgCPU.total()
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", float64(sum)/float64(time.Millisecond)/float64(max(r.acked, 1)))
 }
