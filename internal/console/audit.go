@@ -13,8 +13,8 @@ var auditTimeParams = []string{"from", "to"}
 
 // auditActions are the actions the filter suggests: the ones the overview
 // links to, and the effect repairs. Any other action can be typed.
-var auditActions = []string{"key_conflict", "loop_blocked", "loop_hop_limit", "reconciliation_mismatch",
-	"deadline_missed", "effect_dead", "tenant_mismatch"}
+var auditActions = []string{store.ActionKeyConflict, store.ActionLoopBlocked, store.ActionLoopHopLimit,
+	store.ActionReconciliationMismatch, store.ActionDeadlineMissed, store.ActionEffectDead, store.ActionTenantMismatch}
 
 // auditData is the audit list page.
 type auditData struct {

@@ -409,7 +409,7 @@ func (h *Handler) auditTenantMismatch(ctx context.Context, src *source, ev envel
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := h.audit.AuditInsert(ctx, &store.AuditInsertParams{
-		At: at, Actor: "receiver", Action: "tenant_mismatch", Source: src.cfg.Name,
+		At: at, Actor: "receiver", Action: store.ActionTenantMismatch, Source: src.cfg.Name,
 		EventID: ev.EventID, Entity: ev.Entity,
 		Detail: fmt.Sprintf("payload names account %q, source serves %q; refused with 403", ev.Account, src.cfg.Account),
 	}); err != nil {

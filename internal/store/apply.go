@@ -177,6 +177,9 @@ const (
 	ActionEffectSkipped    = "effect_skipped"
 	ActionWorkSettled      = "work_settled"
 	ActionDisposition      = "disposition"
+	// ActionTenantMismatch is a delivery refused on receipt because its
+	// account is not the source's tenant.
+	ActionTenantMismatch = "tenant_mismatch"
 )
 
 // RunFlowApply settles one work item inside tx: the feedback-loop guard,
@@ -636,4 +639,21 @@ func StateJSON(b []byte) []byte {
 		return []byte("null")
 	}
 	return b
+}
+
+// UnroutedDetail is the audit text of an event that no flow subscribes
+// to, stored as unrouted on receipt (from is "") or by the router
+// (from "accepted").
+func UnroutedDetail(from, eventType string) string {
+	if from != "" {
+		return fmt.Sprintf("%s -> unrouted: no flow subscribes to type %q", from, eventType)
+	}
+	return fmt.Sprintf("unrouted: no flow subscribes to type %q", eventType)
+}
+
+// RouteFailedDetail is the audit text of a route that failed (its
+// entity or order key could not be computed), dead-lettering the event
+// for that flow.
+func RouteFailedDetail(flow, entity, reason string) string {
+	return fmt.Sprintf("flow %s entity %s: route failed: %s", flow, entity, reason)
 }

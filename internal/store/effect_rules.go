@@ -89,3 +89,44 @@ func OperateAction(action string) string {
 	}
 	return "effect_assigned"
 }
+
+// Audit actions of the effect ledger, written by both drivers.
+const (
+	ActionEffectRedrive              = "effect_redrive"
+	ActionEffectResumed              = "effect_resumed"
+	ActionDeadlineMissed             = "deadline_missed"
+	ActionEffectDead                 = "effect_dead"
+	ActionEffectCompensationApproved = "effect_compensation_approved"
+	ActionReconciliationMismatch     = "reconciliation_mismatch"
+	// ActionReplay is a replay request, audited by the pipeline.
+	ActionReplay = "replay"
+)
+
+// SettleAction is the audit action of a settle to state: effect_done,
+// effect_retry_wait and so on.
+func SettleAction(state EffectState) string { return "effect_" + string(state) }
+
+// RedriveDetail is the audit text of a claim that re-drives a dead
+// effect: the redrives-th of max.
+func RedriveDetail(key string, redrives, max int) string {
+	return fmt.Sprintf("%s: dead -> submitting: re-drive %d of %d", key, redrives, max)
+}
+
+// ResumedDetail is the audit text of a claim that takes over an effect
+// whose call's outcome is unknown (a lease that ran out during the call,
+// or needs_reconciliation with a time set).
+func ResumedDetail(key string, prior EffectState) string {
+	return fmt.Sprintf("%s: %s -> submitting: resumed, outcome of the previous call to be reconciled", key, prior)
+}
+
+// DeadlineDeadDetail is the audit text of an effect moved to dead by its
+// deadline (on_deadline: dead).
+func DeadlineDeadDetail(key string, prior EffectState, reason string) string {
+	return fmt.Sprintf("%s: %s -> dead [%s]: %s", key, prior, ClassPermanent, reason)
+}
+
+// MismatchDetail is the audit text of a done effect that the verifier
+// found not to match the destination.
+func MismatchDetail(key, reason string) string {
+	return fmt.Sprintf("%s: done -> needs_reconciliation [%s]: %s", key, ClassUnknown, reason)
+}

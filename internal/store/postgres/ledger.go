@@ -169,11 +169,11 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 			c.Resumed = l.prior == store.EffectSubmitting || l.prior == store.EffectNeedsReconciliation
 			switch {
 			case c.Redrive:
-				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_redrive",
-					fmt.Sprintf("%s: dead -> submitting: re-drive %d of %d", c.EpisodeKey, c.Redrives, p.MaxRedrives))
+				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectRedrive,
+					store.RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives))
 			case c.Resumed:
-				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_resumed",
-					fmt.Sprintf("%s: %s -> submitting: resumed, outcome of the previous call to be reconciled", c.EpisodeKey, c.State))
+				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectResumed,
+					store.ResumedDetail(c.EpisodeKey, c.State))
 			}
 			if err == nil && l.prior == store.EffectSubmitting {
 				_, err = tx.Exec(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
@@ -377,7 +377,7 @@ func (w *settleWrites) add(t *pipeTx, f *store.Effect, p *store.EffectSettlePara
 		w.attempts = append(w.attempts, &a)
 	}
 	w.updates = append(w.updates, settleUpdate{p: p, attempts: attempts})
-	t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "effect_" + string(p.State), Source: f.Source,
+	t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.SettleAction(p.State), Source: f.Source,
 		EventID: f.SourceEventID, Entity: f.Entity, Detail: store.SettleDetail(f.EpisodeKey, number, p)})
 }
 

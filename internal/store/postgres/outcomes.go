@@ -78,7 +78,7 @@ func escalate(ctx context.Context, tx pgx.Tx, p *store.EffectDeadlineEscalatePar
 			if _, err := tx.Exec(ctx, `UPDATE effects SET deadline_missed_at = $1 WHERE id = $2`, p.Now, d.id); err != nil {
 				return nil, fmt.Errorf("mark deadline missed of effect %d: %w", d.id, err)
 			}
-			if err := effectAudit(ctx, tx, f, p.Now, p.Actor, "deadline_missed", store.DeadlineMissedDetail(f, deadline, d.onDead)); err != nil {
+			if err := effectAudit(ctx, tx, f, p.Now, p.Actor, store.ActionDeadlineMissed, store.DeadlineMissedDetail(f, deadline, d.onDead)); err != nil {
 				return nil, err
 			}
 		}
@@ -89,8 +89,8 @@ func escalate(ctx context.Context, tx pgx.Tx, p *store.EffectDeadlineEscalatePar
 				string(store.ClassPermanent), reason, store.DeadlineRepair, p.Now, d.id); err != nil {
 				return nil, fmt.Errorf("move effect %d to dead: %w", d.id, err)
 			}
-			if err := effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_dead",
-				fmt.Sprintf("%s: %s -> dead [%s]: %s", f.EpisodeKey, d.state, store.ClassPermanent, reason)); err != nil {
+			if err := effectAudit(ctx, tx, f, p.Now, p.Actor, store.ActionEffectDead,
+				store.DeadlineDeadDetail(f.EpisodeKey, d.state, reason)); err != nil {
 				return nil, err
 			}
 		}
@@ -176,7 +176,7 @@ func compensate(ctx context.Context, tx pgx.Tx, p *store.EffectCompensateParams)
 	if err != nil || f == nil {
 		return nil, fmt.Errorf("read compensation: %w", errors.Join(err, store.ErrorIfNil(f)))
 	}
-	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_compensation_approved",
+	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, store.ActionEffectCompensationApproved,
 		store.CompensationDetail(f.EpisodeKey, p.EffectID, orig.key, orig.state, p.Note)); err != nil {
 		return nil, err
 	}
@@ -253,8 +253,8 @@ func (s *Store) EffectMismatch(ctx context.Context, p *store.EffectMismatchParam
 			return fmt.Errorf("update effect: %w", err)
 		}
 		changed = true
-		return effectAudit(ctx, tx, f, p.Now, p.Actor, "reconciliation_mismatch",
-			fmt.Sprintf("%s: done -> needs_reconciliation [%s]: %s", f.EpisodeKey, store.ClassUnknown, p.Reason))
+		return effectAudit(ctx, tx, f, p.Now, p.Actor, store.ActionReconciliationMismatch,
+			store.MismatchDetail(f.EpisodeKey, p.Reason))
 	})
 	if err != nil {
 		return false, fmt.Errorf("record mismatch of effect %d: %w", p.EffectID, err)

@@ -253,7 +253,7 @@ func routeClaimed(ctx context.Context, t *pipeTx, now time.Time, byPK map[int64]
 			t.exec("set unrouted", `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk)
 			t.audit(&store.AuditInsertParams{At: now, Actor: "router", Action: store.ActionDisposition,
 				Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
-				Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
+				Detail: store.UnroutedDetail("accepted", ev.typ)})
 			continue
 		}
 		for _, r := range d.Routes {
@@ -394,9 +394,9 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 				VALUES ($1, $2, $5, $6, $4, $3, $3, 'dead_lettered', $7) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING RETURNING 1),
 			up AS (UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins))
 			INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-			SELECT $3, $8, 'dead_lettered', $9, $10, $2, $11 WHERE EXISTS (SELECT 1 FROM ins)`,
+			SELECT $3, $8, $12, $9, $10, $2, $11 WHERE EXISTS (SELECT 1 FROM ins)`,
 			r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID, r.Failed, actor, ev.source, ev.eventID,
-			fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed))
+			store.RouteFailedDetail(r.Flow, r.Entity, r.Failed), store.ActionDeadLettered)
 	}
 	return nil
 }
@@ -734,7 +734,7 @@ func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (
 		}); err != nil {
 			return err
 		}
-		t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "replay",
+		t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.ActionReplay,
 			Detail: fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)})
 		return nil
 	})

@@ -326,9 +326,8 @@ func submissionAudits(sub *store.Submission, items []store.DeliveryOutcome) []*s
 	audits := slices.Clone(sub.Audit)
 	for j, d := range sub.Deliveries {
 		if d.Unrouted && !items[j].Duplicate {
-			audits = append(audits, &store.AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: "disposition",
-				Source: d.Source, EventID: d.EventID, Entity: d.Entity,
-				Detail: fmt.Sprintf("unrouted: no flow subscribes to type %q", d.Type)})
+			audits = append(audits, &store.AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: store.ActionDisposition,
+				Source: d.Source, EventID: d.EventID, Entity: d.Entity, Detail: store.UnroutedDetail("", d.Type)})
 		}
 	}
 	return audits

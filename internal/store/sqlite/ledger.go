@@ -197,11 +197,11 @@ func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now 
 		}
 		switch {
 		case c.Redrive:
-			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_redrive",
-				fmt.Sprintf("%s: dead -> submitting: re-drive %d of %d", c.EpisodeKey, c.Redrives, p.MaxRedrives))
+			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectRedrive,
+				store.RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives))
 		case c.Resumed:
-			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, "effect_resumed",
-				fmt.Sprintf("%s: %s -> submitting: resumed, outcome of the previous call to be reconciled", c.EpisodeKey, c.State))
+			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectResumed,
+				store.ResumedDetail(c.EpisodeKey, c.State))
 		}
 		if err != nil {
 			return nil, err
@@ -283,7 +283,7 @@ func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) err
 		p.LastResponse, leaseFree, now, p.State, p.EffectID); err != nil {
 		return fmt.Errorf("update effect: %w", err)
 	}
-	return effectAudit(ctx, tx, f, p.Now, p.Actor, "effect_"+string(p.State), store.SettleDetail(f.EpisodeKey, number, p))
+	return effectAudit(ctx, tx, f, p.Now, p.Actor, store.SettleAction(p.State), store.SettleDetail(f.EpisodeKey, number, p))
 }
 
 // EffectRelease gives a claim back without a call; see store.Ledger for

@@ -130,9 +130,9 @@ func routeOne(ctx context.Context, tx *wtx, now time.Time, d *store.RouteDecisio
 		if _, err := tx.ExecContext(ctx, `UPDATE events SET disposition = 'unrouted' WHERE pk = ?`, ev.pk); err != nil {
 			return fmt.Errorf("set unrouted: %w", err)
 		}
-		_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: "router", Action: "disposition",
+		_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: "router", Action: store.ActionDisposition,
 			Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
-			Detail: fmt.Sprintf("accepted -> unrouted: no flow subscribes to type %q", ev.typ)})
+			Detail: store.UnroutedDetail("accepted", ev.typ)})
 		return err
 	}
 	if _, err := enqueue(ctx, tx, now, ev, d.Routes, 0, "router"); err != nil {
@@ -181,9 +181,9 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 				r.OrderKey, at, r.OrderKey, r.Flow, r.Entity); err != nil {
 				return 0, fmt.Errorf("newest key of %s/%s: %w", r.Flow, r.Entity, err)
 			}
-			if _, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: "dead_lettered",
+			if _, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: store.ActionDeadLettered,
 				Source: ev.source, EventID: ev.eventID, Entity: r.Entity,
-				Detail: fmt.Sprintf("flow %s entity %s: route failed: %s", r.Flow, r.Entity, r.Failed)}); err != nil {
+				Detail: store.RouteFailedDetail(r.Flow, r.Entity, r.Failed)}); err != nil {
 				return 0, err
 			}
 			continue
@@ -541,7 +541,7 @@ func createReplay(ctx context.Context, tx *wtx, p *store.ReplayCreateParams) (in
 	if _, err := tx.ExecContext(ctx, `UPDATE replays SET items = ? WHERE id = ?`, items, id); err != nil {
 		return 0, fmt.Errorf("count replay items: %w", err)
 	}
-	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: "replay",
+	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.ActionReplay,
 		Detail: fmt.Sprintf("replay %d: %d work items for %s", id, items, p.Selection)})
 	return id, err
 }

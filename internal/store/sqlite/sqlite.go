@@ -381,8 +381,8 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 			if err := s.fault(sqlInboxAudit); err != nil {
 				return nil, wrapErr("insert audit", err)
 			}
-			if _, err := audit.ExecContext(ctx, d.ReceivedAt.UnixMicro(), "receiver", "disposition", d.Source, d.EventID, d.Entity,
-				fmt.Sprintf("unrouted: no flow subscribes to type %q", d.Type)); err != nil {
+			if _, err := audit.ExecContext(ctx, d.ReceivedAt.UnixMicro(), "receiver", store.ActionDisposition, d.Source, d.EventID, d.Entity,
+				store.UnroutedDetail("", d.Type)); err != nil {
 				return nil, wrapErr("insert audit", err)
 			}
 		}
