@@ -31,26 +31,42 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 
 const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 
-func scanEffect(row pgx.Row, f *store.Effect) error {
-	var req string
-	var next pgtype.Timestamptz
-	var deadline, warn, missed, mismatch *time.Time
-	if err := row.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &req,
+// effectScan holds the columns of effectColumns that need converting
+// after the scan.
+type effectScan struct {
+	req                              string
+	next                             pgtype.Timestamptz
+	deadline, warn, missed, mismatch *time.Time
+}
+
+// dests are the scan destinations of effectColumns, in order.
+func (sc *effectScan) dests(f *store.Effect) []any {
+	return []any{&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &sc.req,
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &f.CreatedAt, &f.UpdatedAt,
-		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
-		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &deadline, &warn, &f.OnDeadline,
-		&missed, &mismatch); err != nil {
-		return err
-	}
-	f.DeadlineAt, f.DeadlineWarnAt = fromNull(deadline), fromNull(warn)
-	f.DeadlineMissedAt, f.MismatchAt = fromNull(missed), fromNull(mismatch)
-	f.Request = []byte(req)
+		&sc.next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
+		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &sc.deadline, &sc.warn, &f.OnDeadline,
+		&sc.missed, &sc.mismatch}
+}
+
+// finish converts what dests scanned into f.
+func (sc *effectScan) finish(f *store.Effect) {
+	f.DeadlineAt, f.DeadlineWarnAt = fromNull(sc.deadline), fromNull(sc.warn)
+	f.DeadlineMissedAt, f.MismatchAt = fromNull(sc.missed), fromNull(sc.mismatch)
+	f.Request = []byte(sc.req)
 	f.CreatedAt, f.UpdatedAt = f.CreatedAt.UTC(), f.UpdatedAt.UTC()
 	// '-infinity' is "nothing scheduled": the zero time.
 	f.NextAttemptAt = time.Time{}
-	if next.Valid && next.InfinityModifier == pgtype.Finite {
-		f.NextAttemptAt = next.Time.UTC()
+	if sc.next.Valid && sc.next.InfinityModifier == pgtype.Finite {
+		f.NextAttemptAt = sc.next.Time.UTC()
 	}
+}
+
+func scanEffect(row pgx.Row, f *store.Effect) error {
+	var sc effectScan
+	if err := row.Scan(sc.dests(f)...); err != nil {
+		return err
+	}
+	sc.finish(f)
 	return nil
 }
 
@@ -96,94 +112,72 @@ const resumedReason = "the lease expired during the call: outcome unknown"
 // over rows another holds and re-checking the due condition on the rows it
 // locks; the candidates are MATERIALIZED so the locking select runs once.
 // The update reads the state each row had before the claim from the
-// candidate list.
+// candidate list and returns the claimed effects whole. It is a pipelined
+// transaction of two round trips: BEGIN, the plan's settings and the
+// claim, then the rows a re-drive or a resumed call adds, and COMMIT.
+// Each round trip a claim holds its locks across is one more wait for a
+// busy process to be scheduled (it was four: BEGIN, the claim, reading
+// the claimed rows back, COMMIT).
 func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
 	destFilter, dests := claimDestinations(p.Destinations)
 	until := p.Now.Add(p.LeaseFor)
 	var out []*store.ClaimedEffect
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The plan's settings and the claim in one round trip.
-		b := &pgx.Batch{}
-		b.Queue(effectClaimPlanSQL)
-		b.Queue(effectClaimSQL(destFilter), p.Now, p.MaxRedrives, dests, store.ClampLimit(p.Limit), p.Owner, until, resumedReason)
-		br := tx.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			br.Close() //nolint:errcheck // the first error is the one to report
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			br.Close() //nolint:errcheck // the first error is the one to report
-			return err
-		}
-		type lease struct {
-			prior store.EffectState
-			token string
+	err := s.inPipe(ctx, func(t *pipeTx) error {
+		type claim struct {
+			c *store.ClaimedEffect
 			// When the previous holder claimed the effect and when its
 			// lease ran out: the span of an abandoned call.
 			priorAt, priorUntil time.Time
-			// When it was due: the claim's order.
+			// When it was due: the claim's order. Never -infinity here:
+			// every claimable state needs next_attempt_at <= now, and a
+			// needs_reconciliation or dead effect a finite one.
 			due time.Time
 		}
-		leases := map[int64]lease{}
-		var ids []int64
-		var id int64
-		var l lease
-		var due pgtype.Timestamptz
-		if _, err := pgx.ForEachRow(rows, []any{&id, &l.prior, &l.token, &l.priorAt, &l.priorUntil, &due}, func() error {
-			// A free effect's due time is never -infinity here: every
-			// claimable state needs next_attempt_at <= now, and a
-			// needs_reconciliation or dead effect a finite one.
-			l.due = due.Time
-			leases[id] = l
-			ids = append(ids, id)
-			return nil
-		}); err != nil {
-			br.Close() //nolint:errcheck // the first error is the one to report
+		var got []claim
+		t.exec("pin the claim's plan", effectClaimPlanSQL)
+		if err := t.query(ctx, "claim effects", effectClaimSQL(destFilter),
+			[]any{p.Now, p.MaxRedrives, dests, store.ClampLimit(p.Limit), p.Owner, until, resumedReason},
+			func(rows pgx.Rows) error {
+				for rows.Next() {
+					x := claim{c: &store.ClaimedEffect{Until: until.UTC()}}
+					var sc effectScan
+					var prior store.EffectState
+					var due pgtype.Timestamptz
+					if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.priorAt, &x.priorUntil, &due)...); err != nil {
+						return err
+					}
+					sc.finish(&x.c.Effect)
+					x.c.State, x.due = prior, due.Time
+					got = append(got, x)
+				}
+				return nil
+			}); err != nil {
 			return err
 		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		rows, err = tx.Query(ctx, `SELECT `+effectColumns+effectFrom+` WHERE f.id = ANY($1)`, ids)
-		if err != nil {
-			return err
-		}
-		es, err := collectEffects(rows)
-		if err != nil {
-			return err
-		}
-		// RETURNING keeps no order, and the rows read back are due at the
-		// lease's end now: put them in claim order, due time then id.
-		slices.SortFunc(es, func(a, b *store.Effect) int {
-			return cmp.Or(leases[a.ID].due.Compare(leases[b.ID].due), cmp.Compare(a.ID, b.ID))
+		// RETURNING keeps no order, and the rows are due at the lease's
+		// end now: put them in claim order, due time then id.
+		slices.SortFunc(got, func(a, b claim) int {
+			return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.c.ID, b.c.ID))
 		})
-		for _, e := range es {
-			l := leases[e.ID]
-			c := &store.ClaimedEffect{Effect: *e, Token: l.token, Until: until.UTC()}
-			c.State = l.prior
-			c.Redrive = l.prior == store.EffectDead
-			c.Resumed = l.prior == store.EffectSubmitting || l.prior == store.EffectNeedsReconciliation
+		for _, x := range got {
+			c := x.c
+			c.Redrive = c.State == store.EffectDead
+			c.Resumed = c.State == store.EffectSubmitting || c.State == store.EffectNeedsReconciliation
+			audit := &store.AuditInsertParams{At: p.Now, Actor: p.Owner, Source: c.Source, EventID: c.SourceEventID, Entity: c.Entity}
 			switch {
 			case c.Redrive:
-				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectRedrive,
-					store.RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives))
+				audit.Action, audit.Detail = store.ActionEffectRedrive, store.RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)
+				t.audit(audit)
 			case c.Resumed:
-				err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectResumed,
-					store.ResumedDetail(c.EpisodeKey, c.State))
+				audit.Action, audit.Detail = store.ActionEffectResumed, store.ResumedDetail(c.EpisodeKey, c.State)
+				t.audit(audit)
 			}
-			if err == nil && l.prior == store.EffectSubmitting {
-				_, err = tx.Exec(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+			if c.State == store.EffectSubmitting {
+				t.exec("record abandoned call", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
 					class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
 					VALUES ($1, $2, $3, $4, 0, $5, $6, '', '', '', 0, false)`,
-					c.ID, c.Attempts, l.priorAt, l.priorUntil.Sub(l.priorAt).Microseconds(), string(store.ClassUnknown),
-					abandonedDetail(l.priorUntil))
-			}
-			if err != nil {
-				return err
+					c.ID, c.Attempts, x.priorAt, x.priorUntil.Sub(x.priorAt).Microseconds(), string(store.ClassUnknown),
+					abandonedDetail(x.priorUntil))
 			}
 			out = append(out, c)
 		}
@@ -221,8 +215,8 @@ func effectClaimSQL(destFilter string) string {
 			redrives = CASE WHEN c.state = 'dead' THEN f.redrives + 1 ELSE f.redrives END,
 			error_class = CASE WHEN c.state = 'submitting' THEN 'unknown_outcome' ELSE f.error_class END,
 			reason = CASE WHEN c.state = 'submitting' THEN $7 ELSE f.reason END
-		FROM c WHERE f.id = c.id
-		RETURNING f.id, c.state, f.lease_token, c.updated_at, c.lease_until, c.next_attempt_at`
+		FROM c, events e WHERE f.id = c.id AND e.pk = f.source_event_pk
+		RETURNING ` + effectColumns + `, f.lease_token, c.state, c.updated_at, c.lease_until, c.next_attempt_at`
 }
 
 // claimDestinations is the claim's condition on $3 and the argument for
