@@ -66,9 +66,11 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"Prints side by side effects done/s while sending and over the whole run, latency from\n"+
 			"sending the webhook to the destination receiving the call, the drain time, each\n"+
 			"server's RSS (sampled from /proc every --sample) and CPU time, and on PostgreSQL the\n"+
-			"transactions (pg_stat_database) and, where pg_stat_statements is loaded, statements per\n"+
-			"event. After sending, waits up to --drain for the backlog; exit 1 unless, in every\n"+
-			"target, every acknowledged webhook produced exactly one call at the destination.")
+			"transactions (pg_stat_database), where pg_stat_statements is loaded statements per\n"+
+			"event, and where PostgreSQL runs on this machine its backends' CPU time for the\n"+
+			"target's database (from /proc). After sending, waits up to --drain for the backlog;\n"+
+			"exit 1 unless, in every target, every acknowledged webhook produced exactly one call at\n"+
+			"the destination.")
 	var f e2eFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per target (omit to measure SQLite only)")
 	targets := fs.String("targets", "", "comma-separated `targets`: sqlite, pg1, pg2 (default sqlite, plus pg1 and pg2 when --postgres is set)")
