@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -86,20 +85,15 @@ func TestEffectClaimPlan(t *testing.T) {
 		t.Errorf("a claim with nothing due took %d effects and passed over %d, want 0 and 0:\n%s", returned, removed, plan)
 	}
 
-	literals := make([]string, 0, 7)
-	for _, a := range args("sink") {
-		switch v := a.(type) {
-		case time.Time:
-			a = v.Format(time.RFC3339Nano)
-		case []string:
-			a = "{" + strings.Join(v, ",") + "}"
-		}
-		literals = append(literals, "'"+strings.ReplaceAll(fmt.Sprint(a), "'", "''")+"'")
-	}
-	generic := genericPlan(t, h.pool, sql, "EXECUTE plan_me("+strings.Join(literals, ", ")+")")
+	// What the claim's pipe runs: the generic plan under its settings.
+	generic, removed, returned := explainGeneric(t, h.pool, effectClaimPlanSQL, "(ANALYZE, COSTS OFF, TIMING OFF)", sql, args("sink")...)
 	t.Logf("claim, generic plan:\n%s", generic)
 	if !strings.Contains(generic, "effects_due_destination") || strings.Contains(generic, "Sort") {
 		t.Errorf("the claim's generic plan does not read effects_due_destination in order:\n%s", generic)
+	}
+	if returned != limit || removed > 64 {
+		t.Errorf("the claim's generic plan took %d effects and passed over %d, want %d and at most the 64 in flight:\n%s",
+			returned, removed, limit, generic)
 	}
 }
 

@@ -75,7 +75,9 @@ func readPlan(t *testing.T, rows pgx.Rows) (plan string, removed, returned int) 
 // genericPlan prepares sql as plan_me and explains execute (an EXECUTE
 // plan_me(...) with literal arguments) under force_generic_plan: the plan
 // PostgreSQL keeps for a prepared statement, made without the arguments.
-func genericPlan(t *testing.T, pool *pgxpool.Pool, sql, execute string) string {
+// A setup that is not empty (pipePlanSQL: the settings of a pipe) runs
+// first, in a transaction with the rest.
+func genericPlan(t *testing.T, pool *pgxpool.Pool, setup, sql, execute string) string {
 	t.Helper()
 	ctx := context.Background()
 	pc, err := pool.Acquire(ctx)
@@ -85,7 +87,11 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, sql, execute string) string {
 	// A session of its own: its prepared statement and setting end with it.
 	conn := pc.Hijack()
 	defer conn.Close(ctx) //nolint:errcheck // a throwaway session
-	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE plan_me AS ` + sql} {
+	qs := []string{`SET plan_cache_mode = force_generic_plan`}
+	if setup != "" {
+		qs = append(qs, `BEGIN`, setup)
+	}
+	for _, q := range append(qs, `PREPARE plan_me AS `+sql) {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%v\n%s", err, q)
 		}
@@ -96,6 +102,49 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, sql, execute string) string {
 	}
 	plan, _, _ := readPlan(t, rows)
 	return plan
+}
+
+// explainGeneric is explainWith for the plan a pipelined transaction runs:
+// sql prepared, setup (pipePlanSQL or one that extends it) run first in
+// the same transaction, and EXPLAIN (opts) EXECUTE with args, so that the
+// plan is the generic one made under the pipe's settings. Its own session
+// ends with it, and with it the prepared statement.
+func explainGeneric(t *testing.T, pool *pgxpool.Pool, setup, opts, sql string, args ...any) (plan string, removed, returned int) {
+	t.Helper()
+	ctx := context.Background()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pc.Hijack()
+	defer conn.Close(ctx) //nolint:errcheck // a throwaway session
+	for _, q := range []string{`BEGIN`, setup, `PREPARE plan_me AS ` + sql} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	// EXECUTE takes its arguments as SQL: each one is written as a literal
+	// of the type PostgreSQL inferred for its parameter.
+	var types []string
+	if err := conn.QueryRow(ctx, `SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = 'plan_me'`).Scan(&types); err != nil {
+		t.Fatal(err)
+	}
+	if len(types) != len(args) {
+		t.Fatalf("the statement takes %d parameters, given %d:\n%s", len(types), len(args), sql)
+	}
+	literals := make([]string, len(args))
+	for i, a := range args {
+		var lit string
+		if err := conn.QueryRow(ctx, `SELECT quote_nullable($1::`+types[i]+`)`, a).Scan(&lit); err != nil {
+			t.Fatalf("argument %d as %s: %v", i+1, types[i], err)
+		}
+		literals[i] = lit + "::" + types[i]
+	}
+	rows, err := conn.Query(ctx, `EXPLAIN `+opts+` EXECUTE plan_me(`+strings.Join(literals, ", ")+`)`)
+	if err != nil {
+		t.Fatalf("explain: %v\n%s", err, sql)
+	}
+	return readPlan(t, rows)
 }
 
 // seedAppliedEvents adds events with pks from..to, received at at, each

@@ -221,7 +221,7 @@ func TestHeldSupersedeSeesHeldInsert(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
 	pks := receiveAndRoute(t, h, at, []string{"o1"})
-	tx, err := h.beginPipe(ctx)
+	tx, err := h.beginPipe(ctx, pipePlanSQL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 		ev.add(d, counts[eventKey{d.Source, d.EventID}])
 	}
 
-	t, err := s.beginPipe(ctx)
+	t, err := s.beginPipe(ctx, pipePlanSQL)
 	if err != nil {
 		return nil, err
 	}

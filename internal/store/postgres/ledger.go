@@ -122,7 +122,7 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 	destFilter, dests := claimDestinations(p.Destinations)
 	until := p.Now.Add(p.LeaseFor)
 	var out []*store.ClaimedEffect
-	err := s.inPipe(ctx, func(t *pipeTx) error {
+	err := s.inPipePlanned(ctx, effectClaimPlanSQL, func(t *pipeTx) error {
 		type claim struct {
 			c *store.ClaimedEffect
 			// When the previous holder claimed the effect and when its
@@ -134,7 +134,6 @@ func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]
 			due time.Time
 		}
 		var got []claim
-		t.exec("pin the claim's plan", effectClaimPlanSQL)
 		if err := t.query(ctx, "claim effects", effectClaimSQL(destFilter),
 			[]any{p.Now, p.MaxRedrives, dests, store.ClampLimit(p.Limit), p.Owner, until, resumedReason},
 			func(rows pgx.Rows) error {
@@ -567,5 +566,6 @@ func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attem
 // in TestEffectClaimPlanStaleStatistics, 600 to 900 seen under load).
 // The ordered scan reads what it claims and the few rows it passes over,
 // whatever the statistics say; with neither a bitmap nor a sort to
-// choose, it is the only plan left.
-const effectClaimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+// choose, it is the only plan left. It extends the settings of every
+// pipelined transaction (pipePlanSettings), in the same statement.
+const effectClaimPlanSQL = `SELECT ` + pipePlanSettings + `, set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`

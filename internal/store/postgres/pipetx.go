@@ -47,16 +47,39 @@ type queued struct {
 	scan  func(pgx.Rows) error
 }
 
-// beginPipe takes a connection and queues BEGIN.
-func (s *Store) beginPipe(ctx context.Context) (*pipeTx, error) {
+// beginPipe takes a connection and queues BEGIN and plan, the settings
+// its statements are planned under (pipePlanSQL, or one that extends it).
+func (s *Store) beginPipe(ctx context.Context, plan string) (*pipeTx, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	t := &pipeTx{conn: conn, batch: &pgx.Batch{}}
 	t.exec("begin", "BEGIN")
+	t.exec("plan settings", plan)
 	return t, nil
 }
+
+// pipePlanSettings plan a pipelined transaction's statements once per
+// connection, as lookups of the keys they name. Each of them takes arrays,
+// so PostgreSQL's own choice (plan_cache_mode auto) was a fresh plan at
+// every execution: a plan made for the arrays at hand always looks
+// cheaper than one made without them, and planning was the largest share
+// of PostgreSQL's CPU at a light load (BENCHMARKS.md, "Generic plans for
+// the pipelined transactions"). A generic plan cannot see how long the
+// arrays are, and with scans and hash or merge joins allowed it read
+// small tables whole (the fence 56 buffers a call where 8 do); with them
+// off, the only plans left are index probes per key, which is what these
+// statements are (TestPipelinePlans proves each generic plan, and
+// TestEntityPlansWithStatistics the entities' on a large table). The
+// settings end with the transaction, so list pages and other reads keep
+// plans made for their arguments. Every statement a pipe runs is written
+// for pipes alone: a generic plan is kept per statement and connection,
+// and one made outside a pipe under other settings would be reused here.
+const pipePlanSettings = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
+
+// pipePlanSQL applies pipePlanSettings.
+const pipePlanSQL = `SELECT ` + pipePlanSettings
 
 // exec queues a statement whose result only matters as success.
 func (t *pipeTx) exec(label, sql string, args ...any) {
@@ -176,7 +199,12 @@ func (t *pipeTx) rollback() {
 // inPipe runs fn in a pipelined transaction and commits it; any error
 // rolls the whole of it back.
 func (s *Store) inPipe(ctx context.Context, fn func(*pipeTx) error) error {
-	t, err := s.beginPipe(ctx)
+	return s.inPipePlanned(ctx, pipePlanSQL, fn)
+}
+
+// inPipePlanned is inPipe with plan instead of pipePlanSQL.
+func (s *Store) inPipePlanned(ctx context.Context, plan string, fn func(*pipeTx) error) error {
+	t, err := s.beginPipe(ctx, plan)
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ func TestSupersedePlanOnSmallTables(t *testing.T) {
 		arr(func(int) string { return "true" }), arr(func(int) string { return at.Format(time.RFC3339) }),
 		arr(func(i int) string { return fmt.Sprint(i) }),
 	}, ", ")
-	got := genericPlan(t, h.pool, supersedeOlderManySQL, "EXECUTE plan_me("+args+")")
+	got := genericPlan(t, h.pool, pipePlanSQL, supersedeOlderManySQL, "EXECUTE plan_me("+args+")")
 	t.Logf("supersede, generic plan on 200 effects:\n%s", got)
 	if !strings.Contains(got, "effects_open") || strings.Contains(got, "effects_flow") {
 		t.Errorf("the lookup of open effects does not read effects_open alone:\n%s", got)
@@ -76,7 +76,7 @@ func TestSupersedePlanOnSmallTables(t *testing.T) {
 	for i, a := range qargs {
 		literals[i] = fmt.Sprintf("'%v'", a)
 	}
-	generic := genericPlan(t, h.pool, q, "EXECUTE plan_me("+strings.Join(literals, ", ")+")")
+	generic := genericPlan(t, h.pool, "", q, "EXECUTE plan_me("+strings.Join(literals, ", ")+")")
 	t.Logf("a flow's effects, custom plan:\n%s", custom)
 	t.Logf("a flow's effects, generic plan:\n%s", generic)
 	// A custom plan knows the flow and may read it by another index; the
