@@ -271,3 +271,24 @@ func TestBackendCPU(t *testing.T) {
 		t.Fatalf("total %v over %d backends, want %v over 3", sum, n, want)
 	}
 }
+
+// TestPrintTopStatements: each listed statement shows its calls per
+// webhook and the buffers one call read, on one line.
+func TestPrintTopStatements(t *testing.T) {
+	c := &pgCost{events: 200, top: []pgStatement{
+		{calls: 300, buffers: 4500, query: "SELECT 1\n  FROM entities"},
+		{calls: 0, buffers: 0, query: "COMMIT"},
+	}}
+	var b strings.Builder
+	printTopStatements(&b, "pg2", c)
+	got := b.String()
+	for _, want := range []string{
+		"pg2: statements by calls per event:",
+		"1.50          15.0  SELECT 1 FROM entities",
+		"0.00           0.0  COMMIT",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}

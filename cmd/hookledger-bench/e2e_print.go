@@ -122,10 +122,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 			if len(r.pg.top) == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "\n%s: statements by calls per event:\n", r.target)
-			for _, st := range r.pg.top {
-				fmt.Fprintf(w, "  %7.2f  %s\n", r.pg.perEvent(st.calls), oneLine(st.query, 110))
-			}
+			printTopStatements(w, r.target, r.pg)
 		}
 	}
 
@@ -301,4 +298,21 @@ func (r *e2eResult) pgCPUPerEvent() string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", float64(sum)/float64(time.Millisecond)/float64(max(r.acked, 1)))
+}
+
+// printTopStatements lists a PostgreSQL target's most frequent statements
+// with the buffers each call read: set beside another target's list, a
+// statement that reads more per call with two processes than with one
+// (claims passing over rows the other process holds) stands out from one
+// that only ran slower on a busier machine.
+func printTopStatements(w io.Writer, target string, c *pgCost) {
+	fmt.Fprintf(w, "\n%s: statements by calls per event:\n", target)
+	fmt.Fprintf(w, "  %11s  %12s  %s\n", "calls/event", "buffers/call", "statement")
+	for _, st := range c.top {
+		perCall := 0.0
+		if st.calls > 0 {
+			perCall = float64(st.buffers) / float64(st.calls)
+		}
+		fmt.Fprintf(w, "  %11.2f  %12.1f  %s\n", c.perEvent(st.calls), perCall, oneLine(st.query, 100))
+	}
 }
