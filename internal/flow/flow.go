@@ -104,15 +104,46 @@ type Engine struct {
 	// routing is true while the background loop's router runs: at most
 	// one at a time, beside the claims (see fill).
 	routing atomic.Bool
+	// routeWanted and claimWanted say what the loop's next round should
+	// look for: set by whatever may have made events routable (the
+	// receiver, a full routed page) or entities ready (a routed page, an
+	// entity released with work left, a claim that filled every slot),
+	// and by the poll; taken by the round that looks (see fill).
+	routeWanted, claimWanted atomic.Bool
+	// claimErr is the last claim's error (under mu): a round that claims
+	// nothing reports it, so that a store that is down stays one failure
+	// in the log, not a failure and a recovery per round.
+	claimErr error
 
 	// prepareHook, set only by tests, runs before an item's expressions:
 	// it stands in for an expression that panics.
 	prepareHook func(*store.WorkItem)
 }
 
-// Wake makes an idle background loop look for work now (the receiver calls
-// it after storing events a flow subscribes to).
-func (e *Engine) Wake() { e.loop.Wake() }
+// Wake makes an idle background loop look for work now: events to route
+// and entities to claim.
+func (e *Engine) Wake() {
+	e.routeWanted.Store(true)
+	e.claimWanted.Store(true)
+	e.loop.Wake()
+}
+
+// WakeRouting makes an idle background loop route now, and claim only
+// once what it routed made entities ready (the receiver calls it after
+// storing events a flow subscribes to: they need routing before any
+// entity has work).
+func (e *Engine) WakeRouting() {
+	e.routeWanted.Store(true)
+	e.loop.Wake()
+}
+
+// wantAll asks the next round to look for everything: at start and on
+// the poll, which is how work another process made ready, and entities
+// deferred into the future, are found.
+func (e *Engine) wantAll() {
+	e.routeWanted.Store(true)
+	e.claimWanted.Store(true)
+}
 
 // New returns an engine over the store's pipeline.
 func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
@@ -162,7 +193,8 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "entity processing", 0),
 		apiSlots: map[string]chan struct{}{},
 	}
-	e.loop = loop.New("processing", e.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock})
+	e.loop = loop.New("processing", e.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
+		OnPoll: e.wantAll})
 	dests := map[string]*config.Destination{}
 	for i := range cfg.Destinations {
 		dests[cfg.Destinations[i].Name] = &cfg.Destinations[i]
@@ -203,7 +235,10 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 
 // Start runs routing and processing in the background until Stop (or
 // until ctx ends). A second call returns loop.ErrStarted.
-func (e *Engine) Start(ctx context.Context) error { return e.loop.Start(ctx) }
+func (e *Engine) Start(ctx context.Context) error {
+	e.wantAll()
+	return e.loop.Start(ctx)
+}
 
 // Stop ends the background loop and waits, within ctx, for the entities in
 // flight (their context is canceled; unfinished work stays pending and
@@ -230,42 +265,48 @@ func (e *Engine) Stop(ctx context.Context) error {
 // in line held every freed slot idle for its duration, and on PostgreSQL
 // under load (a page of 200 events in 100-300 ms) one process settled
 // barely more entities per second than its slots per page.
+//
+// A round routes only when asked to (routeWanted) and claims only when
+// asked to (claimWanted). Doing both on every wake cost, for one event
+// at a light load, three routing takes and three claims where one of
+// each finds it: the receiver's wake claimed before anything was routed,
+// the routed page's wake took an empty page, and the entity's release
+// did both again (BENCHMARKS.md, "What a lone webhook asks of the
+// database"). The poll asks for both.
 func (e *Engine) fill(ctx context.Context) (more bool, err error) {
-	if e.routing.CompareAndSwap(false, true) {
-		e.running.Add(1)
-		go func() {
-			defer e.running.Done()
-			routed, rerr := e.RouteOnce(ctx)
-			e.routing.Store(false)
-			switch {
-			case rerr != nil && ctx.Err() == nil:
-				e.errs.Fail("routing failed", rerr)
-			case routed > 0:
-				e.loop.Wake()
-			}
-		}()
+	if e.routeWanted.Swap(false) {
+		e.route(ctx)
+	}
+	if !e.claimWanted.Swap(false) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return false, e.claimErr
 	}
 	e.mu.Lock()
 	free := e.opts.Workers - e.inflight
+	if free <= 0 {
+		defer e.mu.Unlock()
+		// Every slot is busy: the next entity to finish claims.
+		e.claimWanted.Store(true)
+		return false, e.claimErr
+	}
 	e.inflight += free // promised now; given back below when unused
 	e.mu.Unlock()
-	var leases []*store.Lease
-	if free > 0 {
-		leases, err = e.st.EntityClaim(ctx, &store.EntityClaimParams{
-			Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: free,
-		})
-		if err != nil {
-			err = fmt.Errorf("claim entities: %w", err)
-		}
+	leases, err := e.st.EntityClaim(ctx, &store.EntityClaimParams{
+		Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: free,
+	})
+	if err != nil {
+		err = fmt.Errorf("claim entities: %w", err)
 	}
 	e.mu.Lock()
 	e.inflight -= free - len(leases)
+	e.claimErr = err
 	e.mu.Unlock()
 	for _, l := range leases {
 		e.running.Add(1)
 		go func() {
 			defer e.running.Done()
-			_, perr := e.safeProcess(ctx, l)
+			_, drained, perr := e.safeProcess(ctx, l)
 			switch {
 			case perr == nil:
 				e.errs.OK()
@@ -275,7 +316,17 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 			e.mu.Lock()
 			e.inflight--
 			e.mu.Unlock()
-			e.loop.Wake()
+			// An entity released with no work left readies nothing: its
+			// freed slot is worth a claim only when one was asked for
+			// while the slots were busy. Any other end (work routed
+			// while it was processed, a deferral, a lost lease, an
+			// error) may have left it ready.
+			if !drained {
+				e.claimWanted.Store(true)
+			}
+			if e.claimWanted.Load() {
+				e.loop.Wake()
+			}
 		}()
 	}
 	// Another round at once only when the claim filled every free slot,
@@ -285,19 +336,59 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	// again after every claim cost an empty claim, and an empty routing
 	// take beside it, per event at light load (BENCHMARKS.md, "Empty
 	// claims at light load").
-	return free > 0 && len(leases) == free, err
+	more = len(leases) == free
+	if more {
+		e.claimWanted.Store(true)
+	}
+	return more, err
+}
+
+// routePage is how many events one routing take reads.
+const routePage = 200
+
+// route starts a routing take on its own goroutine unless one runs
+// already; then it asks that take's end to wake the loop for another, as
+// the running take may have read its page before the events that asked.
+func (e *Engine) route(ctx context.Context) {
+	if !e.routing.CompareAndSwap(false, true) {
+		e.routeWanted.Store(true)
+		// The take may have ended between the swap and the store, and
+		// not seen the request: then this round's caller wakes.
+		if !e.routing.Load() {
+			e.loop.Wake()
+		}
+		return
+	}
+	e.running.Add(1)
+	go func() {
+		defer e.running.Done()
+		routed, rerr := e.RouteOnce(ctx)
+		e.routing.Store(false)
+		if rerr != nil && ctx.Err() == nil {
+			e.errs.Fail("routing failed", rerr)
+		}
+		if routed > 0 {
+			e.claimWanted.Store(true)
+		}
+		if routed >= routePage {
+			e.routeWanted.Store(true)
+		}
+		if routed > 0 || e.routeWanted.Load() {
+			e.loop.Wake()
+		}
+	}()
 }
 
 // safeProcess processes one entity; a panic that escapes (a bug, never an
 // expression: those are contained per item) is an error, not the end of
 // the process. The lease runs out and the work stays pending.
-func (e *Engine) safeProcess(ctx context.Context, l *store.Lease) (n int, err error) {
+func (e *Engine) safeProcess(ctx context.Context, l *store.Lease) (n int, drained bool, err error) {
 	err = loop.Safe(e.log, "processing of "+l.Flow+"/"+l.Entity, func() error {
 		var perr error
-		n, perr = e.processEntity(ctx, l)
+		n, drained, perr = e.processEntity(ctx, l)
 		return perr
 	})
-	return n, err
+	return n, drained, err
 }
 
 // Step routes one batch of events and processes one round of entities,
@@ -329,7 +420,7 @@ func (e *Engine) Drain(ctx context.Context) error {
 func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 	var evs []*store.RoutableEvent
 	var ds []*store.RouteDecision
-	n, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 200, Now: e.clk.Now(),
+	n, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: routePage, Now: e.clk.Now(),
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
 			for _, ev := range page {
@@ -462,7 +553,7 @@ func (e *Engine) ProcessOnce(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := e.safeProcess(ctx, l)
+			n, _, err := e.safeProcess(ctx, l)
 			mu.Lock()
 			total += n
 			if err != nil {

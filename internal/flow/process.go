@@ -104,7 +104,9 @@ func (e *errTransient) Unwrap() error { return e.err }
 const apiBusyDelay = 500 * time.Millisecond
 
 // processEntity settles the leased entity's pending work in order.
-func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error) {
+// drained is true when the last settle released the entity with no work
+// left: then nothing of it is ready for a claim.
+func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int, drained bool, err error) {
 	f := e.flows[l.Flow]
 	release := func(retryAt time.Time) {
 		// Releasing on a fresh context: a canceled caller must not leave
@@ -119,7 +121,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 		// Work for a flow no longer in the config stays visible as pending.
 		e.log.Warn("pending work for a flow that is not configured", "flow", l.Flow, "entity", l.Entity)
 		release(e.clk.Now().Add(time.Hour))
-		return 0, nil
+		return 0, false, nil
 	}
 	if slots := e.apiSlots[f.Source]; slots != nil && f.Version.Mode == config.ModeRefetch {
 		// The bulkhead of the source's API: when it already has its
@@ -131,25 +133,24 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			defer func() { <-slots }()
 		default:
 			release(e.clk.Now().Add(apiBusyDelay))
-			return 0, nil
+			return 0, false, nil
 		}
 	}
 	const page = 50
-	settled := 0
 	for {
 		listed := e.lister.Do(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: page})
 		items, err := listed.items, listed.err
 		if err != nil {
 			release(time.Time{})
-			return settled, fmt.Errorf("list work of %s/%s: %w", l.Flow, l.Entity, err)
+			return settled, false, fmt.Errorf("list work of %s/%s: %w", l.Flow, l.Entity, err)
 		}
 		if len(items) == 0 {
 			release(time.Time{})
-			return settled, nil
+			return settled, false, nil
 		}
 		if e.clk.Now().After(l.Until) {
 			// The lease ran out: another worker may own the entity now.
-			return settled, nil
+			return settled, false, nil
 		}
 		// The page's items are prepared first and settled in one
 		// transaction (FlowApplyBatch, grouped with other entities'
@@ -195,11 +196,11 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			results, err := settledPage.Results, settledPage.Err
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
-				return settled, nil
+				return settled, false, nil
 			}
 			if err != nil {
 				release(e.clk.Now().Add(e.opts.RetryDelay))
-				return settled, fmt.Errorf("apply %s/%s: %w", l.Flow, l.Entity, err)
+				return settled, false, fmt.Errorf("apply %s/%s: %w", l.Flow, l.Entity, err)
 			}
 			for i, res := range results {
 				it := items[i]
@@ -218,12 +219,12 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 				}
 			}
 			if results[len(results)-1].Released {
-				return settled, nil
+				return settled, true, nil
 			}
 		}
 		if deferred {
 			release(e.clk.Now().Add(e.opts.RetryDelay))
-			return settled, nil
+			return settled, false, nil
 		}
 		if len(ps) < len(items) {
 			continue // the rest of the page, under the lease check above
@@ -233,7 +234,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (int, error)
 			// since keeps the entity pending, so a later claim finds it.
 			// Releasing now saves listing again to learn it is empty.
 			release(time.Time{})
-			return settled, nil
+			return settled, false, nil
 		}
 	}
 }

@@ -135,10 +135,11 @@ flows:
 	}
 }
 
-// claimCounter passes every call to the store and counts entity claims.
+// claimCounter passes every call to the store and counts entity claims
+// and routing takes.
 type claimCounter struct {
 	store.Store
-	claims atomic.Int64
+	claims, takes atomic.Int64
 }
 
 func (c *claimCounter) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
@@ -146,53 +147,117 @@ func (c *claimCounter) EntityClaim(ctx context.Context, p *store.EntityClaimPara
 	return c.Store.EntityClaim(ctx, p)
 }
 
-// The background loop claims again at once only after a claim that filled
-// every free slot. With the poll out of the way, one event processed alone
-// wakes the loop three times (the event stored, its page routed, its entity
-// finished), so it may cost three claims; going round again after every
-// claim that found something made it four.
-func TestLoopClaimsOnlyWhenWoken(t *testing.T) {
-	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+`flows:
-  - name: orders
-    source: shop
-    events: ["order.*"]
-    entity: event.order_id
-    version: {mode: revision, revision: event.rev}
-`)
+func (c *claimCounter) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
+	c.takes.Add(1)
+	return c.Store.EventRouteNext(ctx, p)
+}
+
+// startCounted starts f's engine in the background over a store that
+// counts claims and routing takes, with the poll out of the way.
+func startCounted(t *testing.T, f *fixture, workers int) *claimCounter {
+	t.Helper()
 	cc := &claimCounter{Store: f.st}
-	f.eng = New(f.cfg, cc, Options{Clock: f.clk, Workers: 4, LeaseFor: time.Hour, PollInterval: time.Hour})
+	f.eng = New(f.cfg, cc, Options{Clock: f.clk, Workers: workers, LeaseFor: time.Hour, PollInterval: time.Hour})
 	if err := f.eng.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := f.eng.Stop(ctx); err != nil {
 			t.Error(err)
 		}
-	}()
+	})
+	return cc
+}
+
+// waitApplied waits for the event to be applied, then for the slots to
+// empty and the wakes they send to be handled.
+func waitApplied(t *testing.T, f *fixture, eventID string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for f.disposition("shop", eventID) != "applied" {
+		if time.Now().After(deadline) {
+			t.Fatalf("event %s not applied after 30 s", eventID)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	for f.eng.inFlight() > 0 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+const ordersFlow = `flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.rev}
+`
+
+// The background loop routes only when asked to and claims only when
+// asked to. With the poll out of the way, one event processed alone is
+// one routing take and one claim: the receiver asks for routing, the
+// routed page for a claim, and the entity released with nothing left asks
+// for nothing. Doing both on every wake made it three of each.
+func TestLoopClaimsOnlyWhenWoken(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
+	cc := startCounted(t, f, 4)
 	const n = 5
 	for i := range n {
 		id := fmt.Sprint("evt-", i)
 		f.send("shop", id, fmt.Sprintf(`{"order_id":"o%d","rev":1}`, i))
-		f.eng.Wake()
-		deadline := time.Now().Add(30 * time.Second)
-		for f.disposition("shop", id) != "applied" {
-			if time.Now().After(deadline) {
-				t.Fatalf("event %d not applied after 30 s (%d claims so far)", i, cc.claims.Load())
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		// Let the entity's release and the claim it wakes settle.
-		for f.eng.inFlight() > 0 {
-			time.Sleep(2 * time.Millisecond)
-		}
-		time.Sleep(20 * time.Millisecond)
+		f.eng.WakeRouting() // as the receiver does after storing
+		waitApplied(t, f, id)
 	}
-	// One claim when the loop starts, at most three per event.
-	if got := cc.claims.Load(); got > 1+3*n {
-		t.Errorf("%d entity claims for %d events processed one at a time, want at most %d", got, n, 1+3*n)
+	// One of each when the loop starts, one of each per event.
+	if got := cc.claims.Load(); got > 1+n {
+		t.Errorf("%d entity claims for %d events processed one at a time, want at most %d", got, n, 1+n)
 	}
+	if got := cc.takes.Load(); got > 1+n {
+		t.Errorf("%d routing takes for %d events processed one at a time, want at most %d", got, n, 1+n)
+	}
+}
+
+// An entity made ready while every slot is busy is claimed when a slot
+// frees, without the poll: the claim its routed page asked for waits for
+// the slot, although the entity that frees it was drained.
+func TestLoopClaimsWhenASlotFrees(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
+	cc := startCounted(t, f, 1)
+	hold, entered := make(chan struct{}), make(chan struct{}, 1)
+	f.eng.prepareHook = func(it *store.WorkItem) {
+		if it.Entity == "o1" {
+			entered <- struct{}{}
+			<-hold
+		}
+	}
+	f.send("shop", "evt-1", `{"order_id":"o1","rev":1}`)
+	f.eng.WakeRouting()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("o1 not processed after 30 s")
+	}
+	// o1 holds the only slot; o2 is routed and ready meanwhile.
+	f.send("shop", "evt-2", `{"order_id":"o2","rev":1}`)
+	f.eng.WakeRouting()
+	deadline := time.Now().Add(30 * time.Second)
+	for cc.takes.Load() < 2 || f.eng.routing.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("evt-2 not routed after 30 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Let the loop handle the routed page's wake while the slot is busy.
+	time.Sleep(50 * time.Millisecond)
+	if got := cc.claims.Load(); got != 2 {
+		t.Errorf("%d entity claims before the slot freed, want 2 (the start's and o1's)", got)
+	}
+	close(hold)
+	waitApplied(t, f, "evt-1")
+	waitApplied(t, f, "evt-2")
 }
 
 // inFlight is how many entities the background loop holds slots for.

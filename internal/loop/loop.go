@@ -34,6 +34,10 @@ type Options struct {
 	Logger       *slog.Logger
 	// Clock times the log windows of repeated failures (default real).
 	Clock clock.Clock
+	// OnPoll, when set, runs before a step that the poll started, not a
+	// wake or a step's asking for more: a step that is told by its wakers
+	// what to look for (flow.Engine) looks for everything on the poll.
+	OnPoll func()
 }
 
 // Loop runs a Step in the background.
@@ -116,6 +120,9 @@ func (l *Loop) run(ctx context.Context) {
 			return
 		case <-l.wake:
 		case <-t.C:
+			if l.opts.OnPoll != nil {
+				l.opts.OnPoll()
+			}
 		}
 	}
 }

@@ -107,6 +107,42 @@ func TestWakeRunsAnIdleLoop(t *testing.T) {
 	}
 }
 
+// OnPoll runs before the rounds the poll starts, and not before a round a
+// wake starts.
+func TestOnPollRunsOnlyOnThePoll(t *testing.T) {
+	var polls atomic.Int64
+	ran := make(chan int64, 100)
+	l := New("test", func(ctx context.Context) (bool, error) { ran <- polls.Load(); return false, nil },
+		Options{PollInterval: time.Hour, OnPoll: func() { polls.Add(1) }})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(context.Background())
+	if got := <-ran; got != 0 {
+		t.Errorf("the first round saw %d polls, want 0", got)
+	}
+	l.Wake()
+	if got := <-ran; got != 0 {
+		t.Errorf("a woken round saw %d polls, want 0", got)
+	}
+
+	polled := New("test", func(ctx context.Context) (bool, error) { ran <- polls.Load(); return false, nil },
+		Options{PollInterval: time.Millisecond, OnPoll: func() { polls.Add(1) }})
+	if err := polled.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer polled.Stop(context.Background())
+	<-ran // the first round runs at start
+	select {
+	case got := <-ran:
+		if got < 1 {
+			t.Errorf("a polled round saw %d polls, want at least 1", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the poll did not run the step")
+	}
+}
+
 // A panic in a step is an error of that round: it is logged with its
 // stack, and the loop runs again.
 func TestPanicInStepKeepsTheLoopRunning(t *testing.T) {

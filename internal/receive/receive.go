@@ -59,7 +59,7 @@ type Options struct {
 	// unrouted at once (nil: the processor decides later).
 	Router Router
 	// OnStored is called after a commit that stored events some flow
-	// wants (the processor's Wake).
+	// wants (the processor's WakeRouting).
 	OnStored   func()
 	Store      Auditor
 	Clock      clock.Clock

@@ -202,7 +202,7 @@ func (s *Server) Run(ctx context.Context) error {
 		// Effects record when deadline_risk starts to warn about them.
 		DeadlineWarnShare: s.cfg.Signals.DeadlineWarnShare,
 	})
-	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, OnStored: engine.Wake,
+	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, OnStored: engine.WakeRouting,
 		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
 	if err != nil {
 		_ = writer.Stop(context.Background())
