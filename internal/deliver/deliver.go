@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -120,6 +121,16 @@ type Worker struct {
 	next     int // where the next round of claims starts, for fairness
 	calls    sync.WaitGroup
 
+	// claimErr is the last claim's error (under mu): a round that claims
+	// nothing reports it, so that a store that is down stays one failure
+	// in the log, not a failure and a recovery per round.
+	claimErr error
+
+	// claimWanted says the loop's next round should claim: set by a wake
+	// (effects written), the poll, a claim that used all the room it was
+	// given or found none; taken by the round that claims (see fill).
+	claimWanted atomic.Bool
+
 	// errs keeps a failing store or destination from filling the log.
 	errs  *logging.Repeats
 	loop  *loop.Loop
@@ -128,7 +139,10 @@ type Worker struct {
 
 // Wake makes an idle background loop look for due effects now (the
 // processor calls it after creating effects).
-func (w *Worker) Wake() { w.loop.Wake() }
+func (w *Worker) Wake() {
+	w.claimWanted.Store(true)
+	w.loop.Wake()
+}
 
 // New builds a worker for the configured destinations.
 func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
@@ -174,7 +188,10 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		inflight: map[string]int{},
 		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
 	}
-	w.loop = loop.New("delivery", w.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock})
+	// The poll is how effects coming due (retries, reconciliations) and
+	// effects another process wrote are found: it asks for a claim.
+	w.loop = loop.New("delivery", w.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
+		OnPoll: func() { w.claimWanted.Store(true) }})
 	for k, a := range opts.Actions {
 		w.actions[k] = a
 	}
@@ -278,6 +295,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	w.claimWanted.Store(true)
 	return w.loop.Start(ctx)
 }
 
@@ -302,25 +320,45 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // fill is the background loop's step: it claims as many due effects as
 // there are free slots, each destination at most up to its own cap, and
-// starts a call for each. A call that ends frees its slot and wakes the
-// loop, so the next effect is claimed at once.
+// starts a call for each. A call that ends frees its slot and, when a
+// claim waits for one, wakes the loop, so the next effect is claimed at
+// once.
 //
 // It asks for another round at once only when another claim may find
 // more (see claim). A claim shorter than its room took every effect due
-// at its destination, and what becomes due later wakes the loop (a call
-// ending, processing writing effects) or is found by the poll. Going
-// round again after every claim cost one empty claim per effect at light
-// load (BENCHMARKS.md, "Empty claims at light load").
+// at its destination, and what becomes due later wakes the loop
+// (processing writing effects) or is found by the poll. Going round again
+// after every claim cost one empty claim per effect at light load
+// (BENCHMARKS.md, "Empty claims at light load").
+//
+// A round claims only when asked to (claimWanted), and a call that ends
+// asks only when a claim waited for its slot: a call ending makes no
+// effect due, and claiming after each one cost an empty claim per effect
+// at a light load (BENCHMARKS.md, "What a lone webhook asks of the
+// database").
 func (w *Worker) fill(ctx context.Context) (more bool, err error) {
+	if !w.claimWanted.Swap(false) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return false, w.claimErr
+	}
 	claims, more, err := w.claim(ctx)
+	w.mu.Lock()
+	w.claimErr = err
+	w.mu.Unlock()
 	for _, c := range claims {
 		w.calls.Add(1)
 		go func() {
 			defer w.calls.Done()
 			w.run(ctx, c)
 			w.release(c)
-			w.loop.Wake()
+			if w.claimWanted.Load() {
+				w.loop.Wake()
+			}
 		}()
+	}
+	if more {
+		w.claimWanted.Store(true)
 	}
 	return more, err
 }
@@ -355,6 +393,8 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		d := w.names[(w.next+i)%len(w.names)]
 		room := min(w.caps[d]-w.inflight[d], free)
 		if room <= 0 {
+			// At its max_in_flight: the next of its calls to end claims.
+			w.claimWanted.Store(true)
 			continue
 		}
 		asks = append(asks, ask{d, room})
@@ -364,6 +404,10 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		w.total += room
 	}
 	w.next = (w.next + 1) % len(w.names)
+	if partial {
+		// The slots ran out: the next call to end claims.
+		w.claimWanted.Store(true)
+	}
 	w.mu.Unlock()
 	if len(asks) == 0 {
 		return nil, false, nil

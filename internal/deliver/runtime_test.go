@@ -396,8 +396,73 @@ flows:
 	if got := calls.Load(); got != n {
 		t.Fatalf("%d calls for %d effects", got, n)
 	}
-	// One claim when the worker starts, at most two per effect.
-	if got := cc.claims.Load(); got > 1+2*n {
-		t.Errorf("%d claims for %d effects delivered one at a time, want at most %d", got, n, 1+2*n)
+	// One claim when the worker starts, one per effect: the call's end
+	// asks for none.
+	if got := cc.claims.Load(); got > 1+n {
+		t.Errorf("%d claims for %d effects delivered one at a time, want at most %d", got, n, 1+n)
+	}
+}
+
+// An effect that came due while its destination was at max_in_flight is
+// claimed when that destination's call ends, without the poll.
+func TestWorkerClaimsWhenASlotFrees(t *testing.T) {
+	hold, entered := make(chan struct{}), make(chan struct{}, 4)
+	var calls atomic.Int64
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			entered <- struct{}{}
+			<-hold
+		}
+	}))
+	defer dest.Close()
+	r := newRuntime(t, "", "", 4, nil, fmt.Sprintf(`destinations:
+  - name: healthy
+    base_url: %s
+    allow_private_networks: true
+    max_in_flight: 1
+sources:
+  - name: shop
+    kind: hmac
+    secrets: [x]
+    hmac: {header: X-Sig}
+flows:
+  - name: orders
+    source: shop
+    events: ["*"]
+    entity: event.id
+    version: {mode: revision, revision: event.rev}
+    effects:
+      - {name: to_healthy, destination: healthy, request: {path: '"/y"'}}
+`, dest.URL))
+	cc := &effectClaimCounter{Store: r.st}
+	w, err := deliver.New(r.cfg, cc, deliver.Options{Workers: 4, LeaseFor: time.Hour, Clock: r.clk, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	r.ordersFrom(t, 0, 1)
+	w.Wake()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first effect was not called after 30 s")
+	}
+	// The first call holds the destination's only slot.
+	r.ordersFrom(t, 1, 1)
+	w.Wake()
+	time.Sleep(50 * time.Millisecond) // let the loop take the wake while the slot is busy
+	close(hold)
+	waitUntil(t, "both effects done", func() bool { return r.count(t, "healthy", store.EffectDone) == 2 })
+	if got := calls.Load(); got != 2 {
+		t.Errorf("%d calls for 2 effects", got)
 	}
 }
