@@ -121,11 +121,6 @@ type Worker struct {
 	next     int // where the next round of claims starts, for fairness
 	calls    sync.WaitGroup
 
-	// claimErr is the last claim's error (under mu): a round that claims
-	// nothing reports it, so that a store that is down stays one failure
-	// in the log, not a failure and a recovery per round.
-	claimErr error
-
 	// claimWanted says the loop's next round should claim: set by a wake
 	// (effects written), the poll, a claim that used all the room it was
 	// given or found none; taken by the round that claims (see fill).
@@ -338,14 +333,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 // database").
 func (w *Worker) fill(ctx context.Context) (more bool, err error) {
 	if !w.claimWanted.Swap(false) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return false, w.claimErr
+		return false, loop.ErrIdle
 	}
 	claims, more, err := w.claim(ctx)
-	w.mu.Lock()
-	w.claimErr = err
-	w.mu.Unlock()
 	for _, c := range claims {
 		w.calls.Add(1)
 		go func() {

@@ -110,10 +110,6 @@ type Engine struct {
 	// entity released with work left, a claim that filled every slot),
 	// and by the poll; taken by the round that looks (see fill).
 	routeWanted, claimWanted atomic.Bool
-	// claimErr is the last claim's error (under mu): a round that claims
-	// nothing reports it, so that a store that is down stays one failure
-	// in the log, not a failure and a recovery per round.
-	claimErr error
 
 	// prepareHook, set only by tests, runs before an item's expressions:
 	// it stands in for an expression that panics.
@@ -278,17 +274,15 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 		e.route(ctx)
 	}
 	if !e.claimWanted.Swap(false) {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return false, e.claimErr
+		return false, loop.ErrIdle
 	}
 	e.mu.Lock()
 	free := e.opts.Workers - e.inflight
 	if free <= 0 {
-		defer e.mu.Unlock()
+		e.mu.Unlock()
 		// Every slot is busy: the next entity to finish claims.
 		e.claimWanted.Store(true)
-		return false, e.claimErr
+		return false, loop.ErrIdle
 	}
 	e.inflight += free // promised now; given back below when unused
 	e.mu.Unlock()
@@ -300,7 +294,6 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	}
 	e.mu.Lock()
 	e.inflight -= free - len(leases)
-	e.claimErr = err
 	e.mu.Unlock()
 	for _, l := range leases {
 		e.running.Add(1)

@@ -22,6 +22,12 @@ import (
 // ErrStarted is returned by a second Start: a loop runs once.
 var ErrStarted = errors.New("loop already started")
 
+// ErrIdle is what a step returns when it was asked to do nothing this
+// round (flow.Engine, deliver.Worker: a wake that asked for other work).
+// Such a round is neither a failure nor a recovery: a store that is down
+// stays one failure in the log, not a failure and a recovery per round.
+var ErrIdle = errors.New("nothing asked of this round")
+
 // Step does one round of work. more reports that work may be waiting, so
 // the loop runs again at once instead of sleeping until a wake-up or the
 // poll interval.
@@ -104,6 +110,7 @@ func (l *Loop) run(ctx context.Context) {
 	for {
 		more, err := l.safeStep(ctx)
 		switch {
+		case errors.Is(err, ErrIdle):
 		case err != nil && ctx.Err() == nil:
 			l.errs.Fail(l.name+" step failed", err)
 		case err == nil:

@@ -107,6 +107,41 @@ func TestWakeRunsAnIdleLoop(t *testing.T) {
 	}
 }
 
+// A round that returns ErrIdle neither logs a failure nor ends one: the
+// failure before it is still the one logged when the next round fails.
+func TestIdleRoundIsNeitherFailureNorRecovery(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	results := make(chan error)
+	l := New("test", func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-results:
+			return false, err
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}, Options{PollInterval: time.Millisecond, Logger: log})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(context.Background())
+	for _, err := range []error{ErrIdle, errors.New("store down"), ErrIdle, ErrIdle, errors.New("store down"), ErrIdle} {
+		results <- err
+	}
+	results <- nil // recovered
+	results <- nil // a round after it, so the recovery above was handled
+	logs := buf.String()
+	if strings.Contains(logs, ErrIdle.Error()) || !strings.Contains(logs, "store down") {
+		t.Errorf("an idle round was logged as a failure, or the failure was not:\n%s", logs)
+	}
+	if n := strings.Count(logs, "step failed"); n != 1 {
+		t.Errorf("%q logged %d times, want once:\n%s", "step failed", n, logs)
+	}
+	if n := strings.Count(logs, "recovered"); n != 1 {
+		t.Errorf("recovery logged %d times, want once:\n%s", n, logs)
+	}
+}
+
 // OnPoll runs before the rounds the poll starts, and not before a round a
 // wake starts.
 func TestOnPollRunsOnlyOnThePoll(t *testing.T) {
@@ -198,3 +233,22 @@ func TestSafe(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// syncBuffer is a bytes.Buffer that a loop's goroutine may write while the
+// test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
