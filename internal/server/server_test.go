@@ -586,6 +586,15 @@ func TestStoreOutageIsLoggedOnceAndRecoveryToo(t *testing.T) {
 	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", dbName); err != nil {
 		t.Fatal(err)
 	}
+	// A terminated backend ends on its own time, and one still alive could
+	// store the first webhook: the outage begins when none is left.
+	waitFor(t, "the server's connections to end", func() bool {
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", dbName).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
 	for i := range 20 {
 		body := stripeBody(fmt.Sprintf("evt_down_%d", i), "invoice.paid", "")
 		if code, _, _ := h.post("/hooks/stripe", body, stripeHeader(body, stripeSecret, t0)); code != 503 {
