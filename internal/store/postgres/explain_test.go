@@ -79,29 +79,38 @@ func readPlan(t *testing.T, rows pgx.Rows) (plan string, removed, returned int) 
 // first, in a transaction with the rest.
 func genericPlan(t *testing.T, pool *pgxpool.Pool, setup, sql, execute string) string {
 	t.Helper()
-	ctx := context.Background()
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A session of its own: its prepared statement and setting end with it.
-	conn := pc.Hijack()
-	defer conn.Close(ctx) //nolint:errcheck // a throwaway session
 	qs := []string{`SET plan_cache_mode = force_generic_plan`}
 	if setup != "" {
 		qs = append(qs, `BEGIN`, setup)
 	}
-	for _, q := range append(qs, `PREPARE plan_me AS `+sql) {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%v\n%s", err, q)
-		}
-	}
-	rows, err := conn.Query(ctx, `EXPLAIN (COSTS OFF) `+execute)
+	conn := preparedSession(t, pool, sql, qs...)
+	defer conn.Close(context.Background()) //nolint:errcheck // a throwaway session
+	rows, err := conn.Query(context.Background(), `EXPLAIN (COSTS OFF) `+execute)
 	if err != nil {
 		t.Fatalf("explain: %v\n%s", err, execute)
 	}
 	plan, _, _ := readPlan(t, rows)
 	return plan
+}
+
+// preparedSession takes a session of its own out of pool (its prepared
+// statement and settings end with it: the caller closes it), runs setup
+// in it and prepares sql as plan_me.
+func preparedSession(t *testing.T, pool *pgxpool.Pool, sql string, setup ...string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pc.Hijack()
+	for _, q := range append(setup, `PREPARE plan_me AS `+sql) {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			conn.Close(ctx) //nolint:errcheck // a throwaway session
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	return conn
 }
 
 // explainGeneric is explainWith for the plan a pipelined transaction runs:
@@ -112,17 +121,8 @@ func genericPlan(t *testing.T, pool *pgxpool.Pool, setup, sql, execute string) s
 func explainGeneric(t *testing.T, pool *pgxpool.Pool, setup, opts, sql string, args ...any) (plan string, removed, returned int) {
 	t.Helper()
 	ctx := context.Background()
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := pc.Hijack()
+	conn := preparedSession(t, pool, sql, `BEGIN`, setup)
 	defer conn.Close(ctx) //nolint:errcheck // a throwaway session
-	for _, q := range []string{`BEGIN`, setup, `PREPARE plan_me AS ` + sql} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%v\n%s", err, q)
-		}
-	}
 	// EXECUTE takes its arguments as SQL: each one is written as a literal
 	// of the type PostgreSQL inferred for its parameter.
 	var types []string

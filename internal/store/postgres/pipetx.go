@@ -67,11 +67,13 @@ func (s *Store) beginPipe(ctx context.Context, plan string) (*pipeTx, error) {
 // cheaper than one made without them, and planning was the largest share
 // of PostgreSQL's CPU at a light load (BENCHMARKS.md, "Generic plans for
 // the pipelined transactions"). A generic plan cannot see how long the
-// arrays are, and with scans and hash or merge joins allowed it read
-// small tables whole (the fence 56 buffers a call where 8 do); with them
-// off, the only plans left are index probes per key, which is what these
-// statements are (TestPipelinePlans proves each generic plan, and
-// TestEntityPlansWithStatistics the entities' on a large table). The
+// arrays are, and with sequential scans allowed it read small tables
+// whole (the fence 56 buffers a call where 8 do); with them off, it reads
+// the keys the statement names by index, which is what these statements
+// are (TestPipelinePlans proves each generic plan, and
+// TestEntityPlansWithStatistics the entities' on a large table). Hash
+// joins stay allowed: they join a page's arrays to the rows found by key
+// (with them off, nested loops compared every pair). The
 // settings end with the transaction, so list pages and other reads keep
 // plans made for their arguments. Every statement a pipe runs is written
 // for pipes alone: a generic plan is kept per statement and connection,
