@@ -342,20 +342,16 @@ func (c *effectClaimCounter) EffectClaim(ctx context.Context, p *store.EffectCla
 	return c.Store.EffectClaim(ctx, p)
 }
 
-// The background loop claims again at once only after a claim that took
-// all the room it was given. With the poll out of the way, one effect
-// delivered alone wakes the worker twice (the effect written, its call
-// ended), so it may cost two claims; going round again after every claim
-// that found something made it three.
-func TestWorkerClaimsOnlyWhenWoken(t *testing.T) {
-	var calls atomic.Int64
-	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
-	defer dest.Close()
+// startCountedWorker starts a worker in the background for one flow
+// whose effects go to destURL (at most maxInFlight at once), over a store that counts
+// claims, with the poll out of the way; it is stopped when the test ends.
+func startCountedWorker(t *testing.T, destURL string, maxInFlight int) (*rt, *deliver.Worker, *effectClaimCounter) {
+	t.Helper()
 	r := newRuntime(t, "", "", 4, nil, fmt.Sprintf(`destinations:
   - name: healthy
     base_url: %s
     allow_private_networks: true
-    max_in_flight: 4
+    max_in_flight: %d
 sources:
   - name: shop
     kind: hmac
@@ -369,7 +365,7 @@ flows:
     version: {mode: revision, revision: event.rev}
     effects:
       - {name: to_healthy, destination: healthy, request: {path: '"/y"'}}
-`, dest.URL))
+`, destURL, maxInFlight))
 	cc := &effectClaimCounter{Store: r.st}
 	w, err := deliver.New(r.cfg, cc, deliver.Options{Workers: 4, LeaseFor: time.Hour, Clock: r.clk, PollInterval: time.Hour})
 	if err != nil {
@@ -378,13 +374,26 @@ flows:
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := w.Stop(ctx); err != nil {
 			t.Error(err)
 		}
-	}()
+	})
+	return r, w, cc
+}
+
+// The background loop claims only when asked to. With the poll out of the
+// way, one effect delivered alone is one claim: the effect written asks
+// for it, and the call's end asks for none. Claiming after every call made
+// it two, and going round again after every claim that found something
+// three.
+func TestWorkerClaimsOnlyWhenWoken(t *testing.T) {
+	var calls atomic.Int64
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer dest.Close()
+	r, w, cc := startCountedWorker(t, dest.URL, 4)
 	const n = 5
 	for i := range n {
 		r.ordersFrom(t, i, 1)
@@ -415,40 +424,7 @@ func TestWorkerClaimsWhenASlotFrees(t *testing.T) {
 		}
 	}))
 	defer dest.Close()
-	r := newRuntime(t, "", "", 4, nil, fmt.Sprintf(`destinations:
-  - name: healthy
-    base_url: %s
-    allow_private_networks: true
-    max_in_flight: 1
-sources:
-  - name: shop
-    kind: hmac
-    secrets: [x]
-    hmac: {header: X-Sig}
-flows:
-  - name: orders
-    source: shop
-    events: ["*"]
-    entity: event.id
-    version: {mode: revision, revision: event.rev}
-    effects:
-      - {name: to_healthy, destination: healthy, request: {path: '"/y"'}}
-`, dest.URL))
-	cc := &effectClaimCounter{Store: r.st}
-	w, err := deliver.New(r.cfg, cc, deliver.Options{Workers: 4, LeaseFor: time.Hour, Clock: r.clk, PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	r, w, _ := startCountedWorker(t, dest.URL, 1)
 	r.ordersFrom(t, 0, 1)
 	w.Wake()
 	select {
