@@ -493,19 +493,19 @@ func forwarded(hd http.Header) (proto, host string) {
 	return strings.ToLower(firstOf(hd.Get("X-Forwarded-Proto"))), firstOf(hd.Get("X-Forwarded-Host"))
 }
 
-// checkIdentities rejects identities that are not text PostgreSQL can hold
-// or that exceed store.MaxIdentityBytes, so bad input is a precise 400 to
-// the sender rather than a store failure it would retry forever (an index
-// entry has a size limit) or a page of the admin API megabytes long.
+// checkIdentities refuses identities that are not text every driver stores
+// and every header can carry (store.CheckID: no NUL, valid UTF-8, no control
+// characters, at most store.MaxIdentityBytes), so bad input is a precise
+// 400 to the sender rather than a store failure it would retry forever (an
+// index entry has a size limit), an effect no retry can deliver (the event
+// id travels in the causation header) or a page of the admin API
+// megabytes long.
 func checkIdentities(ev envelope.Event) error {
 	for _, f := range []struct{ name, v string }{
 		{"event id", ev.EventID}, {"type", ev.Type}, {"entity", ev.Entity}, {"account", ev.Account},
 	} {
-		if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
-			return fmt.Errorf("%s is not valid UTF-8 text", f.name)
-		}
-		if len(f.v) > store.MaxIdentityBytes {
-			return fmt.Errorf("%s is %d bytes long; the limit is %d", f.name, len(f.v), store.MaxIdentityBytes)
+		if err := store.CheckID(f.name, f.v); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -197,12 +197,12 @@ func TestIdentityLengthCap(t *testing.T) {
 	r := newRig(t, yaml, nil)
 	long := strings.Repeat("e", store.MaxIdentityBytes+1)
 	code, body, _ := do(t, r.signed("app", long, swBody(long, "order.created"), nil))
-	if code != 400 || !strings.Contains(body, "event id is 513 bytes long; the limit is 512") {
+	if code != 400 || !strings.Contains(body, "event id: is 513 bytes long; the limit is 512") {
 		t.Fatalf("long event id: got %d %s, want 400 naming the event id and the limit", code, body)
 	}
 	longType := strings.Repeat("t", store.MaxIdentityBytes+1)
 	code, body, _ = do(t, r.signed("app", "msg_2", swBody("msg_2", longType), nil))
-	if code != 400 || !strings.Contains(body, "type is 513 bytes long") {
+	if code != 400 || !strings.Contains(body, "type: is 513 bytes long") {
 		t.Fatalf("long type: got %d %s, want 400 naming the type", code, body)
 	}
 	if n := len(r.events()); n != 0 {
@@ -212,6 +212,45 @@ func TestIdentityLengthCap(t *testing.T) {
 	ok := strings.Repeat("k", store.MaxIdentityBytes)
 	if code, body, _ := do(t, r.signed("app", ok, swBody(ok, "order.created"), nil)); code != 200 {
 		t.Fatalf("id at the limit: got %d %s, want 200", code, body)
+	}
+}
+
+// An identity must be text every driver stores and every header can
+// carry: NUL, invalid UTF-8 and control characters in the event id or the
+// type are refused at the door with 400 naming the field, and nothing is
+// stored (an event id with U+0085 used to be stored, and every effect of
+// it went dead on its causation header).
+func TestIdentityTextRules(t *testing.T) {
+	yaml := baseConfig + "  - name: pay\n    kind: stripe\n    secrets: [whsec_test_secret]\n"
+	r := newRig(t, yaml, nil)
+	stripeBody := func(id, typ string) []byte {
+		return []byte(fmt.Sprintf(`{"id":"%s","object":"event","type":"%s","created":1793696340,"data":{"object":{"id":"cus_1"}}}`, id, typ))
+	}
+	rawSW := func(typ string) []byte { return []byte(`{"type":"` + typ + `","data":{}}`) }
+	for _, tc := range []struct {
+		name string
+		req  *http.Request
+		want string
+	}{
+		// The id header may carry UTF-8 (obs-text), so U+0085 reaches the
+		// receiver in a Standard Webhooks id.
+		{"C1 in the id header", r.signed("app", "ctl\u0085id", swBody("x", "order.created"), nil), "event id: holds the control character U+0085"},
+		{"ESC in a body id", r.signed("pay", "", stripeBody(`esc\u001bid`, "customer.updated"), nil), "event id: holds the control character U+001B"},
+		{"NUL in a body id", r.signed("pay", "", stripeBody(`nul\u0000id`, "customer.updated"), nil), "event id: holds a NUL character"},
+		{"NUL in the type", r.signed("app", "msg_t", rawSW(`order\u0000created`), nil), "type: holds a NUL character"},
+		{"DEL in the type", r.signed("app", "msg_u", rawSW(`order\u007fcreated`), nil), "type: holds the control character U+007F"},
+	} {
+		code, resp, _ := do(t, tc.req)
+		if code != 400 || !strings.Contains(resp, tc.want) {
+			t.Errorf("%s: got %d %s, want 400 with %q", tc.name, code, resp, tc.want)
+		}
+	}
+	if n := len(r.events()); n != 0 {
+		t.Fatalf("%d events stored, want none", n)
+	}
+	// A line separator is text, not a control character.
+	if code, resp, _ := do(t, r.signed("pay", "", stripeBody(`sep\u2028id`, "customer.updated"), nil)); code != 200 {
+		t.Fatalf("U+2028 in an id: got %d %s, want 200", code, resp)
 	}
 }
 
