@@ -1,6 +1,7 @@
 package expr
 
 import (
+	"math"
 	"errors"
 	"fmt"
 	"strconv"
@@ -190,7 +191,9 @@ func (d *decoder) next(closing byte, where string) (bool, error) {
 }
 
 // number reads a number as the JSON grammar spells it and converts it as
-// json.Number's Int64, then Float64, would (a float out of range is ±Inf).
+// json.Number's Int64, then Float64, would. A number beyond the range of a
+// float64 is refused: as ±Inf it would reach states and requests as the
+// string "Infinity", a value the sender never sent.
 func (d *decoder) number() (any, error) {
 	start := d.i
 	digits := func() int {
@@ -235,6 +238,12 @@ func (d *decoder) number() (any, error) {
 		}
 	}
 	f, _ := strconv.ParseFloat(text, 64)
+	if math.IsInf(f, 0) {
+		if len(text) > 24 {
+			text = text[:24] + "…"
+		}
+		return nil, fmt.Errorf("number %s is beyond the range of a 64-bit float (offset %d)", text, start)
+	}
 	return f, nil
 }
 

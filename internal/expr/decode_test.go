@@ -3,6 +3,7 @@ package expr_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -12,7 +13,9 @@ import (
 )
 
 // decodeOracle is what DecodeJSON must answer: encoding/json's Decoder
-// with UseNumber, numbers converted as json.Number's Int64 then Float64.
+// with UseNumber, numbers converted as json.Number's Int64 then Float64,
+// except that a number beyond the range of a float64 is an error where
+// encoding/json would give ±Inf.
 func decodeOracle(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -20,27 +23,37 @@ func decodeOracle(b []byte) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	return oracleNumbers(v), nil
+	return oracleNumbers(v)
 }
 
-func oracleNumbers(v any) any {
+var errBeyondFloat = errors.New("number beyond the range of a float64")
+
+func oracleNumbers(v any) (any, error) {
+	var err error
 	switch x := v.(type) {
 	case json.Number:
 		if i, err := x.Int64(); err == nil {
-			return i
+			return i, nil
 		}
 		f, _ := x.Float64()
-		return f
+		if math.IsInf(f, 0) {
+			return nil, errBeyondFloat
+		}
+		return f, nil
 	case []any:
 		for i := range x {
-			x[i] = oracleNumbers(x[i])
+			if x[i], err = oracleNumbers(x[i]); err != nil {
+				return nil, err
+			}
 		}
 	case map[string]any:
 		for k := range x {
-			x[k] = oracleNumbers(x[k])
+			if x[k], err = oracleNumbers(x[k]); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return v
+	return v, nil
 }
 
 // sameValue is reflect.DeepEqual with NaN-free floats compared by bits, so
@@ -80,7 +93,8 @@ func sameValue(a, b any) bool {
 var decodeCases = []string{
 	`{"a":1,"b":[true,false,null],"c":"x"}`,
 	`{"a":1,"a":2}`,
-	`{"n":9223372036854775807,"m":9223372036854775808,"f":1.5,"e":1e3,"z":-0,"fz":-0.0,"big":1e400}`,
+	`{"n":9223372036854775807,"m":9223372036854775808,"f":1.5,"e":1e3,"z":-0,"fz":-0.0,"small":1e-400}`,
+	`{"big":1e400}`, `[-1e309]`,
 	`{"s":"tab\tquote\" back\\ slash\/ uni\u00e9 pair\ud83d\ude00 lone\ud83d x lone2\ude00 hi\ud83d\u0041"}`,
 	"{\"bad\":\"\xff\xfe ok \xe2\x82\"}",
 	"{\"bad\":\"\xe2\\n\xa9\"}",

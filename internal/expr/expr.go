@@ -377,7 +377,11 @@ func native(v ref.Val) (any, error) {
 		}
 		return int64(u), nil
 	case types.DoubleType:
-		return v.Value().(float64), nil
+		f := v.Value().(float64)
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, fmt.Errorf("result is %v, which JSON cannot represent", f)
+		}
+		return f, nil
 	case types.StringType:
 		return v.Value().(string), nil
 	}
@@ -387,28 +391,43 @@ func native(v ref.Val) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("result of type %s cannot be represented as JSON", v.Type().TypeName())
 	}
-	return normalize(pv.(*structpb.Value).AsInterface()), nil
+	return fromStruct(pv.(*structpb.Value))
 }
 
-// normalize turns the float64 numbers of structpb into int64 where they
-// are integral, so 3 stays 3 and not 3.0 in states and requests.
-func normalize(v any) any {
-	switch x := v.(type) {
-	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-			return int64(x)
+// fromStruct is structpb's AsInterface with its numbers normalized: an
+// integral float64 becomes int64, so 3 stays 3 and not 3.0 in states and
+// requests. A number that is not finite is an error, where AsInterface
+// gives the strings "Infinity" and "NaN": a state must never carry a
+// value nobody computed.
+func fromStruct(v *structpb.Value) (any, error) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		x := k.NumberValue
+		switch {
+		case math.IsInf(x, 0) || math.IsNaN(x):
+			return nil, fmt.Errorf("result holds %v, which JSON cannot represent", x)
+		case x == math.Trunc(x) && math.Abs(x) < 1<<53:
+			return int64(x), nil
 		}
-		return x
-	case []any:
-		for i := range x {
-			x[i] = normalize(x[i])
+		return x, nil
+	case *structpb.Value_ListValue:
+		out := make([]any, len(k.ListValue.GetValues()))
+		for i, e := range k.ListValue.GetValues() {
+			var err error
+			if out[i], err = fromStruct(e); err != nil {
+				return nil, err
+			}
 		}
-		return x
-	case map[string]any:
-		for k := range x {
-			x[k] = normalize(x[k])
+		return out, nil
+	case *structpb.Value_StructValue:
+		out := make(map[string]any, len(k.StructValue.GetFields()))
+		for name, e := range k.StructValue.GetFields() {
+			var err error
+			if out[name], err = fromStruct(e); err != nil {
+				return nil, err
+			}
 		}
-		return x
+		return out, nil
 	}
-	return v
+	return v.AsInterface(), nil
 }

@@ -142,3 +142,21 @@ func TestConstantAndConcatLiterals(t *testing.T) {
 		}
 	}
 }
+
+// A number that is not finite never becomes a value: structpb renders it
+// as the string "Infinity" or "NaN", which a state or request would then
+// carry as if the sender had sent it.
+func TestNonFiniteResultsAreErrors(t *testing.T) {
+	vars := Vars{VarEvent: map[string]any{"x": 1.0, "zero": 0.0}}
+	for _, src := range []string{`event.x / event.zero`, `{"v": event.x / event.zero}`, `[-event.x / event.zero]`, `{"n": {"v": event.zero / event.zero}}`} {
+		j, err := mustCompile(t, src).EvalJSON(vars)
+		if err == nil || strings.Contains(string(j), "Infinity") {
+			t.Errorf("%s = %s %v, want an error", src, j, err)
+		} else if !strings.Contains(err.Error(), "JSON cannot represent") {
+			t.Errorf("%s: error %v does not say why", src, err)
+		}
+	}
+	if j, err := mustCompile(t, `{"v": [event.x * 3.0, 2.5]}`).EvalJSON(vars); err != nil || string(j) != `{"v":[3,2.5]}` {
+		t.Errorf("finite numbers = %s %v", j, err)
+	}
+}

@@ -493,8 +493,10 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 			r.Failed = "entity: " + err.Error()
 		case entity == "":
 			r.Failed = "entity: the expression gave an empty id"
-		case len(entity) > store.MaxIdentityBytes:
-			r.Failed = fmt.Sprintf("entity: the expression gave an id of %d bytes; the limit is %d", len(entity), store.MaxIdentityBytes)
+		case store.CheckID("entity", entity) != nil:
+			// An entity is an identity: stored in keys on every driver and
+			// sent in idempotency headers (store.CheckID).
+			r.Failed = store.CheckID("entity", entity).Error()
 		default:
 			r.Entity = entity
 			r.OrderKey, err = orderKey(f, ev, vars)

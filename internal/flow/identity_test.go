@@ -41,7 +41,7 @@ func TestComputedEntityIsCapped(t *testing.T) {
 	}
 	found := false
 	for _, a := range rows {
-		if a.EventID == "evt-long" && strings.Contains(a.Detail, "513 bytes; the limit is 512") {
+		if a.EventID == "evt-long" && strings.Contains(a.Detail, "entity: is 513 bytes long; the limit is 512") {
 			found = true
 		}
 	}
@@ -49,7 +49,7 @@ func TestComputedEntityIsCapped(t *testing.T) {
 		t.Fatalf("no audit row gives the reason: %+v", rows)
 	}
 	// A person must hear of it at the default level, with the reason.
-	if !strings.Contains(logs.String(), "level=WARN msg=\"event dead-lettered\" source=shop event_id=evt-long flow=orders reason=\"entity: the expression gave an id of 513 bytes") {
+	if !strings.Contains(logs.String(), "level=WARN msg=\"event dead-lettered\" source=shop event_id=evt-long flow=orders reason=\"entity: is 513 bytes long; the limit is 512") {
 		t.Fatalf("the dead letter is not logged at WARN with its reason:\n%s", logs.String())
 	}
 }

@@ -90,6 +90,11 @@ func occurredKey(f *config.Flow, ev *store.RoutableEvent, vars expr.Vars) (strin
 	if err != nil {
 		return "", fmt.Errorf("version.tie_break: %w", err)
 	}
+	// The tie-break is part of the order key and of the version, so of
+	// every episode key: an identity.
+	if err := store.CheckID("version.tie_break", tb); err != nil {
+		return "", err
+	}
 	return sortInt(ev.OccurredAt.UnixMicro()) + "|" + tb, nil
 }
 
@@ -307,6 +312,9 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
+	if err := store.CheckJSON("state", state); err != nil {
+		return nil, err
+	}
 	p.State = state
 	stateVal, _ := expr.DecodeJSON(state)
 	vars[expr.VarState] = stateVal
@@ -424,9 +432,17 @@ func buildRequest(method string, ce *config.CompiledEffect, vars expr.Vars) (jso
 			return nil, fmt.Errorf("request.body: %w", err)
 		}
 	}
+	if err := outbound.CheckPath(r.Path); err != nil {
+		return nil, fmt.Errorf("request.path: %w", err)
+	}
 	for h, prog := range ce.Headers {
 		v, err := prog.EvalString(vars)
 		if err != nil {
+			return nil, fmt.Errorf("request.headers.%s: %w", h, err)
+		}
+		// Refused here, with the event, rather than sent to the
+		// delivery worker as an effect that no retry can deliver.
+		if err := outbound.CheckHeaderValue(v); err != nil {
 			return nil, fmt.Errorf("request.headers.%s: %w", h, err)
 		}
 		if r.Headers == nil {
@@ -437,6 +453,9 @@ func buildRequest(method string, ce *config.CompiledEffect, vars expr.Vars) (jso
 	out, err := expr.Canonical(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	if err := store.CheckJSON("request", out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

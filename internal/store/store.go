@@ -183,6 +183,9 @@ type EventRoute struct {
 	Entity string
 	// Disposition is accepted while the flow's work is pending.
 	Disposition Disposition
+	// Reason says why the route ended as it did (a dead letter's cause, a
+	// stale or duplicate event's comparison); empty when there is none.
+	Reason string
 }
 
 // AddEventRoute records one work row's route on its event, for drivers that

@@ -540,14 +540,14 @@ func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
 		pks[i] = e.PK
 	}
 	// Flows sort in byte order, as SQLite sorts them.
-	rows, err := s.pool.Query(ctx, `SELECT event_pk, flow, entity, disposition FROM work
+	rows, err := s.pool.Query(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
 		WHERE event_pk = ANY($1) ORDER BY event_pk, flow COLLATE "C", replay_id`, pks)
 	if err != nil {
 		return fmt.Errorf("routes: %w", err)
 	}
 	var pk int64
 	var r store.EventRoute
-	_, err = pgx.ForEachRow(rows, []any{&pk, &r.Flow, &r.Entity, &r.Disposition}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason}, func() error {
 		store.AddEventRoute(byPK[pk], r)
 		return nil
 	})

@@ -573,7 +573,7 @@ func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
 	if err != nil {
 		return fmt.Errorf("routes: %w", err)
 	}
-	rows, err := s.readQuery(ctx, `SELECT event_pk, flow, entity, disposition FROM work
+	rows, err := s.readQuery(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
 		WHERE event_pk IN (SELECT value FROM json_each(?)) ORDER BY event_pk, flow, replay_id`, string(list))
 	if err != nil {
 		return fmt.Errorf("routes: %w", err)
@@ -582,7 +582,7 @@ func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
 	for rows.Next() {
 		var pk int64
 		var r store.EventRoute
-		if err := rows.Scan(&pk, &r.Flow, &r.Entity, &r.Disposition); err != nil {
+		if err := rows.Scan(&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason); err != nil {
 			return fmt.Errorf("routes: %w", err)
 		}
 		store.AddEventRoute(byPK[pk], r)
