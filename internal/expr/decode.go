@@ -1,9 +1,9 @@
 package expr
 
 import (
-	"math"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
