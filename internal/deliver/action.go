@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/outbound"
@@ -173,12 +174,21 @@ type storedRequest struct {
 	Body    json.RawMessage   `json:"body"`
 }
 
-// excerpt trims a response for storage: evidence, not a copy, and never
-// more than n bytes.
+// excerpt trims a response for storage: evidence, not a copy, never more
+// than n bytes, and text every driver stores (whatever the destination
+// answered): cut on a character boundary, invalid UTF-8 and NUL shown as
+// "?". A response PostgreSQL refuses would leave its attempt unsettled.
 func excerpt(b []byte, n int) string {
-	s := strings.ToValidUTF8(string(b), "?")
-	if len(s) > n {
-		return s[:n] + "…"
+	cut := len(b) > n
+	if cut {
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+		b = b[:n]
+	}
+	s := strings.ReplaceAll(strings.ToValidUTF8(string(b), "?"), "\x00", "?")
+	if cut {
+		return s + "…"
 	}
 	return s
 }

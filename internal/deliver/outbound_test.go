@@ -204,8 +204,11 @@ func TestPayloadCannotEscapeThePath(t *testing.T) {
 		{"absolute URL", "http://evil.example/x", `'entity'`, "URL"},
 		{"credentials and host", "@evil.example/x", `'entity'`, "credentials"},
 		{"backslash", `..\admin`, `'"/orders/" + entity'`, "backslash"},
-		{"CRLF in the path", "o1\r\nX-Admin: 1", `'"/orders/" + pathEscape(entity) + "/" + entity'`, "control character"},
-		{"CRLF in a header", "o1\r\nX-Admin: 1", `'"/orders/" + pathEscape(entity)'`, "control character"},
+		// An entity holds no control character (it is an identity), and a
+		// header value with one is refused when the effect would be made
+		// (TestCraftedPathsNeverReachAnotherListener); a path computed
+		// from other data is refused here.
+		{"CRLF in the path", "o1", `'"/orders/" + pathEscape(entity) + (entity == "o1" ? "\r\nX-Admin: 1" : "")'`, "control character"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := newRecorder(t)

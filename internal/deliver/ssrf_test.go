@@ -39,12 +39,9 @@ func TestCraftedPathsNeverReachAnotherListener(t *testing.T) {
 		{"climb, escaped by the flow", "../../stolen", `'"/orders/" + pathEscape(entity)'`, "", "dot segment"},
 		{"backslashes", `..\..\stolen`, `'"/orders/" + entity'`, "", "backslash"},
 		{"backslash host", `\\` + victim + `\stolen`, `'"/orders/" + entity'`, "", "backslash"},
-		{"CRLF in the path", "o1 HTTP/1.1\r\nHost: " + victim + "\r\n\r\nGET /stolen", `'"/orders/" + entity'`, "", "control character"},
-		{"CRLF in a header", "o1\r\nHost: " + victim, `'"/orders/" + pathEscape(entity)'`, "X-Order: 'entity'", "control character"},
-		// A literal NUL in a path is refused when the config is loaded,
-		// and one from the payload by outbound.CheckPath (its tests); a
-		// header value the flow computes can hold one.
-		{"NUL in a header", "o1", `'"/orders/" + pathEscape(entity)'`, `X-Order: 'entity + (entity == "o1" ? "\u0000" : "")'`, "control character"},
+		// An entity is an identity and holds no control character; a path
+		// can still be computed from other fields.
+		{"CRLF in the path", "o1", `'"/orders/" + entity + (entity == "o1" ? " HTTP/1.1\r\nHost: ` + victim + `\r\n\r\nGET /stolen" : "")'`, "", "control character"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := newRecorder(t)
@@ -69,6 +66,33 @@ func TestCraftedPathsNeverReachAnotherListener(t *testing.T) {
 			}
 			if got := dest.requests(); len(got) != 0 {
 				t.Fatalf("the destination was called with a crafted request: %q", got)
+			}
+		})
+	}
+	// A header value computed from the payload with CR, LF or NUL is
+	// refused when the effect would be made: the event is dead-lettered
+	// with the reason, and no effect exists that no retry could deliver.
+	for _, tc := range []struct{ name, id, header string }{
+		{"CRLF in a header", "o1", `X-Order: 'entity + (entity == "o1" ? "\r\nHost: ` + victim + `" : "")'`},
+		{"NUL in a header", "o1", `X-Order: 'entity + (entity == "o1" ? "\u0000" : "")'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dest := newRecorder(t)
+			x := newWorld(t, setup{baseURL: dest.URL + "/api", dest: "auth: {bearer: api-token}",
+				request: `path: '"/orders/" + pathEscape(entity)'` + "\nheaders: {" + key + ", " + tc.header + "}"})
+			x.commit(tc.id, 1)
+			if es := x.effects(); len(es) != 0 {
+				t.Fatalf("effects %+v, want none", es)
+			}
+			ev := x.event(fmt.Sprintf("evt_%s_1", tc.id))
+			if ev.Disposition != store.DispositionDeadLettered || len(ev.Routes) != 1 ||
+				!strings.Contains(ev.Routes[0].Reason, "request.headers.X-Order: value contains a control character") {
+				t.Fatalf("event %s, routes %+v: want dead_lettered naming the header", ev.Disposition, ev.Routes)
+			}
+			x.clk.Advance(7 * time.Hour)
+			x.drain()
+			if got := append(other.requests(), dest.requests()...); len(got) != 0 {
+				t.Fatalf("a listener was called: %q", got)
 			}
 		})
 	}

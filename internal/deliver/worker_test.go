@@ -220,6 +220,20 @@ func newWorld(t *testing.T, s setup) *world {
 // approved.
 func (x *world) order(id string, rev int) *store.Effect {
 	x.t.Helper()
+	x.commit(id, rev)
+	key := fmt.Sprintf("orders:%s:r%d:charge", id, rev)
+	for _, e := range x.effects() {
+		if e.EpisodeKey == key {
+			return e
+		}
+	}
+	x.t.Fatalf("no effect %s", key)
+	return nil
+}
+
+// commit stores one order event and processes it.
+func (x *world) commit(id string, rev int) {
+	x.t.Helper()
 	x.events++
 	body := fmt.Sprintf(`{"order_id":%q,"rev":%d,"state":"PAID"}`, id, rev)
 	res, err := x.st.InboxCommit(x.ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{
@@ -233,14 +247,16 @@ func (x *world) order(id string, rev int) *store.Effect {
 	if err := x.eng.Drain(x.ctx); err != nil {
 		x.t.Fatalf("process: %v", err)
 	}
-	key := fmt.Sprintf("orders:%s:r%d:charge", id, rev)
-	for _, e := range x.effects() {
-		if e.EpisodeKey == key {
-			return e
-		}
+}
+
+// event returns a stored event with its routes.
+func (x *world) event(eventID string) *store.Event {
+	x.t.Helper()
+	r, err := x.st.EventList(x.ctx, &store.EventListParams{Source: "shop", EventID: eventID, WithRoutes: true})
+	if err != nil || len(r.Events) != 1 {
+		x.t.Fatalf("event %s: %v %v", eventID, r, err)
 	}
-	x.t.Fatalf("no effect %s", key)
-	return nil
+	return r.Events[0]
 }
 
 func (x *world) effects() []*store.Effect {

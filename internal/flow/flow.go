@@ -409,14 +409,72 @@ func (e *Engine) Drain(ctx context.Context) error {
 	}
 }
 
-// RouteOnce routes up to one batch of accepted events.
+// RouteOnce routes up to one batch of accepted events. A page that the
+// database refuses (store.ErrRefused: the values of one of its events) is
+// routed again one event at a time, and the event refused alone is
+// dead-lettered with the database's reason: one event never stops the
+// routing of the others.
 func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
+	n, err := e.routePage(ctx, routePage, nil)
+	if !errors.Is(err, store.ErrRefused) {
+		return n, err
+	}
+	return e.routeAlone(ctx, routePage)
+}
+
+// routeAlone routes up to limit events one page of one at a time; the one
+// the database refuses is routed again as a dead letter with the reason.
+func (e *Engine) routeAlone(ctx context.Context, limit int) (int, error) {
+	total := 0
+	for range limit {
+		var taken int64
+		n, err := e.routePage(ctx, 1, func(pk int64) string { taken = pk; return "" })
+		if errors.Is(err, store.ErrRefused) && taken != 0 {
+			reason := refusedReason("routing", err)
+			n, err = e.routePage(ctx, 1, func(pk int64) string {
+				if pk == taken {
+					return reason
+				}
+				return ""
+			})
+		}
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// refusedReason is the reason a dead letter gives when the database
+// refused an item's values: storable text, one line, bounded.
+func refusedReason(stage string, err error) string {
+	s := logging.OneLine(err)
+	if len(s) > 500 {
+		s = s[:500] + "…"
+	}
+	return store.Storable(stage + ": the database refused a value of this event: " + s)
+}
+
+// routePage routes one page of up to limit events. refused, when set,
+// names for an event the reason to dead-letter it with instead of routing
+// it ("" routes it); it also tells the caller which events were taken.
+func (e *Engine) routePage(ctx context.Context, limit int, refused func(pk int64) string) (int, error) {
 	var evs []*store.RoutableEvent
 	var ds []*store.RouteDecision
-	n, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: routePage, Now: e.clk.Now(),
+	n, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: e.clk.Now(),
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
 			for _, ev := range page {
+				if refused != nil {
+					if why := refused(ev.PK); why != "" {
+						ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: e.failedRoutes(ev, why)})
+						continue
+					}
+				}
 				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: e.safeRoutes(ev)})
 			}
 			return ds
@@ -447,11 +505,18 @@ func (e *Engine) safeRoutes(ev *store.RoutableEvent) []store.Route {
 		routes = e.Routes(ev)
 		return nil
 	}); err != nil {
-		routes = nil
-		for _, f := range e.bySource[ev.Source] {
-			if subscribes(f, ev.Type) {
-				routes = append(routes, store.Route{Flow: f.Name, Failed: "routing: " + err.Error()})
-			}
+		routes = e.failedRoutes(ev, "routing: "+err.Error())
+	}
+	return routes
+}
+
+// failedRoutes is a failed route, with the reason, for every flow that
+// subscribes to the event: the event is dead-lettered in each.
+func (e *Engine) failedRoutes(ev *store.RoutableEvent, reason string) []store.Route {
+	var routes []store.Route
+	for _, f := range e.bySource[ev.Source] {
+		if subscribes(f, ev.Type) {
+			routes = append(routes, store.Route{Flow: f.Name, Failed: reason})
 		}
 	}
 	return routes

@@ -2,9 +2,13 @@ package flow
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite" // a second connection that installs the refusing rules
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
@@ -51,21 +55,57 @@ flows:
 func stores() map[string]func(t *testing.T) store.Store {
 	return map[string]func(t *testing.T) store.Store{
 		"sqlite": func(t *testing.T) store.Store {
-			s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "flow.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
+			s, _ := openSQLite(t)
 			return s
 		},
 		"postgres": func(t *testing.T) store.Store {
-			s, err := postgres.Open(context.Background(), pgtest.NewDatabase(t), 4)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
+			s, _ := openPostgres(t)
 			return s
 		},
+	}
+}
+
+// Each opener also returns a function that runs DDL on the store's
+// database behind its back.
+func openSQLite(t *testing.T) (store.Store, func(ddl ...string)) {
+	path := filepath.Join(t.TempDir(), "flow.db")
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, func(ddl ...string) {
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, q := range ddl {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+}
+
+func openPostgres(t *testing.T) (store.Store, func(ddl ...string)) {
+	url := pgtest.NewDatabase(t)
+	s, err := postgres.Open(context.Background(), url, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, func(ddl ...string) {
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		for _, q := range ddl {
+			if _, err := conn.Exec(context.Background(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
 	}
 }
 
@@ -152,4 +192,79 @@ func (f *fixture) event(source, eventID string) *store.Event {
 		f.t.Fatalf("event %s: %v %v", eventID, r, err)
 	}
 	return r.Events[0]
+}
+
+// A value the database refuses that no check foresaw (here a rule planted
+// in the database: a work row for entity "refused-entity", a state
+// holding "refused-state") fails its page's transaction. The engine then
+// routes and settles that page one event at a time, dead-letters the
+// event refused alone with the database's reason, and goes on: the other
+// events of the page, and the earlier events of the same entity, are
+// applied.
+func TestRefusedValuesIsolateTheirEvent(t *testing.T) {
+	rules := map[string][]string{
+		"sqlite": {
+			`CREATE TRIGGER refuse_entity BEFORE INSERT ON work WHEN NEW.entity = 'refused-entity'
+				BEGIN SELECT RAISE(ABORT, 'refused by rule'); END`,
+			`CREATE TRIGGER refuse_state BEFORE UPDATE ON entities WHEN NEW.state LIKE '%refused-state%'
+				BEGIN SELECT RAISE(ABORT, 'refused by rule'); END`,
+		},
+		"postgres": {
+			`ALTER TABLE work ADD CONSTRAINT refuse_entity CHECK (entity <> 'refused-entity') NOT VALID`,
+			`ALTER TABLE entities ADD CONSTRAINT refuse_state CHECK (state::text NOT LIKE '%refused-state%') NOT VALID`,
+		},
+	}
+	openers := map[string]func(t *testing.T) (store.Store, func(ddl ...string)){"sqlite": openSQLite, "postgres": openPostgres}
+	for name, open := range openers {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := config.Parse("flow.yaml", []byte(poisonFlows), func(string) (string, bool) { return "", false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, exec := open(t)
+			if _, err := st.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			exec(rules[name]...)
+			clk := clock.NewFake(t0)
+			f := &fixture{t: t, st: st, clk: clk, cfg: cfg, eng: New(cfg, st, Options{Clock: clk})}
+			ev := func(order string, rev int, note string) string {
+				return `{"order_id":"` + order + `","ticket":"t-` + order + `","seq":"1","revision":` + string(rune('0'+rev)) +
+					`,"note":"` + note + `","status":"paid","tag":"a"}`
+			}
+			f.send("shop", "e1", ev("o1", 1, "fine"))
+			f.send("shop", "e-entity", ev("refused-entity", 1, "fine"))
+			// PostgreSQL writes an entity's state once per page, the last
+			// one: the refused state is the page's last.
+			f.send("shop", "e2", ev("o1", 2, "fine"))
+			f.send("shop", "e3", ev("o1", 3, "refused-state"))
+			f.send("shop", "e4", ev("o2", 1, "fine"))
+			f.drain()
+
+			for id, want := range map[string]string{
+				"e-entity": "routing: the database refused a value of this event",
+				"e3":       "processing: the database refused a value of this event",
+			} {
+				got := f.event("shop", id)
+				if got.Disposition != store.DispositionDeadLettered {
+					t.Errorf("%s: %s, want dead_lettered", id, got.Disposition)
+				}
+				found := false
+				for _, r := range got.Routes {
+					found = found || (r.Flow == "orders" && strings.Contains(r.Reason, want))
+				}
+				if !found {
+					t.Errorf("%s: routes %+v, want the orders route's reason to say %q", id, got.Routes, want)
+				}
+			}
+			for _, id := range []string{"e1", "e2", "e4"} {
+				if d := f.disposition("shop", id); d != "applied" {
+					t.Errorf("%s: %s, want applied", id, d)
+				}
+			}
+			if got := sortedWords(strings.Join(f.effects("orders"), " ")); got != "orders:o1:r1:sync=superseded orders:o1:r2:sync=approved orders:o2:r1:sync=approved" {
+				t.Fatalf("effects: %s", got)
+			}
+		})
+	}
 }

@@ -199,6 +199,9 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < page
 			settledPage := e.settler.Do(ctx, ps)
 			results, err := settledPage.Results, settledPage.Err
+			if errors.Is(err, store.ErrRefused) {
+				results, err = e.settleAlone(ctx, ps)
+			}
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
 				return settled, false, nil
@@ -242,6 +245,28 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 			return settled, false, nil
 		}
 	}
+}
+
+// settleAlone settles a page that the database refused (store.ErrRefused:
+// the values of one of its items) one item at a time, in order; an item
+// refused alone is settled as a dead letter with the database's reason,
+// so one event never holds up its entity's others, and its entity is not
+// retried forever.
+func (e *Engine) settleAlone(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
+	results := make([]*store.FlowApplyResult, 0, len(ps))
+	for _, p := range ps {
+		out := e.settler.Do(ctx, []*store.FlowApplyParams{p})
+		if errors.Is(out.Err, store.ErrRefused) {
+			dead := &store.FlowApplyParams{Fail: refusedReason("processing", out.Err), Lease: p.Lease, Now: p.Now,
+				WorkID: p.WorkID, EventPK: p.EventPK, Actor: p.Actor, ReleaseIfDrained: p.ReleaseIfDrained}
+			out = e.settler.Do(ctx, []*store.FlowApplyParams{dead})
+		}
+		if out.Err != nil {
+			return results, out.Err
+		}
+		results = append(results, out.Results...)
+	}
+	return results, nil
 }
 
 // prepare computes version, state and effects for one work item. A plain
@@ -431,9 +456,6 @@ func buildRequest(method string, ce *config.CompiledEffect, vars expr.Vars) (jso
 		if r.Body, err = ce.Body.EvalJSON(vars); err != nil {
 			return nil, fmt.Errorf("request.body: %w", err)
 		}
-	}
-	if err := outbound.CheckPath(r.Path); err != nil {
-		return nil, fmt.Errorf("request.path: %w", err)
 	}
 	for h, prog := range ce.Headers {
 		v, err := prog.EvalString(vars)

@@ -405,10 +405,40 @@ type ReplayCreateParams struct {
 	Decisions []*RouteDecision
 }
 
+// StorableRoutes makes every route one that every driver writes (see
+// storableRoute); drivers call it before they write decisions.
+func StorableRoutes(ds []*RouteDecision) {
+	for _, d := range ds {
+		for i := range d.Routes {
+			storableRoute(&d.Routes[i])
+		}
+	}
+}
+
+// storableRoute makes a route one that every driver writes: an entity or
+// order key that is not storable text fails the route (a dead letter with
+// the reason) instead of failing the page it is in, and a reason is
+// storable text.
+func storableRoute(r *Route) {
+	if r.Failed == "" {
+		if err := CheckID("entity", r.Entity); err != nil {
+			r.Failed = err.Error()
+		} else if err := CheckText("order key", r.OrderKey); err != nil {
+			r.Failed = err.Error()
+		}
+		if r.Failed != "" {
+			r.Entity, r.OrderKey = "", ""
+		}
+	}
+	r.Failed = Storable(r.Failed)
+}
+
 // CheckDecisions reports a Decide answer that does not hold exactly one
 // decision for each event taken: an event taken without a decision would
-// be marked routed with no work, and lost.
+// be marked routed with no work, and lost. It makes every route storable
+// first (storableRoute), so one event's values cannot fail a page.
 func CheckDecisions(evs []*RoutableEvent, ds []*RouteDecision) error {
+	StorableRoutes(ds)
 	taken := make(map[int64]bool, len(evs))
 	for _, e := range evs {
 		taken[e.PK] = true

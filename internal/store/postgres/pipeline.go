@@ -195,6 +195,7 @@ func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParam
 // creates no duplicate work and never waits on another router: an event
 // whose router rolls back is still unrouted and found again.
 func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
+	store.StorableRoutes(p.Decisions)
 	if err := s.inPipe(ctx, func(t *pipeTx) error { return routeIn(ctx, t, p) }); err != nil {
 		return fmt.Errorf("route events: %w", err)
 	}

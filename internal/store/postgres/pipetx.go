@@ -212,9 +212,9 @@ func (s *Store) inPipePlanned(ctx context.Context, plan string, fn func(*pipeTx)
 	}
 	if err := fn(t); err != nil {
 		t.rollback()
-		return err
+		return refused(err)
 	}
-	return t.commit(ctx)
+	return refused(t.commit(ctx))
 }
 
 // rollbackTimeout bounds the ROLLBACK of a failed pipelined transaction.

@@ -181,7 +181,26 @@ func wrapErr(op string, err error) error {
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return fmt.Errorf("%s: %w", op, refused(err))
+}
+
+// refused marks an error as store.ErrRefused when PostgreSQL refused the
+// values of the statement rather than failed itself: a data exception
+// (class 22: text it cannot hold, a number out of range), a row over one
+// of its limits (class 54) or a check or not-null constraint. Anything
+// else (a lost connection, a lock, a full disk) stays what it is, and the
+// stage retries it.
+func refused(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || errors.Is(err, store.ErrRefused) || !errors.As(err, &pgErr) {
+		return err
+	}
+	switch {
+	case strings.HasPrefix(pgErr.Code, "22"), strings.HasPrefix(pgErr.Code, "54"),
+		pgErr.Code == "23502", pgErr.Code == "23514": // not_null_violation, check_violation
+		return fmt.Errorf("%w: %w", store.ErrRefused, err)
+	}
+	return err
 }
 
 // upsertEventSQL is upsertEventsSQL for one delivery: a new event that
@@ -218,7 +237,7 @@ func (s *Store) inboxSavepoints(ctx context.Context, p *store.InboxCommitParams)
 			if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT sub`); rerr != nil {
 				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
 			}
-			results[i].Err = err
+			results[i].Err = refused(err)
 		} else {
 			results[i].Items = items
 		}

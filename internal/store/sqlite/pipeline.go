@@ -97,6 +97,7 @@ func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParam
 // as a whole, which is what makes concurrent routing safe: the routed flag
 // is claimed before anything else is written.
 func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
+	store.StorableRoutes(p.Decisions)
 	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
 		for _, d := range p.Decisions {
 			if err := routeOne(ctx, tx, p.Now, d); err != nil {

@@ -237,7 +237,25 @@ func wrapErr(op string, err error) error {
 	if isUniqueViolation(err) {
 		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return fmt.Errorf("%s: %w", op, refused(err))
+}
+
+// refused marks an error as store.ErrRefused when SQLite refused the
+// values of the statement rather than failed itself: a string or blob over
+// its limit, a value of the wrong type, or a check, not-null or trigger
+// constraint. A busy or locked database, an I/O error or a full disk stay
+// what they are, and the stage retries them.
+func refused(err error) error {
+	var se *sqlite.Error
+	if err == nil || errors.Is(err, store.ErrRefused) || !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_CONSTRAINT_CHECK,
+		sqlite3.SQLITE_CONSTRAINT_NOTNULL, sqlite3.SQLITE_CONSTRAINT_TRIGGER, sqlite3.SQLITE_CONSTRAINT_DATATYPE:
+		return fmt.Errorf("%w: %w", store.ErrRefused, err)
+	}
+	return err
 }
 
 // InboxCommit writes every submission in one transaction. The common case
@@ -329,7 +347,7 @@ func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, sav
 			if _, rerr := bind(s.inbox.rollbackTo).ExecContext(ctx); rerr != nil {
 				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
 			}
-			results[i].Err = err
+			results[i].Err = refused(err)
 		default:
 			results[i].Items = items
 		}

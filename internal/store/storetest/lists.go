@@ -118,7 +118,7 @@ func testEventListFilters(t *testing.T, o Opener) {
 			{Flow: "contacts", Entity: "c9", Disposition: store.DispositionAccepted}},
 		e3: {{Flow: "deals", Entity: "deal_e1", Disposition: store.DispositionAccepted}},
 		e4: nil,
-		e5: {{Flow: "deals", Entity: "", Disposition: store.DispositionDeadLettered}},
+		e5: {{Flow: "deals", Entity: "", Disposition: store.DispositionDeadLettered, Reason: "entity: the expression gave an empty id"}},
 	}
 	got := events(t, f.s, &store.EventListParams{WithRoutes: true})
 	if len(got) != len(want) {

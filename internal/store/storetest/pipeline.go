@@ -415,6 +415,52 @@ func testRouteFailed(t *testing.T, o Opener) {
 	}
 }
 
+// testRouteUnstorable: a route whose entity or order key no driver can
+// store (NUL, invalid UTF-8, a control character) is recorded as a dead
+// letter with the reason, the same way on every driver, and the rest of
+// the page is routed. On PostgreSQL such an entity failed the page's
+// transaction at every poll, and with it all routing.
+func testRouteUnstorable(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	nul, ctl, bad, ok := f.event("evt_nul"), f.event("evt_ctl"), f.event("evt_bad"), f.event("evt_ok")
+	byPK := map[int64]store.Route{
+		nul: rt("deals", "pg\x00ord", "k"), ctl: rt("deals", "d\u0085", "k"),
+		bad: rt("deals", "d2", "k\xff"), ok: rt("deals", "d1", "k"),
+	}
+	n, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0,
+		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
+			var ds []*store.RouteDecision
+			for _, ev := range page {
+				ds = append(ds, to(ev.PK, byPK[ev.PK]))
+			}
+			return ds
+		}})
+	if err != nil || n != 4 {
+		t.Fatalf("EventRouteNext = %d, %v; want the page of 4 routed", n, err)
+	}
+	for pk, want := range map[int64]string{nul: "entity: holds a NUL character", ctl: "entity: holds the control character U+0085", bad: "order key: is not valid UTF-8"} {
+		if d := f.disposition(pk); d != store.DispositionDeadLettered {
+			t.Errorf("event %d: %s, want dead_lettered", pk, d)
+		}
+		found := false
+		for _, a := range f.audit("dead_lettered") {
+			found = found || strings.Contains(a.Detail, want)
+		}
+		if !found {
+			t.Errorf("no dead-letter audit row says %q", want)
+		}
+	}
+	if ws := f.pending("deals", "d1"); len(ws) != 1 {
+		t.Fatalf("the storable route left %d pending items, want 1", len(ws))
+	}
+	// EventRoute, with decisions given, holds to the same rule.
+	late := f.event("evt_late")
+	f.route(t0, to(late, rt("deals", "x\x00", "k")))
+	if d := f.disposition(late); d != store.DispositionDeadLettered {
+		t.Fatalf("EventRoute with a NUL entity: %s, want dead_lettered", d)
+	}
+}
+
 // seedEntities puts one pending work item on each of n entities of flow f.
 func (f *pipe) seedEntities(flow string, n int) {
 	f.t.Helper()

@@ -72,6 +72,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineRouteNextDisjointPages", testRouteNextDisjoint},
 		{"PipelineRouteNextIncompleteDecisions", testRouteNextIncomplete},
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
+		{"PipelineRouteUnstorableDeadLetters", testRouteUnstorable},
 		{"PipelineClaimExclusive", testClaimExclusive},
 		{"PipelineClaimNotBefore", testClaimNotBefore},
 		{"PipelineClaimFirstReadyFirst", testClaimFirstReadyFirst},
