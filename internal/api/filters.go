@@ -81,7 +81,17 @@ func (q *query) result() error {
 	return q.err
 }
 
-func (q *query) str(name string) string { return q.v.Get(name) }
+// str reads a text filter. Text that no store can hold (NUL, invalid
+// UTF-8) can match nothing, and PostgreSQL refuses it as a parameter, so
+// it is the client's mistake (400), never a store failure (503).
+func (q *query) str(name string) string {
+	v := q.v.Get(name)
+	if err := store.CheckText(name, v); err != nil {
+		q.fail(name, err.(*store.ValueError).Rule)
+		return ""
+	}
+	return v
+}
 
 // time reads an RFC 3339 time.
 func (q *query) time(name string) time.Time {

@@ -56,6 +56,12 @@ func TestIdempotencyKey(t *testing.T) {
 		{`"a\x"`, "", "cannot"},
 		{"effect:o:1", "", "reserved"},
 		{`"effect:o:1"`, "", "reserved"},
+		// A bare key is held to a string's characters too: bytes a
+		// store cannot hold are the client's mistake (400), never a 503.
+		{"k\xffy", "", "printable ASCII"},
+		{"a\x00b", "", "printable ASCII"},
+		{"tab\tkey", "", "printable ASCII"},
+		{"with space", "with space", ""},
 	} {
 		key, problem := idempotencyKey(tc.in)
 		if key != tc.key || (tc.problem == "") != (problem == "") || !strings.Contains(problem, tc.problem) {

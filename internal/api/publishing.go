@@ -119,6 +119,10 @@ func (ph *publishing) postMessage(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, publish.ErrTooLarge):
 		writeProblem(w, http.StatusRequestEntityTooLarge, "Payload too large", strings.TrimPrefix(err.Error(), publish.ErrTooLarge.Error()+": "))
 		return
+	case errors.Is(err, store.ErrRefused):
+		// The values of this message, not the store: a retry cannot help.
+		writeProblem(w, http.StatusBadRequest, "Invalid message", "the store refused a value of this message; it cannot be stored as sent")
+		return
 	case err != nil:
 		ph.h.log.Error("publish failed", "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -163,6 +167,14 @@ func idempotencyKey(v string) (key, problem string) {
 	}
 	if strings.HasPrefix(v, "effect:") {
 		return "", `Idempotency-Key values starting with "effect:" are reserved for messages that flows publish`
+	}
+	// A bare key is held to a string's characters too (printable ASCII):
+	// a byte the store cannot hold would otherwise come back as a 503,
+	// which the client retries forever.
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e {
+			return "", fmt.Sprintf("the Idempotency-Key holds the byte 0x%02X at %d; a key is printable ASCII", c, i)
+		}
 	}
 	return v, ""
 }

@@ -71,6 +71,12 @@ func DecodeMessage(body []byte) (*Message, string, error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, "", invalid("data: a JSON object is required")
 	}
+	// What no store can hold is refused here, the same on every driver:
+	// PostgreSQL's jsonb refuses U+0000, and a store failure would be
+	// answered 503, which the client retries forever.
+	if err := store.CheckJSON("data", m.Data); err != nil {
+		return nil, "", invalid("%v", err)
+	}
 	fp, err := Fingerprint(body)
 	if err != nil {
 		return nil, "", invalid("body: %v", err)

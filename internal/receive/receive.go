@@ -355,6 +355,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 	if err == nil {
 		err = res.Err
 	}
+	if errors.Is(err, store.ErrRefused) {
+		// The values of this delivery, not the store: a retry of the same
+		// bytes cannot succeed, so the answer is a client error.
+		h.log.Warn("webhook refused by the store", "source", src.cfg.Name, "err", logging.OneLine(err))
+		return reply(w, http.StatusBadRequest, Response{Error: "the store refused a value of this event; it cannot be stored as sent"})
+	}
 	if err != nil {
 		return h.unavailable(w, src, err)
 	}
