@@ -453,3 +453,30 @@ func TestCommitTimeoutMustBeBelowWriteTimeout(t *testing.T) {
 		t.Fatalf("default commit_timeout with write_timeout 4s = %s, want 2s", got)
 	}
 }
+
+// A delivery the store refuses for its values (a rule planted in the
+// database stands in for a value no check foresaw) is the sender's
+// problem, not the store's: 400, nothing stored, and a retry of the same
+// bytes would never help. Other deliveries are stored as usual.
+func TestStoreRefusalIsAClientError(t *testing.T) {
+	r := newRig(t, baseConfig, nil)
+	db, err := sql.Open("sqlite", "file:"+r.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.event_id = 'msg_refused'
+		BEGIN SELECT RAISE(ABORT, 'refused by rule'); END`); err != nil {
+		t.Fatal(err)
+	}
+	code, body, hdr := do(t, r.signed("app", "msg_refused", swBody("msg_refused", "order.created"), nil))
+	if code != 400 || !strings.Contains(body, "the store refused a value of this event") || hdr.Get("Retry-After") != "" {
+		t.Fatalf("refused delivery: got %d %s (Retry-After %q), want 400 without Retry-After", code, body, hdr.Get("Retry-After"))
+	}
+	if code, body, _ := do(t, r.signed("app", "msg_ok", swBody("msg_ok", "order.created"), nil)); code != 200 {
+		t.Fatalf("healthy delivery after it: %d %s", code, body)
+	}
+	if evs := r.events(); len(evs) != 1 || evs[0].EventID != "msg_ok" {
+		t.Fatalf("stored %+v, want msg_ok alone", evs)
+	}
+}
