@@ -44,7 +44,8 @@ const effectsDescription = `Works on the effect ledger of the configured store.
            (2026-11-03T09:00:00Z), from inclusive, to exclusive. At most
            --limit effects are listed (1 to 1000); when there are more, a
            last line on stderr gives the --cursor for the next page.
-  show     one effect with its reason, suggested repair and every attempt
+  show     one effect with the idempotency key its destination is sent,
+           its reason, suggested repair and every attempt
   retry    put a dead or needs_reconciliation effect back to approved
   resolve  close an effect by hand (a person decided); --note is required
   assign   name who owns the repair; the effect's state does not change
