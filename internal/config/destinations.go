@@ -452,6 +452,7 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			checkQueryExpr(add, p+".lookup.query", fmt.Sprintf("destination %q: lookup.query", d.Name), cd.LookupQuery)
 			cd.LookupFound = compile("lookup.found", l.Found, true)
 			cd.LookupRef = compile("lookup.ref", l.Ref, false)
+			checkLookupKey(add, p, d, cd)
 		}
 		checkVerify(add, p, d)
 		for k, rule := range d.Classify {
@@ -532,6 +533,22 @@ func checkIdempotency(add, warn addFunc, p string, d *Destination) {
 		}
 		warn(p+".idempotency.key", "destination %q: idempotency.key: episode sends %s the episode key, which holds the entity id from the payload (an e-mail address, say), "+
 			"where the vendor asks for keys without personal data%s (docs/delivery.md#idempotency-keys)", d.Name, pd.Title, limit)
+	}
+}
+
+// checkLookupKey refuses a lookup that reads idempotency_key on a
+// destination that is sent none: it would always search for "".
+func checkLookupKey(add addFunc, p string, d *Destination, cd *CompiledDest) {
+	if d.Idem != nil {
+		return
+	}
+	for _, e := range []struct {
+		field string
+		prog  *expr.Program
+	}{{"path", cd.LookupPath}, {"query", cd.LookupQuery}, {"found", cd.LookupFound}, {"ref", cd.LookupRef}} {
+		if e.prog != nil && e.prog.Reads(expr.VarIdempotencyKey) {
+			add(p+".lookup."+e.field, "destination %q: lookup.%s reads idempotency_key, but the destination is sent no idempotency key (it has no idempotency: header); search by episode_key, or configure idempotency:", d.Name, e.field)
+		}
 	}
 }
 

@@ -96,6 +96,8 @@ func TestIdempotencyErrors(t *testing.T) {
 		{"key only without a preset header", "idempotency: {key: hashed}", 4, "idempotency needs a header (the request header the destination dedupes on; preset generic names none)"},
 		{"no window", "idempotency: {header: X-Id}", 4, "idempotency needs a positive window"},
 		{"header with CR", "idempotency: {header: \"X-Id\\r\", window: 1h}", 4, "idempotency.header"},
+		{"lookup by a key never sent", "lookup:\n      path: '\"/x/\" + idempotency_key'\n      found: status == 200", 5,
+			"lookup.path reads idempotency_key, but the destination is sent no idempotency key"},
 	} {
 		yaml := fmt.Sprintf("destinations:\n  - name: a\n    base_url: https://x\n    %s\n", strings.ReplaceAll(tc.block, "\\n", "\n"))
 		_, err := Parse("d.yaml", []byte(yaml), env(nil))
