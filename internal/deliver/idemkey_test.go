@@ -251,3 +251,30 @@ func TestRepairNamesTheSentKey(t *testing.T) {
 		t.Fatalf("repair %q does not name the key sent", e.SuggestedRepair)
 	}
 }
+
+// An effect that went dead before the causation header was encoded (its
+// reason "value contains a control character") is delivered when a person
+// retries it: its stored causation id is sent encoded now.
+func TestEffectDeadForItsCausationDeliversOnRetry(t *testing.T) {
+	x := newWorld(t, setup{})
+	e := x.orderEvent("ctl\u0085id", "o1")
+	claims, err := x.st.EffectClaim(x.ctx, &store.EffectClaimParams{Owner: "old-worker", Now: x.clk.Now(), LeaseFor: 30 * time.Second,
+		Limit: 10, Destinations: []string{"dest"}, MaxRedrives: 3})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %v %v", claims, err)
+	}
+	if err := x.st.EffectSettle(x.ctx, &store.EffectSettleParams{EffectID: e.ID, Token: claims[0].Token, Now: x.clk.Now(), Actor: "old-worker",
+		State: store.EffectDead, Class: store.ClassPermanent,
+		Reason: "request refused before sending: header X-Hookledger-Causation: value contains a control character (such as CR or LF), which would start another header"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.st.EffectOperate(x.ctx, &store.EffectOperateParams{EffectID: e.ID, Action: store.OperateRetry, Actor: "operator:alice",
+		Note: "causation header fixed", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDone)
+	if reqs := x.dest.Requests(); len(reqs) != 1 || reqs[0].Header.Get("X-Hookledger-Causation") != "shop/ctl%C2%85id" {
+		t.Fatalf("requests %+v", reqs)
+	}
+}
