@@ -10,6 +10,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -19,7 +20,18 @@ import (
 // them itself for --server).
 type localEffects struct {
 	store.Store
-	cfg *config.Config
+	cfg  *config.Config
+	keys func(destination, episodeKey string) (header, key string)
+}
+
+// idempotencyKey works out the key from the config's destination, as the
+// worker does when it sends it.
+func (l *localEffects) idempotencyKey(e *store.Effect) string {
+	if l.keys == nil {
+		l.keys = deliver.KeyFunc(l.cfg)
+	}
+	_, key := l.keys(e.Destination, e.EpisodeKey)
+	return key
 }
 
 // EffectCompensate renders the compensation from the effect's definition
@@ -55,7 +67,7 @@ func (re *remoteEffects) EffectCompensate(ctx context.Context, p *store.EffectCo
 	if err := re.r.call(ctx, http.MethodPost, "/api/v1/effects/"+strconv.FormatInt(p.EffectID, 10)+"/compensate", nil, in, &out); err != nil {
 		return nil, err
 	}
-	return effectFromJSON(out.Effect), nil
+	return re.effect(out.Effect), nil
 }
 
 // effectsCompensate runs effects compensate.
@@ -70,7 +82,7 @@ func effectsCompensate(ctx context.Context, env *Env, st effectsStore, id int64,
 		return exitFail
 	}
 	if format == "json" {
-		return writeJSONOut(env.Stdout, map[string]api.EffectJSON{"effect": api.NewEffectJSON(e)})
+		return writeJSONOut(env.Stdout, map[string]api.EffectJSON{"effect": effectJSON(st, e)})
 	}
 	fmt.Fprintf(env.Stdout, "effect %d (%s) compensates effect %d; it is %s and is delivered once effect %d is done\n",
 		e.ID, safe(e.EpisodeKey), id, safe(string(e.State)), id)

@@ -44,7 +44,8 @@ const effectsDescription = `Works on the effect ledger of the configured store.
            (2026-11-03T09:00:00Z), from inclusive, to exclusive. At most
            --limit effects are listed (1 to 1000); when there are more, a
            last line on stderr gives the --cursor for the next page.
-  show     one effect with its reason, suggested repair and every attempt
+  show     one effect with the idempotency key its destination is sent,
+           its reason, suggested repair and every attempt
   retry    put a dead or needs_reconciliation effect back to approved
   resolve  close an effect by hand (a person decided); --note is required
   assign   name who owns the repair; the effect's state does not change
@@ -63,6 +64,18 @@ type effectsStore interface {
 	EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error)
 	AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error)
 	EffectCompensate(ctx context.Context, p *store.EffectCompensateParams) (*store.Effect, error)
+	// idempotencyKey is the key e's destination is sent in its
+	// idempotency header, "" when it has none: the store's side works it
+	// out from the config, the server's reads it from its answers.
+	idempotencyKey(e *store.Effect) string
+}
+
+// effectJSON renders an effect with the idempotency key its destination
+// is sent.
+func effectJSON(st effectsStore, e *store.Effect) api.EffectJSON {
+	j := api.NewEffectJSON(e)
+	j.IdempotencyKey = st.idempotencyKey(e)
+	return j
 }
 
 func runEffects(ctx context.Context, env *Env, args []string) int {
@@ -225,7 +238,7 @@ func effectsList(ctx context.Context, env *Env, st effectsStore, p *store.Effect
 			NextCursor string           `json:"next_cursor,omitempty"`
 		}{Effects: []api.EffectJSON{}, NextCursor: next}
 		for _, e := range all {
-			out.Effects = append(out.Effects, api.NewEffectJSON(e))
+			out.Effects = append(out.Effects, effectJSON(st, e))
 		}
 		return writeJSONOut(env.Stdout, out)
 	}
@@ -264,7 +277,7 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 		out := struct {
 			Effect   api.EffectJSON    `json:"effect"`
 			Attempts []api.AttemptJSON `json:"attempts"`
-		}{Effect: api.NewEffectJSON(e), Attempts: []api.AttemptJSON{}}
+		}{Effect: effectJSON(st, e), Attempts: []api.AttemptJSON{}}
 		for _, a := range atts {
 			out.Attempts = append(out.Attempts, api.NewAttemptJSON(a))
 		}
@@ -272,6 +285,10 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 	}
 	w := env.Stdout
 	fmt.Fprintf(w, "effect %d  %s\n", e.ID, safe(e.EpisodeKey))
+	if key := st.idempotencyKey(e); key != "" {
+		// What the destination's dashboard shows for this effect.
+		fmt.Fprintf(w, "  idem. key    %s\n", safe(key))
+	}
 	fmt.Fprintf(w, "  state        %s\n  destination  %s\n  attempts     %d (re-drives %d)\n", safe(string(e.State)), safe(e.Destination), e.Attempts, e.Redrives)
 	fmt.Fprintf(w, "  source event %s/%s\n", safe(e.Source), safe(e.SourceEventID))
 	for _, kv := range [][2]string{{"class", string(e.ErrorClass)}, {"reason", e.Reason}, {"repair", e.SuggestedRepair},

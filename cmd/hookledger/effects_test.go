@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
@@ -83,6 +84,28 @@ func effectsConfig(t *testing.T) (cfg, db string) {
 		t.Fatal(err)
 	}
 	return cfg, db
+}
+
+// effects show and list name the idempotency key the effect's destination
+// is sent, worked out from the config as the worker does: a vendor's
+// dashboard shows that key, not the episode key.
+func TestEffectsShowTheIdempotencyKeySent(t *testing.T) {
+	cfg, db := effectsConfig(t)
+	if err := os.WriteFile(cfg, []byte("store: sqlite:"+db+"\ndestinations:\n  - name: crm\n    preset: stripe\n    base_url: https://api.stripe.com\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(seedEffect(t, db, "e1", "ada@example.com", store.EffectDead))
+	want := deliver.HashedKey("orders:ada@example.com:r1:notify")
+	code, out, errOut := run(t, "", nil, "effects", "show", "--config", cfg, id)
+	if code != 0 || !strings.Contains(out, "effect "+id+"  orders:ada@example.com:r1:notify\n  idem. key    "+want+"\n") {
+		t.Fatalf("show: %d %q %q", code, out, errOut)
+	}
+	for _, args := range [][]string{{"show", id}, {"list"}} {
+		code, out, _ := run(t, "", nil, append([]string{"effects", args[0], "--config", cfg, "--format", "json"}, args[1:]...)...)
+		if code != 0 || !strings.Contains(out, `"idempotency_key": "`+want+`"`) {
+			t.Errorf("%s --format json: %d %s", args[0], code, out)
+		}
+	}
 }
 
 func TestEffectsVerb(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
 
@@ -42,6 +43,7 @@ destinations:
     base_url: "%s"
     allow_private_networks: true
     auth: {bearer: "${TEST_CRM_TOKEN}"}
+    idempotency: {header: Idempotency-Key, window: 24h, key: hashed}
 `
 
 var serverSecrets = map[string]string{"TEST_ADMIN_TOKEN": "admin-tok", "TEST_SHOP_SECRET": "shop-secret", "TEST_CRM_TOKEN": "crm-tok"}
@@ -219,7 +221,12 @@ func TestReplayShowsTheOutcome(t *testing.T) {
 // effects --server works on the running server's exception queue with the
 // same output as on the store.
 func TestEffectsThroughTheServer(t *testing.T) {
+	keys := make(chan string, 1)
 	crm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case keys <- r.Header.Get("Idempotency-Key"):
+		default:
+		}
 		http.Error(w, `{"error":"bad vat id"}`, http.StatusBadRequest)
 	}))
 	defer crm.Close()
@@ -251,6 +258,11 @@ func TestEffectsThroughTheServer(t *testing.T) {
 	code, out, errOut := run(t, "", env, "effects", "show", "--server", base, id)
 	if code != 0 || !strings.Contains(out, "source event shop/e1") || !strings.Contains(out, "bad vat id") || !strings.Contains(out, "400") {
 		t.Fatalf("effects show --server: %d %q %q", code, out, errOut)
+	}
+	// The key the CRM was sent is shown beside the episode key, as the
+	// server names it.
+	if sent := <-keys; sent != deliver.HashedKey("orders:o1:r1:sync") || !strings.Contains(out, "idem. key    "+sent+"\n") {
+		t.Fatalf("the CRM was sent %q; effects show --server says %q", sent, out)
 	}
 	code, out, errOut = run(t, "", env, "effects", "assign", "--server", base, "--owner", "ops", id)
 	if code != 0 || !strings.Contains(out, "effect "+id+" (orders:o1:r1:sync)") {

@@ -185,9 +185,22 @@ type remoteEffects struct {
 	// GET /api/v1/effects/{id} answers both at once.
 	attemptsOf int64
 	attempts   []*store.Attempt
+	// keys holds the idempotency_key of each effect the server answered
+	// with, by id.
+	keys map[int64]string
 }
 
-func (r *remote) effects() *remoteEffects { return &remoteEffects{r: r} }
+func (r *remote) effects() *remoteEffects { return &remoteEffects{r: r, keys: map[int64]string{}} }
+
+// effect reads an effect of the server's answer, keeping its idempotency
+// key for idempotencyKey.
+func (re *remoteEffects) effect(j api.EffectJSON) *store.Effect {
+	re.keys[j.ID] = j.IdempotencyKey
+	return effectFromJSON(j)
+}
+
+// idempotencyKey is the key the server named for e.
+func (re *remoteEffects) idempotencyKey(e *store.Effect) string { return re.keys[e.ID] }
 
 func (re *remoteEffects) EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error) {
 	var out struct {
@@ -198,7 +211,7 @@ func (re *remoteEffects) EffectList(ctx context.Context, p *store.EffectListPara
 	}
 	list := make([]*store.Effect, 0, len(out.Effects))
 	for _, e := range out.Effects {
-		list = append(list, effectFromJSON(e))
+		list = append(list, re.effect(e))
 	}
 	return list, nil
 }
@@ -265,7 +278,7 @@ func (re *remoteEffects) EffectGet(ctx context.Context, id int64) (*store.Effect
 	for _, a := range out.Attempts {
 		re.attempts = append(re.attempts, attemptFromJSON(id, a))
 	}
-	return effectFromJSON(out.Effect), nil
+	return re.effect(out.Effect), nil
 }
 
 func (re *remoteEffects) AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error) {
@@ -287,7 +300,7 @@ func (re *remoteEffects) EffectOperate(ctx context.Context, p *store.EffectOpera
 	if err := re.r.call(ctx, http.MethodPost, path, nil, in, &out); err != nil {
 		return nil, err
 	}
-	return effectFromJSON(out.Effect), nil
+	return re.effect(out.Effect), nil
 }
 
 func parseTime(s string) time.Time {

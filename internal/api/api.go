@@ -29,6 +29,9 @@ type Handler struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 	now       func() time.Time
+	// keys names the idempotency key each effect's destination is sent
+	// (ServeIdempotencyKeys); nil shows none.
+	keys IdempotencyKeys
 }
 
 // New returns the API handler. An empty token disables the API (every

@@ -108,7 +108,7 @@ func (c *compensations) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, "compensate effect", err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]EffectJSON{"effect": NewEffectJSON(e)})
+	writeJSON(w, http.StatusCreated, map[string]EffectJSON{"effect": h.effectJSON(e)})
 }
 
 // readCompensateBody reads the JSON body strictly, naming an unknown

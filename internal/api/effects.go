@@ -27,8 +27,12 @@ type EffectStore interface {
 
 // EffectJSON is one effect as the API and the CLI show it.
 type EffectJSON struct {
-	ID              int64  `json:"id"`
-	EpisodeKey      string `json:"episode_key"`
+	ID         int64  `json:"id"`
+	EpisodeKey string `json:"episode_key"`
+	// IdempotencyKey is the key sent in the destination's idempotency
+	// header (the episode key, or its hashed form), omitted when the
+	// destination has none.
+	IdempotencyKey  string `json:"idempotency_key,omitempty"`
 	Flow            string `json:"flow"`
 	Entity          string `json:"entity"`
 	Version         string `json:"version"`
@@ -68,6 +72,25 @@ func NewEffectJSON(e *store.Effect) EffectJSON {
 	}
 	if !e.NextAttemptAt.IsZero() {
 		j.NextAttemptAt = e.NextAttemptAt.UTC().Format(time.RFC3339Nano)
+	}
+	return j
+}
+
+// IdempotencyKeys names, for an effect's destination and episode key, the
+// header its idempotency key goes in and the key sent ("", "" when the
+// destination has none); deliver.KeyFunc makes one from the config.
+type IdempotencyKeys func(destination, episodeKey string) (header, key string)
+
+// ServeIdempotencyKeys makes every effect the API answers with carry
+// idempotency_key, the key its destination is sent beside the episode
+// key: a vendor's dashboard shows that one.
+func (h *Handler) ServeIdempotencyKeys(k IdempotencyKeys) { h.keys = k }
+
+// effectJSON renders an effect with its idempotency key.
+func (h *Handler) effectJSON(e *store.Effect) EffectJSON {
+	j := NewEffectJSON(e)
+	if h.keys != nil {
+		_, j.IdempotencyKey = h.keys(e.Destination, e.EpisodeKey)
 	}
 	return j
 }
@@ -126,7 +149,7 @@ func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request) {
 	}{Effects: []EffectJSON{}}
 	list, out.NextCursor = trimPage(list, limit, func(e *store.Effect) int64 { return e.ID })
 	for _, e := range list {
-		out.Effects = append(out.Effects, NewEffectJSON(e))
+		out.Effects = append(out.Effects, h.effectJSON(e))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -172,7 +195,7 @@ func (h *Handler) getEffect(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Effect   EffectJSON    `json:"effect"`
 		Attempts []AttemptJSON `json:"attempts"`
-	}{Effect: NewEffectJSON(e), Attempts: []AttemptJSON{}}
+	}{Effect: h.effectJSON(e), Attempts: []AttemptJSON{}}
 	for _, a := range atts {
 		out.Attempts = append(out.Attempts, NewAttemptJSON(a))
 	}
@@ -233,7 +256,7 @@ func (h *Handler) operateEffect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such effect")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]EffectJSON{"effect": NewEffectJSON(e)})
+	writeJSON(w, http.StatusOK, map[string]EffectJSON{"effect": h.effectJSON(e)})
 }
 
 // readOperateBody reads the optional JSON body strictly: an unknown field

@@ -127,10 +127,32 @@ type RetryAfter struct {
 	Max  Duration `yaml:"max"`
 }
 
+// What a destination's idempotency header carries (Idempotency.Key).
+const (
+	// IdempotencyKeyHashed sends a fixed-length digest of the episode key
+	// (docs/delivery.md, "Idempotency keys").
+	IdempotencyKeyHashed = "hashed"
+	// IdempotencyKeyEpisode sends the episode key as it is, unless it is
+	// longer than the preset's documented limit or holds a character no
+	// header may carry: then it is sent hashed.
+	IdempotencyKeyEpisode = "episode"
+)
+
+// IdempotencyKeys are the values idempotency.key takes.
+var IdempotencyKeys = []string{IdempotencyKeyHashed, IdempotencyKeyEpisode}
+
 // Idempotency is the destination's own dedupe on a request header (IP07).
+// A block that leaves a field out takes the preset's: a stripe
+// destination may say only idempotency: {key: episode}.
 type Idempotency struct {
 	Header string   `yaml:"header"`
 	Window Duration `yaml:"window"`
+	// Key is what the header carries: IdempotencyKeyHashed or
+	// IdempotencyKeyEpisode. Unset, the preset's (hashed for presets whose
+	// vendor limits the key's length or asks for keys without personal
+	// data), else episode. A destination made at run time leaves it empty,
+	// which reads as episode.
+	Key string `yaml:"key"`
 	// ReplayedHeader names the answer header by which the destination says
 	// it replayed the saved answer of an earlier request with the same key
 	// (Stripe: Idempotent-Replayed: true). A replayed 5xx is the first
@@ -240,10 +262,7 @@ func (c *Config) setDestinationDefaults() {
 			if d.RetryAfter.Unit == "" {
 				d.RetryAfter.Unit = string(p.RetryAfterUnit)
 			}
-			if d.Idem == nil && p.IdempotencyHeader != "" {
-				d.Idem = &Idempotency{Header: p.IdempotencyHeader, Window: Duration(p.IdempotencyWindow),
-					ReplayedHeader: p.IdempotencyReplayedHeader}
-			}
+			d.setIdempotencyDefaults(p)
 			if rate, burst, ok := p.Budget.Bucket(); ok && d.RateLimit.PerSecond == 0 && d.RateLimit.Burst == 0 {
 				// The vendor's documented budget, as a bucket that never
 				// exceeds it: without one, a backlog after an outage would
@@ -258,6 +277,9 @@ func (c *Config) setDestinationDefaults() {
 		if d.RetryAfter.Unit == "" {
 			d.RetryAfter.Unit = "seconds"
 		}
+		if d.Idem != nil && d.Idem.Key == "" {
+			d.Idem.Key = IdempotencyKeyEpisode
+		}
 		if d.Lookup != nil && d.Lookup.Method == "" {
 			d.Lookup.Method = "GET"
 		}
@@ -267,6 +289,31 @@ func (c *Config) setDestinationDefaults() {
 				v.PerSecond = 1
 			}
 		}
+	}
+}
+
+// setIdempotencyDefaults fills what the idempotency block leaves out from
+// the preset: all of it when the block is missing. The preset's replayed
+// header goes with its own header only: it says nothing about another.
+func (d *Destination) setIdempotencyDefaults(p vendor.Preset) {
+	if p.IdempotencyHeader == "" {
+		return
+	}
+	if d.Idem == nil {
+		d.Idem = &Idempotency{}
+	}
+	i := d.Idem
+	if i.Header == "" {
+		i.Header = p.IdempotencyHeader
+	}
+	if i.Window == 0 {
+		i.Window = Duration(p.IdempotencyWindow)
+	}
+	if i.ReplayedHeader == "" && strings.EqualFold(i.Header, p.IdempotencyHeader) {
+		i.ReplayedHeader = p.IdempotencyReplayedHeader
+	}
+	if i.Key == "" && p.HashIdempotencyKey {
+		i.Key = IdempotencyKeyHashed
 	}
 }
 
@@ -382,11 +429,7 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		if !slices.Contains([]string{"seconds", "milliseconds"}, d.RetryAfter.Unit) {
 			add(p+".retry_after.unit", "destination %q: retry_after.unit %q is not seconds or milliseconds", d.Name, d.RetryAfter.Unit)
 		}
-		if d.Idem != nil && (d.Idem.Header == "" || d.Idem.Window <= 0) {
-			add(p+".idempotency", "destination %q: idempotency needs a header and a positive window (how long the destination keeps keys)", d.Name)
-		} else if d.Idem != nil {
-			checkStaticHeader(add, p+".idempotency.header", fmt.Sprintf("destination %q: idempotency.header", d.Name), d.Idem.Header, "")
-		}
+		checkIdempotency(add, warn, p, d)
 		cd := &CompiledDest{}
 		compile := func(field, src string, required bool) *expr.Program {
 			if src == "" {
@@ -409,6 +452,7 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			checkQueryExpr(add, p+".lookup.query", fmt.Sprintf("destination %q: lookup.query", d.Name), cd.LookupQuery)
 			cd.LookupFound = compile("lookup.found", l.Found, true)
 			cd.LookupRef = compile("lookup.ref", l.Ref, false)
+			checkLookupKey(add, p, d, cd)
 		}
 		checkVerify(add, p, d)
 		for k, rule := range d.Classify {
@@ -454,6 +498,56 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 						fmt.Sprintf("flow %q: effect %q", f.Name, e.Name), &c.Destinations[k], f.Compiled.Effects[j].Body)
 				}
 			}
+		}
+	}
+}
+
+// checkIdempotency refuses an idempotency block the worker could not
+// send, and warns when key: episode is asked of a vendor that wants keys
+// without personal data: the episode key holds the entity id.
+func checkIdempotency(add, warn addFunc, p string, d *Destination) {
+	i := d.Idem
+	if i == nil {
+		return
+	}
+	preset := "generic"
+	if d.PresetData != nil {
+		preset = d.PresetData.Name
+	}
+	switch {
+	case i.Header == "":
+		add(p+".idempotency.header", "destination %q: idempotency needs a header (the request header the destination dedupes on; preset %s names none)", d.Name, preset)
+	default:
+		checkStaticHeader(add, p+".idempotency.header", fmt.Sprintf("destination %q: idempotency.header", d.Name), i.Header, "")
+	}
+	if i.Window <= 0 {
+		add(p+".idempotency.window", "destination %q: idempotency needs a positive window (how long the destination keeps keys; preset %s states none)", d.Name, preset)
+	}
+	if !slices.Contains(IdempotencyKeys, i.Key) {
+		add(p+".idempotency.key", "destination %q: idempotency.key %q is not one of hashed (a fixed-length digest of the episode key) or episode (the episode key as it is)", d.Name, i.Key)
+	}
+	if pd := d.PresetData; pd != nil && i.Key == IdempotencyKeyEpisode && pd.HashIdempotencyKey && strings.EqualFold(i.Header, pd.IdempotencyHeader) {
+		limit := ""
+		if pd.IdempotencyKeyMax > 0 {
+			limit = fmt.Sprintf("; an episode key over its limit of %d characters is sent hashed all the same", pd.IdempotencyKeyMax)
+		}
+		warn(p+".idempotency.key", "destination %q: idempotency.key: episode sends %s the episode key, which holds the entity id from the payload (an e-mail address, say), "+
+			"where the vendor asks for keys without personal data%s (docs/delivery.md#idempotency-keys)", d.Name, pd.Title, limit)
+	}
+}
+
+// checkLookupKey refuses a lookup that reads idempotency_key on a
+// destination that is sent none: it would always search for "".
+func checkLookupKey(add addFunc, p string, d *Destination, cd *CompiledDest) {
+	if d.Idem != nil {
+		return
+	}
+	for _, e := range []struct {
+		field string
+		prog  *expr.Program
+	}{{"path", cd.LookupPath}, {"query", cd.LookupQuery}, {"found", cd.LookupFound}, {"ref", cd.LookupRef}} {
+		if e.prog != nil && e.prog.Reads(expr.VarIdempotencyKey) {
+			add(p+".lookup."+e.field, "destination %q: lookup.%s reads idempotency_key, but the destination is sent no idempotency key (it has no idempotency: header); search by episode_key, or configure idempotency:", d.Name, e.field)
 		}
 	}
 }

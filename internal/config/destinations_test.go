@@ -40,6 +40,79 @@ func TestDestinationDefaultsAndPresets(t *testing.T) {
 	}
 }
 
+// idempotency.key: hashed by default where the preset's vendor limits the
+// key or wants no personal data in it (stripe), episode elsewhere; a block
+// that names only the key takes the rest from the preset.
+func TestIdempotencyKeyDefaults(t *testing.T) {
+	c, err := Parse("d.yaml", []byte(`destinations:
+  - name: billing
+    preset: stripe
+    base_url: https://api.stripe.com
+  - name: billing_readable
+    preset: stripe
+    base_url: https://api.stripe.com
+    idempotency: {key: episode}
+  - name: hooks
+    base_url: https://hooks.example
+    idempotency: {header: X-Request-Id, window: 1h}
+  - name: hooks_hashed
+    base_url: https://hooks.example
+    idempotency: {header: X-Request-Id, window: 1h, key: hashed}
+  - name: stripe_other_header
+    preset: stripe
+    base_url: https://api.stripe.com
+    idempotency: {header: X-Dedupe, window: 1h}
+`), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Idempotency{
+		{Header: "Idempotency-Key", Window: Duration(24 * time.Hour), Key: "hashed", ReplayedHeader: "Idempotent-Replayed"},
+		{Header: "Idempotency-Key", Window: Duration(24 * time.Hour), Key: "episode", ReplayedHeader: "Idempotent-Replayed"},
+		{Header: "X-Request-Id", Window: Duration(time.Hour), Key: "episode"},
+		{Header: "X-Request-Id", Window: Duration(time.Hour), Key: "hashed"},
+		{Header: "X-Dedupe", Window: Duration(time.Hour), Key: "hashed"},
+	}
+	for i, w := range want {
+		if got := c.Destinations[i].Idem; got == nil || *got != w {
+			t.Errorf("%s: idempotency %+v, want %+v", c.Destinations[i].Name, got, w)
+		}
+	}
+	// key: episode on a vendor that asks for keys without personal data
+	// is allowed, and said at load with its line.
+	if len(c.Warnings) != 1 || c.Warnings[0].Line != 8 || !strings.Contains(c.Warnings[0].Msg, "personal data") ||
+		!strings.Contains(c.Warnings[0].Msg, "255 characters is sent hashed") {
+		t.Errorf("warnings = %v, want one at line 8 about personal data and the 255-character limit", c.Warnings)
+	}
+}
+
+func TestIdempotencyErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, block string
+		line        int
+		want        string
+	}{
+		{"unknown key", "preset: stripe\n    idempotency: {key: sha1}", 5, `idempotency.key "sha1" is not one of hashed (a fixed-length digest of the episode key) or episode`},
+		{"key only without a preset header", "idempotency: {key: hashed}", 4, "idempotency needs a header (the request header the destination dedupes on; preset generic names none)"},
+		{"no window", "idempotency: {header: X-Id}", 4, "idempotency needs a positive window"},
+		{"header with CR", "idempotency: {header: \"X-Id\\r\", window: 1h}", 4, "idempotency.header"},
+		{"lookup by a key never sent", "lookup:\n      path: '\"/x/\" + idempotency_key'\n      found: status == 200", 5,
+			"lookup.path reads idempotency_key, but the destination is sent no idempotency key"},
+	} {
+		yaml := fmt.Sprintf("destinations:\n  - name: a\n    base_url: https://x\n    %s\n", strings.ReplaceAll(tc.block, "\\n", "\n"))
+		_, err := Parse("d.yaml", []byte(yaml), env(nil))
+		var es Errors
+		errors.As(err, &es)
+		found := false
+		for _, e := range es {
+			found = found || e.Line == tc.line && strings.Contains(e.Msg, tc.want)
+		}
+		if !found {
+			t.Errorf("%s: %v, want an error at line %d containing %q\n%s", tc.name, err, tc.line, tc.want, yaml)
+		}
+	}
+}
+
 func TestDestinationErrors(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"unknown preset", "destinations:\n  - name: a\n    preset: paypal\n    base_url: https://x\n", "unknown preset"},

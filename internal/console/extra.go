@@ -37,6 +37,11 @@ type Attachments struct {
 	// Endpoints lists the publishing endpoints and enables or disables
 	// them (the publishing service): without it the endpoints page is off.
 	Endpoints EndpointControl
+	// IdempotencyKey names the header an effect's destination dedupes on
+	// and the key it is sent there (deliver.KeyFunc), "" for none: the
+	// effect page shows it beside the episode key, since a vendor's
+	// dashboard shows that one.
+	IdempotencyKey func(destination, episodeKey string) (header, key string)
 }
 
 // EndpointControl is what the endpoints page reads and does;

@@ -379,6 +379,9 @@ type effectData struct {
 	Repair    string
 	EventLink string
 	Entity    string
+	// KeyHeader and Key are the idempotency header and the key the
+	// destination was sent (empty for none).
+	KeyHeader, Key string
 	// Form keeps what the operator typed when an action was refused.
 	Note, Owner string
 	CanRetry    bool
@@ -424,6 +427,9 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 	}
 	if e.Source != "" && e.SourceEventID != "" {
 		d.EventLink = eventLink(e.Source, e.SourceEventID)
+	}
+	if c.extra.IdempotencyKey != nil {
+		d.KeyHeader, d.Key = c.extra.IdempotencyKey(e.Destination, e.EpisodeKey)
 	}
 	// The forms shown follow EffectOperate's transitions; the store
 	// decides in the end.

@@ -28,8 +28,15 @@ type Call struct {
 	Query  url.Values
 	Header http.Header
 	Body   []byte
-	// EpisodeKey identifies the effect (and is the idempotency key).
+	// EpisodeKey identifies the effect.
 	EpisodeKey string
+	// IdempotencyKey is the key sent in the destination's idempotency
+	// header (the episode key or its hashed form, see IdempotencyKey), ""
+	// when it has none.
+	IdempotencyKey string
+	// CausationID is the effect's causation id as stored; its header
+	// carries it percent-encoded (outbound.EncodeHeaderValue).
+	CausationID string
 	// Validate sends the call to the preset's validation endpoint instead
 	// of the live one (hookledger validate). A destination with dry_run
 	// sends every call there.

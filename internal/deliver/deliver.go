@@ -560,7 +560,7 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		return w.settleAndNotify(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: store.ClassUnknown,
 			AddAttempt: true, Attempt: &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Class: store.ClassUnknown, Error: perr.Error()},
 			Reason:          fmt.Sprintf("the %s action panicked: %v", d.Kind, perr),
-			SuggestedRepair: fmt.Sprintf("fix the %s action (its stack is in the log); check %s for episode %s, then resolve or retry the effect", d.Kind, d.Name, c.EpisodeKey)})
+			SuggestedRepair: fmt.Sprintf("fix the %s action (its stack is in the log); check %s for episode %s%s, then resolve or retry the effect", d.Kind, d.Name, c.EpisodeKey, keyNote(d, c.EpisodeKey))})
 	}
 	class, reason := Classify(d, resp, callErr)
 	att := &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Class: class, Error: reason}
@@ -602,10 +602,10 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 			// re-drives under the same key inside its window cannot get
 			// anything else, so waste none of them.
 			p.State = store.EffectDead
-			p.Reason = fmt.Sprintf("%s, replayed by %s from its saved answer to an earlier request with %s %s (%s: %s): every retry under this key within its %s window gets the same answer",
-				reason, d.Name, d.Idem.Header, c.EpisodeKey, d.Idem.ReplayedHeader, resp.Header.Get(d.Idem.ReplayedHeader), d.Idem.Window.D())
-			p.SuggestedRepair = fmt.Sprintf("the first call failed after %s began executing it: check %s for episode %s; if it took effect, resolve the effect with a note; if not, retry it once the key's %s window has passed, or fix the cause and replay the event",
-				d.Name, d.Name, c.EpisodeKey, d.Idem.Window.D())
+			p.Reason = fmt.Sprintf("%s, replayed by %s from its saved answer to an earlier request with %s %s for episode %s (%s: %s): every retry under this key within its %s window gets the same answer",
+				reason, d.Name, d.Idem.Header, IdempotencyKey(d, c.EpisodeKey), c.EpisodeKey, d.Idem.ReplayedHeader, resp.Header.Get(d.Idem.ReplayedHeader), d.Idem.Window.D())
+			p.SuggestedRepair = fmt.Sprintf("the first call failed after %s began executing it: check %s for episode %s%s; if it took effect, resolve the effect with a note; if not, retry it once the key's %s window has passed, or fix the cause and replay the event",
+				d.Name, d.Name, c.EpisodeKey, keyNote(d, c.EpisodeKey), d.Idem.Window.D())
 			return w.settleAndNotify(ctx, c, d, p)
 		}
 		attempt := c.Attempts + 1
@@ -691,7 +691,7 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 		// Out of attempts: a person decides, whatever a lookup might say.
 		p.State = store.EffectNeedsReconciliation
 		p.Reason = reason + fmt.Sprintf("; %d attempts made", c.Attempts+1)
-		p.SuggestedRepair = fmt.Sprintf("check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it", d.Name, c.EpisodeKey)
+		p.SuggestedRepair = fmt.Sprintf("check %s for episode %s%s: if it is there, resolve the effect with a note; if not, retry it", d.Name, c.EpisodeKey, keyNote(d, c.EpisodeKey))
 		return w.settleAndNotify(ctx, c, d, p)
 	}
 	if d.Lookup != nil && d.Compiled != nil && d.Compiled.LookupPath != nil {
@@ -705,8 +705,8 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 			// Asking again cannot help: a person decides, and is told.
 			p.State = store.EffectNeedsReconciliation
 			p.Reason = reason + "; " + err.Error()
-			p.SuggestedRepair = fmt.Sprintf("%s of destination %s; meanwhile check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it",
-				refused.fix, d.Name, d.Name, c.EpisodeKey)
+			p.SuggestedRepair = fmt.Sprintf("%s of destination %s; meanwhile check %s for episode %s%s: if it is there, resolve the effect with a note; if not, retry it",
+				refused.fix, d.Name, d.Name, c.EpisodeKey, keyNote(d, c.EpisodeKey))
 			return w.settleAndNotify(ctx, c, d, p)
 		case err != nil:
 			p.State = store.EffectNeedsReconciliation
@@ -734,7 +734,7 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 	}
 	p.State = store.EffectNeedsReconciliation
 	p.Reason = reason + "; no lookup is configured and no idempotency key window applies, so a resend could do the work twice"
-	p.SuggestedRepair = fmt.Sprintf("check %s for episode %s: if it is there, resolve the effect with a note; if not, retry it", d.Name, c.EpisodeKey)
+	p.SuggestedRepair = fmt.Sprintf("check %s for episode %s%s: if it is there, resolve the effect with a note; if not, retry it", d.Name, c.EpisodeKey, keyNote(d, c.EpisodeKey))
 	return w.settleAndNotify(ctx, c, d, p)
 }
 
@@ -748,7 +748,11 @@ func (e *lookupRefused) Error() string { return e.msg }
 func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.Destination) (found bool, ref string, att *store.Attempt, err error) {
 	var req any
 	_ = json.Unmarshal(c.Request, &req)
-	vars := expr.Vars{expr.VarEntity: c.Entity, expr.VarEpisodeKey: c.EpisodeKey, expr.VarEffect: c.Effect.Effect, expr.VarRequest: req}
+	// idempotency_key is the key the calls were sent under: a vendor that
+	// lists requests by it is searched with exactly that key.
+	key := IdempotencyKey(d, c.EpisodeKey)
+	vars := expr.Vars{expr.VarEntity: c.Entity, expr.VarEpisodeKey: c.EpisodeKey, expr.VarIdempotencyKey: key,
+		expr.VarEffect: c.Effect.Effect, expr.VarRequest: req}
 	path, err := d.Compiled.LookupPath.EvalString(vars)
 	if err != nil {
 		return false, "", nil, fmt.Errorf("lookup.path: %w", err)
@@ -759,7 +763,8 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 			return false, "", nil, fmt.Errorf("lookup.query: %w", err)
 		}
 	}
-	call := &Call{Destination: d, Method: d.Lookup.Method, Path: path, Query: query, Header: http.Header{}, EpisodeKey: c.EpisodeKey}
+	call := &Call{Destination: d, Method: d.Lookup.Method, Path: path, Query: query, Header: http.Header{},
+		EpisodeKey: c.EpisodeKey, IdempotencyKey: key, CausationID: c.CausationID}
 	w.causationHeaders(call.Header, c)
 	if err := checkCall(call); err != nil {
 		return false, "", nil, &lookupRefused{msg: "lookup refused before sending: " + err.Error(),
@@ -814,6 +819,7 @@ func (w *Worker) buildCall(c *store.ClaimedEffect, d *config.Destination) (*Call
 		return nil, err
 	}
 	w.causationHeaders(call.Header, c)
+	call.CausationID = c.CausationID
 	if err := checkCall(call); err != nil {
 		return nil, err
 	}
@@ -822,8 +828,11 @@ func (w *Worker) buildCall(c *store.ClaimedEffect, d *config.Destination) (*Call
 
 // checkCall refuses, before anything is sent, a call whose path was built
 // from payload data that would take it out of base_url's path, add query
-// parameters or name another host, or whose header values (the episode
-// key, which holds the entity id, included) would start another header.
+// parameters or name another host, or whose header values (those the
+// flow's request mapping built from the payload) would start another
+// header. The headers hookledger builds from stored data itself (the
+// idempotency key, the causation id) never fail it: they are hashed or
+// encoded first.
 // Such a call is refused on every attempt, so it is permanent; the
 // transport would otherwise fail it as "not sent", which reads transient.
 func checkCall(call *Call) error {
@@ -841,9 +850,14 @@ func checkCall(call *Call) error {
 }
 
 // causationHeaders carry the feedback-loop chain on every outbound call.
+// The causation id is a sender's event id, which may hold any character:
+// it is percent-encoded (outbound.EncodeHeaderValue), so an effect whose
+// event id has a control character or non-ASCII text is sent, and its
+// receiver decodes the id back (docs/delivery.md). An id of visible ASCII
+// without "%" goes as it is.
 func (w *Worker) causationHeaders(h http.Header, c *store.ClaimedEffect) {
 	if c.CausationID != "" {
-		h.Set(w.cfg.Causation.Header, c.CausationID)
+		h.Set(w.cfg.Causation.Header, outbound.EncodeHeaderValue(c.CausationID))
 		h.Set(w.cfg.Causation.HopHeader, strconv.Itoa(c.Hop))
 	}
 }

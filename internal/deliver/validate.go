@@ -126,7 +126,8 @@ func validationURL(d *config.Destination, u *url.URL) (*url.URL, error) {
 }
 
 // storedCall builds the call for a stored request: method (POST by
-// default), path, query, headers, JSON body, and the episode key in the
+// default), path, query, headers, JSON body, and the idempotency key
+// (IdempotencyKey: the episode key or its hashed form) in the
 // destination's idempotency header. The key is derived, never random, so
 // every attempt and every worker sends the same key for the same effect
 // (IP02). The worker adds the causation headers; a validation, no step of
@@ -147,8 +148,9 @@ func storedCall(d *config.Destination, episodeKey string, raw json.RawMessage) (
 		call.Body = r.Body
 		call.Header.Set("Content-Type", "application/json")
 	}
-	if d.Idem != nil {
-		call.Header.Set(d.Idem.Header, episodeKey)
+	if key := IdempotencyKey(d, episodeKey); key != "" {
+		call.Header.Set(d.Idem.Header, key)
+		call.IdempotencyKey = key
 	}
 	if err := checkCall(call); err != nil {
 		return nil, err

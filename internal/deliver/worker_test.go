@@ -523,12 +523,16 @@ func TestReplayedFailureGoesToAPersonAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newWorld(t, setup{dest: tc.dest, srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 			e := x.order("o1", 1)
-			x.dest.Script(e.EpisodeKey, deliverytest.Fail500Saved)
+			// The destination knows the effect by the key it was sent
+			// (hashed under the stripe preset).
+			key := deliver.IdempotencyKey(&x.cfg.Destinations[0], e.EpisodeKey)
+			x.dest.Script(key, deliverytest.Fail500Saved)
 			e = x.until(e.ID, store.EffectDead)
 			if e.ErrorClass != store.ClassTransient || e.SuggestedRepair == "" || !e.NextAttemptAt.IsZero() {
 				t.Fatalf("dead: [%s] %q / %q next %v", e.ErrorClass, e.Reason, e.SuggestedRepair, e.NextAttemptAt)
 			}
-			replayed := strings.Contains(e.Reason, "Idempotent-Replayed: true") && strings.Contains(e.Reason, e.EpisodeKey)
+			replayed := strings.Contains(e.Reason, "Idempotent-Replayed: true") && strings.Contains(e.Reason, e.EpisodeKey) &&
+				strings.Contains(e.Reason, "Idempotency-Key "+key)
 			if replayed != (tc.wantCalls == 2) {
 				t.Fatalf("reason %q: replay named %v, want %v", e.Reason, replayed, tc.wantCalls == 2)
 			}
@@ -536,7 +540,7 @@ func TestReplayedFailureGoesToAPersonAtOnce(t *testing.T) {
 				x.clk.Advance(7 * time.Hour)
 				x.drain()
 			}
-			if n := x.dest.Calls(e.EpisodeKey); n != tc.wantCalls {
+			if n := x.dest.Calls(key); n != tc.wantCalls {
 				t.Fatalf("destination saw %d calls, want %d", n, tc.wantCalls)
 			}
 			if texts := x.hook.all(); len(texts) != 1 || !strings.Contains(texts[0], e.EpisodeKey) {

@@ -40,11 +40,14 @@ const (
 
 	// Delivery: a destination's lookup and classification rules.
 	VarEpisodeKey = "episode_key" // the effect's episode key
-	VarEffect     = "effect"      // the effect's name
-	VarRequest    = "request"     // the stored request (method, path, headers, body)
-	VarStatus     = "status"      // the answer's HTTP status
-	VarHeaders    = "headers"     // the answer's headers (lower-case names)
-	VarBody       = "body"        // the answer's JSON body, or its text
+	// VarIdempotencyKey is the key sent in the destination's idempotency
+	// header (the episode key, or its hashed form), empty without one.
+	VarIdempotencyKey = "idempotency_key"
+	VarEffect         = "effect"  // the effect's name
+	VarRequest        = "request" // the stored request (method, path, headers, body)
+	VarStatus         = "status"  // the answer's HTTP status
+	VarHeaders        = "headers" // the answer's headers (lower-case names)
+	VarBody           = "body"    // the answer's JSON body, or its text
 
 	// Compensation: the effect being compensated (its stored request,
 	// destination reference, episode key, ...), in an effect's
@@ -53,7 +56,7 @@ const (
 )
 
 var varNames = []string{VarEvent, VarMeta, VarEntity, VarVersion, VarState, VarPrevious, VarObject,
-	VarEpisodeKey, VarEffect, VarRequest, VarStatus, VarHeaders, VarBody, VarOriginal}
+	VarEpisodeKey, VarIdempotencyKey, VarEffect, VarRequest, VarStatus, VarHeaders, VarBody, VarOriginal}
 
 // Vars binds variables for one evaluation; missing ones are null.
 type Vars map[string]any

@@ -2,7 +2,9 @@
 // another system has in common (effect deliveries, lookups, refetches and
 // notifications): a redirect is an answer and never followed, a URL is
 // built from a configured base URL and a relative path that cannot leave
-// it, header values cannot smuggle other headers, a connection reaches a
+// it, header values cannot smuggle other headers (and those built from
+// stored data are percent-encoded so that any header can carry them,
+// headervalue.go), a connection reaches a
 // public address only unless the configuration allows private networks
 // (checked on the address dialled, dial.go), and errors name URLs without
 // credentials or query strings, so that no error text stored on an effect,

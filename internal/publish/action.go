@@ -81,8 +81,9 @@ func (a *publishAction) Do(ctx context.Context, c *deliver.Call) (*deliver.Respo
 	}
 	sum := sha256.Sum256([]byte(c.EpisodeKey))
 	id := "msg_" + hex.EncodeToString(sum[:16])
-	causation := c.Header.Get(a.s.cfg.Causation.Header)
-	res, err := a.s.publish(ctx, id, "effect:"+c.EpisodeKey, fp, m, "flow", causation, 0)
+	// The causation id as stored, not its header: that one is
+	// percent-encoded for the wire.
+	res, err := a.s.publish(ctx, id, "effect:"+c.EpisodeKey, fp, m, "flow", c.CausationID, 0)
 	switch {
 	case errors.Is(err, ErrTooLarge):
 		// The same data is too large on every attempt.

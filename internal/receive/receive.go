@@ -381,12 +381,22 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 
 // causationOf reads the feedback-loop headers. They are only as trusted as
 // the signature that covers the request: a sender can always start a new
-// chain, which is what the hop ceiling is for.
+// chain, which is what the hop ceiling is for. The delivery worker sends
+// the causation id percent-encoded (outbound.EncodeHeaderValue); it is
+// decoded here, so that the id comes back as the chain's own and a loop
+// is recognised. A value that does not decode (a "%" without two hex
+// digits) was written by hand, and is kept as it is.
 func (h *Handler) causationOf(r *http.Request) (string, int, error) {
-	id := strings.TrimSpace(r.Header.Get(h.causation.Header))
+	raw := strings.TrimSpace(r.Header.Get(h.causation.Header))
 	hopText := strings.TrimSpace(r.Header.Get(h.causation.HopHeader))
-	if id == "" {
+	if raw == "" {
 		return "", 0, nil
+	}
+	id := raw
+	if len(raw) <= 3*200 {
+		if dec, err := outbound.DecodeHeaderValue(raw); err == nil {
+			id = dec
+		}
 	}
 	if len(id) > 200 || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
 		return "", 0, fmt.Errorf("header %s: not a causation id (at most 200 characters of text)", h.causation.Header)

@@ -20,6 +20,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/inbox"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/receive"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
@@ -281,6 +282,38 @@ func TestCausationHeadersOnlyFromTrustedSources(t *testing.T) {
 	bad := http.Header{"X-Hookledger-Causation": {"cause-8"}, "X-Hookledger-Hop": {"many"}}
 	if code, body, _ := do(t, r.signed("loop", "msg_c", swBody("msg_c", "x"), bad)); code != 400 || !strings.Contains(body, "X-Hookledger-Hop") {
 		t.Fatalf("bad hop: got %d %s, want 400 naming the header", code, body)
+	}
+}
+
+// The delivery worker sends the causation id percent-encoded; a trusted
+// source that passes it back gets the chain's own id stored, so a loop
+// through it is recognised whatever characters the id holds.
+func TestCausationHeaderIsDecoded(t *testing.T) {
+	r := newRig(t, baseConfig+"causation:\n  trusted_sources: [loop]\n", nil)
+	long := strings.Repeat("é", 100) // 200 bytes: at the limit once decoded, 600 as sent
+	for i, tc := range []struct{ sent, want string }{
+		{"app/ctl%C2%85id", "app/ctl\u0085id"},
+		{"app/caf%C3%A9%20%1B%25", "app/café \x1b%"},
+		{outbound.EncodeHeaderValue(long), long},
+		{"50% off", "50% off"}, // not an encoding: kept as written
+	} {
+		id := fmt.Sprint("msg_", i)
+		hdr := http.Header{"X-Hookledger-Causation": {tc.sent}, "X-Hookledger-Hop": {"1"}}
+		if code, body, _ := do(t, r.signed("loop", id, swBody(id, "x"), hdr)); code != 200 {
+			t.Fatalf("%q: got %d %s", tc.sent, code, body)
+		}
+		if d := r.deliveries("loop", id); len(d) != 1 || d[0].CausationID != tc.want {
+			t.Errorf("sent %q: stored %+v, want causation %q", tc.sent, d, tc.want)
+		}
+	}
+	// Decoded to more than 200 bytes, or to something that is not text,
+	// it is refused as before, naming the header.
+	for i, sent := range []string{outbound.EncodeHeaderValue(long + "x"), "app/%FF%FE", "app/%00"} {
+		id := fmt.Sprint("bad_", i)
+		hdr := http.Header{"X-Hookledger-Causation": {sent}}
+		if code, body, _ := do(t, r.signed("loop", id, swBody(id, "x"), hdr)); code != 400 || !strings.Contains(body, "X-Hookledger-Causation") {
+			t.Errorf("%q: got %d %s, want 400 naming the header", sent, code, body)
+		}
 	}
 }
 

@@ -272,6 +272,7 @@ func (s *Server) Run(ctx context.Context) error {
 	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
 	apiHandler.ServePublishing(pub, s.cfg.Publish.MaxPayloadBytes)
+	apiHandler.ServeIdempotencyKeys(deliver.KeyFunc(s.cfg))
 	mux.Handle("/api/v1/", apiHandler)
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))

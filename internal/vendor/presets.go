@@ -25,6 +25,17 @@ type Preset struct {
 	// IdempotencyReplayedHeader is the answer header that says "true" when
 	// the vendor replays a saved answer for a repeated key.
 	IdempotencyReplayedHeader string
+	// IdempotencyKeyMax is the longest key the vendor documents, in
+	// characters (Stripe: 255); 0 when it documents no limit. A longer
+	// key is never sent as it is: the vendor would refuse it on every
+	// attempt.
+	IdempotencyKeyMax int
+	// HashIdempotencyKey makes destinations of this preset send a
+	// fixed-length digest of the episode key instead of the key itself,
+	// unless they say otherwise: set for every vendor that limits the
+	// key's length or asks for keys without personal data (an episode
+	// key holds the entity id, which may be an e-mail address).
+	HashIdempotencyKey bool
 	// DedupeKey names the request fields the vendor dedupes on when they
 	// are in the body rather than in a header (Meta: event_id plus
 	// event_name, kept for IdempotencyWindow; Google Ads: order_id per
@@ -138,6 +149,8 @@ func presets() []Preset {
 			IdempotencyHeader:         "Idempotency-Key",
 			IdempotencyWindow:         24 * time.Hour,
 			IdempotencyReplayedHeader: "Idempotent-Replayed",
+			IdempotencyKeyMax:         255,
+			HashIdempotencyKey:        true,
 			Rules: []Rule{
 				// Object contention, not quota: retry soon, do not slow down
 				// the whole destination.
@@ -145,7 +158,7 @@ func presets() []Preset {
 			},
 			Notes: []string{
 				"The first response after execution begins is saved and replayed for the same key, including 500 errors.",
-				"Keys up to 255 characters; parameters are compared and a mismatch errors; keys can be pruned after 24 hours.",
+				"Keys up to 255 characters, with no personal data in them; parameters are compared and a mismatch errors; keys can be pruned after 24 hours.",
 			},
 		},
 		{

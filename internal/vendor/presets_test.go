@@ -30,6 +30,14 @@ func TestPresetsAreWellFormed(t *testing.T) {
 		if p.IdempotencyHeader != "" && p.IdempotencyWindow <= 0 {
 			t.Errorf("%s: an idempotency header needs the window the vendor keeps keys", p.Name)
 		}
+		// A vendor that limits the key's length gets the fixed-length
+		// hashed key unless a destination says otherwise.
+		if p.IdempotencyKeyMax > 0 && !p.HashIdempotencyKey {
+			t.Errorf("%s: documents a key limit of %d but does not hash keys by default", p.Name, p.IdempotencyKeyMax)
+		}
+		if (p.IdempotencyKeyMax > 0 || p.HashIdempotencyKey) && p.IdempotencyHeader == "" {
+			t.Errorf("%s: a key limit or hashed keys without an idempotency header", p.Name)
+		}
 		if (p.MaxObjects > 0) != (len(p.ObjectArrays) > 0) {
 			t.Errorf("%s: MaxObjects and ObjectArrays go together", p.Name)
 		}
@@ -73,6 +81,10 @@ func TestNewPresetFigures(t *testing.T) {
 	meta, _ := PresetByName("meta")
 	if meta.IdempotencyWindow != 48*time.Hour || meta.DedupeKey != "event_id + event_name" || meta.IdempotencyHeader != "" {
 		t.Errorf("meta: window %s, key %q, header %q", meta.IdempotencyWindow, meta.DedupeKey, meta.IdempotencyHeader)
+	}
+	stripe, _ := PresetByName("stripe")
+	if stripe.IdempotencyKeyMax != 255 || !stripe.HashIdempotencyKey {
+		t.Errorf("stripe: key limit %d, hashed keys %v; Stripe takes keys up to 255 characters with no personal data", stripe.IdempotencyKeyMax, stripe.HashIdempotencyKey)
 	}
 	ads, _ := PresetByName("google-ads")
 	if ads.DedupeKey != "order_id per conversion action" {
