@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -235,18 +236,49 @@ func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request) {
 	c.assets.ServeHTTP(w, r)
 }
 
-// safeNext returns the local path to go to after login: only a path on
-// this host ("/x", never "//host" or "/\host"), else "/".
+// safeNext returns the local address to go to after login, or "/" for
+// anything that could lead a browser to another site. It judges what
+// http.Redirect will send, not the raw value: Redirect cleans "." and ".."
+// out of the path, so "/./\host" would leave as "/\host". So the path is
+// cleaned here first, and refused when it holds, as written or
+// percent-decoded, a backslash, an empty segment ("//") or a control
+// character: browsers read "\" as "/" and drop tabs and newlines, which
+// turns "/\host" or "/<tab>/host" into "//host", another host.
 func safeNext(next string) string {
-	if next == "" || next[0] != '/' || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	p, query, hasQuery := strings.Cut(next, "?")
+	if !localPath(p) {
 		return "/"
 	}
-	u, err := url.Parse(next)
-	if err != nil || u.Host != "" || u.Scheme != "" {
+	// The query cannot lead elsewhere, but a raw backslash or control
+	// character has no business there either.
+	if strings.ContainsAny(query, `\`) || strings.IndexFunc(query, isControl) >= 0 {
 		return "/"
 	}
-	return next
+	if dec, err := url.PathUnescape(p); err != nil || !localPath(dec) {
+		return "/"
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && !strings.HasSuffix(clean, "/") {
+		clean += "/"
+	}
+	if hasQuery {
+		clean += "?" + query
+	}
+	u, err := url.Parse(clean)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return "/"
+	}
+	return clean
 }
+
+// localPath reports whether p is an absolute path that no browser reads
+// as the start of another host's address.
+func localPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.Contains(p, "//") && !strings.Contains(p, `\`) &&
+		strings.IndexFunc(p, isControl) < 0
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // loginPage serves GET /login: the form, or a one-time link's login.
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
