@@ -1,11 +1,18 @@
 package console
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/publish"
+	"github.com/hookledger/hookledger/internal/store"
 )
 
 // hostileNext are next= values (as the query decodes them) that a naive
@@ -122,4 +129,178 @@ func FuzzSafeNext(f *testing.F) {
 			t.Fatalf("safeNext(%q) = %q redirects to %q, off the site", next, got, loc)
 		}
 	})
+}
+
+// consoleState is everything a console request can change: the effects,
+// the audit trail, the endpoints, the jobs and the sessions.
+func consoleState(t *testing.T, e *opsEnv) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	effects, err := e.f.st.EffectList(ctx, &store.EffectListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range effects {
+		fmt.Fprintf(&b, "effect %d %s owner=%q note=%q redrives=%d updated=%s\n", o.ID, o.State, o.Owner, o.Note, o.Redrives, o.UpdatedAt)
+	}
+	audit, err := e.f.st.AuditList(ctx, &store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "audit rows %d\n", len(audit))
+	endpoints, err := e.f.st.EndpointList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range endpoints {
+		fmt.Fprintf(&b, "endpoint %s enabled=%v\n", ep.ID, ep.Enabled)
+	}
+	e.con.jobs.mu.Lock()
+	for _, j := range e.con.jobs.order {
+		select {
+		case <-j.ctxDone():
+			fmt.Fprintf(&b, "job %s stopped\n", j.ID)
+		default:
+			fmt.Fprintf(&b, "job %s running\n", j.ID)
+		}
+	}
+	e.con.jobs.mu.Unlock()
+	e.con.sessions.mu.Lock()
+	fmt.Fprintf(&b, "sessions %d\n", len(e.con.sessions.byID))
+	e.con.sessions.mu.Unlock()
+	return b.String()
+}
+
+// Every state-changing route of the console refuses a request without
+// the session's CSRF token, or with a wrong one, with 403 and changes
+// nothing; the same request with the token does change something, so
+// each row is a real state change. A POST route added to the console
+// without a row here fails the test.
+func TestEveryStateChangeNeedsCSRF(t *testing.T) {
+	e := startOps(t, nil, Attachments{})
+	f, ctx := e.f, context.Background()
+	cfg, err := config.Parse("c.yaml", []byte("{}"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := publish.New(cfg, f.st, publish.Options{Clock: f.clk})
+	u, id := "https://partner.example/hooks", "partner"
+	if _, err := svc.Create(ctx, &publish.EndpointInput{ID: &id, URL: &u}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	paused := make(chan struct{}, 1)
+	e.con.jobs.pause = func(ctx context.Context) error {
+		paused <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	e.con.Attach(Attachments{Router: routeByEntity{}, Compensations: ordersCompensations{}, Endpoints: svc})
+	effect := func(name, dest string, state store.EffectState) string {
+		return "/effects/" + strconv.FormatInt(f.addEffect(t, name, dest, state), 10)
+	}
+	lastJob := func() *job {
+		e.con.jobs.mu.Lock()
+		defer e.con.jobs.mu.Unlock()
+		return e.con.jobs.order[len(e.con.jobs.order)-1]
+	}
+	other := &session{} // another browser's session, for a job to cancel
+	var cancelled *job
+	type row struct {
+		pattern string
+		path    func() string
+		form    url.Values
+		// settled waits for what the accepted request started in the
+		// background, before the next row's snapshot.
+		settled func()
+	}
+	rows := []row{
+		{pattern: "POST /effects/{id}/{action}", path: func() string { return effect("c_retry", "crm", store.EffectDead) + "/retry" }},
+		{pattern: "POST /effects/{id}/{action}", path: func() string { return effect("c_resolve", "crm", store.EffectDead) + "/resolve" },
+			form: url.Values{"note": {"fixed by hand"}}},
+		{pattern: "POST /effects/{id}/{action}", path: func() string { return effect("c_assign", "crm", store.EffectDead) + "/assign" },
+			form: url.Values{"owner": {"alice"}}},
+		{pattern: "POST /effects/{id}/compensate", path: func() string { return effect("c_done", "crm", store.EffectDone) + "/compensate" },
+			form: url.Values{"note": {"refunded"}}},
+		{pattern: "POST /endpoints/{id}/{action}", path: func() string { return "/endpoints/partner/disable" }},
+		{pattern: "POST /endpoints/{id}/{action}", path: func() string { return "/endpoints/partner/enable" }},
+		{pattern: "POST /effects/bulk-retry", path: func() string {
+			last := f.addEffect(t, "c_bulk", "bulk", store.EffectDead)
+			return "/effects/bulk-retry?upto=" + strconv.FormatInt(last, 10)
+		}, form: url.Values{"filter": {"destination=bulk&state=dead"}, "planned": {"1"}},
+			settled: func() { <-lastJob().done }},
+		{pattern: "POST /jobs/{id}/cancel", path: func() string {
+			j, err := e.con.jobs.start(other, jobReplay, jobProgress{}, func(ctx context.Context, _ *job) { <-ctx.Done() })
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancelled = j
+			return "/jobs/" + j.ID + "/cancel"
+		}, settled: func() { <-cancelled.done }},
+		{pattern: "POST /replay", form: url.Values{"source": {"stripe"}}, path: func() string { return "/replay" },
+			settled: func() { <-paused }},
+		{pattern: "POST /logout", path: func() string { return "/logout" }},
+	}
+
+	covered := map[string]bool{}
+	for _, r := range rows {
+		covered[r.pattern] = true
+	}
+	for _, p := range e.con.patterns {
+		if strings.HasPrefix(p, "POST ") && p != "POST /login" && !covered[p] {
+			t.Errorf("state-changing route %q has no row in this test", p)
+		}
+	}
+
+	// Every effect is made before the first request: making one claims
+	// what is approved, and an accepted retry approves one.
+	paths := make([]string, len(rows))
+	for i, r := range rows {
+		paths[i] = r.path()
+	}
+	for i, r := range rows {
+		path := paths[i]
+		// The bulk retry's plan travels in the form, like the page's.
+		if p, q, ok := strings.Cut(path, "?"); ok {
+			path = p
+			extra, _ := url.ParseQuery(q)
+			r.form = withValues(r.form, extra)
+		}
+		for name, token := range map[string][]string{"without": nil, "wrong": {e.c.csrf + "x"}, "empty": {""}} {
+			before := consoleState(t, e)
+			form := withValues(r.form, url.Values{"csrf": token})
+			if token == nil {
+				form.Del("csrf")
+			}
+			if resp, body := e.c.post(path, form); resp.StatusCode != http.StatusForbidden {
+				t.Errorf("POST %s %s the CSRF token: %d, want 403: %.200s", path, name, resp.StatusCode, body)
+			}
+			if after := consoleState(t, e); after != before {
+				t.Errorf("POST %s %s the CSRF token changed the console's state:\nbefore:\n%s\nafter:\n%s", path, name, before, after)
+			}
+		}
+		before := consoleState(t, e)
+		resp, body := e.c.post(path, withValues(r.form, url.Values{"csrf": {e.c.csrf}}))
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("POST %s with the CSRF token: %d, want 303: %.300s", path, resp.StatusCode, body)
+		}
+		if r.settled != nil {
+			r.settled()
+		}
+		if after := consoleState(t, e); after == before {
+			t.Errorf("POST %s with the CSRF token changed nothing: the row tests no state change", path)
+		}
+	}
+}
+
+// withValues is a copy of base with extra's keys set.
+func withValues(base, extra url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
 }

@@ -45,6 +45,8 @@ type Console struct {
 	sessions *sessions
 	pages    *pages
 	mux      *http.ServeMux
+	// patterns are the routes of mux, in the order handle added them.
+	patterns []string
 	assets   http.Handler
 	// wrongTokens spends a token per wrong admin token typed: guessing
 	// online stops after a burst, whatever the token's strength.
@@ -92,23 +94,30 @@ func New(st Store, token string, log *slog.Logger, clk clock.Clock, opts ...Opti
 }
 
 func (c *Console) routes() {
-	c.mux.HandleFunc("GET /login", c.loginPage)
-	c.mux.HandleFunc("POST /login", c.login)
-	c.mux.HandleFunc("POST /logout", c.logout)
+	c.handle("GET /login", c.loginPage)
+	c.handle("POST /login", c.login)
+	c.handle("POST /logout", c.logout)
 	c.overviewRoutes()
-	c.mux.HandleFunc("GET /events", c.eventsPage)
-	c.mux.HandleFunc("GET /events/rows", c.eventRows)
-	c.mux.HandleFunc("GET /event", c.eventPage)
-	c.mux.HandleFunc("GET /effects", c.effectsPage)
-	c.mux.HandleFunc("GET /effects/rows", c.effectRows)
-	c.mux.HandleFunc("GET /effects/{id}", c.effectPage)
-	c.mux.HandleFunc("POST /effects/{id}/{action}", c.operate)
-	c.mux.HandleFunc("GET /entity", c.entityPage)
-	c.mux.HandleFunc("GET /assets/", c.serveAsset)
+	c.handle("GET /events", c.eventsPage)
+	c.handle("GET /events/rows", c.eventRows)
+	c.handle("GET /event", c.eventPage)
+	c.handle("GET /effects", c.effectsPage)
+	c.handle("GET /effects/rows", c.effectRows)
+	c.handle("GET /effects/{id}", c.effectPage)
+	c.handle("POST /effects/{id}/{action}", c.operate)
+	c.handle("GET /entity", c.entityPage)
+	c.handle("GET /assets/", c.serveAsset)
 	c.operationRoutes()
-	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	c.handle("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})
+}
+
+// handle adds a route to the mux and keeps its pattern, so that a test
+// can hold every state-changing route to the CSRF check.
+func (c *Console) handle(pattern string, h http.HandlerFunc) {
+	c.patterns = append(c.patterns, pattern)
+	c.mux.HandleFunc(pattern, h)
 }
 
 // MintLoginLink returns a one-time login path (/login?once=CODE) that logs
