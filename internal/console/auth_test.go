@@ -304,3 +304,58 @@ func withValues(base, extra url.Values) url.Values {
 	}
 	return out
 }
+
+// A login from a browser that has a session ends that session, by the
+// form and by a one-time link alike, and so does logging out: the old
+// cookie, replayed from elsewhere, gets the login page.
+func TestNewLoginEndsTheOldSession(t *testing.T) {
+	_, con, srv := startConsole(t, 0)
+	base := mustURL(t, srv.URL)
+	c := newClient(t, srv)
+	stale := func(what string, old []*http.Cookie) {
+		t.Helper()
+		replay := newClient(t, srv)
+		replay.hc.Jar.SetCookies(base, old)
+		resp, body := replay.get("/events")
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login?") {
+			t.Errorf("the cookie from before %s: %d to %q, want the login page: %.200s", what, resp.StatusCode, resp.Header.Get("Location"), body)
+		}
+	}
+	cookieNow := func() []*http.Cookie {
+		t.Helper()
+		cks := c.hc.Jar.Cookies(base)
+		if len(cks) != 1 || cks[0].Name != cookieName {
+			t.Fatalf("browser cookies %v, want the session's", cks)
+		}
+		return cks
+	}
+
+	c.login()
+	first := cookieNow()
+	c.login()
+	second := cookieNow()
+	if second[0].Value == first[0].Value {
+		t.Fatal("logging in again kept the session id")
+	}
+	stale("logging in again", first)
+
+	if resp, _ := c.get(con.MintLoginLink()); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("one-time link: %d", resp.StatusCode)
+	}
+	third := cookieNow()
+	stale("a one-time link's login", second)
+
+	if _, body := c.get("/events"); !strings.Contains(body, `name="csrf"`) {
+		t.Fatalf("the new session shows no form: %.200s", body)
+	}
+	if resp, _ := c.post("/logout", url.Values{"csrf": {c.csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	stale("logging out", third)
+	con.sessions.mu.Lock()
+	left := len(con.sessions.byID)
+	con.sessions.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d sessions live after the browser logged out of each, want 0", left)
+	}
+}

@@ -335,9 +335,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) startSession(w http.ResponseWriter, r *http.Request, next string) {
 	// A cookie from before is replaced: a fresh id at every login, so an
-	// id planted before login is worth nothing after it.
-	if ck, err := r.Cookie(cookieName); err == nil {
-		c.sessions.end(ck.Value)
+	// id planted before login is worth nothing after it, and the session
+	// it named ends here rather than live on beside the new one.
+	if old, err := r.Cookie(cookieName); err == nil {
+		c.sessions.end(old.Value)
 	}
 	id, _ := c.sessions.create(c.clk.Now())
 	http.SetCookie(w, sessionCookie(r, id, int(sessionLifetime.Seconds())))

@@ -28,7 +28,10 @@ type client struct {
 
 func newClient(t *testing.T, srv *httptest.Server) *client {
 	jar, _ := cookiejar.New(nil)
-	hc := srv.Client()
+	// A copy: srv.Client() is one client for the server, and each browser
+	// stand-in needs a cookie jar of its own.
+	hc := new(http.Client)
+	*hc = *srv.Client()
 	hc.Jar = jar
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &client{t: t, base: srv.URL, hc: hc}
