@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/authlimit"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -29,12 +30,15 @@ type Handler struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 	now       func() time.Time
+	// guard counts wrong tokens per client address (authlimit).
+	guard *authlimit.Limiter
 }
 
 // New returns the API handler. An empty token disables the API (every
 // request is refused) rather than leaving it open.
 func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handler {
-	h := &Handler{st: st, log: log, enabled: token != "", mux: http.NewServeMux(), now: now}
+	h := &Handler{st: st, log: log, enabled: token != "", mux: http.NewServeMux(), now: now,
+		guard: authlimit.New(authlimit.Options{Now: now})}
 	// Comparing fixed-size hashes keeps the comparison constant-time
 	// whatever the length of the presented token.
 	h.tokenHash = sha256.Sum256([]byte(token))
@@ -50,13 +54,41 @@ func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handle
 	return h
 }
 
+// LimitGuesses replaces the handler's own count of wrong tokens with l,
+// which the server shares with the console (one count per client for
+// both) and which knows the trusted proxies.
+func (h *Handler) LimitGuesses(l *authlimit.Limiter) { h.guard = l }
+
+// ServeHTTP checks the bearer token, then routes. A client that has sent
+// too many wrong tokens is answered 429 before its token is looked at: the
+// right token gets the same answer, so the lock tells a guesser nothing.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	client := h.guard.Client(r)
+	if wait := h.guard.Wait(client); wait > 0 {
+		w.Header().Set("Retry-After", authlimit.RetryAfter(wait))
+		writeError(w, http.StatusTooManyRequests, "too many wrong bearer tokens from this address: retry after "+
+			authlimit.RetryAfter(wait)+" s")
+		return
+	}
 	if !h.authorized(r) {
+		if h.enabled {
+			h.refused(r, client)
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hookledger"`)
 		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (admin.token)")
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// refused logs a missing or wrong token and counts it against the client:
+// the address and the path, never the token or any part of it.
+func (h *Handler) refused(r *http.Request, client string) {
+	h.log.Warn("admin API: refused a missing or wrong bearer token", "client", client, "method", r.Method, "path", r.URL.Path)
+	if lock := h.guard.Fail(client); lock > 0 {
+		h.log.Warn("admin API: too many wrong bearer tokens: address locked out", "client", client,
+			"tries", h.guard.Tries(), "locked_for", lock)
+	}
 }
 
 func (h *Handler) authorized(r *http.Request) bool {

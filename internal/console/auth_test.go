@@ -3,13 +3,17 @@ package console
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/hookledger/hookledger/internal/authlimit"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/publish"
 	"github.com/hookledger/hookledger/internal/store"
@@ -359,3 +363,58 @@ func TestNewLoginEndsTheOldSession(t *testing.T) {
 		t.Errorf("%d sessions live after the browser logged out of each, want 0", left)
 	}
 }
+
+// Ten wrong tokens from one address lock that address out of the login
+// for the rest of the minute (429 with Retry-After, the right token too,
+// no session), logged with the address and never the token; the operator
+// logging in from another address is not affected.
+func TestLoginGuessingLimitedPerAddress(t *testing.T) {
+	f := newFixture(t, 0)
+	logs := &strings.Builder{}
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	srv := httptest.NewServer(New(f.st, testToken, log, f.clk))
+	t.Cleanup(srv.Close)
+	guesser, operator := newClientFrom(t, srv, "127.0.0.2"), newClientFrom(t, srv, "127.0.0.3")
+
+	const guess = "guessed-secret-Zq8"
+	for i := range authlimit.DefaultTries {
+		if resp, _ := guesser.post("/login", url.Values{"token": {guess}}); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, resp.StatusCode)
+		}
+		f.clk.Advance(time.Second)
+	}
+	resp, body := guesser.post("/login", url.Values{"token": {testToken}})
+	if resp.StatusCode != http.StatusTooManyRequests || len(resp.Cookies()) != 0 || resp.Header.Get("Retry-After") != "50" ||
+		!strings.Contains(body, "50 seconds") {
+		t.Fatalf("right token from the locked address: %d Retry-After %q cookies %v, want 429, 50 and no session",
+			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Cookies())
+	}
+	if resp, _ := operator.post("/login", url.Values{"token": {testToken}}); resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("right token from another address: %d, want 303 and a session", resp.StatusCode)
+	}
+	f.clk.Advance(50 * time.Second)
+	if resp, _ := guesser.post("/login", url.Values{"token": {testToken}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("right token once the minute has passed: %d, want 303", resp.StatusCode)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, `msg="console: login refused: wrong admin token" client=127.0.0.2`); n != authlimit.DefaultTries {
+		t.Errorf("%d wrong tokens logged with the address, want %d:\n%s", n, authlimit.DefaultTries, out)
+	}
+	if !strings.Contains(out, "client=127.0.0.2 tries=10 locked_for=51s") {
+		t.Errorf("the lock-out is not logged:\n%s", out)
+	}
+	if strings.Contains(out, "Zq8") || strings.Contains(out, testToken) {
+		t.Errorf("a token reached the log:\n%s", out)
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

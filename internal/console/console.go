@@ -8,10 +8,8 @@ import (
 	"net/url"
 	"path"
 	"strings"
-	"time"
 
-	"golang.org/x/time/rate"
-
+	"github.com/hookledger/hookledger/internal/authlimit"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
@@ -48,9 +46,10 @@ type Console struct {
 	// patterns are the routes of mux, in the order handle added them.
 	patterns []string
 	assets   http.Handler
-	// wrongTokens spends a token per wrong admin token typed: guessing
-	// online stops after a burst, whatever the token's strength.
-	wrongTokens *rate.Limiter
+	// guard counts wrong admin tokens per client address: guessing
+	// online stops after a few tries from one address, whatever the
+	// token's strength, and never locks out the operator elsewhere.
+	guard *authlimit.Limiter
 	// jobs runs bulk retries and replays in the background (jobs.go);
 	// extra holds what the server hands over after New (extra.go).
 	jobs  *jobs
@@ -59,14 +58,15 @@ type Console struct {
 	signals config.Signals
 }
 
-// Wrong admin tokens allowed: a burst of 10, then one every 6 seconds.
-const (
-	wrongTokenBurst = 10
-	wrongTokenEvery = 6 * time.Second
-)
-
 // Option configures a Console.
 type Option func(*Console)
+
+// WithGuessLimit counts the login's wrong tokens in l, which the server
+// shares with the admin API (one count per client for both) and which
+// knows the trusted proxies; without it the console counts its own.
+func WithGuessLimit(l *authlimit.Limiter) Option {
+	return func(c *Console) { c.guard = l }
+}
 
 // New returns the console over st. An empty token turns the console off:
 // every request answers 404, as the admin API refuses every request
@@ -80,7 +80,7 @@ func New(st Store, token string, log *slog.Logger, clk clock.Clock, opts ...Opti
 	}
 	c := &Console{st: st, token: token, enabled: token != "", log: log, clk: clk,
 		sessions: newSessions(), pages: mustParsePages(), mux: http.NewServeMux(),
-		wrongTokens: rate.NewLimiter(rate.Every(wrongTokenEvery), wrongTokenBurst), jobs: newJobs()}
+		guard: authlimit.New(authlimit.Options{Now: clk.Now}), jobs: newJobs()}
 	assets, err := fs.Sub(embedded, "assets")
 	if err != nil {
 		panic("console: embedded assets: " + err.Error())
@@ -294,7 +294,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.URL.Query().Get("next"))
 	if code := r.URL.Query().Get("once"); code != "" {
 		if !c.sessions.useOnce(code, c.clk.Now()) {
-			c.log.Warn("console: one-time login link refused: used already, expired or unknown", "remote", r.RemoteAddr)
+			c.log.Warn("console: one-time login link refused: used already, expired or unknown", "client", c.guard.Client(r))
 			c.renderLogin(w, http.StatusUnauthorized, next, "This login link was used already or has expired. Log in with the admin token.")
 			return
 		}
@@ -316,17 +316,21 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.renderLogin(w, http.StatusForbidden, next, "This login form did not come from the console.")
 		return
 	}
-	now := c.clk.Now()
-	// While the wrong tokens are spent, every login is refused, the right
-	// token too: answering it would tell a guesser when it guessed right.
-	if c.wrongTokens.TokensAt(now) < 1 {
-		c.log.Warn("console: login refused: too many wrong tokens", "remote", r.RemoteAddr)
-		c.renderLogin(w, http.StatusTooManyRequests, next, "Too many wrong tokens: wait a minute, then try again.")
+	// While an address's tries are spent, its every login is refused, the
+	// right token too: answering it would tell a guesser when it guessed
+	// right. The lock-out was logged when it began.
+	client := c.guard.Client(r)
+	if wait := c.guard.Wait(client); wait > 0 {
+		secs := authlimit.RetryAfter(wait)
+		w.Header().Set("Retry-After", secs)
+		c.renderLogin(w, http.StatusTooManyRequests, next, "Too many wrong tokens from this address: try again in "+secs+" seconds.")
 		return
 	}
 	if !sameSecret(r.PostFormValue("token"), c.token) {
-		c.wrongTokens.AllowN(now, 1)
-		c.log.Warn("console: login refused: wrong admin token", "remote", r.RemoteAddr)
+		c.log.Warn("console: login refused: wrong admin token", "client", client)
+		if lock := c.guard.Fail(client); lock > 0 {
+			c.log.Warn("console: too many wrong tokens: address locked out", "client", client, "tries", c.guard.Tries(), "locked_for", lock)
+		}
 		c.renderLogin(w, http.StatusUnauthorized, next, "Wrong token. Use the admin.token of this server's configuration.")
 		return
 	}
@@ -342,7 +346,7 @@ func (c *Console) startSession(w http.ResponseWriter, r *http.Request, next stri
 	}
 	id, _ := c.sessions.create(c.clk.Now())
 	http.SetCookie(w, sessionCookie(r, id, int(sessionLifetime.Seconds())))
-	c.log.Info("console: operator logged in", "remote", r.RemoteAddr)
+	c.log.Info("console: operator logged in", "client", c.guard.Client(r))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 

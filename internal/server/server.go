@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/authlimit"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/console"
@@ -267,13 +269,17 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz(st))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	// One count of wrong admin tokens per client for the API and the
+	// console alike, so that a guesser gets no second budget on the other.
+	guard := s.guessLimit()
 	apiHandler := api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now)
+	apiHandler.LimitGuesses(guard)
 	apiHandler.ServeReplays(engine)
 	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
 	apiHandler.ServePublishing(pub, s.cfg.Publish.MaxPayloadBytes)
 	mux.Handle("/api/v1/", apiHandler)
-	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals))
+	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals), console.WithGuessLimit(guard))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))
 	mux.Handle("/", cons)
 
@@ -360,6 +366,21 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("stopped")
 	return runErr
+}
+
+// guessLimit is the count of wrong admin tokens per client address. It
+// believes the forwarding headers of receive.trusted_proxies only, as the
+// receiver does: behind a proxy every client would otherwise share its
+// address and one guesser would lock out all.
+func (s *Server) guessLimit() *authlimit.Limiter {
+	var proxies []netip.Prefix
+	for _, tp := range s.cfg.Receive.TrustedProxies {
+		// config.Load has refused any entry that does not parse.
+		if p, err := config.ParseTrustedProxy(tp); err == nil {
+			proxies = append(proxies, p)
+		}
+	}
+	return authlimit.New(authlimit.Options{Now: s.clk.Now, TrustedProxies: proxies})
 }
 
 // flushers picks how many group commits may run at once for the store.
