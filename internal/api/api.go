@@ -4,13 +4,10 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/authlimit"
@@ -24,24 +21,22 @@ type Store interface {
 
 // Handler serves /api/v1.
 type Handler struct {
-	st        Store
-	tokenHash [32]byte
-	enabled   bool
-	log       *slog.Logger
-	mux       *http.ServeMux
-	now       func() time.Time
-	// guard counts wrong tokens per client address (authlimit).
-	guard *authlimit.Limiter
+	st  Store
+	log *slog.Logger
+	mux *http.ServeMux
+	now func() time.Time
+	// bearer admits the requests that carry admin.token.
+	bearer *Bearer
 }
 
 // New returns the API handler. An empty token disables the API (every
 // request is refused) rather than leaving it open.
 func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handler {
-	h := &Handler{st: st, log: log, enabled: token != "", mux: http.NewServeMux(), now: now,
-		guard: authlimit.New(authlimit.Options{Now: now})}
-	// Comparing fixed-size hashes keeps the comparison constant-time
-	// whatever the length of the presented token.
-	h.tokenHash = sha256.Sum256([]byte(token))
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{st: st, log: log, mux: http.NewServeMux(), now: now,
+		bearer: NewBearer(token, authlimit.New(authlimit.Options{Now: now}), log, "admin API")}
 	h.mux.HandleFunc("GET /api/v1/events", h.listEvents)
 	h.mux.HandleFunc("POST /api/v1/events/resolve", h.resolveEvent)
 	h.mux.HandleFunc("GET /api/v1/effects", h.listEffects)
@@ -57,51 +52,13 @@ func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handle
 // LimitGuesses replaces the handler's own count of wrong tokens with l,
 // which the server shares with the console (one count per client for
 // both) and which knows the trusted proxies.
-func (h *Handler) LimitGuesses(l *authlimit.Limiter) { h.guard = l }
+func (h *Handler) LimitGuesses(l *authlimit.Limiter) { h.bearer.guard = l }
 
-// ServeHTTP checks the bearer token, then routes. A client that has sent
-// too many wrong tokens is answered 429 before its token is looked at: the
-// right token gets the same answer, so the lock tells a guesser nothing.
+// ServeHTTP checks the bearer token, then routes.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	client := h.guard.Client(r)
-	if wait := h.guard.Wait(client); wait > 0 {
-		w.Header().Set("Retry-After", authlimit.RetryAfter(wait))
-		writeError(w, http.StatusTooManyRequests, "too many wrong bearer tokens from this address: retry after "+
-			authlimit.RetryAfter(wait)+" s")
-		return
+	if h.bearer.Admit(w, r) {
+		h.mux.ServeHTTP(w, r)
 	}
-	if !h.authorized(r) {
-		if h.enabled {
-			h.refused(r, client)
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="hookledger"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (admin.token)")
-		return
-	}
-	h.mux.ServeHTTP(w, r)
-}
-
-// refused logs a missing or wrong token and counts it against the client:
-// the address and the path, never the token or any part of it.
-func (h *Handler) refused(r *http.Request, client string) {
-	h.log.Warn("admin API: refused a missing or wrong bearer token", "client", client, "method", r.Method, "path", r.URL.Path)
-	if lock := h.guard.Fail(client); lock > 0 {
-		h.log.Warn("admin API: too many wrong bearer tokens: address locked out", "client", client,
-			"tries", h.guard.Tries(), "locked_for", lock)
-	}
-}
-
-func (h *Handler) authorized(r *http.Request) bool {
-	if !h.enabled {
-		return false
-	}
-	auth := r.Header.Get("Authorization")
-	scheme, tok, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(sum[:], h.tokenHash[:]) == 1
 }
 
 // EventJSON is the pinned shape of one event, plus its routes.
