@@ -1,5 +1,7 @@
 // Package api serves the authenticated admin API under /api/v1: JSON
-// resources named by plural nouns, paged with opaque cursors.
+// resources named by plural nouns, paged with opaque cursors. Bearer
+// (bearer.go) admits the requests that carry admin.token and limits the
+// others per client address; the server puts /metrics behind one too.
 package api
 
 import (
