@@ -1,18 +1,18 @@
 // Package api serves the authenticated admin API under /api/v1: JSON
-// resources named by plural nouns, paged with opaque cursors.
+// resources named by plural nouns, paged with opaque cursors. Bearer
+// (bearer.go) admits the requests that carry admin.token and limits the
+// others per client address; the server puts /metrics behind one too.
 package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/authlimit"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -23,12 +23,12 @@ type Store interface {
 
 // Handler serves /api/v1.
 type Handler struct {
-	st        Store
-	tokenHash [32]byte
-	enabled   bool
-	log       *slog.Logger
-	mux       *http.ServeMux
-	now       func() time.Time
+	st  Store
+	log *slog.Logger
+	mux *http.ServeMux
+	now func() time.Time
+	// bearer admits the requests that carry admin.token.
+	bearer *Bearer
 	// keys names the idempotency key each effect's destination is sent
 	// (ServeIdempotencyKeys); nil shows none.
 	keys IdempotencyKeys
@@ -37,10 +37,11 @@ type Handler struct {
 // New returns the API handler. An empty token disables the API (every
 // request is refused) rather than leaving it open.
 func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handler {
-	h := &Handler{st: st, log: log, enabled: token != "", mux: http.NewServeMux(), now: now}
-	// Comparing fixed-size hashes keeps the comparison constant-time
-	// whatever the length of the presented token.
-	h.tokenHash = sha256.Sum256([]byte(token))
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{st: st, log: log, mux: http.NewServeMux(), now: now,
+		bearer: NewBearer(token, authlimit.New(authlimit.Options{Now: now}), log, "admin API")}
 	h.mux.HandleFunc("GET /api/v1/events", h.listEvents)
 	h.mux.HandleFunc("POST /api/v1/events/resolve", h.resolveEvent)
 	h.mux.HandleFunc("GET /api/v1/effects", h.listEffects)
@@ -53,26 +54,16 @@ func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handle
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="hookledger"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (admin.token)")
-		return
-	}
-	h.mux.ServeHTTP(w, r)
-}
+// LimitGuesses replaces the handler's own count of wrong tokens with l,
+// which the server shares with the console (one count per client for
+// both) and which knows the trusted proxies.
+func (h *Handler) LimitGuesses(l *authlimit.Limiter) { h.bearer.guard = l }
 
-func (h *Handler) authorized(r *http.Request) bool {
-	if !h.enabled {
-		return false
+// ServeHTTP checks the bearer token, then routes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.bearer.Admit(w, r) {
+		h.mux.ServeHTTP(w, r)
 	}
-	auth := r.Header.Get("Authorization")
-	scheme, tok, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(sum[:], h.tokenHash[:]) == 1
 }
 
 // EventJSON is the pinned shape of one event, plus its routes.

@@ -45,6 +45,7 @@ type Config struct {
 	Listen        string        `yaml:"listen"`
 	Store         string        `yaml:"store"`
 	Admin         Admin         `yaml:"admin"`
+	Metrics       Metrics       `yaml:"metrics"`
 	Receive       Receive       `yaml:"receive"`
 	Sources       []Source      `yaml:"sources"`
 	Causation     Causation     `yaml:"causation"`

@@ -6,11 +6,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
-	"time"
 
-	"golang.org/x/time/rate"
-
+	"github.com/hookledger/hookledger/internal/authlimit"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
@@ -44,10 +43,13 @@ type Console struct {
 	sessions *sessions
 	pages    *pages
 	mux      *http.ServeMux
+	// patterns are the routes of mux, in the order handle added them.
+	patterns []string
 	assets   http.Handler
-	// wrongTokens spends a token per wrong admin token typed: guessing
-	// online stops after a burst, whatever the token's strength.
-	wrongTokens *rate.Limiter
+	// guard counts wrong admin tokens per client address: guessing
+	// online stops after a few tries from one address, whatever the
+	// token's strength, and never locks out the operator elsewhere.
+	guard *authlimit.Limiter
 	// jobs runs bulk retries and replays in the background (jobs.go);
 	// extra holds what the server hands over after New (extra.go).
 	jobs  *jobs
@@ -56,14 +58,15 @@ type Console struct {
 	signals config.Signals
 }
 
-// Wrong admin tokens allowed: a burst of 10, then one every 6 seconds.
-const (
-	wrongTokenBurst = 10
-	wrongTokenEvery = 6 * time.Second
-)
-
 // Option configures a Console.
 type Option func(*Console)
+
+// WithGuessLimit counts the login's wrong tokens in l, which the server
+// shares with the admin API (one count per client for both) and which
+// knows the trusted proxies; without it the console counts its own.
+func WithGuessLimit(l *authlimit.Limiter) Option {
+	return func(c *Console) { c.guard = l }
+}
 
 // New returns the console over st. An empty token turns the console off:
 // every request answers 404, as the admin API refuses every request
@@ -77,7 +80,7 @@ func New(st Store, token string, log *slog.Logger, clk clock.Clock, opts ...Opti
 	}
 	c := &Console{st: st, token: token, enabled: token != "", log: log, clk: clk,
 		sessions: newSessions(), pages: mustParsePages(), mux: http.NewServeMux(),
-		wrongTokens: rate.NewLimiter(rate.Every(wrongTokenEvery), wrongTokenBurst), jobs: newJobs()}
+		guard: authlimit.New(authlimit.Options{Now: clk.Now}), jobs: newJobs()}
 	assets, err := fs.Sub(embedded, "assets")
 	if err != nil {
 		panic("console: embedded assets: " + err.Error())
@@ -91,23 +94,30 @@ func New(st Store, token string, log *slog.Logger, clk clock.Clock, opts ...Opti
 }
 
 func (c *Console) routes() {
-	c.mux.HandleFunc("GET /login", c.loginPage)
-	c.mux.HandleFunc("POST /login", c.login)
-	c.mux.HandleFunc("POST /logout", c.logout)
+	c.handle("GET /login", c.loginPage)
+	c.handle("POST /login", c.login)
+	c.handle("POST /logout", c.logout)
 	c.overviewRoutes()
-	c.mux.HandleFunc("GET /events", c.eventsPage)
-	c.mux.HandleFunc("GET /events/rows", c.eventRows)
-	c.mux.HandleFunc("GET /event", c.eventPage)
-	c.mux.HandleFunc("GET /effects", c.effectsPage)
-	c.mux.HandleFunc("GET /effects/rows", c.effectRows)
-	c.mux.HandleFunc("GET /effects/{id}", c.effectPage)
-	c.mux.HandleFunc("POST /effects/{id}/{action}", c.operate)
-	c.mux.HandleFunc("GET /entity", c.entityPage)
-	c.mux.HandleFunc("GET /assets/", c.serveAsset)
+	c.handle("GET /events", c.eventsPage)
+	c.handle("GET /events/rows", c.eventRows)
+	c.handle("GET /event", c.eventPage)
+	c.handle("GET /effects", c.effectsPage)
+	c.handle("GET /effects/rows", c.effectRows)
+	c.handle("GET /effects/{id}", c.effectPage)
+	c.handle("POST /effects/{id}/{action}", c.operate)
+	c.handle("GET /entity", c.entityPage)
+	c.handle("GET /assets/", c.serveAsset)
 	c.operationRoutes()
-	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	c.handle("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
 	})
+}
+
+// handle adds a route to the mux and keeps its pattern, so that a test
+// can hold every state-changing route to the CSRF check.
+func (c *Console) handle(pattern string, h http.HandlerFunc) {
+	c.patterns = append(c.patterns, pattern)
+	c.mux.HandleFunc(pattern, h)
 }
 
 // MintLoginLink returns a one-time login path (/login?once=CODE) that logs
@@ -235,25 +245,56 @@ func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request) {
 	c.assets.ServeHTTP(w, r)
 }
 
-// safeNext returns the local path to go to after login: only a path on
-// this host ("/x", never "//host" or "/\host"), else "/".
+// safeNext returns the local address to go to after login, or "/" for
+// anything that could lead a browser to another site. It judges what
+// http.Redirect will send, not the raw value: Redirect cleans "." and ".."
+// out of the path, so "/./\host" would leave as "/\host". So the path is
+// cleaned here first, and refused when it holds, as written or
+// percent-decoded, a backslash, an empty segment ("//") or a control
+// character: browsers read "\" as "/" and drop tabs and newlines, which
+// turns "/\host" or "/<tab>/host" into "//host", another host.
 func safeNext(next string) string {
-	if next == "" || next[0] != '/' || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	p, query, hasQuery := strings.Cut(next, "?")
+	if !localPath(p) {
 		return "/"
 	}
-	u, err := url.Parse(next)
-	if err != nil || u.Host != "" || u.Scheme != "" {
+	// The query cannot lead elsewhere, but a raw backslash or control
+	// character has no business there either.
+	if strings.ContainsAny(query, `\`) || strings.IndexFunc(query, isControl) >= 0 {
 		return "/"
 	}
-	return next
+	if dec, err := url.PathUnescape(p); err != nil || !localPath(dec) {
+		return "/"
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && !strings.HasSuffix(clean, "/") {
+		clean += "/"
+	}
+	if hasQuery {
+		clean += "?" + query
+	}
+	u, err := url.Parse(clean)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return "/"
+	}
+	return clean
 }
+
+// localPath reports whether p is an absolute path that no browser reads
+// as the start of another host's address.
+func localPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.Contains(p, "//") && !strings.Contains(p, `\`) &&
+		strings.IndexFunc(p, isControl) < 0
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // loginPage serves GET /login: the form, or a one-time link's login.
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.URL.Query().Get("next"))
 	if code := r.URL.Query().Get("once"); code != "" {
 		if !c.sessions.useOnce(code, c.clk.Now()) {
-			c.log.Warn("console: one-time login link refused: used already, expired or unknown", "remote", r.RemoteAddr)
+			c.log.Warn("console: one-time login link refused: used already, expired or unknown", "client", c.guard.Client(r))
 			c.renderLogin(w, http.StatusUnauthorized, next, "This login link was used already or has expired. Log in with the admin token.")
 			return
 		}
@@ -275,17 +316,21 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.renderLogin(w, http.StatusForbidden, next, "This login form did not come from the console.")
 		return
 	}
-	now := c.clk.Now()
-	// While the wrong tokens are spent, every login is refused, the right
-	// token too: answering it would tell a guesser when it guessed right.
-	if c.wrongTokens.TokensAt(now) < 1 {
-		c.log.Warn("console: login refused: too many wrong tokens", "remote", r.RemoteAddr)
-		c.renderLogin(w, http.StatusTooManyRequests, next, "Too many wrong tokens: wait a minute, then try again.")
+	// While an address's tries are spent, its every login is refused, the
+	// right token too: answering it would tell a guesser when it guessed
+	// right. The lock-out was logged when it began.
+	client := c.guard.Client(r)
+	if wait := c.guard.Wait(client); wait > 0 {
+		secs := authlimit.RetryAfter(wait)
+		w.Header().Set("Retry-After", secs)
+		c.renderLogin(w, http.StatusTooManyRequests, next, "Too many wrong tokens from this address: try again in "+secs+" seconds.")
 		return
 	}
 	if !sameSecret(r.PostFormValue("token"), c.token) {
-		c.wrongTokens.AllowN(now, 1)
-		c.log.Warn("console: login refused: wrong admin token", "remote", r.RemoteAddr)
+		c.log.Warn("console: login refused: wrong admin token", "client", client)
+		if lock := c.guard.Fail(client); lock > 0 {
+			c.log.Warn("console: too many wrong tokens: address locked out", "client", client, "tries", c.guard.Tries(), "locked_for", lock)
+		}
 		c.renderLogin(w, http.StatusUnauthorized, next, "Wrong token. Use the admin.token of this server's configuration.")
 		return
 	}
@@ -294,13 +339,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) startSession(w http.ResponseWriter, r *http.Request, next string) {
 	// A cookie from before is replaced: a fresh id at every login, so an
-	// id planted before login is worth nothing after it.
-	if ck, err := r.Cookie(cookieName); err == nil {
-		c.sessions.end(ck.Value)
+	// id planted before login is worth nothing after it, and the session
+	// it named ends here rather than live on beside the new one.
+	if old, err := r.Cookie(cookieName); err == nil {
+		c.sessions.end(old.Value)
 	}
 	id, _ := c.sessions.create(c.clk.Now())
 	http.SetCookie(w, sessionCookie(r, id, int(sessionLifetime.Seconds())))
-	c.log.Info("console: operator logged in", "remote", r.RemoteAddr)
+	c.log.Info("console: operator logged in", "client", c.guard.Client(r))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 

@@ -8,7 +8,10 @@
 // The console is behind admin.token like the admin API, but a browser
 // cannot send a bearer token, so the token is typed once on the login page
 // and traded for a session cookie (HttpOnly, SameSite=Strict, Secure over
-// TLS) that names a server-side session with a fixed lifetime. Every
+// TLS) that names a server-side session with a fixed lifetime; a new login
+// ends the browser's earlier session. Wrong tokens are counted per client
+// address with the admin API's (package authlimit), and the address to
+// return to after login is judged as a browser would follow it. Every
 // state-changing request carries the session's CSRF token in a form field
 // or a header, compared in constant time. Without the cookie a page
 // redirects to the login page and an asset or an htmx fragment answers 401,

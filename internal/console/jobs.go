@@ -285,15 +285,15 @@ func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request) {
 // operationRoutes adds the pages of the repairs that run as jobs, and the
 // destinations and sources page.
 func (c *Console) operationRoutes() {
-	c.mux.HandleFunc("GET /effects/bulk-retry", c.bulkRetryPlan)
-	c.mux.HandleFunc("POST /effects/bulk-retry", c.bulkRetryStart)
-	c.mux.HandleFunc("GET /replay", c.replayPage)
-	c.mux.HandleFunc("POST /replay", c.replayStart)
-	c.mux.HandleFunc("GET /jobs/{id}", c.jobPage)
-	c.mux.HandleFunc("GET /jobs/{id}/progress", c.jobProgressFragment)
-	c.mux.HandleFunc("POST /jobs/{id}/cancel", c.cancelJob)
-	c.mux.HandleFunc("GET /destinations", c.destinationsPage)
-	c.mux.HandleFunc("GET /endpoints", c.endpointsPage)
-	c.mux.HandleFunc("POST /endpoints/{id}/{action}", c.endpointAction)
-	c.mux.HandleFunc("POST /effects/{id}/compensate", c.compensate)
+	c.handle("GET /effects/bulk-retry", c.bulkRetryPlan)
+	c.handle("POST /effects/bulk-retry", c.bulkRetryStart)
+	c.handle("GET /replay", c.replayPage)
+	c.handle("POST /replay", c.replayStart)
+	c.handle("GET /jobs/{id}", c.jobPage)
+	c.handle("GET /jobs/{id}/progress", c.jobProgressFragment)
+	c.handle("POST /jobs/{id}/cancel", c.cancelJob)
+	c.handle("GET /destinations", c.destinationsPage)
+	c.handle("GET /endpoints", c.endpointsPage)
+	c.handle("POST /endpoints/{id}/{action}", c.endpointAction)
+	c.handle("POST /effects/{id}/compensate", c.compensate)
 }

@@ -38,10 +38,10 @@ type OverviewStore interface {
 const historySpan = 24 * time.Hour
 
 func (c *Console) overviewRoutes() {
-	c.mux.HandleFunc("GET /{$}", c.overview)
-	c.mux.HandleFunc("GET /overview/rows", c.overviewRows)
-	c.mux.HandleFunc("GET /overview/series.json", c.overviewSeries)
-	c.mux.HandleFunc("GET /audit", c.auditPage)
+	c.handle("GET /{$}", c.overview)
+	c.handle("GET /overview/rows", c.overviewRows)
+	c.handle("GET /overview/series.json", c.overviewSeries)
+	c.handle("GET /audit", c.auditPage)
 }
 
 // signalInfo is how the overview words a signal and where its numbers

@@ -199,7 +199,7 @@ func startAt(t *testing.T, yaml string, now time.Time) *harness {
 		}
 	})
 	t.Cleanup(stop)
-	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs, stop: stop}
+	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs, stop: stop, srv: srv}
 }
 
 // An Idempotency-Key outlives the process: after a restart on the same

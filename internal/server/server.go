@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
@@ -64,10 +63,11 @@ type Server struct {
 	// its own the server follows it.
 	followDB bool
 
-	mu      sync.Mutex
-	addr    string
-	console *console.Console
-	ready   chan struct{}
+	mu          sync.Mutex
+	addr        string
+	metricsAddr string
+	console     *console.Console
+	ready       chan struct{}
 }
 
 // New validates nothing further: cfg comes from config.Load.
@@ -87,6 +87,14 @@ func New(cfg *config.Config, opts Options) *Server {
 
 // Ready is closed once the server accepts requests.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// MetricsAddr is the address of the metrics listener (metrics.listen),
+// once Ready; "" when /metrics is served on the main listener.
+func (s *Server) MetricsAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.metricsAddr
+}
 
 // Addr is the address the server listens on, once Ready.
 func (s *Server) Addr() string {
@@ -266,28 +274,31 @@ func (s *Server) Run(ctx context.Context) error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", s.readyz(st))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	// One count of wrong admin tokens per client for the API, the console
+	// and /metrics alike, so that a guesser gets no second budget.
+	guard := s.guessLimit()
+	metrics := s.metricsHandler(guard)
+	if s.cfg.Metrics.Listen == "" {
+		mux.Handle("GET /metrics", metrics)
+	} else {
+		// Served on metrics.listen only; not the console's login page
+		// either, which a scraper pointed here by mistake would read.
+		mux.Handle("GET /metrics", http.NotFoundHandler())
+	}
 	apiHandler := api.New(st, s.cfg.Admin.Token, s.log, s.clk.Now)
+	apiHandler.LimitGuesses(guard)
 	apiHandler.ServeReplays(engine)
 	apiHandler.ServeCompensations(engine)
 	apiHandler.ServeSignals(s.cfg.Signals)
 	apiHandler.ServePublishing(pub, s.cfg.Publish.MaxPayloadBytes)
 	apiHandler.ServeIdempotencyKeys(deliver.KeyFunc(s.cfg))
 	mux.Handle("/api/v1/", apiHandler)
-	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals))
+	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals), console.WithGuessLimit(guard))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))
 	mux.Handle("/", cons)
 
 	rc := s.cfg.Receive
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: rc.ReadHeaderTimeout.D(),
-		ReadTimeout:       rc.ReadTimeout.D(),
-		WriteTimeout:      rc.WriteTimeout.D(),
-		IdleTimeout:       rc.IdleTimeout.D(),
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	srv := s.httpServer(mux)
 	ln := s.opts.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", s.cfg.Listen)
@@ -296,14 +307,27 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 		}
 	}
+	msrv, mln, err := s.listenMetrics(metrics)
+	if err != nil {
+		_ = ln.Close()
+		_ = writer.Stop(context.Background())
+		return err
+	}
 	s.mu.Lock()
 	s.addr = ln.Addr().String()
+	if mln != nil {
+		s.metricsAddr = mln.Addr().String()
+	}
 	s.console = cons
 	s.mu.Unlock()
 	s.log.Info("hookledger serving", "addr", s.addr, "store", storeopen.Redact(s.cfg.Store), "sources", len(s.cfg.Sources))
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if msrv != nil {
+		s.log.Info("serving /metrics on its own listener", "addr", s.metricsAddr, "auth", s.cfg.Metrics.Auth)
+		go func() { serveErr <- msrv.Serve(mln) }()
+	}
 	close(s.ready)
 
 	var runErr error
@@ -319,6 +343,11 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("shutdown http: %w", err))
+	}
+	if msrv != nil {
+		if err := msrv.Shutdown(shutCtx); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("shutdown metrics listener: %w", err))
+		}
 	}
 	// The console's jobs (bulk retries, replays) stop between two steps
 	// and record how far they got while the store is still open.

@@ -87,6 +87,7 @@ type harness struct {
 	cfg  *config.Config
 	clk  *clock.Fake
 	logs *syncBuffer
+	srv  *Server
 	// stop stops the server and waits for its clean stop (also run at the
 	// test's end; a second call does nothing).
 	stop func()
