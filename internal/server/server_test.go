@@ -563,7 +563,7 @@ func TestLongEventIDsOnPostgres(t *testing.T) {
 	over := atLimit + "9"
 	body = stripeBody(over, "invoice.paid", "")
 	code, resp, _ := h.post("/hooks/stripe", body, stripeHeader(body, stripeSecret, t0))
-	if code != 400 || !strings.Contains(resp, "event id is 513 bytes long") {
+	if code != 400 || !strings.Contains(resp, "event id: is 513 bytes long") {
 		t.Fatalf("513-byte id: %d %s, want 400 naming the limit", code, resp)
 	}
 }
