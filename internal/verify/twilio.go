@@ -77,6 +77,17 @@ func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, 
 		if hs[0] == "" {
 			return "", "", failf(ReasonMalformed, "twilio: the URL's %s parameter is empty", TwilioBodySHA256Param)
 		}
+		// Twilio appends bodySHA256 to the URL it calls, so it is the
+		// query's last parameter. Anywhere else the URL may be the signed
+		// string of a form request read as a URL: an inbound SMS whose
+		// text is "x&bodySHA256=<hash>&z=" makes one whose signature would
+		// vouch for any JSON body with that hash (docs/signatures.md).
+		// After the last parameter comes nothing the form's later
+		// parameters could have supplied.
+		last := u.RawQuery[strings.LastIndexByte(u.RawQuery, '&')+1:]
+		if name, _, _ := strings.Cut(last, "="); name != TwilioBodySHA256Param {
+			return "", "", failf(ReasonMalformed, "twilio: %s is not the URL's last query parameter, where Twilio appends it", TwilioBodySHA256Param)
+		}
 		return rawURL, hs[0], nil
 	}
 	params, ferr := url.ParseQuery(string(body))
