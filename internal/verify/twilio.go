@@ -34,6 +34,9 @@ const (
 	// body is not form-encoded (JSON): the signature then covers the URL
 	// only, and this parameter binds the body by its SHA-256 in hex.
 	TwilioBodySHA256Param = "bodySHA256"
+	// TwilioFirstParam is the first form parameter of every request
+	// Twilio signs: it is always sent and sorts before the others.
+	TwilioFirstParam = "AccountSid"
 )
 
 // twilio verifies Twilio's X-Twilio-Signature. The signed URL is the one
@@ -63,6 +66,14 @@ func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, 
 	u, perr := url.Parse(rawURL)
 	if perr != nil || u.Scheme == "" || u.Host == "" {
 		return "", "", failf(ReasonMalformed, "twilio: the public URL is not an absolute URL")
+	}
+	// In the signed string the form's parameters follow the URL with no
+	// separator, and the first of them is AccountSid: Twilio sends it with
+	// every request, and it sorts before every other name. A query that
+	// holds it may have taken the start of the parameters of the request
+	// that was signed (docs/signatures.md); Twilio calls no such URL.
+	if strings.Contains(u.RawQuery, TwilioFirstParam) {
+		return "", "", failf(ReasonMalformed, "twilio: the URL's query holds %s, the first of the signed form parameters", TwilioFirstParam)
 	}
 	q, qerr := url.ParseQuery(u.RawQuery)
 	if hs, ok := q[TwilioBodySHA256Param]; ok {

@@ -12,10 +12,11 @@ import (
 // A form request's signed string (the URL, then each name and value) read
 // as a URL is the URL of a JSON request, signed by the same signature. An
 // inbound SMS whose text is "x&bodySHA256=<hash>&z=" gives that URL a
-// bodySHA256 of a JSON body the texter chose. bodySHA256 must therefore be
-// the last query parameter, where Twilio appends it; after it would come
-// the SMS's later parameters.
-func TestTwilioBodySHA256MustBeLast(t *testing.T) {
+// bodySHA256 of a JSON body the texter chose. Such a URL's query holds
+// AccountSid, the form's first parameter, and bodySHA256 is not its last
+// parameter, where Twilio appends it: after it come the SMS's later
+// parameters. Either refuses it.
+func TestTwilioJSONForgedFromAFormSignature(t *testing.T) {
 	s := newSender(t, "twilio", []string{"auth-token-1"}, 0)
 	forgedBody := []byte(`{"specversion":"1.0","id":"EZ9","type":"com.twilio.messaging.message.delivered"}`)
 	sum := sha256.Sum256(forgedBody)
@@ -41,10 +42,19 @@ func TestTwilioBodySHA256MustBeLast(t *testing.T) {
 	}
 	forged := &Request{Method: http.MethodPost, URL: signed, Header: http.Header{"Content-Type": {"application/json"}}, Body: forgedBody}
 	forged.Header.Set(TwilioSignatureHeader, h.Get(TwilioSignatureHeader))
-	err = s.Verify(forged, t0)
-	wantReason(t, err, ReasonMalformed)
-	if !strings.Contains(err.Error(), "last query parameter") {
-		t.Errorf("refusal %q does not say where bodySHA256 belongs", err)
+	wantReason(t, s.Verify(forged, t0), ReasonMalformed)
+
+	// Either fact refuses it alone: the query holds the form's first
+	// parameter, and bodySHA256 is followed by another.
+	for _, c := range []struct{ url, says string }{
+		{signed, "AccountSid"},
+		{TwilioURLWithBodySHA256("https://hooks.example.com/hooks/twilio", forgedBody) + "&z=1", "last query parameter"},
+	} {
+		_, _, err := TwilioSignedContent(c.url, forgedBody)
+		wantReason(t, err, ReasonMalformed)
+		if !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: refusal %q does not say %q", c.url, err, c.says)
+		}
 	}
 
 	// Where Twilio puts it, after the configured URL's own query, it
