@@ -484,10 +484,7 @@ func (x extractor) twilioEventID(elem any, prefix string) (string, *MalformedErr
 		return "", err
 	}
 	if status == "" {
-		if class == "message" {
-			return "", &MalformedError{Field: prefix + "MessageStatus", Msg: "is required (or SmsStatus): Twilio sends a message's status with every request, and the event is named by it"}
-		}
-		return "", &MalformedError{Field: prefix + "CallStatus", Msg: "is required: Twilio sends a call's status with every request, and the event is named by it"}
+		return "", twilioStatusRequired(class, prefix)
 	}
 	id := sid + ":" + status
 	if class == "call" {
@@ -504,6 +501,15 @@ func (x extractor) twilioEventID(elem any, prefix string) (string, *MalformedErr
 		}
 	}
 	return id, nil
+}
+
+// twilioStatusRequired refuses a request without a status: Twilio sends
+// one with every message and call request, and the event is named by it.
+func twilioStatusRequired(class, prefix string) *MalformedError {
+	if class == "message" {
+		return &MalformedError{Field: prefix + "MessageStatus", Msg: "is required (or SmsStatus): Twilio sends a message's status with every request, and the event is named by it"}
+	}
+	return &MalformedError{Field: prefix + "CallStatus", Msg: "is required: Twilio sends a call's status with every request, and the event is named by it"}
 }
 
 // twilioType is "message." or "call." followed by the status
