@@ -112,7 +112,9 @@ var (
 // (read 2026-12-03: twilio.com/docs/messaging/guides/webhook-request,
 // .../messaging/guides/track-outbound-message-status,
 // .../voice/twiml#request-parameters and
-// .../voice/api/call-resource#statuscallback). Every other name is refused
+// .../voice/api/call-resource#statuscallback), and two that WhatsApp
+// requests are seen to carry though those pages do not list them
+// (EventType, ExternalUserId). Every other name is refused
 // until a source lists it in extra_params: Twilio signs names and values
 // with no separator, so an undocumented name is what a moved boundary
 // looks like (RuleTwilio). Every name ending in Sid holds a SID.
@@ -155,7 +157,7 @@ func twilioParams() Params {
 		"ReferralSourceUrl", "ReferralMediaId", "ReferralMediaContentType",
 		"ReferralMediaUrl", "ReferralCtwaClid",
 		"ErrorMessage", "ChannelToAddress", "ChannelPrefix", "ChannelStatusMessage",
-		"StructuredMessage",
+		"StructuredMessage", "EventType", "ExternalUserId",
 		// voice
 		"Called", "Caller", "CallerName", "ForwardedFrom", "CallToken", "StirVerstat",
 		"RecordingUrl", "Timestamp",
