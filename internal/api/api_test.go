@@ -245,10 +245,10 @@ func TestListsRefuseWhatTheyCannotUse(t *testing.T) {
 		"/api/v1/effects/1?verbose=1":         "verbose",
 		// Text no driver can compare is the client's mistake, never a
 		// store failure (503) the client would retry.
-		"/api/v1/events?event_id=a%00b":   "event_id",
-		"/api/v1/events?entity=%ff":       "entity",
-		"/api/v1/effects?flow=%00":        "flow",
-		"/api/v1/audit?source=x%00":       "source",
+		"/api/v1/events?event_id=a%00b": "event_id",
+		"/api/v1/events?entity=%ff":     "entity",
+		"/api/v1/effects?flow=%00":      "flow",
+		"/api/v1/audit?source=x%00":     "source",
 	} {
 		code, b := f.do(http.MethodGet, path, "")
 		var e struct{ Error, Param string }

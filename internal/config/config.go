@@ -153,6 +153,10 @@ type Source struct {
 	PublicURL string     `yaml:"public_url"`
 	HMAC      *HMAC      `yaml:"hmac"`
 	Fields    FieldPaths `yaml:"fields"`
+	// ExtraParams are form parameters a twilio source accepts beyond
+	// those Twilio documents, which are all it accepts otherwise
+	// (docs/signatures.md).
+	ExtraParams []string `yaml:"extra_params"`
 	// API is the source's own API, read by refetch flows.
 	API *SourceAPI `yaml:"api"`
 	// Retention is how long the source's events and what hangs off them
@@ -219,8 +223,9 @@ func (s *Source) hmacOptions() *verify.HMACOptions {
 func (s *Source) KindSource() senderkind.Source {
 	ks := senderkind.Source{
 		Name: s.Name, Kind: s.Kind, Version: s.Version, PublicURL: s.PublicURL,
-		HMAC:   s.hmacOptions(),
-		Fields: senderkind.Fields(s.Fields),
+		HMAC:        s.hmacOptions(),
+		Fields:      senderkind.Fields(s.Fields),
+		ExtraParams: s.ExtraParams,
 	}
 	if s.Tolerance != nil {
 		d := s.Tolerance.D()

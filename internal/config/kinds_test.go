@@ -110,6 +110,10 @@ func TestSenderKindsConfigChecks(t *testing.T) {
 		{"slack tolerance too wide", "kind: slack\n    secrets: [k]\n    tolerance: 2h", "use at most 1h"},
 		{"paddle tolerance zero", "kind: paddle\n    secrets: [k]\n    tolerance: 0s", "a tolerance of 0 would fall back to the default"},
 		{"hmac block", "kind: slack\n    secrets: [k]\n    hmac: {header: X-Slack-Signature}", "the hmac block applies to kind hmac only"},
+		{"extra_params elsewhere", "kind: slack\n    secrets: [k]\n    extra_params: [Foo]", "k.yaml:5:19: source \"s\": extra_params applies to kind twilio only"},
+		{"extra_params name", "kind: twilio\n    secrets: [k]\n    public_url: https://h.example.com/x\n    extra_params: [ChannelRegion, \"Bad Name\"]", `extra_params[1] "Bad Name" is not a parameter name`},
+		{"extra_params twice", "kind: twilio\n    secrets: [k]\n    public_url: https://h.example.com/x\n    extra_params: [ChannelRegion, ChannelRegion]", "extra_params lists ChannelRegion twice"},
+		{"AccountSid in public_url", "kind: twilio\n    secrets: [k]\n    public_url: https://h.example.com/x?AccountSid=AC1", "public_url's query must not hold AccountSid"},
 	} {
 		_, err := Parse("k.yaml", []byte("sources:\n  - name: s\n    "+c.src+"\n"), env(nil))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -122,10 +126,23 @@ func TestSenderKindsConfigChecks(t *testing.T) {
 		"kind: paddle\n    secrets: [k]\n    tolerance: 5s",
 		"kind: slack\n    secrets: [k]\n    tolerance: 1h",
 		"kind: shopify\n    secrets: [k]\n    account: example.myshopify.com\n    fields: {entity: id}",
+		"kind: twilio\n    secrets: [k]\n    public_url: https://h.example.com/x\n    extra_params: [ChannelRegion, ConversationSid]",
 	} {
 		if _, err := Parse("k.yaml", []byte("sources:\n  - name: s\n    "+ok+"\n"), env(nil)); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
+	}
+}
+
+// An extra_params name the kind already accepts changes nothing: it loads
+// with a warning at its line.
+func TestExtraParamsDocumentedWarns(t *testing.T) {
+	c, err := Parse("t.yaml", []byte("sources:\n  - name: s\n    kind: twilio\n    secrets: [k]\n    public_url: https://h.example.com/x\n    extra_params:\n      - ChannelRegion\n      - MessageStatus\n"), env(nil))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if len(c.Warnings) != 1 || c.Warnings[0].Line != 8 || !strings.Contains(c.Warnings[0].Msg, "MessageStatus, which the kind already accepts") {
+		t.Fatalf("warnings %+v: want one at line 8 naming MessageStatus", c.Warnings)
 	}
 }
 

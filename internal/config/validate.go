@@ -176,6 +176,9 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		if !kind.Scheme.HMAC && s.HMAC != nil {
 			add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
 		}
+		if known && kind.Identity.Params == nil && len(s.ExtraParams) > 0 {
+			add(p+".extra_params", "source %q: extra_params applies to kind %s only, whose sender posts forms of documented parameters", s.Name, strings.Join(withParams(kinds), ", "))
+		}
 		if s.PublicURL == "" && kind.SignsURL(ks) {
 			warn(p+".kind", "source %q: its scheme signs the URL the sender called, but public_url is not set, so the URL is rebuilt from the request's Host header (and http, or X-Forwarded-Proto from receive.trusted_proxies); set public_url to the exact URL configured at the sender", s.Name)
 		}
@@ -223,6 +226,18 @@ func fieldPath(p, field string) string {
 		return p
 	}
 	return p + "." + field
+}
+
+// withParams lists the kinds with a documented set of form parameters,
+// which extra_params extends.
+func withParams(kinds *senderkind.Registry) []string {
+	var out []string
+	for _, k := range kinds.Kinds() {
+		if k.Identity.Params != nil {
+			out = append(out, k.Name)
+		}
+	}
+	return out
 }
 
 // versioned lists the kinds that take a version.

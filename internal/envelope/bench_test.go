@@ -88,3 +88,21 @@ func BenchmarkExtractHubSpotBatch(b *testing.B) {
 		}
 	}
 }
+
+// twilioCallStatus is a call status callback as Twilio posts it: 32
+// parameters, each checked against Twilio's documented set and shapes.
+var twilioCallStatus = []byte("AccountSid=" + twAC + "&AnsweredBy=human&ApiVersion=2010-04-01&CallDuration=49&CallSid=" + twCA + "&CallStatus=completed&CallbackSource=call-progress-events&Called=%2B15558675310&CalledCity=&CalledCountry=US&CalledState=CA&CalledZip=&Caller=%2B14158141829&CallerCity=SAN+FRANCISCO&CallerCountry=US&CallerState=CA&CallerZip=94103&Direction=outbound-api&Duration=1&From=%2B14158141829&FromCity=SAN+FRANCISCO&FromCountry=US&FromState=CA&FromZip=94103&SequenceNumber=3&SipResponseCode=200&Timestamp=Thu%2C+01+Jan+2026+00%3A00%3A00+%2B0000&To=%2B15558675310&ToCity=&ToCountry=US&ToState=CA&ToZip=")
+
+// BenchmarkExtractTwilioCallStatus is a form kind's cost, the parameter
+// check included.
+func BenchmarkExtractTwilioCallStatus(b *testing.B) {
+	k, _ := senderkind.Builtin().Lookup(KindTwilio)
+	b.SetBytes(int64(len(twilioCallStatus)))
+	b.ReportAllocs()
+	for b.Loop() {
+		evs, err := ExtractIdentity(k.Identity, Paths{}, nil, twilioCallStatus)
+		if err != nil || len(evs) != 1 || evs[0].EventID != twCA+":completed:3" {
+			b.Fatal(fmt.Sprint(evs, err))
+		}
+	}
+}

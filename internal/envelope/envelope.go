@@ -100,7 +100,15 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	var root any
 	var err error
 	if id.Form && !looksJSON(body) {
-		root, err = decodeForm(body)
+		var q url.Values
+		if q, err = decodeForm(body); err == nil {
+			if id.Rule == senderkind.RuleTwilio {
+				if merr := checkTwilioForm(q, id.Params); merr != nil {
+					return nil, merr
+				}
+			}
+			root = formObject(q)
+		}
 	} else {
 		root, err = parseBody(body)
 	}
@@ -191,11 +199,8 @@ func looksJSON(b []byte) bool {
 	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
 }
 
-// decodeForm reads an application/x-www-form-urlencoded body as an object
-// of its parameters. A name sent several times keeps its first value:
-// identities are scalars, and the senders that post forms send identifying
-// parameters once.
-func decodeForm(b []byte) (any, error) {
+// decodeForm reads an application/x-www-form-urlencoded body.
+func decodeForm(b []byte) (url.Values, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, errors.New("is empty")
 	}
@@ -203,12 +208,28 @@ func decodeForm(b []byte) (any, error) {
 	if err != nil {
 		return nil, errors.New("is not a valid form (application/x-www-form-urlencoded)")
 	}
+	return q, nil
+}
+
+// formObject is a form as an object of its parameters. A name sent
+// several times holds all its values, which no identity can be read from:
+// Twilio's signature covers the values of a repeated name sorted, not in
+// the order sent, so "the first" is whichever the sender of the request
+// chose.
+func formObject(q url.Values) map[string]any {
 	obj := make(map[string]any, len(q))
 	for k, v := range q {
+		if len(v) > 1 {
+			obj[k] = repeatedParam(v)
+			continue
+		}
 		obj[k] = v[0]
 	}
-	return obj, nil
+	return obj
 }
+
+// repeatedParam is the value of a form parameter sent several times.
+type repeatedParam []string
 
 type extractor struct {
 	id     senderkind.Identity
@@ -276,6 +297,9 @@ func (x extractor) str(elem any, p, prefix string) (string, *MalformedError) {
 	v, found := mustPath(p).lookup(x.root, elem, x.header)
 	if !found {
 		return "", nil
+	}
+	if r, ok := v.(repeatedParam); ok {
+		return "", repeatedError(prefix+p, r)
 	}
 	s, ok := scalar(v)
 	if !ok {
@@ -359,6 +383,9 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 
 	if p := pick(x.paths.OccurredAt, d.OccurredAt); p != "" {
 		if v, found := mustPath(p).lookup(x.root, elem, x.header); found {
+			if r, ok := v.(repeatedParam); ok {
+				return Event{}, repeatedError(prefix+p, r)
+			}
 			t, ok := parseTime(v, x.unit())
 			if !ok {
 				return Event{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.unit()) + ")"}
@@ -442,7 +469,7 @@ func (x extractor) twilioStatus(elem any, prefix string) (class, status string, 
 }
 
 // twilioEventID builds a Twilio event's identity: the sid, its status and
-// the SequenceNumber voice status callbacks carry. Twilio sends a status
+// the SequenceNumber a call's status callbacks carry. Twilio sends a status
 // callback per status of one message or call, so the sid alone would make
 // "sent" and "delivered" one event; a retry resends the same parameters
 // and keeps the identity (IP02). I-Twilio-Idempotency-Token is not used:
@@ -452,21 +479,37 @@ func (x extractor) twilioEventID(elem any, prefix string) (string, *MalformedErr
 	if err != nil {
 		return "", err
 	}
-	_, status, err := x.twilioStatus(elem, prefix)
+	class, status, err := x.twilioStatus(elem, prefix)
 	if err != nil {
 		return "", err
 	}
-	seq, err := x.str(elem, "SequenceNumber", prefix)
-	if err != nil {
-		return "", err
+	if status == "" {
+		return "", twilioStatusRequired(class, prefix)
 	}
-	id := sid
-	for _, p := range []string{status, seq} {
-		if p != "" {
-			id += ":" + p
+	id := sid + ":" + status
+	if class == "call" {
+		// Only a call's status callbacks are numbered. A message's
+		// SequenceNumber is not read: Twilio documents none, and one
+		// could only have been split out of a value a texter wrote
+		// (a WhatsApp ProfileName).
+		seq, err := x.str(elem, "SequenceNumber", prefix)
+		if err != nil {
+			return "", err
+		}
+		if seq != "" {
+			id += ":" + seq
 		}
 	}
 	return id, nil
+}
+
+// twilioStatusRequired refuses a request without a status: Twilio sends
+// one with every message and call request, and the event is named by it.
+func twilioStatusRequired(class, prefix string) *MalformedError {
+	if class == "message" {
+		return &MalformedError{Field: prefix + "MessageStatus", Msg: "is required (or SmsStatus): Twilio sends a message's status with every request, and the event is named by it"}
+	}
+	return &MalformedError{Field: prefix + "CallStatus", Msg: "is required: Twilio sends a call's status with every request, and the event is named by it"}
 }
 
 // twilioType is "message." or "call." followed by the status

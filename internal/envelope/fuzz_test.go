@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"reflect"
+	"regexp"
 	"testing"
+
+	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
 // fuzzExtract checks the invariants every Extract result must hold: either
@@ -80,7 +84,62 @@ func FuzzExtractSlack(f *testing.F) {
 }
 
 func FuzzExtractTwilio(f *testing.F) {
-	fuzzExtract(f, KindTwilio, Paths{}, "AccountSid=AC1&MessageSid=SM1&SmsStatus=received", "CallSid=CA1&CallStatus=completed&SequenceNumber=2", `{"specversion":"1.0","id":"EZ1","type":"t","time":"2026-01-01T00:00:00Z"}`, "%zz", "MessageSid=&CallSid=")
+	fuzzExtract(f, KindTwilio, Paths{}, "AccountSid="+twAC+"&MessageSid="+twSM+"&SmsStatus=received", "AccountSid="+twAC+"&CallSid="+twCA+"&CallStatus=completed&SequenceNumber=2", `{"specversion":"1.0","id":"EZ1","type":"t","time":"2026-01-01T00:00:00Z"}`, "%zz", "MessageSid=&CallSid=", "AccountSid=AC1&MessageSid=SM1&SmsStatus=received")
+}
+
+// FuzzTwilioForm holds every Twilio form the check accepts to what
+// Twilio's signature cannot prove: every other form with the same signed
+// parameters that the check also accepts names the same event, entity and
+// account. An accepted form names only documented parameters, and its
+// event id is a SID, a documented status and, for a call, digits.
+func FuzzTwilioForm(f *testing.F) {
+	for _, s := range []string{
+		"AccountSid=" + twAC + "&Body=hi&From=%2B1&MessageSid=" + twSM + "&SmsStatus=received",
+		"AccountSid=" + twAC + "&CallSid=" + twCA + "&CallStatus=completed&FromZip=9&SequenceNumber=3&To=x",
+		"AccountSid=" + twAC + "&Body=xCallSid" + twCA + "CallStatusbusy&From=&FromZip=MessageSid&MessageSid=" + twSM + "&SmsStatus=received",
+		"AccountSid=" + twAC + "&MessageSid=" + twSM + "&ProfileName=SequenceNumber1&SmsStatus=read&WaId=1",
+	} {
+		f.Add(s)
+	}
+	k, _ := senderkind.Builtin().Lookup(KindTwilio)
+	id := k.Identity
+	eventID := regexp.MustCompile(`\A[A-Z]{2}[0-9a-fA-F]{32}:[a-z_-]+(:[0-9]+)?\z`)
+	f.Fuzz(func(t *testing.T, body string) {
+		evs, err := ExtractIdentity(id, Paths{}, nil, []byte(body))
+		if err != nil {
+			var me *MalformedError
+			if !errors.As(err, &me) {
+				t.Fatalf("non-malformed error: %v", err)
+			}
+			return
+		}
+		want := evs[0]
+		if looksJSON([]byte(body)) {
+			return
+		}
+		if !eventID.MatchString(want.EventID) {
+			t.Fatalf("%q named %q", body, want.EventID)
+		}
+		q, _ := url.ParseQuery(body)
+		for name := range q {
+			if _, ok := id.Params[name]; !ok {
+				t.Fatalf("%q: undocumented %s accepted", body, name)
+			}
+		}
+		s := signedParams(q)
+		if len(s) > 300 {
+			return // parses grow fast with length; short forms show the same cuts
+		}
+		reparse(s, id.Params, func(g url.Values) {
+			evs, err := ExtractIdentity(id, Paths{}, nil, []byte(g.Encode()))
+			if err != nil {
+				return
+			}
+			if ev := evs[0]; ev.EventID != want.EventID || ev.Entity != want.Entity || ev.Account != want.Account {
+				t.Fatalf("%q and %q share a signature and name %s/%s/%s and %s/%s/%s", body, g.Encode(), want.EventID, want.Entity, want.Account, ev.EventID, ev.Entity, ev.Account)
+			}
+		})
+	})
 }
 
 func FuzzExtractPaddle(f *testing.F) {

@@ -6,19 +6,29 @@ import (
 	"time"
 )
 
+// Test SIDs of Twilio's shape: two capital letters and 32 hex digits.
+const (
+	twAC = "AC0123456789abcdef0123456789abcdef"
+	twSM = "SM1234567890abcdef1234567890abcdef"
+	twCA = "CA5d2e8f1a4b7c0d3e6f9a2b5c8d1e4f7a"
+)
+
 // Twilio's form bodies: an inbound message is named by its sid and status,
-// each status callback of one message is an event of its own, a voice
-// callback adds its SequenceNumber, and the same parameters in another
-// order (a retry) keep the identity.
+// each status callback of one message is an event of its own, a call's
+// status callback adds its SequenceNumber, and the same parameters in
+// another order (a retry) keep the identity.
 func TestTwilioFormIdentity(t *testing.T) {
 	for _, c := range []struct {
 		body, id, typ, entity, account string
 	}{
-		{"AccountSid=AC1&MessageSid=SM1&SmsStatus=received&Body=Hi", "SM1:received", "message.received", "SM1", "AC1"},
-		{"SmsStatus=received&Body=Hi&MessageSid=SM1&AccountSid=AC1", "SM1:received", "message.received", "SM1", "AC1"},
-		{"AccountSid=AC1&MessageSid=SM1&MessageStatus=delivered&SmsStatus=delivered", "SM1:delivered", "message.delivered", "SM1", "AC1"},
-		{"AccountSid=AC1&CallSid=CA1&CallStatus=completed&SequenceNumber=3", "CA1:completed:3", "call.completed", "CA1", "AC1"},
-		{"CallSid=CA1&Digits=1", "CA1", "call", "CA1", ""},
+		{"AccountSid=" + twAC + "&MessageSid=" + twSM + "&SmsStatus=received&Body=Hi", twSM + ":received", "message.received", twSM, twAC},
+		{"SmsStatus=received&Body=Hi&MessageSid=" + twSM + "&AccountSid=" + twAC, twSM + ":received", "message.received", twSM, twAC},
+		{"AccountSid=" + twAC + "&MessageSid=" + twSM + "&MessageStatus=delivered&SmsStatus=delivered", twSM + ":delivered", "message.delivered", twSM, twAC},
+		{"AccountSid=" + twAC + "&CallSid=" + twCA + "&CallStatus=completed&SequenceNumber=3", twCA + ":completed:3", "call.completed", twCA, twAC},
+		{"AccountSid=" + twAC + "&CallSid=" + twCA + "&CallStatus=ringing&From=%2B14158141829", twCA + ":ringing", "call.ringing", twCA, twAC},
+		// Only a call's callbacks are numbered; a message's SequenceNumber
+		// is not part of its identity.
+		{"AccountSid=" + twAC + "&MessageSid=" + twSM + "&SequenceNumber=5&SmsStatus=received", twSM + ":received", "message.received", twSM, twAC},
 	} {
 		ev := one(t, KindTwilio, Paths{}, nil, c.body)
 		if ev.EventID != c.id || ev.Type != c.typ || ev.Entity != c.entity || ev.Account != c.account || string(ev.Body) != c.body {
@@ -26,9 +36,9 @@ func TestTwilioFormIdentity(t *testing.T) {
 		}
 	}
 	for body, field := range map[string]string{
-		"AccountSid=AC1&Body=Hi": "MessageSid",
-		"%zz":                    "body",
-		"":                       "body",
+		"AccountSid=" + twAC + "&Body=Hi": "MessageSid",
+		"%zz":                             "body",
+		"":                                "body",
 	} {
 		_, err := Extract(KindTwilio, Paths{}, nil, []byte(body))
 		if me, ok := err.(*MalformedError); !ok || me.Field != field {
@@ -36,8 +46,8 @@ func TestTwilioFormIdentity(t *testing.T) {
 		}
 	}
 	// fields: name form parameters.
-	ev := one(t, KindTwilio, Paths{EventID: "MessageSid", Type: "SmsStatus"}, nil, "MessageSid=SM2&SmsStatus=received")
-	if ev.EventID != "SM2" || ev.Type != "received" {
+	ev := one(t, KindTwilio, Paths{EventID: "MessageSid", Type: "SmsStatus"}, nil, "AccountSid="+twAC+"&MessageSid="+twSM+"&SmsStatus=received")
+	if ev.EventID != twSM || ev.Type != "received" {
 		t.Fatalf("fields override: %+v", ev)
 	}
 	// A JSON body (bodySHA256) is a CloudEvent named by its id.

@@ -168,7 +168,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		src := &source{
 			cfg:      sc,
 			scheme:   scheme,
-			identity: kind.Identity,
+			identity: kind.IdentityFor(ks),
 			paths:    ks.Fields,
 			// Identifiers and timestamps kept as evidence beside the
 			// body, never signatures or credentials.

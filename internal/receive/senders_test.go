@@ -28,6 +28,12 @@ type senderVector struct {
 	Now     int64             `json:"now"`
 	Valid   bool              `json:"valid"`
 	Tamper  string            `json:"tamper"`
+	// Malleated names the genuine Twilio vector this one was made from by
+	// moving a boundary between a parameter name and a value; Twilio's
+	// library accepts it with the genuine signature.
+	Malleated string `json:"malleated"`
+	// Refused says why the scheme refuses a request the library accepts.
+	Refused string `json:"refused"`
 }
 
 func loadVectors(t *testing.T, kind string) []senderVector {
@@ -176,10 +182,16 @@ func TestSenderKindsLibraryVectorsThroughTheReceiver(t *testing.T) {
 		}, want: map[string]stored{
 			"Ev0PV52K21": {typ: "message", account: "T061EG9R6"},
 		}},
-		{kind: "twilio", want: map[string]stored{
-			"SM1234567890abcdef1234567890abcdef:received": {typ: "message.received", account: "ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX", entity: "SM1234567890abcdef1234567890abcdef"},
-			"CA1234567890ABCDE":                           {typ: "call", entity: "CA1234567890ABCDE"},
-			"EZ00000000000000000000000000000000":          {typ: "com.twilio.messaging.message.delivered", entity: "SM1234"},
+		{kind: "twilio", special: map[string]int{
+			// twilio's own example of repeated names is no request
+			// Twilio sends: no AccountSid, a CallSid of 17 characters.
+			"repeated parameter names": http.StatusBadRequest,
+		}, want: map[string]stored{
+			"SM1234567890abcdef1234567890abcdef:received":    {typ: "message.received", account: twilioAccount, entity: "SM1234567890abcdef1234567890abcdef"},
+			"SM1234567890abcdef1234567890abcdef:delivered":   {typ: "message.delivered", account: twilioAccount, entity: "SM1234567890abcdef1234567890abcdef"},
+			"CA5d2e8f1a4b7c0d3e6f9a2b5c8d1e4f7a:completed:3": {typ: "call.completed", account: twilioAccount, entity: "CA5d2e8f1a4b7c0d3e6f9a2b5c8d1e4f7a"},
+			"SM4321567890abcdef1234567890abcdef:received":    {typ: "message.received", account: twilioAccount, entity: "SM4321567890abcdef1234567890abcdef"},
+			"EZ00000000000000000000000000000000":             {typ: "com.twilio.messaging.message.delivered", entity: "SM1234"},
 		}},
 		{kind: "paddle", special: map[string]int{
 			// Signed 10 s before the clock: Paddle's SDK refuses it, the
@@ -202,6 +214,14 @@ func TestSenderKindsLibraryVectorsThroughTheReceiver(t *testing.T) {
 				want := http.StatusUnauthorized
 				if v.Valid {
 					want = http.StatusOK
+				}
+				switch {
+				case v.Malleated != "":
+					// Twilio's signature cannot tell it from the genuine
+					// request; the parameter check refuses it.
+					want = http.StatusBadRequest
+				case v.Refused != "":
+					want = http.StatusUnauthorized
 				}
 				if s, ok := c.special[v.Name]; ok {
 					want = s
@@ -334,7 +354,7 @@ func TestShopifyRetryAndTenant(t *testing.T) {
 func TestSenderTenantChecks(t *testing.T) {
 	for _, c := range []struct{ kind, vector, account string }{
 		{"slack", "event_callback", "T061EG9R6"},
-		{"twilio", "incoming SMS", "ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"},
+		{"twilio", "incoming SMS", twilioAccount},
 		{"square", "payment.updated", "6SSW7HV8K2ST5"},
 	} {
 		v := vectorNamed(t, loadVectors(t, c.kind), c.vector)
@@ -382,7 +402,7 @@ sources:
 		post("paddle", `{"event_id":"`+id+`","event_type":"transaction.paid","occurred_at":"2026-11-03T08:59:00Z","notification_id":"ntf_same","data":{"id":"txn_1"}}`, "application/json")
 	}
 	for _, st := range []string{"sent", "delivered", "delivered"} {
-		post("twilio", "AccountSid=AC1&MessageSid=SM9&MessageStatus="+st+"&SmsStatus="+st, "application/x-www-form-urlencoded")
+		post("twilio", "AccountSid="+twilioAccount+"&MessageSid="+twilioSM9+"&MessageStatus="+st+"&SmsStatus="+st, "application/x-www-form-urlencoded")
 	}
 	for _, id := range []string{"sq-1", "sq-2"} {
 		post("square", `{"merchant_id":"M1","type":"payment.updated","event_id":"`+id+`","created_at":"2026-11-03T08:59:00Z","data":{"type":"payment","id":"pay_1"}}`, "application/json")
@@ -393,7 +413,7 @@ sources:
 	}
 	want := map[string]string{
 		"paddle/evt_1": "transaction.paid", "paddle/evt_2": "transaction.paid",
-		"twilio/SM9:sent": "message.sent", "twilio/SM9:delivered": "message.delivered",
+		"twilio/" + twilioSM9 + ":sent": "message.sent", "twilio/" + twilioSM9 + ":delivered": "message.delivered",
 		"square/sq-1": "payment.updated", "square/sq-2": "payment.updated",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {

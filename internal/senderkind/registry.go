@@ -106,6 +106,10 @@ type Identity struct {
 	// each a string (the first value of a repeated name), unless it is a
 	// JSON object, which is read as JSON.
 	Form bool
+	// Params, for a Form kind, is the closed set of form parameters the
+	// sender documents, with the shape of each value; nil takes any. A
+	// source adds names with extra_params (IdentityFor).
+	Params Params
 }
 
 // Rule names an identity rule that paths cannot express. Each is
@@ -129,9 +133,13 @@ const (
 	// the event).
 	RulePipedrive Rule = "pipedrive"
 	// RuleTwilio: the event id joins the resource's sid (MessageSid, else
-	// CallSid) with its status and, where sent, SequenceNumber, because a
+	// CallSid) with its status and, for a call, SequenceNumber, because a
 	// status callback is sent once per status of the same message or call;
-	// the type is "message." or "call." plus the status.
+	// the type is "message." or "call." plus the status. Twilio signs the
+	// form's names and values with no separator, so a form body must name
+	// only Params, each value of its shape, AccountSid and the status must
+	// be present, and what the identity reads must be sent once: else one
+	// captured request, its boundaries moved, would verify as new events.
 	RuleTwilio Rule = "twilio"
 )
 
@@ -194,6 +202,9 @@ type Source struct {
 	HMAC      *verify.HMACOptions
 	// Fields are the source's overrides of the identity paths.
 	Fields Fields
+	// ExtraParams are form parameters the source accepts beyond the
+	// kind's documented Params (extra_params).
+	ExtraParams []string
 }
 
 // Fields override a kind's identity paths; empty keeps the kind's path.
@@ -236,6 +247,16 @@ func (k Kind) NewScheme(s Source, secrets []string) (verify.Scheme, error) {
 		return nil, fmt.Errorf("kind %s: %w", k.Name, err)
 	}
 	return sc, nil
+}
+
+// IdentityFor is the kind's identity for one source: a kind with a
+// documented parameter set also accepts the source's extra_params.
+func (k Kind) IdentityFor(s Source) Identity {
+	id := k.Identity
+	if id.Params != nil && len(s.ExtraParams) > 0 {
+		id.Params = id.Params.With(s.ExtraParams)
+	}
+	return id
 }
 
 // KeptHeaders lists the headers a source of this kind keeps as evidence.

@@ -199,3 +199,26 @@ func TestToleranceDefaults(t *testing.T) {
 		}
 	}
 }
+
+// A source's extra_params reach its own identity only: the kind's set,
+// shared by every source of the kind, is not changed.
+func TestIdentityForKeepsTheKindsParams(t *testing.T) {
+	r := senderkind.Builtin()
+	k, _ := r.Lookup(senderkind.Twilio)
+	one := k.IdentityFor(senderkind.Source{ExtraParams: []string{"ChannelRegion", "ConversationSid"}})
+	other := k.IdentityFor(senderkind.Source{})
+	if _, ok := one.Params["ChannelRegion"]; !ok {
+		t.Fatal("the source's extra parameter is missing")
+	}
+	if s := one.Params["ConversationSid"]; s.Text() || s.Match("CH01") {
+		t.Fatal("an extra name ending in Sid does not hold a SID")
+	}
+	for name, ps := range map[string]senderkind.Params{"kind": k.Identity.Params, "other source": other.Params} {
+		if _, ok := ps["ChannelRegion"]; ok {
+			t.Fatalf("%s gained another source's extra parameter", name)
+		}
+	}
+	if s, _ := r.Lookup(senderkind.Stripe); s.IdentityFor(senderkind.Source{ExtraParams: []string{"x"}}).Params != nil {
+		t.Fatal("a JSON kind got a parameter set")
+	}
+}

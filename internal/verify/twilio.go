@@ -34,6 +34,9 @@ const (
 	// body is not form-encoded (JSON): the signature then covers the URL
 	// only, and this parameter binds the body by its SHA-256 in hex.
 	TwilioBodySHA256Param = "bodySHA256"
+	// TwilioFirstParam is the first form parameter of every request
+	// Twilio signs: it is always sent and sorts before the others.
+	TwilioFirstParam = "AccountSid"
 )
 
 // twilio verifies Twilio's X-Twilio-Signature. The signed URL is the one
@@ -64,6 +67,14 @@ func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, 
 	if perr != nil || u.Scheme == "" || u.Host == "" {
 		return "", "", failf(ReasonMalformed, "twilio: the public URL is not an absolute URL")
 	}
+	// In the signed string the form's parameters follow the URL with no
+	// separator, and the first of them is AccountSid: Twilio sends it with
+	// every request, and it sorts before every other name. A query that
+	// holds it may have taken the start of the parameters of the request
+	// that was signed (docs/signatures.md); Twilio calls no such URL.
+	if strings.Contains(u.RawQuery, TwilioFirstParam) {
+		return "", "", failf(ReasonMalformed, "twilio: the URL's query holds %s, the first of the signed form parameters", TwilioFirstParam)
+	}
 	q, qerr := url.ParseQuery(u.RawQuery)
 	if hs, ok := q[TwilioBodySHA256Param]; ok {
 		if qerr != nil {
@@ -76,6 +87,17 @@ func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, 
 		}
 		if hs[0] == "" {
 			return "", "", failf(ReasonMalformed, "twilio: the URL's %s parameter is empty", TwilioBodySHA256Param)
+		}
+		// Twilio appends bodySHA256 to the URL it calls, so it is the
+		// query's last parameter. Anywhere else the URL may be the signed
+		// string of a form request read as a URL: an inbound SMS whose
+		// text is "x&bodySHA256=<hash>&z=" makes one whose signature would
+		// vouch for any JSON body with that hash (docs/signatures.md).
+		// After the last parameter comes nothing the form's later
+		// parameters could have supplied.
+		last := u.RawQuery[strings.LastIndexByte(u.RawQuery, '&')+1:]
+		if name, _, _ := strings.Cut(last, "="); name != TwilioBodySHA256Param {
+			return "", "", failf(ReasonMalformed, "twilio: %s is not the URL's last query parameter, where Twilio appends it", TwilioBodySHA256Param)
 		}
 		return rawURL, hs[0], nil
 	}

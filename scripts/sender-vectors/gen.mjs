@@ -202,8 +202,24 @@ const shopBody = JSON.stringify({ id: 820982911946154500, admin_graphql_api_id: 
 const slackEvent = JSON.stringify({ token: 'Jhj5dZrVaK7ZwHHjRyZWjbDl', team_id: 'T061EG9R6', api_app_id: 'A0PNCHHK2', event: { type: 'message', channel: 'C2147483705', user: 'U2147483697', text: 'Hello world', ts: '1355517523.000005' }, type: 'event_callback', event_id: 'Ev0PV52K21', event_time: 1767225590 });
 const slackChallenge = JSON.stringify({ token: 'Jhj5dZrVaK7ZwHHjRyZWjbDl', challenge: '3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P', type: 'url_verification' });
 const slackCommand = 'token=gIkuvaNzQIHg97ATvDxqgjtO&team_id=T0001&team_domain=example&channel_id=C2147483705&channel_name=test&user_id=U2147483697&user_name=Steve&command=%2Fweather&text=94070&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2F1234%2F5678&trigger_id=13345224609.738474920.8088930838d88f008e0';
-const twilioForm = 'AccountSid=ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX&ApiVersion=2010-04-01&Body=Hello+%26+good+morning%21&From=%2B14158141829&MessageSid=SM1234567890abcdef1234567890abcdef&NumMedia=0&SmsStatus=received&To=%2B15558675310';
+// Twilio's SIDs are two capital letters and 32 hex digits; these are test
+// values of that shape.
+const twAccount = 'AC3f1b5e7d9c2a4f6e8d0b1c3a5e7f9d2b';
+const twMessage = 'SM1234567890abcdef1234567890abcdef';
+const twCall = 'CA5d2e8f1a4b7c0d3e6f9a2b5c8d1e4f7a';
+for (const sid of [twAccount, twMessage, twCall]) { if (!/^[A-Z]{2}[0-9a-f]{32}$/.test(sid)) { throw new Error(`${sid} is not of a SID's shape`); } }
+const twilioForm = `AccountSid=${twAccount}&ApiVersion=2010-04-01&Body=Hello+%26+good+morning%21&From=%2B14158141829&MessageSid=${twMessage}&NumMedia=0&SmsStatus=received&To=%2B15558675310`;
 const twilioRepeated = 'CallSid=CA1234567890ABCDE&Caller=%2B12349013030&Digits=1234&From=%2B12349013030&To=%2B18005551212&StatusCallbackEvent=participant-join&StatusCallbackEvent=participant-leave&StatusCallbackEvent=participant-join';
+// A message status callback and a call status callback as Twilio sends
+// them (the call's is the set of parameters of a real one, with test SIDs).
+const twilioMessageStatus = `AccountSid=${twAccount}&ApiVersion=2010-04-01&From=%2B15558675310&MessageSid=${twMessage}&MessageStatus=delivered&SmsSid=${twMessage}&SmsStatus=delivered&To=%2B14158141829`;
+const twilioCallStatus = `AccountSid=${twAccount}&AnsweredBy=human&ApiVersion=2010-04-01&CallDuration=49&CallSid=${twCall}&CallStatus=completed&CallbackSource=call-progress-events&Called=%2B15558675310&CalledCity=&CalledCountry=US&CalledState=CA&CalledZip=&Caller=%2B14158141829&CallerCity=SAN+FRANCISCO&CallerCountry=US&CallerState=CA&CallerZip=94103&Direction=outbound-api&Duration=1&From=%2B14158141829&FromCity=SAN+FRANCISCO&FromCountry=US&FromState=CA&FromZip=94103&SequenceNumber=3&SipResponseCode=200&Timestamp=Thu%2C+01+Jan+2026+00%3A00%3A00+%2B0000&To=%2B15558675310&ToCity=&ToCountry=US&ToState=CA&ToZip=`;
+// twilioForged is a JSON body an attacker wants stored, and twilioBait the
+// inbound SMS they text to the number first: its text carries the JSON's
+// bodySHA256, so the SMS's signed string, read as a URL, is the URL of a
+// JSON request with that body (see the vector below).
+const twilioForged = JSON.stringify({ specversion: '1.0', type: 'com.twilio.messaging.message.delivered', source: '/forged', id: 'EZ99999999999999999999999999999999', time: '2026-01-01T00:00:00.000Z', data: { messageSid: 'SM99999999999999999999999999999999', messageStatus: 'delivered' } });
+const twilioBait = `AccountSid=${twAccount}&ApiVersion=2010-04-01&Body=` + encodeURIComponent('x&bodySHA256=' + crypto.createHash('sha256').update(twilioForged, 'utf8').digest('hex') + '&z=') + `&From=%2B14158141829&MessageSid=${twMessage.replace('1234', '4321')}&NumMedia=0&SmsStatus=received&To=%2B15558675310`;
 const twilioJSON = JSON.stringify({ specversion: '1.0', type: 'com.twilio.messaging.message.delivered', source: '/2010-04-01/Accounts/ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX/Messages/SM1234.json', id: 'EZ00000000000000000000000000000000', time: '2026-01-01T00:00:00.000Z', data: { messageSid: 'SM1234', messageStatus: 'delivered' } });
 const paddleBody = JSON.stringify({ event_id: 'evt_01hv8x2acma2gz3he4mz9qh8q4', event_type: 'subscription.updated', occurred_at: '2026-01-01T00:00:00.000000Z', notification_id: 'ntf_01hv8x2af6vmb3h0ahr23y9k0j', data: { id: 'sub_01hv8x29kz0t586xy6zn1a62ny', status: 'active', customer_id: 'ctm_01hv8wt8nffez4p2t6typn4a5j' } });
 const squareBody = JSON.stringify({ merchant_id: '6SSW7HV8K2ST5', type: 'payment.updated', event_id: '13b867cf-db3d-4b1c-90b6-2f32a9d78124', created_at: '2026-01-01T00:00:00.000Z', data: { type: 'payment', id: 'hYy9pRFVxpDsO1FB05SunFWUe9JZY', object: { payment: { id: 'hYy9pRFVxpDsO1FB05SunFWUe9JZY', status: 'COMPLETED', version: 11 } } } });
@@ -321,6 +337,38 @@ function twilioVectors() {
   const withPort = { ...sms, name: 'signed with :443, configured without', headers: { ...sms.headers, 'X-Twilio-Signature': sign('https://hooks.example.com:443/hooks/twilio', Object.fromEntries(formParams(twilioForm)), S.twilio) } };
   const jsonURL = base + '?bodySHA256=' + crypto.createHash('sha256').update(twilioJSON, 'utf8').digest('hex');
   const json = { name: 'JSON body with bodySHA256', url: jsonURL, body: twilioJSON, now: T0, headers: { 'X-Twilio-Signature': sign(jsonURL, null, S.twilio), 'I-Twilio-Idempotency-Token': '0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0', 'Content-Type': 'application/json' } };
+  const msgStatus = mkForm('message status callback', base, twilioMessageStatus);
+  const callStatus = mkForm('call status callback', base, twilioCallStatus);
+  // Twilio signs the names and values with no separator, so moving the
+  // boundary between a name and the next value keeps the signature:
+  // Twilio's own validateRequest accepts each of these with the genuine
+  // request's signature. hookledger refuses them (HTTP 400, see
+  // docs/signatures.md); `malleated` names the genuine request.
+  const malleate = (from, name, find, repl) => {
+    if (!from.body.includes(find)) { throw new Error(`malleate ${name}: ${find} not in the body`); }
+    return { ...from, name, body: from.body.replace(find, repl), malleated: from.name };
+  };
+  const malleated = [
+    malleate(msgStatus, 'message status callback, SmsSid merged into MessageStatus', `&MessageStatus=delivered&SmsSid=${twMessage}&`, `&MessageStatus=deliveredSmsSid${twMessage}&`),
+    malleate(callStatus, 'call status callback, SequenceNumber merged into a name', '&SequenceNumber=3&', '&SequenceNumber3=&'),
+    malleate(callStatus, 'call status callback, SequenceNumber merged into FromZip', '&FromZip=94103&SequenceNumber=3&', '&FromZip=94103SequenceNumber3&'),
+    malleate(callStatus, 'call status callback, SipResponseCode merged into SequenceNumber', '&SequenceNumber=3&SipResponseCode=200&', '&SequenceNumber=3SipResponseCode200&'),
+    malleate(callStatus, 'call status callback, CallbackSource merged into CallStatus', '&CallStatus=completed&CallbackSource=call-progress-events&', '&CallStatus=completedCallbackSourcecall-progress-events&'),
+  ];
+  // The bait SMS's signed string (its URL, then its parameters) read as
+  // the URL of a JSON request whose bodySHA256 is the forged body's: Twilio's
+  // validateRequestWithBody accepts it with the SMS's signature. hookledger
+  // refuses it (`refused`): the URL's query holds AccountSid, the first
+  // parameter of every form Twilio signs, and bodySHA256 is not its last
+  // parameter, where Twilio appends it.
+  const baitURL = base + '?tenant=acme';
+  const bait = mkForm('inbound SMS carrying a bodySHA256 in its text (URL with query)', baitURL, twilioBait);
+  const signedString = baitURL + [...formParams(twilioBait).entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => k + v).join('');
+  const forged = {
+    name: 'JSON request forged from the inbound SMS\'s signature', url: signedString, body: twilioForged, now: T0,
+    headers: { 'X-Twilio-Signature': bait.headers['X-Twilio-Signature'], 'Content-Type': 'application/json' },
+    refused: 'the query holds AccountSid, and bodySHA256 is not its last parameter',
+  };
   return {
     signer: 'twilio getExpectedTwilioSignature', verifier: 'twilio validateRequest / validateRequestWithBody',
     vectors: [
@@ -329,6 +377,11 @@ function twilioVectors() {
       { ...rep, secret: S.twilio, valid: true },
       { ...withPort, secret: S.twilio, valid: true },
       { ...json, secret: S.twilio, valid: true },
+      { ...msgStatus, secret: S.twilio, valid: true },
+      { ...callStatus, secret: S.twilio, valid: true },
+      ...malleated.map((v) => ({ ...v, secret: S.twilio, valid: true })),
+      { ...bait, secret: S.twilio, valid: true },
+      { ...forged, secret: S.twilio, valid: true },
       { ...sms, name: 'form parameter changed', body: twilioForm.replace('Hello', 'Jello'), secret: S.twilio, valid: false, tamper: 'body' },
       { ...sms, name: 'URL changed', url: base + '2', secret: S.twilio, valid: false, tamper: 'url' },
       { ...json, name: 'JSON body changed (bodySHA256 no longer matches)', body: twilioJSON.replace('delivered"', 'failed"'), secret: S.twilio, valid: false, tamper: 'body' },
