@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -229,13 +230,23 @@ func TestEffectsListPages(t *testing.T) {
 	}
 }
 
-// Text from payloads reaches the terminal escaped: an entity id carrying
+// Text from the store reaches the terminal escaped: an entity id carrying
 // ESC [ 2 J (clear the screen) and a newline (a forged row) prints as
-// visible escapes on one line.
+// visible escapes on one line. An entity can no longer hold a control
+// character (store.CheckID), so the row is one stored before that rule,
+// planted behind the store's back.
 func TestEffectsEscapeTerminalControls(t *testing.T) {
 	cfg, db := effectsConfig(t)
 	entity := "o1\x1b[2J\nFORGED"
-	id := seedEffect(t, db, "e1", entity, store.EffectDead)
+	id := seedEffect(t, db, "e1", "o1", store.EffectDead)
+	legacy, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := legacy.Exec(`UPDATE effects SET entity = ?, episode_key = ? WHERE id = ?`, entity, "orders:"+entity+":r1:notify", id); err != nil {
+		t.Fatal(err)
+	}
+	legacy.Close()
 	_, list, _ := run(t, "", nil, "effects", "list", "--config", cfg)
 	_, show, _ := run(t, "", nil, "effects", "show", "--config", cfg, fmt.Sprint(id))
 	for name, out := range map[string]string{"list": list, "show": show} {

@@ -30,6 +30,7 @@ import (
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/groupcommit"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
@@ -80,6 +81,9 @@ type Options struct {
 	Notifier Notifier
 	// Metrics records calls and state changes (nil: none).
 	Metrics *Metrics
+	// Health hears whether delivery and notification rounds make
+	// progress (nil: nobody).
+	Health *health.Board
 	// Runtime supplies destinations made while running (one per
 	// publishing endpoint), beside the configured ones.
 	Runtime DestinationSource
@@ -186,7 +190,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	// The poll is how effects coming due (retries, reconciliations) and
 	// effects another process wrote are found: it asks for a claim.
 	w.loop = loop.New("delivery", w.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
-		OnPoll: func() { w.claimWanted.Store(true) }})
+		OnPoll: func() { w.claimWanted.Store(true) }, Stage: opts.Health.Stage("delivery")})
 	for k, a := range opts.Actions {
 		w.actions[k] = a
 	}
@@ -215,7 +219,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	}
 	w.static = len(w.names)
 	if w.notify != nil {
-		w.notes = newNotifyQueue(w.notify, opts.Logger, opts.Clock)
+		w.notes = newNotifyQueue(w.notify, opts.Logger, opts.Clock, opts.Health.Stage("notifications"))
 	}
 	return w, nil
 }

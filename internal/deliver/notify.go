@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
@@ -123,9 +124,9 @@ type notifyQueue struct {
 	dropped int
 }
 
-func newNotifyQueue(n Notifier, log *slog.Logger, clk clock.Clock) *notifyQueue {
+func newNotifyQueue(n Notifier, log *slog.Logger, clk clock.Clock, stage *health.Stage) *notifyQueue {
 	q := &notifyQueue{n: n, log: log}
-	q.loop = loop.New("notifications", q.step, loop.Options{PollInterval: time.Second, Logger: log, Clock: clk})
+	q.loop = loop.New("notifications", q.step, loop.Options{PollInterval: time.Second, Logger: log, Clock: clk, Stage: stage})
 	return q
 }
 

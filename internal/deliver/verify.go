@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/store"
@@ -39,9 +40,10 @@ type VerifierOptions struct {
 	PageSize int
 	// Actor is who the audit rows of mismatches name (default "verifier").
 	Actor string
-	// Logger and Clock default to the worker's.
+	// Logger, Clock and Health default to the worker's.
 	Logger *slog.Logger
 	Clock  clock.Clock
+	Health *health.Board
 }
 
 // Verifier is continuous verification (docs/delivery.md, "Continuous
@@ -102,6 +104,9 @@ func NewVerifier(w *Worker, st VerifyStore, opts VerifierOptions) *Verifier {
 	if opts.Clock == nil {
 		opts.Clock = w.clk
 	}
+	if opts.Health == nil {
+		opts.Health = w.opts.Health
+	}
 	v := &Verifier{w: w, st: st, opts: opts, log: opts.Logger, clk: opts.Clock}
 	// The configured destinations only: one made at run time (an
 	// endpoint) has no verify:, and the worker's loop may be adding those
@@ -120,7 +125,8 @@ func NewVerifier(w *Worker, st VerifyStore, opts VerifierOptions) *Verifier {
 			errs: logging.NewRepeats(opts.Logger, opts.Clock, "verification of "+d.Name, 0),
 		})
 	}
-	v.loop = loop.New("verification", v.step, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock})
+	v.loop = loop.New("verification", v.step, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
+		Stage: opts.Health.Stage("verification")})
 	return v
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/groupcommit"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
@@ -65,6 +66,9 @@ type Options struct {
 	DeadlineWarnShare float64
 	// Metrics counts settled events and approved effects (nil: none).
 	Metrics *Metrics
+	// Health hears whether routing and processing make progress (nil:
+	// nobody).
+	Health *health.Board
 }
 
 // Engine routes and processes events for the configured flows.
@@ -94,6 +98,9 @@ type Engine struct {
 	// errs keeps failing entities from filling the log.
 	errs *logging.Repeats
 	loop *loop.Loop
+	// routingStage and processingStage hear of every routing take, claim
+	// and entity: a take or claim that finds nothing is progress too.
+	routingStage, processingStage *health.Stage
 
 	// Continuous slots: up to Workers entities in flight, each source API
 	// at most its max_in_flight of them (a bulkhead for refetch).
@@ -186,8 +193,9 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		httpPrivate: outbound.NoRedirects(opts.HTTPClient),
 		bySource:    map[string][]*config.Flow{}, flows: map[string]*config.Flow{},
 		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{}, changesOnly: map[string][]bool{},
-		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "entity processing", 0),
-		apiSlots: map[string]chan struct{}{},
+		errs:         logging.NewRepeats(opts.Logger, opts.Clock, "entity processing", 0),
+		apiSlots:     map[string]chan struct{}{},
+		routingStage: opts.Health.Stage("routing"), processingStage: opts.Health.Stage("processing"),
 	}
 	e.loop = loop.New("processing", e.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
 		OnPoll: e.wantAll})
@@ -289,8 +297,12 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	leases, err := e.st.EntityClaim(ctx, &store.EntityClaimParams{
 		Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: free,
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		err = fmt.Errorf("claim entities: %w", err)
+		e.processingStage.Fail(err)
+	case len(leases) == 0:
+		e.processingStage.OK() // nothing waiting
 	}
 	e.mu.Lock()
 	e.inflight -= free - len(leases)
@@ -303,8 +315,10 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 			switch {
 			case perr == nil:
 				e.errs.OK()
+				e.processingStage.OK()
 			case ctx.Err() == nil:
 				e.errs.Fail("processing failed", perr, "flow", l.Flow, "entity", l.Entity)
+				e.processingStage.Fail(perr)
 			}
 			e.mu.Lock()
 			e.inflight--
@@ -357,8 +371,12 @@ func (e *Engine) route(ctx context.Context) {
 		defer e.running.Done()
 		routed, rerr := e.RouteOnce(ctx)
 		e.routing.Store(false)
-		if rerr != nil && ctx.Err() == nil {
+		switch {
+		case rerr == nil:
+			e.routingStage.OK()
+		case ctx.Err() == nil:
 			e.errs.Fail("routing failed", rerr)
+			e.routingStage.Fail(rerr)
 		}
 		if routed > 0 {
 			e.claimWanted.Store(true)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -41,6 +42,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock times the windows of repeated-failure logging (default real).
 	Clock clock.Clock
+	// Health hears whether group commits succeed: the "receiving" stage
+	// (nil: nobody).
+	Health *health.Board
 }
 
 type request struct {
@@ -67,7 +71,8 @@ type Writer struct {
 	wg      sync.WaitGroup
 
 	// errs logs a failing store once per window and its recovery.
-	errs *logging.Repeats
+	errs  *logging.Repeats
+	stage *health.Stage
 
 	batchSize prometheus.Histogram
 	commitDur prometheus.Histogram
@@ -94,6 +99,7 @@ func New(st Committer, opts Options) *Writer {
 		log:   opts.Logger,
 		queue: make(chan *request, opts.MaxBatch*opts.Flushers*2),
 		errs:  logging.NewRepeats(opts.Logger, opts.Clock, "inbox commits", 0),
+		stage: opts.Health.Stage("receiving"),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hookledger_inbox_batch_submissions",
 			Help:    "Submissions sharing one group commit.",
@@ -243,6 +249,7 @@ func (w *Writer) commit(batch []*request) {
 	}
 	if err != nil {
 		w.errs.Fail("group commit failed", err, "submissions", len(live))
+		w.stage.Fail(err)
 		w.outcomes.WithLabelValues("error").Add(float64(len(live)))
 		for _, r := range live {
 			r.reply <- reply{err: err}
@@ -250,6 +257,7 @@ func (w *Writer) commit(batch []*request) {
 		return
 	}
 	w.errs.OK()
+	w.stage.OK()
 	for i, r := range live {
 		if results[i].Err != nil {
 			w.outcomes.WithLabelValues("failed").Inc()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/logging"
 )
 
@@ -44,6 +45,10 @@ type Options struct {
 	// wake or a step's asking for more: a step that is told by its wakers
 	// what to look for (flow.Engine) looks for everything on the poll.
 	OnPoll func()
+	// Stage, when set, hears of every round: a failed one (the step's
+	// error) or one that made progress or found nothing. Rounds that
+	// keep failing make the stage stall, and /readyz unready.
+	Stage *health.Stage
 }
 
 // Loop runs a Step in the background.
@@ -113,8 +118,10 @@ func (l *Loop) run(ctx context.Context) {
 		case errors.Is(err, ErrIdle):
 		case err != nil && ctx.Err() == nil:
 			l.errs.Fail(l.name+" step failed", err)
+			l.opts.Stage.Fail(err)
 		case err == nil:
 			l.errs.OK()
+			l.opts.Stage.OK()
 		}
 		if ctx.Err() != nil {
 			return

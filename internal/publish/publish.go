@@ -25,6 +25,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
@@ -43,6 +44,8 @@ type Store interface {
 type Options struct {
 	Logger *slog.Logger
 	Clock  clock.Clock
+	// Health hears whether this stage's rounds make progress (nil: nobody).
+	Health *health.Board
 	// HTTPClient sends the deliveries (default: a client with keep-alives);
 	// non-public addresses are refused unless the endpoint allows them.
 	HTTPClient *http.Client
@@ -100,7 +103,7 @@ func New(cfg *config.Config, st Store, opts Options) *Service {
 		http: &deliver.HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver},
 		m:    newMetrics(opts.Registerer), eps: map[string]*store.Endpoint{}, inflight: map[string]bool{}}
 	s.loop = loop.New("endpoints", s.step,
-		loop.Options{PollInterval: cfg.Publish.Refresh.D(), Logger: opts.Logger, Clock: opts.Clock})
+		loop.Options{PollInterval: cfg.Publish.Refresh.D(), Logger: opts.Logger, Clock: opts.Clock, Stage: opts.Health.Stage("publishing")})
 	return s
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -46,6 +47,8 @@ var ErrBusy = errors.New("retention pass left to another process holding the pru
 type Options struct {
 	Logger *slog.Logger
 	Clock  clock.Clock
+	// Health hears whether this stage's rounds make progress (nil: nobody).
+	Health *health.Board
 	// Registerer receives the metrics (nil: not exported).
 	Registerer prometheus.Registerer
 	// Wait pauses between two batches of a pass (default: a timer that
@@ -171,7 +174,8 @@ func New(st Store, pol Policy, opts Options) *Service {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(s.deleted, s.lastDuration, s.lastAt, s.busy)
 	}
-	s.loop = loop.New("retention", s.Step, loop.Options{PollInterval: pol.Interval, Logger: opts.Logger, Clock: opts.Clock})
+	s.loop = loop.New("retention", s.Step, loop.Options{PollInterval: pol.Interval, Logger: opts.Logger, Clock: opts.Clock,
+		Stage: opts.Health.Stage("retention")})
 	return s
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/hookledger/hookledger/internal/console"
 	"github.com/hookledger/hookledger/internal/deliver"
 	"github.com/hookledger/hookledger/internal/flow"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/inbox"
 	"github.com/hookledger/hookledger/internal/publish"
 	"github.com/hookledger/hookledger/internal/receive"
@@ -50,6 +51,9 @@ type Options struct {
 	// Actions registers custom destination kinds for programs that embed
 	// hookledger (see package deliver).
 	Actions map[string]deliver.Action
+	// StallAfter is how long a stage's rounds may keep failing before
+	// /readyz turns unready (default health.DefaultStallAfter).
+	StallAfter time.Duration
 }
 
 // Server is one running hookledger process.
@@ -163,7 +167,10 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 
-	writer := inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: flushers(s.cfg.Store),
+	// Every stage reports its rounds to one board: a stage that keeps
+	// failing with work waiting turns /readyz unready (docs/deploy.md).
+	board := health.NewBoard(health.Options{Logger: s.log, Clock: s.clk, StallAfter: s.opts.StallAfter})
+	writer := inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: flushers(s.cfg.Store), Health: board,
 		// A commit that outlasts every waiting request's commit_timeout
 		// only holds the writer: its callers have been answered 503.
 		CommitTimeout: s.cfg.Receive.CommitTimeout.D()})
@@ -177,7 +184,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// actions that deliver to them (docs/publishing.md); the worker is
 	// made after it, so its hooks reach the worker through this variable.
 	var worker *deliver.Worker
-	pub := publish.New(s.cfg, st, publish.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg,
+	pub := publish.New(s.cfg, st, publish.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
 		Wake:   func() { worker.Wake() },
 		Notify: func(n deliver.Notification) { worker.Tell(n) }})
 	actions := pub.Actions()
@@ -193,6 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Actions:      actions,
 		Metrics:      deliveryMetrics,
 		Runtime:      pub,
+		Health:       board,
 	})
 	if err != nil {
 		_ = writer.Stop(context.Background())
@@ -209,6 +217,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Metrics:      flow.NewMetrics(s.reg, deliveryMetrics.Transitions),
 		// Effects record when deadline_risk starts to warn about them.
 		DeadlineWarnShare: s.cfg.Signals.DeadlineWarnShare,
+		Health:            board,
 	})
 	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, OnStored: engine.WakeRouting,
 		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
@@ -232,7 +241,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// The signals are measured apart from the pipeline; a missed deadline
 	// it escalates is told to a person through the worker's notifier.
-	monitor := signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg,
+	monitor := signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
 		OnEscalated: worker.NotifyEscalated, Gatherer: s.reg})
 	if err := monitor.Start(engineCtx); err != nil {
 		_ = writer.Stop(context.Background())
@@ -241,7 +250,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// Retention deletes what is past each source's retention, one short
 	// transaction per batch (docs/retention.md); it needs nothing from
 	// the other loops.
-	pruner := retention.New(st, retention.PolicyOf(s.cfg), retention.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg})
+	pruner := retention.New(st, retention.PolicyOf(s.cfg), retention.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board})
 	if !s.cfg.Retention.Disabled {
 		if err := pruner.Start(engineCtx); err != nil {
 			_ = writer.Stop(context.Background())
@@ -273,7 +282,7 @@ func (s *Server) Run(ctx context.Context) error {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", s.readyz(st))
+	mux.HandleFunc("GET /readyz", s.readyz(st, board))
 	// One count of wrong admin tokens per client for the API, the console
 	// and /metrics alike, so that a guesser gets no second budget.
 	guard := s.guessLimit()
@@ -402,9 +411,10 @@ func flushers(storeURL string) int {
 
 // readiness answers /readyz: ready when the store can commit now, which a
 // ping cannot tell (a full disk or a lock held elsewhere still answers
-// reads). Each check is one durable write, so results are reused for a
-// second and at most one probe runs at a time: an unauthenticated client
-// polling /readyz cannot turn it into a write load.
+// reads), and no stage of the pipeline has stalled (health.Board). Each
+// check is one durable write, so results are reused for a second and at
+// most one probe runs at a time: an unauthenticated client polling /readyz
+// cannot turn it into a write load.
 type readiness struct {
 	st  store.Store
 	clk clock.Clock
@@ -471,13 +481,24 @@ func (rd *readiness) probe(done chan struct{}) {
 	close(done)
 }
 
-func (s *Server) readyz(st store.Store) http.HandlerFunc {
+func (s *Server) readyz(st store.Store, board *health.Board) http.HandlerFunc {
 	rd := &readiness{st: st, clk: s.clk, log: s.log}
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if err := rd.check(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("not ready: the store cannot commit\n"))
+			return
+		}
+		// A stalled stage is named, and when it stalled; its cause goes
+		// to the log at WARN, not here: /readyz answers anyone, and a
+		// driver's error may name the database's host and user.
+		if stalls := board.Stalled(); len(stalls) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			for _, st := range stalls {
+				_, _ = fmt.Fprintf(w, "not ready: stage %s has made no progress since %s (its cause is logged at WARN)\n",
+					st.Stage, st.Since.UTC().Format(time.RFC3339))
+			}
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

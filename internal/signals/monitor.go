@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -47,6 +48,8 @@ const (
 type Options struct {
 	Logger *slog.Logger
 	Clock  clock.Clock
+	// Health hears whether this stage's rounds make progress (nil: nobody).
+	Health *health.Board
 	// Registerer receives the gauges (nil: not exported).
 	Registerer prometheus.Registerer
 	// OnEscalated is told about the effects whose business deadline this
@@ -121,7 +124,8 @@ func NewMonitor(st MonitorStore, cfg config.Signals, opts Options) *Monitor {
 	if opts.Registerer != nil {
 		opts.Registerer.MustRegister(m.value, m.status, m.computedAt, m.queueDepth, m.queueAge)
 	}
-	m.loop = loop.New("signals", m.step, loop.Options{PollInterval: cfg.Interval.D(), Logger: opts.Logger, Clock: opts.Clock})
+	m.loop = loop.New("signals", m.step, loop.Options{PollInterval: cfg.Interval.D(), Logger: opts.Logger, Clock: opts.Clock,
+		Stage: opts.Health.Stage("signals")})
 	return m
 }
 
