@@ -57,6 +57,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"InboxCommitNewAndDuplicate", testInboxNewAndDuplicate},
 		{"InboxCommitKeepsBytesAndTimes", testInboxKeepsBytesAndTimes},
 		{"DeliveryListBodyPrefix", testDeliveryListBodyPrefix},
+		{"EffectListWithoutRequest", testEffectListWithoutRequest},
 		{"InboxCommitIsolatesFailedSubmission", testInboxIsolatesFailure},
 		{"InboxCommitConcurrentSameEvent", testInboxConcurrentSameEvent},
 		{"InboxCommitAuditRides", testInboxAuditRides},
