@@ -103,6 +103,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET /effects/{id}", c.effectPage)
 	c.mux.HandleFunc("POST /effects/{id}/{action}", c.operate)
 	c.mux.HandleFunc("GET /entity", c.entityPage)
+	c.bodyRoutes()
 	c.mux.HandleFunc("GET /assets/", c.serveAsset)
 	c.operationRoutes()
 	c.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
