@@ -252,6 +252,11 @@ func TestEffectsThroughTheServer(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "source event shop/e1") || !strings.Contains(out, "bad vat id") || !strings.Contains(out, "400") {
 		t.Fatalf("effects show --server: %d %q %q", code, out, errOut)
 	}
+	// The API carries no request: show says where it is, rather than an
+	// empty one.
+	if want := "request      not served by the admin API: open /effects/" + id + " in the console"; !strings.Contains(out, want) {
+		t.Errorf("effects show --server lacks %q: %q", want, out)
+	}
 	code, out, errOut = run(t, "", env, "effects", "assign", "--server", base, "--owner", "ops", id)
 	if code != 0 || !strings.Contains(out, "effect "+id+" (orders:o1:r1:sync)") {
 		t.Fatalf("effects assign --server: %d %q %q", code, out, errOut)
