@@ -21,7 +21,7 @@
 #            the inbound path of a fresh store of the same kind
 #   bigbody  the serve process's peak RSS while the console shows the largest
 #            body the receiver accepts on every page that shows it, beside a
-#            1.6 KB body and the largest body the console pretty-prints
+#            2 KB body and the largest body the console pretty-prints
 #
 # Extra flags go to commit and receive (e.g. scripts/bench.sh --duration 2s);
 # pipeline runs with its defaults, e2e with BENCH_E2E_ARGS and publish with

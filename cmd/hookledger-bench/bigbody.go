@@ -36,8 +36,8 @@ func runBigbody(ctx context.Context, stdout, stderr io.Writer, args []string) in
 			"request; once the effect is done, the console is logged in and every page that\n"+
 			"shows that body is requested --repeat times (the event, its entity, its effect),\n"+
 			"then the raw bytes of each. After each step the server's peak RSS (VmHWM, from\n"+
-			"/proc) is read. The bodies: a Stripe invoice event of 1.6 KB (the baseline of\n"+
-			"the same run), the largest the console pretty-prints (about 60 KB of JSON), and\n"+
+			"/proc) is read. The bodies: a Stripe invoice event of 2 KB (the baseline of\n"+
+			"the same run), the largest the console pretty-prints (64 KB of JSON), and\n"+
 			"receive.max_body_bytes' default, 1 MiB, holding two arrays nested 9,990 deep\n"+
 			"(the shape whose indentation once grew with the square of its depth).\n"+
 			"Exit 1 when a page does not answer 200, or answers more than the console's page\n"+
@@ -69,7 +69,7 @@ const bigbodyPageMost = 8 << 20
 
 func bigbodyCases() []bigbodyCase {
 	return []bigbodyCase{
-		{"Stripe invoice, 1.6 KB (baseline)", func(id string, t time.Time) []byte { return stripeBody(id, "in_bench", t) }},
+		{"Stripe invoice, 2 KB (baseline)", func(id string, t time.Time) []byte { return stripeBody(id, "in_bench", t) }},
 		{"largest pretty-printed", prettyMaxBody},
 		{"1 MiB, two arrays 9,990 deep", deepMaxBody},
 	}

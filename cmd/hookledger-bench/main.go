@@ -29,7 +29,7 @@
 //	          events and effects, beside the admin API's JSON and /healthz
 //	bigbody   the serve process's peak RSS while the console shows the
 //	          largest body the receiver accepts (1 MiB nested 9,990 deep) on
-//	          every page that shows it, beside a 1.6 KB body
+//	          every page that shows it, beside a 2 KB body
 //	retention one pruning pass on a store of a million events (half past
 //	          retention): its time and rows/s, and ingest p50/p99 beside it
 //	          against ingest alone
