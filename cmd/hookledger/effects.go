@@ -126,6 +126,8 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stderr, "hookledger effects list: --%s: %s\n", paramFlag(pe.Param), flagWords.Replace(safe(pe.Msg)))
 			return exitUsage
 		}
+		// Neither the table nor the JSON shows requests.
+		p.WithoutRequest = true
 		list = p
 	case "show", "retry", "resolve", "assign", "compensate":
 		if len(ids) != 1 {
