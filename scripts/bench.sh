@@ -19,6 +19,9 @@
 #            and fan-out deliveries/s to ten loopback endpoints with their
 #            latency, on SQLite and PostgreSQL, beside signed webhooks into
 #            the inbound path of a fresh store of the same kind
+#   bigbody  the serve process's peak RSS while the console shows the largest
+#            body the receiver accepts on every page that shows it, beside a
+#            2 KB body and the largest body the console pretty-prints
 #
 # Extra flags go to commit and receive (e.g. scripts/bench.sh --duration 2s);
 # pipeline runs with its defaults, e2e with BENCH_E2E_ARGS and publish with
@@ -92,7 +95,7 @@ free -h | awk '/^Mem:/ {print "memory: " $2}'
 df -h "${TMPDIR:-/tmp}" | awk 'NR==2 {print "disk: " $1 " " $2 " (" $5 " used), temp dir " $6}'
 go version
 
-only=" ${BENCH_ONLY:-commit receive pipeline e2e publish} "
+only=" ${BENCH_ONLY:-commit receive pipeline e2e publish bigbody} "
 status=0
 if [[ $only == *" commit "* ]]; then
 	echo
@@ -121,5 +124,10 @@ if [[ $only == *" publish "* ]]; then
 	echo "== publish"
 	# shellcheck disable=SC2086 # BENCH_PUBLISH_ARGS is a list of flags
 	"$bindir/hookledger-bench" publish --postgres "$pgurl" --hookledger "$bindir/hookledger" ${BENCH_PUBLISH_ARGS:-} || status=1
+fi
+if [[ $only == *" bigbody "* ]]; then
+	echo
+	echo "== bigbody"
+	"$bindir/hookledger-bench" bigbody --hookledger "$bindir/hookledger" || status=1
 fi
 exit $status

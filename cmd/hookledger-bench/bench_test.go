@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hookledger/hookledger/internal/bodyview"
+	"github.com/hookledger/hookledger/internal/config"
 )
 
 func TestChooseTargets(t *testing.T) {
@@ -290,5 +295,28 @@ func TestPrintTopStatements(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// The bigbody bodies are what their names say: the baseline and the
+// largest body the console indents are indented, and the largest body
+// the receiver accepts is exactly its default limit, valid JSON, shown
+// cut.
+func TestBigbodyBodies(t *testing.T) {
+	now := time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
+	cases := bigbodyCases()
+	for i, wantPretty := range []bool{true, true, false} {
+		b := cases[i].body("evt_1", now)
+		v := bodyview.Render(b)
+		if !json.Valid(b) || v.Pretty != wantPretty {
+			t.Errorf("%s: valid JSON %v, pretty-printed %v; want valid and %v", cases[i].name, json.Valid(b), v.Pretty, wantPretty)
+		}
+	}
+	if b := cases[1].body("evt_1", now); len(b) < bodyview.PrettyMaxBytes*9/10 {
+		t.Errorf("largest pretty-printed body: %d bytes, want near %d", len(b), bodyview.PrettyMaxBytes)
+	}
+	if b := cases[2].body("evt_1", now); len(b) != config.DefaultMaxBodyBytes || !bodyview.Render(b).Cut() ||
+		!bytes.Contains(b, []byte(strings.Repeat("[", 9990))) {
+		t.Errorf("largest accepted body: %d bytes, want %d, cut, nested 9,990 deep", len(b), config.DefaultMaxBodyBytes)
 	}
 }

@@ -184,12 +184,15 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // startSink serves s on a loopback port the kernel picks and returns its
 // base URL and the function that closes it.
-func startSink(s *sink) (string, func(), error) {
+func startSink(s *sink) (string, func(), error) { return startSinkHandler(s) }
+
+// startSinkHandler serves h as a loopback destination.
+func startSinkHandler(h http.Handler) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, fmt.Errorf("destination: %w", err)
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }

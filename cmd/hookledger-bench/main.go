@@ -27,6 +27,9 @@
 //	          scanning the tables
 //	console   p50/p99 of every console list page on a store of a million
 //	          events and effects, beside the admin API's JSON and /healthz
+//	bigbody   the serve process's peak RSS while the console shows the
+//	          largest body the receiver accepts (1 MiB nested 9,990 deep) on
+//	          every page that shows it, beside a 2 KB body
 //	retention one pruning pass on a store of a million events (half past
 //	          retention): its time and rows/s, and ingest p50/p99 beside it
 //	          against ingest alone
@@ -72,6 +75,7 @@ func subcommands() []subcommand {
 		{"bulkhead", "effects/s to a healthy destination, alone and beside one that hangs", runBulkhead},
 		{"signals", "the nine outcome signals on a store of a million events and effects", runSignals},
 		{"console", "console list pages on a store of a million events and effects", runConsole},
+		{"bigbody", "the console's peak RSS showing the largest body the receiver accepts", runBigbody},
 		{"retention", "a pruning pass on a store of a million events, and ingest p99 beside it", runRetention},
 		{"noop", "serve a no-op HTTP handler (child process of receive)", runNoop},
 		{"serve", "run hookledger's server in-process, optionally CPU-profiled", runServe},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/bodyview"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -28,7 +29,7 @@ func init() {
 const effectsUsage = `effects list    [--config FILE] [--state STATE] [--flow F] [--entity E] [--destination D]
                           [--owner O] [--class C] [--created-from T] [--created-to T]
                           [--updated-from T] [--updated-to T] [--limit N] [--cursor C] [--format text|json]
-       hookledger effects show    [--config FILE] [--format text|json] ID
+       hookledger effects show    [--config FILE] [--format text|json | --request] ID
        hookledger effects retry   [--config FILE] --note TEXT [--actor NAME] ID
        hookledger effects resolve [--config FILE] --note TEXT [--actor NAME] ID
        hookledger effects assign  [--config FILE] --owner NAME [--actor NAME] ID
@@ -45,7 +46,11 @@ const effectsDescription = `Works on the effect ledger of the configured store.
            --limit effects are listed (1 to 1000); when there are more, a
            last line on stderr gives the --cursor for the next page.
   show     one effect with the idempotency key its destination is sent,
-           its reason, suggested repair and every attempt
+           its reason, suggested repair, every attempt and its request:
+           indented when it is JSON of at most 64 KiB nested at most 32
+           deep, else as stored and cut at 64 KiB, with a note.
+           --request prints the request alone, exactly as stored (the
+           configured store only: the admin API does not serve requests)
   retry    put a dead or needs_reconciliation effect back to approved
   resolve  close an effect by hand (a person decided); --note is required
   assign   name who owns the repair; the effect's state does not change
@@ -106,6 +111,7 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	owner := fs.String("owner", "", "who owns the repair (assign); with list, only effects this person owns")
 	actor := fs.String("actor", "", "who acts (default operator:$USER)")
 	server := fs.String("server", "", serverFlagUsage)
+	rawRequest := fs.Bool("request", false, "with show: print the effect's request alone, exactly as stored")
 	ids, code, ok := parseInterspersed(env, fs, rest)
 	if !ok {
 		return code
@@ -133,6 +139,8 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 			fmt.Fprintf(env.Stderr, "hookledger effects list: --%s: %s\n", paramFlag(pe.Param), flagWords.Replace(safe(pe.Msg)))
 			return exitUsage
 		}
+		// Neither the table nor the JSON shows requests.
+		p.WithoutRequest = true
 		list = p
 	case "show", "retry", "resolve", "assign", "compensate":
 		if len(ids) != 1 {
@@ -148,6 +156,12 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	default:
 		fmt.Fprintf(env.Stderr, "hookledger effects: unknown action %q (list, show, retry, resolve, assign, compensate)\n", sub)
 		return exitUsage
+	}
+	if *rawRequest {
+		if msg := requestFlagConflict(sub, *server, flagGiven(fs, "format")); msg != "" {
+			fmt.Fprintf(env.Stderr, "hookledger effects %s: --request %s\n", sub, msg)
+			return exitUsage
+		}
 	}
 	if (sub == "resolve" || sub == "retry" || sub == "compensate") && strings.TrimSpace(*note) == "" {
 		fmt.Fprintf(env.Stderr, "hookledger effects %s: --note is required: say what was checked or repaired\n", sub)
@@ -168,6 +182,9 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	case "list":
 		return effectsList(ctx, env, st, list, *format)
 	case "show":
+		if *rawRequest {
+			return effectsRequest(ctx, env, st, id)
+		}
 		return effectsShow(ctx, env, st, id, *format)
 	case "compensate":
 		return effectsCompensate(ctx, env, st, id, who, *note, *format)
@@ -303,7 +320,7 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 	if !e.NextAttemptAt.IsZero() {
 		fmt.Fprintf(w, "  next         %s\n", e.NextAttemptAt.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "  request      %s\n", safe(string(e.Request)))
+	writeRequest(w, st, e)
 	if e.LastResponse != "" {
 		fmt.Fprintf(w, "  last answer  %s\n", safe(e.LastResponse))
 	}
@@ -324,6 +341,68 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 	}
 	_ = tw.Flush()
 	return exitOK
+}
+
+// requestFlagConflict says why --request cannot go with this call, or "".
+func requestFlagConflict(sub, server string, formatGiven bool) string {
+	switch {
+	case sub != "show":
+		return "goes with show only"
+	case server != "":
+		return "reads the configured store: the admin API does not serve an effect's request " +
+			"(drop --server, or open /effects/ID in the console, which links to it)"
+	case formatGiven:
+		return "prints the request alone: give --format or --request, not both"
+	}
+	return ""
+}
+
+// effectsRequest prints an effect's request exactly as the store holds
+// it, and nothing else, for a file or a JSON tool.
+func effectsRequest(ctx context.Context, env *Env, st effectsStore, id int64) int {
+	e, err := st.EffectGet(ctx, id)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "hookledger effects show: %s\n", safe(err.Error()))
+		return exitFail
+	}
+	if e == nil {
+		fmt.Fprintf(env.Stderr, "hookledger effects show: no effect %d\n", id)
+		return exitFail
+	}
+	if _, err := env.Stdout.Write(e.Request); err != nil {
+		return exitFail
+	}
+	return exitOK
+}
+
+// writeRequest prints an effect's request as the console shows it
+// (package bodyview): indented when it is small and shallow JSON, else as
+// stored and cut at 64 KiB, with a note saying so; --request prints it
+// whole. Each line is indented under the label, control characters
+// escaped. Through the admin API there is no request to show.
+func writeRequest(w io.Writer, st effectsStore, e *store.Effect) {
+	if _, remote := st.(*remoteEffects); remote {
+		fmt.Fprintf(w, "  request      not served by the admin API: open /effects/%d in the console\n", e.ID)
+		return
+	}
+	v := bodyview.Render(e.Request)
+	note := ""
+	switch {
+	case v.Cut():
+		note = fmt.Sprintf("cut: the first %d of %d bytes are shown", v.Shown, v.Size)
+		if v.Reason != "" {
+			note += ", as stored (not pretty-printed: " + v.Reason + ")"
+		}
+		note += fmt.Sprintf("; the whole request: hookledger effects show --request %d", e.ID)
+	case v.Reason != "":
+		note = "shown as stored, not pretty-printed: " + v.Reason
+	}
+	if note == "" {
+		fmt.Fprintln(w, "  request")
+	} else {
+		fmt.Fprintf(w, "  request      %s\n", note)
+	}
+	fmt.Fprintf(w, "    %s\n", strings.ReplaceAll(termSafe(v.Text), "\n", "\n    "))
 }
 
 // attemptClass names an attempt's outcome: its error class, or success

@@ -23,6 +23,12 @@ var effectsNow = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
 // or done after a 200.
 func seedEffect(t *testing.T, dbPath, eventID, entity string, state store.EffectState) int64 {
 	t.Helper()
+	return seedEffectRequest(t, dbPath, eventID, entity, state, json.RawMessage(`{"method":"POST","path":"/x"}`))
+}
+
+// seedEffectRequest is seedEffect with the effect's request given.
+func seedEffectRequest(t *testing.T, dbPath, eventID, entity string, state store.EffectState, request json.RawMessage) int64 {
+	t.Helper()
 	ctx := context.Background()
 	now := effectsNow
 	st, err := sqlite.Open(ctx, dbPath)
@@ -55,7 +61,7 @@ func seedEffect(t *testing.T, dbPath, eventID, entity string, state store.Effect
 	key := "orders:" + entity + ":r1:notify"
 	if _, err := st.FlowApply(ctx, &store.FlowApplyParams{Lease: leases[0], Now: now, WorkID: work[0].ID, EventPK: pk, Actor: "w",
 		Version: "r1", VersionSort: "1", Ordered: true, State: json.RawMessage(`"CREATED"`), ReleaseIfDrained: true,
-		Effects: []*store.EffectInsert{{EpisodeKey: key, Effect: "notify", Destination: "crm", Request: json.RawMessage(`{"method":"POST","path":"/x"}`)}},
+		Effects: []*store.EffectInsert{{EpisodeKey: key, Effect: "notify", Destination: "crm", Request: request}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +305,40 @@ func TestSafe(t *testing.T) {
 	} {
 		if got := safe(in); got != want {
 			t.Errorf("safe(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// effects show prints a request as the console shows it: indented when
+// small and shallow, else as stored and cut at 64 KiB with a note, so a
+// 1 MiB request nested 9,990 deep prints a bounded screenful rather than
+// the 200 MB its indentation would be. --request prints it whole.
+func TestEffectsShowBoundsTheRequest(t *testing.T) {
+	cfg, db := effectsConfig(t)
+	small := seedEffect(t, db, "e1", "o1", store.EffectDead)
+	deep := `{"deep":` + strings.Repeat("[", 9990) + strings.Repeat("]", 9990) + `,"pad":"` + strings.Repeat("x", 1<<20) + `"}`
+	big := seedEffectRequest(t, db, "e2", "o2", store.EffectDead, json.RawMessage(deep))
+
+	_, out, _ := run(t, "", nil, "effects", "show", "--config", cfg, fmt.Sprint(small))
+	if !strings.Contains(out, "  request\n    {\n      \"method\": \"POST\",\n      \"path\": \"/x\"\n    }\n") {
+		t.Errorf("small request not indented under its label:\n%s", out)
+	}
+	code, out, _ := run(t, "", nil, "effects", "show", "--config", cfg, fmt.Sprint(big))
+	note := fmt.Sprintf("cut: the first 65536 of %d bytes are shown, as stored (not pretty-printed: larger than 64 KiB); "+
+		"the whole request: hookledger effects show --request %d", len(deep), big)
+	if code != 0 || len(out) > 80<<10 || !strings.Contains(out, note) || !strings.Contains(out, "\n    "+deep[:1000]) {
+		t.Errorf("deep request: exit %d, %d bytes printed, want under 80 KiB with the note %q and the request's first bytes", code, len(out), note)
+	}
+	if code, out, _ := run(t, "", nil, "effects", "show", "--config", cfg, "--request", fmt.Sprint(big)); code != 0 || out != deep {
+		t.Errorf("--request: exit %d, %d bytes, want exactly the %d stored", code, len(out), len(deep))
+	}
+	for _, args := range [][]string{
+		{"effects", "show", "--config", cfg, "--request", "--format", "json", fmt.Sprint(big)},
+		{"effects", "show", "--server", "http://127.0.0.1:1", "--request", fmt.Sprint(big)},
+		{"effects", "retry", "--config", cfg, "--note", "n", "--request", fmt.Sprint(big)},
+	} {
+		if code, _, errOut := run(t, "", nil, args...); code != 2 || !strings.Contains(errOut, "--request") {
+			t.Errorf("%v: exit %d %q, want 2 naming --request", args, code, errOut)
 		}
 	}
 }

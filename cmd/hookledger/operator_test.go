@@ -264,6 +264,11 @@ func TestEffectsThroughTheServer(t *testing.T) {
 	if sent := <-keys; sent != deliver.HashedKey("orders:o1:r1:sync") || !strings.Contains(out, "idem. key    "+sent+"\n") {
 		t.Fatalf("the CRM was sent %q; effects show --server says %q", sent, out)
 	}
+	// The API carries no request: show says where it is, rather than an
+	// empty one.
+	if want := "request      not served by the admin API: open /effects/" + id + " in the console"; !strings.Contains(out, want) {
+		t.Errorf("effects show --server lacks %q: %q", want, out)
+	}
 	code, out, errOut = run(t, "", env, "effects", "assign", "--server", base, "--owner", "ops", id)
 	if code != 0 || !strings.Contains(out, "effect "+id+" (orders:o1:r1:sync)") {
 		t.Fatalf("effects assign --server: %d %q %q", code, out, errOut)

@@ -135,9 +135,11 @@ func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request) {
 		h.badParam(w, err)
 		return
 	}
-	// One row more than asked tells whether a next page exists.
+	// One row more than asked tells whether a next page exists. The
+	// answer carries no requests, so none is read.
 	limit := p.Limit
 	p.Limit++
+	p.WithoutRequest = true
 	list, err := es.EffectList(r.Context(), p)
 	if err != nil {
 		h.storeFailed(w, "list effects", err)

@@ -111,7 +111,7 @@ func (c *Console) planBulkRetry(ctx context.Context, v url.Values, p *store.Effe
 	dests := map[string]*destPlan{}
 	reasons := map[store.EffectState]int{}
 	q := *p
-	q.Limit = bulkPage
+	q.Limit, q.WithoutRequest = bulkPage, true
 	for {
 		list, err := c.st.EffectList(ctx, &q)
 		if err != nil {
@@ -239,7 +239,7 @@ func (c *Console) bulkRetryStart(w http.ResponseWriter, r *http.Request) {
 // effect_retry row is EffectOperate's).
 func (c *Console) runBulkRetry(ctx context.Context, j *job, p *store.EffectListParams, upTo int64, query string) {
 	q := *p
-	q.Limit, q.AfterID = bulkPage, 0
+	q.Limit, q.AfterID, q.WithoutRequest = bulkPage, 0, true
 	var failure error
 	stopped := false
 loop:

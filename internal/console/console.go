@@ -106,6 +106,7 @@ func (c *Console) routes() {
 	c.handle("GET /effects/{id}", c.effectPage)
 	c.handle("POST /effects/{id}/{action}", c.operate)
 	c.handle("GET /entity", c.entityPage)
+	c.bodyRoutes()
 	c.handle("GET /assets/", c.serveAsset)
 	c.operationRoutes()
 	c.handle("/", func(w http.ResponseWriter, r *http.Request) {

@@ -21,7 +21,13 @@
 //
 // Templates and assets are embedded (embed.FS): html/template escapes
 // everything the store holds, so an event body with <script> is shown as
-// text. htmx and uPlot are checked in under assets/vendor with their
+// text. A stored body (a delivery's, a projection's state, an effect's
+// request) is shown through package bodyview, pretty-printed or cut within
+// a fixed size, with a link to its raw bytes, which are served apart as an
+// attachment never rendered; lists read no bodies, an event page reads five
+// deliveries' first 64 KiB at a time, and no page is built past
+// maxPageBytes (body.go), so a request's memory does not follow what the
+// store holds. htmx and uPlot are checked in under assets/vendor with their
 // licences; there is no build step. The pages work without JavaScript;
 // htmx only refreshes lists and the overview's numbers in place, and
 // assets/overview.js draws the overview's sparklines and trend charts with

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/bodyview"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -192,11 +194,15 @@ func (c *Console) eventRows(w http.ResponseWriter, r *http.Request) {
 
 // eventData is the event page.
 type eventData struct {
-	Event      eventRow
-	Routes     []routeView
-	Deliveries []*store.Delivery
-	Effects    []*store.Effect
-	Audit      []*store.AuditEntry
+	Event  eventRow
+	Routes []routeView
+	// Deliveries are deliveriesPerPage at most, from the deliveries
+	// cursor on; DeliveriesNext is the page of the next ones, empty at
+	// the end, and DeliveriesFirst the first page, when this is not it.
+	Deliveries                      []deliveryView
+	DeliveriesNext, DeliveriesFirst string
+	Effects                         []*store.Effect
+	Audit                           []*store.AuditEntry
 }
 
 type routeView struct {
@@ -212,6 +218,14 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 	if source == "" || eventID == "" {
 		c.fail(w, r, http.StatusBadRequest, "An event is named by source and event_id.")
 		return
+	}
+	var after int64
+	if cur := q.Get("deliveries_cursor"); cur != "" {
+		var err error
+		if after, err = api.DecodeCursor(cur); err != nil {
+			c.fail(w, r, http.StatusBadRequest, "Filter deliveries_cursor: not a cursor from this console.")
+			return
+		}
 	}
 	ctx := r.Context()
 	res, err := c.st.EventList(ctx, &store.EventListParams{Source: source, EventID: eventID, WithRoutes: true, Limit: 1})
@@ -232,7 +246,7 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Routes = append(d.Routes, rv)
 	}
-	if d.Deliveries, err = c.st.DeliveryList(ctx, &store.DeliveryListParams{Source: source, EventID: eventID, Limit: 1000}); err != nil {
+	if err := c.eventDeliveries(ctx, d, after); err != nil {
 		c.storeFailed(w, r, "list deliveries", err)
 		return
 	}
@@ -246,7 +260,7 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 		if rt.Entity == "" {
 			continue
 		}
-		es, err := c.st.EffectList(ctx, &store.EffectListParams{Flow: rt.Flow, Entity: rt.Entity, Limit: 1000})
+		es, err := c.st.EffectList(ctx, &store.EffectListParams{Flow: rt.Flow, Entity: rt.Entity, Limit: 1000, WithoutRequest: true})
 		if err != nil {
 			c.storeFailed(w, r, "list effects", err)
 			return
@@ -260,13 +274,38 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "event", &view{Title: "Event " + eventID, Nav: "events", Data: d})
 }
 
+// eventDeliveries reads the event page's deliveries: deliveriesPerPage
+// of them after delivery id after, each body read only as far as a page
+// shows it.
+func (c *Console) eventDeliveries(ctx context.Context, d *eventData, after int64) error {
+	ds, err := c.st.DeliveryList(ctx, &store.DeliveryListParams{Source: d.Event.Source, EventID: d.Event.EventID,
+		AfterID: after, Limit: deliveriesPerPage + 1, BodyPrefix: bodyview.RawMaxBytes})
+	if err != nil {
+		return err
+	}
+	page := eventLink(d.Event.Source, d.Event.EventID)
+	if after != 0 {
+		d.DeliveriesFirst = page + "#deliveries"
+	}
+	if len(ds) > deliveriesPerPage {
+		ds = ds[:deliveriesPerPage]
+		d.DeliveriesNext = page + "&" + url.Values{"deliveries_cursor": {api.EncodeCursor(ds[len(ds)-1].ID)}}.Encode() + "#deliveries"
+	}
+	for _, dl := range ds {
+		d.Deliveries = append(d.Deliveries, newDeliveryView(dl))
+	}
+	return nil
+}
+
 // entityData is the entity page.
 type entityData struct {
 	Flow, Entity string
 	Projection   *store.Projection
-	Events       []entityEvent
-	Effects      []*store.Effect
-	Audit        []*store.AuditEntry
+	// State is the projection's state as shown, when there is one.
+	State   shownBody
+	Events  []entityEvent
+	Effects []*store.Effect
+	Audit   []*store.AuditEntry
 	// Truncated says the entity has more events than one page shows.
 	Truncated bool
 }
@@ -287,12 +326,16 @@ func (c *Console) entityPage(w http.ResponseWriter, r *http.Request) {
 		c.storeFailed(w, r, "get projection", err)
 		return
 	}
+	if d.Projection != nil {
+		d.State = shownBody{View: bodyview.Render(d.Projection.State), Label: "Current state", Raw: stateLink(flow, entity)}
+	}
 	const most = 1000
 	if d.Events, d.Truncated, err = c.entityHistory(ctx, d.Projection, flow, entity, most); err != nil {
 		c.storeFailed(w, r, "read entity history", err)
 		return
 	}
-	if d.Effects, err = c.st.EffectList(ctx, &store.EffectListParams{Flow: flow, Entity: entity, Limit: most}); err != nil {
+	if d.Effects, err = c.st.EffectList(ctx, &store.EffectListParams{Flow: flow, Entity: entity, Limit: most,
+		WithoutRequest: true}); err != nil {
 		c.storeFailed(w, r, "list effects", err)
 		return
 	}
@@ -331,6 +374,7 @@ func (c *Console) listEffects(r *http.Request) (*listData, int, string, error) {
 	// One row more than shown tells whether a next page exists.
 	limit := p.Limit
 	p.Limit++
+	p.WithoutRequest = true
 	list, err := c.st.EffectList(r.Context(), p)
 	if err != nil {
 		return d, 0, "", err
@@ -376,6 +420,7 @@ func (c *Console) effectRows(w http.ResponseWriter, r *http.Request) {
 type effectData struct {
 	Effect    *store.Effect
 	Attempts  []*store.Attempt
+	Request   shownBody
 	Repair    string
 	EventLink string
 	Entity    string
@@ -421,7 +466,8 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 		c.storeFailed(w, r, "list attempts", err)
 		return 0, nil, false
 	}
-	d := &effectData{Effect: e, Attempts: atts, Repair: e.SuggestedRepair, Entity: entityLink(e.Flow, e.Entity)}
+	d := &effectData{Effect: e, Attempts: atts, Repair: e.SuggestedRepair, Entity: entityLink(e.Flow, e.Entity),
+		Request: shownBody{View: bodyview.Render(e.Request), Label: "Request", Raw: requestLink(e.ID)}}
 	if d.Repair == "" && (e.State == store.EffectDead || e.State == store.EffectNeedsReconciliation) {
 		d.Repair = defaultRepair[e.ErrorClass]
 	}

@@ -1,17 +1,15 @@
 package console
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
-	"strings"
+	"strconv"
 	"time"
-	"unicode/utf8"
 )
 
 //go:embed templates/*.html assets
@@ -43,10 +41,9 @@ type pages struct {
 }
 
 var funcs = template.FuncMap{
-	"ts":     formatTime,
-	"dur":    formatDuration,
-	"pretty": prettyBody,
-	"badge":  badgeClass,
+	"ts":    formatTime,
+	"dur":   formatDuration,
+	"badge": badgeClass,
 	// Links are built in Go and given whole, so the template's URL
 	// escaping never mangles a query.
 	"entityURL": entityLink,
@@ -94,15 +91,23 @@ func (c *Console) fragment(w http.ResponseWriter, code int, block string, data a
 }
 
 func (c *Console) execute(w http.ResponseWriter, code int, set, tmpl string, data any) {
-	var buf bytes.Buffer
-	if err := c.pages.byName[set].ExecuteTemplate(&buf, tmpl, data); err != nil {
+	buf := &pageBuffer{most: maxPageBytes}
+	if err := c.pages.byName[set].ExecuteTemplate(buf, tmpl, data); err != nil {
+		if errors.Is(err, errPageTooLarge) {
+			c.log.Error("console: page over budget", "template", set+"/"+tmpl, "most_bytes", maxPageBytes)
+			http.Error(w, fmt.Sprintf("This page would be larger than the %d MiB the console builds a page to. ", maxPageBytes>>20)+
+				"Narrow it with its filters or a smaller limit=, or read the same data through the admin API.",
+				http.StatusInternalServerError)
+			return
+		}
 		c.log.Error("console: render failed", "template", set+"/"+tmpl, "err", err)
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = buf.WriteTo(w)
 }
 
 func (c *Console) renderLogin(w http.ResponseWriter, code int, next, msg string) {
@@ -143,20 +148,6 @@ func formatDuration(d time.Duration) string {
 	default:
 		return d.Round(100 * time.Millisecond).String()
 	}
-}
-
-// prettyBody indents a JSON body and shows any other body as text; bytes
-// that are not UTF-8 become U+FFFD. The template escapes the result, so
-// markup in a body is shown, never run.
-func prettyBody(b []byte) string {
-	var out bytes.Buffer
-	if json.Valid(b) && json.Indent(&out, b, "", "  ") == nil {
-		return out.String()
-	}
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
 // badgeClass groups states and dispositions by what they ask of an

@@ -360,7 +360,7 @@ func (s *Service) unpark(ctx context.Context, id, actor string) (int, error) {
 	after := int64(0)
 	for {
 		list, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
-			State: store.EffectDead, AfterID: after, Limit: 500})
+			State: store.EffectDead, AfterID: after, Limit: 500, WithoutRequest: true})
 		if err != nil {
 			return n, err
 		}
@@ -417,7 +417,7 @@ func (s *Service) Delete(ctx context.Context, id, actor string) error {
 func (s *Service) undelivered(ctx context.Context, id string) (*store.Effect, error) {
 	list, err := s.st.EffectList(ctx, &store.EffectListParams{Destination: store.EndpointDestination(id),
 		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait, store.EffectSubmitting, store.EffectNeedsReconciliation,
-			store.EffectDead}, Limit: 1})
+			store.EffectDead}, Limit: 1, WithoutRequest: true})
 	if err != nil || len(list) == 0 {
 		return nil, err
 	}

@@ -139,7 +139,9 @@ func ledgerOf(ctx context.Context, st PlanStore, k entityKey) (map[eventKey][]st
 	out := map[eventKey][]store.EffectState{}
 	after := int64(0)
 	for {
-		list, err := st.EffectList(ctx, &store.EffectListParams{Flow: k.flow, Entity: k.entity, AfterID: after, Limit: 1000})
+		// States and causes only: the requests stay in the store.
+		list, err := st.EffectList(ctx, &store.EffectListParams{Flow: k.flow, Entity: k.entity, AfterID: after, Limit: 1000,
+			WithoutRequest: true})
 		if err != nil {
 			return nil, fmt.Errorf("replay plan: effects of %s %s: %w", k.flow, k.entity, err)
 		}

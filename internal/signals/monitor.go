@@ -225,7 +225,7 @@ func (m *Monitor) measureQueues(ctx context.Context, now time.Time, snap *store.
 		m.queueAge.WithLabelValues(QueueWork).Set(age)
 	}
 	pending, err := m.st.EffectList(ctx, &store.EffectListParams{
-		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait}, Limit: queueSample})
+		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait}, Limit: queueSample, WithoutRequest: true})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("measure the effects queue: %w", err))
 	} else {

@@ -199,7 +199,8 @@ func quantile(q float64, bounds, cum []float64) float64 {
 // exceptions measures the exception queue from the ledger, at most
 // queueSample rows, like the effects queue gauge.
 func exceptions(ctx context.Context, st MonitorStore, now time.Time) ([]store.SignalHistoryInput, error) {
-	list, err := st.EffectList(ctx, &store.EffectListParams{States: store.ExceptionStates(), Limit: queueSample})
+	list, err := st.EffectList(ctx, &store.EffectListParams{States: store.ExceptionStates(), Limit: queueSample,
+		WithoutRequest: true})
 	if err != nil {
 		return nil, fmt.Errorf("measure the exception queue: %w", err)
 	}

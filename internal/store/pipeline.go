@@ -342,6 +342,10 @@ type EffectListParams struct {
 	Compensations bool
 	AfterID       int64
 	Limit         int
+	// WithoutRequest leaves each effect's Request empty: a list that
+	// shows no request then reads none, so that its cost does not grow
+	// with the requests' sizes.
+	WithoutRequest bool
 }
 
 // StateSet is the union of State and States, sorted and each once, so

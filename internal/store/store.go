@@ -253,7 +253,11 @@ type Delivery struct {
 	CausationID string
 	Hop         int
 	Headers     map[string]string
-	Body        []byte
+	// Body is the body as received, or its first BodyPrefix bytes when
+	// the list asked for a prefix; BodySize is always the whole body's
+	// size in bytes.
+	Body     []byte
+	BodySize int
 }
 
 // DeliveryListParams filters DeliveryList.
@@ -262,6 +266,10 @@ type DeliveryListParams struct {
 	EventID string
 	AfterID int64
 	Limit   int
+	// BodyPrefix, when positive, reads only the first BodyPrefix bytes of
+	// each body: a page that shows a list of deliveries then reads a
+	// fixed amount per delivery, whatever the bodies' sizes.
+	BodyPrefix int
 }
 
 // AuditInsertParams is one audit row: who or what did what, when, and why.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,10 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
 	f.deadline_missed_at, f.mismatch_at`
+
+// effectColumnsWithoutRequest is effectColumns with an empty request
+// (EffectListParams.WithoutRequest).
+var effectColumnsWithoutRequest = strings.Replace(effectColumns, "f.request::text,", "''::text,", 1)
 
 const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 

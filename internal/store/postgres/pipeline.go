@@ -691,7 +691,11 @@ func effectListSQL(p *store.EffectListParams) (string, []any) {
 	}
 	f.span("f.created_at", p.CreatedFrom, p.CreatedTo)
 	f.span("f.updated_at", p.UpdatedFrom, p.UpdatedTo)
-	return `SELECT ` + effectColumns + effectFrom + f.sql(store.ClampLimit(p.Limit)), f.args
+	cols := effectColumns
+	if p.WithoutRequest {
+		cols = effectColumnsWithoutRequest
+	}
+	return `SELECT ` + cols + effectFrom + f.sql(store.ClampLimit(p.Limit)), f.args
 }
 
 // ReplayCreate records a replay and enqueues a new pass of work for its

@@ -582,8 +582,14 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 	f.add("id > ?", p.AfterID)
 	f.eq("source", p.Source)
 	f.eq("event_id", p.EventID)
+	where := f.sql(store.ClampLimit(p.Limit))
+	body := "body"
+	if p.BodyPrefix > 0 {
+		f.args = append(f.args, p.BodyPrefix)
+		body = "substring(body from 1 for $" + strconv.Itoa(len(f.args)) + ")"
+	}
 	q := `SELECT id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at,
-		received_at, causation_id, hop, headers, body FROM deliveries` + f.sql(store.ClampLimit(p.Limit))
+		received_at, causation_id, hop, headers, ` + body + `, octet_length(body) FROM deliveries` + where
 	rows, err := s.pool.Query(ctx, q, f.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
@@ -593,7 +599,7 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 		var occ *time.Time
 		var batch int32
 		if err := r.Scan(&d.ID, &d.EventPK, &d.RequestID, &batch, &d.Source, &d.EventID, &d.Type, &d.Entity,
-			&d.Account, &occ, &d.ReceivedAt, &d.CausationID, &d.Hop, &d.Headers, &d.Body); err != nil {
+			&d.Account, &occ, &d.ReceivedAt, &d.CausationID, &d.Hop, &d.Headers, &d.Body, &d.BodySize); err != nil {
 			return nil, err
 		}
 		d.BatchIndex = int(batch)

@@ -31,6 +31,10 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
 	f.deadline_missed_at, f.mismatch_at`
 
+// effectColumnsWithoutRequest is effectColumns with an empty request
+// (EffectListParams.WithoutRequest).
+var effectColumnsWithoutRequest = strings.Replace(effectColumns, "f.request,", "'',", 1)
+
 const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 
 func scanEffect(sc scanner, f *store.Effect) error {

@@ -453,7 +453,11 @@ func effectListSQL(p *store.EffectListParams) (string, []any) {
 	// row it would have to read beside it, and with every column of the
 	// ledger in the select it came to prefer reading the table in id order
 	// over a selective index.
-	return `SELECT ` + effectColumns + ` FROM (SELECT f.id FROM effects f WHERE ` + where + ` ORDER BY f.id LIMIT ?) AS page
+	cols := effectColumns
+	if p.WithoutRequest {
+		cols = effectColumnsWithoutRequest
+	}
+	return `SELECT ` + cols + ` FROM (SELECT f.id FROM effects f WHERE ` + where + ` ORDER BY f.id LIMIT ?) AS page
 		JOIN effects f ON f.id = page.id JOIN events e ON e.pk = f.source_event_pk ORDER BY page.id`, args
 }
 

@@ -614,8 +614,14 @@ func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
 // DeliveryList pages through deliveries.
 func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error) {
 	where, args := cursor("id > ?", p.AfterID).eq("source", p.Source).eq("event_id", p.EventID).sql(store.ClampLimit(p.Limit))
+	// substr and length count bytes in a BLOB, which every body is.
+	body := "body"
+	if p.BodyPrefix > 0 {
+		body = "substr(body, 1, ?)"
+		args = append([]any{p.BodyPrefix}, args...)
+	}
 	rows, err := s.readQuery(ctx, `SELECT id, event_pk, request_id, batch_index, source, event_id, type,
-		entity, account, occurred_at, received_at, causation_id, hop, headers, body FROM deliveries WHERE `+where+
+		entity, account, occurred_at, received_at, causation_id, hop, headers, `+body+`, length(body) FROM deliveries WHERE `+where+
 		` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
@@ -628,7 +634,7 @@ func (s *Store) DeliveryList(ctx context.Context, p *store.DeliveryListParams) (
 		var rec int64
 		var headers string
 		if err := rows.Scan(&d.ID, &d.EventPK, &d.RequestID, &d.BatchIndex, &d.Source, &d.EventID, &d.Type,
-			&d.Entity, &d.Account, &occ, &rec, &d.CausationID, &d.Hop, &headers, &d.Body); err != nil {
+			&d.Entity, &d.Account, &occ, &rec, &d.CausationID, &d.Hop, &headers, &d.Body, &d.BodySize); err != nil {
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
 		d.OccurredAt = fromMicros(occ)

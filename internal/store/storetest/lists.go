@@ -263,3 +263,26 @@ func testEffectListFilters(t *testing.T, o Opener) {
 		}
 	}
 }
+
+// A list without requests reads every other column as the full list does
+// and leaves each request empty.
+func testEffectListWithoutRequest(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	f.effectAt(t0, "orders", "crm")
+	f.effectAt(t0, "billing", "erp")
+	full := f.effects(&store.EffectListParams{})
+	bare := f.effects(&store.EffectListParams{WithoutRequest: true})
+	if len(full) != 2 || len(bare) != 2 {
+		t.Fatalf("%d and %d effects, want 2 each", len(full), len(bare))
+	}
+	for i, e := range bare {
+		if len(full[i].Request) == 0 || len(e.Request) != 0 {
+			t.Errorf("effect %d: request %q in the full list, %q without requests; want it there and empty here", e.ID, full[i].Request, e.Request)
+		}
+		withReq := *e
+		withReq.Request = full[i].Request
+		if !reflect.DeepEqual(&withReq, full[i]) {
+			t.Errorf("effect %d without request differs in more than the request:\n%+v\n%+v", e.ID, e, full[i])
+		}
+	}
+}

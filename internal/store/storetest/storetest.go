@@ -56,6 +56,8 @@ func Exercise(t *testing.T, o Opener) {
 		{"ProbeWrite", testProbeWrite},
 		{"InboxCommitNewAndDuplicate", testInboxNewAndDuplicate},
 		{"InboxCommitKeepsBytesAndTimes", testInboxKeepsBytesAndTimes},
+		{"DeliveryListBodyPrefix", testDeliveryListBodyPrefix},
+		{"EffectListWithoutRequest", testEffectListWithoutRequest},
 		{"InboxCommitIsolatesFailedSubmission", testInboxIsolatesFailure},
 		{"InboxCommitConcurrentSameEvent", testInboxConcurrentSameEvent},
 		{"InboxCommitAuditRides", testInboxAuditRides},
@@ -253,6 +255,36 @@ func testInboxNewAndDuplicate(t *testing.T, o Opener) {
 	}
 	if all := events(t, s, &store.EventListParams{}); len(all) != 4 {
 		t.Fatalf("%d events, want 4", len(all))
+	}
+}
+
+// A list that asks for a body prefix gets each body's first bytes
+// exactly (bytes, not characters) and every body's whole size, so a page
+// reads a fixed amount per delivery; without it, the bodies whole.
+func testDeliveryListBodyPrefix(t *testing.T, o Opener) {
+	s := o.Open(t)
+	big := bytes.Repeat([]byte("\u00e9\x00\xff{\"a\":[["), 20000)
+	bodies := map[string][]byte{"evt_big": big, "evt_small": []byte(`{"id":"s"}`), "evt_empty": nil}
+	for id, b := range bodies {
+		d := delivery("stripe", id, 0)
+		d.Body = b
+		commit(t, s, one(d))
+	}
+	for _, prefix := range []int{0, 1000, len(big), len(big) + 1} {
+		for id, body := range bodies {
+			ds, err := s.DeliveryList(context.Background(), &store.DeliveryListParams{Source: "stripe", EventID: id, BodyPrefix: prefix})
+			if err != nil || len(ds) != 1 {
+				t.Fatalf("DeliveryList %s, prefix %d: %v %v", id, prefix, ds, err)
+			}
+			want := body
+			if prefix > 0 && len(body) > prefix {
+				want = body[:prefix]
+			}
+			if !bytes.Equal(ds[0].Body, want) || ds[0].BodySize != len(body) {
+				t.Errorf("%s with prefix %d: %d bytes (equal %v), size %d; want the first %d bytes and size %d",
+					id, prefix, len(ds[0].Body), bytes.Equal(ds[0].Body, want), ds[0].BodySize, len(want), len(body))
+			}
+		}
 	}
 }
 
