@@ -82,11 +82,13 @@ type EventJSON struct {
 }
 
 // RouteJSON is where one flow put the event: the entity it computed (empty
-// when that failed) and how the flow's latest pass settled.
+// when that failed), how the flow's latest pass settled and why (a dead
+// letter's cause; empty when there is nothing to say).
 type RouteJSON struct {
 	Flow        string `json:"flow"`
 	Entity      string `json:"entity"`
 	Disposition string `json:"disposition"`
+	Reason      string `json:"reason"`
 }
 
 // EventListJSON is the pinned response of GET /api/v1/events.
@@ -107,7 +109,7 @@ func NewEventJSON(e *store.Event) EventJSON {
 		j.OccurredAt = &s
 	}
 	for _, r := range e.Routes {
-		j.Routes = append(j.Routes, RouteJSON{Flow: r.Flow, Entity: r.Entity, Disposition: string(r.Disposition)})
+		j.Routes = append(j.Routes, RouteJSON{Flow: r.Flow, Entity: r.Entity, Disposition: string(r.Disposition), Reason: r.Reason})
 	}
 	if j.Entity == "" {
 		j.Entity = agreedEntity(e.Routes)

@@ -93,7 +93,7 @@ func TestEventResolve(t *testing.T) {
 	e := out.Event
 	if e.Source != "shop" || e.EventID != "dead_1" || e.Disposition != "resolved" || e.Deliveries != 1 || e.Entity != "o1" ||
 		!slices.Equal(e.Routes, []api.RouteJSON{{Flow: "mail", Entity: "o1", Disposition: "applied"},
-			{Flow: "orders", Entity: "o1", Disposition: "resolved"}}) {
+			{Flow: "orders", Entity: "o1", Disposition: "resolved", Reason: "version_conflict: r2 seen with two states"}}) {
 		t.Fatalf("resolved event = %+v", e)
 	}
 	// The same shape as one event of GET /api/v1/events: the same keys,
