@@ -164,6 +164,9 @@ func (c *Console) rawEntityState(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "An entity is named by flow and entity.")
 		return
 	}
+	if !c.textParams(w, r, "flow", flow, "entity", entity) {
+		return
+	}
 	pr, err := c.st.ProjectionGet(r.Context(), &store.ProjectionGetParams{Flow: flow, Entity: entity})
 	if err != nil {
 		c.storeFailed(w, r, "get projection", err)

@@ -219,6 +219,9 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "An event is named by source and event_id.")
 		return
 	}
+	if !c.textParams(w, r, "source", source, "event_id", eventID) {
+		return
+	}
 	var after int64
 	if cur := q.Get("deliveries_cursor"); cur != "" {
 		var err error
@@ -317,6 +320,9 @@ func (c *Console) entityPage(w http.ResponseWriter, r *http.Request) {
 	flow, entity := q.Get("flow"), q.Get("entity")
 	if flow == "" || entity == "" {
 		c.fail(w, r, http.StatusBadRequest, "An entity is named by flow and entity.")
+		return
+	}
+	if !c.textParams(w, r, "flow", flow, "entity", entity) {
 		return
 	}
 	ctx := r.Context()

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
 )
 
 //go:embed templates/*.html assets
@@ -125,6 +127,20 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, code int, msg str
 
 // storeFailed answers a store failure: 503, with the database's own words
 // in the log only (they can name files, hosts or SQL).
+// textParams answers 400 naming the first of the name, value pairs whose
+// value no store can hold (NUL, invalid UTF-8): it can name nothing, and
+// PostgreSQL refuses it as a parameter, which would read as the store
+// failing. It reports whether every value is text.
+func (c *Console) textParams(w http.ResponseWriter, r *http.Request, pairs ...string) bool {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := store.CheckText(pairs[i], pairs[i+1]); err != nil {
+			c.fail(w, r, http.StatusBadRequest, "The parameter "+err.Error()+".")
+			return false
+		}
+	}
+	return true
+}
+
 func (c *Console) storeFailed(w http.ResponseWriter, r *http.Request, op string, err error) {
 	c.log.Error("console: store failed", "op", op, "err", err)
 	c.fail(w, r, http.StatusServiceUnavailable, "The store is unavailable; try again in a moment.")
