@@ -21,6 +21,7 @@ import (
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/traits"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -387,14 +388,64 @@ func native(v ref.Val) (any, error) {
 		return f, nil
 	case types.StringType:
 		return v.Value().(string), nil
+	case types.MapType:
+		return nativeMap(v)
+	case types.ListType:
+		return nativeList(v)
 	}
-	// Lists, maps, timestamps, durations and bytes go through the JSON
-	// value conversion CEL defines for them.
+	// Timestamps, durations and bytes go through the JSON value
+	// conversion CEL defines for them (RFC 3339 text, seconds, base64).
 	pv, err := v.ConvertToNative(structValueType)
 	if err != nil {
 		return nil, fmt.Errorf("result of type %s cannot be represented as JSON", v.Type().TypeName())
 	}
 	return fromStruct(pv.(*structpb.Value))
+}
+
+// nativeMap converts a map member by member with native, so that its
+// numbers stay what they are: CEL's own JSON conversion writes an integer
+// beyond 2^53 as a string, and a state holding {"id": 9007199254740993}
+// would reach a destination as {"id": "9007199254740993"}.
+func nativeMap(v ref.Val) (any, error) {
+	m, ok := v.(traits.Mapper)
+	if !ok {
+		return nil, fmt.Errorf("result of type %s cannot be represented as JSON", v.Type().TypeName())
+	}
+	out := map[string]any{}
+	for it := m.Iterator(); it.HasNext() == types.True; {
+		k := it.Next()
+		key, ok := k.Value().(string)
+		if !ok || k.Type() != types.StringType {
+			return nil, fmt.Errorf("result holds a map key of type %s; JSON keys are strings", k.Type().TypeName())
+		}
+		e, err := native(m.Get(k))
+		if err != nil {
+			return nil, err
+		}
+		out[key] = e
+	}
+	return out, nil
+}
+
+// nativeList converts a list element by element with native.
+func nativeList(v ref.Val) (any, error) {
+	l, ok := v.(traits.Lister)
+	if !ok {
+		return nil, fmt.Errorf("result of type %s cannot be represented as JSON", v.Type().TypeName())
+	}
+	n, ok := l.Size().(types.Int)
+	if !ok {
+		return nil, fmt.Errorf("result of type %s cannot be represented as JSON", v.Type().TypeName())
+	}
+	out := make([]any, 0, int(n))
+	for i := types.Int(0); i < n; i++ {
+		e, err := native(l.Get(i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // fromStruct is structpb's AsInterface with its numbers normalized: an

@@ -160,3 +160,23 @@ func TestNonFiniteResultsAreErrors(t *testing.T) {
 		t.Errorf("finite numbers = %s %v", j, err)
 	}
 }
+
+// Numbers inside maps and lists keep their type and precision: CEL's own
+// JSON conversion would write an integer beyond 2^53 as a string.
+func TestNestedNumbersStayNumbers(t *testing.T) {
+	ev, err := DecodeJSON([]byte(`{"big":9223372036854775807,"id":9007199254740993,"f":2.5,"i":3,"neg":-0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := Vars{VarEvent: ev}
+	j, err := mustCompile(t, `{"big": event.big, "ids": [event.id, event.i], "f": event.f, "neg": event.neg, "u": uint(7)}`).EvalJSON(vars)
+	if want := `{"big":9223372036854775807,"f":2.5,"ids":[9007199254740993,3],"neg":0,"u":7}`; err != nil || string(j) != want {
+		t.Fatalf("nested numbers = %s %v, want %s", j, err, want)
+	}
+	if j, err := mustCompile(t, `{"at": timestamp("2026-11-03T09:00:00Z"), "b": b"hi"}`).EvalJSON(vars); err != nil || string(j) != `{"at":"2026-11-03T09:00:00Z","b":"aGk="}` {
+		t.Fatalf("timestamps and bytes = %s %v", j, err)
+	}
+	if _, err := mustCompile(t, `{1: "a"}`).EvalJSON(vars); err == nil || !strings.Contains(err.Error(), "JSON keys are strings") {
+		t.Fatalf("an int key: %v", err)
+	}
+}
