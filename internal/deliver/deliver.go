@@ -877,16 +877,50 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 			p.Attempt.StartedAt = p.Now
 		}
 	}
+	storableSettle(p)
 	// Settled with whatever other calls ended meanwhile, in one
 	// transaction where the store can; every settle keeps its own answer.
 	// The group runs under the context of its first settle: all of them
 	// are the worker's.
-	if err := w.settler.Do(ctx, p); err != nil {
+	err := w.settler.Do(ctx, p)
+	if errors.Is(err, store.ErrRefused) {
+		// The database refused this attempt's evidence, not the settle:
+		// settled without it, so the effect is never left submitting.
+		w.log.Warn("the store refused an attempt's evidence; settling without it", "episode", c.EpisodeKey, "err", err)
+		withoutEvidence(p, err)
+		err = w.settler.Do(ctx, p)
+	}
+	if err != nil {
 		return fmt.Errorf("settle: %w", err)
 	}
 	w.opts.Metrics.settled(d.Name, p)
 	w.log.Debug("effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
 	return nil
+}
+
+// storableSettle makes every text of a settle one that every driver
+// stores: reasons, the destination's answer, its Retry-After and Location
+// come from the destination, which may answer any bytes (invalid UTF-8 in
+// a header, NUL in a body).
+func storableSettle(p *store.EffectSettleParams) {
+	for _, s := range []*string{&p.Reason, &p.SuggestedRepair, &p.DestinationRef, &p.LastResponse} {
+		*s = store.Storable(*s)
+	}
+	if a := p.Attempt; a != nil {
+		for _, s := range []*string{&a.Error, &a.Response, &a.RetryAfter, &a.RetryAfterUnit} {
+			*s = store.Storable(*s)
+		}
+	}
+}
+
+// withoutEvidence drops what a settle keeps of the destination's answer,
+// which the database refused, and says so in the reason.
+func withoutEvidence(p *store.EffectSettleParams, err error) {
+	p.DestinationRef, p.LastResponse = "", ""
+	if a := p.Attempt; a != nil {
+		a.Response, a.RetryAfter = "", ""
+	}
+	p.Reason = store.Storable(strings.TrimSpace(p.Reason + " (the store refused this attempt's evidence: " + logging.OneLine(err) + ")"))
 }
 
 // settleAndNotify settles an effect that now needs a person and tells them.

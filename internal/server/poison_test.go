@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strconv"
@@ -118,7 +119,7 @@ func poisonBody(i int, field, value string) string {
 func TestPoisonInputs(t *testing.T) { stores(t, testPoisonInputs) }
 
 func testPoisonInputs(t *testing.T, storeURL string) {
-	crm, partner := newReceiver(t), newReceiver(t)
+	crm, partner := hostileDestination(t), newReceiver(t)
 	h := startWith(t, poisonConfig(storeURL, crm.srv.URL, partner.srv.URL+"/in"))
 
 	// Webhooks: each value in each field.
@@ -271,6 +272,37 @@ func testPoisonInputs(t *testing.T, storeURL string) {
 		t.Errorf("serving %d console pages raised peak RSS by %d MiB (from %d MiB), want at most 256 MiB", pages, (peak-base)>>20, base>>20)
 	}
 
+	// A destination that answers hostile bytes (a Location and a
+	// Retry-After that are not UTF-8, NUL in a body, a body cut inside a
+	// character) has its effects settled all the same: an attempt's
+	// evidence the store cannot hold never leaves an effect submitting.
+	// A rule planted in the database stands in for evidence the store
+	// refuses that no check foresaw: the effect is settled without it.
+	if strings.HasPrefix(storeURL, "sqlite:") {
+		execOn(t, storeURL, `CREATE TRIGGER refuse_evidence BEFORE INSERT ON effect_attempts WHEN NEW.response LIKE '%refuse-evidence%'
+			BEGIN SELECT RAISE(ABORT, 'refused by rule'); END`)
+	} else {
+		execOn(t, storeURL, `ALTER TABLE effect_attempts ADD CONSTRAINT refuse_evidence CHECK (response NOT LIKE '%refuse-evidence%') NOT VALID`)
+	}
+	for i, order := range []string{"answer-201", "answer-503", "answer-refused"} {
+		body := strings.Replace(poisonBody(900+i, "", ""), `"order_id":"o-`+strconv.Itoa(900+i)+`"`, `"order_id":"`+order+`"`, 1)
+		if code, resp := shopPost(t, h, "shop", body, nil); code != 200 {
+			t.Fatalf("%s: %d %s", order, code, resp)
+		}
+	}
+	waitFor(t, "the hostile answers' effects to settle", func() bool {
+		return h.effect("answer-201").State == "done" && h.effect("answer-503").State == "retry_wait" &&
+			h.effect("answer-refused").State == "retry_wait"
+	})
+	// What the store can hold of the evidence is kept.
+	if e := h.effect("answer-503"); !strings.Contains(e.LastResponse, "busy") || !strings.Contains(e.LastResponse, "語") ||
+		strings.Contains(e.Reason, "refused this attempt's evidence") {
+		t.Errorf("answer-503: last response %.80q, reason %q: want the evidence kept as storable text", e.LastResponse, e.Reason)
+	}
+	if e := h.effect("answer-refused"); !strings.Contains(e.Reason, "the store refused this attempt's evidence") {
+		t.Errorf("answer-refused: reason %q, want it to say the evidence was refused", e.Reason)
+	}
+
 	// A healthy event after all of it is processed and delivered.
 	before := len(crm.deliveries())
 	if code, resp := shopPost(t, h, "shop", poisonBody(0, "", ""), nil); code != 200 {
@@ -287,6 +319,50 @@ func testPoisonInputs(t *testing.T, storeURL string) {
 		}
 		return false
 	})
+}
+
+// hostileDestination records every call and answers /orders/answer-201
+// and /orders/answer-503 with bytes no store holds as they are; every
+// other call with 204.
+func hostileDestination(t *testing.T) *receiver {
+	r := &receiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, received{req.Header.Clone(), b, req.URL.Path})
+		r.mu.Unlock()
+		switch req.URL.Path {
+		case "/orders/answer-201":
+			w.Header()["Location"] = []string{"/deals/\xff\xfe"}
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte("{\"id\":\"d\x00\xff\",\"note\":\"" + strings.Repeat("日", 1000) + "\"}"))
+		case "/orders/answer-refused":
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("refuse-evidence"))
+		case "/orders/answer-503":
+			w.Header()["Retry-After"] = []string{"\xff"}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("busy\x00\xff" + strings.Repeat("語", 1000)))
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// effect is the effect of flow orders for entity (zero when none).
+func (h *harness) effect(entity string) api.EffectJSON {
+	h.t.Helper()
+	code, b := h.get("/api/v1/effects?state=any&flow=orders&entity="+url.QueryEscape(entity), adminToken)
+	var list struct{ Effects []api.EffectJSON }
+	if code != 200 || json.Unmarshal(b, &list) != nil {
+		h.t.Fatalf("effects of %s: %d %s", entity, code, b)
+	}
+	if len(list.Effects) != 1 {
+		return api.EffectJSON{}
+	}
+	return list.Effects[0]
 }
 
 // shopEventIDs lists the ids of every stored event of source shop.
