@@ -264,6 +264,8 @@ func (ph *publishing) writeEndpointError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, strings.TrimPrefix(err.Error(), publish.ErrConflict.Error()+": "))
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no such endpoint")
+	case errors.Is(err, store.ErrRefused):
+		writeError(w, http.StatusBadRequest, "the store refused a value of this endpoint; change it")
 	default:
 		ph.h.log.Error("endpoint request failed", "err", err)
 		writeError(w, http.StatusInternalServerError, "the store failed; see the server log")

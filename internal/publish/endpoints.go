@@ -179,10 +179,18 @@ func (in *EndpointInput) apply(spec *store.EndpointSpec) error {
 		}
 		spec.URL = *in.URL
 	}
+	// Free text, but text every store holds: NUL or invalid UTF-8 would
+	// come back from PostgreSQL as a failure of the store.
 	if in.Description != nil {
+		if err := store.CheckText("description", *in.Description); err != nil {
+			return invalid("%v", err)
+		}
 		spec.Description = *in.Description
 	}
 	if in.Owner != nil {
+		if err := store.CheckText("owner", *in.Owner); err != nil {
+			return invalid("%v", err)
+		}
 		spec.Owner = *in.Owner
 	}
 	if in.Types != nil {

@@ -173,6 +173,20 @@ func testPoisonInputs(t *testing.T, storeURL string) {
 		}
 	}
 
+	// Endpoints: free text that no store holds is refused.
+	for i, v := range hostileValues[:7] {
+		for _, field := range []string{"description", "owner"} {
+			body := fmt.Sprintf(`{"id":"ep-%d-%s","url":%q,"types":["invoice.*"],%q:%s}`, i, field, partner.srv.URL+"/in", field, v.json)
+			code, resp, _ := h.post("/api/v1/endpoints", []byte(body), http.Header{"Authorization": {"Bearer " + adminToken}})
+			if code != http.StatusCreated && (code < 400 || code >= 500) {
+				t.Errorf("endpoint %s %s: %d %.300s, want 201 or a 4xx", field, v.name, code, resp)
+			}
+			if v.name == "NUL" && (code != 400 || !strings.Contains(resp, field+": holds a NUL character")) {
+				t.Errorf("endpoint %s with NUL: %d %.300s, want 400 naming the field, the same on every driver", field, code, resp)
+			}
+		}
+	}
+
 	// The admin API's filters.
 	for _, v := range hostileValues[:7] {
 		var raw string
