@@ -47,8 +47,14 @@ var OperateFrom = map[string][]EffectState{
 		EffectRetryWait, EffectDead},
 }
 
-// CheckOperate refuses what no effect state could make valid.
+// CheckOperate refuses what no effect state could make valid, and text
+// (a note, an owner, the actor) that no driver stores as given.
 func CheckOperate(p *EffectOperateParams) error {
+	for _, f := range []struct{ name, v string }{{"note", p.Note}, {"owner", p.Owner}, {"actor", p.Actor}} {
+		if err := CheckText(f.name, f.v); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
 	switch p.Action {
 	case OperateRetry, OperateAssign:
 		return nil

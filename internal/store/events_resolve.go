@@ -79,6 +79,11 @@ func CheckEventResolve(p *EventResolveParams) error {
 	case strings.TrimSpace(p.Note) == "":
 		return fmt.Errorf("a note is required to resolve an event: %w", ErrInvalidArgument)
 	}
+	for _, f := range []struct{ name, v string }{{"source", p.Source}, {"event id", p.EventID}, {"note", p.Note}, {"actor", p.Actor}} {
+		if err := CheckText(f.name, f.v); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
 	return nil
 }
 

@@ -70,6 +70,9 @@ func testEventResolve(t *testing.T, o Opener) {
 		{"an applied event", "evt_ok", "checked", store.ErrInvalidTransition},
 		{"an accepted event", "evt_new", "checked", store.ErrInvalidTransition},
 		{"no note", "evt_bad", "  ", store.ErrInvalidArgument},
+		// Text no driver stores as given is refused alike on every driver.
+		{"a note with NUL", "evt_bad", "fixed\x00by hand", store.ErrInvalidArgument},
+		{"a note that is not UTF-8", "evt_bad", "fixed \xff", store.ErrInvalidArgument},
 		{"a missing event", "evt_nope", "checked", store.ErrNotFound},
 	} {
 		e, err := f.resolveEvent(c.eventID, c.note, t2)

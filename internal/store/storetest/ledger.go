@@ -661,6 +661,9 @@ func testLedgerOperate(t *testing.T, o Opener) {
 	if _, err := f.operate(dead.ID, "delete", "", t1); !errors.Is(err, store.ErrInvalidArgument) || errors.Is(err, store.ErrInvalidTransition) {
 		t.Fatalf("unknown action: %v, want ErrInvalidArgument", err)
 	}
+	if _, err := f.operate(dead.ID, store.OperateResolve, "fixed\x00", t1); !errors.Is(err, store.ErrInvalidArgument) || !strings.Contains(err.Error(), "note: holds a NUL") {
+		t.Fatalf("resolve with a NUL in the note: %v, want ErrInvalidArgument naming the note", err)
+	}
 	if _, err := f.operate(dead.ID, store.OperateResolve, "  ", t1); !errors.Is(err, store.ErrInvalidArgument) || !strings.Contains(err.Error(), "note") {
 		t.Fatalf("resolve without a note: %v, want ErrInvalidArgument naming the note", err)
 	}
