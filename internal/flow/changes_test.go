@@ -2,16 +2,12 @@ package flow
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/store/pgtest"
-	"github.com/hookledger/hookledger/internal/store/postgres"
-	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
 
 // changesFlow sends one state to Braze (which sends changes only), to a
@@ -55,27 +51,9 @@ flows:
 // destination (and says why in the audit trail), while every other
 // destination gets its effect; a changed state is sent again.
 func TestSendChangesOnlySkipsUnchangedStates(t *testing.T) {
-	stores := map[string]func(t *testing.T) store.Store{
-		"sqlite": func(t *testing.T) store.Store {
-			s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "flow.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
-		// PostgreSQL hands the projection back as jsonb, with its own
-		// spacing: equal states must still compare equal.
-		"postgres": func(t *testing.T) store.Store {
-			s, err := postgres.Open(context.Background(), pgtest.NewDatabase(t), 4)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
-	}
-	for name, open := range stores {
+	// PostgreSQL hands the projection back as jsonb, with its own
+	// spacing: equal states must still compare equal.
+	for name, open := range stores() {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := config.Parse("flow.yaml", []byte(changesFlow), func(string) (string, bool) { return "", false })
 			if err != nil {
