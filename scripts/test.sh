@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, go vet, staticcheck and go test -race,
 # with a throwaway PostgreSQL on a private loopback port so that the store
-# conformance suite runs against both SQLite and PostgreSQL.
+# conformance suite runs against both SQLite and PostgreSQL. It ends with
+# the tests that were skipped, and why. Under CI (CI set, as .ci/run does)
+# a test whose dependency is missing fails instead of skipping
+# (internal/testdep), and a skip for a missing dependency fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,15 +32,32 @@ fi
 staticcheck ./...
 echo "ok"
 
+step "mutant list"
+# Every entry of scripts/mutants.txt still applies (make mutants runs them).
+scripts/mutants.sh --check
+
 step "PostgreSQL"
 pgdir=""
-cleanup() {
+tmp=$(mktemp -d /tmp/hookledger-test.XXXXXX)
+skipped="$tmp/skipped.txt"
+finish() {
+	local rc=$?
 	if [ -n "$pgdir" ]; then
 		scripts/pg.sh stop "$pgdir" || true
 		rm -rf "$pgdir"
 	fi
+	if [ -s "$skipped" ]; then
+		step "skipped tests"
+		cat "$skipped"
+		if [ -n "${CI:-}" ] && grep -q 'for a missing dependency' "$skipped"; then
+			echo "under CI no test may skip for a missing dependency: install what the skips above name" >&2
+			[ "$rc" -ne 0 ] || rc=1
+		fi
+	fi
+	rm -rf "$tmp"
+	exit "$rc"
 }
-trap cleanup EXIT
+trap finish EXIT
 if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 	pgdir=$(mktemp -d /tmp/hookledger-pgtest.XXXXXX)
 	HOOKLEDGER_TEST_POSTGRES=$(scripts/pg.sh start "$pgdir")
@@ -65,11 +85,15 @@ else
 fi
 
 step "go test -race ./..."
-go test -race -count=1 -timeout 30m ./...
+# go test -json, made readable again by scripts/testsummary: a line per
+# package and the whole output of each failure, as plain go test prints,
+# and the skipped tests collected for the end.
+go build -o "$tmp/testsummary" ./scripts/testsummary
+go test -race -count=1 -timeout 30m -json ./... 2>&1 | "$tmp/testsummary" -skips "$skipped"
 
 step "deterministic simulation (10,000 seeds)"
 go test -count=1 -timeout 30m -run '^TestSimulation' ./internal/sim -seeds=10000 -v
 
 step "store conformance suite, per driver"
 go test -count=1 -run '^TestConformance$' -v ./internal/store/sqlite ./internal/store/postgres 2>&1 \
-	| grep -E '^(--- (PASS|FAIL|SKIP): TestConformance|.*store conformance suite: driver|.*SKIPPING|ok |FAIL)' || true
+	| grep -E '^(--- (PASS|FAIL|SKIP): TestConformance|.*store conformance suite: driver|.*MISSING DEPENDENCY|ok |FAIL)' || true

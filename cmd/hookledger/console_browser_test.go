@@ -33,7 +33,7 @@ import (
 // leads to the login page and a state change with a wrong or no CSRF token
 // is refused. Ctrl-C (SIGINT) stops the demo with exit 0.
 func TestConsoleBrowser(t *testing.T) {
-	consoletest.Chromium(t) // skips (fails under CI=true) before the build
+	consoletest.Chromium(t) // skips (fails under CI) before the build
 	if testing.Short() {
 		t.Skip("builds the binary and plays the demo")
 	}

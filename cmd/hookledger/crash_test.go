@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,7 +106,19 @@ type load struct {
 	acked   sync.Map // event id -> struct{}
 	nAcked  atomic.Int64
 	refused atomic.Int64
+	// storeFails: one request in 50 sends an event whose store write
+	// fails (failDeliveryTrigger); it must be answered 503 with
+	// Retry-After, never 2xx. failed counts those answers.
+	storeFails bool
+	failed     atomic.Int64
 }
+
+// failDeliveryTrigger makes the database fail the delivery of an event
+// whose id starts with evt_fail_, with an error that is not about its
+// values (SQLITE_ERROR): a submission the store did not take, in a group
+// whose others it takes.
+const failDeliveryTrigger = `CREATE TRIGGER fail_delivery BEFORE INSERT ON deliveries
+	WHEN NEW.event_id LIKE 'evt\_fail\_%' ESCAPE '\' BEGIN SELECT json('the disk failed'); END`
 
 // drive sends signed webhooks from n clients until stop is closed; every
 // tenth request carries a bad signature and must never be stored.
@@ -127,9 +140,12 @@ func (l *load) drive(t *testing.T, base string, clients int, stop <-chan struct{
 				default:
 				}
 				bad := i%10 == 9
+				fail := l.storeFails && i%50 == 24
 				id := fmt.Sprintf("evt_%s_c%d_%d", l.round, c, i)
 				if bad {
 					id = fmt.Sprintf("evt_bad_%s_c%d_%d", l.round, c, i)
+				} else if fail {
+					id = fmt.Sprintf("evt_fail_%s_c%d_%d", l.round, c, i)
 				}
 				body := []byte(fmt.Sprintf(`{"id":%q,"type":"invoice.paid","created":1762160000,"data":{"object":{"id":"in_%d"}}}`, id, i))
 				h, err := scheme.Sign(&verify.Request{Method: "POST", Body: body}, time.Now(), "")
@@ -148,6 +164,12 @@ func (l *load) drive(t *testing.T, base string, clients int, stop <-chan struct{
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				if fail && (resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "") {
+					t.Errorf("%s, which the store failed, was answered %d (Retry-After %q), want 503 with Retry-After",
+						id, resp.StatusCode, resp.Header.Get("Retry-After"))
+				} else if fail {
+					l.failed.Add(1)
+				}
 				if resp.StatusCode/100 == 2 {
 					if bad {
 						t.Errorf("bad signature acknowledged for %s", id)
@@ -203,8 +225,14 @@ func (l *load) check(t *testing.T, stored map[string]bool) {
 		if strings.HasPrefix(id, "evt_bad_") {
 			t.Errorf("event %s with a bad signature was stored", id)
 		}
+		if strings.HasPrefix(id, "evt_fail_") {
+			t.Errorf("event %s, whose store write failed, was stored", id)
+		}
 	}
-	t.Logf("acknowledged %d, stored %d, missing %d, refused %d", l.nAcked.Load(), len(stored), missing, l.refused.Load())
+	if l.storeFails && l.failed.Load() == 0 {
+		t.Errorf("no request whose store write fails was answered: the round did not test them")
+	}
+	t.Logf("acknowledged %d, stored %d, missing %d, refused %d (failed by the store %d)", l.nAcked.Load(), len(stored), missing, l.refused.Load(), l.failed.Load())
 }
 
 func waitAcked(t *testing.T, l *load, n int64, p *proc) {
@@ -221,7 +249,9 @@ func waitAcked(t *testing.T, l *load, n int64, p *proc) {
 }
 
 // Every event that got a 2xx survives kill -9; nothing unverified is stored;
-// the restarted process serves again; SIGTERM under load drains and exits 0.
+// an event whose store write fails in a group that commits is answered 503
+// and never stored; the restarted process serves again; SIGTERM under load
+// drains and exits 0.
 func TestCrashKeepsEveryAcknowledgedEvent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process-level crash test skipped in -short mode")
@@ -240,9 +270,22 @@ sources:
 		t.Fatal(err)
 	}
 
+	// The database fails the writes of some events (failDeliveryTrigger).
+	if out, err := exec.Command(bin, "migrate", "--config", cfg).CombinedOutput(); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	plant, err := sql.Open("sqlite", "file:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plant.Exec(failDeliveryTrigger); err != nil {
+		t.Fatal(err)
+	}
+	plant.Close()
+
 	// Round 1: kill -9 mid-stream.
 	p := startBinary(t, bin, cfg)
-	l := &load{round: "r1"}
+	l := &load{round: "r1", storeFails: true}
 	stop := make(chan struct{})
 	wg := l.drive(t, "http://"+p.addr, 16, stop)
 	waitAcked(t, l, 1500, p)
@@ -257,7 +300,7 @@ sources:
 	// Round 2: the restarted process recovers the same file and serves;
 	// SIGTERM under load drains in-flight requests and exits 0.
 	p = startBinary(t, bin, cfg)
-	l2 := &load{round: "r2"}
+	l2 := &load{round: "r2", storeFails: true}
 	stop = make(chan struct{})
 	wg = l2.drive(t, "http://"+p.addr, 16, stop)
 	waitAcked(t, l2, 500, p)

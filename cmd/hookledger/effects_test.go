@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,18 +15,34 @@ import (
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
 
-var effectsNow = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
+// effectsNow is when the seeded events arrive and their effects settle:
+// three days before the test runs. A server on the real clock keeps them
+// (retention is 30 days), and a dead effect is past the 24 h alert age of
+// dead_letters, whatever today's date is.
+var effectsNow = time.Now().UTC().Add(-72 * time.Hour).Truncate(time.Second)
 
 // seedEffect makes one effect through the real store (event in, routed to
 // entity, applied, claimed) and settles its one call: dead with evidence,
 // or done after a 200.
 func seedEffect(t *testing.T, dbPath, eventID, entity string, state store.EffectState) int64 {
 	t.Helper()
-	return seedEffectRequest(t, dbPath, eventID, entity, state, json.RawMessage(`{"method":"POST","path":"/x"}`))
+	return seedEffectWith(t, dbPath, eventID, entity, state, "HTTP 400", json.RawMessage(`{"method":"POST","path":"/x"}`))
 }
 
 // seedEffectRequest is seedEffect with the effect's request given.
 func seedEffectRequest(t *testing.T, dbPath, eventID, entity string, state store.EffectState, request json.RawMessage) int64 {
+	t.Helper()
+	return seedEffectWith(t, dbPath, eventID, entity, state, "HTTP 400", request)
+}
+
+// seedEffectWhy is seedEffect with the reason a dead effect is given.
+func seedEffectWhy(t *testing.T, dbPath, eventID, entity string, state store.EffectState, reason string) int64 {
+	t.Helper()
+	return seedEffectWith(t, dbPath, eventID, entity, state, reason, json.RawMessage(`{"method":"POST","path":"/x"}`))
+}
+
+// seedEffectWith is seedEffect with the reason and the request given.
+func seedEffectWith(t *testing.T, dbPath, eventID, entity string, state store.EffectState, reason string, request json.RawMessage) int64 {
 	t.Helper()
 	ctx := context.Background()
 	now := effectsNow
@@ -72,8 +87,8 @@ func seedEffectRequest(t *testing.T, dbPath, eventID, entity string, state store
 	p := &store.EffectSettleParams{EffectID: claims[0].ID, Token: claims[0].Token, Now: now, Actor: "d", State: state, AddAttempt: true,
 		Attempt: &store.Attempt{StartedAt: now, Status: 200}}
 	if state == store.EffectDead {
-		p.Class, p.Reason, p.SuggestedRepair = store.ClassPermanent, "HTTP 400", "fix the data"
-		p.Attempt = &store.Attempt{StartedAt: now, Status: 400, Class: store.ClassPermanent, Error: "HTTP 400", Response: `{"error":"bad vat id"}`}
+		p.Class, p.Reason, p.SuggestedRepair = store.ClassPermanent, reason, "fix the data"
+		p.Attempt = &store.Attempt{StartedAt: now, Status: 400, Class: store.ClassPermanent, Error: reason, Response: `{"error":"bad vat id"}`}
 	}
 	if err := st.EffectSettle(ctx, p); err != nil {
 		t.Fatal(err)
@@ -236,37 +251,28 @@ func TestEffectsListPages(t *testing.T) {
 	}
 }
 
-// Text from the store reaches the terminal escaped: an entity id carrying
-// ESC [ 2 J (clear the screen) and a newline (a forged row) prints as
-// visible escapes on one line. An entity can no longer hold a control
-// character (store.CheckID), so the row is one stored before that rule,
-// planted behind the store's back.
+// Text from the network reaches the terminal escaped: a destination's
+// answer carrying ESC [ 2 J (clear the screen) and a newline (a forged
+// row) prints as visible escapes on one line. (Identities cannot carry
+// control characters: the receiver and the router refuse them.)
 func TestEffectsEscapeTerminalControls(t *testing.T) {
 	cfg, db := effectsConfig(t)
-	entity := "o1\x1b[2J\nFORGED"
-	id := seedEffect(t, db, "e1", "o1", store.EffectDead)
-	legacy, err := sql.Open("sqlite", db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := legacy.Exec(`UPDATE effects SET entity = ?, episode_key = ? WHERE id = ?`, entity, "orders:"+entity+":r1:notify", id); err != nil {
-		t.Fatal(err)
-	}
-	legacy.Close()
+	reason := "HTTP 400: o1\x1b[2J\nFORGED"
+	id := seedEffectWhy(t, db, "e1", "o1", store.EffectDead, reason)
 	_, list, _ := run(t, "", nil, "effects", "list", "--config", cfg)
 	_, show, _ := run(t, "", nil, "effects", "show", "--config", cfg, fmt.Sprint(id))
 	for name, out := range map[string]string{"list": list, "show": show} {
 		if strings.ContainsAny(out, "\x1b\r") || strings.Contains(out, "\nFORGED") {
 			t.Errorf("%s prints raw control characters: %q", name, out)
 		}
-		if !strings.Contains(out, `orders:o1\x1b[2J\x0aFORGED:r1:notify`) {
-			t.Errorf("%s lacks the escaped entity: %q", name, out)
+		if !strings.Contains(out, `HTTP 400: o1\x1b[2J\x0aFORGED`) {
+			t.Errorf("%s lacks the escaped reason: %q", name, out)
 		}
 	}
 	// JSON escapes them by itself and keeps the value exact.
 	_, out, _ := run(t, "", nil, "effects", "show", "--config", cfg, "--format", "json", fmt.Sprint(id))
-	var shown struct{ Effect struct{ Entity string } }
-	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.Effect.Entity != entity || strings.Contains(out, "\x1b") {
+	var shown struct{ Effect struct{ Reason string } }
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.Effect.Reason != reason || strings.Contains(out, "\x1b") {
 		t.Errorf("json: %v %q", err, out)
 	}
 }

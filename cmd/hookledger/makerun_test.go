@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hookledger/hookledger/internal/testdep"
 )
 
 // makeRunConfig writes a config for make run that listens on a free port
@@ -33,7 +35,7 @@ func needMake(t *testing.T) string {
 	}
 	for _, prog := range []string{"make", "bash", "go"} {
 		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("%s not found", prog)
+			testdep.Missing(t, "%s not found on PATH: `make run` and `make demo` are not tested", prog)
 		}
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
@@ -48,7 +50,7 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
+		testdep.Missing(t, "no pseudo-terminals (/dev/ptmx): %v", err)
 	}
 	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)

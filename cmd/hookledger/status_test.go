@@ -48,7 +48,7 @@ func TestStatusExitCodes(t *testing.T) {
 		t.Errorf("text output:\n%s", out)
 	}
 
-	// A dead effect from 2026-11-03, read weeks later: dead_letters is past
+	// A dead effect settled three days ago (effectsNow): dead_letters is past
 	// its 24 h alert age.
 	seedEffect(t, db, "e1", "o1", store.EffectDead)
 	code, out, _ = run(t, "", nil, "status", "--config", cfg)

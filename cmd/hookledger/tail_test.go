@@ -9,10 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
 
 // lockedBuffer is written by a verb running in another goroutine.
@@ -60,25 +56,8 @@ func startVerb(t *testing.T, env map[string]string, args ...string) (stdout, std
 	return stdout, stderr, stop
 }
 
-// legacyEvent stores an event through the store alone, as an event stored
-// before the receiver's identity rules: the running server routes it.
-func legacyEvent(t *testing.T, dbPath, eventID, body string) {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	res, err := st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
-		RequestID: "legacy-" + eventID, Source: "shop", EventID: eventID, Type: "order.updated", ReceivedAt: time.Now(), Body: []byte(body),
-	}}}}})
-	if err != nil || res[0].Err != nil {
-		t.Fatal(err, res)
-	}
-}
-
 func TestTailFollowsEventsAndEffects(t *testing.T) {
-	cfgPath, db := writeOperatorConfig(t)
+	cfgPath, _ := writeOperatorConfig(t)
 	base := startServer(t, cfgPath, serverSecrets)
 	sendSigned(t, cfgPath, base, "before", `"order_id":"o0","rev":1`)
 	waitDisposition(t, base, "before", "applied")
@@ -90,23 +69,19 @@ func TestTailFollowsEventsAndEffects(t *testing.T) {
 	if s := out.String(); !tailLine(s, "event   shop/before  order.updated  ", "  applied") || !strings.Contains(s, "orders:o0:r1:sync") {
 		t.Fatalf("tail --last 1 printed %q", s)
 	}
-	// An event id with an escape sequence in it is refused at the door;
-	// one stored before that rule is printed escaped.
-	body := `{"eventId":"e1\u001b[2J","type":"order.updated","order_id":"o1","rev":1}`
-	if code, out, errOut := run(t, body, serverSecrets, "send", "--config", cfgPath, "--source", "shop", "--event-id", "e1\x1b[2J",
-		"--url", base+"/hooks/shop", "-"); code == 0 || !strings.Contains(out+errOut, "holds the control character U+001B") {
-		t.Fatalf("send of an id with ESC: %d %q %q, want the door's refusal", code, out, errOut)
-	}
-	legacyEvent(t, db, "e1\x1b[2J", `{"eventId":"e1\u001b[2J","type":"order.updated","order_id":"o1","rev":1}`)
+	// An event id with a right-to-left override in it (the receiver takes
+	// it: it is no control character) is printed escaped, so it cannot
+	// make the line read backwards.
+	sendSigned(t, cfgPath, base, "e1\u202edeliaf", `"order_id":"o1","rev":1`)
 	waitUntil(t, "the event to be applied on tail", func() bool {
-		return tailLine(out.String(), `event   shop/e1\x1b[2J  order.updated  `, "  applied")
+		return tailLine(out.String(), `event   shop/e1\u202edeliaf  order.updated  `, "  applied")
 	})
 	waitUntil(t, "the new effect on tail", func() bool { return strings.Contains(out.String(), "orders:o1:r1:sync") })
 	if code := stop(); code != 0 {
 		t.Fatalf("tail stopped with %d; stderr %q", code, errOut.String())
 	}
-	if s := out.String(); strings.Contains(s, "\x1b") || strings.Count(s, "shop/before") != 1 {
-		t.Fatalf("tail output %q: want no raw escape, and the event from before printed once", s)
+	if s := out.String(); strings.Contains(s, "\u202e") || strings.Count(s, "shop/before") != 1 {
+		t.Fatalf("tail output %q: want no raw override, and the event from before printed once", s)
 	}
 
 	// Filters: another source's events are not shown, a state is only

@@ -1,7 +1,8 @@
 // Package pgtest gives tests a fresh PostgreSQL database on the server named
 // by HOOKLEDGER_TEST_POSTGRES (the test script starts a throwaway server and
 // sets it). Without it the test skips loudly, except under CI where a
-// missing server is a failure: PostgreSQL tests must run there.
+// missing server is a failure: PostgreSQL tests must run there (package
+// testdep).
 package pgtest
 
 import (
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookledger/hookledger/internal/testdep"
 )
 
 // EnvVar names the admin connection URL of the test server.
@@ -24,10 +27,7 @@ func ServerURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(EnvVar)
 	if u == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not set under CI: PostgreSQL tests must run there (use `make test`, which starts a server)", EnvVar)
-		}
-		t.Skipf("SKIPPING PostgreSQL test: %s is not set. Run `make test` to start a throwaway PostgreSQL and run these.", EnvVar)
+		testdep.Missing(t, "no PostgreSQL server: %s is not set; `make test` starts a throwaway one (it needs Debian's postgresql package)", EnvVar)
 	}
 	return u
 }
