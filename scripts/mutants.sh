@@ -107,7 +107,26 @@ check)
 esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hookledger-mutants.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+pgdir=""
+cleanup() {
+	if [ -n "$pgdir" ]; then
+		scripts/pg.sh stop "$pgdir" >/dev/null 2>&1 || true
+		rm -rf "$pgdir"
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+# Some mutants are caught only on PostgreSQL (what SQLite stores as given,
+# PostgreSQL refuses), so their tests must not skip it: a throwaway server
+# is started as make test starts one, unless one is named already. CI is
+# set, so that a test missing a dependency fails (NOT RUN below) rather
+# than skip and let a mutant survive unseen.
+export CI=${CI:-true}
+if [ -z "${HOOKLEDGER_TEST_POSTGRES:-}" ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+	pgdir=$(mktemp -d /tmp/hookledger-pgmutants.XXXXXX)
+	HOOKLEDGER_TEST_POSTGRES=$(scripts/pg.sh start "$pgdir") || { echo "could not start PostgreSQL for the mutants' tests" >&2; exit 2; }
+	export HOOKLEDGER_TEST_POSTGRES
+fi
 # The copy is the working tree as it is, files not yet committed included
 # (ignored ones left out). It shares the module and build caches, so each
 # mutant recompiles only what it touches.
