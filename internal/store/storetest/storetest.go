@@ -86,6 +86,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"EntityHistoryBusinessOrder", testEntityHistory},
 		{"PipelineHashVersions", testHashVersions},
 		{"PipelineSupersede", testSupersede},
+		{"PipelineSupersedeRetryWait", testSupersedeRetryWait},
 		{"PipelineSkippedEffectsAudited", testSkippedEffects},
 		{"PipelineEffectLedger", testEffectLedger},
 		{"PipelineLoopGuard", testLoopGuard},
