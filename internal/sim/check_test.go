@@ -250,6 +250,9 @@ func (r *run) check() {
 	}
 	r.checkWhole(drained, evs, ss, effects, attempts)
 	r.checkDelivery(effects, attempts)
+	if len(r.workers) > 0 {
+		r.checkVersionOrder(r.dest.Requests(), ss, byKey)
+	}
 	r.checkInvariants()
 
 	r.watch.mu.Lock()

@@ -117,7 +117,11 @@ type stats struct {
 	unrowedLookups, dzombies, reinserted, notified  int
 	effects                                         map[string]int
 	storeFaults, storeFaultSeeds, reappliedVersions int
-	storeFaultKinds                                 map[string]int
+	// calledInFlight counts calls of an older version after a newer one's
+	// whose call was in flight when the newer version was applied
+	// (checkVersionOrder).
+	calledInFlight  int
+	storeFaultKinds map[string]int
 }
 
 func (s *stats) add(o *stats) {
@@ -141,6 +145,7 @@ func (s *stats) add(o *stats) {
 	s.storeFaults += o.storeFaults
 	s.storeFaultSeeds += o.storeFaultSeeds
 	s.reappliedVersions += o.reappliedVersions
+	s.calledInFlight += o.calledInFlight
 	for _, m := range []struct {
 		dst *map[string]int
 		src map[string]int
