@@ -144,6 +144,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"RetentionPrune", testRetentionPrune},
 		{"RetentionNothingConfigured", testRetentionNothingConfigured},
 		{"RetentionEffects", testRetentionEffects},
+		{"RetentionEffectStates", testRetentionEffectStates},
 		{"RetentionPublished", testRetentionPublished},
 		{"RetentionRacesApply", testRetentionRacesApply},
 		{"EndpointPutGetList", testEndpointPutGetList},
