@@ -1137,6 +1137,44 @@ func testReplay(t *testing.T, o Opener) {
 
 // An unordered replay re-applies an old hash: its effect's episode is
 // already in the ledger and is counted, not inserted.
+// testReplayKeepsDeadLetter: an event dead-lettered in one flow and
+// applied in another stays dead-lettered when a replay takes it through
+// the other flow alone (a replay of that flow, or one whose router fails
+// the same route again and leaves it out): the failed route still stands,
+// and the event must stay among the dead letters a person repairs. A
+// replay in which the failed flow applies it repairs it.
+func testReplayKeepsDeadLetter(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	pk := f.event("evt_1")
+	f.route(t0, to(pk, rt("one", "x", "1"), store.Route{Flow: "two", Failed: "version.revision: want an integer"}))
+	f.step("one", "x", t0, rev(1, `{}`))
+	if d := f.disposition(pk); d != store.DispositionDeadLettered {
+		t.Fatalf("event applied in one flow and dead-lettered in another is %s, want dead_lettered", d)
+	}
+	replay := func(at time.Time, routes ...store.Route) {
+		t.Helper()
+		if _, err := f.s.ReplayCreate(f.ctx, &store.ReplayCreateParams{Now: at, Actor: "operator:ann", Selection: "test",
+			Decisions: []*store.RouteDecision{to(pk, routes...)}}); err != nil {
+			t.Fatalf("ReplayCreate: %v", err)
+		}
+	}
+	at := t0.Add(time.Hour)
+	replay(at, rt("one", "x", "1"), store.Route{Flow: "two", Failed: "version.revision: want an integer"})
+	if r := f.step("one", "x", at, rev(1, `{}`)); r.Disposition != store.DispositionDuplicate {
+		t.Fatalf("replay in flow one: %+v", r)
+	}
+	if d := f.disposition(pk); d != store.DispositionDeadLettered {
+		t.Fatalf("after a replay that left the failed flow out: %s, want still dead_lettered", d)
+	}
+	replay(at.Add(time.Hour), rt("two", "y", "1"))
+	if r := f.step("two", "y", at.Add(time.Hour), rev(1, `{}`)); r.Disposition != store.DispositionApplied {
+		t.Fatalf("replay in flow two: %+v", r)
+	}
+	if d := f.disposition(pk); d != store.DispositionApplied {
+		t.Fatalf("after a replay that applied it in the failed flow: %s, want applied", d)
+	}
+}
+
 func testReplayEpisodeExisting(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	a := f.event("evt_a")

@@ -93,6 +93,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineAggregateMultiFlow", testAggregateMultiFlow},
 		{"PipelineReplay", testReplay},
 		{"PipelineReplayEpisodeExisting", testReplayEpisodeExisting},
+		{"PipelineReplayKeepsDeadLetter", testReplayKeepsDeadLetter},
 		{"PipelineWorkListPendingOrder", testWorkListPendingOrder},
 		{"PipelineWorkCount", testWorkCount},
 		{"PipelineFlowApplyIdempotent", testFlowApplyIdempotent},
