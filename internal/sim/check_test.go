@@ -143,6 +143,9 @@ func (r *run) check() {
 	}
 	seen := map[string]bool{}
 	for _, ev := range evs {
+		if r.hostile.byID[ev.EventID] != nil {
+			continue // checkHostile
+		}
 		info, ok := r.events[ev.EventID]
 		if !ok {
 			r.failf("event %s: stored but never sent", ev.EventID)
@@ -250,7 +253,11 @@ func (r *run) check() {
 	}
 	r.checkWhole(drained, evs, ss, effects, attempts)
 	r.checkDelivery(effects, attempts)
+	if len(r.workers) > 0 {
+		r.checkVersionOrder(r.dest.Requests(), ss, byKey)
+	}
 	r.checkInvariants()
+	r.checkHostile()
 
 	r.watch.mu.Lock()
 	r.stats.reinserted = r.watch.existing

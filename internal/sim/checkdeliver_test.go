@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/store"
@@ -419,4 +421,87 @@ func (r *run) claimCalls(e *store.Effect, atts []*store.Attempt, cs []*claimRec,
 		r.failf("effect %s: %d calls and %d lookups at the destination, %d call rows and %d lookup rows; the settles that committed wrote %d and %d, and the claims account for %d calls and %d lookups",
 			k, posts, lookups, callRows, lookupRows, wantCallRows, wantLookupRows, wantCalls, wantLookups)
 	}
+}
+
+// checkVersionOrder checks the order in which the versions of one entity
+// reach a destination: for every flow, entity and effect name, once a
+// version's call has reached the destination, no call of an older version
+// follows (an older state would overwrite a newer one there). A version is
+// as new as its first application: business order for the ordered flows
+// (their applies follow it, as check verifies), and for a flow whose
+// versions come back (orders_open) the order they first appeared in.
+//
+// An older effect whose call was in flight when the newer version was
+// applied is counted, not failed: applying supersedes only the effects
+// waiting for a call (approved, retry_wait), and one in flight returns to
+// waiting when its call fails or its worker dies, then goes out after the
+// newer one. That gap is the ledger's to close; until it is, the count
+// keeps it in sight.
+func (r *run) checkVersionOrder(reqs []deliverytest.Request, ss []settlement, byKey map[string]*store.Effect) {
+	rank := map[string]int{}
+	for i, s := range ss {
+		k := versionKey(s.flow, s.entity, s.version)
+		if _, ok := rank[k]; !ok && s.disposition == store.DispositionApplied {
+			rank[k] = i
+		}
+	}
+	r.dl.mu.Lock()
+	claims := map[int64][]*claimRec{}
+	for _, c := range r.dl.claims {
+		claims[c.effectID] = append(claims[c.effectID], c)
+	}
+	r.dl.mu.Unlock()
+	type called struct {
+		e    *store.Effect
+		rank int
+	}
+	newest := map[string]called{} // flow\x00entity\x00effect: the newest version called
+	for i, q := range reqs {
+		if q.Method != http.MethodPost {
+			continue
+		}
+		e := byKey[q.Key]
+		if e == nil {
+			continue // reported by checkDelivery
+		}
+		k := e.Flow + "\x00" + e.Entity + "\x00" + e.Effect
+		rk, ok := rank[versionKey(e.Flow, e.Entity, e.Version)]
+		if !ok {
+			continue // an effect of a version never applied: reported by check
+		}
+		n, seen := newest[k]
+		switch {
+		case !seen || rk >= n.rank:
+			newest[k] = called{e, rk}
+		case inFlight(claims[e.ID], n.e.CreatedAt):
+			r.stats.calledInFlight++
+		default:
+			r.failf("%s/%s: effect %s of version %s reached the destination (request %d) after version %s's: an older version after a newer one",
+				e.Flow, e.Entity, e.Effect, e.Version, i, n.e.Version)
+		}
+	}
+}
+
+// inFlight reports whether an effect with these claims was submitting at
+// at: from a claim until that claim's settle or release committed, or,
+// when it never did (its worker died or lost the lease), until the next
+// claim resumed it. Instants equal to at count as in flight: the run's
+// clock cannot order two things that happened at one instant.
+func inFlight(cs []*claimRec, at time.Time) bool {
+	cs = slices.Clone(cs)
+	slices.SortStableFunc(cs, func(a, b *claimRec) int { return a.until.Compare(b.until) })
+	for i, c := range cs {
+		if c.until.Add(-deliverLease).After(at) {
+			return false
+		}
+		switch {
+		case c.committed:
+			if !c.ended.Before(at) {
+				return true
+			}
+		case i+1 == len(cs) || !cs[i+1].until.Add(-deliverLease).Before(at):
+			return true
+		}
+	}
+	return false
 }

@@ -60,9 +60,11 @@ type claimRec struct {
 	resumed  bool // a previous call's outcome was unknown
 	posts    int  // calls made under this claim
 	lookups  int  // lookups made under this claim
-	// committed is set when its settle or release returned nil; row is
-	// the attempts row that settle wrote, if any.
+	// committed is set when its settle or release returned nil, at ended
+	// on the run's clock; row is the attempts row that settle wrote, if
+	// any.
 	committed bool
+	ended     time.Time
 	settled   bool
 	row       *store.Attempt
 	// lost is set when an abandoned-call row stands for it: its outcome
@@ -158,7 +160,7 @@ func (r *run) concludeClaim(token string, err error, settle bool, att *store.Att
 	}
 	delete(d.open, rec.worker+"\x00"+rec.key)
 	if err == nil {
-		rec.committed, rec.settled = true, settle
+		rec.committed, rec.settled, rec.ended = true, settle, r.clk.Now()
 		if att != nil {
 			a := *att
 			rec.row = &a

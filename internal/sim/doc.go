@@ -48,6 +48,33 @@
 // outcome, and the attempts rows to equal the calls the destination
 // received (the equation is spelled out at claimCalls).
 //
+// # Version order at the destination
+//
+// checkVersionOrder reads the destination's calls in arrival order: for
+// every flow, entity and effect name, once a version's call has arrived,
+// no call of an older version may follow (the older state would overwrite
+// the newer one there). Applying a version supersedes the older effects
+// still waiting for a call, approved or retry_wait; an older effect whose
+// call was in flight when the newer version was applied is not superseded,
+// and when its call fails or its worker dies it goes out after the newer
+// one. Those calls are counted in the summary, not failed, until the
+// ledger closes that gap.
+//
+// # Hostile values
+//
+// In one seed in three, one or two events carry a hostile value (a NUL,
+// bytes that are not UTF-8, a C0 or C1 control, U+2028, a lone surrogate
+// escape, 1e400, -0, 2^63, deep nesting, a long string, ids of 255, 256
+// and 600 bytes) in a field the flows compute from: the event id, the
+// entity, the revision or the state. They go through the real receiver,
+// signed, on an order of their own that the source API knows, at random
+// points of the schedule (drawn from a stream of their own, so that a
+// seed's healthy schedule does not change). checkHostile holds each to
+// the engine's rule: refused at the door (400 naming the field, nothing
+// stored), or stored and then dead-lettered with a reason naming the field
+// (or the number beyond float64), or, for a harmless value, applied in
+// every flow; and every check of the healthy events still holds.
+//
 // # Store faults
 //
 // In half of the SQLite seeds, one write statement in 25 or in 80 fails

@@ -90,10 +90,11 @@ type run struct {
 	// stored counts the deliveries of each event id the inbox committed.
 	stored map[string]int
 
-	dl     deliveries
-	faults storeFaults
-	jmu    sync.Mutex
-	jrand  *rand.Rand
+	dl      deliveries
+	hostile hostiles
+	faults  storeFaults
+	jmu     sync.Mutex
+	jrand   *rand.Rand
 
 	mu    sync.Mutex // guards trace and errs (parallel steps report)
 	trace []string
@@ -117,7 +118,14 @@ type stats struct {
 	unrowedLookups, dzombies, reinserted, notified  int
 	effects                                         map[string]int
 	storeFaults, storeFaultSeeds, reappliedVersions int
-	storeFaultKinds                                 map[string]int
+	// calledInFlight counts calls of an older version after a newer one's
+	// whose call was in flight when the newer version was applied
+	// (checkVersionOrder).
+	calledInFlight  int
+	storeFaultKinds map[string]int
+	// hostile counts the hostile events by field, value and what became
+	// of them ("intent=nul:dead_lettered", "eventId=600:refused").
+	hostile map[string]int
 }
 
 func (s *stats) add(o *stats) {
@@ -141,11 +149,13 @@ func (s *stats) add(o *stats) {
 	s.storeFaults += o.storeFaults
 	s.storeFaultSeeds += o.storeFaultSeeds
 	s.reappliedVersions += o.reappliedVersions
+	s.calledInFlight += o.calledInFlight
 	for _, m := range []struct {
 		dst *map[string]int
 		src map[string]int
 	}{
 		{&s.settled, o.settled}, {&s.faults, o.faults}, {&s.effects, o.effects}, {&s.storeFaultKinds, o.storeFaultKinds},
+		{&s.hostile, o.hostile},
 	} {
 		if *m.dst == nil {
 			*m.dst = map[string]int{}
@@ -178,7 +188,7 @@ func newRun(ctx context.Context, seed uint64, st simStore, sl *slot) (*run, erro
 	r := &run{
 		ctx: ctx, w: w, r: rng, st: st, clk: clock.NewFake(epoch), truth: newTruth(w), cfg: cfg,
 		published: map[string]int{}, events: map[string]evInfo{}, stored: map[string]int{}, dest: sl.dest,
-		jrand: newRand(seed ^ 0x6a09e667f3bcc908),
+		jrand: newRand(seed ^ 0x6a09e667f3bcc908), hostile: newHostiles(seed),
 	}
 	r.dl.token, r.dl.open, r.dl.notified = map[string]*claimRec{}, map[string]*claimRec{}, map[string][]store.EffectState{}
 	frand := newRand(seed ^ 0xbb67ae8584caa73b)
@@ -236,6 +246,7 @@ func (r *run) schedule() {
 			return
 		}
 		r.ops++
+		r.maybeHostile()
 		switch n := r.r.IntN(100); {
 		// Replays are rare because each one may redo the whole world.
 		case n < 22 && len(left) > 0:
@@ -539,6 +550,7 @@ func (r *run) replay(everything bool) {
 func (r *run) finish() {
 	r.ops++
 	r.faults.enable(false)
+	r.flushHostile()
 	r.clk.Advance(max(leaseFor, deliverLease) + time.Second)
 	r.zombiesTry()
 	r.dzombiesTry()

@@ -160,6 +160,9 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "status": st, "seq": rev})
 }
 
+// simSecret is the source's signing secret.
+const simSecret = "sim-secret"
+
 // simConfig is the flows under test, on one source whose API is the
 // simulated truth, and the four destinations the delivery workers call,
 // all served by the run's fault-injecting destination at destURL. They
@@ -195,7 +198,7 @@ func simConfig(apiURL, destURL string, open bool) string {
 sources:
   - name: shop
     kind: hmac
-    secrets: [sim-secret]
+    secrets: [` + simSecret + `]
     hmac: {header: X-Signature}
     api:
       base_url: ` + apiURL + `

@@ -78,6 +78,7 @@ type InsertOutcome struct {
 
 // EventWorkRow is one work row of an event, as SettleEvent reads them.
 type EventWorkRow struct {
+	Flow        string
 	Pending     bool
 	ReplayID    int64
 	Disposition Disposition
@@ -515,7 +516,7 @@ func (g *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now ti
 	}
 	rows := make([]EventWorkRow, len(ws))
 	for i, w := range ws {
-		rows[i] = EventWorkRow{Pending: !w.Done, ReplayID: w.ReplayID, Disposition: w.Disposition}
+		rows[i] = EventWorkRow{Flow: w.Flow, Pending: !w.Done, ReplayID: w.ReplayID, Disposition: w.Disposition}
 	}
 	ev := ws[0].Event
 	agg, ok := eventAggregate(&ev, rows, replayID)
@@ -534,7 +535,7 @@ func (g *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now ti
 }
 
 // SettleEvent applies the aggregate rule once an event has no pending
-// work: the disposition becomes the aggregate of the pass just settled,
+// work: the disposition becomes the aggregate of each flow's latest pass,
 // but only over accepted or dead_lettered (a replay repairs a dead letter
 // and never downgrades an applied event).
 func SettleEvent(ctx context.Context, tx ApplyTx, eventPK, replayID int64, now time.Time, actor string) error {
@@ -556,19 +557,29 @@ func SettleEvent(ctx context.Context, tx ApplyTx, eventPK, replayID int64, now t
 // eventAggregate is the disposition an event moves to once its pass
 // replayID is settled, and false when it stays: work is still pending,
 // the pass has no rows, it has the aggregate already, or it is past
-// accepted and dead_lettered.
+// accepted and dead_lettered. The aggregate is over each flow's latest
+// pass, not over the pass alone: a replay that took the event through
+// some of its flows (a replay of one flow, or one that left out a route
+// failing again) must not settle it by those flows while another flow's
+// dead letter still stands.
 func eventAggregate(ev *EventHead, rows []EventWorkRow, replayID int64) (Disposition, bool) {
-	var ds []Disposition
+	latest := map[string]EventWorkRow{}
+	inPass := false
 	for _, r := range rows {
 		if r.Pending {
 			return "", false
 		}
-		if r.ReplayID == replayID {
-			ds = append(ds, r.Disposition)
+		inPass = inPass || r.ReplayID == replayID
+		if l, ok := latest[r.Flow]; !ok || r.ReplayID > l.ReplayID {
+			latest[r.Flow] = r
 		}
 	}
-	if len(ds) == 0 {
+	if !inPass {
 		return "", false
+	}
+	ds := make([]Disposition, 0, len(latest))
+	for _, r := range latest {
+		ds = append(ds, r.Disposition)
 	}
 	agg := Aggregate(ds)
 	if ev.Disposition == agg || (ev.Disposition != DispositionAccepted && ev.Disposition != DispositionDeadLettered) {
@@ -577,8 +588,9 @@ func eventAggregate(ev *EventHead, rows []EventWorkRow, replayID int64) (Disposi
 	return agg, true
 }
 
-// Aggregate is the event disposition over the work rows of one pass: a
-// dead letter anywhere wins, then applied, then duplicate, else stale.
+// Aggregate is the event disposition over its flows' work rows (each
+// flow's latest pass, see eventAggregate): a dead letter anywhere wins,
+// then applied, then duplicate, else stale.
 func Aggregate(ds []Disposition) Disposition {
 	for _, d := range []Disposition{DispositionDeadLettered, DispositionApplied, DispositionDuplicate} {
 		if slices.Contains(ds, d) {

@@ -213,20 +213,21 @@ func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []s
 	var head *store.EventHead
 	var out []store.EventWorkRow
 	a.t.exec("lock event", `SELECT 1 FROM events WHERE pk = $1 FOR NO KEY UPDATE`, pk)
-	err := a.t.query(ctx, "read event work", `SELECT e.source, e.event_id, e.entity, e.disposition, w.done_at IS NULL, w.replay_id, w.disposition
+	err := a.t.query(ctx, "read event work", `SELECT e.source, e.event_id, e.entity, e.disposition, w.flow, w.done_at IS NULL, w.replay_id, w.disposition
 		FROM events e LEFT JOIN work w ON w.event_pk = e.pk WHERE e.pk = $1`,
 		[]any{pk}, func(rows pgx.Rows) error {
 			for rows.Next() {
 				var h store.EventHead
+				var flow *string
 				var pending *bool
 				var replayID *int64
 				var d *string
-				if err := rows.Scan(&h.Source, &h.EventID, &h.Entity, &h.Disposition, &pending, &replayID, &d); err != nil {
+				if err := rows.Scan(&h.Source, &h.EventID, &h.Entity, &h.Disposition, &flow, &pending, &replayID, &d); err != nil {
 					return err
 				}
 				head = &h
 				if pending != nil {
-					out = append(out, store.EventWorkRow{Pending: *pending, ReplayID: *replayID, Disposition: store.Disposition(*d)})
+					out = append(out, store.EventWorkRow{Flow: *flow, Pending: *pending, ReplayID: *replayID, Disposition: store.Disposition(*d)})
 				}
 			}
 			return nil

@@ -177,14 +177,14 @@ func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []s
 		Scan(&h.Source, &h.EventID, &h.Entity, &h.Disposition); err != nil {
 		return nil, nil, err
 	}
-	rows, err := a.tx.QueryContext(ctx, `SELECT done_at IS NULL, replay_id, disposition FROM work WHERE event_pk = ?`, pk)
+	rows, err := a.tx.QueryContext(ctx, `SELECT flow, done_at IS NULL, replay_id, disposition FROM work WHERE event_pk = ?`, pk)
 	if err != nil {
 		return nil, nil, err
 	}
 	var out []store.EventWorkRow
 	for rows.Next() {
 		var r store.EventWorkRow
-		if err := rows.Scan(&r.Pending, &r.ReplayID, &r.Disposition); err != nil {
+		if err := rows.Scan(&r.Flow, &r.Pending, &r.ReplayID, &r.Disposition); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}

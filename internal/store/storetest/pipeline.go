@@ -867,6 +867,56 @@ func testSupersede(t *testing.T, o Opener) {
 	}
 }
 
+// testSupersedeRetryWait: an effect waiting to retry is superseded by a
+// newer version of its entity like one never tried. Left alone, its retry
+// would carry the older version to the destination after the newer one.
+// r2 supersedes one name (one supersede step), r3 two at once (PostgreSQL
+// sends several steps as one statement).
+func testSupersedeRetryWait(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	pks := []int64{f.event("evt_1"), f.event("evt_2"), f.event("evt_3")}
+	for i, pk := range pks {
+		f.route(t0, to(pk, rt("b2c", "s1", fmt.Sprint(i+1))))
+	}
+	retryAt := t0.Add(time.Hour)
+	waitToRetry := func(version string) {
+		t.Helper()
+		for _, e := range f.effects(&store.EffectListParams{Flow: "b2c", Entity: "s1", State: store.EffectApproved}) {
+			if e.Version == version {
+				f.into(e.ID, t0, store.EffectRetryWait, retryAt)
+			}
+		}
+	}
+	if r := f.step("b2c", "s1", t0, rev(1, `{"v":1}`, eff("b2c:s1:r1:upsert_deal", "upsert_deal"), eff("b2c:s1:r1:notify", "notify"))); r.EffectsInserted != 2 {
+		t.Fatalf("r1: %+v", r)
+	}
+	waitToRetry("r1")
+	if r := f.step("b2c", "s1", t0.Add(time.Second), rev(2, `{"v":2}`, eff("b2c:s1:r2:upsert_deal", "upsert_deal"))); r.Superseded != 1 {
+		t.Fatalf("r2: %+v, want r1's upsert_deal, waiting to retry, superseded", r)
+	}
+	waitToRetry("r2")
+	if r := f.step("b2c", "s1", t0.Add(2*time.Second), rev(3, `{"v":3}`,
+		eff("b2c:s1:r3:upsert_deal", "upsert_deal"), eff("b2c:s1:r3:notify", "notify"))); r.Superseded != 2 {
+		t.Fatalf("r3: %+v, want r2's upsert_deal and r1's notify, both waiting to retry, superseded", r)
+	}
+	want := "upsert_deal r1 superseded|notify r1 superseded|upsert_deal r2 superseded|upsert_deal r3 approved|notify r3 approved"
+	if got := strings.Join(effectSummary(f.effects(&store.EffectListParams{Flow: "b2c", Entity: "s1"})), "|"); got != want {
+		t.Fatalf("effects:\n%s\nwant\n%s", got, want)
+	}
+	// When the retries fall due, only the newest version goes out.
+	var claimed []string
+	for _, c := range f.claimAt(retryAt.Add(time.Minute)) {
+		claimed = append(claimed, c.EpisodeKey)
+	}
+	slices.Sort(claimed)
+	if want := []string{"b2c:s1:r3:notify", "b2c:s1:r3:upsert_deal"}; !slices.Equal(claimed, want) {
+		t.Fatalf("claimed once the retries were due: %v, want only r3's %v", claimed, want)
+	}
+	if rows := f.audit("effect_superseded"); len(rows) != 3 {
+		t.Fatalf("effect_superseded audit = %+v, want 3 rows", rows)
+	}
+}
+
 func testEffectLedger(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	e1 := f.event("evt_1", caused("cause-9", 1))
@@ -1087,6 +1137,44 @@ func testReplay(t *testing.T, o Opener) {
 
 // An unordered replay re-applies an old hash: its effect's episode is
 // already in the ledger and is counted, not inserted.
+// testReplayKeepsDeadLetter: an event dead-lettered in one flow and
+// applied in another stays dead-lettered when a replay takes it through
+// the other flow alone (a replay of that flow, or one whose router fails
+// the same route again and leaves it out): the failed route still stands,
+// and the event must stay among the dead letters a person repairs. A
+// replay in which the failed flow applies it repairs it.
+func testReplayKeepsDeadLetter(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	pk := f.event("evt_1")
+	f.route(t0, to(pk, rt("one", "x", "1"), store.Route{Flow: "two", Failed: "version.revision: want an integer"}))
+	f.step("one", "x", t0, rev(1, `{}`))
+	if d := f.disposition(pk); d != store.DispositionDeadLettered {
+		t.Fatalf("event applied in one flow and dead-lettered in another is %s, want dead_lettered", d)
+	}
+	replay := func(at time.Time, routes ...store.Route) {
+		t.Helper()
+		if _, err := f.s.ReplayCreate(f.ctx, &store.ReplayCreateParams{Now: at, Actor: "operator:ann", Selection: "test",
+			Decisions: []*store.RouteDecision{to(pk, routes...)}}); err != nil {
+			t.Fatalf("ReplayCreate: %v", err)
+		}
+	}
+	at := t0.Add(time.Hour)
+	replay(at, rt("one", "x", "1"), store.Route{Flow: "two", Failed: "version.revision: want an integer"})
+	if r := f.step("one", "x", at, rev(1, `{}`)); r.Disposition != store.DispositionDuplicate {
+		t.Fatalf("replay in flow one: %+v", r)
+	}
+	if d := f.disposition(pk); d != store.DispositionDeadLettered {
+		t.Fatalf("after a replay that left the failed flow out: %s, want still dead_lettered", d)
+	}
+	replay(at.Add(time.Hour), rt("two", "y", "1"))
+	if r := f.step("two", "y", at.Add(time.Hour), rev(1, `{}`)); r.Disposition != store.DispositionApplied {
+		t.Fatalf("replay in flow two: %+v", r)
+	}
+	if d := f.disposition(pk); d != store.DispositionApplied {
+		t.Fatalf("after a replay that applied it in the failed flow: %s, want applied", d)
+	}
+}
+
 func testReplayEpisodeExisting(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	a := f.event("evt_a")

@@ -213,6 +213,94 @@ func testRetentionEffects(t *testing.T, o Opener) {
 	}
 }
 
+// testRetentionEffectStates plants one effect in every state, all past
+// every retention, and proves that the sweep deletes exactly those in
+// store.PruneEffectStates. Above all it keeps the exception queue: a dead
+// effect or one needing reconciliation waits for a person, and deleting it
+// would lose the open item and leave a tombstone that blocks its replay.
+// The dead effect, after the sweep, is still listed in the queue, still
+// has its event, and can be retried and delivered.
+func testRetentionEffectStates(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	old := t0
+	es := f.seed("crm", "crm", "crm", "crm", "crm", "crm", "crm", "crm", "crm")
+	byState := map[store.EffectState]*store.Effect{}
+	for i, st := range []store.EffectState{store.EffectApproved, store.EffectAcknowledged, store.EffectDone,
+		store.EffectNeedsReconciliation, store.EffectRetryWait, store.EffectDead, store.EffectResolved,
+		store.EffectSuperseded, store.EffectSubmitting} {
+		e := es[i]
+		byState[st] = e
+		switch st {
+		case store.EffectApproved:
+		case store.EffectRetryWait:
+			f.into(e.ID, old, st, old.Add(time.Hour))
+		case store.EffectResolved:
+			f.into(e.ID, old, store.EffectDead, time.Time{})
+			if _, err := f.operate(e.ID, store.OperateResolve, "closed by hand", old); err != nil {
+				t.Fatalf("resolve: %v", err)
+			}
+		case store.EffectSuperseded:
+			// A newer version of the entity asks for the same effect.
+			pk := f.event(e.Entity + "_r2")
+			f.route(old, to(pk, rt("out", e.Entity, "2")))
+			if r := f.step("out", e.Entity, old, rev(2, `{"n":2}`, eff("out:"+e.Entity+":r2:push", "push"))); r.Superseded != 1 {
+				t.Fatalf("supersede: %+v", r)
+			}
+		case store.EffectSubmitting:
+			f.claimOne(e.ID, old) // the worker died: the effect stays submitting
+		default:
+			f.into(e.ID, old, st, time.Time{})
+		}
+		if got := f.get(e.ID).State; got != st {
+			t.Fatalf("planted effect %d in %s, got %s", e.ID, st, got)
+		}
+	}
+
+	// Every retention is long over: a day, a year after the effects last
+	// changed.
+	now := old.Add(400 * retentionDay)
+	got, _ := f.prunePass(store.RetentionPruneParams{Now: now, Cutoffs: map[string]time.Time{"crm": now.Add(-retentionDay)},
+		DefaultCutoff: now.Add(-retentionDay), BatchSize: 3})
+	if want := int64(len(store.PruneEffectStates())); got.Effects != want {
+		t.Errorf("the sweep deleted %d effects, want %d (one in each of %v)", got.Effects, want, store.PruneEffectStates())
+	}
+	for st, e := range byState {
+		prunable := slices.Contains(store.PruneEffectStates(), st)
+		if slices.Contains(store.ExceptionStates(), st) && prunable {
+			t.Errorf("%s is both in the exception queue and deleted by retention", st)
+		}
+		if gone := f.effectGone(e.ID); gone != prunable {
+			t.Errorf("%s effect %s: deleted = %v, want %v", st, e.EpisodeKey, gone, prunable)
+		}
+		if tb := f.tombstone(e.EpisodeKey); (tb != nil) != prunable {
+			t.Errorf("%s effect %s: tombstone %+v, want one = %v", st, e.EpisodeKey, tb, prunable)
+		}
+	}
+
+	// The exception queue still holds both open items, and the dead
+	// effect's event stays with it.
+	dead, recon := byState[store.EffectDead], byState[store.EffectNeedsReconciliation]
+	var queue []int64
+	for _, e := range f.effects(&store.EffectListParams{States: store.ExceptionStates()}) {
+		queue = append(queue, e.ID)
+	}
+	if want := []int64{recon.ID, dead.ID}; !slices.Equal(queue, want) {
+		t.Fatalf("exception queue after the sweep = %v, want %v", queue, want)
+	}
+	if !slices.Contains(f.eventIDs("crm"), dead.SourceEventID) {
+		t.Errorf("the dead effect's event %s was deleted", dead.SourceEventID)
+	}
+	// An operator retries the dead effect: it is claimed and delivered.
+	e, err := f.operate(dead.ID, store.OperateRetry, "", now)
+	if err != nil || e.State != store.EffectApproved {
+		t.Fatalf("retry the dead effect after the sweep: %+v, %v", e, err)
+	}
+	f.settle(f.claimOne(dead.ID, now), now, store.EffectDone, time.Time{})
+	if e := f.get(dead.ID); e.State != store.EffectDone {
+		t.Fatalf("dead effect retried after the sweep ended %s, want done", e.State)
+	}
+}
+
 // testRetentionPublished: a published message past its retention whose
 // deliveries all finished goes whole (its event, its stored body and its
 // effects, which leave tombstones); a recent one and one still being
