@@ -576,11 +576,10 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 			r.Failed = "entity: " + err.Error()
 		case entity == "":
 			r.Failed = "entity: the expression gave an empty id"
-		case store.CheckID("entity", entity) != nil:
-			// An entity is an identity: stored in keys on every driver and
-			// sent in idempotency headers (store.CheckID).
-			r.Failed = store.CheckID("entity", entity).Error()
 		default:
+			// An entity is an identity (store.CheckID); the store's own
+			// routing rule dead-letters one that is not
+			// (store.StorableRoutes), the same for every caller.
 			r.Entity = entity
 			r.OrderKey, err = orderKey(f, ev, vars)
 			if err != nil {
