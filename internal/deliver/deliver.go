@@ -47,6 +47,7 @@ type Store interface {
 	EffectSettle(ctx context.Context, p *store.EffectSettleParams) error
 	EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error
 	EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error
+	EffectNewer(ctx context.Context, id int64) (string, error)
 }
 
 // Options tune the worker; zero values take defaults.
@@ -512,6 +513,18 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		return w.settle(ctx, c, d, &store.EffectSettleParams{State: store.EffectDead, Class: c.ErrorClass,
 			Reason: "parked: " + d.Paused, SuggestedRepair: d.ParkRepair})
 	}
+	if newer, err := w.newerVersion(ctx, c); err != nil || newer != "" {
+		if err != nil {
+			return err
+		}
+		// Its call was in flight when a newer version was applied (which
+		// supersedes only the effects waiting for a call): sent now, it
+		// would reach the destination after the newer one, an older state
+		// over a newer. Whatever the call did, the newer one carries the
+		// current state.
+		return w.settle(ctx, c, d, &store.EffectSettleParams{State: store.EffectSuperseded, Class: c.ErrorClass,
+			Reason: "superseded by " + newer + ", applied while this effect's call was in flight: sent again, it would reach the destination after the newer version"})
+	}
 	if c.Resumed {
 		// A previous call's outcome is unknown: reconcile, never resend
 		// blindly (IP04).
@@ -896,6 +909,21 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	w.opts.Metrics.settled(d.Name, p)
 	w.log.Debug("effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
 	return nil
+}
+
+// newerVersion is the episode key of a newer version of c's effect, when
+// c has been called before (a retry, a resumed or re-driven call) and is
+// no compensation; "" otherwise. A first call needs no look: applying the
+// newer version superseded it while it waited.
+func (w *Worker) newerVersion(ctx context.Context, c *store.ClaimedEffect) (string, error) {
+	if c.Compensates != 0 || (c.Attempts == 0 && !c.Resumed && !c.Redrive) {
+		return "", nil
+	}
+	newer, err := w.st.EffectNewer(ctx, c.ID)
+	if err != nil {
+		return "", fmt.Errorf("look for a newer version: %w", err)
+	}
+	return newer, nil
 }
 
 // storableSettle makes every text of a settle one that every driver

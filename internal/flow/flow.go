@@ -577,15 +577,15 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 		case entity == "":
 			r.Failed = "entity: the expression gave an empty id"
 		default:
-			// An entity is an identity (store.CheckID); the store's own
-			// routing rule dead-letters one that is not
-			// (store.StorableRoutes), the same for every caller.
 			r.Entity = entity
 			r.OrderKey, err = orderKey(f, ev, vars)
 			if err != nil {
 				r.Failed = err.Error()
 			}
 		}
+		// An entity is an identity (store.CheckID): the store's routing
+		// rule fails a route whose entity is not, here as in the drivers.
+		store.StorableRoute(&r)
 		routes = append(routes, r)
 	}
 	return routes

@@ -110,6 +110,10 @@ func (t *ledgerTap) EffectRelease(ctx context.Context, p *store.EffectReleasePar
 	return err
 }
 
+func (t *ledgerTap) EffectNewer(ctx context.Context, id int64) (string, error) {
+	return t.st.EffectNewer(ctx, id)
+}
+
 // RoundTrip counts the call against the worker's open claim of its
 // episode key, then makes it.
 func (t *ledgerTap) RoundTrip(req *http.Request) (*http.Response, error) {

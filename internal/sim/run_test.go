@@ -118,11 +118,7 @@ type stats struct {
 	unrowedLookups, dzombies, reinserted, notified  int
 	effects                                         map[string]int
 	storeFaults, storeFaultSeeds, reappliedVersions int
-	// calledInFlight counts calls of an older version after a newer one's
-	// whose call was in flight when the newer version was applied
-	// (checkVersionOrder).
-	calledInFlight  int
-	storeFaultKinds map[string]int
+	storeFaultKinds                                 map[string]int
 	// hostile counts the hostile events by field, value and what became
 	// of them ("intent=nul:dead_lettered", "eventId=600:refused").
 	hostile map[string]int
@@ -149,7 +145,6 @@ func (s *stats) add(o *stats) {
 	s.storeFaults += o.storeFaults
 	s.storeFaultSeeds += o.storeFaultSeeds
 	s.reappliedVersions += o.reappliedVersions
-	s.calledInFlight += o.calledInFlight
 	for _, m := range []struct {
 		dst *map[string]int
 		src map[string]int

@@ -16,6 +16,10 @@ var SettleStates = map[EffectState]bool{
 	EffectRetryWait:           true,
 	EffectNeedsReconciliation: true,
 	EffectDead:                true,
+	// A call that failed or whose outcome is unknown, of an effect a
+	// newer version was applied beside while it was in flight: retried,
+	// it would reach the destination after the newer one.
+	EffectSuperseded: true,
 }
 
 // SettleDetail is the audit text of a settle: the transition, the attempt

@@ -58,6 +58,12 @@ type Ledger interface {
 	EffectRelease(ctx context.Context, p *EffectReleaseParams) error
 	// EffectGet returns one effect by id with every field, or nil.
 	EffectGet(ctx context.Context, id int64) (*Effect, error)
+	// EffectNewer returns the episode key of the newest effect of the
+	// same flow, entity and effect name made after effect id
+	// (compensations aside on both sides), or "" when there is none: a
+	// newer version of the same business effect, which a call of this
+	// one must never follow to the destination.
+	EffectNewer(ctx context.Context, id int64) (string, error)
 	// EffectOperate is an operator's action on the exception queue: retry
 	// (dead or needs_reconciliation back to approved, attempts restarted,
 	// nothing scheduled; the error class and reason of the last failure

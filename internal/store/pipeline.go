@@ -410,20 +410,21 @@ type ReplayCreateParams struct {
 }
 
 // StorableRoutes makes every route one that every driver writes (see
-// storableRoute); drivers call it before they write decisions.
+// StorableRoute); drivers call it before they write decisions.
 func StorableRoutes(ds []*RouteDecision) {
 	for _, d := range ds {
 		for i := range d.Routes {
-			storableRoute(&d.Routes[i])
+			StorableRoute(&d.Routes[i])
 		}
 	}
 }
 
-// storableRoute makes a route one that every driver writes: an entity or
+// StorableRoute makes a route one that every driver writes: an entity or
 // order key that is not storable text fails the route (a dead letter with
 // the reason) instead of failing the page it is in, and a reason is
-// storable text.
-func storableRoute(r *Route) {
+// storable text. The router applies it to every route it computes, so a
+// replay, which leaves failed routes out, never writes such a route either.
+func StorableRoute(r *Route) {
 	if r.Failed == "" {
 		if err := CheckID("entity", r.Entity); err != nil {
 			r.Failed = err.Error()
@@ -440,7 +441,7 @@ func storableRoute(r *Route) {
 // CheckDecisions reports a Decide answer that does not hold exactly one
 // decision for each event taken: an event taken without a decision would
 // be marked routed with no work, and lost. It makes every route storable
-// first (storableRoute), so one event's values cannot fail a page.
+// first (StorableRoute), so one event's values cannot fail a page.
 func CheckDecisions(evs []*RoutableEvent, ds []*RouteDecision) error {
 	StorableRoutes(ds)
 	taken := make(map[int64]bool, len(evs))

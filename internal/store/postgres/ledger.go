@@ -574,3 +574,19 @@ func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attem
 // choose, it is the only plan left. It extends the settings of every
 // pipelined transaction (pipePlanSettings), in the same statement.
 const effectClaimPlanSQL = `SELECT ` + pipePlanSettings + `, set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+
+// EffectNewer finds a newer effect of the same business effect
+// (effects_entity leads to the effect's siblings).
+func (s *Store) EffectNewer(ctx context.Context, id int64) (string, error) {
+	var key string
+	err := s.pool.QueryRow(ctx, `SELECT g.episode_key FROM effects f
+		JOIN effects g ON g.flow = f.flow AND g.entity = f.entity AND g.effect = f.effect AND g.id > f.id AND g.compensates = 0
+		WHERE f.id = $1 AND f.compensates = 0 ORDER BY g.id DESC LIMIT 1`, id).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("newer effect than %d: %w", id, err)
+	}
+	return key, nil
+}

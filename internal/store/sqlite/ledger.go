@@ -406,3 +406,18 @@ func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attem
 	}
 	return out, nil
 }
+
+// EffectNewer finds a newer effect of the same business effect.
+func (s *Store) EffectNewer(ctx context.Context, id int64) (string, error) {
+	var key string
+	err := s.readQueryRow(ctx, `SELECT g.episode_key FROM effects f
+		JOIN effects g ON g.flow = f.flow AND g.entity = f.entity AND g.effect = f.effect AND g.id > f.id AND g.compensates = 0
+		WHERE f.id = ? AND f.compensates = 0 ORDER BY g.id DESC LIMIT 1`, id).Scan(&key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("newer effect than %d: %w", id, err)
+	}
+	return key, nil
+}
