@@ -872,6 +872,36 @@ func testSupersede(t *testing.T, o Opener) {
 // would carry the older version to the destination after the newer one.
 // r2 supersedes one name (one supersede step), r3 two at once (PostgreSQL
 // sends several steps as one statement).
+// testEffectNewer: a newer effect of the same flow, entity and effect
+// name is found for an older one, whatever their states; another name,
+// entity or a compensation is not one.
+func testEffectNewer(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	e1, e2, x := f.event("evt_1"), f.event("evt_2"), f.event("evt_x")
+	f.route(t0, to(e1, rt("b2c", "s1", "1")), to(e2, rt("b2c", "s1", "2")), to(x, rt("b2c", "s2", "1")))
+	f.step("b2c", "s2", t0, rev(1, `{}`, eff("b2c:s2:r1:upsert_deal", "upsert_deal")))
+	f.step("b2c", "s1", t0, rev(1, `{"v":1}`, eff("b2c:s1:r1:upsert_deal", "upsert_deal"), eff("b2c:s1:r1:notify", "notify")))
+	f.step("b2c", "s1", t0.Add(time.Second), rev(2, `{"v":2}`, eff("b2c:s1:r2:upsert_deal", "upsert_deal")))
+	ids := map[string]int64{}
+	for _, e := range f.effects(&store.EffectListParams{Flow: "b2c"}) {
+		ids[e.EpisodeKey] = e.ID
+	}
+	for key, want := range map[string]string{
+		"b2c:s1:r1:upsert_deal": "b2c:s1:r2:upsert_deal", // superseded already: still older
+		"b2c:s1:r2:upsert_deal": "",
+		"b2c:s1:r1:notify":      "", // no newer notify
+		"b2c:s2:r1:upsert_deal": "", // another entity's
+	} {
+		got, err := f.s.EffectNewer(f.ctx, ids[key])
+		if err != nil || got != want {
+			t.Errorf("EffectNewer(%s) = %q, %v; want %q", key, got, err, want)
+		}
+	}
+	if got, err := f.s.EffectNewer(f.ctx, 1<<40); err != nil || got != "" {
+		t.Errorf("EffectNewer of no effect = %q, %v; want none", got, err)
+	}
+}
+
 func testSupersedeRetryWait(t *testing.T, o Opener) {
 	f := newLed(t, o)
 	pks := []int64{f.event("evt_1"), f.event("evt_2"), f.event("evt_3")}

@@ -88,6 +88,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"EntityHistoryBusinessOrder", testEntityHistory},
 		{"PipelineHashVersions", testHashVersions},
 		{"PipelineSupersede", testSupersede},
+		{"LedgerEffectNewer", testEffectNewer},
 		{"PipelineSupersedeRetryWait", testSupersedeRetryWait},
 		{"PipelineSkippedEffectsAudited", testSkippedEffects},
 		{"PipelineEffectLedger", testEffectLedger},
