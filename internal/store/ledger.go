@@ -62,7 +62,9 @@ type Ledger interface {
 	// same flow, entity and effect name made after effect id
 	// (compensations aside on both sides), or "" when there is none: a
 	// newer version of the same business effect, which a call of this
-	// one must never follow to the destination.
+	// one must never follow to the destination. A published message's
+	// delivery has none: the messages to one endpoint are not versions of
+	// one another.
 	EffectNewer(ctx context.Context, id int64) (string, error)
 	// EffectOperate is an operator's action on the exception queue: retry
 	// (dead or needs_reconciliation back to approved, attempts restarted,

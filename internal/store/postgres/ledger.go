@@ -581,7 +581,7 @@ func (s *Store) EffectNewer(ctx context.Context, id int64) (string, error) {
 	var key string
 	err := s.pool.QueryRow(ctx, `SELECT g.episode_key FROM effects f
 		JOIN effects g ON g.flow = f.flow AND g.entity = f.entity AND g.effect = f.effect AND g.id > f.id AND g.compensates = 0
-		WHERE f.id = $1 AND f.compensates = 0 ORDER BY g.id DESC LIMIT 1`, id).Scan(&key)
+		WHERE f.id = $1 AND f.compensates = 0 AND f.flow <> $2 ORDER BY g.id DESC LIMIT 1`, id, store.PublishFlow).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}

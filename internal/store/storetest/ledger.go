@@ -565,7 +565,9 @@ func testLedgerSettleEvidence(t *testing.T, o Opener) {
 	// Only the settle states are accepted; a refused settle writes nothing.
 	e3 := f.seed("crm")[0]
 	c = f.claimOne(e3.ID, t0)
-	for _, bad := range []store.EffectState{store.EffectApproved, store.EffectSubmitting, store.EffectResolved, store.EffectSuperseded, "bogus"} {
+	// (superseded is a settle state: a call made again after a newer
+	// version was applied would reach the destination after it.)
+	for _, bad := range []store.EffectState{store.EffectApproved, store.EffectSubmitting, store.EffectResolved, "bogus"} {
 		err := f.l.EffectSettle(f.ctx, &store.EffectSettleParams{EffectID: e3.ID, Token: c.Token, Now: t0, Actor: "delivery",
 			State: bad, AddAttempt: true, Attempt: &store.Attempt{Status: 200}})
 		if err == nil || errors.Is(err, store.ErrLeaseLost) {
@@ -579,6 +581,22 @@ func testLedgerSettleEvidence(t *testing.T, o Opener) {
 		t.Fatalf("refused settle wrote %d attempts", len(as))
 	}
 	f.settle(c, t0, store.EffectDone, time.Time{})
+
+	// A claim settled superseded, without a call: final, nothing due.
+	e4 := f.seed("crm")[0]
+	c4 := f.claimOne(e4.ID, t0)
+	if err := f.l.EffectSettle(f.ctx, &store.EffectSettleParams{EffectID: e4.ID, Token: c4.Token, Now: t0, Actor: "delivery",
+		State: store.EffectSuperseded, Reason: "superseded by crm:e:r2:x"}); err != nil {
+		t.Fatalf("settle to superseded: %v", err)
+	}
+	if g := f.get(e4.ID); g.State != store.EffectSuperseded || g.Reason != "superseded by crm:e:r2:x" || !g.NextAttemptAt.IsZero() || g.Attempts != 0 {
+		t.Fatalf("settled superseded: %+v", g)
+	}
+	for _, c := range f.claimAt(t0.Add(time.Hour)) {
+		if c.ID == e4.ID {
+			t.Fatalf("a superseded effect was claimed: %+v", c)
+		}
+	}
 }
 
 // A claim given back without a call returns to approved when nothing has

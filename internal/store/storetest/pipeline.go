@@ -900,6 +900,19 @@ func testEffectNewer(t *testing.T, o Opener) {
 	if got, err := f.s.EffectNewer(f.ctx, 1<<40); err != nil || got != "" {
 		t.Errorf("EffectNewer of no effect = %q, %v; want none", got, err)
 	}
+	// The messages published to one endpoint are not versions of one
+	// another: an older one's delivery has no newer.
+	p := newPub(t, o)
+	p.put(&store.EndpointPutParams{ID: "ep_a", Spec: spec("https://a.example/hook"), Enabled: true})
+	p.publish(msg("msg_1", "key-1", "invoice.paid", t0))
+	p.publish(msg("msg_2", "key-2", "invoice.paid", t0.Add(time.Second)))
+	pubs := p.effects()
+	if len(pubs) != 2 {
+		t.Fatalf("published effects: %d, want 2", len(pubs))
+	}
+	if got, err := p.s.EffectNewer(p.ctx, pubs[0].ID); err != nil || got != "" {
+		t.Errorf("EffectNewer of message 1's delivery = %q, %v; want none", got, err)
+	}
 }
 
 func testSupersedeRetryWait(t *testing.T, o Opener) {
