@@ -208,3 +208,9 @@ func (r *receiver) ids() []string {
 }
 
 func sqliteURLOf(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "p.db") }
+
+func (e *env) notifications() []deliver.Notification {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]deliver.Notification(nil), e.notes...)
+}

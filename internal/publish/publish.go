@@ -75,6 +75,9 @@ type Service struct {
 	reads     atomic.Uint64
 	installed uint64
 
+	// disableMu lets one delivery at a time disable an endpoint.
+	disableMu sync.Mutex
+
 	// inflight holds the Idempotency-Keys whose first request this
 	// process is still storing (409 for a second one meanwhile).
 	keysMu   sync.Mutex
