@@ -63,11 +63,23 @@ func newEnv(t *testing.T, storeURL, yaml string) *env {
 	if _, err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return build(t, st, clock.NewFake(t0), yaml)
+}
+
+// newEnvOn starts publishing again on e's store and clock with the config
+// yaml: a restart, or a second process on the same database.
+func newEnvOn(t *testing.T, e *env, yaml string) *env { return build(t, e.st, e.clk, yaml) }
+
+// build makes the service and the worker and starts the service as Start
+// does, without its loop.
+func build(t *testing.T, st store.Store, clk *clock.Fake, yaml string) *env {
+	t.Helper()
+	ctx := context.Background()
 	cfg, err := config.Parse("p.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, st: st, clk: clock.NewFake(t0), cfg: cfg, reg: prometheus.NewRegistry()}
+	e := &env{t: t, ctx: ctx, st: st, clk: clk, cfg: cfg, reg: prometheus.NewRegistry()}
 	e.s = New(cfg, st, Options{Clock: e.clk, Registerer: e.reg,
 		Wake: func() { e.mu.Lock(); e.wakes++; e.mu.Unlock() },
 		Notify: func(n deliver.Notification) {
@@ -208,6 +220,23 @@ func (r *receiver) ids() []string {
 }
 
 func sqliteURLOf(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "p.db") }
+
+func (e *env) wakeCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.wakes
+}
+
+// messages lists the published messages (events of source publish), in
+// the order they were stored.
+func (e *env) messages() []*store.Event {
+	e.t.Helper()
+	res, err := e.st.EventList(e.ctx, &store.EventListParams{Source: store.PublishSource, Limit: 1000})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.Events
+}
 
 func (e *env) notifications() []deliver.Notification {
 	e.mu.Lock()
