@@ -25,6 +25,13 @@ func (a *endpointAction) Do(ctx context.Context, c *deliver.Call) (*deliver.Resp
 	if e == nil {
 		return &deliver.Response{}, fmt.Errorf("endpoint %s is not known to this process yet", id)
 	}
+	if !e.Enabled {
+		// The worker read the destination before the endpoint was
+		// disabled (a 410 to a message sent alongside, an operator): send
+		// nothing. Not sent, so the message waits for its next retry and
+		// parks then, as the disabled endpoint's destination says.
+		return &deliver.Response{}, fmt.Errorf("endpoint %s was disabled before this delivery began", id)
+	}
 	msgID, ok := messageOf(c.EpisodeKey, id)
 	if !ok {
 		return &deliver.Response{}, fmt.Errorf("episode %s is not a delivery to endpoint %s", c.EpisodeKey, id)

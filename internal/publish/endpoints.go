@@ -522,6 +522,20 @@ func (s *Service) disable(ctx context.Context, e *store.Endpoint, reason string)
 	if !e.Enabled {
 		return
 	}
+	// Deliveries in flight together (max_in_flight above 1) each read the
+	// endpoint enabled in the snapshot and each decide to disable it; the
+	// owner would be told once per delivery. The decision is taken again
+	// on the stored endpoint, one delivery at a time.
+	s.disableMu.Lock()
+	defer s.disableMu.Unlock()
+	cur, err := s.st.EndpointGet(ctx, e.ID)
+	if err != nil {
+		s.log.Warn("endpoint not disabled", "endpoint", e.ID, "err", err)
+		return
+	}
+	if cur == nil || cur.Deleted || !cur.Enabled {
+		return
+	}
 	if _, err := s.SetEnabled(ctx, e.ID, false, reason, "delivery"); err != nil {
 		s.log.Warn("endpoint not disabled", "endpoint", e.ID, "err", err)
 		return

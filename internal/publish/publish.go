@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,6 +73,13 @@ type Service struct {
 	version uint64
 	eps     map[string]*store.Endpoint
 	dests   []*config.Destination
+	// reads numbers each Refresh's read of the store; installed is the
+	// number of the read whose endpoints are in eps (mu).
+	reads     atomic.Uint64
+	installed uint64
+
+	// disableMu lets one delivery at a time disable an endpoint.
+	disableMu sync.Mutex
 
 	// inflight holds the Idempotency-Keys whose first request this
 	// process is still storing (409 for a second one meanwhile).
@@ -81,6 +89,10 @@ type Service struct {
 	// nextPrune is when expired Idempotency-Keys are dropped next (the
 	// refresh loop's own state: only step touches it).
 	nextPrune time.Time
+
+	// afterRead, when set, runs in Refresh between reading the endpoints
+	// and installing them: tests use it to interleave a change there.
+	afterRead func()
 }
 
 // New builds the service.
@@ -153,14 +165,35 @@ func (s *Service) step(ctx context.Context) (bool, error) {
 }
 
 // Refresh re-reads the endpoints; the worker sees a new version only when
-// one changed.
+// one changed. Every change this process makes calls it after the change
+// is committed, and once that call returns the snapshot is never older
+// than the change (a disabled endpoint stays disabled here).
 func (s *Service) Refresh(ctx context.Context) error {
+	// Several re-reads run at once (the refresh loop, a delivery's
+	// outcome, the admin API), and one that read the endpoints before a
+	// change can finish after the change's own re-read: installed, it
+	// would undo the change until the next one (a 410 that disabled an
+	// endpoint, whose messages would then be sent). Each read is numbered
+	// before it starts, and a read older than the one installed is
+	// dropped: the change's re-read is numbered after the change was
+	// committed, so whatever is installed after it read the change too.
+	// Numbering costs nothing and never waits, where holding one lock
+	// across the read would make every delivery outcome wait for a slow
+	// read in flight.
+	n := s.reads.Add(1)
 	list, err := s.st.EndpointList(ctx)
 	if err != nil {
 		return fmt.Errorf("read endpoints: %w", err)
 	}
+	if s.afterRead != nil {
+		s.afterRead()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if n < s.installed {
+		return nil // a newer read is installed
+	}
+	s.installed = n
 	changed := len(list) != len(s.eps)
 	eps := make(map[string]*store.Endpoint, len(list))
 	for _, e := range list {
