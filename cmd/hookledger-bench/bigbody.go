@@ -20,7 +20,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/bodyview"
 	"github.com/hookledger/hookledger/internal/config"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 type bigbodyFlags struct {
@@ -186,7 +186,7 @@ func bigbodyBench(ctx context.Context, stdout, stderr io.Writer, f *bigbodyFlags
 	}
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
-	if env.scheme, err = verify.New(verify.Options{Kind: verify.KindStripe, Secrets: []string{env.secret}}); err != nil {
+	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
 	destURL, closeDest, err := startOKSink()
@@ -349,7 +349,7 @@ func bigbodyCell(ctx context.Context, env *receiveEnv, f *bigbodyFlags, c bigbod
 // done, returning the effect's id.
 func bigbodyIngest(ctx context.Context, env *receiveEnv, base, eventID string, body []byte) (int64, error) {
 	u := base + "/hooks/stripe"
-	sig, err := env.scheme.Sign(&verify.Request{Method: http.MethodPost, URL: u, Body: body}, time.Now(), eventID)
+	sig, err := env.scheme.Sign(&signature.Request{Method: http.MethodPost, URL: u, Body: body}, time.Now(), eventID)
 	if err != nil {
 		return 0, fmt.Errorf("sign: %w", err)
 	}

@@ -19,9 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 const (
@@ -330,7 +330,7 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 	}
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
-	if env.scheme, err = verify.New(verify.Options{Kind: verify.KindStripe, Secrets: []string{env.secret}}); err != nil {
+	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
 

@@ -20,8 +20,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 type publishFlags struct {
@@ -213,7 +213,7 @@ func publishBench(ctx context.Context, stdout, stderr io.Writer, f *publishFlags
 		}
 	}
 	env.recv = &receiveEnv{secret: "whsec_" + randomHex(24), stderr: stderr}
-	if env.recv.scheme, err = verify.New(verify.Options{Kind: verify.KindStripe, Secrets: []string{env.recv.secret}}); err != nil {
+	if env.recv.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.recv.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
 

@@ -21,8 +21,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 const (
@@ -130,7 +130,7 @@ type receiveEnv struct {
 	profiles   string // e2e: the directory of the servers' CPU profiles, if any
 	secret     string
 	token      string
-	scheme     verify.Scheme
+	scheme     signature.Scheme
 	stderr     io.Writer
 }
 
@@ -160,7 +160,7 @@ func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags
 	}
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
-	if env.scheme, err = verify.New(verify.Options{Kind: verify.KindStripe, Secrets: []string{env.secret}}); err != nil {
+	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
 
@@ -419,7 +419,7 @@ func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, lab
 func (e *receiveEnv) post(ctx context.Context, client *http.Client, u, eventID string) (int, time.Duration, error) {
 	now := time.Now()
 	body := stripeBody(eventID, "in_"+eventID, now)
-	sig, err := e.scheme.Sign(&verify.Request{Method: http.MethodPost, URL: u, Body: body}, now, eventID)
+	sig, err := e.scheme.Sign(&signature.Request{Method: http.MethodPost, URL: u, Body: body}, now, eventID)
 	if err != nil {
 		return 0, 0, fmt.Errorf("sign: %w", err)
 	}

@@ -15,25 +15,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 // chaosMix is the destination's behaviour: mostly success, and every fault
 // the worker must survive. Fail500Saved keys replay their 500 for good
 // (Stripe's rule), so they exhaust attempts and every re-drive and end in
 // the exception queue.
-var chaosMix = []deliverytest.Weighted{
-	{Fault: deliverytest.Success, Weight: 70},
-	{Fault: deliverytest.Fail500, Weight: 10},
-	{Fault: deliverytest.Fail429Seconds, Weight: 3},
-	{Fault: deliverytest.TimeoutBeforeWork, Weight: 4},
-	{Fault: deliverytest.TimeoutAfterWork, Weight: 4},
-	{Fault: deliverytest.HiddenFailure, Weight: 2},
-	{Fault: deliverytest.Fail400, Weight: 3},
-	{Fault: deliverytest.Fail500Saved, Weight: 1},
+var chaosMix = []delivertest.Weighted{
+	{Fault: delivertest.Success, Weight: 70},
+	{Fault: delivertest.Fail500, Weight: 10},
+	{Fault: delivertest.Fail429Seconds, Weight: 3},
+	{Fault: delivertest.TimeoutBeforeWork, Weight: 4},
+	{Fault: delivertest.TimeoutAfterWork, Weight: 4},
+	{Fault: delivertest.HiddenFailure, Weight: 2},
+	{Fault: delivertest.Fail400, Weight: 3},
+	{Fault: delivertest.Fail500Saved, Weight: 1},
 }
 
 // chaosEffects is the number of effect names per entity: one event per
@@ -104,7 +104,7 @@ func TestChaosDelivery(t *testing.T) {
 	total := entities * chaosEffects
 	began := time.Now()
 
-	dest := deliverytest.New(deliverytest.Options{Seed: 20261103, Mix: chaosMix, IdempotencyHeader: "Idempotency-Key",
+	dest := delivertest.New(delivertest.Options{Seed: 20261103, Mix: chaosMix, IdempotencyHeader: "Idempotency-Key",
 		Window: 24 * time.Hour, RetryAfter: time.Second, Stall: 5 * time.Second,
 		// Timeouts hang up at once: the unknown outcome without a short
 		// client timeout that a busy machine could trip on a healthy call.
@@ -220,7 +220,7 @@ func TestChaosDelivery(t *testing.T) {
 		}
 	}
 
-	faults := map[deliverytest.Fault]int{}
+	faults := map[delivertest.Fault]int{}
 	posts, lookups, replays := 0, 0, 0
 	for _, r := range reqs {
 		switch {
@@ -248,7 +248,7 @@ func TestChaosDelivery(t *testing.T) {
 // sendCustomers posts one signed customer event per entity.
 func sendCustomers(t *testing.T, base string, n int) {
 	t.Helper()
-	scheme, err := verify.New(verify.Options{Kind: "stripe", Secrets: []string{crashSecret}})
+	scheme, err := signature.New(signature.Options{Kind: "stripe", Secrets: []string{crashSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func sendCustomers(t *testing.T, base string, n int) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			body := []byte(fmt.Sprintf(`{"id":"evt_chaos_%d","type":"customer.updated","created":1762160000,"data":{"object":{"id":"cus_%04d","rev":1,"plan":"pro"}}}`, i, i))
-			h, err := scheme.Sign(&verify.Request{Method: "POST", Body: body}, time.Now(), "")
+			h, err := scheme.Sign(&signature.Request{Method: "POST", Body: body}, time.Now(), "")
 			if err != nil {
 				errs <- err
 				return
@@ -332,7 +332,7 @@ func countStates(es []*store.Effect) map[store.EffectState]int {
 
 // trail is a key's calls at the destination, for failure messages; the
 // kill -9 is marked where it fell.
-func trail(reqs []deliverytest.Request, key string, killedAt int) string {
+func trail(reqs []delivertest.Request, key string, killedAt int) string {
 	var b strings.Builder
 	for i, r := range reqs {
 		if i == killedAt {

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 const crashSecret = "whsec_crash_test_secret"
@@ -123,7 +123,7 @@ const failDeliveryTrigger = `CREATE TRIGGER fail_delivery BEFORE INSERT ON deliv
 // drive sends signed webhooks from n clients until stop is closed; every
 // tenth request carries a bad signature and must never be stored.
 func (l *load) drive(t *testing.T, base string, clients int, stop <-chan struct{}) *sync.WaitGroup {
-	scheme, err := verify.New(verify.Options{Kind: "stripe", Secrets: []string{crashSecret}})
+	scheme, err := signature.New(signature.Options{Kind: "stripe", Secrets: []string{crashSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func (l *load) drive(t *testing.T, base string, clients int, stop <-chan struct{
 					id = fmt.Sprintf("evt_fail_%s_c%d_%d", l.round, c, i)
 				}
 				body := []byte(fmt.Sprintf(`{"id":%q,"type":"invoice.paid","created":1762160000,"data":{"object":{"id":"in_%d"}}}`, id, i))
-				h, err := scheme.Sign(&verify.Request{Method: "POST", Body: body}, time.Now(), "")
+				h, err := scheme.Sign(&signature.Request{Method: "POST", Body: body}, time.Now(), "")
 				if err != nil {
 					t.Error(err)
 					return

@@ -12,7 +12,7 @@ import (
 	"net/http"
 
 	"github.com/hookledger/hookledger/internal/config"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 func run(t *testing.T, stdin string, env map[string]string, args ...string) (int, string, string) {
@@ -127,11 +127,11 @@ func TestSignPrintsVerifiableHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme, err := verify.New(c.Sources[2].SchemeOptions())
+	scheme, err := signature.New(c.Sources[2].SchemeOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &verify.Request{Method: "POST", URL: "http://127.0.0.1:8080/hooks/app", Header: hdr, Body: []byte(`{"id":"evt_1"}`)}
+	req := &signature.Request{Method: "POST", URL: "http://127.0.0.1:8080/hooks/app", Header: hdr, Body: []byte(`{"id":"evt_1"}`)}
 	if err := scheme.Verify(req, time.Now()); err != nil {
 		t.Fatalf("signed headers do not verify: %v", err)
 	}

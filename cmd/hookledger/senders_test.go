@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 const sendersYAML = `sources:
@@ -44,26 +44,26 @@ func TestSignSenderKinds(t *testing.T) {
 	for _, c := range []struct {
 		source, kind, url, body, ctype string
 	}{
-		{"shop", verify.KindShopify, "", `{"id":1,"admin_graphql_api_id":"gid://shopify/Order/1"}`, "application/json"},
-		{"sl", verify.KindSlack, "", `{"type":"event_callback","event_id":"Ev1","team_id":"T1","event":{"type":"message"}}`, "application/json"},
-		{"tw", verify.KindTwilio, "https://hooks.example.com/hooks/tw", "AccountSid=AC1&MessageSid=SM1&SmsStatus=received&Body=Hi+there", "application/x-www-form-urlencoded"},
-		{"pd", verify.KindPaddle, "", `{"event_id":"evt_1","event_type":"transaction.paid","data":{"id":"txn_1"}}`, "application/json"},
-		{"sq", verify.KindSquare, "https://hooks.example.com/hooks/sq", `{"merchant_id":"M1","type":"payment.updated","event_id":"e1"}`, "application/json"},
+		{"shop", signature.KindShopify, "", `{"id":1,"admin_graphql_api_id":"gid://shopify/Order/1"}`, "application/json"},
+		{"sl", signature.KindSlack, "", `{"type":"event_callback","event_id":"Ev1","team_id":"T1","event":{"type":"message"}}`, "application/json"},
+		{"tw", signature.KindTwilio, "https://hooks.example.com/hooks/tw", "AccountSid=AC1&MessageSid=SM1&SmsStatus=received&Body=Hi+there", "application/x-www-form-urlencoded"},
+		{"pd", signature.KindPaddle, "", `{"event_id":"evt_1","event_type":"transaction.paid","data":{"id":"txn_1"}}`, "application/json"},
+		{"sq", signature.KindSquare, "https://hooks.example.com/hooks/sq", `{"merchant_id":"M1","type":"payment.updated","event_id":"e1"}`, "application/json"},
 	} {
 		code, out, errOut := run(t, c.body, map[string]string{"S_SECRET": secret}, "sign", "--config", cfg, "--source", c.source, "--event-id", "ev-7", "-")
 		if code != 0 {
 			t.Fatalf("%s: sign: %d %s", c.source, code, errOut)
 		}
 		h := parseHeaders(out)
-		if c.kind == verify.KindTwilio && h.Get("Content-Type") != c.ctype {
+		if c.kind == signature.KindTwilio && h.Get("Content-Type") != c.ctype {
 			t.Errorf("twilio: Content-Type %q, want the form type", h.Get("Content-Type"))
 		}
 		h.Set("Content-Type", c.ctype)
-		s, err := verify.New(verify.Options{Kind: c.kind, Secrets: []string{secret}})
+		s, err := signature.New(signature.Options{Kind: c.kind, Secrets: []string{secret}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := &verify.Request{Method: "POST", URL: c.url, Header: h, Body: []byte(c.body)}
+		req := &signature.Request{Method: "POST", URL: c.url, Header: h, Body: []byte(c.body)}
 		if err := s.Verify(req, time.Now()); err != nil {
 			t.Errorf("%s: the scheme refuses what sign printed (%q): %v", c.source, out, err)
 		}
@@ -71,7 +71,7 @@ func TestSignSenderKinds(t *testing.T) {
 		if err := s.Verify(req, time.Now()); err == nil {
 			t.Errorf("%s: a changed body verifies", c.source)
 		}
-		if c.kind == verify.KindShopify && h.Get("X-Shopify-Event-Id") != "ev-7" {
+		if c.kind == signature.KindShopify && h.Get("X-Shopify-Event-Id") != "ev-7" {
 			t.Errorf("shopify: X-Shopify-Event-Id %q, want the --event-id", h.Get("X-Shopify-Event-Id"))
 		}
 	}
@@ -80,14 +80,14 @@ func TestSignSenderKinds(t *testing.T) {
 	// sign reports; the signature verifies for that URL only.
 	body := `{"specversion":"1.0","type":"com.twilio.messaging.message.delivered","id":"EZ1"}`
 	code, out, errOut := run(t, body, map[string]string{"S_SECRET": secret}, "sign", "--config", cfg, "--source", "tw", "-")
-	signed := verify.TwilioURLWithBodySHA256("https://hooks.example.com/hooks/tw", []byte(body))
+	signed := signature.TwilioURLWithBodySHA256("https://hooks.example.com/hooks/tw", []byte(body))
 	if code != 0 || !strings.Contains(errOut, signed) {
 		t.Fatalf("twilio json: %d %q %q, want the signed URL %s reported", code, out, errOut, signed)
 	}
-	s, _ := verify.New(verify.Options{Kind: verify.KindTwilio, Secrets: []string{secret}})
+	s, _ := signature.New(signature.Options{Kind: signature.KindTwilio, Secrets: []string{secret}})
 	h := parseHeaders(out)
 	h.Set("Content-Type", "application/json")
-	if err := s.Verify(&verify.Request{Method: "POST", URL: signed, Header: h, Body: []byte(body)}, time.Now()); err != nil {
+	if err := s.Verify(&signature.Request{Method: "POST", URL: signed, Header: h, Body: []byte(body)}, time.Now()); err != nil {
 		t.Fatalf("twilio json: %v", err)
 	}
 }

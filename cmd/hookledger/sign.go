@@ -16,7 +16,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 func init() {
@@ -143,7 +143,7 @@ func runSign(_ context.Context, env *Env, args []string) int {
 // for JSON), a form-posting sender's non-JSON body is signed as a form, and
 // the kind's id header (X-GitHub-Delivery, X-Shopify-Event-Id) carries id.
 // It returns the URL to post to and the headers, Content-Type among them.
-func signRequest(k senderkind.Kind, scheme verify.Scheme, u string, body []byte, now time.Time, id string) (string, http.Header, error) {
+func signRequest(k senderkind.Kind, scheme signature.Scheme, u string, body []byte, now time.Time, id string) (string, http.Header, error) {
 	if k.Sign.URL != nil {
 		u = k.Sign.URL(u, body)
 	}
@@ -151,7 +151,7 @@ func signRequest(k senderkind.Kind, scheme verify.Scheme, u string, body []byte,
 	if k.Identity.Form && !looksJSON(body) {
 		ctype = "application/x-www-form-urlencoded"
 	}
-	req := &verify.Request{Method: http.MethodPost, URL: u, Header: http.Header{"Content-Type": {ctype}}, Body: body}
+	req := &signature.Request{Method: http.MethodPost, URL: u, Header: http.Header{"Content-Type": {ctype}}, Body: body}
 	h, err := scheme.Sign(req, now, id)
 	if err != nil {
 		return "", nil, err
@@ -197,7 +197,7 @@ func shellQuote(s string) string {
 // config is loaded without secrets (other sources' variables need not be
 // set), so this source's own secrets are checked here: every one set, and
 // in the format its scheme takes.
-func signingSource(env *Env, verb string, cfg *config.Config, name string) (*config.Source, verify.Scheme, int) {
+func signingSource(env *Env, verb string, cfg *config.Config, name string) (*config.Source, signature.Scheme, int) {
 	var src *config.Source
 	idx := -1
 	for i := range cfg.Sources {
@@ -221,7 +221,7 @@ func signingSource(env *Env, verb string, cfg *config.Config, name string) (*con
 			return nil, nil, exitUsage
 		}
 	}
-	scheme, err := verify.New(src.SchemeOptions())
+	scheme, err := signature.New(src.SchemeOptions())
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger %s: source %s: %v\n", verb, src.Name, err)
 		return nil, nil, exitUsage

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 func init() {
@@ -72,7 +72,7 @@ func runVendors(ctx context.Context, env *Env, args []string) int {
 
 // pickVendors looks names up by name or alias, in the order given and each
 // contract once, and returns the names it does not know, quoted.
-func pickVendors(ix vendor.Index, names []string) (picked []vendor.Contract, unknown []string) {
+func pickVendors(ix vendors.Index, names []string) (picked []vendors.Contract, unknown []string) {
 	seen := map[string]bool{}
 	for _, n := range names {
 		c, ok := ix.Lookup(n)
@@ -114,7 +114,7 @@ type vendorJSON struct {
 
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
 
-func writeVendorsJSON(w io.Writer, cat []vendor.Contract) error {
+func writeVendorsJSON(w io.Writer, cat []vendors.Contract) error {
 	out := struct {
 		Vendors []vendorJSON `json:"vendors"`
 	}{Vendors: make([]vendorJSON, 0, len(cat))}
@@ -147,7 +147,7 @@ func writeVendorsJSON(w io.Writer, cat []vendor.Contract) error {
 	return nil
 }
 
-func writeVendorsText(w io.Writer, cat []vendor.Contract) error {
+func writeVendorsText(w io.Writer, cat []vendors.Contract) error {
 	bw := bufio.NewWriter(w)
 	for i, c := range cat {
 		if i > 0 {
@@ -208,9 +208,9 @@ func human(d time.Duration) string {
 	switch {
 	case d == 0:
 		return ""
-	case d%vendor.Day == 0 && d > 2*vendor.Day:
+	case d%vendors.Day == 0 && d > 2*vendors.Day:
 		// Vendors quote a day or two in hours (24 hours, 48 hours).
-		return unit(int64(d/vendor.Day), "day")
+		return unit(int64(d/vendors.Day), "day")
 	case d%time.Hour == 0:
 		return unit(int64(d/time.Hour), "hour")
 	case d < time.Minute || d%time.Minute != 0:

@@ -17,7 +17,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // DefaultPath is where serve and migrate look when --config is not given.
@@ -194,25 +194,25 @@ func (s *Source) ToleranceOrZero() time.Duration {
 
 // SchemeOptions maps the source onto the verifier's options through its
 // sender kind (a kind may pin options, as github pins the hmac header). An
-// unknown kind is passed on as it is, for verify.New to refuse.
-func (s *Source) SchemeOptions() verify.Options {
+// unknown kind is passed on as it is, for signature.New to refuse.
+func (s *Source) SchemeOptions() signature.Options {
 	return s.schemeOptions(senderkind.Builtin())
 }
 
-func (s *Source) schemeOptions(kinds *senderkind.Registry) verify.Options {
+func (s *Source) schemeOptions(kinds *senderkind.Registry) signature.Options {
 	if k, ok := kinds.Lookup(s.Kind); ok {
 		return k.Options(s.KindSource(), s.Secrets)
 	}
-	o := verify.Options{Kind: s.Kind, Version: s.Version, Secrets: s.Secrets, Tolerance: s.ToleranceOrZero()}
+	o := signature.Options{Kind: s.Kind, Version: s.Version, Secrets: s.Secrets, Tolerance: s.ToleranceOrZero()}
 	o.HMAC = s.hmacOptions()
 	return o
 }
 
-func (s *Source) hmacOptions() *verify.HMACOptions {
+func (s *Source) hmacOptions() *signature.HMACOptions {
 	if s.HMAC == nil {
 		return nil
 	}
-	return &verify.HMACOptions{
+	return &signature.HMACOptions{
 		Header: s.HMAC.Header, Algorithm: s.HMAC.Algorithm, Encoding: s.HMAC.Encoding,
 		Prefix: s.HMAC.Prefix, TimestampHeader: s.HMAC.TimestampHeader,
 		TimestampUnit: s.HMAC.TimestampUnit, Template: s.HMAC.Template,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/outbound"
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // DefaultMaxInFlight is a destination's (or a source API's) default cap on
@@ -68,8 +68,8 @@ type Destination struct {
 	// internal services or the cloud metadata address.
 	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 
-	Compiled   *CompiledDest  `yaml:"-"`
-	PresetData *vendor.Preset `yaml:"-"`
+	Compiled   *CompiledDest   `yaml:"-"`
+	PresetData *vendors.Preset `yaml:"-"`
 	// Builtin marks a destination hookledger made itself (the publishing
 	// destination "endpoints", and one per endpoint at run time), which
 	// the file's rules for base_url and names do not apply to.
@@ -257,7 +257,7 @@ func (c *Config) setDestinationDefaults() {
 			r.Redrive = []Duration{Duration(15 * time.Minute), Duration(time.Hour), Duration(6 * time.Hour)}
 		}
 		setDur(&d.RetryAfter.Max, time.Hour)
-		if p, ok := vendor.PresetByName(d.Preset); ok {
+		if p, ok := vendors.PresetByName(d.Preset); ok {
 			d.PresetData = &p
 			if d.RetryAfter.Unit == "" {
 				d.RetryAfter.Unit = string(p.RetryAfterUnit)
@@ -295,7 +295,7 @@ func (c *Config) setDestinationDefaults() {
 // setIdempotencyDefaults fills what the idempotency block leaves out from
 // the preset: all of it when the block is missing. The preset's replayed
 // header goes with its own header only: it says nothing about another.
-func (d *Destination) setIdempotencyDefaults(p vendor.Preset) {
+func (d *Destination) setIdempotencyDefaults(p vendors.Preset) {
 	if p.IdempotencyHeader == "" {
 		return
 	}
@@ -356,7 +356,7 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			}
 		}
 		if d.PresetData == nil {
-			add(p+".preset", "destination %q: unknown preset %q (one of %s)", d.Name, d.Preset, strings.Join(vendor.PresetNames(), ", "))
+			add(p+".preset", "destination %q: unknown preset %q (one of %s)", d.Name, d.Preset, strings.Join(vendors.PresetNames(), ", "))
 		}
 		if d.Kind == "http" {
 			checkBaseURL(add, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), d.BaseURL,
@@ -617,7 +617,7 @@ func countObjects(body any, arrays []string) int {
 // validatingPresets names the presets with a validation endpoint.
 func validatingPresets() []string {
 	var out []string
-	for _, p := range vendor.Presets() {
+	for _, p := range vendors.Presets() {
 		if p.Validation != nil {
 			out = append(out, p.Name)
 		}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // kind and secrets are the whole definition of a source of a known sender,
@@ -24,13 +24,13 @@ func TestKindAndSecretsAreEnough(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	o := c.Sources[0].SchemeOptions()
-	if o.Kind != verify.KindGitHub || o.HMAC != nil {
+	if o.Kind != signature.KindGitHub || o.HMAC != nil {
 		t.Fatalf("github scheme options = %+v", o)
 	}
-	if _, err := verify.New(o); err != nil {
+	if _, err := signature.New(o); err != nil {
 		t.Fatalf("github scheme: %v", err)
 	}
-	if o := c.Sources[1].SchemeOptions(); o.Kind != verify.KindStandardWebhooks {
+	if o := c.Sources[1].SchemeOptions(); o.Kind != signature.KindStandardWebhooks {
 		t.Fatalf("standard-webhooks options = %+v", o)
 	}
 }

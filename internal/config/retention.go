@@ -8,7 +8,7 @@ import (
 
 	"github.com/goccy/go-yaml/ast"
 
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Defaults of retention (docs/retention.md).
@@ -134,8 +134,8 @@ func (c *Config) setRetentionDefaults() {
 // the linter's rule IP03 reads it from the vendor catalogue: the vendor is
 // looked up by the source's kind and by its name. ok is false when the
 // catalogue knows neither.
-func SourceReplayWindow(s *Source) (w vendor.Window, vendorName string, ok bool) {
-	ix := vendor.NewIndex()
+func SourceReplayWindow(s *Source) (w vendors.Window, vendorName string, ok bool) {
+	ix := vendors.NewIndex()
 	for _, name := range []string{s.Kind, s.Name} {
 		c, found := ix.Lookup(name)
 		if !found {

@@ -13,7 +13,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // fieldError is a validation problem at a YAML path such as
@@ -196,8 +196,8 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		if len(errs) == before {
 			// The scheme's own checks (secret formats, HMAC options) run
 			// at load too, so a bad secret stops start-up with its line.
-			if _, err := verify.New(s.schemeOptions(kinds)); err != nil {
-				var oe *verify.OptionError
+			if _, err := signature.New(s.schemeOptions(kinds)); err != nil {
+				var oe *signature.OptionError
 				if errors.As(err, &oe) {
 					add(p+"."+oe.Field, "source %q: %s", s.Name, oe.Error())
 				} else {

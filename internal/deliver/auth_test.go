@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -28,7 +28,7 @@ func TestDestinationAuthIsSentAndNeverStored(t *testing.T) {
 			// reason, attempts, audit rows and a notification all exist.
 			x := newWorld(t, setup{dest: tc.auth})
 			e := x.order("o1", 1)
-			x.dest.Script(e.EpisodeKey, deliverytest.Fail500, deliverytest.Fail400)
+			x.dest.Script(e.EpisodeKey, delivertest.Fail500, delivertest.Fail400)
 			x.until(e.ID, store.EffectDead)
 			reqs := x.dest.Requests()
 			if len(reqs) != 2 {

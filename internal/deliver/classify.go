@@ -13,7 +13,7 @@ import (
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // classSuccess is the pseudo-class of an answer that did the work.
@@ -127,7 +127,7 @@ func RuleRepair(d *config.Destination, resp *Response, class store.ErrorClass) s
 	return ""
 }
 
-func matchPresetRule(r vendor.Rule, resp *Response, body func() any) bool {
+func matchPresetRule(r vendors.Rule, resp *Response, body func() any) bool {
 	if r.Status != 0 && r.Status != resp.Status {
 		return false
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
@@ -61,7 +61,7 @@ type compWorld struct {
 	st    *sqlite.Store
 	eng   *flow.Engine
 	w     *deliver.Worker
-	dest  *deliverytest.Server
+	dest  *delivertest.Server
 	notes *noteRecorder
 	n     int
 }
@@ -93,7 +93,7 @@ func (r *noteRecorder) keys() []string {
 func newCompWorld(t *testing.T) *compWorld {
 	t.Helper()
 	clk := clock.NewFake(t0)
-	dest := deliverytest.New(deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Now: clk.Now, HangUp: true})
+	dest := delivertest.New(delivertest.Options{IdempotencyHeader: "Idempotency-Key", Now: clk.Now, HangUp: true})
 	t.Cleanup(dest.Close)
 	cfg, err := config.Parse("hookledger.yaml", []byte(fmt.Sprintf(compensationYAML, dest.URL)), func(string) (string, bool) { return "", false })
 	if err != nil {

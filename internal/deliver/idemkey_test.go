@@ -11,7 +11,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -31,7 +31,7 @@ func TestHashedKeyFormIsPinned(t *testing.T) {
 	if got := hashedKey("orders:ada@example.com:r1:charge"); got != want {
 		t.Fatalf("test helper: %s, want %s", got, want)
 	}
-	x := newWorld(t, setup{dest: "preset: stripe", srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+	x := newWorld(t, setup{dest: "preset: stripe", srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 	e := x.order("ada@example.com", 1)
 	x.drain()
 	reqs := x.dest.Requests()
@@ -50,10 +50,10 @@ func TestStripeGetsHashedKeys(t *testing.T) {
 	long := strings.Repeat("cus_", 70) // an episode key of 300 characters
 	for _, entity := range []string{"ada@example.com", long} {
 		t.Run(entity[:8], func(t *testing.T) {
-			x := newWorld(t, setup{dest: "preset: stripe", srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+			x := newWorld(t, setup{dest: "preset: stripe", srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 			e := x.order(entity, 1)
 			want := hashedKey(e.EpisodeKey)
-			x.dest.Script(want, deliverytest.Fail500)
+			x.dest.Script(want, delivertest.Fail500)
 			e = x.until(e.ID, store.EffectDone)
 			reqs := x.dest.Requests()
 			if len(reqs) != 2 {
@@ -78,7 +78,7 @@ func TestStripeGetsHashedKeys(t *testing.T) {
 // with a warning at load.
 func TestExplicitEpisodeKeyNeverSentOverTheLimit(t *testing.T) {
 	x := newWorld(t, setup{dest: "preset: stripe\nidempotency: {key: episode}",
-		srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+		srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 	if !strings.Contains(fmt.Sprint(x.cfg.Warnings), "idempotency.key: episode") {
 		t.Errorf("no load-time warning about key: episode on a Stripe destination: %v", x.cfg.Warnings)
 	}
@@ -105,10 +105,10 @@ func TestExplicitEpisodeKeyNeverSentOverTheLimit(t *testing.T) {
 // sent: idempotency_key is that key, hashed or not.
 func TestLookupSearchesByTheSentKey(t *testing.T) {
 	x := newWorld(t, setup{dest: "preset: stripe\nlookup:\n  path: '\"/effects/\" + idempotency_key'\n  found: status == 200\n  ref: body.id",
-		srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+		srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 	e := x.order("ada@example.com", 1)
 	key := hashedKey(e.EpisodeKey)
-	x.dest.Script(key, deliverytest.TimeoutAfterWork)
+	x.dest.Script(key, delivertest.TimeoutAfterWork)
 	x.drain()
 	e = x.get(e.ID)
 	x.wantState(e, store.EffectDone)
@@ -121,10 +121,10 @@ func TestLookupSearchesByTheSentKey(t *testing.T) {
 // under the same hashed key, and the destination answers from its saved
 // result instead of doing the work again.
 func TestUnknownOutcomeResentUnderTheSameHashedKey(t *testing.T) {
-	x := newWorld(t, setup{dest: "preset: stripe", srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+	x := newWorld(t, setup{dest: "preset: stripe", srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 	e := x.order("ada@example.com", 1)
 	key := hashedKey(e.EpisodeKey)
-	x.dest.Script(key, deliverytest.TimeoutAfterWork)
+	x.dest.Script(key, delivertest.TimeoutAfterWork)
 	if e = x.until(e.ID, store.EffectDone); e.DestinationRef == "" {
 		t.Fatal("done without the destination's id")
 	}
@@ -243,10 +243,10 @@ func TestUnsendableEpisodeKeyIsSentHashed(t *testing.T) {
 // the rest (header, key) from the preset.
 func TestRepairNamesTheSentKey(t *testing.T) {
 	x := newWorld(t, setup{dest: "preset: stripe\nidempotency: {window: 1m}",
-		srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: time.Minute}})
+		srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: time.Minute}})
 	e := x.order("ada@example.com", 1)
 	key := hashedKey(e.EpisodeKey)
-	x.dest.Script(key, deliverytest.TimeoutAfterWork)
+	x.dest.Script(key, delivertest.TimeoutAfterWork)
 	x.clk.Advance(2 * time.Minute) // past the key's window: no resend
 	x.drain()
 	e = x.get(e.ID)

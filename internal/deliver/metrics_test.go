@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookledger/hookledger/internal/deliver"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -67,7 +67,7 @@ func TestMetricsCountCallsAndTransitions(t *testing.T) {
 
 	ok := x.order("o1", 1)
 	bad := x.order("o2", 1)
-	x.dest.Script(bad.EpisodeKey, deliverytest.Fail400)
+	x.dest.Script(bad.EpisodeKey, delivertest.Fail400)
 	x.drain()
 	x.wantState(x.get(ok.ID), store.EffectDone)
 	x.wantState(x.get(bad.ID), store.EffectDead)

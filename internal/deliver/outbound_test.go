@@ -12,7 +12,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -129,11 +129,11 @@ func TestFailedCallsNeverShowTheQueryString(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		base  string
-		fault deliverytest.Fault
+		fault delivertest.Fault
 		want  store.EffectState
 	}{
-		{"connection refused", closed.URL + "/?api_key=" + secret, deliverytest.Success, store.EffectDead},
-		{"timeout after sending", "{dest}/?api_key=" + secret, deliverytest.TimeoutBeforeWork, store.EffectNeedsReconciliation},
+		{"connection refused", closed.URL + "/?api_key=" + secret, delivertest.Success, store.EffectDead},
+		{"timeout after sending", "{dest}/?api_key=" + secret, delivertest.TimeoutBeforeWork, store.EffectNeedsReconciliation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newWorld(t, setup{baseURL: tc.base,
@@ -177,7 +177,7 @@ func TestFailedNotificationNeverShowsTheWebhookURL(t *testing.T) {
 	closed.Close()
 	x := newWorld(t, setup{webhookURL: closed.URL + "/services/T000/B000/s3cretpath?token=s3cretquery"})
 	e := x.order("o1", 1)
-	x.dest.Script(e.EpisodeKey, deliverytest.Fail400)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail400)
 	x.drain()
 	x.wantState(x.get(e.ID), store.EffectDead)
 	out := x.logs.String()

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // recorded is one file of testdata/answers: a preset's answers as the
@@ -144,7 +144,7 @@ func TestJSONNonEmpty(t *testing.T) {
 		`{"e": []}`: false, `{"e": {}}`: false, `{"e": ""}`: false, `{"e": 0}`: false, `{"e": false}`: false,
 		`{"e": null}`: false, `{}`: false, `[]`: false, `not json`: false,
 	} {
-		r := vendor.Rule{JSONNonEmpty: "e", Class: "hidden_failure"}
+		r := vendors.Rule{JSONNonEmpty: "e", Class: "hidden_failure"}
 		resp := &Response{Status: 200, Body: []byte(body)}
 		got := matchPresetRule(r, resp, func() any {
 			var v any

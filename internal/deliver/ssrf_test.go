@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -208,7 +208,7 @@ func TestLookupToANonPublicAddressGoesToAPerson(t *testing.T) {
 func TestNotificationWebhookOnANonPublicAddressIsRefused(t *testing.T) {
 	x := newWorld(t, setup{strictHook: true, dest: "auth: {bearer: api-token}"})
 	e := x.order("o1", 1)
-	x.dest.Script(e.EpisodeKey, deliverytest.Fail400)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail400)
 	x.drain()
 	x.wantState(x.get(e.ID), store.EffectDead)
 	if texts := x.hook.all(); len(texts) != 0 {

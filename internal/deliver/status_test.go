@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // wantByStatus is the default class of every status an API answers, for a
@@ -46,7 +46,7 @@ func TestClassifyEveryStatusOnEveryPreset(t *testing.T) {
 	special := map[string]map[int]string{
 		"hubspot": {207: "hidden_failure"},
 	}
-	for _, p := range vendor.Presets() {
+	for _, p := range vendors.Presets() {
 		d := dest(t, fmt.Sprintf("  - name: d\n    preset: %s\n    base_url: https://x\n", p.Name))
 		for status := 200; status < 600; status++ {
 			want := wantByStatus(status)

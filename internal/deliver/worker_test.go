@@ -17,7 +17,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
@@ -41,7 +41,7 @@ type world struct {
 	cfg    *config.Config
 	eng    *flow.Engine
 	w      *deliver.Worker
-	dest   *deliverytest.Server
+	dest   *delivertest.Server
 	hook   *hookRecorder
 	logs   *lockedBuffer
 	events int
@@ -90,7 +90,7 @@ type setup struct {
 	// request replaces defaultRequest (YAML lines, unindented).
 	request string
 	dest    string // destination fields beyond name, base_url, kind and timeout
-	srv     deliverytest.Options
+	srv     delivertest.Options
 	actions map[string]deliver.Action
 	kind    string
 	// baseURL replaces the fault server as the destination's base_url;
@@ -150,7 +150,7 @@ func newWorld(t *testing.T, s setup) *world {
 	if s.srv.Now == nil {
 		s.srv.Now = clk.Now
 	}
-	dest := deliverytest.New(s.srv)
+	dest := delivertest.New(s.srv)
 	t.Cleanup(dest.Close)
 	hook := &hookRecorder{}
 	hook.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -342,7 +342,7 @@ func TestSuccessIsDoneWithDestinationRef(t *testing.T) {
 func TestTransientThenSuccessWaitsWithJitter(t *testing.T) {
 	x := newWorld(t, setup{})
 	e := x.order("o1", 1)
-	x.dest.Script(e.EpisodeKey, deliverytest.Fail500)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail500)
 	x.drain()
 	e = x.get(e.ID)
 	x.wantState(e, store.EffectRetryWait)
@@ -374,18 +374,18 @@ func TestTransientThenSuccessWaitsWithJitter(t *testing.T) {
 func TestRetryAfterIsHonoured(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault deliverytest.Fault
+		fault delivertest.Fault
 		dest  string
 		raw   func(now time.Time) string
 		unit  string
 		wait  time.Duration
 	}{
-		{"seconds", deliverytest.Fail429Seconds, "", func(time.Time) string { return "7" }, "seconds", 7 * time.Second},
-		{"milliseconds", deliverytest.Fail429Millis, "retry_after: {unit: milliseconds}", func(time.Time) string { return "7000" }, "milliseconds", 7 * time.Second},
-		{"http-date", deliverytest.Fail429Date, "", func(now time.Time) string { return now.Add(7 * time.Second).Format(http.TimeFormat) }, "date", 7 * time.Second},
+		{"seconds", delivertest.Fail429Seconds, "", func(time.Time) string { return "7" }, "seconds", 7 * time.Second},
+		{"milliseconds", delivertest.Fail429Millis, "retry_after: {unit: milliseconds}", func(time.Time) string { return "7000" }, "milliseconds", 7 * time.Second},
+		{"http-date", delivertest.Fail429Date, "", func(now time.Time) string { return now.Add(7 * time.Second).Format(http.TimeFormat) }, "date", 7 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x := newWorld(t, setup{dest: tc.dest, srv: deliverytest.Options{RetryAfter: 7 * time.Second}})
+			x := newWorld(t, setup{dest: tc.dest, srv: delivertest.Options{RetryAfter: 7 * time.Second}})
 			e := x.order("o1", 1)
 			x.dest.Script(e.EpisodeKey, tc.fault)
 			x.drain()
@@ -416,9 +416,9 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 func TestExhaustedIsDeadThenRedrivenThenAPerson(t *testing.T) {
 	x := newWorld(t, setup{dest: "retry: {base: 1s, cap: 10s, factor: 2, attempts: 3}"})
 	e := x.order("o1", 1)
-	faults := make([]deliverytest.Fault, 12)
+	faults := make([]delivertest.Fault, 12)
 	for i := range faults {
-		faults[i] = deliverytest.Fail500
+		faults[i] = delivertest.Fail500
 	}
 	x.dest.Script(e.EpisodeKey, faults...)
 	for i, redrive := range []time.Duration{15 * time.Minute, time.Hour, 6 * time.Hour} {
@@ -471,13 +471,13 @@ func TestExhaustedIsDeadThenRedrivenThenAPerson(t *testing.T) {
 func TestPermanentAndHiddenFailuresAreNeverRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault deliverytest.Fault
+		fault delivertest.Fault
 		dest  string
 		class store.ErrorClass
 	}{
-		{"400", deliverytest.Fail400, "", store.ClassPermanent},
-		{"hidden failure (marketo preset)", deliverytest.HiddenFailure, "preset: marketo", store.ClassHiddenFailure},
-		{"batch with a failed record (classify rule)", deliverytest.BatchPartial,
+		{"400", delivertest.Fail400, "", store.ClassPermanent},
+		{"hidden failure (marketo preset)", delivertest.HiddenFailure, "preset: marketo", store.ClassHiddenFailure},
+		{"batch with a failed record (classify rule)", delivertest.BatchPartial,
 			`classify: [{status: 200, body_contains: '"status":"error"', class: hidden_failure, reason: a record of the batch failed}]`,
 			store.ClassHiddenFailure},
 	} {
@@ -521,12 +521,12 @@ func TestReplayedFailureGoesToAPersonAtOnce(t *testing.T) {
 		{"no replay marker configured", idem + "\nretry: {attempts: 3, redrive: []}", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x := newWorld(t, setup{dest: tc.dest, srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+			x := newWorld(t, setup{dest: tc.dest, srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 			e := x.order("o1", 1)
 			// The destination knows the effect by the key it was sent
 			// (hashed under the stripe preset).
 			key := deliver.IdempotencyKey(&x.cfg.Destinations[0], e.EpisodeKey)
-			x.dest.Script(key, deliverytest.Fail500Saved)
+			x.dest.Script(key, delivertest.Fail500Saved)
 			e = x.until(e.ID, store.EffectDead)
 			if e.ErrorClass != store.ClassTransient || e.SuggestedRepair == "" || !e.NextAttemptAt.IsZero() {
 				t.Fatalf("dead: [%s] %q / %q next %v", e.ErrorClass, e.Reason, e.SuggestedRepair, e.NextAttemptAt)
@@ -556,9 +556,9 @@ const idem = "idempotency: {header: Idempotency-Key, window: 24h}"
 // key, and the destination replays its saved answer instead of working
 // again.
 func TestUnknownOutcomeResentInsideWindow(t *testing.T) {
-	x := newWorld(t, setup{dest: idem, srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
+	x := newWorld(t, setup{dest: idem, srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: 24 * time.Hour}})
 	e := x.order("o1", 1)
-	x.dest.Script(e.EpisodeKey, deliverytest.TimeoutAfterWork)
+	x.dest.Script(e.EpisodeKey, delivertest.TimeoutAfterWork)
 	x.drain()
 	e = x.get(e.ID)
 	x.wantState(e, store.EffectRetryWait)
@@ -580,9 +580,9 @@ func TestUnknownOutcomeResentInsideWindow(t *testing.T) {
 // a person decides, and is told.
 func TestUnknownOutcomeOutsideWindowNeedsAPerson(t *testing.T) {
 	x := newWorld(t, setup{dest: "idempotency: {header: Idempotency-Key, window: 1m}",
-		srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key", Window: time.Minute}})
+		srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key", Window: time.Minute}})
 	e := x.order("o1", 1)
-	x.dest.Script(e.EpisodeKey, deliverytest.TimeoutAfterWork)
+	x.dest.Script(e.EpisodeKey, delivertest.TimeoutAfterWork)
 	x.clk.Advance(2 * time.Minute) // the worker gets to it after the key's window
 	x.drain()
 	e = x.get(e.ID)
@@ -612,9 +612,9 @@ const lookup = `lookup:
 func TestUnknownOutcomeReconciledByLookup(t *testing.T) {
 	x := newWorld(t, setup{dest: lookup})
 	done := x.order("o1", 1)
-	x.dest.Script(done.EpisodeKey, deliverytest.TimeoutAfterWork)
+	x.dest.Script(done.EpisodeKey, delivertest.TimeoutAfterWork)
 	lost := x.order("o2", 1)
-	x.dest.Script(lost.EpisodeKey, deliverytest.TimeoutBeforeWork)
+	x.dest.Script(lost.EpisodeKey, delivertest.TimeoutBeforeWork)
 	x.drain()
 
 	e := x.get(done.ID)
@@ -645,7 +645,7 @@ func TestWorkerDiedMidCallIsReconciled(t *testing.T) {
 		{"idempotency key", idem},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x := newWorld(t, setup{dest: tc.dest, srv: deliverytest.Options{IdempotencyHeader: "Idempotency-Key"}})
+			x := newWorld(t, setup{dest: tc.dest, srv: delivertest.Options{IdempotencyHeader: "Idempotency-Key"}})
 			e := x.order("o1", 1)
 			claims, err := x.st.EffectClaim(x.ctx, &store.EffectClaimParams{Owner: "worker-dead", Now: x.clk.Now(),
 				LeaseFor: 30 * time.Second, Limit: 10, Destinations: []string{"dest"}, MaxRedrives: 3})

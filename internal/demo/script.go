@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/config"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // player posts the dossier's webhooks to the server, signed as each
@@ -22,7 +22,7 @@ import (
 type player struct {
 	base    string // the server, http://host:port
 	token   string // admin.token
-	schemes map[string]verify.Scheme
+	schemes map[string]signature.Scheme
 	dest    *Destination
 	out     io.Writer
 	client  *http.Client
@@ -33,13 +33,13 @@ type player struct {
 }
 
 func newPlayer(cfg *config.Config, base string, dest *Destination, out io.Writer, d Durations) (*player, error) {
-	p := &player{base: base, token: cfg.Admin.Token, schemes: map[string]verify.Scheme{}, sent: map[string]string{}, dest: dest, out: out,
+	p := &player{base: base, token: cfg.Admin.Token, schemes: map[string]signature.Scheme{}, sent: map[string]string{}, dest: dest, out: out,
 		client: &http.Client{Timeout: 30 * time.Second}, d: d, poll: 20 * time.Millisecond,
 		// A step waits for a few call timeouts and retries at most; a
 		// minute means something is wrong, not slow.
 		wait: time.Minute}
 	for _, src := range cfg.Sources {
-		s, err := verify.New(src.SchemeOptions())
+		s, err := signature.New(src.SchemeOptions())
 		if err != nil {
 			return nil, fmt.Errorf("source %s: %w", src.Name, err)
 		}
@@ -388,7 +388,7 @@ func (p *player) send(ctx context.Context, source, body string, extra http.Heade
 	if _, seen := p.sent[id.EventID]; !seen {
 		p.sent[id.EventID] = body
 	}
-	hdr, err := p.schemes[source].Sign(&verify.Request{Method: http.MethodPost, URL: u, Body: []byte(body)}, time.Now(), id.EventID)
+	hdr, err := p.schemes[source].Sign(&signature.Request{Method: http.MethodPost, URL: u, Body: []byte(body)}, time.Now(), id.EventID)
 	if err != nil {
 		return fmt.Errorf("sign for %s: %w", source, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 func twilioIdentity(t *testing.T, extra ...string) senderkind.Identity {
@@ -205,7 +205,7 @@ func TestTwilioReparsedFormsNameTheGenuineEvent(t *testing.T) {
 			// starts with AccountSid.
 			for cut := 1; cut < len(s); cut++ {
 				u := "https://hooks.example.com/hooks/twilio?tenant=acme" + s[:cut]
-				if _, _, err := verify.TwilioSignedContent(u, []byte(c.body)); err == nil && reparse(s[cut:], id.Params, func(url.Values) {}) > 0 {
+				if _, _, err := signature.TwilioSignedContent(u, []byte(c.body)); err == nil && reparse(s[cut:], id.Params, func(url.Values) {}) > 0 {
 					t.Errorf("the scheme accepts the URL %s, and its rest parses", u)
 				}
 			}

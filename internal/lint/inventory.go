@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Column names of the inventory. Further columns are allowed and kept in
@@ -182,7 +182,7 @@ type Flow struct {
 	AckP99Seconds        Number
 	SenderTimeoutSeconds Number
 	// Sources are catalogue names of the vendors the flow's events come
-	// from or pass through (see package vendor).
+	// from or pass through (see package vendors).
 	Sources []string
 
 	// Extra holds the further columns, by column name.
@@ -243,7 +243,7 @@ type Inventory struct {
 // written once.
 type rowReader struct {
 	inv     *Inventory
-	vendors vendor.Index
+	vendors vendors.Index
 	seen    map[string]int // flow_id -> line of its first row
 }
 

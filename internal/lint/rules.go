@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Rule is one linter rule.
@@ -76,7 +76,7 @@ func Rules() []Rule {
 
 // checkEnv is what rules share during one Check.
 type checkEnv struct {
-	vendors   vendor.Index
+	vendors   vendors.Index
 	hasSource bool // the inventory has a sources column
 }
 
@@ -152,11 +152,11 @@ func checkIP03(f *Flow, env *checkEnv) (Level, string, bool) {
 
 // fillReplayWindow takes the longest retry, resend or replay window of the
 // named vendors, in days.
-func fillReplayWindow(sources []string, vendors vendor.Index) (Number, string) {
-	var best vendor.Window
-	var from vendor.Contract
+func fillReplayWindow(sources []string, idx vendors.Index) (Number, string) {
+	var best vendors.Window
+	var from vendors.Contract
 	for _, s := range sources {
-		c, ok := vendors.Lookup(s)
+		c, ok := idx.Lookup(s)
 		if !ok {
 			continue
 		}
@@ -167,7 +167,7 @@ func fillReplayWindow(sources []string, vendors vendor.Index) (Number, string) {
 	if best.Duration == 0 {
 		return Number{}, fmt.Sprintf("none of the sources (%s) states a retry, resend or replay window", strings.Join(sources, ", "))
 	}
-	days := Num(float64(best.Duration) / float64(vendor.Day))
+	days := Num(float64(best.Duration) / float64(vendors.Day))
 	return days, fmt.Sprintf("max_replay_window_days taken as %s from the vendor catalogue: %s %s of %s, read %s",
 		days, from.Name, best.Name, formatDuration(best.Duration), from.Read)
 }
@@ -248,11 +248,11 @@ func checkWH01(f *Flow, env *checkEnv) (Level, string, bool) {
 
 // fillAckTimeout takes the shortest acknowledgement timeout of the named
 // vendors, in seconds.
-func fillAckTimeout(sources []string, vendors vendor.Index) (Number, string) {
+func fillAckTimeout(sources []string, idx vendors.Index) (Number, string) {
 	var best time.Duration
-	var from vendor.Contract
+	var from vendors.Contract
 	for _, s := range sources {
-		c, ok := vendors.Lookup(s)
+		c, ok := idx.Lookup(s)
 		if !ok || c.AckTimeout == 0 {
 			continue
 		}
@@ -327,9 +327,9 @@ func formatLayers(ls []RetryLayer) string {
 // formatDuration writes a vendor window the way vendors quote it.
 func formatDuration(d time.Duration) string {
 	switch {
-	case d%vendor.Day == 0 && d > 2*vendor.Day:
+	case d%vendors.Day == 0 && d > 2*vendors.Day:
 		// Vendors quote a day or two in hours (24 hours, 48 hours).
-		return plural(int(d/vendor.Day), "day")
+		return plural(int(d/vendors.Day), "day")
 	case d%time.Hour == 0:
 		return plural(int(d/time.Hour), "hour")
 	case d%time.Minute == 0 && d < time.Hour:

@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 // endpointAction delivers one message to one endpoint: the stored body,
@@ -43,7 +43,7 @@ func (a *endpointAction) Do(ctx context.Context, c *deliver.Call) (*deliver.Resp
 			keys = append(keys, sec.Key)
 		}
 	}
-	sig, err := verify.SignWebhook(keys, msgID, now, c.Body)
+	sig, err := signature.SignWebhook(keys, msgID, now, c.Body)
 	if err != nil {
 		// Never the keys: the error names the problem only.
 		return &deliver.Response{}, fmt.Errorf("sign for endpoint %s: %w", id, err)

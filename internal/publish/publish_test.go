@@ -11,8 +11,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 func TestDecodeMessage(t *testing.T) {
@@ -150,7 +150,7 @@ func TestSecretsAndSignatures(t *testing.T) {
 	}
 
 	body := []byte(`{"type":"invoice.paid","timestamp":"2026-12-01T10:00:00Z","data":{"id":"in_1"}}`)
-	sig, err := verify.SignWebhook([]string{a.Key, b.Key, ed.Key}, "msg_1", now, body)
+	sig, err := signature.SignWebhook([]string{a.Key, b.Key, ed.Key}, "msg_1", now, body)
 	if err != nil {
 		t.Fatal(err)
 	}

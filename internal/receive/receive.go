@@ -33,8 +33,8 @@ import (
 	"github.com/hookledger/hookledger/internal/logging"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/senderkind"
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 // Submitter is the group-commit writer.
@@ -72,7 +72,7 @@ type Options struct {
 
 type source struct {
 	cfg       config.Source
-	scheme    verify.Scheme
+	scheme    signature.Scheme
 	identity  senderkind.Identity
 	paths     envelope.Paths
 	publicURL *url.URL
@@ -161,7 +161,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 			return nil, fmt.Errorf("source %s: unknown kind %q", sc.Name, sc.Kind)
 		}
 		ks := sc.KindSource()
-		scheme, err := verify.New(kind.Options(ks, sc.Secrets))
+		scheme, err := signature.New(kind.Options(ks, sc.Secrets))
 		if err != nil {
 			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
 		}
@@ -263,7 +263,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 	}
 
 	signedURL, urlFrom := h.publicURL(r, src)
-	vreq := &verify.Request{Method: r.Method, URL: signedURL, Header: r.Header, Body: body}
+	vreq := &signature.Request{Method: r.Method, URL: signedURL, Header: r.Header, Body: body}
 	if err := src.scheme.Verify(vreq, receivedAt); err != nil {
 		// verify errors name the scheme and header, never a secret or a
 		// signature value, so they are safe to return and log. What the

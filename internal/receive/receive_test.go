@@ -22,9 +22,9 @@ import (
 	"github.com/hookledger/hookledger/internal/inbox"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/receive"
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 var t0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
@@ -123,12 +123,12 @@ func (r *rig) source(name string) config.Source {
 func (r *rig) signed(name, eventID string, body []byte, extra http.Header) *http.Request {
 	r.t.Helper()
 	src := r.source(name)
-	scheme, err := verify.New(src.SchemeOptions())
+	scheme, err := signature.New(src.SchemeOptions())
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	url := r.srv.URL + "/hooks/" + name
-	h, err := scheme.Sign(&verify.Request{Method: "POST", URL: url, Body: body}, t0, eventID)
+	h, err := scheme.Sign(&signature.Request{Method: "POST", URL: url, Body: body}, t0, eventID)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -330,11 +330,11 @@ func (r *rig) hubspotRequest(signedURL string, hdr http.Header, host string) *ht
 	r.t.Helper()
 	body := []byte(`[{"eventId":1,"subscriptionId":2,"portalId":3,"occurredAt":1762160340000,"subscriptionType":"contact.creation","objectId":42,"attemptNumber":0}]`)
 	src := r.source("crm")
-	scheme, err := verify.New(src.SchemeOptions())
+	scheme, err := signature.New(src.SchemeOptions())
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	sig, err := scheme.Sign(&verify.Request{Method: "POST", URL: signedURL, Body: body}, t0, "")
+	sig, err := scheme.Sign(&signature.Request{Method: "POST", URL: signedURL, Body: body}, t0, "")
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // The sender kinds through the real receiver and a real SQLite file, with
-// requests made by each sender's own npm library (internal/verify/testdata,
+// requests made by each sender's own npm library (internal/signature/testdata,
 // see scripts/sender-vectors), at the time the vectors were signed.
 
 type senderVector struct {
@@ -372,7 +372,7 @@ func TestSenderTenantChecks(t *testing.T) {
 // Two events never share an identity: the same Paddle body with another
 // event_id, or a Twilio status callback for a further status of one
 // message, is another event. Signatures here come from the kinds' own
-// signers, which the library vectors cover (internal/verify ours.json).
+// signers, which the library vectors cover (internal/signature ours.json).
 func TestSenderIdentitiesDistinct(t *testing.T) {
 	r := newRig(t, `listen: 127.0.0.1:0
 store: sqlite:unused
@@ -440,7 +440,7 @@ func TestSenderFieldsOverride(t *testing.T) {
 func (r *rig) signedAt(name, body, ctype string) *http.Request {
 	r.t.Helper()
 	src := r.source(name)
-	scheme, err := verify.New(src.SchemeOptions())
+	scheme, err := signature.New(src.SchemeOptions())
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func (r *rig) signedAt(name, body, ctype string) *http.Request {
 		u = r.srv.URL + "/hooks/" + name
 	}
 	hdr := http.Header{"Content-Type": {ctype}}
-	h, err := scheme.Sign(&verify.Request{Method: "POST", URL: u, Header: hdr, Body: []byte(body)}, t0, "")
+	h, err := scheme.Sign(&signature.Request{Method: "POST", URL: u, Header: hdr, Body: []byte(body)}, t0, "")
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // knows about one kind of webhook sender (stripe, hubspot, standard-webhooks
 // ...), described in one file per kind.
 //
-// A Kind says which signature scheme of package verify checks the sender's
+// A Kind says which signature scheme of package signature checks the sender's
 // requests and which options it pins, where the event's identities are read
 // (event id, type, entity, account, occurrence time and its unit) and how a
 // body is split into events, which request headers are kept beside the body
@@ -36,11 +36,11 @@
 //  1. Add a file named after the kind, with its name constant and a
 //     function returning its Kind: the scheme (an existing verify scheme,
 //     with Pin for fixed options of the generic hmac scheme, or a new
-//     scheme file in package verify first, dispatched from verify.New),
+//     scheme file in package signature first, dispatched from signature.New),
 //     the Identity (paths into the body, or header:Name for a header; Form
 //     for a sender that posts forms), Keep, Tolerance, Check (checks such
 //     as a required public_url), the Contract (or the name of a contract
-//     already in package vendor), Sign, and Handshake for a sender whose
+//     already in package vendors), Sign, and Handshake for a sender whose
 //     set-up requests are answered rather than stored.
 //  2. Append that function to the list in Builtin.
 //  3. Add tests: a signature made by the sender's own library verifies

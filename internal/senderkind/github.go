@@ -3,8 +3,8 @@ package senderkind
 import (
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // GitHub is GitHub's repository, organization and GitHub App webhooks.
@@ -12,8 +12,8 @@ const GitHub = "github"
 
 // GitHub's delivery headers.
 const (
-	gitHubDeliveryHeader = verify.GitHubDeliveryHeader
-	gitHubEventHeader    = verify.GitHubEventHeader
+	gitHubDeliveryHeader = signature.GitHubDeliveryHeader
+	gitHubEventHeader    = signature.GitHubEventHeader
 )
 
 // github is verify's github scheme: HMAC-SHA256 of the raw body, hex, in
@@ -34,7 +34,7 @@ func github() Kind {
 		Name:  GitHub,
 		Title: "GitHub",
 		Scheme: Scheme{
-			Name:        verify.KindGitHub,
+			Name:        signature.KindGitHub,
 			Placeholder: "operator-load-placeholder",
 		},
 		Identity: Identity{
@@ -60,16 +60,16 @@ func github() Kind {
 			}
 			return nil
 		},
-		Contract: &vendor.Contract{
+		Contract: &vendors.Contract{
 			Name:   GitHub,
 			Title:  "GitHub webhooks",
-			Kind:   vendor.KindSender,
+			Kind:   vendors.KindSender,
 			Source: "docs.github.com webhooks pages (best practices, handling failed deliveries, redelivering webhooks, validating deliveries)",
 			Read:   "2026-12-01",
 			// A 2xx must come within 10 seconds on GitHub.com; GitHub
 			// Enterprise Server documents 30.
 			AckTimeout:         10 * time.Second,
-			ManualResendWindow: 3 * vendor.Day,
+			ManualResendWindow: 3 * vendors.Day,
 			DedupeKey:          "X-GitHub-Delivery GUID, shared by every delivery of one event",
 			Notes: []string{
 				"No automatic retries: a failed delivery is redelivered by a person (web interface) or a script (REST API), only for deliveries of the past 3 days.",

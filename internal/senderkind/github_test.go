@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // GitHub's documented example (docs.github.com, "Validating webhook
@@ -25,8 +25,8 @@ func TestGitHubDocumentedExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	req := func(name, value, body string) *verify.Request {
-		r := &verify.Request{Method: "POST", Header: http.Header{}, Body: []byte(body)}
+	req := func(name, value, body string) *signature.Request {
+		r := &signature.Request{Method: "POST", Header: http.Header{}, Body: []byte(body)}
 		r.Header.Set(name, value)
 		return r
 	}
@@ -34,26 +34,26 @@ func TestGitHubDocumentedExample(t *testing.T) {
 	if err := s.Verify(req("X-Hub-Signature-256", sig, "Hello, World!"), now); err != nil {
 		t.Fatalf("documented example refused: %v", err)
 	}
-	for name, r := range map[string]*verify.Request{
+	for name, r := range map[string]*signature.Request{
 		"changed body": req("X-Hub-Signature-256", sig, "Hello, World?"),
 		"no prefix":    req("X-Hub-Signature-256", sig[len("sha256="):], "Hello, World!"),
 		"sha1 only":    req("X-Hub-Signature", "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59", "Hello, World!"),
 	} {
-		var ve *verify.Error
+		var ve *signature.Error
 		if err := s.Verify(r, now); !errors.As(err, &ve) {
 			t.Errorf("%s: %v, want a verification failure", name, err)
 		}
 	}
 	// The kind is verify's github scheme, and an hmac block a source could
 	// carry never reaches it (the config refuses one for this kind).
-	o := k.Options(senderkind.Source{HMAC: &verify.HMACOptions{Header: "X-Hub-Signature", Algorithm: "sha1"}}, []string{"x"})
-	if o.Kind != verify.KindGitHub || o.HMAC != nil {
+	o := k.Options(senderkind.Source{HMAC: &signature.HMACOptions{Header: "X-Hub-Signature", Algorithm: "sha1"}}, []string{"x"})
+	if o.Kind != signature.KindGitHub || o.HMAC != nil {
 		t.Fatalf("github options = %+v %+v", o, o.HMAC)
 	}
 	// Only the SHA-1 header: the refusal names GitHub and says why.
 	err = s.Verify(req("X-Hub-Signature", "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59", "Hello, World!"), now)
-	var ve *verify.Error
-	if !errors.As(err, &ve) || ve.Reason != verify.ReasonMissing || !strings.Contains(ve.Msg, "github:") || !strings.Contains(ve.Msg, "SHA-1 is never accepted") {
+	var ve *signature.Error
+	if !errors.As(err, &ve) || ve.Reason != signature.ReasonMissing || !strings.Contains(ve.Msg, "github:") || !strings.Contains(ve.Msg, "SHA-1 is never accepted") {
 		t.Fatalf("sha1 only: %v", err)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // HMAC is the generic HMAC scheme, configured per source with an hmac:
@@ -19,7 +19,7 @@ func hmacKind() Kind {
 		Name:  HMAC,
 		Title: "generic HMAC",
 		Scheme: Scheme{
-			Name: verify.KindHMAC,
+			Name: signature.KindHMAC,
 			HMAC: true,
 			SignsURL: func(s Source) bool {
 				return s.HMAC != nil && strings.Contains(s.HMAC.Template, "{url}")
@@ -33,7 +33,7 @@ func hmacKind() Kind {
 			}
 			return nil
 		},
-		Tolerance: verify.DefaultTolerance(verify.KindHMAC),
+		Tolerance: signature.DefaultTolerance(signature.KindHMAC),
 		Check: func(s Source) []Problem {
 			if strings.HasPrefix(s.Fields.EventID, "header:") || strings.HasPrefix(s.Fields.Type, "header:") {
 				return []Problem{{Field: "fields", Warning: true, Msg: "the event id or type is read from a request header, which the hmac signature does not cover: anyone who captured one signed body can resend it under new ids and types; keep tolerance short and prefer fields from the signed body"}}

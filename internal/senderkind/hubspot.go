@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // HubSpot is HubSpot's app webhooks and workflow webhook action, pinned to
@@ -14,15 +14,15 @@ import (
 const HubSpot = "hubspot"
 
 func hubspot() Kind {
-	versions := []string{verify.HubSpotV3, verify.HubSpotV2, verify.HubSpotV1}
+	versions := []string{signature.HubSpotV3, signature.HubSpotV2, signature.HubSpotV1}
 	return Kind{
 		Name:  HubSpot,
 		Title: "HubSpot",
 		Scheme: Scheme{
-			Name:     verify.KindHubSpot,
+			Name:     signature.KindHubSpot,
 			Versions: versions,
 			// v2 and v3 sign the URL the sender called.
-			SignsURL:    func(s Source) bool { return s.Version == verify.HubSpotV2 || s.Version == verify.HubSpotV3 },
+			SignsURL:    func(s Source) bool { return s.Version == signature.HubSpotV2 || s.Version == signature.HubSpotV3 },
 			Placeholder: "operator-load-placeholder",
 		},
 		Identity: Identity{
@@ -33,7 +33,7 @@ func hubspot() Kind {
 			Batch: Batch{Array: true, Max: MaxHubSpotBatch},
 		},
 		Keep:      []string{"X-HubSpot-Request-Timestamp", "X-HubSpot-Signature-Version"},
-		Tolerance: verify.DefaultTolerance(verify.KindHubSpot),
+		Tolerance: signature.DefaultTolerance(signature.KindHubSpot),
 		Check: func(s Source) []Problem {
 			if !slices.Contains(versions, s.Version) {
 				return []Problem{{Field: "version", Msg: fmt.Sprintf("hubspot version %q is not one of %s", s.Version, strings.Join(versions, ", "))}}

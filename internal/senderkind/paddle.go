@@ -3,8 +3,8 @@ package senderkind
 import (
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Paddle is Paddle Billing's webhook notifications.
@@ -14,7 +14,7 @@ const Paddle = "paddle"
 // "{ts}:{body}"). The tolerance defaults to five minutes, not the five
 // seconds of Paddle's Node SDK, which refuses authentic notifications as
 // soon as the clocks drift apart or a delivery is held up (see
-// verify.PaddleDefaultTolerance); tolerance: configures it, up to 1h.
+// signature.PaddleDefaultTolerance); tolerance: configures it, up to 1h.
 //
 // The event is named by event_id, which Paddle documents as shared by every
 // notification of one event, replays included; notification_id differs per
@@ -25,26 +25,26 @@ func paddle() Kind {
 	return Kind{
 		Name:   Paddle,
 		Title:  "Paddle Billing",
-		Scheme: Scheme{Name: verify.KindPaddle, Placeholder: "operator-load-placeholder"},
+		Scheme: Scheme{Name: signature.KindPaddle, Placeholder: "operator-load-placeholder"},
 		Sample: "transaction.completed",
 		Identity: Identity{
 			EventID: "event_id", Type: "event_type", TypeRequired: true,
 			Entity: "data.id", OccurredAt: "occurred_at", Unit: time.Second,
 		},
-		Tolerance: verify.DefaultTolerance(verify.KindPaddle),
+		Tolerance: signature.DefaultTolerance(signature.KindPaddle),
 		Check:     timedCheck("Paddle"),
-		Contract: &vendor.Contract{
+		Contract: &vendors.Contract{
 			Name:               Paddle,
 			Aliases:            []string{"paddle-billing"},
 			Title:              "Paddle Billing notifications",
-			Kind:               vendor.KindSender,
+			Kind:               vendors.KindSender,
 			Source:             "developer.paddle.com webhooks pages (how webhooks work, respond to webhooks, signature verification) and notifications API reference",
 			Read:               "2026-12-01",
 			AckTimeout:         5 * time.Second,
 			Retries:            60,
-			RetryWindow:        3 * vendor.Day,
-			ReplayWindow:       90 * vendor.Day,
-			SignatureTolerance: verify.PaddleDefaultTolerance,
+			RetryWindow:        3 * vendors.Day,
+			ReplayWindow:       90 * vendors.Day,
+			SignatureTolerance: signature.PaddleDefaultTolerance,
 			DedupeKey:          "event_id, shared by every notification of one event (notification_id is per destination and per replay)",
 			Notes: []string{
 				"Answer with a 200 within 5 seconds.",

@@ -1,6 +1,6 @@
 package senderkind
 
-import "github.com/hookledger/hookledger/internal/verify"
+import "github.com/hookledger/hookledger/internal/signature"
 
 // Pipedrive is Pipedrive's webhooks v2, authenticated with HTTP Basic
 // credentials (no signature, no timestamp).
@@ -10,7 +10,7 @@ func pipedrive() Kind {
 	return Kind{
 		Name:   Pipedrive,
 		Title:  "Pipedrive",
-		Scheme: Scheme{Name: verify.KindPipedrive, Placeholder: "operator:placeholder"},
+		Scheme: Scheme{Name: signature.KindPipedrive, Placeholder: "operator:placeholder"},
 		Identity: Identity{
 			// The type is meta.entity + "." + meta.action: see RulePipedrive.
 			EventID: "meta.id", OccurredAt: "meta.timestamp", Entity: "meta.entity_id", Account: "meta.company_id",

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Kind is everything hookledger knows about one kind of sender.
@@ -35,12 +35,12 @@ type Kind struct {
 	// the checks every source gets and those the scheme makes itself. nil
 	// checks nothing.
 	Check func(Source) []Problem
-	// Vendor names the kind's delivery contract in package vendor's
+	// Vendor names the kind's delivery contract in package vendors's
 	// catalogue; Contract declares it here instead for a sender the
 	// catalogue does not hold. At most one of them is set; neither for a
 	// generic kind whose sender is not known.
 	Vendor   string
-	Contract *vendor.Contract
+	Contract *vendors.Contract
 	// Sign says what `hookledger sign` can produce for the kind.
 	Sign Sign
 	// Sample is the built-in sample `hookledger send` uses by default.
@@ -62,7 +62,7 @@ type Reply struct {
 
 // Scheme is a kind's signature scheme.
 type Scheme struct {
-	// Name is the verify scheme (verify.KindStripe ...).
+	// Name is the verify scheme (signature.KindStripe ...).
 	Name string
 	// Versions lists the scheme versions a source may pin, the default
 	// first; nil when the scheme has no versions.
@@ -73,7 +73,7 @@ type Scheme struct {
 	HMAC bool
 	// Pin fixes the generic HMAC scheme's options for a kind built on it
 	// (the header and prefix a sender always uses).
-	Pin *verify.HMACOptions
+	Pin *signature.HMACOptions
 	// SignsURL reports whether the source's scheme signs the URL the
 	// sender called, so the config can warn when public_url is not set.
 	// nil means never.
@@ -165,7 +165,7 @@ type Sign struct {
 	// HeaderSets are the header names the sender may use, the default
 	// first; sign's --headers picks one. Empty when the kind has one
 	// fixed set.
-	HeaderSets []verify.HeaderSet
+	HeaderSets []signature.HeaderSet
 	// URL, when set, turns the URL the request is posted to into the one
 	// the sender would call for this body (Twilio adds bodySHA256 to the
 	// query for a JSON body); sign signs that URL and reports it.
@@ -176,9 +176,9 @@ type Sign struct {
 }
 
 // HeaderSet returns the named header set, or the default for "".
-func (s Sign) HeaderSet(name string) (verify.HeaderSet, bool) {
+func (s Sign) HeaderSet(name string) (signature.HeaderSet, bool) {
 	if len(s.HeaderSets) == 0 {
-		return verify.HeaderSet{}, false
+		return signature.HeaderSet{}, false
 	}
 	if name == "" {
 		return s.HeaderSets[0], true
@@ -188,7 +188,7 @@ func (s Sign) HeaderSet(name string) (verify.HeaderSet, bool) {
 			return hs, true
 		}
 	}
-	return verify.HeaderSet{}, false
+	return signature.HeaderSet{}, false
 }
 
 // Source is what a kind sees of one configured source.
@@ -199,7 +199,7 @@ type Source struct {
 	// Tolerance is nil when the config does not set it.
 	Tolerance *time.Duration
 	PublicURL string
-	HMAC      *verify.HMACOptions
+	HMAC      *signature.HMACOptions
 	// Fields are the source's overrides of the identity paths.
 	Fields Fields
 	// ExtraParams are form parameters the source accepts beyond the
@@ -222,8 +222,8 @@ type Problem struct {
 }
 
 // Options maps a source onto its scheme's options, with the given secrets.
-func (k Kind) Options(s Source, secrets []string) verify.Options {
-	o := verify.Options{Kind: k.Scheme.Name, Version: s.Version, Secrets: secrets}
+func (k Kind) Options(s Source, secrets []string) signature.Options {
+	o := signature.Options{Kind: k.Scheme.Name, Version: s.Version, Secrets: secrets}
 	if s.Tolerance != nil {
 		o.Tolerance = *s.Tolerance
 	}
@@ -241,8 +241,8 @@ func (k Kind) Options(s Source, secrets []string) verify.Options {
 }
 
 // NewScheme builds the source's verifier.
-func (k Kind) NewScheme(s Source, secrets []string) (verify.Scheme, error) {
-	sc, err := verify.New(k.Options(s, secrets))
+func (k Kind) NewScheme(s Source, secrets []string) (signature.Scheme, error) {
+	sc, err := signature.New(k.Options(s, secrets))
 	if err != nil {
 		return nil, fmt.Errorf("kind %s: %w", k.Name, err)
 	}
@@ -285,13 +285,13 @@ func (k Kind) Problems(s Source) []Problem {
 type Registry struct {
 	kinds  []Kind
 	byName map[string]int
-	cat    vendor.Index
+	cat    vendors.Index
 }
 
 // New checks kinds and returns them as a registry: names unique and
 // non-empty, a scheme named, a vendor name that the catalogue holds.
 func New(kinds ...Kind) (*Registry, error) {
-	r := &Registry{byName: map[string]int{}, cat: vendor.NewIndex()}
+	r := &Registry{byName: map[string]int{}, cat: vendors.NewIndex()}
 	var errs []error
 	for _, k := range kinds {
 		switch {
@@ -368,23 +368,23 @@ func (r *Registry) Kinds() []Kind { return slices.Clone(r.kinds) }
 
 // Contract returns the delivery contract of a kind: the one it declares,
 // or the catalogue entry it names.
-func (r *Registry) Contract(name string) (vendor.Contract, bool) {
+func (r *Registry) Contract(name string) (vendors.Contract, bool) {
 	k, ok := r.Lookup(name)
 	switch {
 	case !ok:
-		return vendor.Contract{}, false
+		return vendors.Contract{}, false
 	case k.Contract != nil:
 		return *k.Contract, true
 	case k.Vendor != "":
 		return r.cat.Lookup(k.Vendor)
 	}
-	return vendor.Contract{}, false
+	return vendors.Contract{}, false
 }
 
-// Catalogue is package vendor's catalogue plus the contracts the kinds
+// Catalogue is package vendors's catalogue plus the contracts the kinds
 // declare themselves, sorted by name, in a fresh slice.
-func (r *Registry) Catalogue() []vendor.Contract {
-	cat := vendor.Catalogue()
+func (r *Registry) Catalogue() []vendors.Contract {
+	cat := vendors.Catalogue()
 	for _, k := range r.kinds {
 		if k.Contract != nil {
 			cat = append(cat, *k.Contract)
@@ -405,13 +405,13 @@ func (r *Registry) VendorNames() []string {
 }
 
 // Index is Catalogue as a lookup by name or alias.
-func (r *Registry) Index() vendor.Index {
-	ix := vendor.NewIndex()
+func (r *Registry) Index() vendors.Index {
+	ix := vendors.NewIndex()
 	for _, k := range r.kinds {
 		if c := k.Contract; c != nil {
-			ix[vendor.Normalize(c.Name)] = *c
+			ix[vendors.Normalize(c.Name)] = *c
 			for _, a := range c.Aliases {
-				ix[vendor.Normalize(a)] = *c
+				ix[vendors.Normalize(a)] = *c
 			}
 		}
 	}

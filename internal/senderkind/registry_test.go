@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // The built-in kinds keep their names and order (the config's "one of ..."
@@ -45,13 +45,13 @@ func TestRegistryIsImmutable(t *testing.T) {
 }
 
 func TestNewRefusesBadKinds(t *testing.T) {
-	ok := senderkind.Kind{Name: "a", Scheme: senderkind.Scheme{Name: verify.KindHMAC}}
+	ok := senderkind.Kind{Name: "a", Scheme: senderkind.Scheme{Name: signature.KindHMAC}}
 	for name, kinds := range map[string][]senderkind.Kind{
 		"no name":             {{Scheme: ok.Scheme}},
 		"no scheme":           {{Name: "a"}},
 		"duplicate":           {ok, ok},
 		"unknown vendor":      {{Name: "a", Scheme: ok.Scheme, Vendor: "no-such-vendor"}},
-		"vendor and contract": {{Name: "a", Scheme: ok.Scheme, Vendor: "stripe", Contract: &vendor.Contract{Name: "x"}}},
+		"vendor and contract": {{Name: "a", Scheme: ok.Scheme, Vendor: "stripe", Contract: &vendors.Contract{Name: "x"}}},
 	} {
 		if _, err := senderkind.New(kinds...); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -71,7 +71,7 @@ func TestPlaceholderSecretsBuildSchemes(t *testing.T) {
 			src.Version = k.Scheme.Versions[0]
 		}
 		if k.Scheme.HMAC {
-			src.HMAC = &verify.HMACOptions{Header: "X-Signature", Algorithm: "sha256", Encoding: "hex"}
+			src.HMAC = &signature.HMACOptions{Header: "X-Signature", Algorithm: "sha256", Encoding: "hex"}
 		}
 		if _, err := k.NewScheme(src, []string{k.Scheme.Placeholder}); err != nil {
 			t.Errorf("%s: placeholder refused: %v", k.Name, err)
@@ -98,7 +98,7 @@ func TestKeptHeaders(t *testing.T) {
 		}
 	}
 	hm, _ := r.Lookup("hmac")
-	got := hm.KeptHeaders(senderkind.Source{HMAC: &verify.HMACOptions{TimestampHeader: "X-Timestamp"}})
+	got := hm.KeptHeaders(senderkind.Source{HMAC: &signature.HMACOptions{TimestampHeader: "X-Timestamp"}})
 	if !slices.Contains(got, "X-Timestamp") {
 		t.Errorf("hmac with a timestamp header keeps %v", got)
 	}
@@ -128,7 +128,7 @@ func TestContracts(t *testing.T) {
 	// The catalogue the vendors verb shows holds every vendor contract and
 	// every contract a kind declares.
 	names := r.VendorNames()
-	for _, n := range vendor.Names() {
+	for _, n := range vendors.Names() {
 		if !slices.Contains(names, n) {
 			t.Errorf("catalogue lost %s", n)
 		}
@@ -150,11 +150,11 @@ func TestOptions(t *testing.T) {
 	tol := 2 * time.Minute
 	k, _ := r.Lookup("hubspot")
 	o := k.Options(senderkind.Source{Version: "v2", Tolerance: &tol}, []string{"s"})
-	if o.Kind != verify.KindHubSpot || o.Version != "v2" || o.Tolerance != tol || o.Secrets[0] != "s" {
+	if o.Kind != signature.KindHubSpot || o.Version != "v2" || o.Tolerance != tol || o.Secrets[0] != "s" {
 		t.Fatalf("hubspot options = %+v", o)
 	}
-	pinned := senderkind.Kind{Name: "x", Scheme: senderkind.Scheme{Name: verify.KindHMAC, Pin: &verify.HMACOptions{Header: "X-Pinned"}}}
-	o = pinned.Options(senderkind.Source{HMAC: &verify.HMACOptions{Header: "X-Mine"}}, []string{"s"})
+	pinned := senderkind.Kind{Name: "x", Scheme: senderkind.Scheme{Name: signature.KindHMAC, Pin: &signature.HMACOptions{Header: "X-Pinned"}}}
+	o = pinned.Options(senderkind.Source{HMAC: &signature.HMACOptions{Header: "X-Mine"}}, []string{"s"})
 	if o.HMAC == nil || o.HMAC.Header != "X-Pinned" {
 		t.Fatalf("pinned options = %+v", o.HMAC)
 	}
@@ -194,8 +194,8 @@ func TestToleranceDefaults(t *testing.T) {
 		if !ok || k.Tolerance != want {
 			t.Errorf("%s: tolerance %s, want %s", name, k.Tolerance, want)
 		}
-		if want != 0 && verify.DefaultTolerance(k.Scheme.Name) != want {
-			t.Errorf("%s: the scheme's default is %s", name, verify.DefaultTolerance(k.Scheme.Name))
+		if want != 0 && signature.DefaultTolerance(k.Scheme.Name) != want {
+			t.Errorf("%s: the scheme's default is %s", name, signature.DefaultTolerance(k.Scheme.Name))
 		}
 	}
 }

@@ -3,8 +3,8 @@ package senderkind
 import (
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Shopify is Shopify's HTTPS webhook subscriptions.
@@ -24,27 +24,27 @@ func shopify() Kind {
 	return Kind{
 		Name:   Shopify,
 		Title:  "Shopify",
-		Scheme: Scheme{Name: verify.KindShopify, Placeholder: "operator-load-placeholder"},
+		Scheme: Scheme{Name: signature.KindShopify, Placeholder: "operator-load-placeholder"},
 		Identity: Identity{
-			EventID:      "header:" + verify.ShopifyEventIDHeader,
-			Type:         "header:" + verify.ShopifyTopicHeader,
+			EventID:      "header:" + signature.ShopifyEventIDHeader,
+			Type:         "header:" + signature.ShopifyTopicHeader,
 			TypeRequired: true,
-			Account:      "header:" + verify.ShopifyShopDomainHeader,
-			OccurredAt:   "header:" + verify.ShopifyTriggeredAtHeader,
+			Account:      "header:" + signature.ShopifyShopDomainHeader,
+			OccurredAt:   "header:" + signature.ShopifyTriggeredAtHeader,
 			// Every REST resource payload carries its GraphQL id; a topic
 			// without one (app/uninstalled ...) has no entity.
 			Entity: "admin_graphql_api_id",
 			Unit:   time.Second,
 		},
 		Keep: []string{
-			verify.ShopifyEventIDHeader, verify.ShopifyWebhookIDHeader, verify.ShopifyTopicHeader,
-			verify.ShopifyShopDomainHeader, verify.ShopifyTriggeredAtHeader, verify.ShopifyAPIVersionHeader,
+			signature.ShopifyEventIDHeader, signature.ShopifyWebhookIDHeader, signature.ShopifyTopicHeader,
+			signature.ShopifyShopDomainHeader, signature.ShopifyTriggeredAtHeader, signature.ShopifyAPIVersionHeader,
 		},
 		Check: untimed("Shopify"),
-		Contract: &vendor.Contract{
+		Contract: &vendors.Contract{
 			Name:        Shopify,
 			Title:       "Shopify webhook subscriptions (HTTPS)",
-			Kind:        vendor.KindSender,
+			Kind:        vendors.KindSender,
 			Source:      "shopify.dev webhooks pages (best practices, ignore duplicates, retry mechanism changelog)",
 			Read:        "2026-12-01",
 			AckTimeout:  5 * time.Second,
@@ -59,6 +59,6 @@ func shopify() Kind {
 				"Several subscriptions to one topic each receive the event, with the same X-Shopify-Event-Id.",
 			},
 		},
-		Sign: Sign{IDHeader: verify.ShopifyEventIDHeader},
+		Sign: Sign{IDHeader: signature.ShopifyEventIDHeader},
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Slack is Slack's Events API.
@@ -27,27 +27,27 @@ func slack() Kind {
 	return Kind{
 		Name:   Slack,
 		Title:  "Slack Events API",
-		Scheme: Scheme{Name: verify.KindSlack, Placeholder: "operator-load-placeholder"},
+		Scheme: Scheme{Name: signature.KindSlack, Placeholder: "operator-load-placeholder"},
 		Identity: Identity{
 			EventID: "event_id", Type: "event.type", TypeRequired: true,
 			Account: "team_id", OccurredAt: "event_time", Unit: time.Second,
 		},
-		Keep:      []string{verify.SlackTimestampHeader, verify.SlackRetryNumHeader, verify.SlackRetryReasonHeader},
+		Keep:      []string{signature.SlackTimestampHeader, signature.SlackRetryNumHeader, signature.SlackRetryReasonHeader},
 		Sample:    "message.channels",
-		Tolerance: verify.DefaultTolerance(verify.KindSlack),
+		Tolerance: signature.DefaultTolerance(signature.KindSlack),
 		Check:     timedCheck("Slack"),
 		Handshake: slackURLVerification,
-		Contract: &vendor.Contract{
+		Contract: &vendors.Contract{
 			Name:               Slack,
 			Title:              "Slack Events API",
-			Kind:               vendor.KindSender,
+			Kind:               vendors.KindSender,
 			Source:             "api.slack.com Events API and request verification pages; retry schedule from secondary sources quoting them",
 			Read:               "2026-12-01",
 			AckTimeout:         3 * time.Second,
 			Retries:            3,
 			RetrySchedule:      []time.Duration{0, time.Minute, 5 * time.Minute},
 			RetryWindow:        5 * time.Minute,
-			SignatureTolerance: verify.SlackDefaultTolerance,
+			SignatureTolerance: signature.SlackDefaultTolerance,
 			DedupeKey:          "event_id, the same on every retry (X-Slack-Retry-Num counts the retries)",
 			Notes: []string{
 				"Answer with a 2xx within 3 seconds; on a timeout, connection or TLS failure, non-2xx or too many redirects Slack retries 3 times: nearly at once, after 1 minute, after 5 minutes.",

@@ -3,8 +3,8 @@ package senderkind
 import (
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Square is Square's webhook subscriptions.
@@ -23,7 +23,7 @@ func square() Kind {
 		Name:  Square,
 		Title: "Square",
 		Scheme: Scheme{
-			Name:        verify.KindSquare,
+			Name:        signature.KindSquare,
 			Placeholder: "operator-load-placeholder",
 		},
 		Sample: "payment.updated",
@@ -35,10 +35,10 @@ func square() Kind {
 		Check: func(s Source) []Problem {
 			return append(untimed("Square")(s), requirePublicURL(s, "Square")...)
 		},
-		Contract: &vendor.Contract{
+		Contract: &vendors.Contract{
 			Name:          Square,
 			Title:         "Square webhook subscriptions",
-			Kind:          vendor.KindSender,
+			Kind:          vendors.KindSender,
 			Source:        "developer.squareup.com webhooks pages (delivery SLA, manage and verify)",
 			Read:          "2026-12-01",
 			AckTimeout:    10 * time.Second,

@@ -3,7 +3,7 @@ package senderkind
 import (
 	"encoding/base64"
 
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // StandardWebhooks is any sender that follows the Standard Webhooks
@@ -12,7 +12,7 @@ import (
 const StandardWebhooks = "standard-webhooks"
 
 func standardWebhooks() Kind {
-	sets := verify.HeaderSets()
+	sets := signature.HeaderSets()
 	var ids []string
 	for _, hs := range sets {
 		ids = append(ids, hs.ID)
@@ -21,7 +21,7 @@ func standardWebhooks() Kind {
 		Name:  StandardWebhooks,
 		Title: "Standard Webhooks (and Svix)",
 		Scheme: Scheme{
-			Name: verify.KindStandardWebhooks,
+			Name: signature.KindStandardWebhooks,
 			// 32 bytes, within the specification's 24 to 64.
 			Placeholder: "whsec_" + base64.StdEncoding.EncodeToString([]byte("operator-load-placeholder-secret")),
 		},
@@ -33,7 +33,7 @@ func standardWebhooks() Kind {
 			Type:           "type", OccurredAt: "timestamp", Unit: secondUnit,
 		},
 		Keep:      []string{"Webhook-Id", "Webhook-Timestamp", "Svix-Id", "Svix-Timestamp"},
-		Tolerance: verify.DefaultTolerance(verify.KindStandardWebhooks),
+		Tolerance: signature.DefaultTolerance(signature.KindStandardWebhooks),
 		Sign:      Sign{EventIDHeader: true, HeaderSets: sets},
 		Sample:    "contact.created",
 	}

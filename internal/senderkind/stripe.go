@@ -1,6 +1,6 @@
 package senderkind
 
-import "github.com/hookledger/hookledger/internal/verify"
+import "github.com/hookledger/hookledger/internal/signature"
 
 // Stripe is Stripe's webhooks: Stripe-Signature over "{t}.{body}".
 const Stripe = "stripe"
@@ -9,13 +9,13 @@ func stripe() Kind {
 	return Kind{
 		Name:   Stripe,
 		Title:  "Stripe",
-		Scheme: Scheme{Name: verify.KindStripe, Placeholder: "operator-load-placeholder"},
+		Scheme: Scheme{Name: signature.KindStripe, Placeholder: "operator-load-placeholder"},
 		Identity: Identity{
 			EventID: "id", Type: "type", OccurredAt: "created", Entity: "data.object.id", Account: "account",
 			TypeRequired: true, Unit: secondUnit,
 		},
 		Keep:      []string{"Stripe-Account"},
-		Tolerance: verify.DefaultTolerance(verify.KindStripe),
+		Tolerance: signature.DefaultTolerance(signature.KindStripe),
 		Check: func(s Source) []Problem {
 			if s.Tolerance != nil && *s.Tolerance == 0 {
 				return []Problem{{Field: "tolerance", Msg: "a Stripe tolerance of 0 disables replay protection; use a positive value such as 5m"}}

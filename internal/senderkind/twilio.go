@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/vendor"
-	"github.com/hookledger/hookledger/internal/verify"
+	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/vendors"
 )
 
 // Twilio is Twilio's webhooks for messaging and voice.
@@ -36,7 +36,7 @@ func twilio() Kind {
 		Name:  Twilio,
 		Title: "Twilio",
 		Scheme: Scheme{
-			Name:        verify.KindTwilio,
+			Name:        signature.KindTwilio,
 			Placeholder: "operator-load-placeholder",
 		},
 		Identity: Identity{
@@ -46,20 +46,20 @@ func twilio() Kind {
 			Unit:    time.Second,
 			Params:  twilioParams(),
 		},
-		Keep: []string{verify.TwilioIdempotencyHeader},
+		Keep: []string{signature.TwilioIdempotencyHeader},
 		Check: func(s Source) []Problem {
 			ps := append(untimed("Twilio")(s), requirePublicURL(s, "Twilio")...)
-			if u, err := url.Parse(s.PublicURL); err == nil && strings.Contains(u.RawQuery, verify.TwilioFirstParam) {
+			if u, err := url.Parse(s.PublicURL); err == nil && strings.Contains(u.RawQuery, signature.TwilioFirstParam) {
 				// The scheme refuses such a URL: it is what a URL that
 				// took the start of a form's signed parameters looks like.
-				ps = append(ps, Problem{Field: "public_url", Msg: "public_url's query must not hold " + verify.TwilioFirstParam + ", the first parameter of every form Twilio signs"})
+				ps = append(ps, Problem{Field: "public_url", Msg: "public_url's query must not hold " + signature.TwilioFirstParam + ", the first parameter of every form Twilio signs"})
 			}
 			return append(ps, checkExtraParams(s, twilioParams())...)
 		},
-		Contract: &vendor.Contract{
+		Contract: &vendors.Contract{
 			Name:       Twilio,
 			Title:      "Twilio webhooks (messaging and voice)",
-			Kind:       vendor.KindSender,
+			Kind:       vendors.KindSender,
 			Source:     "twilio.com/docs/usage/webhooks (webhooks connection overrides, webhooks security)",
 			Read:       "2026-12-01",
 			AckTimeout: 15 * time.Second,
@@ -79,7 +79,7 @@ func twilio() Kind {
 			NeedsURL: true,
 			URL: func(u string, body []byte) string {
 				if b := bytes.TrimSpace(body); len(b) > 0 && (b[0] == '{' || b[0] == '[') {
-					return verify.TwilioURLWithBodySHA256(u, body)
+					return signature.TwilioURLWithBodySHA256(u, body)
 				}
 				return u
 			},

@@ -25,10 +25,10 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
-	"github.com/hookledger/hookledger/internal/verify"
 )
 
 // t0 is the server's fake "now"; every signature is made for it.
@@ -187,11 +187,11 @@ func stripeBody(id, typ, account string) []byte {
 
 func ourSign(t *testing.T, src config.Source, url string, body []byte, eventID string) http.Header {
 	t.Helper()
-	s, err := verify.New(src.SchemeOptions())
+	s, err := signature.New(src.SchemeOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := s.Sign(&verify.Request{Method: "POST", URL: url, Body: body}, t0, eventID)
+	h, err := s.Sign(&signature.Request{Method: "POST", URL: url, Body: body}, t0, eventID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,12 +378,12 @@ func testStatusCodes(t *testing.T, storeURL string) {
 	}
 
 	// A weaker HubSpot scheme on the v3-pinned source is refused.
-	v1, err := verify.New(verify.Options{Kind: "hubspot", Version: "v1", Secrets: []string{hubspotKey}})
+	v1, err := signature.New(signature.Options{Kind: "hubspot", Version: "v1", Secrets: []string{hubspotKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hsBody := []byte(`[{"eventId":1,"subscriptionId":2,"portalId":3,"occurredAt":1762160340000,"subscriptionType":"contact.creation","objectId":4}]`)
-	v1h, _ := v1.Sign(&verify.Request{Method: "POST", URL: "https://hooks.example.com/hooks/crm", Body: hsBody}, t0, "")
+	v1h, _ := v1.Sign(&signature.Request{Method: "POST", URL: "https://hooks.example.com/hooks/crm", Body: hsBody}, t0, "")
 	if code, resp, _ := h.post("/hooks/crm", hsBody, v1h); code != 401 {
 		t.Errorf("v1 signature on a v3-pinned source: %d %s, want 401", code, resp)
 	}

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/expr"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/store"
@@ -439,7 +439,7 @@ func (r *run) claimCalls(e *store.Effect, atts []*store.Attempt, cs []*claimRec,
 // older effect whose call was in flight then is superseded when it is
 // claimed again (a retry, a resumed or re-driven call), never sent after
 // the newer one (deliver.Worker's newerVersion).
-func (r *run) checkVersionOrder(reqs []deliverytest.Request, ss []settlement, byKey map[string]*store.Effect) {
+func (r *run) checkVersionOrder(reqs []delivertest.Request, ss []settlement, byKey map[string]*store.Effect) {
 	rank := map[string]int{}
 	for i, s := range ss {
 		k := versionKey(s.flow, s.entity, s.version)

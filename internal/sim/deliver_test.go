@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/deliver"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -32,20 +32,20 @@ const (
 
 // faultMix is how the destination answers calls it has no saved answer
 // for: mostly success, and every fault the worker must survive.
-var faultMix = []deliverytest.Weighted{
-	{Fault: deliverytest.Success, Weight: 60},
-	{Fault: deliverytest.Fail500, Weight: 5},
-	{Fault: deliverytest.Fail500Saved, Weight: 2},
-	{Fault: deliverytest.Fail429Seconds, Weight: 2},
-	{Fault: deliverytest.Fail429Millis, Weight: 2},
-	{Fault: deliverytest.Fail429Date, Weight: 2},
-	{Fault: deliverytest.TimeoutBeforeWork, Weight: 3},
-	{Fault: deliverytest.TimeoutAfterWork, Weight: 4},
-	{Fault: deliverytest.ResetBeforeWork, Weight: 3},
-	{Fault: deliverytest.ResetAfterWork, Weight: 4},
-	{Fault: deliverytest.HiddenFailure, Weight: 2},
-	{Fault: deliverytest.BatchPartial, Weight: 2},
-	{Fault: deliverytest.Fail400, Weight: 2},
+var faultMix = []delivertest.Weighted{
+	{Fault: delivertest.Success, Weight: 60},
+	{Fault: delivertest.Fail500, Weight: 5},
+	{Fault: delivertest.Fail500Saved, Weight: 2},
+	{Fault: delivertest.Fail429Seconds, Weight: 2},
+	{Fault: delivertest.Fail429Millis, Weight: 2},
+	{Fault: delivertest.Fail429Date, Weight: 2},
+	{Fault: delivertest.TimeoutBeforeWork, Weight: 3},
+	{Fault: delivertest.TimeoutAfterWork, Weight: 4},
+	{Fault: delivertest.ResetBeforeWork, Weight: 3},
+	{Fault: delivertest.ResetAfterWork, Weight: 4},
+	{Fault: delivertest.HiddenFailure, Weight: 2},
+	{Fault: delivertest.BatchPartial, Weight: 2},
+	{Fault: delivertest.Fail400, Weight: 2},
 }
 
 // claimRec is one claim of an effect, by a delivery worker (seen through

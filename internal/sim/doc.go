@@ -28,7 +28,7 @@
 // In one seed in four, one or two delivery workers (deliver.Worker.Step,
 // on the run's fake clock) call the effects' destinations, in the schedule
 // beside the engines and in parallel with them, and while draining. The
-// destinations are one fault-injecting server (deliverytest) that answers
+// destinations are one fault-injecting server (delivertest) that answers
 // from a seeded mix: success, 500 before or after execution began (a saved
 // 500 is replayed for the key), 429 with Retry-After in seconds,
 // milliseconds or as a date, a hang (the call takes the destination's

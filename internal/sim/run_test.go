@@ -12,7 +12,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/replay"
 	"github.com/hookledger/hookledger/internal/store"
@@ -78,7 +78,7 @@ type run struct {
 	watch   *orderWatch
 	engines []*flow.Engine
 	workers []*deliver.Worker
-	dest    *deliverytest.Server
+	dest    *delivertest.Server
 
 	published map[string]int // revisions published so far per entity
 	pool      []*delivery    // delivered by nobody yet
@@ -194,7 +194,7 @@ func newRun(ctx context.Context, seed uint64, st simStore, sl *slot) (*run, erro
 		r.faults.every = 0 // this backend cannot inject store faults
 	}
 	sl.api.set(r.truth)
-	sl.dest.Reset(deliverytest.Options{Seed: seed, Mix: faultMix, IdempotencyHeader: "Idempotency-Key", KeyHeader: "X-Episode-Key",
+	sl.dest.Reset(delivertest.Options{Seed: seed, Mix: faultMix, IdempotencyHeader: "Idempotency-Key", KeyHeader: "X-Episode-Key",
 		Window: destWindow, Now: r.clk.Now, Hang: r.hang})
 	// Every engine, zombie and replay goes through the order watch.
 	r.watch = newOrderWatch(st, r)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/config"
-	"github.com/hookledger/hookledger/internal/deliver/deliverytest"
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 	"github.com/hookledger/hookledger/internal/store/postgres"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
@@ -46,7 +46,7 @@ type slot struct {
 	api    *apiServer
 	apiURL string
 	hc     *http.Client // refetches
-	dest   *deliverytest.Server
+	dest   *delivertest.Server
 	dc     *http.Client // delivery calls
 	faults *faultSwitch // nil when the backend cannot inject faults
 	// cfg is parsed once per variant (with orders_open or without): it is
@@ -220,7 +220,7 @@ func runSeeds(t *testing.T, b backend, n int) {
 		srv := httptest.NewServer(sl.api)
 		t.Cleanup(srv.Close)
 		sl.apiURL = srv.URL
-		sl.dest = deliverytest.New(deliverytest.Options{})
+		sl.dest = delivertest.New(delivertest.Options{})
 		t.Cleanup(sl.dest.Close)
 		// Keep-alive connections to the loopback API and destination are
 		// reused across seeds instead of leaving thousands of sockets in

@@ -1,10 +1,10 @@
-// Generates signature test vectors for internal/verify with the senders' own
+// Generates signature test vectors for internal/signature with the senders' own
 // npm libraries, and checks the vectors our Go signers wrote (ours.json)
 // with the same libraries. See README.md for how to run it.
 //
 //   node gen.mjs [--check-only] [--out DIR] [--hookledger BIN]
 //
-// DIR defaults to ../../internal/verify/testdata. With --hookledger, the
+// DIR defaults to ../../internal/signature/testdata. With --hookledger, the
 // headers that the built binary's `hookledger sign` prints for each kind
 // are also checked with the library. The script exits non-zero when a
 // library disagrees with an expected outcome.
@@ -29,7 +29,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
 const checkOnly = args.includes('--check-only');
 const outIdx = args.indexOf('--out');
-const outDir = outIdx >= 0 ? args[outIdx + 1] : path.join(here, '../../internal/verify/testdata');
+const outDir = outIdx >= 0 ? args[outIdx + 1] : path.join(here, '../../internal/signature/testdata');
 const binIdx = args.indexOf('--hookledger');
 const hookledgerBin = binIdx >= 0 ? path.resolve(args[binIdx + 1]) : '';
 
