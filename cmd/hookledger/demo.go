@@ -12,12 +12,10 @@ import (
 	"github.com/hookledger/hookledger/internal/demo"
 )
 
-func init() {
-	register(&command{
-		name:    "demo",
-		summary: "play the recovery dossier live against a real server, then open the console",
-		run:     runDemo,
-	})
+var demoCommand = &command{
+	name:    "demo",
+	summary: "play the recovery dossier live against a real server, then open the console",
+	run:     runDemo,
 }
 
 func runDemo(ctx context.Context, env *Env, args []string) int {

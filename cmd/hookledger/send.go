@@ -23,12 +23,10 @@ import (
 	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
-func init() {
-	register(&command{
-		name:    "send",
-		summary: "sign an event as a source's sender would and post it (built-in samples per kind)",
-		run:     runSend,
-	})
+var sendCommand = &command{
+	name:    "send",
+	summary: "sign an event as a source's sender would and post it (built-in samples per kind)",
+	run:     runSend,
 }
 
 // samples are the built-in events, one directory per source kind.

@@ -16,12 +16,10 @@ import (
 	"github.com/hookledger/hookledger/internal/signals"
 )
 
-func init() {
-	register(&command{
-		name:    "status",
-		summary: "print the nine outcome signals; exit 1 when any is alert",
-		run:     runStatus,
-	})
+var statusCommand = &command{
+	name:    "status",
+	summary: "print the nine outcome signals; exit 1 when any is alert",
+	run:     runStatus,
 }
 
 const statusDescription = `Measures the nine outcome signals (docs/signals.md) and prints them with
