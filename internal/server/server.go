@@ -133,7 +133,11 @@ func (s *Server) ConsoleLoginLink() string {
 // the store (docs/architecture.md, "Background loops and shutdown"). It
 // returns nil after a clean stop.
 func (s *Server) Run(ctx context.Context) error {
-	st, err := storeopen.Open(ctx, s.cfg.Store)
+	drv, err := storeopen.For(s.cfg.Store)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	st, err := drv.Open(ctx, s.cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -170,7 +174,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// Every stage reports its rounds to one board: a stage that keeps
 	// failing with work waiting turns /readyz unready (docs/deploy.md).
 	board := health.NewBoard(health.Options{Logger: s.log, Clock: s.clk, StallAfter: s.opts.StallAfter})
-	writer := inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: flushers(s.cfg.Store), Health: board,
+	writer := inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: drv.Flushers, Health: board,
 		// A commit that outlasts every waiting request's commit_timeout
 		// only holds the writer: its callers have been answered 503.
 		CommitTimeout: s.cfg.Receive.CommitTimeout.D()})
@@ -399,14 +403,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("stopped")
 	return runErr
-}
-
-// flushers picks how many group commits may run at once for the store.
-func flushers(storeURL string) int {
-	if len(storeURL) >= 7 && storeURL[:7] == "sqlite:" {
-		return inbox.FlushersFor("sqlite")
-	}
-	return inbox.FlushersFor("postgres")
 }
 
 // readiness answers /readyz: ready when the store can commit now, which a
