@@ -29,7 +29,7 @@ type service interface {
 	Stop(ctx context.Context) error
 }
 
-// namedService names a service for tests and errors.
+// namedService is a service with the name tests watch it by.
 type namedService struct {
 	name string
 	service
