@@ -38,7 +38,7 @@ type senderVector struct {
 
 func loadVectors(t *testing.T, kind string) []senderVector {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "verify", "testdata", kind, "vectors.json"))
+	raw, err := os.ReadFile(filepath.Join("..", "signature", "testdata", kind, "vectors.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
