@@ -41,7 +41,7 @@ func fuzzExtract(f *testing.F, kind string, paths Paths, seeds ...string) {
 				t.Fatal("empty event id accepted")
 			}
 			// Twilio posts forms; every other kind's event is JSON.
-			if kind != KindTwilio && !json.Valid(ev.Body) {
+			if kind != senderkind.Twilio && !json.Valid(ev.Body) {
 				t.Fatalf("event body is not JSON: %q", ev.Body)
 			}
 			if !ev.OccurredAt.IsZero() && (ev.OccurredAt.Year() < 1970 || ev.OccurredAt.Year() > 9999) {
@@ -52,39 +52,39 @@ func fuzzExtract(f *testing.F, kind string, paths Paths, seeds ...string) {
 }
 
 func FuzzExtractStripe(f *testing.F) {
-	fuzzExtract(f, KindStripe, Paths{}, stripeEvent, `{"id":"evt_1","type":"x","created":"1767225600"}`, `{"id":1e400}`)
+	fuzzExtract(f, senderkind.Stripe, Paths{}, stripeEvent, `{"id":"evt_1","type":"x","created":"1767225600"}`, `{"id":1e400}`)
 }
 
 func FuzzExtractHubSpot(f *testing.F) {
-	fuzzExtract(f, KindHubSpot, Paths{}, hubspotBatch, `[]`, `[{"eventId":1,"subscriptionId":1,"portalId":1,"occurredAt":1,"subscriptionType":"a","propertyName":"p"}]`, `[[]]`)
+	fuzzExtract(f, senderkind.HubSpot, Paths{}, hubspotBatch, `[]`, `[{"eventId":1,"subscriptionId":1,"portalId":1,"occurredAt":1,"subscriptionType":"a","propertyName":"p"}]`, `[[]]`)
 }
 
 func FuzzExtractKlaviyo(f *testing.F) {
-	fuzzExtract(f, KindKlaviyo, Paths{}, klaviyoBatch, `{"data":[{"external_id":"e","topic":"t"}],"meta":{"klaviyo_webhook_id":"01KP4928STE8FKCWB6WDHZ4ZB7"}}`)
+	fuzzExtract(f, senderkind.Klaviyo, Paths{}, klaviyoBatch, `{"data":[{"external_id":"e","topic":"t"}],"meta":{"klaviyo_webhook_id":"01KP4928STE8FKCWB6WDHZ4ZB7"}}`)
 }
 
 func FuzzExtractStandardWebhooks(f *testing.F) {
-	fuzzExtract(f, KindStandardWebhooks, Paths{}, swEvent, `{}`, `{"timestamp":"2026-01-01 00:00:00"}`)
+	fuzzExtract(f, senderkind.StandardWebhooks, Paths{}, swEvent, `{}`, `{"timestamp":"2026-01-01 00:00:00"}`)
 }
 
 func FuzzExtractPipedrive(f *testing.F) {
-	fuzzExtract(f, KindPipedrive, Paths{}, pipedriveEvent, `{"v":1,"meta":{"id":1}}`, `{"meta":{"id":1,"entity":"deal","action":"create","timestamp":1767225600}}`)
+	fuzzExtract(f, senderkind.Pipedrive, Paths{}, pipedriveEvent, `{"v":1,"meta":{"id":1}}`, `{"meta":{"id":1,"entity":"deal","action":"create","timestamp":1767225600}}`)
 }
 
 func FuzzExtractHMAC(f *testing.F) {
-	fuzzExtract(f, KindHMAC, Paths{Entity: "items.0.id", Account: "$.tenant"}, genericEvent, `{"eventId":"a","items":[{"id":5}],"tenant":7}`)
+	fuzzExtract(f, senderkind.HMAC, Paths{Entity: "items.0.id", Account: "$.tenant"}, genericEvent, `{"eventId":"a","items":[{"id":5}],"tenant":7}`)
 }
 
 func FuzzExtractShopify(f *testing.F) {
-	fuzzExtract(f, KindShopify, Paths{}, `{"id":1,"admin_graphql_api_id":"gid://shopify/Order/1"}`, `{}`)
+	fuzzExtract(f, senderkind.Shopify, Paths{}, `{"id":1,"admin_graphql_api_id":"gid://shopify/Order/1"}`, `{}`)
 }
 
 func FuzzExtractSlack(f *testing.F) {
-	fuzzExtract(f, KindSlack, Paths{}, `{"event_id":"Ev1","team_id":"T1","event":{"type":"message"},"event_time":1767225600}`, `{"event_id":"Ev1","event":{}}`)
+	fuzzExtract(f, senderkind.Slack, Paths{}, `{"event_id":"Ev1","team_id":"T1","event":{"type":"message"},"event_time":1767225600}`, `{"event_id":"Ev1","event":{}}`)
 }
 
 func FuzzExtractTwilio(f *testing.F) {
-	fuzzExtract(f, KindTwilio, Paths{}, "AccountSid="+twAC+"&MessageSid="+twSM+"&SmsStatus=received", "AccountSid="+twAC+"&CallSid="+twCA+"&CallStatus=completed&SequenceNumber=2", `{"specversion":"1.0","id":"EZ1","type":"t","time":"2026-01-01T00:00:00Z"}`, "%zz", "MessageSid=&CallSid=", "AccountSid=AC1&MessageSid=SM1&SmsStatus=received")
+	fuzzExtract(f, senderkind.Twilio, Paths{}, "AccountSid="+twAC+"&MessageSid="+twSM+"&SmsStatus=received", "AccountSid="+twAC+"&CallSid="+twCA+"&CallStatus=completed&SequenceNumber=2", `{"specversion":"1.0","id":"EZ1","type":"t","time":"2026-01-01T00:00:00Z"}`, "%zz", "MessageSid=&CallSid=", "AccountSid=AC1&MessageSid=SM1&SmsStatus=received")
 }
 
 // FuzzTwilioForm holds every Twilio form the check accepts to what
@@ -101,7 +101,7 @@ func FuzzTwilioForm(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	k, _ := senderkind.Builtin().Lookup(KindTwilio)
+	k, _ := senderkind.Builtin().Lookup(senderkind.Twilio)
 	id := k.Identity
 	eventID := regexp.MustCompile(`\A[A-Z]{2}[0-9a-fA-F]{32}:[a-z_-]+(:[0-9]+)?\z`)
 	f.Fuzz(func(t *testing.T, body string) {
@@ -143,11 +143,11 @@ func FuzzTwilioForm(f *testing.F) {
 }
 
 func FuzzExtractPaddle(f *testing.F) {
-	fuzzExtract(f, KindPaddle, Paths{}, `{"event_id":"evt_1","event_type":"t","occurred_at":"2026-01-01T00:00:00.000000Z","data":{"id":"x"}}`)
+	fuzzExtract(f, senderkind.Paddle, Paths{}, `{"event_id":"evt_1","event_type":"t","occurred_at":"2026-01-01T00:00:00.000000Z","data":{"id":"x"}}`)
 }
 
 func FuzzExtractSquare(f *testing.F) {
-	fuzzExtract(f, KindSquare, Paths{}, `{"merchant_id":"M","type":"payment.updated","event_id":"e","created_at":"2026-01-01T00:00:00.000Z","data":{"id":"p"}}`)
+	fuzzExtract(f, senderkind.Square, Paths{}, `{"merchant_id":"M","type":"payment.updated","event_id":"e","created_at":"2026-01-01T00:00:00.000Z","data":{"id":"p"}}`)
 }
 
 func FuzzParsePath(f *testing.F) {

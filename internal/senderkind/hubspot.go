@@ -26,10 +26,10 @@ func hubspot() Kind {
 			Placeholder: "operator-load-placeholder",
 		},
 		Identity: Identity{
-			// The event id has no single path: see RuleHubSpot.
+			// The event id has no single path: see hubspotEventID.
 			Type: "subscriptionType", OccurredAt: "occurredAt", Entity: "objectId", Account: "portalId",
 			TypeRequired: true, Unit: time.Millisecond,
-			Rule:  RuleHubSpot,
+			Rules: Rules{EventID: hubspotEventID},
 			Batch: Batch{Array: true, Max: MaxHubSpotBatch},
 		},
 		Keep:      []string{"X-HubSpot-Request-Timestamp", "X-HubSpot-Signature-Version"},
@@ -47,3 +47,30 @@ func hubspot() Kind {
 
 // MaxHubSpotBatch is the most events HubSpot puts in one request.
 const MaxHubSpotBatch = 100
+
+// hubspotEventID builds HubSpot's event identity. HubSpot's classic eventId
+// is not guaranteed unique, so it is combined with the fields that scope it:
+// the portal, the subscription, the occurrence time in milliseconds and the
+// object (plus the property for property changes). All of them are the same
+// on every retry of a delivery; attemptNumber, which changes per retry, is
+// never part of the identity (IP02).
+func hubspotEventID(ev Doc) (string, error) {
+	parts := make([]string, 0, 6)
+	for _, f := range []string{"portalId", "subscriptionId", "eventId", "occurredAt"} {
+		s, err := ev.Required(f)
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, s)
+	}
+	for _, f := range []string{"objectId", "propertyName"} {
+		s, err := ev.Str(f)
+		if err != nil {
+			return "", err
+		}
+		if s != "" || f == "objectId" {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, ":"), nil
+}

@@ -15,7 +15,7 @@ func klaviyo() Kind {
 			EventID: "external_id", Type: "topic", OccurredAt: "payload.data.attributes.datetime",
 			Entity: "payload.data.relationships.profile.data.id", Account: "$.meta.klaviyo_account_id",
 			TypeRequired: true, Unit: secondUnit,
-			Rule:  RuleKlaviyo,
+			Rules: Rules{Body: klaviyoWebhookID},
 			Batch: Batch{Key: "data"},
 		},
 		Keep:      []string{"Klaviyo-Timestamp", "Klaviyo-Webhook-Id"},
@@ -23,4 +23,18 @@ func klaviyo() Kind {
 		Vendor:    "klaviyo-system",
 		Sample:    "email-events",
 	}
+}
+
+// klaviyoWebhookID enforces Klaviyo's rule that meta.klaviyo_webhook_id
+// matches the Klaviyo-Webhook-Id header: a mismatch means the body was
+// produced for another webhook.
+func klaviyoWebhookID(body Doc) error {
+	h := body.Header("Klaviyo-Webhook-Id")
+	if h == "" {
+		return nil
+	}
+	if s, ok := body.Lookup("meta.klaviyo_webhook_id"); ok && s != h {
+		return malformed("meta.klaviyo_webhook_id", "does not match the Klaviyo-Webhook-Id header")
+	}
+	return nil
 }
