@@ -1,8 +1,12 @@
 package senderkind
 
 import (
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
+	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,8 +44,10 @@ func hubspot() Kind {
 			}
 			return nil
 		},
-		Vendor: "hubspot-app",
-		Sample: "deal-stage-changes",
+		Vendor:     "hubspot-app",
+		Sample:     "deal-stage-changes",
+		Fill:       hubspotSample,
+		SampleNote: "a batch, signed as the source's pinned version: v1, v2 or v3",
 	}
 }
 
@@ -73,4 +79,24 @@ func hubspotEventID(ev Doc) (string, error) {
 		}
 	}
 	return strings.Join(parts, ":"), nil
+}
+
+// hubspotSample gives each event of a HubSpot batch a fresh eventId and
+// occurredAt, and the source's portal. occurredAt is part of HubSpot's
+// event identity: a fixed --event-id keeps the sample's, so a resend is
+// the same event.
+func hubspotSample(s *SampleDoc) {
+	list, _ := s.Doc.([]any)
+	for i, e := range list {
+		if s.ID == "" {
+			n, _ := rand.Int(rand.Reader, big.NewInt(1<<40))
+			setPath(e, "eventId", json.Number(n.String()))
+			setPath(e, "occurredAt", json.Number(strconv.FormatInt(s.Now.UnixMilli()+int64(i), 10)))
+		} else {
+			setPath(e, "eventId", s.Nth(i, ""))
+		}
+		if s.Account != "" {
+			setPath(e, "portalId", s.AccountValue())
+		}
+	}
 }

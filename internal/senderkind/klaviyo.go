@@ -22,6 +22,7 @@ func klaviyo() Kind {
 		Tolerance: signature.DefaultTolerance(signature.KindKlaviyo),
 		Vendor:    "klaviyo-system",
 		Sample:    "email-events",
+		Fill:      klaviyoSample,
 	}
 }
 
@@ -37,4 +38,21 @@ func klaviyoWebhookID(body Doc) error {
 		return malformed("meta.klaviyo_webhook_id", "does not match the Klaviyo-Webhook-Id header")
 	}
 	return nil
+}
+
+// klaviyoSample gives each event of a Klaviyo batch a fresh id and time,
+// and the body the source's account.
+func klaviyoSample(s *SampleDoc) {
+	list, _ := s.Get("data").([]any)
+	for i, e := range list {
+		eid := s.Nth(i, "")
+		setPath(e, "external_id", eid)
+		setPath(e, "payload.data.id", eid)
+		setPath(e, "payload.data.attributes.timestamp", s.Seconds())
+		setPath(e, "payload.data.attributes.datetime", s.RFC3339())
+	}
+	s.Set("meta.timestamp", s.RFC3339())
+	if s.Account != "" {
+		s.Set("meta.klaviyo_account_id", s.Account)
+	}
 }

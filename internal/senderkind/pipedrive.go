@@ -27,6 +27,7 @@ func pipedrive() Kind {
 		// configured one.
 		Vendor: "pipedrive",
 		Sample: "deal.change",
+		Fill:   pipedriveSample,
 	}
 }
 
@@ -55,4 +56,14 @@ func pipedriveVersion(body Doc) error {
 		return malformed("meta.version", "is "+strconv.Quote(s)+"; only Pipedrive webhooks v2 payloads are supported")
 	}
 	return nil
+}
+
+// pipedriveSample gives a webhooks v2 sample a fresh meta.id and time, and
+// the source's company.
+func pipedriveSample(s *SampleDoc) {
+	s.Set("meta.id", s.Nth(0, "uuid"))
+	s.Set("meta.timestamp", s.Now.UTC().Format("2006-01-02T15:04:05.000Z"))
+	if s.Account != "" {
+		s.Set("meta.company_id", s.AccountValue())
+	}
 }

@@ -43,8 +43,16 @@ type Kind struct {
 	Contract *vendors.Contract
 	// Sign says what `hookledger sign` can produce for the kind.
 	Sign Sign
-	// Sample is the built-in sample `hookledger send` uses by default.
+	// Sample is the built-in sample `hookledger send` uses by default, a
+	// file under samples/<kind>/ (SampleNames lists them); empty when the
+	// kind has none.
 	Sample string
+	// SampleNote is shown beside the kind's samples by `send
+	// --list-samples`.
+	SampleNote string
+	// Fill gives a sample fresh identities and times, and the source's
+	// account, where the kind carries them (FillSample).
+	Fill func(*SampleDoc)
 	// Handshake, when set, recognises a verified request that is part of
 	// the sender's endpoint set-up rather than an event (Slack's
 	// url_verification): the receiver answers it with the Reply and stores

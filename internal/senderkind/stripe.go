@@ -24,5 +24,16 @@ func stripe() Kind {
 		},
 		Vendor: "stripe",
 		Sample: "invoice.paid",
+		Fill:   stripeSample,
+	}
+}
+
+// stripeSample gives a Stripe sample a fresh event id and creation time,
+// and the source's Connect account.
+func stripeSample(s *SampleDoc) {
+	s.Set("id", s.Nth(0, "evt_"))
+	s.Set("created", s.Seconds())
+	if s.Account != "" {
+		s.Set("account", s.Account)
 	}
 }
