@@ -102,6 +102,10 @@ type Identity struct {
 	TypeRequired bool
 	// Unit is the unit of a numeric occurrence time.
 	Unit time.Duration
+	// CoarseTime says OccurredAt counts whole seconds, so events of one
+	// second have no order of their own: a flow that orders by it is
+	// warned (OR01).
+	CoarseTime bool
 	// EventIDHeaders are request headers, tried in order, that name the
 	// event when EventID is empty; the first one present is used.
 	EventIDHeaders []string

@@ -12,7 +12,7 @@ func stripe() Kind {
 		Scheme: Scheme{Name: signature.KindStripe, Placeholder: "operator-load-placeholder"},
 		Identity: Identity{
 			EventID: "id", Type: "type", OccurredAt: "created", Entity: "data.object.id", Account: "account",
-			TypeRequired: true, Unit: secondUnit,
+			TypeRequired: true, Unit: secondUnit, CoarseTime: true,
 		},
 		Keep:      []string{"Stripe-Account"},
 		Tolerance: signature.DefaultTolerance(signature.KindStripe),
