@@ -294,7 +294,7 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 	// The kind's rules read the event through one doc, made only for a
 	// kind that has rules.
 	var doc senderkind.Doc
-	if r := d.Rules; r.EventID != nil || r.Type != nil || r.Entity != nil {
+	if r := d.Rules; r.EventID != nil || r.Type != nil || r.Entity != nil || r.OccurredAt != nil {
 		doc = x.doc(elem)
 	}
 
@@ -349,19 +349,45 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 		return Event{}, merr
 	}
 
-	if p := pick(x.paths.OccurredAt, d.OccurredAt); p != "" {
-		if v, found := mustPath(p).lookup(x.root, elem, x.header); found {
-			if r, ok := v.(repeatedParam); ok {
-				return Event{}, repeatedError(prefix+p, r)
-			}
-			t, ok := parseTime(v, x.unit())
-			if !ok {
-				return Event{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.unit()) + ")"}
-			}
-			ev.OccurredAt = t
-		}
+	if ev.OccurredAt, merr = x.occurredAt(elem, prefix, doc); merr != nil {
+		return Event{}, merr
 	}
 	return ev, nil
+}
+
+// occurredAt reads the event's occurrence time: the source's path, else the
+// kind's rule, else the kind's path. Absent is the zero time.
+func (x extractor) occurredAt(elem any, prefix string, doc senderkind.Doc) (time.Time, *MalformedError) {
+	d := x.id
+	if x.paths.OccurredAt == "" && d.Rules.OccurredAt != nil {
+		t, err := d.Rules.OccurredAt(doc)
+		if err != nil {
+			return time.Time{}, asMalformed(err, prefix)
+		}
+		if t.IsZero() {
+			return t, nil
+		}
+		if t, ok := inRange(t); ok {
+			return t, nil
+		}
+		return time.Time{}, &MalformedError{Field: prefix + d.OccurredAt, Msg: "is not a time between 1970 and 9999"}
+	}
+	p := pick(x.paths.OccurredAt, d.OccurredAt)
+	if p == "" {
+		return time.Time{}, nil
+	}
+	v, found := mustPath(p).lookup(x.root, elem, x.header)
+	if !found {
+		return time.Time{}, nil
+	}
+	if r, ok := v.(repeatedParam); ok {
+		return time.Time{}, repeatedError(prefix+p, r)
+	}
+	t, ok := parseTime(v, x.unit())
+	if !ok {
+		return time.Time{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.unit()) + ")"}
+	}
+	return t, nil
 }
 
 // unit is the kind's unit of numeric times, seconds when it names none.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
 )
@@ -64,5 +65,50 @@ func TestRulesOfAKindEnvelopeDoesNotKnow(t *testing.T) {
 	evs, err = ExtractIdentity(id, Paths{EventID: "t", Entity: "a"}, h, []byte(body))
 	if err != nil || evs[0].EventID != "one" || evs[1].Entity != "7" {
 		t.Fatalf("fields over rules: %+v %v", evs, err)
+	}
+}
+
+// A kind's occurrence-time rule reads the time where the kind's unit
+// cannot; the zero time means none, a refusal names the field, a time
+// outside 1970 to 9999 is refused like any other, and a source's
+// fields.occurred_at still wins.
+func TestOccurredAtRule(t *testing.T) {
+	id := senderkind.Identity{
+		EventID: "id", OccurredAt: "at",
+		Rules: senderkind.Rules{OccurredAt: func(ev senderkind.Doc) (time.Time, error) {
+			s, err := ev.Str("at")
+			switch {
+			case err != nil || s == "":
+				return time.Time{}, err
+			case s == "bad":
+				return time.Time{}, &senderkind.MalformedError{Field: "at", Msg: "is bad"}
+			case s == "far":
+				return time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), nil
+			}
+			return time.Date(2026, 1, 1, 0, 0, 0, 5, time.FixedZone("x", 3600)), nil
+		}},
+	}
+	one := func(body string, p Paths) (Event, error) {
+		evs, err := ExtractIdentity(id, p, nil, []byte(body))
+		if err != nil {
+			return Event{}, err
+		}
+		return evs[0], nil
+	}
+	if ev, err := one(`{"id":"e","at":"x"}`, Paths{}); err != nil || !ev.OccurredAt.Equal(time.Date(2025, 12, 31, 23, 0, 0, 5, time.UTC)) || ev.OccurredAt.Location() != time.UTC {
+		t.Fatalf("the rule's time: %v %v", ev.OccurredAt, err)
+	}
+	if ev, err := one(`{"id":"e"}`, Paths{}); err != nil || !ev.OccurredAt.IsZero() {
+		t.Fatalf("no time: %v %v", ev.OccurredAt, err)
+	}
+	var m *MalformedError
+	if _, err := one(`{"id":"e","at":"bad"}`, Paths{}); !errors.As(err, &m) || m.Error() != "at: is bad" {
+		t.Fatalf("the rule's refusal: %v", err)
+	}
+	if _, err := one(`{"id":"e","at":"far"}`, Paths{}); !errors.As(err, &m) || m.Field != "at" {
+		t.Fatalf("year 10000: %v", err)
+	}
+	if ev, err := one(`{"id":"e","at":"bad","t2":"2026-02-03T04:05:06Z"}`, Paths{OccurredAt: "t2"}); err != nil || ev.OccurredAt.Month() != 2 {
+		t.Fatalf("fields.occurred_at over the rule: %v %v", ev.OccurredAt, err)
 	}
 }

@@ -1,6 +1,9 @@
 package senderkind
 
-import "net/url"
+import (
+	"net/url"
+	"time"
+)
 
 // Rules are a kind's identity rules that paths cannot express: HubSpot's
 // composite event id, Klaviyo's webhook-id check, Pipedrive's type and
@@ -27,6 +30,10 @@ type Rules struct {
 	EventID func(ev Doc) (string, error)
 	Type    func(ev Doc) (string, error)
 	Entity  func(ev Doc) (string, error)
+	// OccurredAt reads the event's occurrence time where the kind's unit
+	// cannot say how (a fractional unix time); the zero time means the
+	// event names none. A path in fields: takes precedence.
+	OccurredAt func(ev Doc) (time.Time, error)
 }
 
 // Doc is what a rule reads of a verified request: one event (a batch's
