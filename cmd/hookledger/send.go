@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/senderkind"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 func init() {
@@ -98,7 +99,7 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 	if body == nil {
 		return code
 	}
-	u, h, err := signRequest(kind, scheme, u, body, now, hdrID)
+	u, h, body, err := signForSend(kind, scheme, u, body, now, hdrID)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger send: %v\n", err)
 		return exitFail
@@ -135,6 +136,23 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// signForSend signs body as the source's sender would: inside the body
+// for a scheme that signs there (signature.BodySigner), else in headers
+// (signRequest). It returns the URL to post to, the signature headers and
+// the body to send.
+func signForSend(k senderkind.Kind, scheme signature.Scheme, u string, body []byte, now time.Time, id string) (string, http.Header, []byte, error) {
+	if bs, ok := scheme.(signature.BodySigner); ok {
+		req := &signature.Request{Method: http.MethodPost, URL: u, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
+		signed, err := bs.SignBody(req, now)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		return u, http.Header{}, signed, nil
+	}
+	u, h, err := signRequest(k, scheme, u, body, now, id)
+	return u, h, body, err
 }
 
 // sendBody is the body send posts: FILE, standard input, or the named

@@ -125,6 +125,14 @@ type Scheme interface {
 	Sign(req *Request, now time.Time, eventID string) (http.Header, error)
 }
 
+// BodySigner is a Scheme whose sender signs inside the body rather than in
+// headers (Mailgun's signature object). SignBody returns req.Body with the
+// signature the sender would write for it at now, using the first secret;
+// such a scheme's Sign reports that it has no headers to give.
+type BodySigner interface {
+	SignBody(req *Request, now time.Time) ([]byte, error)
+}
+
 // Options configure one source's scheme.
 type Options struct {
 	// Kind is one of Kinds().
