@@ -20,34 +20,57 @@ func fuzzExtract(f *testing.F, kind string, paths Paths, seeds ...string) {
 		f.Add([]byte(s), "01KP4928STE8FKCWB6WDHZ4ZB7")
 	}
 	f.Fuzz(func(t *testing.T, body []byte, hdr string) {
-		h := http.Header{}
-		h.Set("webhook-id", hdr)
-		h.Set("Klaviyo-Webhook-Id", hdr)
-		h.Set("X-Shopify-Event-Id", hdr)
-		h.Set("X-Shopify-Topic", hdr)
-		evs, err := Extract(kind, paths, h, body)
-		if err != nil {
-			var me *MalformedError
-			if !errors.As(err, &me) {
-				t.Fatalf("non-malformed error for a body: %v", err)
-			}
-			return
+		checkExtract(t, kind, paths, body, hdr)
+	})
+}
+
+// checkExtract runs Extract on body, with hdr in the headers senders name
+// events in, and checks the invariants of fuzzExtract.
+func checkExtract(t *testing.T, kind string, paths Paths, body []byte, hdr string) {
+	h := http.Header{}
+	h.Set("webhook-id", hdr)
+	h.Set("Klaviyo-Webhook-Id", hdr)
+	h.Set("X-Shopify-Event-Id", hdr)
+	h.Set("X-Shopify-Topic", hdr)
+	evs, err := Extract(kind, paths, h, body)
+	if err != nil {
+		var me *MalformedError
+		if !errors.As(err, &me) {
+			t.Fatalf("non-malformed error for a body: %v", err)
 		}
-		if len(evs) == 0 {
-			t.Fatal("no events and no error")
+		return
+	}
+	if len(evs) == 0 {
+		t.Fatal("no events and no error")
+	}
+	for _, ev := range evs {
+		if ev.EventID == "" {
+			t.Fatal("empty event id accepted")
 		}
-		for _, ev := range evs {
-			if ev.EventID == "" {
-				t.Fatal("empty event id accepted")
-			}
-			// Twilio posts forms; every other kind's event is JSON.
-			if kind != senderkind.Twilio && !json.Valid(ev.Body) {
-				t.Fatalf("event body is not JSON: %q", ev.Body)
-			}
-			if !ev.OccurredAt.IsZero() && (ev.OccurredAt.Year() < 1970 || ev.OccurredAt.Year() > 9999) {
-				t.Fatalf("occurredAt out of range: %s", ev.OccurredAt)
+		// Twilio posts forms; every other kind's event is JSON.
+		if kind != senderkind.Twilio && !json.Valid(ev.Body) {
+			t.Fatalf("event body is not JSON: %q", ev.Body)
+		}
+		if !ev.OccurredAt.IsZero() && (ev.OccurredAt.Year() < 1970 || ev.OccurredAt.Year() > 9999) {
+			t.Fatalf("occurredAt out of range: %s", ev.OccurredAt)
+		}
+	}
+}
+
+// FuzzExtractEveryKind runs every kind of the registry, a new one
+// included, on bodies seeded from every kind's built-in samples.
+func FuzzExtractEveryKind(f *testing.F) {
+	kinds := senderkind.Builtin().Kinds()
+	for _, k := range kinds {
+		for _, name := range k.SampleNames() {
+			body, _ := k.SampleBody(name)
+			for i := range kinds {
+				f.Add(body, "01KP4928STE8FKCWB6WDHZ4ZB7", uint8(i))
 			}
 		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, hdr string, i uint8) {
+		checkExtract(t, kinds[int(i)%len(kinds)].Name, Paths{}, body, hdr)
 	})
 }
 
