@@ -69,6 +69,10 @@ sources:
     kind: square
     secrets: [square-signature-key]
     public_url: %s/hooks/square
+  - name: mailgun
+    kind: mailgun
+    secrets: [mailgun-signing-key]
+    account: acct-mg
   - name: unset
     kind: stripe
     secrets: [${S_UNSET}]
@@ -89,7 +93,7 @@ func TestSendEveryKind(t *testing.T) {
 		events int
 	}{
 		{"stripe", 1}, {"crm1", 2}, {"crm2", 2}, {"crm3", 2}, {"klaviyo", 2}, {"app", 1}, {"deals", 1}, {"shop", 1}, {"github", 1},
-		{"slack", 1}, {"paddle", 1}, {"square", 1},
+		{"slack", 1}, {"paddle", 1}, {"square", 1}, {"mailgun", 1},
 	} {
 		args := []string{"send", "--config", cfgPath, "--source", tc.source}
 		if tc.source != "crm2" && tc.source != "crm3" && tc.source != "square" {
@@ -156,7 +160,7 @@ func TestSendEveryKind(t *testing.T) {
 		}
 	}
 	code, out, _ = run(t, "", nil, "send", "--list-samples")
-	for _, kind := range []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac", "slack", "paddle", "square"} {
+	for _, kind := range []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac", "slack", "paddle", "square", "mailgun"} {
 		if !strings.Contains(out, kind+" ") {
 			t.Errorf("--list-samples lacks %s: %q", kind, out)
 		}

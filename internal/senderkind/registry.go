@@ -318,6 +318,7 @@ func Builtin() *Registry {
 		twilio(),
 		paddle(),
 		square(),
+		mailgun(),
 	)
 	if err != nil {
 		// The built-in kinds are constants; a test builds them, so this

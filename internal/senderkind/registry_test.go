@@ -22,7 +22,7 @@ func TestBuiltinNames(t *testing.T) {
 	}
 	// The whole list, which the config's message and envelope.Kinds
 	// follow; a new kind is appended here.
-	all := append(slices.Clone(want), "github", "shopify", "slack", "twilio", "paddle", "square")
+	all := append(slices.Clone(want), "github", "shopify", "slack", "twilio", "paddle", "square", "mailgun")
 	if got := r.Names(); !slices.Equal(got, all) {
 		t.Fatalf("names = %v, want %v", got, all)
 	}

@@ -18,7 +18,7 @@ func TestSamplesFillAsTheirKindReadsThem(t *testing.T) {
 	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	accounts := map[string]string{
 		senderkind.Stripe: "acct_1", senderkind.HubSpot: "4711", senderkind.Klaviyo: "Kx1",
-		senderkind.Pipedrive: "99", senderkind.Slack: "T0TEAM", senderkind.Square: "M1",
+		senderkind.Pipedrive: "99", senderkind.Slack: "T0TEAM", senderkind.Square: "M1", senderkind.Mailgun: "acct-mg",
 	}
 	kinds := 0
 	for _, k := range senderkind.Builtin().Kinds() {
@@ -66,7 +66,7 @@ func TestSamplesFillAsTheirKindReadsThem(t *testing.T) {
 			}
 		}
 	}
-	if kinds < 9 {
+	if kinds < 10 {
 		t.Fatalf("only %d kinds have samples", kinds)
 	}
 }

@@ -45,7 +45,7 @@ type schemeDef struct {
 // scheme is its own file, which declares its schemeDef, plus its line here.
 var schemes = []*schemeDef{
 	&stripeScheme, &hubspotScheme, &klaviyoScheme, &standardWebhooksScheme, &pipedriveScheme, &hmacSchemeDef,
-	&githubScheme, &shopifyScheme, &slackScheme, &twilioScheme, &paddleScheme, &squareScheme,
+	&githubScheme, &shopifyScheme, &slackScheme, &twilioScheme, &paddleScheme, &squareScheme, &mailgunScheme,
 }
 
 // lookupScheme returns the scheme with the given name.

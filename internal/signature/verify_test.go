@@ -264,7 +264,7 @@ func TestNewValidation(t *testing.T) {
 
 func TestKindsAndDefaults(t *testing.T) {
 	ks := Kinds()
-	if len(ks) != 12 {
+	if len(ks) != 13 {
 		t.Fatalf("Kinds() = %v", ks)
 	}
 	ks[0] = "mutated"
@@ -276,6 +276,8 @@ func TestKindsAndDefaults(t *testing.T) {
 		switch k {
 		case KindPipedrive, KindGitHub, KindShopify, KindTwilio, KindSquare:
 			want = 0
+		case KindMailgun:
+			want = MailgunDefaultTolerance
 		}
 		if got := DefaultTolerance(k); got != want {
 			t.Errorf("DefaultTolerance(%s) = %s, want %s", k, got, want)
