@@ -14,9 +14,6 @@ import (
 	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
-// MaxHubSpotBatch is the most events HubSpot puts in one request.
-const MaxHubSpotBatch = senderkind.MaxHubSpotBatch
-
 // Event is one event's identity, extracted from a verified body.
 type Event struct {
 	EventID    string    // the sender's stable event identity
