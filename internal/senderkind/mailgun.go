@@ -82,18 +82,25 @@ func mailgun() Kind {
 // mailgunCheck bounds a configured tolerance: not 0 (which would fall back
 // to the default), not above a day, and a warning below Mailgun's retry
 // schedule, whose retries are refused once their signature is older.
+//
+// Every Mailgun source is also warned about, at its kind: the signature
+// covers no event data, and whoever runs the source must know it (serve
+// and lint --config say so at every start, as for an open /metrics).
 func mailgunCheck(s Source) []Problem {
+	signsNoEvent := Problem{Field: "kind", Warning: true, Msg: "Mailgun signs a timestamp and a token, never the event: " +
+		"anyone who has read one delivered request can post any event under its signature until the tolerance passes " +
+		"(docs/signatures.md, mailgun: restrict the source at the proxy and keep stored bodies private)"}
 	switch {
 	case s.Tolerance == nil:
-		return nil
+		return []Problem{signsNoEvent}
 	case *s.Tolerance == 0:
 		return []Problem{{Field: "tolerance", Msg: "a tolerance of 0 would fall back to the default; remove it or use a positive value such as 8h30m"}}
 	case *s.Tolerance > mailgunMaxTolerance:
 		return []Problem{{Field: "tolerance", Msg: "a Mailgun tolerance above 24h keeps a captured signature object usable for that long, with any event: Mailgun signs none of it; use at most 24h"}}
 	case *s.Tolerance < mailgunRetrySpan:
-		return []Problem{{Field: "tolerance", Warning: true, Msg: fmt.Sprintf("Mailgun retries a failed delivery for %s, reportedly with the first attempt's signature: a tolerance of %s refuses the later retries, and a refused retry is an event lost", shortDuration(mailgunRetrySpan), shortDuration(*s.Tolerance))}}
+		return []Problem{signsNoEvent, {Field: "tolerance", Warning: true, Msg: fmt.Sprintf("Mailgun retries a failed delivery for %s, reportedly with the first attempt's signature: a tolerance of %s refuses the later retries, and a refused retry is an event lost", shortDuration(mailgunRetrySpan), shortDuration(*s.Tolerance))}}
 	}
-	return nil
+	return []Problem{signsNoEvent}
 }
 
 // shortDuration writes d without trailing zero units: 8h5m, 5m, 90s.
