@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -31,7 +32,7 @@ type SignalReader interface {
 func MeasureSignals(ctx context.Context, r SignalReader, p *SignalSnapshotParams) (*SignalSnapshot, error) {
 	reg := p.Signals
 	if reg == nil {
-		reg = BuiltinSignals()
+		reg = measuredBuiltins()
 	}
 	ran := map[SignalQuery][]SignalRow{}
 	read := func(q SignalQuery) ([]SignalRow, error) {
@@ -56,6 +57,12 @@ func MeasureSignals(ctx context.Context, r SignalReader, p *SignalSnapshotParams
 	}
 	return snap, nil
 }
+
+// measuredBuiltins is the built-in registry MeasureSignals measures when
+// given none, built once: a measurement reads its names and Measures only
+// and hands no entry out, so sharing it is safe, and a snapshot (every
+// round, every API call) does not pay for building the registry again.
+var measuredBuiltins = sync.OnceValue(BuiltinSignals)
 
 // The helpers a signal's Measure folds rows with, so that every signal
 // counts, breaks down and trims alike.
