@@ -303,6 +303,9 @@ func testSignalKeyConflicts(t *testing.T, o Opener) {
 		t.Fatalf("dead_lettered rows: %+v", dl)
 	}
 	want(t, "both in the window", f.snap(t2)[store.SignalKeyConflicts], 2, t1, bd{"kind": {"episode_key": 1, "version": 1}})
+	// The window's query also returns the loop guard's rows: each signal
+	// counts its own actions only.
+	want(t, "no loop blocks", f.snap(t2)[store.SignalLoopBlocks], 0, time.Time{}, nil)
 	// The window's lower edge is inclusive: at t1+1h the first still counts.
 	want(t, "window edge", f.snap(t1.Add(time.Hour))[store.SignalKeyConflicts], 2, t1,
 		bd{"kind": {"episode_key": 1, "version": 1}})
