@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// Which rows feed which signal is decided here, once: a driver's
+// The signals are assembled here, for both drivers: a driver's
 // SignalSnapshot opens its read snapshot and hands MeasureSignals a
 // SignalReader bound to it, which runs the driver's SQL for each
-// SignalQuery and returns the rows; the registry's Measure of each signal
-// folds them into its measure.
+// SignalQuery and returns the rows; which rows feed which signal is
+// decided once, by each registry entry's Measure (signalregistry.go).
 
 // SignalReader is a driver's read snapshot of the store, for
 // MeasureSignals: every call reads the same snapshot, so that the signals

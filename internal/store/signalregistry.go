@@ -95,7 +95,9 @@ type SignalKeyLink struct {
 	As []string
 }
 
-// SignalRead returns the rows of one of the driver's signal queries.
+// SignalRead returns the rows of one of the driver's signal queries. The
+// rows are shared by every signal that reads the query: read them, never
+// change them.
 type SignalRead func(q SignalQuery) ([]SignalRow, error)
 
 // SignalRow is one grouped row of a signal query: a breakdown key and a
@@ -230,7 +232,8 @@ func (r *SignalRegistry) Names() []string {
 	return out
 }
 
-// All returns the signals in order.
+// All returns the signals in order. Their lists are the registry's own:
+// read them, never change them.
 func (r *SignalRegistry) All() []SignalDef { return slices.Clone(r.defs) }
 
 // Lookup returns the named signal.
