@@ -23,10 +23,20 @@
 #            body the receiver accepts on every page that shows it, beside a
 #            2 KB body and the largest body the console pretty-prints
 #
+# and, when named in BENCH_ONLY (they load stores of a million events, so
+# they take long): bulkhead, signals, console and retention
+# (hookledger-bench --help says what each measures).
+#
 # Extra flags go to commit and receive (e.g. scripts/bench.sh --duration 2s);
-# pipeline runs with its defaults, e2e with BENCH_E2E_ARGS and publish with
-# BENCH_PUBLISH_ARGS (their flags differ), e.g. BENCH_E2E_ARGS="--duration 20s". BENCH_ONLY="e2e" (a
-# space-separated list) runs only the benchmarks named.
+# every other benchmark takes its own from BENCH_<NAME>_ARGS, their flags
+# differing: BENCH_E2E_ARGS="--duration 20s", BENCH_PUBLISH_ARGS,
+# BENCH_PIPELINE_ARGS, BENCH_SIGNALS_ARGS="--events 100000 --effects 100000"...
+# BENCH_ONLY="e2e" (a space-separated list) runs only the benchmarks named;
+# BENCH_ONLY=all runs every one.
+#
+# BENCH_TABLE=1 ends the run with the tables of BENCHMARKS.md ("Current
+# figures"): one per benchmark run, with the date, the commit and this
+# command, ready to replace the rows they regenerate.
 #
 # The throwaway PostgreSQL preloads pg_stat_statements when the server
 # package ships it, so that e2e can count statements per event.
@@ -95,39 +105,61 @@ free -h | awk '/^Mem:/ {print "memory: " $2}'
 df -h "${TMPDIR:-/tmp}" | awk 'NR==2 {print "disk: " $1 " " $2 " (" $5 " used), temp dir " $6}'
 go version
 
-only=" ${BENCH_ONLY:-commit receive pipeline e2e publish bigbody} "
+all="commit receive pipeline e2e publish bulkhead signals console bigbody retention"
+only="${BENCH_ONLY:-commit receive pipeline e2e publish bigbody}"
+[ "$only" = all ] && only=$all
+for name in $only; do
+	if [[ " $all " != *" $name "* ]]; then
+		echo "bench.sh: BENCH_ONLY: unknown benchmark \"$name\" (one of: $all, or all)" >&2
+		exit 2
+	fi
+done
+table=()
+[ "${BENCH_TABLE:-}" = 1 ] && table=(--table)
+log=$tmp/report.log
 status=0
-if [[ $only == *" commit "* ]]; then
+for name in $all; do
+	[[ " $only " == *" $name "* ]] || continue
+	args=()
+	case $name in
+	commit) args=(--postgres "$pgurl" "$@") ;;
+	receive) args=(--postgres "$pgurl" --hookledger "$bindir/hookledger" "$@") ;;
+	pipeline | signals | console | retention) args=(--postgres "$pgurl") ;;
+	e2e | publish) args=(--postgres "$pgurl" --hookledger "$bindir/hookledger") ;;
+	bigbody) args=(--hookledger "$bindir/hookledger") ;;
+	esac
+	own="BENCH_${name^^}_ARGS"
+	if [ "$name" != commit ] && [ "$name" != receive ] && [ -n "${!own:-}" ]; then
+		# shellcheck disable=SC2206 # BENCH_<NAME>_ARGS is a list of flags
+		args+=(${!own})
+	fi
 	echo
-	echo "== commit"
-	"$bindir/hookledger-bench" commit --postgres "$pgurl" "$@" || status=1
-fi
-if [[ $only == *" receive "* ]]; then
+	echo "== $name"
+	[ "$name" = e2e ] && echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+	"$bindir/hookledger-bench" "$name" "${args[@]}" "${table[@]}" | tee -a "$log" || status=1
+done
+
+if [ ${#table[@]} -gt 0 ]; then
 	echo
-	echo "== receive"
-	"$bindir/hookledger-bench" receive --postgres "$pgurl" --hookledger "$bindir/hookledger" "$@" || status=1
-fi
-if [[ $only == *" pipeline "* ]]; then
-	echo
-	echo "== pipeline"
-	"$bindir/hookledger-bench" pipeline --postgres "$pgurl" || status=1
-fi
-if [[ $only == *" e2e "* ]]; then
-	echo
-	echo "== e2e"
-	echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-	# shellcheck disable=SC2086 # BENCH_E2E_ARGS is a list of flags
-	"$bindir/hookledger-bench" e2e --postgres "$pgurl" --hookledger "$bindir/hookledger" ${BENCH_E2E_ARGS:-} || status=1
-fi
-if [[ $only == *" publish "* ]]; then
-	echo
-	echo "== publish"
-	# shellcheck disable=SC2086 # BENCH_PUBLISH_ARGS is a list of flags
-	"$bindir/hookledger-bench" publish --postgres "$pgurl" --hookledger "$bindir/hookledger" ${BENCH_PUBLISH_ARGS:-} || status=1
-fi
-if [[ $only == *" bigbody "* ]]; then
-	echo
-	echo "== bigbody"
-	"$bindir/hookledger-bench" bigbody --hookledger "$bindir/hookledger" || status=1
+	echo "== BENCHMARKS.md, \"Current figures\": the tables of this run"
+	for name in $all; do
+		[[ " $only " == *" $name "* ]] || continue
+		# The command that regenerates this table alone: this run's
+		# settings for this benchmark.
+		own="BENCH_${name^^}_ARGS"
+		cmd="BENCH_TABLE=1 BENCH_ONLY=$name"
+		[ -n "${!own:-}" ] && cmd+=" $own=\"${!own}\""
+		cmd+=" scripts/bench.sh"
+		if [ "$name" = commit ] || [ "$name" = receive ]; then
+			[ $# -gt 0 ] && cmd+=" $*"
+		fi
+		echo
+		echo "### $name"
+		echo
+		echo "Measured $(date -u +%Y-%m-%d) at \`${rev%% *}\`$([ "${BENCH_WORKTREE:-}" = 1 ] && echo " with working tree changes"): \`$cmd\`"
+		echo
+		awk -v mark="<!-- hookledger-bench table: $name -->" '$0 == mark {on = 1; next} /^<!-- end of table -->$/ {on = 0} on' "$log"
+		grep -qxF "<!-- hookledger-bench table: $name -->" "$log" || echo "(no table: the benchmark failed before its report)"
+	done
 fi
 exit $status

@@ -26,6 +26,7 @@ import (
 type bigbodyFlags struct {
 	hookledger, module, dir string
 	repeat                  int
+	table                   bool
 }
 
 func runBigbody(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -47,9 +48,11 @@ func runBigbody(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	if f.repeat < 1 {
 		fmt.Fprintln(stderr, "hookledger-bench bigbody: --repeat must be positive")
 		return exitUsage
@@ -209,7 +212,47 @@ func bigbodyBench(ctx context.Context, stdout, stderr io.Writer, f *bigbodyFlags
 		results = append(results, res)
 	}
 	printBigbody(stdout, f, results)
+	if f.table {
+		printHeadlines(stdout, "bigbody", bigbodyHeadlines(results))
+	}
 	return ok, nil
+}
+
+// bigbodyPages is how many of a case's steps are console pages; the
+// steps after them are the raw downloads.
+const bigbodyPages = 3
+
+// bigbodyHeadlines are each body's peak RSS once every page and download
+// was served, beside the first body's (the 2 KB baseline), with the
+// largest page against the console's page budget.
+func bigbodyHeadlines(results []*bigbodyResult) []headline {
+	var rows []headline
+	var base int64
+	for i, r := range results {
+		peak, largest, died := r.ingestKiB, 0, false
+		for j, s := range r.steps {
+			peak = max(peak, s.hwmKiB)
+			died = died || s.died != ""
+			if j < bigbodyPages {
+				largest = max(largest, s.bytes)
+			}
+		}
+		h := headline{
+			figure: fmt.Sprintf("%s: server peak RSS after every page", r.name),
+			value: fmt.Sprintf("%s MiB (%s after ingest); body %s bytes, largest page %s bytes",
+				mib(peak), mib(r.ingestKiB), num(float64(r.size)), num(float64(largest))),
+			goal: fmt.Sprintf("every page within %d MiB: %s", bigbodyPageMost>>20,
+				verdict(!died && largest <= bigbodyPageMost && len(r.steps) >= bigbodyPages)),
+		}
+		if i == 0 {
+			base = peak
+		} else if base > 0 {
+			h.baseline = fmt.Sprintf("%s: %s MiB", results[0].name, mib(base))
+			h.ratio = ratioOf(float64(peak), float64(base)) + "x the baseline"
+		}
+		rows = append(rows, h)
+	}
+	return rows
 }
 
 // startOKSink is a destination that answers every call 200.
@@ -330,7 +373,7 @@ func bigbodyCell(ctx context.Context, env *receiveEnv, f *bigbodyFlags, c bigbod
 				return nil, false, err
 			}
 		}
-		if i < 3 && step.bytes > bigbodyPageMost {
+		if i < bigbodyPages && step.bytes > bigbodyPageMost {
 			fmt.Fprintf(env.stderr, "%s: %s is %d bytes, over the console's page budget of %d\n", c.name, p.name, step.bytes, bigbodyPageMost)
 			ok = false
 		}

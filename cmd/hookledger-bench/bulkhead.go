@@ -44,6 +44,7 @@ func runBulkhead(ctx context.Context, stdout, stderr io.Writer, args []string) i
 	fs.DurationVar(&f.timeout, "timeout", 4*time.Second, "the hanging destination's timeout: each of its calls lasts this long")
 	fs.IntVar(&f.workers, "workers", config.DefaultWorkers, "delivery workers")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
@@ -84,7 +85,25 @@ func runBulkhead(ctx context.Context, stdout, stderr io.Writer, args []string) i
 		verdict = "NOT met"
 	}
 	fmt.Fprintf(stdout, "  ratio beside/alone: %.2f (target at most 1.5: %s)\n", ratio, verdict)
+	if *table {
+		printHeadlines(stdout, "bulkhead", bulkheadHeadlines(&f, alone, beside))
+	}
 	return exitOK
+}
+
+// bulkheadHeadlines are the healthy destination's run beside the hanging
+// one against its run alone.
+func bulkheadHeadlines(f *bulkheadFlags, alone, beside *bulkheadResult) []headline {
+	perSec := func(r *bulkheadResult) float64 { return float64(f.healthy) / r.took.Seconds() }
+	ratio := beside.took.Seconds() / alone.took.Seconds()
+	return []headline{{
+		figure: fmt.Sprintf("%d effects to a healthy destination beside %d to one hanging %s", f.healthy, f.hanging, f.timeout),
+		value: fmt.Sprintf("%s effects/s, all done in %.2f s, p99 %s ms", num(perSec(beside)), beside.took.Seconds(),
+			ms(beside.p99)),
+		baseline: fmt.Sprintf("the same effects alone: %s effects/s, done in %.2f s", num(perSec(alone)), alone.took.Seconds()),
+		ratio:    fmt.Sprintf("%.2f of the time alone", ratio),
+		goal:     "at most 1.5: " + verdict(ratio <= 1.5),
+	}}
 }
 
 type bulkheadResult struct {

@@ -39,6 +39,7 @@ type commitFlags struct {
 	warmup   time.Duration
 	fsyncDur time.Duration
 	dir      string
+	table    bool
 }
 
 func runCommit(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -58,9 +59,11 @@ func runCommit(ctx context.Context, stdout, stderr io.Writer, args []string) int
 	fs.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured warm-up `time` per cell")
 	fs.DurationVar(&f.fsyncDur, "fsync-duration", 3*time.Second, "`time` of each raw fsync baseline")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding SQLite files and the fsync probe (default the system temp dir)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	var err error
 	if f.writers, err = parseCounts(*writers); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench commit: --writers: %v\n", err)
@@ -181,7 +184,52 @@ func commitBench(ctx context.Context, stdout, stderr io.Writer, f *commitFlags) 
 	if err != nil {
 		return false, err
 	}
-	return printCommit(stdout, f, before, after, results), nil
+	ok := printCommit(stdout, f, before, after, results)
+	if f.table {
+		printHeadlines(stdout, "commit", commitHeadlines(before, after, results))
+	}
+	return ok, nil
+}
+
+// commitHeadlines are the group-commit cells beside one row per
+// transaction at the same driver and writers, and beside raw fsync/s.
+func commitHeadlines(before, after fsyncResult, results []*commitResult) []headline {
+	fsyncBase := (before.rate() + after.rate()) / 2
+	single := map[string]float64{}
+	for _, r := range results {
+		if r.mode == modeSingle {
+			single[fmt.Sprintf("%s/%d", r.driver, r.writers)] = r.rate()
+		}
+	}
+	var rows []headline
+	allOK := true
+	for _, r := range results {
+		allOK = allOK && r.rowsOK()
+		if r.mode != modeGroup {
+			continue
+		}
+		h := headline{
+			figure: fmt.Sprintf("%s group commit, %s", driverName(r.driver), plural(r.writers, "writer")),
+			value:  fmt.Sprintf("%s commits/s, p99 %s ms", num(r.rate()), ms(r.lat.pct(0.99))),
+		}
+		var base, ratio []string
+		if s, ok := single[fmt.Sprintf("%s/%d", r.driver, r.writers)]; ok && s > 0 {
+			base = append(base, fmt.Sprintf("one row per transaction %s/s", num(s)))
+			ratio = append(ratio, fmt.Sprintf("%.1fx single", r.rate()/s))
+		}
+		if fsyncBase > 0 {
+			base = append(base, fmt.Sprintf("raw fsync %s/s", num(fsyncBase)))
+			ratio = append(ratio, fmt.Sprintf("%.2fx fsync", r.rate()/fsyncBase))
+		}
+		h.baseline, h.ratio = strings.Join(base, "; "), strings.Join(ratio, ", ")
+		rows = append(rows, h)
+	}
+	check := "rows = commits in every cell"
+	if !allOK {
+		check = "rows differ from commits in some cell"
+	}
+	return append(rows, headline{figure: "rows in the store after each cell", value: check,
+		goal: "every commit reported is one row: " + verdict(allOK)})
 }
 
 // commitCell runs one driver × mode × writers cell on a fresh database.

@@ -54,6 +54,7 @@ func runConsole(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.IntVar(&f.requests, "requests", 100, "requests per page and per baseline")
 	fs.DurationVar(&f.target, "target", consoleTarget, "p99 each console list page must stay under")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding the SQLite file (default the system temp dir)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
@@ -76,13 +77,18 @@ func runConsole(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		f.events, f.effects, f.entities, f.requests, f.target)
 	fmt.Fprintf(stdout, "%-9s %-28s %9s %9s %9s %9s  %s\n", "driver", "page (ms)", "p50", "p99", "api p50", "api p99", "")
 	ok := true
+	var rows []headline
 	for _, driver := range f.drivers {
-		cellOK, err := consoleCell(ctx, stdout, stderr, &f, dir, driver)
+		cellOK, cellRows, err := consoleCell(ctx, stdout, stderr, &f, dir, driver)
 		if err != nil {
 			fmt.Fprintf(stderr, "hookledger-bench console: %s: %v\n", driver, err)
 			return exitFail
 		}
 		ok = ok && cellOK
+		rows = append(rows, cellRows...)
+	}
+	if *table {
+		printHeadlines(stdout, "console", rows)
 	}
 	if !ok {
 		return exitFail
@@ -134,28 +140,31 @@ func consolePages(f *consoleFlags, now time.Time) []consolePage {
 	}
 }
 
-func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags, dir, driver string) (ok bool, err error) {
+// consoleCell loads the fixture into a fresh store of driver and measures
+// every page; it returns whether every list page kept the target, with the
+// table rows: the slowest list page and the page that is not a list.
+func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags, dir, driver string) (ok bool, rows []headline, err error) {
 	cs, err := newCellStore(ctx, driver, dir, f.postgres, "console")
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	defer func() { err = errors.Join(err, cs.Drop()) }()
 	st, err := storeopen.Open(ctx, cs.URL)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 	if _, err := st.Migrate(ctx); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	fmt.Fprintf(stderr, "%s: loading %d events and %d effects...\n", driver, f.events, f.effects)
 	start := time.Now()
 	if _, err := loadSignalsFixture(ctx, driver, cs.URL, &f.signalsFlags, now); err != nil {
-		return false, fmt.Errorf("load fixture: %w", err)
+		return false, nil, fmt.Errorf("load fixture: %w", err)
 	}
 	if err := loadConsoleAttempts(ctx, driver, cs.URL, f.effects/5, now); err != nil {
-		return false, fmt.Errorf("load attempts: %w", err)
+		return false, nil, fmt.Errorf("load attempts: %w", err)
 	}
 	fmt.Fprintf(stderr, "%s: loaded in %s\n", driver, time.Since(start).Round(time.Millisecond))
 
@@ -171,17 +180,17 @@ func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags,
 
 	jar, err := cookiejar.New(nil)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	client := &http.Client{Jar: jar, Timeout: time.Minute,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.PostForm(srv.URL+"/login", url.Values{"token": {token}, "next": {"/"}})
 	if err != nil {
-		return false, fmt.Errorf("log in: %w", err)
+		return false, nil, fmt.Errorf("log in: %w", err)
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusSeeOther {
-		return false, fmt.Errorf("log in: status %d", resp.StatusCode)
+		return false, nil, fmt.Errorf("log in: status %d", resp.StatusCode)
 	}
 
 	get := func(path string, bearer bool) (time.Duration, error) {
@@ -227,22 +236,42 @@ func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags,
 
 	health, err := measure("/healthz", false)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	fmt.Fprintf(stdout, "%-9s %-28s %9s %9s %9s %9s  %s\n", driver, "/healthz (floor)", ms(health.pct(0.5)), ms(health.pct(0.99)), "", "", "")
 	ok = true
+	var slowest, other headline
+	var slowestP99 time.Duration
 	for _, p := range consolePages(f, now) {
 		page, err := measure(p.page, false)
 		if err != nil {
-			return false, fmt.Errorf("%s: %w", p.name, err)
+			return false, nil, fmt.Errorf("%s: %w", p.name, err)
 		}
 		apiP50, apiP99 := "-", "-"
+		var apiLat latencies
 		if p.api != "" {
-			apiLat, err := measure(p.api, true)
+			apiLat, err = measure(p.api, true)
 			if err != nil {
-				return false, fmt.Errorf("%s (api): %w", p.name, err)
+				return false, nil, fmt.Errorf("%s (api): %w", p.name, err)
 			}
 			apiP50, apiP99 = ms(apiLat.pct(0.5)), ms(apiLat.pct(0.99))
+		}
+		h := headline{
+			figure:   fmt.Sprintf("%s: %s page", driverName(driver), p.name),
+			value:    fmt.Sprintf("p50 %s ms, p99 %s ms", ms(page.pct(0.5)), ms(page.pct(0.99))),
+			baseline: fmt.Sprintf("/healthz p99 %s ms", ms(health.pct(0.99))),
+		}
+		if len(apiLat) > 0 {
+			h.baseline = fmt.Sprintf("the same query as JSON p99 %s ms; %s", ms(apiLat.pct(0.99)), h.baseline)
+			h.ratio = fmt.Sprintf("%.2fx the JSON", float64(page.pct(0.99))/float64(apiLat.pct(0.99)))
+		}
+		if p.other {
+			h.goal = "none (not a list page)"
+			other = h
+		} else if page.pct(0.99) >= slowestP99 {
+			h.figure = fmt.Sprintf("%s: slowest list page of %d (%s)", driverName(driver), len(consolePages(f, now))-1, p.name)
+			h.goal = fmt.Sprintf("every list page p99 under %s: %s", f.target, verdict(page.pct(0.99) < f.target))
+			slowest, slowestP99 = h, page.pct(0.99)
 		}
 		verdict := "ok"
 		switch {
@@ -256,8 +285,13 @@ func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags,
 	}
 	if !ok {
 		fmt.Fprintf(stderr, "%s: a console list page's p99 is over %s\n", driver, f.target)
+		slowest.goal = fmt.Sprintf("every list page p99 under %s: %s", f.target, verdict(false))
 	}
-	return ok, nil
+	rows = append(rows, slowest)
+	if other.figure != "" {
+		rows = append(rows, other)
+	}
+	return ok, rows, nil
 }
 
 // loadConsoleAttempts adds n calls (one to each of the first n effects,

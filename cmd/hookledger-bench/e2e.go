@@ -47,6 +47,7 @@ type e2eFlags struct {
 	dir          string
 	cpuProfile   string
 	rounds       int
+	table        bool
 }
 
 func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -88,9 +89,11 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
 	fs.IntVar(&f.rounds, "rounds", 1, "`times` every target runs, in an order rotating by round; above 1, a summary gives each target's\nmedian and the median of the per-round ratios, so that one noisy cell does not decide a comparison")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --drain and --top-sql not negative")
 		return exitUsage
@@ -395,6 +398,9 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 	}
 	if f.rounds > 1 {
 		printE2ERounds(stdout, rounds)
+	}
+	if f.table {
+		printHeadlines(stdout, "e2e", e2eHeadlines(run, rounds))
 	}
 	return allOK, nil
 }

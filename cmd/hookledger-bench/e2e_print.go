@@ -316,3 +316,86 @@ func printTopStatements(w io.Writer, target string, c *pgCost) {
 		fmt.Fprintf(w, "  %11.2f  %12.1f  %s\n", c.perEvent(st.calls), perCall, oneLine(st.query, 100))
 	}
 }
+
+// e2eTargetNames say what each target runs, for the tables.
+var e2eTargetNames = map[string]string{
+	e2eSQLite: "one process on SQLite",
+	e2ePG1:    "one process on PostgreSQL",
+	e2ePG2:    "two processes on one PostgreSQL",
+}
+
+// e2eHeadlines are each target's effects done beside the send rate, the
+// comparisons between targets with their goals, and the exactly-once
+// account. Over several rounds every figure is the median of the rounds
+// (a ratio: the median of the rounds' ratios).
+func e2eHeadlines(run *e2eRunInfo, rounds [][]*e2eResult) []headline {
+	if len(rounds) == 0 {
+		return nil
+	}
+	of := ""
+	if len(rounds) > 1 {
+		of = fmt.Sprintf(" (median of %d rounds)", len(rounds))
+	}
+	base := fmt.Sprintf("send rate %s/s", num(run.rate))
+	if run.probeRate > 0 {
+		base += fmt.Sprintf(" (%.2f of the SQLite ingest probe, %s/s)", run.rate/run.probeRate, num(run.probeRate))
+	}
+	var rows []headline
+	acked, once := int64(0), 0
+	for i, first := range rounds[0] {
+		var sending, whole, p99 []float64
+		for _, rs := range rounds {
+			r := rs[i]
+			sending = append(sending, r.windowRate())
+			whole = append(whole, r.wholeRate())
+			p99 = append(p99, float64(r.lat.pct(0.99))/float64(time.Millisecond))
+			acked += r.acked
+			once += r.exactlyOne
+		}
+		s, _, _ := medianRange(sending)
+		w, _, _ := medianRange(whole)
+		p, _, _ := medianRange(p99)
+		rows = append(rows, headline{
+			figure:   fmt.Sprintf("%s: effects done%s", e2eTargetNames[first.target], of),
+			value:    fmt.Sprintf("%s/s while sending, %s/s over the whole run; webhook to call p99 %s ms", num(s), num(w), ms(time.Duration(p*float64(time.Millisecond)))),
+			baseline: base,
+			ratio:    ratioOf(s, run.rate) + " of the send rate while sending",
+		})
+	}
+	for _, q := range e2eRatios {
+		var sending, whole []float64
+		for _, rs := range rounds {
+			var a, b *e2eResult
+			for _, r := range rs {
+				switch r.target {
+				case q.num:
+					a = r
+				case q.den:
+					b = r
+				}
+			}
+			if a == nil || b == nil || b.windowRate() == 0 || b.wholeRate() == 0 {
+				continue
+			}
+			sending = append(sending, a.windowRate()/b.windowRate())
+			whole = append(whole, a.wholeRate()/b.wholeRate())
+		}
+		if len(sending) == 0 {
+			continue
+		}
+		s, _, _ := medianRange(sending)
+		w, _, _ := medianRange(whole)
+		rows = append(rows, headline{
+			figure:   fmt.Sprintf("%s over %s%s", e2eTargetNames[q.num], e2eTargetNames[q.den], of),
+			value:    fmt.Sprintf("%.2f over the whole run, %.2f while sending", w, s),
+			baseline: e2eTargetNames[q.den] + ", same run",
+			ratio:    fmt.Sprintf("%.2f", w),
+			goal:     fmt.Sprintf(">= %.1f: %s over the whole run, %s while sending", q.goal, verdict(w >= q.goal), verdict(s >= q.goal)),
+		})
+	}
+	return append(rows, headline{
+		figure: "acknowledged webhooks called exactly once",
+		value:  fmt.Sprintf("%s of %s", num(float64(once)), num(float64(acked))),
+		goal:   "all: " + verdict(int64(once) == acked),
+	})
+}

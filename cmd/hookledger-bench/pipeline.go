@@ -47,6 +47,7 @@ type pipelineFlags struct {
 	timeout  time.Duration
 	dir      string
 	profiles string // directory of one CPU profile of processing per cell
+	table    bool
 
 	// pgStatements: the server loads pg_stat_statements, so PostgreSQL
 	// cells count the database's work while processing.
@@ -76,9 +77,11 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, args []string) i
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "upper bound on each cell's processing `time`")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding SQLite files (default the system temp dir)")
 	fs.StringVar(&f.profiles, "cpuprofile", "", "write a CPU profile of each cell's processing (this process: the engine and the store driver) into `dir`")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	f.shapes = splitList(*shapes)
 	for _, s := range f.shapes {
 		if s != shapeHot && s != shapeSpread {
@@ -201,7 +204,45 @@ func pipelineBench(ctx context.Context, stdout, stderr io.Writer, f *pipelineFla
 			results = append(results, res)
 		}
 	}
-	return printPipeline(stdout, f, results), nil
+	ok := printPipeline(stdout, f, results)
+	if f.table {
+		printHeadlines(stdout, "pipeline", pipelineHeadlines(results))
+	}
+	return ok, nil
+}
+
+// pipelineGoals are the product's goals for PostgreSQL, in events/s with
+// the default 64 workers, per shape (BENCHMARKS.md, "PostgreSQL at
+// scale"): SQLite, one process on one file, has none of its own.
+var pipelineGoals = map[string]float64{shapeHot: 800, shapeSpread: 1500}
+
+// pipelineHeadlines are each cell's events/s beside the InboxCommit rate
+// of the same events, and the correctness account.
+func pipelineHeadlines(results []*pipelineResult) []headline {
+	var rows []headline
+	allOK := true
+	for _, r := range results {
+		allOK = allOK && r.ok()
+		what := "one hot entity"
+		if r.shape == shapeSpread {
+			what = fmt.Sprintf("spread over %s entities", num(float64(r.entities)))
+		}
+		h := headline{
+			figure:   fmt.Sprintf("%s, %s", driverName(r.driver), what),
+			value:    fmt.Sprintf("%s events/s", num(r.rate())),
+			baseline: fmt.Sprintf("InboxCommit of the same events %s/s", num(r.commitRate())),
+			ratio:    ratioOf(r.rate(), r.commitRate()) + " of InboxCommit",
+		}
+		if g, ok := pipelineGoals[r.shape]; ok && r.driver == "postgres" {
+			h.goal = fmt.Sprintf(">= %s events/s: %s", num(g), verdict(r.rate() >= g))
+		}
+		rows = append(rows, h)
+	}
+	check := "every event settled, one effect each, every projection at its newest revision"
+	if !allOK {
+		check = "FAILED in some cell (see the report)"
+	}
+	return append(rows, headline{figure: "correctness", value: check, goal: verdict(allOK)})
 }
 
 // pipelineEvent returns event i of a cell: its entity and revision. Events

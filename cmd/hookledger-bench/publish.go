@@ -36,6 +36,7 @@ type publishFlags struct {
 	hookledger  string
 	module      string
 	dir         string
+	table       bool
 }
 
 func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -64,9 +65,11 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 {
 		fmt.Fprintln(stderr, "hookledger-bench publish: counts and --drain must be positive, --max-in-flight at most 1024, --duration not negative")
 		return exitUsage
@@ -228,7 +231,11 @@ func publishBench(ctx context.Context, stdout, stderr io.Writer, f *publishFlags
 		}
 		results = append(results, res)
 	}
-	return printPublish(stdout, f, results), nil
+	ok := printPublish(stdout, f, results)
+	if f.table {
+		printHeadlines(stdout, "publish", publishHeadlines(f, results))
+	}
+	return ok, nil
 }
 
 // config writes a hookledger.yaml: a stripe source for the baseline, the
@@ -491,4 +498,33 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 		fmt.Fprintln(w, "account: FAILED, see the account column")
 	}
 	return allOK
+}
+
+// publishHeadlines are, per store, the publish requests beside signed
+// webhooks into the inbound path of the same store kind, the fan-out
+// deliveries, and the account of every accepted message.
+func publishHeadlines(f *publishFlags, results []*publishResult) []headline {
+	var rows []headline
+	accepted, lost, drained := int64(0), 0, true
+	for _, r := range results {
+		name := driverName(r.target)
+		rows = append(rows, headline{
+			figure:   name + ": POST /api/v1/messages with an Idempotency-Key",
+			value:    fmt.Sprintf("%s requests/s, p99 %s ms", num(r.pub.rate()), ms(r.pub.lat.pct(0.99))),
+			baseline: fmt.Sprintf("signed webhooks into POST /hooks/stripe %s/s", num(r.baseline.rate())),
+			ratio:    ratioOf(r.pub.rate(), r.baseline.rate()) + " of inbound",
+		}, headline{
+			figure: fmt.Sprintf("%s: fan-out to %d endpoints (max_in_flight %d)", name, f.endpoints, f.maxInFlight),
+			value: fmt.Sprintf("%s deliveries/s, p99 %.1f s after the publish", num(rate(int64(r.deliveries), r.fanoutTook)),
+				r.deliveryLat.pct(0.99).Seconds()),
+		})
+		accepted += r.pub.ok
+		lost += r.missing + r.unreached
+		drained = drained && r.drained
+	}
+	return append(rows, headline{
+		figure: "accepted messages stored once and delivered to every endpoint",
+		value:  fmt.Sprintf("%s accepted, %d missing or not at every endpoint", num(float64(accepted)), lost),
+		goal:   "all: " + verdict(lost == 0 && drained),
+	})
 }

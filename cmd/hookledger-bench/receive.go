@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,6 +48,7 @@ type receiveFlags struct {
 	dir         string
 	goalRatio   float64
 	goalP99     time.Duration
+	table       bool
 }
 
 func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -77,9 +79,11 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
 	fs.Float64Var(&f.goalRatio, "goal-ratio", 0.8, "product target: sqlite throughput over noop at the smallest client count")
 	fs.DurationVar(&f.goalP99, "goal-p99", 25*time.Millisecond, "product target: sqlite p99 at the smallest client count")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	var err error
 	if f.clients, err = parseCounts(*clients); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench receive: --clients: %v\n", err)
@@ -186,7 +190,11 @@ func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags
 			results = append(results, res)
 		}
 	}
-	return printReceive(stdout, f, results), nil
+	ok := printReceive(stdout, f, results)
+	if f.table {
+		printHeadlines(stdout, "receive", receiveHeadlines(f, results))
+	}
+	return ok, nil
 }
 
 // settle flushes the page cache's dirty pages and waits d: the cell
@@ -560,4 +568,63 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 		fmt.Fprintln(w, "durability: FAILED, acknowledged events are missing from the store")
 	}
 	return allOK
+}
+
+// receiveHeadlines are the durable floor and each hookledger target beside
+// the no-op server (and the floor) at the same client count, with the
+// product's target for SQLite at the smallest count, and the durability
+// account of every hookledger cell.
+func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
+	noop, floor := map[int]float64{}, map[int]float64{}
+	for _, r := range results {
+		switch r.target {
+		case targetNoop:
+			noop[r.clients] = r.rate()
+		case targetFloor:
+			floor[r.clients] = r.rate()
+		}
+	}
+	names := map[string]string{targetFloor: "durable floor", targetSQLite: "SQLite", targetPostgres: "PostgreSQL"}
+	var rows []headline
+	acked, missing, accounted := 0, 0, 0
+	for _, r := range results {
+		if r.target == targetNoop {
+			continue
+		}
+		h := headline{
+			figure: fmt.Sprintf("%s, %d clients", names[r.target], r.clients),
+			value:  fmt.Sprintf("%s req/s, p99 %s ms", num(r.rate()), ms(r.lat.pct(0.99))),
+		}
+		var base, ratio []string
+		if b := noop[r.clients]; b > 0 {
+			base = append(base, fmt.Sprintf("no-op server %s req/s", num(b)))
+			ratio = append(ratio, ratioOf(r.rate(), b)+" of no-op")
+		}
+		if b := floor[r.clients]; b > 0 && r.target != targetFloor {
+			base = append(base, fmt.Sprintf("durable floor %s req/s", num(b)))
+			ratio = append(ratio, ratioOf(r.rate(), b)+" of floor")
+		}
+		h.baseline, h.ratio = strings.Join(base, "; "), strings.Join(ratio, ", ")
+		if r.target == targetSQLite && r.clients == f.clients[0] {
+			p99 := r.lat.pct(0.99)
+			h.goal = fmt.Sprintf("p99 <= %s: %s", f.goalP99, verdict(p99 <= f.goalP99))
+			if b := noop[r.clients]; b > 0 {
+				h.goal = fmt.Sprintf(">= %.2f of no-op: %s; %s", f.goalRatio, verdict(r.rate()/b >= f.goalRatio), h.goal)
+			}
+		}
+		rows = append(rows, h)
+		if r.storeAccounts {
+			accounted++
+			acked += r.acked
+			missing += r.missing
+		}
+	}
+	if accounted > 0 {
+		rows = append(rows, headline{
+			figure: "acknowledged events missing from the store",
+			value:  fmt.Sprintf("%s of %s acknowledged, over %d cells", num(float64(missing)), num(float64(acked)), accounted),
+			goal:   "none: " + verdict(missing == 0),
+		})
+	}
+	return rows
 }

@@ -31,6 +31,7 @@ type retentionFlags struct {
 	batch    int
 	pause    time.Duration
 	dir      string
+	table    bool
 }
 
 // The fixture's mix, by modulus of the event number: one event in
@@ -65,9 +66,11 @@ func runRetention(ctx context.Context, stdout, stderr io.Writer, args []string) 
 	fs.IntVar(&f.batch, "batch", config.DefaultRetentionBatch, "retention.batch_size")
 	fs.DurationVar(&f.pause, "pause", 10*time.Millisecond, "retention.pause between batches")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding the SQLite file (default the system temp dir)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	var err error
 	if f.drivers, err = chooseTargets(*drivers, []string{"sqlite"}, []string{"sqlite", "postgres"}, f.postgres); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench retention: --drivers: %v\n", err)
@@ -86,13 +89,22 @@ func runRetention(ctx context.Context, stdout, stderr io.Writer, args []string) 
 	fmt.Fprintf(stdout, "retention: %d events, %d entities, ingest %d/s, batch %d, pause %s\n\n", f.events, f.entities, f.rate, f.batch, f.pause)
 	fmt.Fprintf(stdout, "%-9s %-14s %9s %10s %10s %9s %9s %9s\n", "driver", "phase", "time s", "rows", "rows/s", "p50 ms", "p99 ms", "max ms")
 	ok := true
+	var rows []headline
 	for _, driver := range f.drivers {
-		cellOK, err := retentionCell(ctx, stdout, stderr, &f, dir, driver)
+		cellOK, cellRows, err := retentionCell(ctx, stdout, stderr, &f, dir, driver)
 		if err != nil {
 			fmt.Fprintf(stderr, "hookledger-bench retention: %s: %v\n", driver, err)
 			return exitFail
 		}
 		ok = ok && cellOK
+		rows = append(rows, cellRows...)
+	}
+	if f.table {
+		check := "exactly the rows the fixture planted past retention"
+		if !ok {
+			check = "other rows than the fixture planted (see above)"
+		}
+		printHeadlines(stdout, "retention", append(rows, headline{figure: "rows deleted", value: check, goal: verdict(ok)}))
 	}
 	if !ok {
 		return exitFail
@@ -100,25 +112,28 @@ func runRetention(ctx context.Context, stdout, stderr io.Writer, args []string) 
 	return exitOK
 }
 
-func retentionCell(ctx context.Context, stdout, stderr io.Writer, f *retentionFlags, dir, driver string) (ok bool, err error) {
+// retentionCell loads the fixture into a fresh store of driver, runs
+// ingest alone and beside one pruning pass, and returns whether the pass
+// deleted exactly what the fixture planted, with the table rows.
+func retentionCell(ctx context.Context, stdout, stderr io.Writer, f *retentionFlags, dir, driver string) (ok bool, rows []headline, err error) {
 	cs, err := newCellStore(ctx, driver, dir, f.postgres, "retention")
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	defer func() { err = errors.Join(err, cs.Drop()) }()
 	st, err := storeopen.Open(ctx, cs.URL)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 	if _, err := st.Migrate(ctx); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	fmt.Fprintf(stderr, "%s: loading %d events...\n", driver, f.events)
 	start := time.Now()
 	if err := loadRetentionFixture(ctx, driver, cs.URL, f, now); err != nil {
-		return false, fmt.Errorf("load fixture: %w", err)
+		return false, nil, fmt.Errorf("load fixture: %w", err)
 	}
 	fmt.Fprintf(stderr, "%s: loaded in %s\n", driver, time.Since(start).Round(time.Millisecond))
 
@@ -143,7 +158,7 @@ func retentionCell(ctx context.Context, stdout, stderr io.Writer, f *retentionFl
 	close(stop)
 	<-done
 	if baseErr != nil {
-		return false, fmt.Errorf("ingest alone: %w", baseErr)
+		return false, nil, fmt.Errorf("ingest alone: %w", baseErr)
 	}
 	printRetentionRow(stdout, driver, "ingest alone", f.baseline, 0, base)
 
@@ -160,32 +175,43 @@ func retentionCell(ctx context.Context, stdout, stderr io.Writer, f *retentionFl
 	close(stop)
 	<-done
 	if passErr != nil {
-		return false, fmt.Errorf("pruning pass: %w", passErr)
+		return false, nil, fmt.Errorf("pruning pass: %w", passErr)
 	}
 	if duringErr != nil {
-		return false, fmt.Errorf("ingest while pruning: %w", duringErr)
+		return false, nil, fmt.Errorf("ingest while pruning: %w", duringErr)
 	}
 	printRetentionRow(stdout, driver, "prune pass", pass.Duration, pass.Deleted(), nil)
 	printRetentionRow(stdout, driver, "ingest+prune", pass.Duration, 0, during)
 	fmt.Fprintf(stdout, "%-9s deleted: %d events, %d deliveries, %d work, %d audit, %d effects (tombstoned) in %d batches\n",
 		driver, pass.Events, pass.Deliveries, pass.Work, pass.Audit, pass.Effects, pass.Batches)
 
+	base, during = mergeLatencies([]latencies{base}), mergeLatencies([]latencies{during})
+	name := driverName(driver)
+	rows = []headline{{
+		figure: fmt.Sprintf("%s: one pruning pass, %s events of which half past retention", name, num(float64(f.events))),
+		value:  fmt.Sprintf("%.1f s, %s rows/s (batch %d)", pass.Duration.Seconds(), num(rate(pass.Deleted(), pass.Duration)), f.batch),
+	}, {
+		figure:   fmt.Sprintf("%s: ingest at %d/s beside the pass", name, f.rate),
+		value:    fmt.Sprintf("p99 %s ms", ms(during.pct(0.99))),
+		baseline: fmt.Sprintf("ingest alone p99 %s ms", ms(base.pct(0.99))),
+		ratio:    ratioOf(float64(during.pct(0.99)), float64(base.pct(0.99))) + "x the p99 alone",
+	}}
 	want := expectedPruned(f)
 	half := int64(f.events / 2)
 	if wantAudit := 2 * (half - half/modRetPending); pass.Audit != wantAudit {
 		fmt.Fprintf(stderr, "%s: pass deleted %d audit rows, the fixture planted %d past retention\n", driver, pass.Audit, wantAudit)
-		return false, nil
+		return false, rows, nil
 	}
 	if wantEffects := half / modRetEffect; pass.Effects != wantEffects {
 		fmt.Fprintf(stderr, "%s: pass pruned %d effects, the fixture planted %d done effects past retention\n", driver, pass.Effects, wantEffects)
-		return false, nil
+		return false, rows, nil
 	}
 	if pass.Events != want || pass.Deliveries != want || pass.Work != want {
 		fmt.Fprintf(stderr, "%s: pass deleted %d events, %d deliveries, %d work items; the fixture planted %d deletable events\n",
 			driver, pass.Events, pass.Deliveries, pass.Work, want)
-		return false, nil
+		return false, rows, nil
 	}
-	return true, nil
+	return true, rows, nil
 }
 
 // expectedPruned counts the fixture's events past retention that nothing

@@ -26,6 +26,7 @@ type signalsFlags struct {
 	entities int
 	runs     int
 	dir      string
+	table    bool
 }
 
 func runSignals(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -47,9 +48,11 @@ func runSignals(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.IntVar(&f.entities, "entities", 200_000, "entities the events are spread over")
 	fs.IntVar(&f.runs, "runs", 50, "signal computations measured")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir holding the SQLite file (default the system temp dir)")
+	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
+	f.table = *table
 	var err error
 	if f.drivers, err = chooseTargets(*drivers, []string{"sqlite"}, []string{"sqlite", "postgres"}, f.postgres); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench signals: --drivers: %v\n", err)
@@ -68,13 +71,22 @@ func runSignals(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fmt.Fprintf(stdout, "signals: %d events, %d effects, %d entities, %d runs\n\n", f.events, f.effects, f.entities, f.runs)
 	fmt.Fprintf(stdout, "%-9s %-10s %10s %10s %10s %12s\n", "driver", "method", "p50 ms", "p99 ms", "max ms", "alloc/run")
 	ok := true
+	var rows []headline
 	for _, driver := range f.drivers {
-		cellOK, err := signalsCell(ctx, stdout, stderr, &f, dir, driver)
+		cellOK, row, err := signalsCell(ctx, stdout, stderr, &f, dir, driver)
 		if err != nil {
 			fmt.Fprintf(stderr, "hookledger-bench signals: %s: %v\n", driver, err)
 			return exitFail
 		}
 		ok = ok && cellOK
+		rows = append(rows, row)
+	}
+	if f.table {
+		check := "every signal equals what the fixture planted"
+		if !ok {
+			check = "a signal differs from the fixture (see above)"
+		}
+		printHeadlines(stdout, "signals", append(rows, headline{figure: "values", value: check, goal: verdict(ok)}))
 	}
 	if !ok {
 		return exitFail
@@ -129,18 +141,27 @@ func expectedFixture(f *signalsFlags, now time.Time) *signalsFixture {
 	return fx
 }
 
-func signalsCell(ctx context.Context, stdout, stderr io.Writer, f *signalsFlags, dir, driver string) (ok bool, err error) {
+// signalsGoal is how long one computation of every signal may take at
+// p99 on the fixture: "well under a second" (BENCHMARKS.md, "Outcome
+// signals"), since the monitor, the API and the console's overview each
+// compute them.
+const signalsGoal = time.Second
+
+// signalsCell loads the fixture into a fresh store of driver, measures
+// the snapshot and the scan, and returns whether every signal matched the
+// fixture, with the table row of the measurement.
+func signalsCell(ctx context.Context, stdout, stderr io.Writer, f *signalsFlags, dir, driver string) (ok bool, row headline, err error) {
 	cs, err := newCellStore(ctx, driver, dir, f.postgres, "signals")
 	if err != nil {
-		return false, err
+		return false, row, err
 	}
 	defer func() { err = errors.Join(err, cs.Drop()) }()
 	st, err := storeopen.Open(ctx, cs.URL)
 	if err != nil {
-		return false, err
+		return false, row, err
 	}
 	if _, err := st.Migrate(ctx); err != nil {
-		return false, errors.Join(err, st.Close())
+		return false, row, errors.Join(err, st.Close())
 	}
 	defer func() {
 		if st != nil {
@@ -152,7 +173,7 @@ func signalsCell(ctx context.Context, stdout, stderr io.Writer, f *signalsFlags,
 	start := time.Now()
 	baseline, err := loadSignalsFixture(ctx, driver, cs.URL, f, now)
 	if err != nil {
-		return false, fmt.Errorf("load fixture: %w", err)
+		return false, row, fmt.Errorf("load fixture: %w", err)
 	}
 	fmt.Fprintf(stderr, "%s: loaded in %s\n", driver, time.Since(start).Round(time.Millisecond))
 	fx := expectedFixture(f, now)
@@ -167,7 +188,7 @@ func signalsCell(ctx context.Context, stdout, stderr io.Writer, f *signalsFlags,
 		t := time.Now()
 		snap, err = st.SignalSnapshot(ctx, p)
 		if err != nil {
-			return false, fmt.Errorf("signal snapshot: %w", err)
+			return false, row, fmt.Errorf("signal snapshot: %w", err)
 		}
 		lat = append(lat, time.Since(t))
 	}
@@ -180,13 +201,21 @@ func signalsCell(ctx context.Context, stdout, stderr io.Writer, f *signalsFlags,
 	for i := 0; i < baseRuns; i++ {
 		t := time.Now()
 		if err := baseline(ctx, now); err != nil {
-			return false, fmt.Errorf("baseline: %w", err)
+			return false, row, fmt.Errorf("baseline: %w", err)
 		}
 		base = append(base, time.Since(t))
 	}
 	printSignalsRow(stdout, driver, "scan", base, 0)
-
-	return checkSignals(stderr, driver, snap, fx), nil
+	slices.Sort(lat)
+	slices.Sort(base)
+	row = headline{
+		figure:   fmt.Sprintf("%s: every signal in one snapshot, %s events, %s effects", driverName(driver), num(float64(f.events)), num(float64(f.effects))),
+		value:    fmt.Sprintf("p50 %s ms, p99 %s ms", ms(lat.pct(0.5)), ms(lat.pct(0.99))),
+		baseline: fmt.Sprintf("the same figures by scanning the tables: p50 %s ms", ms(base.pct(0.5))),
+		ratio:    fmt.Sprintf("%.4f of the scan", float64(lat.pct(0.5))/float64(base.pct(0.5))),
+		goal:     fmt.Sprintf("p99 under %s: %s", signalsGoal, verdict(lat.pct(0.99) < signalsGoal)),
+	}
+	return checkSignals(stderr, driver, snap, fx), row, nil
 }
 
 func printSignalsRow(w io.Writer, driver, method string, l latencies, alloc int64) {
