@@ -82,11 +82,14 @@ func collectEffects(rows pgx.Rows) ([]*store.Effect, error) {
 	})
 }
 
+// effectByIDSQL selects one effect.
+const effectByIDSQL = `SELECT ` + effectColumns + effectFrom + ` WHERE f.id = $1`
+
 func getEffect(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, id int64, lock string) (*store.Effect, error) {
 	f := &store.Effect{}
-	err := scanEffect(q.QueryRow(ctx, `SELECT `+effectColumns+effectFrom+` WHERE f.id = $1`+lock, id), f)
+	err := scanEffect(q.QueryRow(ctx, effectByIDSQL+lock, id), f)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

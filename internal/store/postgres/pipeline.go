@@ -299,7 +299,7 @@ func routeClaimed(ctx context.Context, t *pipeTx, now time.Time, byPK map[int64]
 		return err
 	}
 	for _, pk := range settle {
-		if err := store.SettleEvent(ctx, applyTx{t}, pk, 0, now, "router"); err != nil {
+		if err := store.SettleEvent(ctx, txn{t}, pk, 0, now, "router"); err != nil {
 			return err
 		}
 	}
@@ -517,90 +517,6 @@ func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingPar
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list pending work: %w", err)
-	}
-	return out, nil
-}
-
-// FlowApply settles one work item in one pipelined transaction by the
-// ledger's rules (store.RunFlowApply); any error rolls the whole of it
-// back.
-func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
-	if p.Lease == nil {
-		return nil, errors.New("flow apply: no lease")
-	}
-	var res *store.FlowApplyResult
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		var err error
-		res, err = store.RunFlowApply(ctx, applyTx{t}, p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
-	}
-	return res, nil
-}
-
-// FlowApplyGroup settles submissions in one pipelined transaction
-// (store.RunFlowApplyGroup): the statements of a group are shared, so a
-// group of entities costs the database a fraction of one transaction per
-// entity. When the group fails as a whole (one submission's error, or the
-// database's), each submission is settled alone, so that one cannot fail
-// another.
-func (s *Store) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
-	out := make([]store.FlowApplyOutcome, len(subs))
-	alone := func() []store.FlowApplyOutcome {
-		for i, ps := range subs {
-			out[i].Results, out[i].Err = s.FlowApplyBatch(ctx, ps)
-		}
-		return out
-	}
-	if len(subs) < 2 {
-		return alone()
-	}
-	for _, ps := range subs {
-		if len(ps) == 0 || ps[0].Lease == nil {
-			return alone() // FlowApplyBatch answers each precisely
-		}
-	}
-	var got []store.FlowApplyOutcome
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		var err error
-		got, err = store.RunFlowApplyGroup(ctx, applyTx{t}, subs)
-		return err
-	})
-	if err != nil {
-		s.groupsAlone.Add(1)
-		return alone()
-	}
-	for i, o := range got {
-		if o.Err != nil {
-			l := subs[i][0].Lease
-			o.Results, o.Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
-		}
-		out[i] = o
-	}
-	return out
-}
-
-// FlowApplyBatch settles several work items of one leased entity in one
-// transaction (store.RunFlowApplyBatch).
-func (s *Store) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
-	if len(ps) == 0 {
-		return nil, nil
-	}
-	for _, p := range ps {
-		if p.Lease == nil {
-			return nil, errors.New("flow apply: no lease")
-		}
-	}
-	var out []*store.FlowApplyResult
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		var err error
-		out, err = store.RunFlowApplyBatch(ctx, applyTx{t}, ps)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s: %w", ps[0].Lease.Flow, ps[0].Lease.Entity, err)
 	}
 	return out, nil
 }

@@ -31,16 +31,15 @@ const migrationLockKey int64 = 0x686f6f6b6c656467
 // uniqueViolation is SQLSTATE 23505.
 const uniqueViolation = "23505"
 
-// Store implements store.Store on PostgreSQL.
+// Store implements store.Store on PostgreSQL: the rules' operations
+// (store.Rules) over its statements, and its own reads and inbox.
 type Store struct {
+	*store.Rules
 	pool *pgxpool.Pool
 	// windowCap bounds the rows an event page with a time range selects
 	// by the range's index before it falls back to the pk walk
 	// (eventListSQL); tests lower it.
 	windowCap int
-	// groupsAlone counts the groups FlowApplyGroup had to settle
-	// submission by submission; tests read it.
-	groupsAlone atomic.Int64
 	// settlesAlone counts the settle groups EffectSettleGroup had to
 	// settle one by one; tests read it.
 	settlesAlone atomic.Int64
@@ -85,7 +84,9 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	return &Store{pool: pool, windowCap: defaultWindowCap}, nil
+	s := &Store{pool: pool, windowCap: defaultWindowCap}
+	s.Rules = store.NewRules(driver{s})
+	return s, nil
 }
 
 // Pool exposes the connection pool to tests and benchmarks of this driver.
@@ -178,10 +179,19 @@ func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if isUniqueViolation(err) {
-		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
+	return fmt.Errorf("%s: %w", op, classify(err))
+}
+
+// classify marks a unique violation as store.ErrConflict and a refused
+// value as store.ErrRefused, for the rules to tell apart.
+func classify(err error) error {
+	if err == nil {
+		return nil
 	}
-	return fmt.Errorf("%s: %w", op, refused(err))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	return refused(err)
 }
 
 // refused marks an error as store.ErrRefused when PostgreSQL refused the

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -139,7 +138,7 @@ func routeOne(ctx context.Context, tx *wtx, now time.Time, d *store.RouteDecisio
 	if _, err := enqueue(ctx, tx, now, ev, d.Routes, 0, "router"); err != nil {
 		return err
 	}
-	return store.SettleEvent(ctx, applyTx{tx}, ev.pk, 0, now, "router")
+	return store.SettleEvent(ctx, txn{tx}, ev.pk, 0, now, "router")
 }
 
 // eventRef is what audit rows and dispositions need of an event.
@@ -335,62 +334,6 @@ func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingPar
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list pending work: %w", err)
-	}
-	return out, nil
-}
-
-// FlowApply settles one work item in one transaction by the ledger's rules
-// (store.RunFlowApply); any error rolls the whole of it back.
-func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
-	if p.Lease == nil {
-		return nil, errors.New("flow apply: no lease")
-	}
-	var res *store.FlowApplyResult
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		var err error
-		res, err = store.RunFlowApply(ctx, applyTx{tx}, p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
-	}
-	return res, nil
-}
-
-// FlowApplyGroup settles each submission by FlowApplyBatch, all at once:
-// the one writer already runs concurrent write transactions back to back
-// in one database transaction (batch.go), each under its own savepoint,
-// so the group shares one commit without one submission's failure
-// touching another's.
-func (s *Store) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
-	out := make([]store.FlowApplyOutcome, len(subs))
-	var wg sync.WaitGroup
-	for i, ps := range subs {
-		wg.Go(func() { out[i].Results, out[i].Err = s.FlowApplyBatch(ctx, ps) })
-	}
-	wg.Wait()
-	return out
-}
-
-// FlowApplyBatch settles several work items of one leased entity in one
-// transaction (store.RunFlowApplyBatch).
-func (s *Store) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
-	if len(ps) == 0 {
-		return nil, nil
-	}
-	for _, p := range ps {
-		if p.Lease == nil {
-			return nil, errors.New("flow apply: no lease")
-		}
-	}
-	var out []*store.FlowApplyResult
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		var err error
-		out, err = store.RunFlowApplyBatch(ctx, applyTx{tx}, ps)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s: %w", ps[0].Lease.Flow, ps[0].Lease.Entity, err)
 	}
 	return out, nil
 }

@@ -27,8 +27,10 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Store implements store.Store on one SQLite file.
+// Store implements store.Store on one SQLite file: the rules' operations
+// (store.Rules) over its statements, and its own reads and inbox.
 type Store struct {
+	*store.Rules
 	path string
 	// writer has exactly one connection: SQLite allows one writer at a time,
 	// and serialising in the pool is cheaper than SQLITE_BUSY retries.
@@ -113,6 +115,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	s := &Store{path: path, writer: w, reader: r, batchDeadline: defaultBatchDeadline}
+	s.Rules = store.NewRules(driver{s})
 	s.startBatcher()
 	return s, nil
 }
@@ -234,10 +237,19 @@ func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if isUniqueViolation(err) {
-		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
+	return fmt.Errorf("%s: %w", op, classify(err))
+}
+
+// classify marks a unique violation as store.ErrConflict and a refused
+// value as store.ErrRefused, for the rules to tell apart.
+func classify(err error) error {
+	if err == nil {
+		return nil
 	}
-	return fmt.Errorf("%s: %w", op, refused(err))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	return refused(err)
 }
 
 // refused marks an error as store.ErrRefused when SQLite refused the
