@@ -59,6 +59,7 @@ type Driver interface {
 type Tx interface {
 	ApplyTx
 	OutcomesTx
+	CheckTx
 }
 
 // Rules is the part of a Store written once for every database: each

@@ -131,6 +131,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"InvariantCheckEpisodeKeyTombstone", testInvariantEpisodeKeyTombstone},
 		{"InvariantCheckDoneEvidence", testInvariantDoneEvidence},
 		{"InvariantCheckProjectionVersion", testInvariantProjectionVersion},
+		{"InvariantCheckProjectionNewer", testInvariantProjectionNewer},
 		{"InvariantCheckEffectEvent", testInvariantEffectEvent},
 		{"InvariantCheckEffectState", testInvariantEffectState},
 		{"InvariantCheckLimit", testInvariantCheckLimit},
