@@ -60,6 +60,7 @@ type Tx interface {
 	ApplyTx
 	OutcomesTx
 	CheckTx
+	RetentionTx
 }
 
 // Rules is the part of a Store written once for every database: each

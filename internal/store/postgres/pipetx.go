@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -53,6 +54,8 @@ type pipeTx struct {
 type queued struct {
 	label string
 	scan  func(pgx.Rows) error
+	// count, when set, receives the rows the statement changed.
+	count *int64
 }
 
 // beginPipe takes a connection and queues BEGIN and plan, the settings
@@ -110,6 +113,13 @@ const pipePlanSQL = `SELECT ` + pipePlanSettings
 func (t *pipeTx) exec(label, sql string, args ...any) {
 	t.batch.Queue(sql, args...)
 	t.queued = append(t.queued, queued{label: label})
+}
+
+// execCount is exec for a statement whose count of rows changed is
+// wanted: *n has it once the statement is sent.
+func (t *pipeTx) execCount(label, sql string, n *int64, args ...any) {
+	t.batch.Queue(sql, args...)
+	t.queued = append(t.queued, queued{label: label, count: n})
 }
 
 // later queues a statement whose rows scan reads when the queue is sent,
@@ -175,7 +185,10 @@ func (t *pipeTx) flush(ctx context.Context) error {
 	for _, q := range qs {
 		var err error
 		if q.scan == nil {
-			_, err = br.Exec()
+			var tag pgconn.CommandTag
+			if tag, err = br.Exec(); err == nil && q.count != nil {
+				*q.count = tag.RowsAffected()
+			}
 		} else {
 			var rows pgx.Rows
 			if rows, err = br.Query(); err == nil {
