@@ -58,6 +58,7 @@ type Driver interface {
 // that returns an error.
 type Tx interface {
 	ApplyTx
+	LedgerTx
 	OutcomesTx
 	CheckTx
 	RetentionTx

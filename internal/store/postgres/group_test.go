@@ -75,7 +75,7 @@ func TestApplyGroupOneTransaction(t *testing.T) {
 			t.Fatalf("settle %d: %v", i, err)
 		}
 	}
-	if got := h.settlesAlone.Load(); got != 0 {
+	if _, got := h.GroupsAlone(); got != 0 {
 		t.Fatalf("the settles went one by one (%d fallbacks), want one transaction", got)
 	}
 	var done int

@@ -40,9 +40,6 @@ type Store struct {
 	// by the range's index before it falls back to the pk walk
 	// (eventListSQL); tests lower it.
 	windowCap int
-	// settlesAlone counts the settle groups EffectSettleGroup had to
-	// settle one by one; tests read it.
-	settlesAlone atomic.Int64
 	// inboxCareful counts the inbox groups written the careful way, one
 	// savepoint per submission, after the fast path failed: tests assert
 	// that a valid group takes the fast path.

@@ -186,7 +186,7 @@ func TestListPlans(t *testing.T) {
 	ef("compensations", store.EffectListParams{Compensations: true, Destination: "crm"}, "effects_compensat", "effects_destination")
 	// A delivery claim reads one destination's due effects in order, and
 	// its range ends at the first effect not yet due.
-	q, args := effectClaimSQL(&store.EffectClaimParams{Destinations: []string{"crm"}, Limit: 10, MaxRedrives: 3}, t1.UnixMicro())
+	q, args := effectClaimSQL(&store.EffectLeaseParams{Destinations: []string{"crm"}, Limit: 10, MaxRedrives: 3}, t1.UnixMicro())
 	cases = append(cases, planCase{"delivery claim", q, args,
 		"effects_due_destination (destination=? AND next_attempt_at<?)", "TEMP B-TREE"})
 	for _, c := range cases {
