@@ -29,9 +29,11 @@ const (
 	// TxOperate is an operator's or a timer's write: rare, in a
 	// transaction of its own.
 	TxOperate
-	// TxMaintain is a maintenance batch run in the background (pruning),
-	// bounded so that the processing path waits for one batch at most.
-	TxMaintain
+	// TxWrite is any other write that may come often or in batches
+	// (publishing, a pruning batch): SQLite shares its commit as it does
+	// the processing path's; PostgreSQL runs it in a plain transaction,
+	// its statements planned for their arguments.
+	TxWrite
 	// TxSnapshot reads on one consistent snapshot and takes no lock a
 	// writer would wait for.
 	TxSnapshot
@@ -48,6 +50,10 @@ type Driver interface {
 	// is given: a driver that shares one transaction between callers
 	// gives each a context that another's cancellation does not end.
 	InTx(ctx context.Context, kind TxKind, fn func(ctx context.Context, tx Tx) error) error
+	// EventList is the driver's Store.EventList, which an operation
+	// reads its result back through when the caller is to see it as the
+	// list shows it.
+	EventList(ctx context.Context, p *EventListParams) (*EventListResult, error)
 }
 
 // Tx is the statements of one open transaction. What each must do is
@@ -62,6 +68,8 @@ type Tx interface {
 	OutcomesTx
 	CheckTx
 	RetentionTx
+	ResolveTx
+	PublishTx
 }
 
 // Rules is the part of a Store written once for every database: each

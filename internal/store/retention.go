@@ -258,7 +258,7 @@ type PrunedEvents struct {
 
 // RetentionPrune runs one batch of the pruning pass (see Retention): the
 // effects, the events and the audit rows each in a transaction of its
-// own (TxMaintain), each under the pruning lock. A batch that finds the
+// own (TxWrite), each under the pruning lock. A batch that finds the
 // lock taken reports Busy: another process is pruning, and two passes
 // would only contend for the same rows.
 func (r *Rules) RetentionPrune(ctx context.Context, p *RetentionPruneParams) (*RetentionPruneResult, error) {
@@ -283,7 +283,7 @@ func (r *Rules) RetentionPrune(ctx context.Context, p *RetentionPruneParams) (*R
 		{"prune events", func(ctx context.Context, tx Tx) error { return pruneEvents(ctx, tx, p, scan(p.AfterEventPK), res) }},
 		{"prune audit", func(ctx context.Context, tx Tx) error { return pruneAudit(ctx, tx, p, scan(p.AfterAuditID), res) }},
 	} {
-		err := r.db.InTx(ctx, TxMaintain, func(ctx context.Context, tx Tx) error {
+		err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
 			if ok, err := tx.PruneLock(ctx); err != nil || !ok {
 				res.Busy = !ok
 				return err

@@ -27,7 +27,7 @@ func (d driver) InTx(ctx context.Context, kind store.TxKind, fn func(ctx context
 	switch kind {
 	case store.TxProcess:
 		t, err = d.s.beginPipe(ctx, pipePlanSQL)
-	case store.TxOperate, store.TxMaintain:
+	case store.TxOperate, store.TxWrite:
 		if t, err = d.s.acquirePipe(ctx); err == nil {
 			t.begin("BEGIN")
 		}
@@ -44,4 +44,8 @@ func (d driver) InTx(ctx context.Context, kind store.TxKind, fn func(ctx context
 		return err
 	}
 	return d.s.runPipe(ctx, t, func(t *pipeTx) error { return fn(ctx, txn{t}) })
+}
+
+func (d driver) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
+	return d.s.EventList(ctx, p)
 }

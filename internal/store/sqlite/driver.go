@@ -21,7 +21,7 @@ var _ store.Driver = driver{}
 // WAL gives a snapshot of the last commit without taking the write lock.
 func (d driver) InTx(ctx context.Context, kind store.TxKind, fn func(ctx context.Context, tx store.Tx) error) error {
 	switch kind {
-	case store.TxProcess, store.TxMaintain:
+	case store.TxProcess, store.TxWrite:
 		return d.s.inTx(ctx, func(ctx context.Context, tx *wtx) error { return fn(ctx, txn{tx}) })
 	case store.TxOperate:
 		return d.s.writeTx(ctx, func(tx *wtx) error { return fn(ctx, txn{tx}) })
@@ -57,4 +57,8 @@ func (s *Store) readTx(ctx context.Context, fn func(tx *wtx) error) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // read only
 	return fn(&wtx{Tx: tx})
+}
+
+func (d driver) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
+	return d.s.EventList(ctx, p)
 }
