@@ -104,7 +104,7 @@ func (a txn) EffectCompensationInsert(ctx context.Context, p *store.EffectCompen
 			}
 			return rows.Scan(&id)
 		})
-	return id, classify(err)
+	return id, dbErrors.Classify(err)
 }
 
 func (a txn) VerifyCursorGet(ctx context.Context, destination string) (int64, error) {

@@ -266,9 +266,9 @@ func (s *Store) inPipePlanned(ctx context.Context, plan string, fn func(*pipeTx)
 func (s *Store) runPipe(ctx context.Context, t *pipeTx, fn func(*pipeTx) error) error {
 	if err := fn(t); err != nil {
 		t.rollback()
-		return refused(err)
+		return dbErrors.MarkRefused(err)
 	}
-	return refused(t.commit(ctx))
+	return dbErrors.MarkRefused(t.commit(ctx))
 }
 
 // rollbackTimeout bounds the ROLLBACK of a failed pipelined transaction.

@@ -172,42 +172,21 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == uniqueViolation
 }
 
-func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", op, classify(err))
-}
+// dbErrors marks PostgreSQL's errors for the rules, by SQLSTATE.
+var dbErrors = store.ErrorKinds{Unique: isUniqueViolation, Refused: isRefused}
 
-// classify marks a unique violation as store.ErrConflict and a refused
-// value as store.ErrRefused, for the rules to tell apart.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if isUniqueViolation(err) {
-		return fmt.Errorf("%w: %w", store.ErrConflict, err)
-	}
-	return refused(err)
-}
-
-// refused marks an error as store.ErrRefused when PostgreSQL refused the
-// values of the statement rather than failed itself: a data exception
-// (class 22: text it cannot hold, a number out of range), a row over one
-// of its limits (class 54) or a check or not-null constraint. Anything
-// else (a lost connection, a lock, a full disk) stays what it is, and the
-// stage retries it.
-func refused(err error) error {
+// isRefused reports that PostgreSQL refused the values of the statement
+// rather than failed itself: a data exception (class 22: text it cannot
+// hold, a number out of range), a row over one of its limits (class 54)
+// or a check or not-null constraint. Anything else (a lost connection, a
+// lock, a full disk) is not, and the stage retries it.
+func isRefused(err error) bool {
 	var pgErr *pgconn.PgError
-	if err == nil || errors.Is(err, store.ErrRefused) || !errors.As(err, &pgErr) {
-		return err
+	if !errors.As(err, &pgErr) {
+		return false
 	}
-	switch {
-	case strings.HasPrefix(pgErr.Code, "22"), strings.HasPrefix(pgErr.Code, "54"),
-		pgErr.Code == "23502", pgErr.Code == "23514": // not_null_violation, check_violation
-		return fmt.Errorf("%w: %w", store.ErrRefused, err)
-	}
-	return err
+	return strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "54") ||
+		pgErr.Code == "23502" || pgErr.Code == "23514" // not_null_violation, check_violation
 }
 
 // upsertEventSQL is upsertEventsSQL for one delivery: a new event that
@@ -244,7 +223,7 @@ func (s *Store) inboxSavepoints(ctx context.Context, p *store.InboxCommitParams)
 			if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT sub`); rerr != nil {
 				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
 			}
-			results[i].Err = refused(err)
+			results[i].Err = dbErrors.MarkRefused(err)
 		} else {
 			results[i].Items = items
 		}
@@ -297,12 +276,12 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 		var n int32
 		if err := br.QueryRow().Scan(&items[j].EventPK, &n); err != nil {
 			br.Close()
-			return nil, wrapErr("record event", err)
+			return nil, dbErrors.Wrap("record event", err)
 		}
 		items[j].Duplicate = n > 1
 	}
 	if err := br.Close(); err != nil {
-		return nil, wrapErr("record event", err)
+		return nil, dbErrors.Wrap("record event", err)
 	}
 	db := &pgx.Batch{}
 	for j, d := range sub.Deliveries {
@@ -316,18 +295,18 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 	for j := range sub.Deliveries {
 		if err := br.QueryRow().Scan(&items[j].DeliveryID); err != nil {
 			br.Close()
-			return nil, wrapErr("record delivery", err)
+			return nil, dbErrors.Wrap("record delivery", err)
 		}
 	}
 	for range audits {
 		var id int64
 		if err := br.QueryRow().Scan(&id); err != nil {
 			br.Close()
-			return nil, wrapErr("insert audit", err)
+			return nil, dbErrors.Wrap("insert audit", err)
 		}
 	}
 	if err := br.Close(); err != nil {
-		return nil, wrapErr("record delivery", err)
+		return nil, dbErrors.Wrap("record delivery", err)
 	}
 	return items, nil
 }
@@ -363,7 +342,7 @@ func submissionAudits(sub *store.Submission, items []store.DeliveryOutcome) []*s
 func (s *Store) AuditInsert(ctx context.Context, a *store.AuditInsertParams) (int64, error) {
 	var id int64
 	if err := s.pool.QueryRow(ctx, insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail).Scan(&id); err != nil {
-		return 0, wrapErr("insert audit", err)
+		return 0, dbErrors.Wrap("insert audit", err)
 	}
 	return id, nil
 }

@@ -84,11 +84,11 @@ func TestUniqueViolationByCode(t *testing.T) {
 	if err == nil {
 		t.Fatal("duplicate version inserted")
 	}
-	if !errors.Is(wrapErr("insert", err), store.ErrConflict) {
+	if !errors.Is(dbErrors.Wrap("insert", err), store.ErrConflict) {
 		t.Fatalf("unique violation not classified as conflict: %v", err)
 	}
 	_, err = s.pool.Exec(context.Background(), `INSERT INTO nosuchtable VALUES (1)`)
-	if err == nil || errors.Is(wrapErr("insert", err), store.ErrConflict) {
+	if err == nil || errors.Is(dbErrors.Wrap("insert", err), store.ErrConflict) {
 		t.Fatalf("other errors must not be conflicts: %v", err)
 	}
 }

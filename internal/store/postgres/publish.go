@@ -67,7 +67,7 @@ func (a txn) EndpointReserve(ctx context.Context, p *store.EndpointReserveParams
 			return nil
 		})
 	if err != nil || inserted {
-		return nil, classify(err)
+		return nil, dbErrors.Classify(err)
 	}
 	return a.lockEndpoint(ctx, p.ID)
 }
@@ -79,14 +79,14 @@ func (a txn) EndpointRead(ctx context.Context, id string) (*store.Endpoint, erro
 // EndpointWrite updates the row: EndpointReserve left one, the
 // placeholder or the row it locked.
 func (a txn) EndpointWrite(ctx context.Context, ep *store.Endpoint, spec []byte) error {
-	return classify(a.t.query(ctx, "write endpoint", `UPDATE endpoints SET origin = $2, spec = $3::jsonb, enabled = $4, disabled_reason = $5,
+	return dbErrors.Classify(a.t.query(ctx, "write endpoint", `UPDATE endpoints SET origin = $2, spec = $3::jsonb, enabled = $4, disabled_reason = $5,
 		disabled_at = $6, failing_since = $7, deleted = $8, created_at = $9, updated_at = $10 WHERE id = $1`,
 		[]any{ep.ID, ep.Origin, string(spec), ep.Enabled, ep.DisabledReason, nullTime(ep.DisabledAt), nullTime(ep.FailingSince),
 			ep.Deleted, ep.CreatedAt, ep.UpdatedAt}, nil))
 }
 
 func (a txn) EndpointWriteState(ctx context.Context, ep *store.Endpoint) error {
-	return classify(a.t.query(ctx, "write endpoint", `UPDATE endpoints SET enabled = $2, disabled_reason = $3, disabled_at = $4,
+	return dbErrors.Classify(a.t.query(ctx, "write endpoint", `UPDATE endpoints SET enabled = $2, disabled_reason = $3, disabled_at = $4,
 		failing_since = $5, deleted = $6, updated_at = $7 WHERE id = $1`,
 		[]any{ep.ID, ep.Enabled, ep.DisabledReason, nullTime(ep.DisabledAt), nullTime(ep.FailingSince), ep.Deleted, ep.UpdatedAt}, nil))
 }
@@ -132,7 +132,7 @@ func (a txn) IdempotencyKeyHold(ctx context.Context, p *store.MessagePublishPara
 		held = rows.Next()
 		return nil
 	})
-	return held, classify(err)
+	return held, dbErrors.Classify(err)
 }
 
 func (a txn) IdempotencyKeyGet(ctx context.Context, key string) (*store.MessagePublishResult, error) {
@@ -160,7 +160,7 @@ func (a txn) MessageInsert(ctx context.Context, p *store.MessagePublishParams) (
 			return rows.Scan(&pk)
 		})
 	if err != nil {
-		return 0, classify(err)
+		return 0, dbErrors.Classify(err)
 	}
 	headers := p.Headers
 	if headers == nil {
@@ -185,7 +185,7 @@ func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error)
 		out = append(out, r)
 		return err
 	})
-	return out, classify(err)
+	return out, dbErrors.Classify(err)
 }
 
 func (a txn) MessageEffectInsert(_ context.Context, e *store.MessageEffect) error {

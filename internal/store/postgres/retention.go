@@ -226,7 +226,7 @@ func (a txn) PruneEffects(ctx context.Context, ids []int64, now time.Time) (atte
 	a.deleted("prune attempts", pruneAttempts, &attempts, ids)
 	a.t.exec("write tombstones", pruneTombstones, ids, now)
 	a.deleted("prune effects", pruneEffects, &effects, ids)
-	return attempts, effects, classify(a.t.flush(ctx))
+	return attempts, effects, dbErrors.Classify(a.t.flush(ctx))
 }
 
 func (a txn) PruneEvents(ctx context.Context, pks []int64) (*store.PrunedEvents, error) {
@@ -236,7 +236,7 @@ func (a txn) PruneEvents(ctx context.Context, pks []int64) (*store.PrunedEvents,
 	a.deleted("prune loop visits", pruneLoopVisits, &n.LoopVisits, pks)
 	a.deleted("prune events", pruneEvents, &n.Events, pks)
 	if err := a.t.flush(ctx); err != nil {
-		return nil, classify(err)
+		return nil, dbErrors.Classify(err)
 	}
 	return n, nil
 }
@@ -244,7 +244,7 @@ func (a txn) PruneEvents(ctx context.Context, pks []int64) (*store.PrunedEvents,
 func (a txn) PruneAudit(ctx context.Context, ids []int64) (int64, error) {
 	var n int64
 	a.deleted("prune audit", pruneAudit, &n, ids)
-	return n, classify(a.t.flush(ctx))
+	return n, dbErrors.Classify(a.t.flush(ctx))
 }
 
 // EffectTombstoneGet reads the tombstone of an episode key.

@@ -39,7 +39,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *wtx) error) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
 	if err := fn(&wtx{Tx: tx, s: s}); err != nil {
-		return refused(err)
+		return dbErrors.MarkRefused(err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w: %w", store.ErrUnavailable, err)

@@ -96,7 +96,7 @@ func (a txn) EffectCompensationInsert(ctx context.Context, p *store.EffectCompen
 			'approved', ?2, source_event_pk, causation_id, hop, ?3, ?3, id
 		FROM effects WHERE id = ?4 RETURNING id`,
 		p.Suffix, string(p.Request), p.Now.UnixMicro(), p.Original).Scan(&id)
-	return id, classify(err)
+	return id, dbErrors.Classify(err)
 }
 
 func (a txn) VerifyCursorGet(ctx context.Context, destination string) (int64, error) {

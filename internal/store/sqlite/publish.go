@@ -74,7 +74,7 @@ func (a txn) EndpointWrite(ctx context.Context, ep *store.Endpoint, spec []byte)
 			created_at = excluded.created_at, updated_at = excluded.updated_at`,
 		ep.ID, ep.Origin, string(spec), boolInt(ep.Enabled), ep.DisabledReason, micros(ep.DisabledAt), micros(ep.FailingSince),
 		boolInt(ep.Deleted), ep.CreatedAt.UnixMicro(), ep.UpdatedAt.UnixMicro())
-	return classify(err)
+	return dbErrors.Classify(err)
 }
 
 func (a txn) EndpointWriteState(ctx context.Context, ep *store.Endpoint) error {
@@ -82,7 +82,7 @@ func (a txn) EndpointWriteState(ctx context.Context, ep *store.Endpoint) error {
 		failing_since = ?, deleted = ?, updated_at = ? WHERE id = ?`,
 		boolInt(ep.Enabled), ep.DisabledReason, micros(ep.DisabledAt), micros(ep.FailingSince), boolInt(ep.Deleted),
 		ep.UpdatedAt.UnixMicro(), ep.ID)
-	return classify(err)
+	return dbErrors.Classify(err)
 }
 
 // EndpointGet returns the endpoint, deleted or not, or nil.
@@ -128,7 +128,7 @@ func (a txn) IdempotencyKeyHold(ctx context.Context, p *store.MessagePublishPara
 		WHERE idempotency_keys.expires_at <= excluded.created_at`,
 		p.Key, p.Fingerprint, p.ID, p.Now.UnixMicro(), p.KeyExpiresAt.UnixMicro())
 	if err != nil {
-		return false, classify(err)
+		return false, dbErrors.Classify(err)
 	}
 	n, err := r.RowsAffected()
 	return n == 1, err
@@ -156,13 +156,13 @@ func (a txn) MessageInsert(ctx context.Context, p *store.MessagePublishParams) (
 		(source, event_id, type, entity, account, received_at, causation_id, hop, disposition, routed, deliveries)
 		VALUES (?, ?, ?, '', '', ?, ?, ?, 'applied', 1, 1) RETURNING pk`,
 		store.PublishSource, p.ID, p.Type, now, p.CausationID, p.Hop).Scan(&pk); err != nil {
-		return 0, wrapErr("event", err)
+		return 0, dbErrors.Wrap("event", err)
 	}
 	if _, err := a.tx.ExecContext(ctx, `INSERT INTO deliveries
 		(event_pk, request_id, batch_index, source, event_id, type, entity, account, received_at, causation_id, hop, headers, body)
 		VALUES (?, ?, 0, ?, ?, ?, '', '', ?, ?, ?, ?, ?)`,
 		pk, p.ID, store.PublishSource, p.ID, p.Type, now, p.CausationID, p.Hop, string(headers), nonNilBytes(p.Payload)); err != nil {
-		return 0, wrapErr("delivery", err)
+		return 0, dbErrors.Wrap("delivery", err)
 	}
 	return pk, nil
 }
@@ -187,7 +187,7 @@ func (a txn) MessageEffectInsert(ctx context.Context, e *store.MessageEffect) er
 		VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
 		e.EpisodeKey, e.Flow, e.Entity, e.Version, e.VersionSort, e.Effect, e.Destination, string(e.Request),
 		e.EventPK, e.CausationID, e.Hop, now, now)
-	return classify(err)
+	return dbErrors.Classify(err)
 }
 
 // IdempotencyPrune deletes up to limit keys expired at now.

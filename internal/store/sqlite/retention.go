@@ -138,10 +138,10 @@ func (txn) PruneEffectsHold(_ context.Context, p *store.PruneHoldParams) ([]int6
 func (a txn) deleted(ctx context.Context, what, q string, args ...any) (int64, error) {
 	r, err := a.tx.ExecContext(ctx, q, args...)
 	if err != nil {
-		return 0, wrapErr(what, err)
+		return 0, dbErrors.Wrap(what, err)
 	}
 	n, err := r.RowsAffected()
-	return n, wrapErr(what, err)
+	return n, dbErrors.Wrap(what, err)
 }
 
 func (a txn) PruneEffects(ctx context.Context, ids []int64, now time.Time) (attempts, effects int64, err error) {
@@ -153,7 +153,7 @@ func (a txn) PruneEffects(ctx context.Context, ids []int64, now time.Time) (atte
 		return 0, 0, err
 	}
 	if _, err := a.tx.ExecContext(ctx, pruneTombstones, list, now.UnixMicro()); err != nil {
-		return 0, 0, wrapErr("write tombstones", err)
+		return 0, 0, dbErrors.Wrap("write tombstones", err)
 	}
 	effects, err = a.deleted(ctx, "prune effects", pruneEffects, list)
 	return attempts, effects, err

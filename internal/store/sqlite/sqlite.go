@@ -158,7 +158,7 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 		return err
 	})
 	if err != nil {
-		return wrapErr("probe write", err)
+		return dbErrors.Wrap("probe write", err)
 	}
 	return nil
 }
@@ -232,42 +232,25 @@ func isUniqueViolation(err error) bool {
 	return false
 }
 
-// wrapErr maps driver errors onto the store's sentinel errors.
-func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", op, classify(err))
-}
+// dbErrors marks SQLite's errors for the rules, by extended result code.
+var dbErrors = store.ErrorKinds{Unique: isUniqueViolation, Refused: isRefused}
 
-// classify marks a unique violation as store.ErrConflict and a refused
-// value as store.ErrRefused, for the rules to tell apart.
-func classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if isUniqueViolation(err) {
-		return fmt.Errorf("%w: %w", store.ErrConflict, err)
-	}
-	return refused(err)
-}
-
-// refused marks an error as store.ErrRefused when SQLite refused the
-// values of the statement rather than failed itself: a string or blob over
-// its limit, a value of the wrong type, or a check, not-null or trigger
-// constraint. A busy or locked database, an I/O error or a full disk stay
-// what they are, and the stage retries them.
-func refused(err error) error {
+// isRefused reports that SQLite refused the values of the statement
+// rather than failed itself: a string or blob over its limit, a value of
+// the wrong type, or a check, not-null or trigger constraint. A busy or
+// locked database, an I/O error or a full disk are not, and the stage
+// retries them.
+func isRefused(err error) bool {
 	var se *sqlite.Error
-	if err == nil || errors.Is(err, store.ErrRefused) || !errors.As(err, &se) {
-		return err
+	if !errors.As(err, &se) {
+		return false
 	}
 	switch se.Code() {
 	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_CONSTRAINT_CHECK,
 		sqlite3.SQLITE_CONSTRAINT_NOTNULL, sqlite3.SQLITE_CONSTRAINT_TRIGGER, sqlite3.SQLITE_CONSTRAINT_DATATYPE:
-		return fmt.Errorf("%w: %w", store.ErrRefused, err)
+		return true
 	}
-	return err
+	return false
 }
 
 // InboxCommit writes every submission in one transaction. The common case
@@ -359,7 +342,7 @@ func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, sav
 			if _, rerr := bind(s.inbox.rollbackTo).ExecContext(ctx); rerr != nil {
 				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
 			}
-			results[i].Err = refused(err)
+			results[i].Err = dbErrors.MarkRefused(err)
 		default:
 			results[i].Items = items
 		}
@@ -388,19 +371,19 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 		}
 		var pk, n int64
 		if err := s.fault(sqlUpsertEvent); err != nil {
-			return nil, wrapErr("record event", err)
+			return nil, dbErrors.Wrap("record event", err)
 		}
 		if err := upsertEvent.QueryRowContext(ctx, d.Source, d.EventID, d.Type, d.Entity, d.Account,
 			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, disposition, routed).Scan(&pk, &n); err != nil {
-			return nil, wrapErr("record event", err)
+			return nil, dbErrors.Wrap("record event", err)
 		}
 		if err := s.fault(sqlInsertDelivery); err != nil {
-			return nil, wrapErr("record delivery", err)
+			return nil, dbErrors.Wrap("record delivery", err)
 		}
 		res, err := insertDelivery.ExecContext(ctx, pk, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
 			d.Entity, d.Account, micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, string(headers), nonNilBytes(d.Body))
 		if err != nil {
-			return nil, wrapErr("record delivery", err)
+			return nil, dbErrors.Wrap("record delivery", err)
 		}
 		id, err := res.LastInsertId()
 		if err != nil {
@@ -409,20 +392,20 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 		items[j] = store.DeliveryOutcome{DeliveryID: id, EventPK: pk, Duplicate: n > 1}
 		if d.Unrouted && n == 1 {
 			if err := s.fault(sqlInboxAudit); err != nil {
-				return nil, wrapErr("insert audit", err)
+				return nil, dbErrors.Wrap("insert audit", err)
 			}
 			if _, err := audit.ExecContext(ctx, d.ReceivedAt.UnixMicro(), "receiver", store.ActionDisposition, d.Source, d.EventID, d.Entity,
 				store.UnroutedDetail("", d.Type)); err != nil {
-				return nil, wrapErr("insert audit", err)
+				return nil, dbErrors.Wrap("insert audit", err)
 			}
 		}
 	}
 	for _, a := range sub.Audit {
 		if err := s.fault(sqlInboxAudit); err != nil {
-			return nil, wrapErr("insert audit", err)
+			return nil, dbErrors.Wrap("insert audit", err)
 		}
 		if _, err := audit.ExecContext(ctx, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail); err != nil {
-			return nil, wrapErr("insert audit", err)
+			return nil, dbErrors.Wrap("insert audit", err)
 		}
 	}
 	return items, nil
@@ -436,7 +419,7 @@ func insertAudit(ctx context.Context, db execer, a *store.AuditInsertParams) (in
 	res, err := db.ExecContext(ctx, `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
 	if err != nil {
-		return 0, wrapErr("insert audit", err)
+		return 0, dbErrors.Wrap("insert audit", err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {

@@ -63,12 +63,12 @@ func TestUniqueViolationByCode(t *testing.T) {
 	if err == nil {
 		t.Fatal("duplicate version inserted")
 	}
-	wrapped := wrapErr("insert", err)
+	wrapped := dbErrors.Wrap("insert", err)
 	if !errors.Is(wrapped, store.ErrConflict) {
 		t.Fatalf("unique violation not classified as conflict: %v", err)
 	}
 	_, err = s.writer.Exec(`INSERT INTO nosuchtable VALUES (1)`)
-	if err == nil || errors.Is(wrapErr("insert", err), store.ErrConflict) {
+	if err == nil || errors.Is(dbErrors.Wrap("insert", err), store.ErrConflict) {
 		t.Fatalf("other errors must not be conflicts: %v", err)
 	}
 }
