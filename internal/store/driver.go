@@ -70,6 +70,7 @@ type Tx interface {
 	RetentionTx
 	ResolveTx
 	PublishTx
+	ReplayTx
 }
 
 // Rules is the part of a Store written once for every database: each

@@ -614,55 +614,38 @@ func effectListSQL(p *store.EffectListParams) (string, []any) {
 	return `SELECT ` + cols + effectFrom + f.sql(store.ClampLimit(p.Limit)), f.args
 }
 
-// ReplayCreate records a replay and enqueues a new pass of work for its
-// routes. The replays row counts the work items actually enqueued.
-func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
+func (a txn) ReplayInsert(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
 	var id int64
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		if err := t.query(ctx, "insert replay", `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
-			[]any{p.Now, p.Actor, p.Selection}, func(rows pgx.Rows) error {
-				if !rows.Next() {
-					return errors.New("no replay id returned")
-				}
-				return rows.Scan(&id)
-			}); err != nil {
-			return err
-		}
-		var items []routed
-		for _, d := range p.Decisions {
-			for _, r := range d.Routes {
-				if r.Failed == "" {
-					items = append(items, routed{ev: eventRef{pk: d.EventPK}, route: r})
-				}
-			}
-		}
-		if err := enqueue(ctx, t, p.Now, items, id, p.Actor, nil); err != nil {
-			return err
-		}
-		// The pass's work rows are exactly those enqueued now (the replay
-		// id is new), found through the events' index.
-		pks := make([]int64, 0, len(items))
-		for _, it := range items {
-			pks = append(pks, it.ev.pk)
-		}
-		var n int64
-		if err := t.query(ctx, "count replay items", `UPDATE replays SET items = (SELECT count(*) FROM work
-				WHERE event_pk = ANY($2) AND replay_id = $1) WHERE id = $1 RETURNING items`, []any{id, pks}, func(rows pgx.Rows) error {
+	err := a.t.query(ctx, "insert replay", `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
+		[]any{p.Now, p.Actor, p.Selection}, func(rows pgx.Rows) error {
 			if !rows.Next() {
-				return errors.New("replay vanished")
+				return errors.New("no replay id returned")
 			}
-			return rows.Scan(&n)
-		}); err != nil {
-			return err
-		}
-		t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.ActionReplay,
-			Detail: fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)})
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("create replay: %w", err)
+			return rows.Scan(&id)
+		})
+	return id, err
+}
+
+// WorkEnqueue queues enqueue's one statement for the whole page.
+func (a txn) WorkEnqueue(ctx context.Context, p *store.EnqueueParams) error {
+	items := make([]routed, len(p.Items))
+	for i, it := range p.Items {
+		items[i] = routed{ev: eventRef{pk: it.EventPK, source: it.Source, eventID: it.EventID}, route: it.Route}
 	}
-	return id, nil
+	return enqueue(ctx, a.t, p.Now, items, p.ReplayID, p.Actor, p.Pending)
+}
+
+// ReplayItems finds the pass's work rows through the events' index.
+func (a txn) ReplayItems(ctx context.Context, id int64, pks []int64) (int64, error) {
+	var n int64
+	err := a.t.query(ctx, "count replay items", `UPDATE replays SET items = (SELECT count(*) FROM work
+			WHERE event_pk = ANY($2) AND replay_id = $1) WHERE id = $1 RETURNING items`, []any{id, pks}, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return errors.New("replay vanished")
+		}
+		return rows.Scan(&n)
+	})
+	return n, err
 }
 
 // WorkCount counts pending work items plus accepted events not yet routed.

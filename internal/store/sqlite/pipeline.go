@@ -445,53 +445,42 @@ func effectStates(states []store.EffectState) []any {
 	return out
 }
 
-// ReplayCreate records a replay and enqueues a new pass of work for its
-// routes. The replays row counts the work items actually enqueued.
-func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("create replay: begin: %w: %w", store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	id, err := createReplay(ctx, &wtx{Tx: tx, s: s}, p)
-	if err != nil {
-		return 0, fmt.Errorf("create replay: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("create replay: commit: %w: %w", store.ErrUnavailable, err)
-	}
-	return id, nil
+func (a txn) ReplayInsert(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
+	var id int64
+	err := a.tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES (?, ?, ?, 0) RETURNING id`,
+		p.Now.UnixMicro(), p.Actor, p.Selection).Scan(&id)
+	return id, err
 }
 
-func createReplay(ctx context.Context, tx *wtx, p *store.ReplayCreateParams) (int64, error) {
-	var id int64
-	if err := tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES (?, ?, ?, 0) RETURNING id`,
-		p.Now.UnixMicro(), p.Actor, p.Selection).Scan(&id); err != nil {
-		return 0, fmt.Errorf("insert replay: %w", err)
-	}
-	items := 0
-	for _, d := range p.Decisions {
+// WorkEnqueue enqueues the routes of each event in turn (enqueue).
+func (a txn) WorkEnqueue(ctx context.Context, p *store.EnqueueParams) error {
+	for i := 0; i < len(p.Items); {
+		it := p.Items[i]
 		var routes []store.Route
-		for _, r := range d.Routes {
-			if r.Failed == "" {
-				routes = append(routes, r)
-			}
+		for ; i < len(p.Items) && p.Items[i].EventPK == it.EventPK; i++ {
+			routes = append(routes, p.Items[i].Route)
 		}
-		if len(routes) == 0 {
-			continue
-		}
-		n, err := enqueue(ctx, tx, p.Now, eventRef{pk: d.EventPK}, routes, id, p.Actor)
+		n, err := enqueue(ctx, a.tx, p.Now, eventRef{pk: it.EventPK, source: it.Source, eventID: it.EventID}, routes, p.ReplayID, p.Actor)
 		if err != nil {
-			return 0, fmt.Errorf("event %d: %w", d.EventPK, err)
+			return fmt.Errorf("event %d: %w", it.EventPK, err)
 		}
-		items += n
+		if n > 0 && p.Pending != nil {
+			p.Pending[it.EventPK] = true
+		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE replays SET items = ? WHERE id = ?`, items, id); err != nil {
-		return 0, fmt.Errorf("count replay items: %w", err)
+	return nil
+}
+
+// ReplayItems counts through work_event.
+func (a txn) ReplayItems(ctx context.Context, id int64, pks []int64) (int64, error) {
+	list, err := jsonList(pks)
+	if err != nil {
+		return 0, err
 	}
-	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.ActionReplay,
-		Detail: fmt.Sprintf("replay %d: %d work items for %s", id, items, p.Selection)})
-	return id, err
+	var n int64
+	err = a.tx.QueryRowContext(ctx, `UPDATE replays SET items = (SELECT count(*) FROM work
+		WHERE event_pk IN (SELECT value FROM json_each(?2)) AND replay_id = ?1) WHERE id = ?1 RETURNING items`, id, list).Scan(&n)
+	return n, err
 }
 
 // WorkCount counts pending work items plus accepted events not yet routed.
