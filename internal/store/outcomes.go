@@ -25,8 +25,7 @@ type OutcomesTx interface {
 	EffectRead(ctx context.Context, id int64, lock bool) (*Effect, error)
 	// EffectDeadlinesDue returns up to Limit effects due for escalation
 	// at Now, earliest deadline first, then by id: a deadline at or before
-	// Now, a pending state (approved, submitting, acknowledged,
-	// retry_wait, needs_reconciliation), and not escalated yet, or
+	// Now, a state of DeadlineStates, and not escalated yet, or
 	// escalated while submitting with on_deadline dead and since settled
 	// into another pending state. Where the database has row locks it
 	// locks them for update, passing over rows another transaction holds

@@ -21,9 +21,9 @@ import (
 var _ store.Outcomes = (*Store)(nil)
 
 // pendingStates are the states in which an effect can still miss its
-// deadline; the literal list matches effects_deadline's predicate, so the
+// deadline, written as effects_deadline's predicate writes them, so the
 // planner can use that partial index.
-const pendingStates = `('approved', 'submitting', 'acknowledged', 'retry_wait', 'needs_reconciliation')`
+var pendingStates = store.SQLList(store.DeadlineStates())
 
 func (a txn) EffectRead(ctx context.Context, id int64, lock bool) (*store.Effect, error) {
 	q := effectByIDSQL

@@ -82,7 +82,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	s := &Store{pool: pool, windowCap: defaultWindowCap}
-	s.Rules = store.NewRules(driver{s})
+	s.Rules = store.NewRules(s)
 	return s, nil
 }
 
@@ -538,28 +538,23 @@ func prefixed(prefix, cols string) string {
 // eventRoutes fills the routes of a page of events from their work rows:
 // per flow, the latest pass.
 func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
-	byPK := make(map[int64]*store.Event, len(evs))
-	pks := make([]int64, len(evs))
-	for i, e := range evs {
-		byPK[e.PK] = e
-		pks[i] = e.PK
-	}
-	// Flows sort in byte order, as SQLite sorts them.
-	rows, err := s.pool.Query(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
-		WHERE event_pk = ANY($1) ORDER BY event_pk, flow COLLATE "C", replay_id`, pks)
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	var pk int64
-	var r store.EventRoute
-	_, err = pgx.ForEachRow(rows, []any{&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason}, func() error {
-		store.AddEventRoute(byPK[pk], r)
+	return store.FillEventRoutes(evs, func(pks []int64, add func(int64, store.EventRoute)) error {
+		// Flows sort in byte order, as SQLite sorts them.
+		rows, err := s.pool.Query(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
+			WHERE event_pk = ANY($1) ORDER BY event_pk, flow COLLATE "C", replay_id`, pks)
+		if err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
+		var pk int64
+		var r store.EventRoute
+		if _, err := pgx.ForEachRow(rows, []any{&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason}, func() error {
+			add(pk, r)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	return nil
 }
 
 // DeliveryList pages through deliveries.

@@ -7,26 +7,25 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// driver is store.Driver on the store's two pools: writes on the one
-// writer connection, reads on the reader pool.
-type driver struct{ s *Store }
+// The store is the rules' driver (store.Driver): writes on the one writer
+// connection, reads on the reader pool.
+var _ store.Driver = (*Store)(nil)
 
-var _ store.Driver = driver{}
-
-// InTx runs the processing path's writes and pruning batches in the
-// shared write transaction (batch.go), where concurrent callers share one
-// commit; an operator's or a timer's write in a transaction of its own
-// on the writer, which must not share the fate of a batch of pipeline
-// writes; and reads in a read transaction of a reader connection, which
-// WAL gives a snapshot of the last commit without taking the write lock.
-func (d driver) InTx(ctx context.Context, kind store.TxKind, fn func(ctx context.Context, tx store.Tx) error) error {
+// InTx runs the processing path's writes and the other frequent ones
+// (publishing, pruning batches) in the shared write transaction
+// (batch.go), where concurrent callers share one commit; an operator's
+// or a timer's write in a transaction of its own on the writer, which
+// must not share the fate of a batch of pipeline writes; and reads in a
+// read transaction of a reader connection, which WAL gives a snapshot of
+// the last commit without taking the write lock.
+func (s *Store) InTx(ctx context.Context, kind store.TxKind, fn func(ctx context.Context, tx store.Tx) error) error {
 	switch kind {
 	case store.TxProcess, store.TxWrite:
-		return d.s.inTx(ctx, func(ctx context.Context, tx *wtx) error { return fn(ctx, txn{tx}) })
+		return s.inTx(ctx, func(ctx context.Context, tx *wtx) error { return fn(ctx, txn{tx}) })
 	case store.TxOperate:
-		return d.s.writeTx(ctx, func(tx *wtx) error { return fn(ctx, txn{tx}) })
+		return s.writeTx(ctx, func(tx *wtx) error { return fn(ctx, txn{tx}) })
 	case store.TxSnapshot, store.TxRead:
-		return d.s.readTx(ctx, func(tx *wtx) error { return fn(ctx, txn{tx}) })
+		return s.readTx(ctx, func(tx *wtx) error { return fn(ctx, txn{tx}) })
 	}
 	return fmt.Errorf("transaction of unknown kind %d", kind)
 }
@@ -57,8 +56,4 @@ func (s *Store) readTx(ctx context.Context, fn func(tx *wtx) error) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // read only
 	return fn(&wtx{Tx: tx})
-}
-
-func (d driver) EventList(ctx context.Context, p *store.EventListParams) (*store.EventListResult, error) {
-	return d.s.EventList(ctx, p)
 }

@@ -18,9 +18,9 @@ import (
 var _ store.Outcomes = (*Store)(nil)
 
 // pendingStates are the states in which an effect can still miss its
-// deadline; the literal list matches effects_deadline's predicate, so the
+// deadline, written as effects_deadline's predicate writes them, so the
 // planner reads that partial index.
-const pendingStates = `('approved', 'submitting', 'acknowledged', 'retry_wait', 'needs_reconciliation')`
+var pendingStates = store.SQLList(store.DeadlineStates())
 
 // escalateSQL selects the effects due for escalation at ?, earliest
 // deadline first, through effects_deadline. Due: not escalated yet, or
@@ -29,7 +29,7 @@ const pendingStates = `('approved', 'submitting', 'acknowledged', 'retry_wait', 
 // effects_state for the state list and sort every pending effect by
 // deadline; INDEXED BY holds it to the small partial index (and fails
 // the statement, rather than scanning, should the index not apply).
-const escalateSQL = `SELECT id, state, deadline_at, deadline_missed_at IS NOT NULL, on_deadline
+var escalateSQL = `SELECT id, state, deadline_at, deadline_missed_at IS NOT NULL, on_deadline
 	FROM effects INDEXED BY effects_deadline
 	WHERE deadline_at IS NOT NULL AND state IN ` + pendingStates + ` AND deadline_at <= ?
 	AND (deadline_missed_at IS NULL OR (on_deadline = 'dead' AND state <> 'submitting'))
@@ -116,22 +116,24 @@ const verifyPageSQL = `SELECT ` + effectColumns + effectFrom + `
 
 // EffectsOfDestination reads no further than visit wants.
 func (a txn) EffectsOfDestination(ctx context.Context, p *store.EffectsOfDestinationParams, visit func(*store.Effect) bool) error {
-	rows, err := a.tx.QueryContext(ctx, verifyPageSQL, p.Destination, p.AfterID, p.Limit)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := a.each(ctx, verifyPageSQL, []any{p.Destination, p.AfterID, p.Limit}, func(sc scanner) error {
 		f := &store.Effect{}
-		if err := scanEffect(rows, f); err != nil {
+		if err := scanEffect(sc, f); err != nil {
 			return err
 		}
 		if !visit(f) {
-			break
+			return errStop
 		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
 	}
-	return rows.Err()
+	return err
 }
+
+// errStop ends a scan that has read what it wanted.
+var errStop = errors.New("stop")
 
 func (a txn) EffectMismatchMark(ctx context.Context, p *store.EffectMismatchMarkParams) error {
 	now := p.Now.UnixMicro()

@@ -115,7 +115,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	s := &Store{path: path, writer: w, reader: r, batchDeadline: defaultBatchDeadline}
-	s.Rules = store.NewRules(driver{s})
+	s.Rules = store.NewRules(s)
 	s.startBatcher()
 	return s, nil
 }
@@ -576,34 +576,30 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 // per flow, the latest pass. The pks travel as one JSON array so that
 // every page size shares one prepared statement.
 func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
-	byPK := make(map[int64]*store.Event, len(evs))
-	pks := make([]int64, len(evs))
-	for i, e := range evs {
-		byPK[e.PK] = e
-		pks[i] = e.PK
-	}
-	list, err := json.Marshal(pks)
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	rows, err := s.readQuery(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
-		WHERE event_pk IN (SELECT value FROM json_each(?)) ORDER BY event_pk, flow, replay_id`, string(list))
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var pk int64
-		var r store.EventRoute
-		if err := rows.Scan(&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason); err != nil {
+	return store.FillEventRoutes(evs, func(pks []int64, add func(int64, store.EventRoute)) error {
+		list, err := json.Marshal(pks)
+		if err != nil {
 			return fmt.Errorf("routes: %w", err)
 		}
-		store.AddEventRoute(byPK[pk], r)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	return nil
+		rows, err := s.readQuery(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
+			WHERE event_pk IN (SELECT value FROM json_each(?)) ORDER BY event_pk, flow, replay_id`, string(list))
+		if err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var pk int64
+			var r store.EventRoute
+			if err := rows.Scan(&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason); err != nil {
+				return fmt.Errorf("routes: %w", err)
+			}
+			add(pk, r)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
+		return nil
+	})
 }
 
 // DeliveryList pages through deliveries.

@@ -11,6 +11,9 @@ import (
 
 var _ store.Stats = (*Store)(nil)
 
+// parkedStates are store.ParkedStates, as a statement names them.
+var parkedStates = store.SQLList(store.ParkedStates())
+
 // attemptRecentSQL reads the newest attempt rows by id first (the
 // subquery walks the primary key backwards, Limit rows at most) and only
 // then filters by time and joins the effect for its destination.
@@ -45,8 +48,8 @@ func (s *Store) AttemptRecent(ctx context.Context, p *store.AttemptRecentParams)
 
 // effectParkedSQL counts through effects_state, whose leading column is
 // the state: the parked effects only are read, not the ledger.
-const effectParkedSQL = `SELECT destination, state, owner, count(*) FROM effects
-	WHERE state IN ('retry_wait', 'dead', 'needs_reconciliation')
+var effectParkedSQL = `SELECT destination, state, owner, count(*) FROM effects
+	WHERE state IN ` + parkedStates + `
 	GROUP BY destination, state, owner ORDER BY destination, state, owner`
 
 // EffectParked counts the parked effects.
