@@ -20,8 +20,6 @@ import (
 // wait, they skip locked rows). FlowApply's superseding update may wait on
 // a claim's locks, never the other way round, so no cycle can form.
 
-var _ store.Ledger = (*Store)(nil)
-
 // effectColumns selects a store.Effect from effects f joined to its source
 // event e; scanEffect reads them in this order.
 const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination, f.state, f.request::text,

@@ -18,8 +18,6 @@ import (
 // they are due again on the next call, and a timer never waits behind the
 // delivery path.
 
-var _ store.Outcomes = (*Store)(nil)
-
 // pendingStates are the states in which an effect can still miss its
 // deadline, written as effects_deadline's predicate writes them, so the
 // planner can use that partial index.

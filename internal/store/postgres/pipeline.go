@@ -26,8 +26,6 @@ import (
 //   - FlowApply locks its one entity first (the fencing lock), then the
 //     events of its items in pk order, and only events already routed.
 
-var _ store.Pipeline = (*Store)(nil)
-
 // routableColumns selects a RoutableEvent from events e joined to its first
 // delivery d (the lowest delivery id): the body, causation and hop the
 // processor sees are those of the first receipt, whatever the retries sent.

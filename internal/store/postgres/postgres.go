@@ -7,7 +7,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,11 +116,7 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 // and then finds nothing left to do. PostgreSQL DDL is transactional, so a
 // failed migration leaves no half-made schema.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrate postgres: %w", err)
-	}
-	migs, err := store.LoadMigrations(sub)
+	migs, err := store.LoadMigrations(migrationFiles, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("migrate postgres: %w", err)
 	}

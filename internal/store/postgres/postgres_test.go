@@ -37,6 +37,15 @@ func TestConformance(t *testing.T) {
 		Open:   func(t *testing.T) store.Store { return open(t, pgtest.NewDatabase(t)) },
 		Reopen: func(t *testing.T, s store.Store) store.Store { return open(t, s.(*handle).url) },
 		Tamper: tamper,
+		Fresh: func(t *testing.T) store.Store {
+			url := pgtest.NewDatabase(t)
+			s, err := Open(context.Background(), url, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return &handle{Store: s, url: url}
+		},
 	})
 }
 

@@ -10,8 +10,6 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-var _ store.Stats = (*Store)(nil)
-
 // parkedStates are store.ParkedStates, as a statement names them.
 var parkedStates = store.SQLList(store.ParkedStates())
 

@@ -15,8 +15,6 @@ import (
 // the single writer connection: selecting due effects and leasing them is
 // one atomic step, so two claimers never lease one effect.
 
-var _ store.Ledger = (*Store)(nil)
-
 // noTime is the next_attempt_at of an effect with nothing scheduled (the
 // column's default).
 const noTime = 0

@@ -15,8 +15,6 @@ import (
 // connection: nothing else writes while one reads an effect and moves it
 // on, so a worker's settle cannot land in between, and no row is locked.
 
-var _ store.Outcomes = (*Store)(nil)
-
 // pendingStates are the states in which an effect can still miss its
 // deadline, written as effects_deadline's predicate writes them, so the
 // planner reads that partial index.

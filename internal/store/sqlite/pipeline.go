@@ -19,8 +19,6 @@ import (
 // claimers and appliers: no statement here needs row locks, and a
 // read-then-write inside one transaction cannot race another process.
 
-var _ store.Pipeline = (*Store)(nil)
-
 // leaseFree is the lease_until of an entity nobody holds (the column's
 // default): any now is past it.
 const leaseFree = 0

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -166,11 +165,7 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 // Migrate applies pending migrations in one immediate transaction, which
 // also serialises two processes migrating the same file.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrate sqlite: %w", err)
-	}
-	migs, err := store.LoadMigrations(sub)
+	migs, err := store.LoadMigrations(migrationFiles, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("migrate sqlite: %w", err)
 	}

@@ -35,6 +35,14 @@ func TestConformance(t *testing.T) {
 			return open(t, s.(*Store).path)
 		},
 		Tamper: tamper,
+		Fresh: func(t *testing.T) store.Store {
+			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "fresh.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
 	})
 }
 
