@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 )
 
@@ -50,10 +51,16 @@ type Driver interface {
 	// is given: a driver that shares one transaction between callers
 	// gives each a context that another's cancellation does not end.
 	InTx(ctx context.Context, kind TxKind, fn func(ctx context.Context, tx Tx) error) error
-	// EventList is the driver's Store.EventList, which an operation
-	// reads its result back through when the caller is to see it as the
-	// list shows it.
+	// Shared reports whether several processes may share the database
+	// (PostgreSQL), rather than one process owning it (SQLite): routing
+	// then takes its pages under row locks (RouteTx.EventsTake).
+	Shared() bool
+	// EventList and EventListUnrouted are the driver's own reads (Store):
+	// an operation reads its result back through EventList when the
+	// caller is to see it as the list shows it, and routing on a database
+	// one process owns reads its pages with EventListUnrouted.
 	EventList(ctx context.Context, p *EventListParams) (*EventListResult, error)
+	EventListUnrouted(ctx context.Context, p *EventListUnroutedParams) ([]*RoutableEvent, error)
 }
 
 // Tx is the statements of one open transaction. What each must do is
@@ -71,6 +78,7 @@ type Tx interface {
 	ResolveTx
 	PublishTx
 	ReplayTx
+	RouteTx
 }
 
 // Rules is the part of a Store written once for every database: each
@@ -84,6 +92,9 @@ type Rules struct {
 	// whole and were settled one by one (FlowApplyGroup,
 	// EffectSettleGroup); tests read them.
 	groupsAlone, settlesAlone atomic.Int64
+	// routeMu makes EventRouteNext's pages disjoint on a database one
+	// process owns: one router at a time lists, decides and records.
+	routeMu sync.Mutex
 }
 
 // NewRules returns the rules over db.

@@ -246,21 +246,6 @@ func (t *pipeTx) rollback() {
 	t.conn.Release()
 }
 
-// inPipe runs fn in a pipelined transaction and commits it; any error
-// rolls the whole of it back.
-func (s *Store) inPipe(ctx context.Context, fn func(*pipeTx) error) error {
-	return s.inPipePlanned(ctx, pipePlanSQL, fn)
-}
-
-// inPipePlanned is inPipe with plan instead of pipePlanSQL.
-func (s *Store) inPipePlanned(ctx context.Context, plan string, fn func(*pipeTx) error) error {
-	t, err := s.beginPipe(ctx, plan)
-	if err != nil {
-		return err
-	}
-	return s.runPipe(ctx, t, fn)
-}
-
 // runPipe runs fn in t and commits it; any error rolls the whole of it
 // back.
 func (s *Store) runPipe(ctx context.Context, t *pipeTx, fn func(*pipeTx) error) error {

@@ -70,89 +70,56 @@ func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroute
 	return out, nil
 }
 
-// EventRouteNext lists a page and routes it while holding routeMu, so
-// that a concurrent caller lists only after this page is recorded.
-func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
-	s.routeMu.Lock()
-	defer s.routeMu.Unlock()
-	evs, err := s.EventListUnrouted(ctx, &store.EventListUnroutedParams{Limit: p.Limit})
-	if err != nil || len(evs) == 0 {
-		return 0, err
+// Shared: one process owns a SQLite file.
+func (s *Store) Shared() bool { return false }
+
+// EventsClaim claims by the routed flag: the writer lock makes the check
+// and the mark one step.
+func (a txn) EventsClaim(ctx context.Context, pks []int64) ([]store.RouteEvent, error) {
+	var out []store.RouteEvent
+	for _, pk := range pks {
+		ev := store.RouteEvent{PK: pk}
+		err := a.tx.QueryRowContext(ctx, `UPDATE events SET routed = 1 WHERE pk = ? AND routed = 0
+		RETURNING source, event_id, type, entity, disposition`, pk).
+			Scan(&ev.Source, &ev.EventID, &ev.Type, &ev.Entity, &ev.Disposition)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // already routed, or no such event
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
 	}
-	ds := p.Decide(evs)
-	if err := store.CheckDecisions(evs, ds); err != nil {
-		return 0, fmt.Errorf("route events: %w", err)
-	}
-	if err := s.EventRoute(ctx, &store.EventRouteParams{Now: p.Now, Decisions: ds}); err != nil {
-		return 0, err
-	}
-	return len(evs), nil
+	return out, nil
 }
 
-// EventRoute records the decisions in one transaction. A decision for an
-// event that is already routed (another router got there first) is skipped
-// as a whole, which is what makes concurrent routing safe: the routed flag
-// is claimed before anything else is written.
-func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
-	store.StorableRoutes(p.Decisions)
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		for _, d := range p.Decisions {
-			if err := routeOne(ctx, tx, p.Now, d); err != nil {
-				return fmt.Errorf("event %d: %w", d.EventPK, err)
-			}
-		}
-		return nil
-	})
+// EventsTake: routing takes a SQLite store's pages under the process's
+// lock (store.Rules.EventRouteNext).
+func (txn) EventsTake(context.Context, int) ([]*store.RoutableEvent, []store.RouteEvent, error) {
+	return nil, nil, store.ErrNotShared
+}
+
+func (a txn) EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error) {
+	list, err := jsonList(pks)
 	if err != nil {
-		return fmt.Errorf("route events: %w", err)
+		return nil, err
 	}
-	return nil
-}
-
-func routeOne(ctx context.Context, tx *wtx, now time.Time, d *store.RouteDecision) error {
-	var ev eventRef
-	err := tx.QueryRowContext(ctx, `UPDATE events SET routed = 1 WHERE pk = ? AND routed = 0
-		RETURNING source, event_id, type, entity, disposition`, d.EventPK).
-		Scan(&ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil // already routed, or no such event
-	}
-	if err != nil {
-		return fmt.Errorf("mark routed: %w", err)
-	}
-	ev.pk = d.EventPK
-	if len(d.Routes) == 0 {
-		if ev.disposition != store.DispositionAccepted {
-			return nil
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE events SET disposition = 'unrouted' WHERE pk = ?`, ev.pk); err != nil {
-			return fmt.Errorf("set unrouted: %w", err)
-		}
-		_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: "router", Action: store.ActionDisposition,
-			Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
-			Detail: store.UnroutedDetail("accepted", ev.typ)})
-		return err
-	}
-	if _, err := enqueue(ctx, tx, now, ev, d.Routes, 0, "router"); err != nil {
-		return err
-	}
-	return store.SettleEvent(ctx, txn{tx}, ev.pk, 0, now, "router")
-}
-
-// eventRef is what audit rows and dispositions need of an event.
-type eventRef struct {
-	pk          int64
-	source      string
-	eventID     string
-	typ         string
-	entity      string
-	disposition store.Disposition
+	var out []int64
+	err = a.each(ctx, `SELECT value FROM json_each(?)
+		WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = value AND done_at IS NULL) ORDER BY value`, []any{list},
+		func(sc scanner) error {
+			var pk int64
+			err := sc.Scan(&pk)
+			out = append(out, pk)
+			return err
+		})
+	return out, err
 }
 
 // enqueue creates the work rows of one event's routes for one pass and
 // returns how many pending rows it inserted. Failed routes are inserted
 // already settled as dead letters.
-func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []store.Route, replayID int64, actor string) (int, error) {
+func enqueue(ctx context.Context, tx *wtx, now time.Time, ev store.RouteEvent, routes []store.Route, replayID int64, actor string) (int, error) {
 	at := now.UnixMicro()
 	inserted := 0
 	for _, r := range routes {
@@ -163,7 +130,7 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 		if r.Failed != "" {
 			res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
 				VALUES (?, ?, ?, ?, ?, ?, ?, 'dead_lettered', ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-				r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, at, at, r.Failed)
+				r.Flow, r.Entity, ev.PK, replayID, r.OrderKey, at, at, r.Failed)
 			if err != nil {
 				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
 			}
@@ -180,7 +147,7 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 				return 0, fmt.Errorf("newest key of %s/%s: %w", r.Flow, r.Entity, err)
 			}
 			if _, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: store.ActionDeadLettered,
-				Source: ev.source, EventID: ev.eventID, Entity: r.Entity,
+				Source: ev.Source, EventID: ev.EventID, Entity: r.Entity,
 				Detail: store.RouteFailedDetail(r.Flow, r.Entity, r.Failed)}); err != nil {
 				return 0, err
 			}
@@ -188,7 +155,7 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
 			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-			r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, at)
+			r.Flow, r.Entity, ev.PK, replayID, r.OrderKey, at)
 		if err != nil {
 			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
 		}
@@ -458,7 +425,7 @@ func (a txn) WorkEnqueue(ctx context.Context, p *store.EnqueueParams) error {
 		for ; i < len(p.Items) && p.Items[i].EventPK == it.EventPK; i++ {
 			routes = append(routes, p.Items[i].Route)
 		}
-		n, err := enqueue(ctx, a.tx, p.Now, eventRef{pk: it.EventPK, source: it.Source, eventID: it.EventID}, routes, p.ReplayID, p.Actor)
+		n, err := enqueue(ctx, a.tx, p.Now, store.RouteEvent{PK: it.EventPK, Source: it.Source, EventID: it.EventID}, routes, p.ReplayID, p.Actor)
 		if err != nil {
 			return fmt.Errorf("event %d: %w", it.EventPK, err)
 		}

@@ -58,10 +58,6 @@ type Store struct {
 
 	// faults is Options.Faults: nil outside tests.
 	faults func(query string) error
-
-	// routeMu makes EventRouteNext's pages disjoint: one router at a time
-	// lists, decides and records (a SQLite store has one process).
-	routeMu sync.Mutex
 }
 
 var _ store.Store = (*Store)(nil)
