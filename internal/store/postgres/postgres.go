@@ -326,8 +326,7 @@ func submissionAudits(sub *store.Submission, items []store.DeliveryOutcome) []*s
 	audits := slices.Clone(sub.Audit)
 	for j, d := range sub.Deliveries {
 		if d.Unrouted && !items[j].Duplicate {
-			audits = append(audits, &store.AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: store.ActionDisposition,
-				Source: d.Source, EventID: d.EventID, Entity: d.Entity, Detail: store.UnroutedDetail("", d.Type)})
+			audits = append(audits, store.UnroutedAudit(d))
 		}
 	}
 	return audits

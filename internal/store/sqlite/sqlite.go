@@ -385,8 +385,8 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 			if err := s.fault(sqlInboxAudit); err != nil {
 				return nil, dbErrors.Wrap("insert audit", err)
 			}
-			if _, err := audit.ExecContext(ctx, d.ReceivedAt.UnixMicro(), "receiver", store.ActionDisposition, d.Source, d.EventID, d.Entity,
-				store.UnroutedDetail("", d.Type)); err != nil {
+			a := store.UnroutedAudit(d)
+			if _, err := audit.ExecContext(ctx, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail); err != nil {
 				return nil, dbErrors.Wrap("insert audit", err)
 			}
 		}
