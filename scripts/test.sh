@@ -24,6 +24,15 @@ step "go vet"
 go vet ./...
 echo "ok"
 
+step "go mod tidy"
+# go.mod and go.sum say exactly what the code imports: a dependency used
+# directly is not marked indirect, and nothing unused is kept.
+if ! go mod tidy -diff; then
+	echo "go.mod or go.sum is not tidy: run go mod tidy" >&2
+	exit 1
+fi
+echo "ok"
+
 step "staticcheck"
 if ! command -v staticcheck >/dev/null 2>&1; then
 	echo "installing staticcheck $STATICCHECK_VERSION"

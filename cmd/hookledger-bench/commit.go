@@ -216,7 +216,11 @@ func commitCell(ctx context.Context, f *commitFlags, dir, driver, mode string, w
 	case modeGroup:
 		// The same writer settings as hookledger serve uses for this
 		// driver, so the figure is the product's.
-		res.flushers = inbox.FlushersFor(driver)
+		d, err := storeopen.For(cs.URL)
+		if err != nil {
+			return nil, err
+		}
+		res.flushers = d.Flushers
 		reg = prometheus.NewRegistry()
 		w = inbox.New(st, inbox.Options{Flushers: res.flushers, Registerer: reg})
 		w.Start()

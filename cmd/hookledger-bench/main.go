@@ -22,7 +22,7 @@
 //	          signed webhooks into the inbound path of the same store kind
 //	bulkhead  effects/s to a healthy destination alone and beside one that
 //	          hangs until its timeout, in one run (head-of-line blocking)
-//	signals   the cost of computing the nine outcome signals on a store of
+//	signals   the cost of computing the outcome signals on a store of
 //	          a million events and effects, beside the same figures read by
 //	          scanning the tables
 //	console   p50/p99 of every console list page on a store of a million
@@ -73,7 +73,7 @@ func subcommands() []subcommand {
 		{"e2e", "signed webhooks in, effects done at a loopback destination, sustained", runE2E},
 		{"publish", "messages/s through the publish API and fan-out deliveries/s to ten endpoints", runPublish},
 		{"bulkhead", "effects/s to a healthy destination, alone and beside one that hangs", runBulkhead},
-		{"signals", "the nine outcome signals on a store of a million events and effects", runSignals},
+		{"signals", "the outcome signals on a store of a million events and effects", runSignals},
 		{"console", "console list pages on a store of a million events and effects", runConsole},
 		{"bigbody", "the console's peak RSS showing the largest body the receiver accepts", runBigbody},
 		{"retention", "a pruning pass on a store of a million events, and ingest p99 beside it", runRetention},

@@ -32,10 +32,10 @@ func runSignals(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs := newFlagSet(stderr, "signals", "signals [--events 1000000] [--effects 1000000] [--postgres URL] [flags]",
 		"The cost of the outcome signals on a large store: loads --events events (with one work\n"+
 			"item each and two audit rows each) and --effects effects in a realistic mix of\n"+
-			"dispositions and states straight into a fresh store, then computes all nine\n"+
-			"signals --runs times with the product's SignalSnapshot and prints p50, p99 and max\n"+
+			"dispositions and states straight into a fresh store, then computes every\n"+
+			"signal --runs times with the product's SignalSnapshot and prints p50, p99 and max\n"+
 			"latency and the heap allocated per computation. The baseline, measured on the same\n"+
-			"store in the same run, is what the same nine figures cost when read by scanning\n"+
+			"store in the same run, is what the same figures cost when read by scanning\n"+
 			"the tables (GROUP BY over events, effects and audit, and the lag join of entities\n"+
 			"with their work), which is what the maintained columns and partial indexes avoid.\n"+
 			"Exit 1 when a signal's value differs from the count the fixture planted.")
@@ -367,7 +367,7 @@ func loadSignalsPostgres(ctx context.Context, url string, f *signalsFlags, now t
 	return baseline, nil
 }
 
-// scanBaseline reads the nine signals' figures the straightforward way:
+// scanBaseline reads the built-in signals' figures the straightforward way:
 // aggregates over whole tables and the lag join, with no maintained columns.
 func scanBaseline(ctx context.Context, query func(ctx context.Context, q string, args ...any) error, sqlite bool, from, now any) error {
 	qs := []struct {

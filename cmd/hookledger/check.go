@@ -9,12 +9,10 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-func init() {
-	register(&command{
-		name:    "check",
-		summary: "audit the store's invariants offline (exit 1 on any violation)",
-		run:     runCheck,
-	})
+var checkCommand = &command{
+	name:    "check",
+	summary: "audit the store's invariants offline (exit 1 on any violation)",
+	run:     runCheck,
 }
 
 const checkDescription = `Audits the invariants of the configured store on one consistent read-only

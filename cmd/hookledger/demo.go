@@ -12,12 +12,10 @@ import (
 	"github.com/hookledger/hookledger/internal/demo"
 )
 
-func init() {
-	register(&command{
-		name:    "demo",
-		summary: "play the recovery dossier live against a real server, then open the console",
-		run:     runDemo,
-	})
+var demoCommand = &command{
+	name:    "demo",
+	summary: "play the recovery dossier live against a real server, then open the console",
+	run:     runDemo,
 }
 
 func runDemo(ctx context.Context, env *Env, args []string) int {
@@ -29,7 +27,7 @@ func runDemo(ctx context.Context, env *Env, args []string) int {
 			"side effect settled by a lookup, a 429 with Retry-After, a permanent 422, a\n"+
 			"hidden failure, a mail the destination loses, a feedback loop, a missed\n"+
 			"deadline, a compensation that cannot run and a source API that is down.\n"+
-			"It then prints the nine outcome signals, the console URL with a one-time login\n"+
+			"It then prints the outcome signals, the console URL with a one-time login\n"+
 			"link and the admin token, and serves until Ctrl-C (exit 0).\n\n"+
 			"The clock is real, so durations are shortened: a 20s deadline, verification\n"+
 			"15s after a mail, retries of seconds. Nothing else needs to be installed.")

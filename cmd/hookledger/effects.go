@@ -18,12 +18,10 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-func init() {
-	register(&command{
-		name:    "effects",
-		summary: "list, inspect, retry and resolve effects (the exception queue)",
-		run:     runEffects,
-	})
+var effectsCommand = &command{
+	name:    "effects",
+	summary: "list, inspect, retry and resolve effects (the exception queue)",
+	run:     runEffects,
 }
 
 const effectsUsage = `effects list    [--config FILE] [--state STATE] [--flow F] [--entity E] [--destination D]

@@ -13,12 +13,10 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-func init() {
-	register(&command{
-		name:    "events",
-		summary: "resolve a dead-lettered event that no replay can repair",
-		run:     runEvents,
-	})
+var eventsCommand = &command{
+	name:    "events",
+	summary: "resolve a dead-lettered event that no replay can repair",
+	run:     runEvents,
 }
 
 const eventsUsage = `events resolve --source NAME --event-id ID --note TEXT [--actor NAME]

@@ -15,12 +15,10 @@ import (
 	"github.com/hookledger/hookledger/internal/senderkind"
 )
 
-func init() {
-	register(&command{
-		name:    "lint",
-		summary: "check an inventory of integration flows for designs that double-bill or lose events",
-		run:     runLint,
-	})
+var lintCommand = &command{
+	name:    "lint",
+	summary: "check an inventory of integration flows for designs that double-bill or lose events",
+	run:     runLint,
 }
 
 const lintDescription = `Checks an inventory of integration flows (.csv with a header row, or a

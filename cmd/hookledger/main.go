@@ -1,9 +1,9 @@
 // Command hookledger receives webhooks, stores them durably, processes each
 // entity in business order and carries out every business effect once.
 //
-// Each verb lives in its own file and registers itself with register; Main
-// parses the verb apart from running it so that tests can drive the real
-// command line in-process.
+// Each verb lives in its own file as one command value, listed in verbs;
+// Main parses the verb apart from running it so that tests can drive the
+// real command line in-process.
 package main
 
 import (
@@ -14,7 +14,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 )
 
@@ -45,14 +44,22 @@ type command struct {
 	run func(ctx context.Context, env *Env, args []string) int
 }
 
-var commands = map[string]*command{}
+// verbs lists every verb of the binary, in the order usage prints them:
+// the list is the one place a verb is added, not an init in its file.
+var verbs = []*command{
+	serveCommand, migrateCommand, demoCommand, sendCommand, signCommand, tailCommand,
+	statusCommand, checkCommand, effectsCommand, eventsCommand, replayCommand,
+	lintCommand, validateCommand, vendorsCommand, versionCommand,
+}
 
-// register adds a verb; each verb file calls it from init.
-func register(c *command) {
-	if _, dup := commands[c.name]; dup {
-		panic("hookledger: verb registered twice: " + c.name)
+// lookup finds a verb by name.
+func lookup(name string) (*command, bool) {
+	for _, c := range verbs {
+		if c.name == name {
+			return c, true
+		}
 	}
-	commands[c.name] = c
+	return nil, false
 }
 
 func main() {
@@ -79,7 +86,7 @@ func Main(ctx context.Context, args []string, env *Env) int {
 		usage(env.Stdout)
 		return exitOK
 	}
-	c, ok := commands[args[0]]
+	c, ok := lookup(args[0])
 	if !ok {
 		fmt.Fprintf(env.Stderr, "hookledger: unknown verb %q\n\n", args[0])
 		usage(env.Stderr)
@@ -92,13 +99,8 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: hookledger <verb> [flags] [arguments]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Verbs:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	for _, c := range verbs {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'hookledger <verb> --help' for the flags of one verb.")

@@ -36,7 +36,16 @@ func TestHelpOnEveryVerb(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "serve") {
 		t.Fatalf("hookledger --help: %d %s", code, out)
 	}
-	for name := range commands {
+	seen := map[string]bool{}
+	for _, c := range verbs {
+		name := c.name
+		if seen[name] {
+			t.Errorf("verb %s is listed twice", name)
+		}
+		seen[name] = true
+		if !strings.Contains(out, "  "+name+" ") {
+			t.Errorf("hookledger --help does not list %s", name)
+		}
 		code, out, errOut := run(t, "", nil, name, "--help")
 		if code != 0 || !strings.Contains(out, "Usage: hookledger "+name) || errOut != "" {
 			t.Errorf("%s --help: exit %d, stdout %q, stderr %q; want usage on stdout and exit 0", name, code, out, errOut)

@@ -20,12 +20,10 @@ import (
 	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
-func init() {
-	register(&command{
-		name:    "replay",
-		summary: "re-run processing for stored events (same identities, no duplicate effects)",
-		run:     runReplay,
-	})
+var replayCommand = &command{
+	name:    "replay",
+	summary: "re-run processing for stored events (same identities, no duplicate effects)",
+	run:     runReplay,
 }
 
 const replayDescription = `Replays the stored events selected by source, flow, entity and receipt time

@@ -3,17 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"embed"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
-	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,26 +15,13 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/senderkind"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
-func init() {
-	register(&command{
-		name:    "send",
-		summary: "sign an event as a source's sender would and post it (built-in samples per kind)",
-		run:     runSend,
-	})
-}
-
-// samples are the built-in events, one directory per source kind.
-//
-//go:embed samples
-var samples embed.FS
-
-// defaultSample names the sample send uses for a kind without --sample:
-// the kind's own, from the registry.
-func defaultSample(kind string) string {
-	k, _ := senderkind.Builtin().Lookup(kind)
-	return k.Sample
+var sendCommand = &command{
+	name:    "send",
+	summary: "sign an event as a source's sender would and post it (built-in samples per kind)",
+	run:     runSend,
 }
 
 const sendDescription = `Signs a body the way the named source's sender would and posts it to the URL
@@ -51,9 +32,8 @@ answer's status and body; exit 0 on a 2xx answer, 1 otherwise.
 The body is FILE, or standard input for '-'. Without either, a built-in
 sample event of the source's kind is sent (--list-samples shows them):
 each send gets fresh event ids and the current time, written where that
-kind carries them (the body for Stripe, HubSpot, Klaviyo, Pipedrive, Slack,
-Paddle, Square and hmac; the webhook-id header for Standard Webhooks), and the source's
-account when it has one. --event-id fixes the id instead, to send the same
+kind carries them (in the body, or in a header such as Standard Webhooks'
+webhook-id), and the source's account when it has one. --event-id fixes the id instead, to send the same
 event twice. A FILE is sent byte for byte; --event-id then only sets
 header-borne ids.
 
@@ -112,43 +92,12 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 	}
 
 	now := time.Now()
-	id := *eventID
-	hdrID := id
-	if hdrID == "" {
-		hdrID = "msg_" + uuid.NewString()
-	}
-	extra := http.Header{}
-	var body []byte
-	var err error
-	switch {
-	case len(files) == 1 && files[0] == "-":
-		body, err = io.ReadAll(env.Stdin)
-	case len(files) == 1:
-		body, err = os.ReadFile(files[0])
-	default:
-		name := *sampleName
-		if name == "" {
-			name = defaultSample(src.Kind)
-		}
-		if name == "" {
-			fmt.Fprintf(env.Stderr, "hookledger send: kind %s has no built-in sample; give a FILE (or - for standard input)\n", src.Kind)
-			return exitUsage
-		}
-		var s []byte
-		s, err = samples.ReadFile(path.Join("samples", src.Kind, name+".json"))
-		if err != nil {
-			fmt.Fprintf(env.Stderr, "hookledger send: no sample %q for kind %s (samples: %s)\n", name, src.Kind, strings.Join(sampleNames(src.Kind), ", "))
-			return exitUsage
-		}
-		body, hdrID, err = fillSample(s, src, id, now, extra)
-	}
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger send: read body: %v\n", err)
-		return exitFail
-	}
-
 	kind, _ := senderkind.Builtin().Lookup(src.Kind)
-	u, h, err := signRequest(kind, scheme, u, body, now, hdrID)
+	body, hdrID, extra, code := sendBody(env, kind, src, files, *sampleName, *eventID, now)
+	if body == nil {
+		return code
+	}
+	u, h, body, err := signForSend(kind, scheme, u, body, now, hdrID)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger send: %v\n", err)
 		return exitFail
@@ -187,201 +136,89 @@ func runSend(ctx context.Context, env *Env, args []string) int {
 	return exitOK
 }
 
-// fillSample gives a sample fresh identities and times, and the source's
-// account. id, when set, is the event id to use; it returns the body and
-// the id for schemes that sign it in a header. Headers the source reads
-// its id from (fields.event_id: header:NAME) go into extra.
-func fillSample(raw []byte, src *config.Source, id string, now time.Time, extra http.Header) ([]byte, string, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	// Numbers keep their digits: HubSpot object ids exceed 2^53.
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, "", fmt.Errorf("sample: %w", err)
-	}
-	fresh := func(prefix string) string {
-		if prefix == "uuid" {
-			return uuid.NewString()
+// signForSend signs body as the source's sender would: inside the body
+// for a scheme that signs there (signature.BodySigner), else in headers
+// (signRequest). It returns the URL to post to, the signature headers and
+// the body to send.
+func signForSend(k senderkind.Kind, scheme signature.Scheme, u string, body []byte, now time.Time, id string) (string, http.Header, []byte, error) {
+	if bs, ok := scheme.(signature.BodySigner); ok {
+		req := &signature.Request{Method: http.MethodPost, URL: u, Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
+		signed, err := bs.SignBody(req, now)
+		if err != nil {
+			return "", nil, nil, err
 		}
-		return prefix + strings.ReplaceAll(uuid.NewString(), "-", "")[:20]
+		return u, http.Header{}, signed, nil
 	}
-	// nth is the id of a batch's n-th event: --event-id for the first,
-	// then suffixed, so a batch never repeats one event.
-	nth := func(n int, prefix string) string {
-		switch {
-		case id == "":
-			return fresh(prefix)
-		case n == 0:
-			return id
-		}
-		return id + "-" + strconv.Itoa(n+1)
-	}
+	u, h, err := signRequest(k, scheme, u, body, now, id)
+	return u, h, body, err
+}
+
+// sendBody is the body send posts: FILE, standard input, or the named
+// built-in sample (the kind's default without one) filled with fresh
+// identities, or --event-id. It returns the id for a scheme that signs it
+// in a header and the headers the request must carry besides the
+// signature; a nil body comes with the exit code.
+func sendBody(env *Env, kind senderkind.Kind, src *config.Source, files []string, sample, id string, now time.Time) ([]byte, string, http.Header, int) {
 	hdrID := id
-	account := func(v string) any {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return json.Number(strconv.FormatInt(n, 10))
-		}
-		return v
-	}
-	secs := json.Number(strconv.FormatInt(now.Unix(), 10))
-	rfc := now.UTC().Format(time.RFC3339)
-	switch src.Kind {
-	case senderkind.Stripe:
-		setPath(doc, "id", nth(0, "evt_"))
-		setPath(doc, "created", secs)
-		if src.Account != "" {
-			setPath(doc, "account", src.Account)
-		}
-	case senderkind.HubSpot:
-		list, _ := doc.([]any)
-		for i, e := range list {
-			if id == "" {
-				n, _ := rand.Int(rand.Reader, big.NewInt(1<<40))
-				setPath(e, "eventId", json.Number(n.String()))
-			} else {
-				setPath(e, "eventId", nth(i, ""))
-			}
-			if id == "" {
-				// occurredAt is part of HubSpot's event identity: a fixed
-				// --event-id keeps the sample's, so a resend is the same
-				// event.
-				setPath(e, "occurredAt", json.Number(strconv.FormatInt(now.UnixMilli()+int64(i), 10)))
-			}
-			if src.Account != "" {
-				setPath(e, "portalId", account(src.Account))
-			}
-		}
-	case senderkind.Klaviyo:
-		list, _ := getPath(doc, "data").([]any)
-		for i, e := range list {
-			eid := nth(i, "")
-			setPath(e, "external_id", eid)
-			setPath(e, "payload.data.id", eid)
-			setPath(e, "payload.data.attributes.timestamp", secs)
-			setPath(e, "payload.data.attributes.datetime", rfc)
-		}
-		setPath(doc, "meta.timestamp", rfc)
-		if src.Account != "" {
-			setPath(doc, "meta.klaviyo_account_id", src.Account)
-		}
-	case senderkind.StandardWebhooks:
-		setPath(doc, "timestamp", now.UTC().Format(time.RFC3339Nano))
-		if hdrID == "" {
-			hdrID = fresh("msg_")
-		}
-	case senderkind.Pipedrive:
-		setPath(doc, "meta.id", nth(0, "uuid"))
-		setPath(doc, "meta.timestamp", now.UTC().Format("2006-01-02T15:04:05.000Z"))
-		if src.Account != "" {
-			setPath(doc, "meta.company_id", account(src.Account))
-		}
-	case senderkind.Slack:
-		setPath(doc, "event_id", nth(0, "Ev"))
-		setPath(doc, "event_time", secs)
-		if src.Account != "" {
-			setPath(doc, "team_id", src.Account)
-		}
-	case senderkind.Paddle:
-		setPath(doc, "event_id", nth(0, "evt_"))
-		setPath(doc, "notification_id", fresh("ntf_"))
-		setPath(doc, "occurred_at", now.UTC().Format("2006-01-02T15:04:05.000000Z"))
-	case senderkind.Square:
-		setPath(doc, "event_id", nth(0, "uuid"))
-		setPath(doc, "created_at", now.UTC().Format("2006-01-02T15:04:05.000Z"))
-		if src.Account != "" {
-			setPath(doc, "merchant_id", src.Account)
-		}
-	case senderkind.HMAC:
-		eid := nth(0, "ev_")
-		switch p := src.Fields.EventID; {
-		case strings.HasPrefix(p, "header:"):
-			extra.Set(strings.TrimPrefix(p, "header:"), eid)
-		case p != "":
-			setPath(doc, strings.TrimPrefix(p, "$."), eid)
-		default:
-			setPath(doc, "eventId", eid)
-		}
-		switch p := src.Fields.OccurredAt; {
-		case p == "":
-			setPath(doc, "occurredAt", rfc)
-		case !strings.HasPrefix(p, "header:"):
-			setPath(doc, strings.TrimPrefix(p, "$."), rfc)
-		}
-	}
 	if hdrID == "" {
 		hdrID = "msg_" + uuid.NewString()
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return nil, "", fmt.Errorf("sample: %w", err)
-	}
-	return buf.Bytes(), hdrID, nil
-}
-
-// getPath and setPath address a dotted path of object keys.
-func getPath(doc any, p string) any {
-	for _, k := range strings.Split(p, ".") {
-		m, ok := doc.(map[string]any)
-		if !ok {
-			return nil
+	var body []byte
+	var err error
+	extra := http.Header{}
+	switch {
+	case len(files) == 1 && files[0] == "-":
+		body, err = io.ReadAll(env.Stdin)
+	case len(files) == 1:
+		body, err = os.ReadFile(files[0])
+	default:
+		if sample == "" {
+			sample = kind.Sample
 		}
-		doc = m[k]
-	}
-	return doc
-}
-
-func setPath(doc any, p string, v any) {
-	keys := strings.Split(p, ".")
-	for _, k := range keys[:len(keys)-1] {
-		m, ok := doc.(map[string]any)
-		if !ok {
-			return
+		if sample == "" {
+			fmt.Fprintf(env.Stderr, "hookledger send: kind %s has no built-in sample; give a FILE (or - for standard input)\n", src.Kind)
+			return nil, "", nil, exitUsage
 		}
-		next, ok := m[k].(map[string]any)
+		raw, ok := kind.SampleBody(sample)
 		if !ok {
-			next = map[string]any{}
-			m[k] = next
+			fmt.Fprintf(env.Stderr, "hookledger send: no sample %q for kind %s (samples: %s)\n", sample, src.Kind, strings.Join(kind.SampleNames(), ", "))
+			return nil, "", nil, exitUsage
 		}
-		doc = next
+		body, hdrID, extra, err = kind.FillSample(raw, senderkind.SampleOptions{
+			Source: src.KindSource(), Account: src.Account, ID: id, Now: now,
+		})
 	}
-	if m, ok := doc.(map[string]any); ok {
-		m[keys[len(keys)-1]] = v
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "hookledger send: read body: %v\n", err)
+		return nil, "", nil, exitFail
 	}
-}
-
-func sampleNames(kind string) []string {
-	entries, _ := samples.ReadDir(path.Join("samples", kind))
-	var names []string
-	for _, e := range entries {
-		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+	if body == nil {
+		body = []byte{}
 	}
-	return names
+	return body, hdrID, extra, exitOK
 }
 
 func listSamples(env *Env) int {
-	var kinds []string
+	var kinds []senderkind.Kind
 	for _, k := range senderkind.Builtin().Kinds() {
 		if k.Sample != "" {
-			kinds = append(kinds, k.Name)
+			kinds = append(kinds, k)
 		}
 	}
-	sort.Strings(kinds)
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i].Name < kinds[j].Name })
 	for _, k := range kinds {
 		var names []string
-		for _, n := range sampleNames(k) {
-			if n == defaultSample(k) {
+		for _, n := range k.SampleNames() {
+			if n == k.Sample {
 				n += " (default)"
 			}
 			names = append(names, n)
 		}
 		note := ""
-		if k == senderkind.HubSpot {
-			note = "  [a batch, signed as the source's pinned version: v1, v2 or v3]"
+		if k.SampleNote != "" {
+			note = "  [" + k.SampleNote + "]"
 		}
-		fmt.Fprintf(env.Stdout, "%-18s %s%s\n", k, strings.Join(names, ", "), note)
+		fmt.Fprintf(env.Stdout, "%-18s %s%s\n", k.Name, strings.Join(names, ", "), note)
 	}
 	return exitOK
 }

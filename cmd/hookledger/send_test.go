@@ -1,11 +1,17 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/senderkind"
+	"github.com/hookledger/hookledger/internal/signature"
 )
 
 // Every kind's source, with the secrets from variables that only the
@@ -63,6 +69,10 @@ sources:
     kind: square
     secrets: [square-signature-key]
     public_url: %s/hooks/square
+  - name: mailgun
+    kind: mailgun
+    secrets: [mailgun-signing-key]
+    account: acct-mg
   - name: unset
     kind: stripe
     secrets: [${S_UNSET}]
@@ -83,7 +93,7 @@ func TestSendEveryKind(t *testing.T) {
 		events int
 	}{
 		{"stripe", 1}, {"crm1", 2}, {"crm2", 2}, {"crm3", 2}, {"klaviyo", 2}, {"app", 1}, {"deals", 1}, {"shop", 1}, {"github", 1},
-		{"slack", 1}, {"paddle", 1}, {"square", 1},
+		{"slack", 1}, {"paddle", 1}, {"square", 1}, {"mailgun", 1},
 	} {
 		args := []string{"send", "--config", cfgPath, "--source", tc.source}
 		if tc.source != "crm2" && tc.source != "crm3" && tc.source != "square" {
@@ -150,7 +160,7 @@ func TestSendEveryKind(t *testing.T) {
 		}
 	}
 	code, out, _ = run(t, "", nil, "send", "--list-samples")
-	for _, kind := range []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac", "slack", "paddle", "square"} {
+	for _, kind := range []string{"stripe", "hubspot", "klaviyo", "standard-webhooks", "pipedrive", "hmac", "slack", "paddle", "square", "mailgun"} {
 		if !strings.Contains(out, kind+" ") {
 			t.Errorf("--list-samples lacks %s: %q", kind, out)
 		}
@@ -166,5 +176,35 @@ func TestSendNoServer(t *testing.T) {
 	code, _, errOut := run(t, "", nil, "send", "--config", cfg, "--source", "shop", "--url", "http://127.0.0.1:1/hooks/shop")
 	if code != 1 || !strings.Contains(errOut, "connection refused") {
 		t.Fatalf("send to nowhere: %d %q", code, errOut)
+	}
+}
+
+// bodySigner is a scheme that signs inside the body, as Mailgun's does.
+type bodySigner struct{}
+
+func (bodySigner) Verify(*signature.Request, time.Time) error { return nil }
+func (bodySigner) Sign(*signature.Request, time.Time, string) (http.Header, error) {
+	return nil, errors.New("no headers")
+}
+func (bodySigner) SignBody(req *signature.Request, now time.Time) ([]byte, error) {
+	return append(append([]byte{}, req.Body...), fmt.Sprintf(" signed at %d", now.Unix())...), nil
+}
+
+// send posts the body a body-signing scheme returns, with no signature
+// headers; a header-signing scheme's body is sent as it is.
+func TestSignForSendSignsInTheBody(t *testing.T) {
+	now := time.Unix(1767225600, 0)
+	u, h, body, err := signForSend(senderkind.Kind{}, bodySigner{}, "http://127.0.0.1:1/hooks/m", []byte("{}"), now, "id")
+	if err != nil || u != "http://127.0.0.1:1/hooks/m" || len(h) != 0 || string(body) != "{} signed at 1767225600" {
+		t.Fatalf("body signer: %q %v %q %v", u, h, body, err)
+	}
+	k, _ := senderkind.Builtin().Lookup(senderkind.Stripe)
+	s, err := k.NewScheme(senderkind.Source{Kind: k.Name}, []string{"whsec_x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, h, body, err = signForSend(k, s, "http://127.0.0.1:1/hooks/s", []byte("{}"), now, "id")
+	if err != nil || h.Get("Stripe-Signature") == "" || string(body) != "{}" {
+		t.Fatalf("header signer: %v %q %v", h, body, err)
 	}
 }

@@ -13,17 +13,16 @@ import (
 	"github.com/hookledger/hookledger/internal/server"
 )
 
-func init() {
-	register(&command{
-		name:    "serve",
-		summary: "receive webhooks and serve the admin API",
-		run:     runServe,
-	})
-	register(&command{
-		name:    "migrate",
-		summary: "apply the database schema",
-		run:     runMigrate,
-	})
+var serveCommand = &command{
+	name:    "serve",
+	summary: "receive webhooks and serve the admin API",
+	run:     runServe,
+}
+
+var migrateCommand = &command{
+	name:    "migrate",
+	summary: "apply the database schema",
+	run:     runMigrate,
 }
 
 func runServe(ctx context.Context, env *Env, args []string) int {

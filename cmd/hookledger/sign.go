@@ -19,12 +19,10 @@ import (
 	"github.com/hookledger/hookledger/internal/signature"
 )
 
-func init() {
-	register(&command{
-		name:    "sign",
-		summary: "print the headers a source's sender would send for a body",
-		run:     runSign,
-	})
+var signCommand = &command{
+	name:    "sign",
+	summary: "print the headers a source's sender would send for a body",
+	run:     runSign,
 }
 
 func runSign(_ context.Context, env *Env, args []string) int {

@@ -16,15 +16,13 @@ import (
 	"github.com/hookledger/hookledger/internal/signals"
 )
 
-func init() {
-	register(&command{
-		name:    "status",
-		summary: "print the nine outcome signals; exit 1 when any is alert",
-		run:     runStatus,
-	})
+var statusCommand = &command{
+	name:    "status",
+	summary: "print the outcome signals; exit 1 when any is alert",
+	run:     runStatus,
 }
 
-const statusDescription = `Measures the nine outcome signals (docs/signals.md) and prints them with
+const statusDescription = `Measures the outcome signals (docs/signals.md) and prints them with
 their status: ok, warn or alert from the thresholds of the config's signals
 section. Meant for cron, CI and monitoring: the exit code says whether
 anything needs a person now.

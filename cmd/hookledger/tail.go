@@ -14,12 +14,10 @@ import (
 	"github.com/hookledger/hookledger/internal/config"
 )
 
-func init() {
-	register(&command{
-		name:    "tail",
-		summary: "follow events and effects as they happen, through a running server's admin API",
-		run:     runTail,
-	})
+var tailCommand = &command{
+	name:    "tail",
+	summary: "follow events and effects as they happen, through a running server's admin API",
+	run:     runTail,
 }
 
 const tailDescription = `Follows a running server's events and effects through its admin API and

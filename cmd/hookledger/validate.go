@@ -15,12 +15,10 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-func init() {
-	register(&command{
-		name:    "validate",
-		summary: "check stored effect requests against the vendor's validation endpoint",
-		run:     runValidate,
-	})
+var validateCommand = &command{
+	name:    "validate",
+	summary: "check stored effect requests against the vendor's validation endpoint",
+	run:     runValidate,
 }
 
 const validateUsage = `validate [--config FILE] [--format text|json] ID...`

@@ -14,12 +14,10 @@ import (
 	"github.com/hookledger/hookledger/internal/vendors"
 )
 
-func init() {
-	register(&command{
-		name:    "vendors",
-		summary: "print the vendor delivery contracts the linter knows",
-		run:     runVendors,
-	})
+var vendorsCommand = &command{
+	name:    "vendors",
+	summary: "print the vendor delivery contracts the linter knows",
+	run:     runVendors,
 }
 
 const vendorsDescription = `Prints the delivery contracts of the vendors in the catalogue: retry,

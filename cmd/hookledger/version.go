@@ -10,23 +10,21 @@ import (
 // does); without it the Go toolchain's build information is used.
 var version = ""
 
-func init() {
-	register(&command{
-		name:    "version",
-		summary: "print the hookledger version",
-		run: func(ctx context.Context, env *Env, args []string) int {
-			fs := newFlagSet(env, "version", "version", "Prints the version of this binary and the Go version it was built with.")
-			if code, ok := parseFlags(env, fs, args); !ok {
-				return code
-			}
-			if fs.NArg() > 0 {
-				fmt.Fprintf(env.Stderr, "hookledger version: unexpected argument %q\n", fs.Arg(0))
-				return exitUsage
-			}
-			fmt.Fprintf(env.Stdout, "hookledger %s (%s)\n", buildVersion(), goVersion())
-			return exitOK
-		},
-	})
+var versionCommand = &command{
+	name:    "version",
+	summary: "print the hookledger version",
+	run: func(ctx context.Context, env *Env, args []string) int {
+		fs := newFlagSet(env, "version", "version", "Prints the version of this binary and the Go version it was built with.")
+		if code, ok := parseFlags(env, fs, args); !ok {
+			return code
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(env.Stderr, "hookledger version: unexpected argument %q\n", fs.Arg(0))
+			return exitUsage
+		}
+		fmt.Fprintf(env.Stdout, "hookledger %s (%s)\n", buildVersion(), goVersion())
+		return exitOK
+	},
 }
 
 func buildVersion() string {

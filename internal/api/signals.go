@@ -22,13 +22,16 @@ type SignalHistoryStore interface {
 // query names none: the minute buckets the store keeps.
 const DefaultHistorySpan = 24 * time.Hour
 
-// ServeSignals enables GET /api/v1/signals (the nine outcome signals,
-// measured now with the thresholds of cfg) and GET
+// ServeSignals enables GET /api/v1/signals (the outcome signals of cfg's
+// registry, measured now with its thresholds) and GET
 // /api/v1/signals/history. The server calls it with its config; without
 // it the resources do not exist.
 func (h *Handler) ServeSignals(cfg config.Signals) {
 	h.mux.HandleFunc("GET /api/v1/signals", func(w http.ResponseWriter, r *http.Request) { h.getSignals(w, r, &cfg) })
-	h.mux.HandleFunc("GET /api/v1/signals/history", h.getSignalHistory)
+	names := cfg.SignalSet().Names()
+	h.mux.HandleFunc("GET /api/v1/signals/history", func(w http.ResponseWriter, r *http.Request) {
+		h.getSignalHistory(w, r, names)
+	})
 }
 
 // getSignals measures the signals at the time of the request rather than
@@ -71,14 +74,21 @@ type SignalHistoryJSON struct {
 var SignalHistoryParams = []string{"name", "from", "to", "resolution"}
 
 // SignalHistoryFilter reads the query of GET /api/v1/signals/history at
-// now: name is required; from defaults to the DefaultHistorySpan before
-// to, and to to now, extended to the end of now's bucket; the resolution defaults to minute for a range
-// of at most 24 h (the minute buckets the store keeps) and to hour beyond.
+// now for the built-in signals (signalHistoryFilter).
 func SignalHistoryFilter(v url.Values, now time.Time) (*store.SignalHistoryListParams, error) {
+	return signalHistoryFilter(v, now, store.SignalNames())
+}
+
+// signalHistoryFilter reads the query of GET /api/v1/signals/history at
+// now: name is required, one of names; from defaults to the
+// DefaultHistorySpan before to, and to to now, extended to the end of
+// now's bucket; the resolution defaults to minute for a range of at most
+// 24 h (the minute buckets the store keeps) and to hour beyond.
+func signalHistoryFilter(v url.Values, now time.Time, names []string) (*store.SignalHistoryListParams, error) {
 	q := newQuery(v, SignalHistoryParams...)
-	p := &store.SignalHistoryListParams{Name: oneOf(q, "name", store.SignalNames())}
+	p := &store.SignalHistoryListParams{Name: oneOf(q, "name", names)}
 	if q.str("name") == "" {
-		q.fail("name", "required: one of "+joinSet(store.SignalNames()))
+		q.fail("name", "required: one of "+joinSet(names))
 	}
 	p.Resolution = oneOf(q, "resolution", []string{store.ResolutionMinute, store.ResolutionHour})
 	p.From, p.To = q.span("from", "to")
@@ -114,14 +124,15 @@ func SignalHistoryFilter(v url.Values, now time.Time) (*store.SignalHistoryListP
 	return p, nil
 }
 
-// getSignalHistory serves GET /api/v1/signals/history.
-func (h *Handler) getSignalHistory(w http.ResponseWriter, r *http.Request) {
+// getSignalHistory serves GET /api/v1/signals/history for the signals
+// named.
+func (h *Handler) getSignalHistory(w http.ResponseWriter, r *http.Request, names []string) {
 	st, ok := h.st.(SignalHistoryStore)
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store has no signal history")
 		return
 	}
-	p, err := SignalHistoryFilter(r.URL.Query(), h.now())
+	p, err := signalHistoryFilter(r.URL.Query(), h.now(), names)
 	if err != nil {
 		h.badParam(w, err)
 		return

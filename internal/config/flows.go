@@ -354,8 +354,8 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
 			}
 			identity("version.tie_break", cf.Break)
-			if src != nil && src.Kind == senderkind.Stripe && src.Fields.OccurredAt == "" {
-				warn(vp+".mode", "flow %q: OR01: Stripe's created is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name)
+			if k, ok := coarseTime(src); ok {
+				warn(vp+".mode", "flow %q: OR01: %s's %s is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name, k.Title, k.Identity.OccurredAt)
 			}
 		case "":
 			add(vp, "flow %q: version.mode is required: revision, refetch or occurred_at", f.Name)
@@ -451,4 +451,15 @@ func mapValues(m map[string]*expr.Program) []*expr.Program {
 		out = append(out, v)
 	}
 	return out
+}
+
+// coarseTime returns the source's kind when the source orders its events
+// by the kind's own occurrence time and that time counts whole seconds
+// (senderkind.Identity.CoarseTime).
+func coarseTime(src *Source) (senderkind.Kind, bool) {
+	if src == nil || src.Fields.OccurredAt != "" {
+		return senderkind.Kind{}, false
+	}
+	k, ok := senderkind.Builtin().Lookup(src.Kind)
+	return k, ok && k.Identity.CoarseTime
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/signature"
 )
 
@@ -61,10 +62,13 @@ func TestGitHubRefusesHMACBlockAndTolerance(t *testing.T) {
 	}
 }
 
-// An unknown kind is refused with the registry's names, github among them.
+// An unknown kind is refused with the registry's names in its order
+// (senderkind's TestBuiltinNames pins them), github among them.
 func TestUnknownKindListsTheRegistry(t *testing.T) {
 	_, err := Parse("h.yaml", []byte("sources:\n  - name: x\n    kind: gitlab\n    secrets: [s]\n"), env(nil))
-	if err == nil || !strings.Contains(err.Error(), `unknown kind "gitlab" (one of stripe, hubspot, klaviyo, standard-webhooks, pipedrive, hmac, github, shopify, slack, twilio, paddle, square)`) {
+	names := strings.Join(senderkind.Builtin().Names(), ", ")
+	if err == nil || !strings.Contains(err.Error(), `unknown kind "gitlab" (one of `+names+`)`) ||
+		!strings.Contains(names, "stripe, hubspot, klaviyo, standard-webhooks, pipedrive, hmac, github, shopify, slack, twilio, paddle, square") {
 		t.Fatalf("unknown kind: %v", err)
 	}
 }
@@ -180,5 +184,40 @@ func TestAccountWithoutAccountPathWarns(t *testing.T) {
 		if strings.Contains(w.Msg, "refuses nothing") {
 			t.Fatalf("stripe names its account, still warned: %+v", w)
 		}
+	}
+}
+
+// A flow that orders a Stripe source's events by their occurrence time is
+// warned that Stripe's created counts whole seconds (OR01); a kind whose
+// time is finer, or a source that names its own time, is not.
+func TestCoarseOccurrenceTimeWarns(t *testing.T) {
+	const yaml = `sources:
+  - name: pay
+    kind: stripe
+    secrets: [whsec_x]
+  - name: own
+    kind: stripe
+    secrets: [whsec_x]
+    fields: {occurred_at: data.object.updated}
+  - name: app
+    kind: standard-webhooks
+    secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw]
+flows:
+` + `  - {name: f_pay, source: pay, events: [a], entity: event.data.id, version: {mode: occurred_at, tie_break: meta.event_id}, effects: [{name: e, destination: d, request: {path: '"/x"'}}]}
+  - {name: f_own, source: own, events: [a], entity: event.data.id, version: {mode: occurred_at, tie_break: meta.event_id}, effects: [{name: e, destination: d, request: {path: '"/x"'}}]}
+  - {name: f_app, source: app, events: [a], entity: event.data.id, version: {mode: occurred_at, tie_break: meta.event_id}, effects: [{name: e, destination: d, request: {path: '"/x"'}}]}
+destinations:
+  - {name: d, base_url: "https://d.example"}
+`
+	c, err := Parse("h.yaml", []byte(yaml), env(nil))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	w := c.Warnings.Error()
+	if !strings.Contains(w, `flow "f_pay": OR01: Stripe's created is in seconds`) {
+		t.Errorf("no OR01 warning for the Stripe flow: %q", w)
+	}
+	if strings.Contains(w, `"f_own": OR01`) || strings.Contains(w, `"f_app": OR01`) {
+		t.Errorf("OR01 warning for a flow with a finer time: %q", w)
 	}
 }

@@ -36,10 +36,23 @@ type Signals struct {
 	// warn (the flow engine computes each effect's deadline_warn_at with
 	// it). 0 takes the default.
 	DeadlineWarnShare float64 `yaml:"deadline_warn_share"`
-	// Thresholds by signal name. After loading, every one of the nine
-	// names is present with its four fields set: a field the file leaves
-	// out takes the default, and 0 turns that check off.
+	// Thresholds by signal name. After loading, every signal of the
+	// registry is present with its four fields set: a field the file
+	// leaves out takes the default, and 0 turns that check off.
 	Thresholds map[string]SignalThreshold `yaml:"thresholds"`
+	// Registry is the signals measured and judged: nil is the product's
+	// (store.BuiltinSignals), which is what a loaded config has. Tests
+	// set another; no file can.
+	Registry *store.SignalRegistry `yaml:"-"`
+}
+
+// SignalSet returns the registry of the signals: Registry, else the
+// built-in one.
+func (s *Signals) SignalSet() *store.SignalRegistry {
+	if s.Registry != nil {
+		return s.Registry
+	}
+	return store.BuiltinSignals()
 }
 
 // SignalThreshold is when one signal leaves ok. A signal is warn (alert)
@@ -61,47 +74,38 @@ type SignalLimits struct {
 	WarnAge, AlertAge time.Duration
 }
 
-// DefaultSignalLimits returns the built-in thresholds of the nine signals.
-// Why each one (docs/signals.md says the same for operators):
-//   - revision_lag, unfinished_events: an entity or event is behind for
-//     seconds during any burst, so only age counts: 5 minutes is far past a
-//     healthy pipeline's latency (warn), 30 minutes means something is
-//     stuck, such as a dead-lettered newest revision (alert). No value
-//     threshold: a burst makes many items briefly behind.
-//   - deadline_risk: every near deadline warns and every passed one
-//     alerts; a business deadline is the point of declaring one.
-//   - unknown_outcomes: any effect whose outcome is unknown warns (the
-//     reconciler usually settles it within minutes); one still unknown
-//     after an hour needs a person to look at the destination (alert).
-//   - key_conflicts: each conflict is a key design or routing problem to
-//     look into (warn); the unique index already kept the business state
-//     correct, so it does not alert.
-//   - dead_letters: each dead letter waits for a person (warn); one left
-//     for a day means the exception queue is not being worked (alert).
-//   - reconciliation_mismatches: the destination disagrees with a done
-//     effect: the business state is wrong now (alert at 1).
-//   - compensation_outstanding: an undo in flight warns; one not done
-//     within an hour leaves a half-undone business state (alert).
-//   - loop_blocks: the guard held, but a flow is feeding itself (warn).
+// DefaultSignalLimits returns the built-in signals' default thresholds by
+// name. Why each one is written on its entry of the registry
+// (store.BuiltinSignals), and docs/signals.md says the same for operators.
 func DefaultSignalLimits() map[string]SignalLimits {
-	return map[string]SignalLimits{
-		store.SignalRevisionLag:              {WarnAge: 5 * time.Minute, AlertAge: 30 * time.Minute},
-		store.SignalUnfinishedEvents:         {WarnAge: 5 * time.Minute, AlertAge: 30 * time.Minute},
-		store.SignalDeadlineRisk:             {Warn: 1, Alert: 1},
-		store.SignalUnknownOutcomes:          {Warn: 1, AlertAge: time.Hour},
-		store.SignalKeyConflicts:             {Warn: 1},
-		store.SignalDeadLetters:              {Warn: 1, AlertAge: 24 * time.Hour},
-		store.SignalReconciliationMismatches: {Alert: 1},
-		store.SignalCompensationOutstanding:  {Warn: 1, AlertAge: time.Hour},
-		store.SignalLoopBlocks:               {Warn: 1},
+	out := map[string]SignalLimits{}
+	for _, d := range store.BuiltinSignals().All() {
+		out[d.Name] = SignalLimits(d.Defaults)
 	}
+	return out
 }
 
 // Limits returns the thresholds of the named signal with its defaults
 // applied (the defaults alone when the config has no entry for it).
 func (s *Signals) Limits(name string) SignalLimits {
-	l := DefaultSignalLimits()[name]
-	t := s.Thresholds[name]
+	d, _ := s.SignalSet().Lookup(name)
+	return s.limits(d)
+}
+
+// AllLimits returns the thresholds of every signal of the registry, by
+// name, with their defaults applied.
+func (s *Signals) AllLimits() map[string]SignalLimits {
+	out := map[string]SignalLimits{}
+	for _, d := range s.SignalSet().All() {
+		out[d.Name] = s.limits(d)
+	}
+	return out
+}
+
+// limits applies the config's threshold of d to d's defaults.
+func (s *Signals) limits(d store.SignalDef) SignalLimits {
+	l := SignalLimits(d.Defaults)
+	t := s.Thresholds[d.Name]
 	if t.Warn != nil {
 		l.Warn = *t.Warn
 	}
@@ -124,13 +128,13 @@ func (c *Config) setSignalDefaults() {
 	if s.DeadlineWarnShare == 0 {
 		s.DeadlineWarnShare = DefaultDeadlineWarnShare
 	}
-	// Unknown names stay in the map for validate to report; the nine are
-	// filled in so that every reader sees the effective values.
+	// Unknown names stay in the map for validate to report; the
+	// registry's are filled in so that every reader sees the effective
+	// values.
 	if s.Thresholds == nil {
 		s.Thresholds = map[string]SignalThreshold{}
 	}
-	for _, name := range store.SignalNames() {
-		l := s.Limits(name)
+	for name, l := range s.AllLimits() {
 		warnAge, alertAge := Duration(l.WarnAge), Duration(l.AlertAge)
 		s.Thresholds[name] = SignalThreshold{Warn: &l.Warn, Alert: &l.Alert, WarnAge: &warnAge, AlertAge: &alertAge}
 	}
@@ -154,7 +158,7 @@ func (c *Config) validateSignals(add func(path, format string, args ...any)) {
 	// Sorted, so that a file with several mistakes reports them the same
 	// way every time.
 	slices.Sort(names)
-	known := store.SignalNames()
+	known := s.SignalSet().Names()
 	for _, name := range names {
 		p := "$.signals.thresholds." + name
 		if !slices.Contains(known, name) {

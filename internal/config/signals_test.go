@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,42 @@ func TestSignalsErrorsNameFileAndLine(t *testing.T) {
 				t.Errorf("got %q (line %d), want conf.yaml line %d containing %q", err, line, tc.line, tc.want)
 			}
 		})
+	}
+}
+
+// The signals are the registry's: a config given another registry fills
+// in, accepts and judges its names with its defaults, and no file can
+// name a registry.
+func TestSignalsFollowTheRegistry(t *testing.T) {
+	s := Signals{}
+	if got := s.SignalSet().Names(); strings.Join(got, " ") != strings.Join(store.SignalNames(), " ") {
+		t.Errorf("no registry: %v, want the built-in signals", got)
+	}
+	builtin, _ := store.BuiltinSignals().Lookup(store.SignalDeadLetters)
+	reg, err := store.NewSignalRegistry(builtin, store.SignalDef{Name: "parked", Title: "Parked", Help: "A test signal.",
+		Defaults: store.SignalLimits{Warn: 3, AlertAge: time.Hour}, List: store.SignalList{Path: "/effects"},
+		Measure: func(*store.SignalMeasure, store.SignalRead) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := int64(2)
+	c := &Config{Signals: Signals{Registry: reg, Thresholds: map[string]SignalThreshold{"parked": {Alert: &two}}}}
+	c.setSignalDefaults()
+	if got := c.Signals.Limits("parked"); got != (SignalLimits{Warn: 3, Alert: 2, AlertAge: time.Hour}) {
+		t.Errorf("parked limits %+v, want its defaults with alert 2 from the file", got)
+	}
+	if _, ok := c.Signals.Thresholds["parked"]; !ok || len(c.Signals.Thresholds) != 2 {
+		t.Errorf("thresholds filled in: %v, want dead_letters and parked", c.Signals.Thresholds)
+	}
+	var msgs []string
+	c.Signals.Thresholds[store.SignalLoopBlocks] = SignalThreshold{}
+	c.validateSignals(func(path, format string, args ...any) { msgs = append(msgs, path+": "+fmt.Sprintf(format, args...)) })
+	if len(msgs) != 1 || !strings.Contains(msgs[0], `$.signals.thresholds.loop_blocks: signals.thresholds: unknown signal "loop_blocks" (one of dead_letters, parked)`) {
+		t.Errorf("a name the registry lacks: %v", msgs)
+	}
+
+	_, err = Parse("conf.yaml", []byte("signals:\n  registry: {}\n"), env(nil))
+	if err == nil || !strings.Contains(err.Error(), "conf.yaml:2") || !strings.Contains(err.Error(), "unknown field") {
+		t.Errorf("a registry in the file: %v, want an unknown field at line 2", err)
 	}
 }

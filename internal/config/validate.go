@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
 // fieldError is a validation problem at a YAML path such as
@@ -85,10 +86,9 @@ func (c *Config) validate() (errs, warns []fieldError) {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		add("$.listen", "listen: %q is not host:port (for example 127.0.0.1:8080)", c.Listen)
 	}
-	if !strings.HasPrefix(c.Store, "sqlite:") && !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
-		add("$.store", "store: %q is not supported: use sqlite:PATH or postgres://user@host:port/db", c.Store)
-	} else if c.Store == "sqlite:" {
-		add("$.store", "store: sqlite: needs a file path, for example sqlite:./data/hookledger.db")
+	// The drivers' own table says which URLs they take (storeopen).
+	if err := storeopen.Check(c.Store); err != nil {
+		add("$.store", "store: %v", err)
 	}
 	if c.Receive.MaxBodyBytes < 0 {
 		add("$.receive.max_body_bytes", "receive.max_body_bytes must be positive")

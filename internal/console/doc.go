@@ -41,10 +41,11 @@
 // store does not hold (the flow engine for replays, the delivery worker's
 // token buckets, the metrics registry) with Attach.
 //
-// The overview (overview.go) measures the nine outcome signals when asked,
-// with the thresholds given by WithSignals, and links every number to the
-// list behind it, down to an audit list (audit.go) for the signals that
-// count audit rows.
+// The overview (overview.go) measures the outcome signals when asked,
+// with the registry and thresholds given by WithSignals, words each card
+// and links every number to the list behind it as the signal's registry
+// entry says, down to an audit list (audit.go) for the signals that count
+// audit rows.
 //
 // The console reads and operates through the store contract (the Store
 // interface here is the part it uses) and reads list filters with the

@@ -12,16 +12,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/signals"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
 // WithSignals gives the console the config's signals section: the
-// thresholds the overview judges the nine signals by (the same as GET
-// /api/v1/signals and the monitor's), and the window of the signals that
-// count occurrences. Without it the defaults apply.
+// signals' registry, the thresholds the overview judges them by (the same
+// as GET /api/v1/signals and the monitor's), and the window of the
+// signals that count occurrences. Without it the defaults apply.
 func WithSignals(cfg config.Signals) Option {
 	return func(c *Console) { c.signals = cfg }
 }
@@ -42,24 +41,6 @@ func (c *Console) overviewRoutes() {
 	c.handle("GET /overview/rows", c.overviewRows)
 	c.handle("GET /overview/series.json", c.overviewSeries)
 	c.handle("GET /audit", c.auditPage)
-}
-
-// signalInfo is how the overview words a signal and where its numbers
-// lead.
-type signalInfo struct {
-	title, help string
-}
-
-var signalInfos = map[string]signalInfo{
-	store.SignalRevisionLag:              {"Revision lag", "Entities whose newest routed event is not applied yet."},
-	store.SignalUnfinishedEvents:         {"Unfinished events", "Events accepted and not yet in a final disposition."},
-	store.SignalDeadlineRisk:             {"Deadline risk", "Pending effects near or past their business deadline."},
-	store.SignalUnknownOutcomes:          {"Unknown outcomes", "Effects whose call may or may not have happened."},
-	store.SignalKeyConflicts:             {"Key conflicts", "Episode keys or versions that collided, in the window."},
-	store.SignalDeadLetters:              {"Dead letters", "Dead effects and dead-lettered events, waiting for a person."},
-	store.SignalReconciliationMismatches: {"Reconciliation mismatches", "Done effects the destination does not have."},
-	store.SignalCompensationOutstanding:  {"Compensation outstanding", "Compensations approved and not finished."},
-	store.SignalLoopBlocks:               {"Loop blocks", "Feedback loops and hop limits stopped, in the window."},
 }
 
 // link is one number's way to the list behind it.
@@ -153,8 +134,8 @@ type overviewData struct {
 	Worst     string
 }
 
-// overview serves GET /: the nine signals, their sparklines and the
-// trend charts.
+// overview serves GET /: the signals, their sparklines and the trend
+// charts.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	d, err := c.overviewNow(r)
 	if err != nil {
@@ -201,8 +182,10 @@ func (c *Console) overviewNow(r *http.Request) (*overviewData, error) {
 	}
 	d.Available, d.At, d.Worst = true, report.At, report.Worst()
 	since := now.Add(-cfg.Window.D()).UTC().Format(time.RFC3339)
+	reg := cfg.SignalSet()
 	for _, s := range report.Signals {
-		d.Signals = append(d.Signals, newSignalCard(s, since))
+		def, _ := reg.Lookup(s.Name)
+		d.Signals = append(d.Signals, newSignalCard(def, s, since))
 	}
 	// The newest minute bucket of each trend: the one now is in, else the
 	// one before (a round may not have run yet this minute).
@@ -259,107 +242,62 @@ func listURL(path string, kv ...string) string {
 	for i := 0; i+1 < len(kv); i += 2 {
 		v.Set(kv[i], kv[i+1])
 	}
+	if len(v) == 0 {
+		return path
+	}
 	return path + "?" + v.Encode()
 }
 
-// outstandingStates are the states of a compensation that is not
-// finished (compensation_outstanding counts these).
-var outstandingStates = func() string {
-	var out []string
-	for _, s := range store.EffectStates() {
-		switch s {
-		case store.EffectDone, store.EffectResolved, store.EffectSuperseded:
+// signalListURL is the address of a signal's list, with extra filters
+// (name, value pairs). since is the start of the signals' window.
+func signalListURL(l store.SignalList, since string, extra ...string) string {
+	kv := slices.Concat(l.Filters, extra)
+	if l.Window {
+		kv = append(kv, "from", since)
+	}
+	return listURL(l.Path, kv...)
+}
+
+// keyURL is where one breakdown key leads by the signal's key links (the
+// first that takes it), "" when none does.
+func keyURL(def store.SignalDef, dim, key, since string) string {
+	for _, k := range def.Keys {
+		if k.Dim != dim || (k.Key != "" && k.Key != key) || (k.Except != "" && k.Except == key) {
 			continue
 		}
-		out = append(out, string(s))
+		var extra []string
+		switch len(k.As) {
+		case 0:
+		case 1:
+			extra = []string{k.As[0], key}
+		default:
+			parts := strings.SplitN(key, "/", len(k.As))
+			if len(parts) < len(k.As) {
+				return ""
+			}
+			for i, name := range k.As {
+				extra = append(extra, name, parts[i])
+			}
+		}
+		return signalListURL(k.List, since, extra...)
 	}
-	return strings.Join(out, ",")
-}()
+	return ""
+}
 
-// newSignalCard words one signal and links every number to the list of
-// the items it counts. since is the start of the window of the signals
-// that count audit rows, so their list shows the rows counted.
-func newSignalCard(s signals.Signal, since string) *signalCard {
-	info := signalInfos[s.Name]
-	card := &signalCard{Name: s.Name, Title: cmp.Or(info.title, s.Name), Help: info.help, Value: s.Value, Status: s.Status}
+// newSignalCard words one signal as its registry entry says and links
+// every number to the list of the items it counts. since is the start of
+// the window of the signals that count audit rows, so their list shows
+// the rows counted.
+func newSignalCard(def store.SignalDef, s signals.Signal, since string) *signalCard {
+	card := &signalCard{Name: s.Name, Title: cmp.Or(def.Title, s.Name), Help: def.Help, Value: s.Value, Status: s.Status}
 	if s.OldestAgeSeconds != nil {
 		card.Age = humanAge(*s.OldestAgeSeconds)
 	}
-	// byKey links a breakdown key; "" leaves it as text.
-	var byKey func(dim, key string) string
-	switch s.Name {
-	case store.SignalRevisionLag:
-		card.Href = listURL("/events", "disposition", string(store.DispositionAccepted))
-		byKey = func(dim, key string) string {
-			if flow, entity, ok := strings.Cut(key, "/"); ok && dim == "largest_gap" {
-				return entityLink(flow, entity)
-			}
-			return ""
-		}
-	case store.SignalUnfinishedEvents:
-		card.Href = listURL("/events", "disposition", string(store.DispositionAccepted))
-		byKey = func(dim, key string) string {
-			if dim == "source" {
-				return listURL("/events", "disposition", string(store.DispositionAccepted), "source", key)
-			}
-			return ""
-		}
-	case store.SignalDeadlineRisk:
-		// Every state: an escalated effect may still be trying.
-		card.Href = listURL("/effects", "state", api.StateAny, "deadline_missed", "true")
-		byKey = func(dim, key string) string {
-			if dim == "destination" {
-				return listURL("/effects", "state", api.StateAny, "deadline_missed", "true", "destination", key)
-			}
-			return ""
-		}
-	case store.SignalUnknownOutcomes, store.SignalReconciliationMismatches:
-		card.Href = listURL("/effects", "state", string(store.EffectNeedsReconciliation))
-		if s.Name == store.SignalReconciliationMismatches {
-			card.Also = []link{{"mismatches found", listURL("/audit", "action", "reconciliation_mismatch")}}
-		}
-		byKey = func(dim, key string) string {
-			if dim == "destination" {
-				return listURL("/effects", "state", string(store.EffectNeedsReconciliation), "destination", key)
-			}
-			return ""
-		}
-	case store.SignalKeyConflicts:
-		card.Href = listURL("/audit", "action", "key_conflict", "from", since)
-		byKey = func(string, string) string { return "" }
-	case store.SignalDeadLetters:
-		card.Href = listURL("/effects", "state", string(store.EffectDead))
-		card.Also = []link{{"dead-lettered events", listURL("/events", "disposition", string(store.DispositionDeadLettered))}}
-		byKey = func(dim, key string) string {
-			switch {
-			case dim == "kind" && key == "effects":
-				return card.Href
-			case dim == "kind" && key == "events":
-				return card.Also[0].Href
-			case dim == "owner" && key != "unassigned":
-				return listURL("/effects", "state", string(store.EffectDead), "owner", key)
-			}
-			return ""
-		}
-	case store.SignalCompensationOutstanding:
-		card.Href = listURL("/effects", "state", outstandingStates, "compensations", "true")
-		byKey = func(dim, key string) string {
-			if dim == "destination" {
-				return listURL("/effects", "state", outstandingStates, "compensations", "true", "destination", key)
-			}
-			return ""
-		}
-	case store.SignalLoopBlocks:
-		card.Href = listURL("/audit", "action", "loop_blocked", "from", since)
-		card.Also = []link{{"hop limits", listURL("/audit", "action", "loop_hop_limit", "from", since)}}
-		byKey = func(dim, key string) string {
-			if dim == "kind" {
-				return listURL("/audit", "action", key, "from", since)
-			}
-			return ""
-		}
-	default:
-		byKey = func(string, string) string { return "" }
+	if def.List.Path != "" {
+		card.Href = signalListURL(def.List, since)
+	}
+	for _, l := range def.Also {
+		card.Also = append(card.Also, link{l.Label, signalListURL(l, since)})
 	}
 	for _, dim := range slices.Sorted(maps.Keys(s.Breakdown)) {
 		keys := s.Breakdown[dim]
@@ -368,7 +306,7 @@ func newSignalCard(s signals.Signal, since string) *signalCard {
 			return cmp.Or(cmp.Compare(keys[b], keys[a]), cmp.Compare(a, b))
 		})
 		for _, k := range names {
-			card.Breakdown = append(card.Breakdown, breakdownItem{Dim: dim, Key: k, Count: keys[k], Href: byKey(dim, k)})
+			card.Breakdown = append(card.Breakdown, breakdownItem{Dim: dim, Key: k, Count: keys[k], Href: keyURL(def, dim, k, since)})
 		}
 	}
 	return card
@@ -384,7 +322,7 @@ type seriesJSON struct {
 }
 
 // overviewSeries serves GET /overview/series.json: the minute history of
-// the nine signals and the trend series over the last 24 h, values in
+// the signals and the trend series over the last 24 h, values in
 // their display unit (rates per second). It is behind the session like
 // every console address.
 func (c *Console) overviewSeries(w http.ResponseWriter, r *http.Request) {
@@ -401,7 +339,7 @@ func (c *Console) overviewSeries(w http.ResponseWriter, r *http.Request) {
 		To     int64                  `json:"to"`
 		Series map[string]*seriesJSON `json:"series"`
 	}{From: from.Unix(), To: to.Unix(), Series: map[string]*seriesJSON{}}
-	for _, name := range append(store.SignalNames(), signals.TrendNames()...) {
+	for _, name := range append(c.signals.SignalSet().Names(), signals.TrendNames()...) {
 		pts, err := st.SignalHistoryList(r.Context(), &store.SignalHistoryListParams{Name: name,
 			Resolution: store.ResolutionMinute, From: from, To: to})
 		if err != nil {

@@ -7,7 +7,7 @@
 // failure, a lost mail found by verification, a feedback loop, a missed
 // deadline, a compensation that cannot run, a source API that is down).
 //
-// When the script ends every event disposition and each of the nine
+// When the script ends every event disposition and each of the built-in
 // outcome signals has something to show, and the console is ready to
 // explore. The clock is real, so the demo shortens the durations a real
 // config would use (a 20 s deadline instead of 30 min, verification 15 s

@@ -65,7 +65,7 @@ var invoiceEvent = []byte(`{
 // BenchmarkExtractStripeInvoice is the receiver's per-request parsing
 // cost, with the source's kind resolved once as the receiver does.
 func BenchmarkExtractStripeInvoice(b *testing.B) {
-	k, _ := senderkind.Builtin().Lookup(KindStripe)
+	k, _ := senderkind.Builtin().Lookup(senderkind.Stripe)
 	b.SetBytes(int64(len(invoiceEvent)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -78,7 +78,7 @@ func BenchmarkExtractStripeInvoice(b *testing.B) {
 
 // BenchmarkExtractHubSpotBatch is a batch kind's: every element is read.
 func BenchmarkExtractHubSpotBatch(b *testing.B) {
-	k, _ := senderkind.Builtin().Lookup(KindHubSpot)
+	k, _ := senderkind.Builtin().Lookup(senderkind.HubSpot)
 	body := []byte(hubspotBatch)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -96,7 +96,7 @@ var twilioCallStatus = []byte("AccountSid=" + twAC + "&AnsweredBy=human&ApiVersi
 // BenchmarkExtractTwilioCallStatus is a form kind's cost, the parameter
 // check included.
 func BenchmarkExtractTwilioCallStatus(b *testing.B) {
-	k, _ := senderkind.Builtin().Lookup(KindTwilio)
+	k, _ := senderkind.Builtin().Lookup(senderkind.Twilio)
 	b.SetBytes(int64(len(twilioCallStatus)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -8,31 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/senderkind"
 )
-
-// Kind names, as the registry of sender kinds defines them.
-const (
-	KindStripe           = senderkind.Stripe
-	KindHubSpot          = senderkind.HubSpot
-	KindKlaviyo          = senderkind.Klaviyo
-	KindStandardWebhooks = senderkind.StandardWebhooks
-	KindPipedrive        = senderkind.Pipedrive
-	KindHMAC             = senderkind.HMAC
-	KindGitHub           = senderkind.GitHub
-	KindShopify          = senderkind.Shopify
-	KindSlack            = senderkind.Slack
-	KindTwilio           = senderkind.Twilio
-	KindPaddle           = senderkind.Paddle
-	KindSquare           = senderkind.Square
-)
-
-// MaxHubSpotBatch is the most events HubSpot puts in one request.
-const MaxHubSpotBatch = senderkind.MaxHubSpotBatch
 
 // Event is one event's identity, extracted from a verified body.
 type Event struct {
@@ -53,13 +33,9 @@ type Paths = senderkind.Fields
 
 // MalformedError says which field of the body breaks the sender's contract.
 // The receiver answers 400 with its text. Field is the path as configured,
-// prefixed with the element's index in a batch ("[3].eventId").
-type MalformedError struct {
-	Field string
-	Msg   string
-}
-
-func (e *MalformedError) Error() string { return e.Field + ": " + e.Msg }
+// prefixed with the element's index in a batch ("[3].eventId"). It is the
+// registry's type, so that a kind's identity rules can refuse a body too.
+type MalformedError = senderkind.MalformedError
 
 // Kinds returns the kinds Extract understands, in a fresh slice.
 func Kinds() []string { return senderkind.Builtin().Names() }
@@ -102,9 +78,9 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	if id.Form && !looksJSON(body) {
 		var q url.Values
 		if q, err = decodeForm(body); err == nil {
-			if id.Rule == senderkind.RuleTwilio {
-				if merr := checkTwilioForm(q, id.Params); merr != nil {
-					return nil, merr
+			if id.Rules.Form != nil {
+				if err := id.Rules.Form(q, id.Params); err != nil {
+					return nil, asMalformed(err, "")
 				}
 			}
 			root = formObject(q)
@@ -115,29 +91,18 @@ func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, bo
 	if err != nil {
 		return nil, &MalformedError{Field: "body", Msg: err.Error()}
 	}
-	if id.Rule == senderkind.RuleTwilio {
-		if _, ok := mustPath("specversion").lookup(root, root, nil); ok {
-			// A JSON body from Twilio (signed with bodySHA256) is a
-			// CloudEvent: its id names the event and stays the same on
-			// every delivery of it, per the CloudEvents specification.
-			id = senderkind.Identity{
-				EventID: "id", Type: "type", TypeRequired: true, OccurredAt: "time",
-				Entity: "data.messageSid", Account: "data.accountSid", Unit: time.Second,
-			}
-		}
-	}
 	x := extractor{id: id, paths: paths, header: header, root: root}
-
-	switch id.Rule {
-	case senderkind.RuleKlaviyo:
-		if err := x.klaviyoWebhookID(); err != nil {
-			return nil, err
-		}
-	case senderkind.RulePipedrive:
-		if err := x.pipedriveVersion(); err != nil {
-			return nil, err
+	if id.Rules.Reshape != nil {
+		if other, ok := id.Rules.Reshape(x.doc(root)); ok {
+			x.id = other
 		}
 	}
+	if x.id.Rules.Body != nil {
+		if err := x.id.Rules.Body(x.doc(root)); err != nil {
+			return nil, asMalformed(err, "")
+		}
+	}
+	id = x.id
 	if b := id.Batch; b.Array || b.Key != "" {
 		return x.batch(b.Key, b.Max)
 	}
@@ -323,15 +288,19 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 	var ev Event
 	var merr *MalformedError
 	d := x.id
+	// The kind's rules read the event through one doc, made only for a
+	// kind that has rules.
+	var doc senderkind.Doc
+	if r := d.Rules; r.EventID != nil || r.Type != nil || r.Entity != nil || r.OccurredAt != nil {
+		doc = x.doc(elem)
+	}
 
 	// Event id.
 	switch {
 	case x.paths.EventID != "":
 		ev.EventID, merr = x.required(elem, x.paths.EventID, prefix)
-	case x.id.Rule == senderkind.RuleHubSpot:
-		ev.EventID, merr = x.hubspotEventID(elem, prefix)
-	case x.id.Rule == senderkind.RuleTwilio:
-		ev.EventID, merr = x.twilioEventID(elem, prefix)
+	case d.Rules.EventID != nil:
+		ev.EventID, merr = x.rule(d.Rules.EventID, doc, prefix)
 	case d.EventID == "" && len(d.EventIDHeaders) > 0:
 		// The first id header present names the event (for Standard
 		// Webhooks, webhook-id or svix-id, whichever set the sender used).
@@ -354,11 +323,9 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 	switch {
 	case x.paths.Type != "":
 		ev.Type, merr = x.str(elem, x.paths.Type, prefix)
-	case x.id.Rule == senderkind.RulePipedrive:
-		ev.Type, merr = x.pipedriveType(elem, prefix)
-	case x.id.Rule == senderkind.RuleTwilio:
-		ev.Type, merr = x.twilioType(elem, prefix)
-	case x.id.TypeRequired:
+	case d.Rules.Type != nil:
+		ev.Type, merr = x.rule(d.Rules.Type, doc, prefix)
+	case d.TypeRequired:
 		ev.Type, merr = x.required(elem, d.Type, prefix)
 	default:
 		ev.Type, merr = x.str(elem, d.Type, prefix)
@@ -367,33 +334,57 @@ func (x extractor) event(elem any, prefix string) (Event, *MalformedError) {
 		return Event{}, merr
 	}
 
-	if ev.Entity, merr = x.str(elem, pick(x.paths.Entity, d.Entity), prefix); merr != nil {
-		return Event{}, merr
+	if x.paths.Entity == "" && d.Rules.Entity != nil {
+		ev.Entity, merr = x.rule(d.Rules.Entity, doc, prefix)
+	} else {
+		ev.Entity, merr = x.str(elem, pick(x.paths.Entity, d.Entity), prefix)
 	}
-	if x.id.Rule == senderkind.RuleTwilio && x.paths.Entity == "" {
-		// The message or call is the entity: its status callbacks are
-		// ordered against each other.
-		if ev.Entity, merr = x.twilioSid(elem, prefix); merr != nil {
-			return Event{}, merr
-		}
+	if merr != nil {
+		return Event{}, merr
 	}
 	if ev.Account, merr = x.str(elem, pick(x.paths.Account, d.Account), prefix); merr != nil {
 		return Event{}, merr
 	}
 
-	if p := pick(x.paths.OccurredAt, d.OccurredAt); p != "" {
-		if v, found := mustPath(p).lookup(x.root, elem, x.header); found {
-			if r, ok := v.(repeatedParam); ok {
-				return Event{}, repeatedError(prefix+p, r)
-			}
-			t, ok := parseTime(v, x.unit())
-			if !ok {
-				return Event{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.unit()) + ")"}
-			}
-			ev.OccurredAt = t
-		}
+	if ev.OccurredAt, merr = x.occurredAt(elem, prefix, doc); merr != nil {
+		return Event{}, merr
 	}
 	return ev, nil
+}
+
+// occurredAt reads the event's occurrence time: the source's path, else the
+// kind's rule, else the kind's path. Absent is the zero time.
+func (x extractor) occurredAt(elem any, prefix string, doc senderkind.Doc) (time.Time, *MalformedError) {
+	d := x.id
+	if x.paths.OccurredAt == "" && d.Rules.OccurredAt != nil {
+		t, err := d.Rules.OccurredAt(doc)
+		if err != nil {
+			return time.Time{}, asMalformed(err, prefix)
+		}
+		if t.IsZero() {
+			return t, nil
+		}
+		if t, ok := inRange(t); ok {
+			return t, nil
+		}
+		return time.Time{}, &MalformedError{Field: prefix + d.OccurredAt, Msg: "is not a time between 1970 and 9999"}
+	}
+	p := pick(x.paths.OccurredAt, d.OccurredAt)
+	if p == "" {
+		return time.Time{}, nil
+	}
+	v, found := mustPath(p).lookup(x.root, elem, x.header)
+	if !found {
+		return time.Time{}, nil
+	}
+	if r, ok := v.(repeatedParam); ok {
+		return time.Time{}, repeatedError(prefix+p, r)
+	}
+	t, ok := parseTime(v, x.unit())
+	if !ok {
+		return time.Time{}, &MalformedError{Field: prefix + p, Msg: "is not a time (RFC 3339, or a unix time in " + unitName(x.unit()) + ")"}
+	}
+	return t, nil
 }
 
 // unit is the kind's unit of numeric times, seconds when it names none.
@@ -411,167 +402,72 @@ func unitName(u time.Duration) string {
 	return "seconds"
 }
 
-// hubspotEventID builds HubSpot's event identity. HubSpot's classic eventId
-// is not guaranteed unique, so it is combined with the fields that scope it:
-// the portal, the subscription, the occurrence time in milliseconds and the
-// object (plus the property for property changes). All of them are the same
-// on every retry of a delivery; attemptNumber, which changes per retry, is
-// never part of the identity (IP02).
-func (x extractor) hubspotEventID(elem any, prefix string) (string, *MalformedError) {
-	parts := make([]string, 0, 6)
-	for _, f := range []string{"portalId", "subscriptionId", "eventId", "occurredAt"} {
-		s, err := x.required(elem, f, prefix)
-		if err != nil {
-			return "", err
-		}
-		parts = append(parts, s)
-	}
-	for _, f := range []string{"objectId", "propertyName"} {
-		s, err := x.str(elem, f, prefix)
-		if err != nil {
-			return "", err
-		}
-		if s != "" || f == "objectId" {
-			parts = append(parts, s)
-		}
-	}
-	return strings.Join(parts, ":"), nil
-}
-
-// twilioSid is the resource a Twilio request is about: MessageSid for
-// messaging, else CallSid for voice.
-func (x extractor) twilioSid(elem any, prefix string) (string, *MalformedError) {
-	for _, f := range []string{"MessageSid", "CallSid"} {
-		s, err := x.str(elem, f, prefix)
-		if err != nil || s != "" {
-			return s, err
-		}
-	}
-	return "", &MalformedError{Field: prefix + "MessageSid", Msg: "is required (or CallSid): it names the message or call"}
-}
-
-// twilioStatus is the status a Twilio request reports and the resource
-// class it belongs to.
-func (x extractor) twilioStatus(elem any, prefix string) (class, status string, merr *MalformedError) {
-	class = "call"
-	if s, err := x.str(elem, "MessageSid", prefix); err != nil {
-		return "", "", err
-	} else if s != "" {
-		class = "message"
-	}
-	for _, f := range []string{"MessageStatus", "SmsStatus", "CallStatus"} {
-		s, err := x.str(elem, f, prefix)
-		if err != nil || s != "" {
-			return class, s, err
-		}
-	}
-	return class, "", nil
-}
-
-// twilioEventID builds a Twilio event's identity: the sid, its status and
-// the SequenceNumber a call's status callbacks carry. Twilio sends a status
-// callback per status of one message or call, so the sid alone would make
-// "sent" and "delivered" one event; a retry resends the same parameters
-// and keeps the identity (IP02). I-Twilio-Idempotency-Token is not used:
-// Twilio's reference does not document what it stays the same across.
-func (x extractor) twilioEventID(elem any, prefix string) (string, *MalformedError) {
-	sid, err := x.twilioSid(elem, prefix)
+// rule runs one of the kind's identity rules on an event.
+func (x extractor) rule(fn func(senderkind.Doc) (string, error), doc senderkind.Doc, prefix string) (string, *MalformedError) {
+	v, err := fn(doc)
 	if err != nil {
-		return "", err
+		return "", asMalformed(err, prefix)
 	}
-	class, status, err := x.twilioStatus(elem, prefix)
-	if err != nil {
-		return "", err
-	}
-	if status == "" {
-		return "", twilioStatusRequired(class, prefix)
-	}
-	id := sid + ":" + status
-	if class == "call" {
-		// Only a call's status callbacks are numbered. A message's
-		// SequenceNumber is not read: Twilio documents none, and one
-		// could only have been split out of a value a texter wrote
-		// (a WhatsApp ProfileName).
-		seq, err := x.str(elem, "SequenceNumber", prefix)
-		if err != nil {
-			return "", err
-		}
-		if seq != "" {
-			id += ":" + seq
-		}
-	}
-	return id, nil
+	return v, nil
 }
 
-// twilioStatusRequired refuses a request without a status: Twilio sends
-// one with every message and call request, and the event is named by it.
-func twilioStatusRequired(class, prefix string) *MalformedError {
-	if class == "message" {
-		return &MalformedError{Field: prefix + "MessageStatus", Msg: "is required (or SmsStatus): Twilio sends a message's status with every request, and the event is named by it"}
+// asMalformed is a rule's refusal with the batch element's prefix added to
+// its field. A rule refuses only with a *MalformedError; any other error
+// is reported against the body rather than lost.
+func asMalformed(err error, prefix string) *MalformedError {
+	var m *MalformedError
+	if !errors.As(err, &m) {
+		return &MalformedError{Field: prefix + "body", Msg: err.Error()}
 	}
-	return &MalformedError{Field: prefix + "CallStatus", Msg: "is required: Twilio sends a call's status with every request, and the event is named by it"}
+	return &MalformedError{Field: prefix + m.Field, Msg: m.Msg}
 }
 
-// twilioType is "message." or "call." followed by the status
-// (message.received, message.delivered, call.completed), or the class alone
-// when the request reports no status.
-func (x extractor) twilioType(elem any, prefix string) (string, *MalformedError) {
-	class, status, err := x.twilioStatus(elem, prefix)
-	if err != nil {
-		return "", err
-	}
-	if status == "" {
-		return class, nil
-	}
-	return class + "." + status, nil
+// doc is what a kind's rules read of one event (elem) or of the whole body
+// (elem is the root); it implements senderkind.Doc. Its errors name fields
+// relative to the event: rule adds the batch prefix once.
+func (x extractor) doc(elem any) senderkind.Doc {
+	return &ruleDoc{root: x.root, header: x.header, elem: elem}
 }
 
-func (x extractor) pipedriveType(elem any, prefix string) (string, *MalformedError) {
-	entity, err := x.required(elem, "meta.entity", prefix)
-	if err != nil {
-		return "", err
-	}
-	action, err := x.required(elem, "meta.action", prefix)
-	if err != nil {
-		return "", err
-	}
-	return entity + "." + action, nil
+// ruleDoc holds only what a path reads (the root, the event, the
+// headers), so handing it to a rule copies no more than that.
+type ruleDoc struct {
+	root, elem any
+	header     http.Header
 }
 
-// pipedriveVersion refuses webhooks v1 bodies. Their meta.id is the object's
-// id, not the event's, so taking it as the event identity would collapse
-// every change to one object into a single event.
-func (x extractor) pipedriveVersion() *MalformedError {
-	if !isObject(x.root) {
-		return nil
+// x is an extractor over the doc, for its path reading.
+func (d *ruleDoc) x() extractor { return extractor{root: d.root, header: d.header} }
+
+func (d *ruleDoc) Str(p string) (string, error) {
+	s, merr := d.x().str(d.elem, p, "")
+	if merr != nil {
+		return "", merr
 	}
-	if v, ok := mustPath("v").lookup(x.root, x.root, nil); ok {
-		if s, _ := scalar(v); s == "1" {
-			return &MalformedError{Field: "v", Msg: "is a Pipedrive webhooks v1 payload; create the webhook with version 2.0"}
-		}
-	}
-	if v, ok := mustPath("meta.version").lookup(x.root, x.root, nil); ok {
-		if s, _ := scalar(v); s != "" && !strings.HasPrefix(s, "2") {
-			return &MalformedError{Field: "meta.version", Msg: "is " + strconv.Quote(s) + "; only Pipedrive webhooks v2 payloads are supported"}
-		}
-	}
-	return nil
+	return s, nil
 }
 
-// klaviyoWebhookID enforces Klaviyo's rule that meta.klaviyo_webhook_id
-// matches the Klaviyo-Webhook-Id header: a mismatch means the body was
-// produced for another webhook.
-func (x extractor) klaviyoWebhookID() *MalformedError {
-	h := strings.TrimSpace(x.header.Get("Klaviyo-Webhook-Id"))
-	if h == "" {
-		return nil
+func (d *ruleDoc) Required(p string) (string, error) {
+	s, merr := d.x().required(d.elem, p, "")
+	if merr != nil {
+		return "", merr
 	}
-	v, ok := mustPath("meta.klaviyo_webhook_id").lookup(x.root, x.root, nil)
+	return s, nil
+}
+
+func (d *ruleDoc) Lookup(p string) (string, bool) {
+	v, ok := mustPath(p).lookup(d.root, d.elem, d.header)
 	if !ok {
-		return nil
+		return "", false
 	}
-	if s, _ := scalar(v); s != h {
-		return &MalformedError{Field: "meta.klaviyo_webhook_id", Msg: "does not match the Klaviyo-Webhook-Id header"}
-	}
-	return nil
+	s, _ := scalar(v)
+	return s, true
+}
+
+func (d *ruleDoc) Header(name string) string { return strings.TrimSpace(d.header.Get(name)) }
+
+// repeatedError refuses reading an identity from a parameter sent several
+// times.
+func repeatedError(field string, vals repeatedParam) *MalformedError {
+	return &MalformedError{Field: field, Msg: fmt.Sprintf("is sent %d times; the event's identity is read from it, and the signature does not cover which value comes first", len(vals))}
 }

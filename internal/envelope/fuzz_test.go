@@ -20,71 +20,94 @@ func fuzzExtract(f *testing.F, kind string, paths Paths, seeds ...string) {
 		f.Add([]byte(s), "01KP4928STE8FKCWB6WDHZ4ZB7")
 	}
 	f.Fuzz(func(t *testing.T, body []byte, hdr string) {
-		h := http.Header{}
-		h.Set("webhook-id", hdr)
-		h.Set("Klaviyo-Webhook-Id", hdr)
-		h.Set("X-Shopify-Event-Id", hdr)
-		h.Set("X-Shopify-Topic", hdr)
-		evs, err := Extract(kind, paths, h, body)
-		if err != nil {
-			var me *MalformedError
-			if !errors.As(err, &me) {
-				t.Fatalf("non-malformed error for a body: %v", err)
-			}
-			return
+		checkExtract(t, kind, paths, body, hdr)
+	})
+}
+
+// checkExtract runs Extract on body, with hdr in the headers senders name
+// events in, and checks the invariants of fuzzExtract.
+func checkExtract(t *testing.T, kind string, paths Paths, body []byte, hdr string) {
+	h := http.Header{}
+	h.Set("webhook-id", hdr)
+	h.Set("Klaviyo-Webhook-Id", hdr)
+	h.Set("X-Shopify-Event-Id", hdr)
+	h.Set("X-Shopify-Topic", hdr)
+	evs, err := Extract(kind, paths, h, body)
+	if err != nil {
+		var me *MalformedError
+		if !errors.As(err, &me) {
+			t.Fatalf("non-malformed error for a body: %v", err)
 		}
-		if len(evs) == 0 {
-			t.Fatal("no events and no error")
+		return
+	}
+	if len(evs) == 0 {
+		t.Fatal("no events and no error")
+	}
+	for _, ev := range evs {
+		if ev.EventID == "" {
+			t.Fatal("empty event id accepted")
 		}
-		for _, ev := range evs {
-			if ev.EventID == "" {
-				t.Fatal("empty event id accepted")
-			}
-			// Twilio posts forms; every other kind's event is JSON.
-			if kind != KindTwilio && !json.Valid(ev.Body) {
-				t.Fatalf("event body is not JSON: %q", ev.Body)
-			}
-			if !ev.OccurredAt.IsZero() && (ev.OccurredAt.Year() < 1970 || ev.OccurredAt.Year() > 9999) {
-				t.Fatalf("occurredAt out of range: %s", ev.OccurredAt)
+		// Twilio posts forms; every other kind's event is JSON.
+		if kind != senderkind.Twilio && !json.Valid(ev.Body) {
+			t.Fatalf("event body is not JSON: %q", ev.Body)
+		}
+		if !ev.OccurredAt.IsZero() && (ev.OccurredAt.Year() < 1970 || ev.OccurredAt.Year() > 9999) {
+			t.Fatalf("occurredAt out of range: %s", ev.OccurredAt)
+		}
+	}
+}
+
+// FuzzExtractEveryKind runs every kind of the registry, a new one
+// included, on bodies seeded from every kind's built-in samples.
+func FuzzExtractEveryKind(f *testing.F) {
+	kinds := senderkind.Builtin().Kinds()
+	for _, k := range kinds {
+		for _, name := range k.SampleNames() {
+			body, _ := k.SampleBody(name)
+			for i := range kinds {
+				f.Add(body, "01KP4928STE8FKCWB6WDHZ4ZB7", uint8(i))
 			}
 		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, hdr string, i uint8) {
+		checkExtract(t, kinds[int(i)%len(kinds)].Name, Paths{}, body, hdr)
 	})
 }
 
 func FuzzExtractStripe(f *testing.F) {
-	fuzzExtract(f, KindStripe, Paths{}, stripeEvent, `{"id":"evt_1","type":"x","created":"1767225600"}`, `{"id":1e400}`)
+	fuzzExtract(f, senderkind.Stripe, Paths{}, stripeEvent, `{"id":"evt_1","type":"x","created":"1767225600"}`, `{"id":1e400}`)
 }
 
 func FuzzExtractHubSpot(f *testing.F) {
-	fuzzExtract(f, KindHubSpot, Paths{}, hubspotBatch, `[]`, `[{"eventId":1,"subscriptionId":1,"portalId":1,"occurredAt":1,"subscriptionType":"a","propertyName":"p"}]`, `[[]]`)
+	fuzzExtract(f, senderkind.HubSpot, Paths{}, hubspotBatch, `[]`, `[{"eventId":1,"subscriptionId":1,"portalId":1,"occurredAt":1,"subscriptionType":"a","propertyName":"p"}]`, `[[]]`)
 }
 
 func FuzzExtractKlaviyo(f *testing.F) {
-	fuzzExtract(f, KindKlaviyo, Paths{}, klaviyoBatch, `{"data":[{"external_id":"e","topic":"t"}],"meta":{"klaviyo_webhook_id":"01KP4928STE8FKCWB6WDHZ4ZB7"}}`)
+	fuzzExtract(f, senderkind.Klaviyo, Paths{}, klaviyoBatch, `{"data":[{"external_id":"e","topic":"t"}],"meta":{"klaviyo_webhook_id":"01KP4928STE8FKCWB6WDHZ4ZB7"}}`)
 }
 
 func FuzzExtractStandardWebhooks(f *testing.F) {
-	fuzzExtract(f, KindStandardWebhooks, Paths{}, swEvent, `{}`, `{"timestamp":"2026-01-01 00:00:00"}`)
+	fuzzExtract(f, senderkind.StandardWebhooks, Paths{}, swEvent, `{}`, `{"timestamp":"2026-01-01 00:00:00"}`)
 }
 
 func FuzzExtractPipedrive(f *testing.F) {
-	fuzzExtract(f, KindPipedrive, Paths{}, pipedriveEvent, `{"v":1,"meta":{"id":1}}`, `{"meta":{"id":1,"entity":"deal","action":"create","timestamp":1767225600}}`)
+	fuzzExtract(f, senderkind.Pipedrive, Paths{}, pipedriveEvent, `{"v":1,"meta":{"id":1}}`, `{"meta":{"id":1,"entity":"deal","action":"create","timestamp":1767225600}}`)
 }
 
 func FuzzExtractHMAC(f *testing.F) {
-	fuzzExtract(f, KindHMAC, Paths{Entity: "items.0.id", Account: "$.tenant"}, genericEvent, `{"eventId":"a","items":[{"id":5}],"tenant":7}`)
+	fuzzExtract(f, senderkind.HMAC, Paths{Entity: "items.0.id", Account: "$.tenant"}, genericEvent, `{"eventId":"a","items":[{"id":5}],"tenant":7}`)
 }
 
 func FuzzExtractShopify(f *testing.F) {
-	fuzzExtract(f, KindShopify, Paths{}, `{"id":1,"admin_graphql_api_id":"gid://shopify/Order/1"}`, `{}`)
+	fuzzExtract(f, senderkind.Shopify, Paths{}, `{"id":1,"admin_graphql_api_id":"gid://shopify/Order/1"}`, `{}`)
 }
 
 func FuzzExtractSlack(f *testing.F) {
-	fuzzExtract(f, KindSlack, Paths{}, `{"event_id":"Ev1","team_id":"T1","event":{"type":"message"},"event_time":1767225600}`, `{"event_id":"Ev1","event":{}}`)
+	fuzzExtract(f, senderkind.Slack, Paths{}, `{"event_id":"Ev1","team_id":"T1","event":{"type":"message"},"event_time":1767225600}`, `{"event_id":"Ev1","event":{}}`)
 }
 
 func FuzzExtractTwilio(f *testing.F) {
-	fuzzExtract(f, KindTwilio, Paths{}, "AccountSid="+twAC+"&MessageSid="+twSM+"&SmsStatus=received", "AccountSid="+twAC+"&CallSid="+twCA+"&CallStatus=completed&SequenceNumber=2", `{"specversion":"1.0","id":"EZ1","type":"t","time":"2026-01-01T00:00:00Z"}`, "%zz", "MessageSid=&CallSid=", "AccountSid=AC1&MessageSid=SM1&SmsStatus=received")
+	fuzzExtract(f, senderkind.Twilio, Paths{}, "AccountSid="+twAC+"&MessageSid="+twSM+"&SmsStatus=received", "AccountSid="+twAC+"&CallSid="+twCA+"&CallStatus=completed&SequenceNumber=2", `{"specversion":"1.0","id":"EZ1","type":"t","time":"2026-01-01T00:00:00Z"}`, "%zz", "MessageSid=&CallSid=", "AccountSid=AC1&MessageSid=SM1&SmsStatus=received")
 }
 
 // FuzzTwilioForm holds every Twilio form the check accepts to what
@@ -101,7 +124,7 @@ func FuzzTwilioForm(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	k, _ := senderkind.Builtin().Lookup(KindTwilio)
+	k, _ := senderkind.Builtin().Lookup(senderkind.Twilio)
 	id := k.Identity
 	eventID := regexp.MustCompile(`\A[A-Z]{2}[0-9a-fA-F]{32}:[a-z_-]+(:[0-9]+)?\z`)
 	f.Fuzz(func(t *testing.T, body string) {
@@ -143,11 +166,11 @@ func FuzzTwilioForm(f *testing.F) {
 }
 
 func FuzzExtractPaddle(f *testing.F) {
-	fuzzExtract(f, KindPaddle, Paths{}, `{"event_id":"evt_1","event_type":"t","occurred_at":"2026-01-01T00:00:00.000000Z","data":{"id":"x"}}`)
+	fuzzExtract(f, senderkind.Paddle, Paths{}, `{"event_id":"evt_1","event_type":"t","occurred_at":"2026-01-01T00:00:00.000000Z","data":{"id":"x"}}`)
 }
 
 func FuzzExtractSquare(f *testing.F) {
-	fuzzExtract(f, KindSquare, Paths{}, `{"merchant_id":"M","type":"payment.updated","event_id":"e","created_at":"2026-01-01T00:00:00.000Z","data":{"id":"p"}}`)
+	fuzzExtract(f, senderkind.Square, Paths{}, `{"merchant_id":"M","type":"payment.updated","event_id":"e","created_at":"2026-01-01T00:00:00.000Z","data":{"id":"p"}}`)
 }
 
 func FuzzParsePath(f *testing.F) {

@@ -13,7 +13,7 @@ import (
 
 func twilioIdentity(t *testing.T, extra ...string) senderkind.Identity {
 	t.Helper()
-	k, ok := senderkind.Builtin().Lookup(KindTwilio)
+	k, ok := senderkind.Builtin().Lookup(senderkind.Twilio)
 	if !ok {
 		t.Fatal("no twilio kind")
 	}

@@ -120,7 +120,10 @@ type Stage struct {
 	mu           sync.Mutex
 	failingSince time.Time // zero while the stage makes progress
 	cause        string
-	warned       string // the shape of the cause last logged at WARN
+	// warned holds the shapes of the causes logged at WARN in the
+	// current run of failures: each is logged once, however often it
+	// comes back (a driver may word one failure two ways, alternately).
+	warned map[string]bool
 }
 
 // OK records a round that made progress, or found nothing to do.
@@ -129,10 +132,10 @@ func (s *Stage) OK() {
 		return
 	}
 	s.mu.Lock()
-	warned, since := s.warned, s.failingSince
-	s.failingSince, s.cause, s.warned = time.Time{}, "", ""
+	warned, since := len(s.warned) > 0, s.failingSince
+	s.failingSince, s.cause, s.warned = time.Time{}, "", nil
 	s.mu.Unlock()
-	if warned != "" {
+	if warned {
 		s.b.log.Info("stage making progress again", "stage", s.name, "stalled_for", s.b.clk.Now().Sub(since).Round(time.Second).String())
 	}
 }
@@ -153,8 +156,8 @@ func (s *Stage) Fail(err error) {
 }
 
 // stalled reports the stage's stall, and logs it at WARN once per
-// distinct cause: causes that differ only in numbers (an event's key, a
-// count, a duration) are one cause.
+// distinct cause in a run of failures: causes that differ only in numbers
+// (an event's key, a count, a duration) are one cause.
 func (s *Stage) stalled(now time.Time) (Stall, bool) {
 	s.mu.Lock()
 	if s.failingSince.IsZero() || now.Sub(s.failingSince) < s.b.after {
@@ -163,8 +166,11 @@ func (s *Stage) stalled(now time.Time) (Stall, bool) {
 	}
 	st := Stall{Stage: s.name, Since: s.failingSince, Cause: s.cause}
 	shape := causeShape(s.cause)
-	log := shape != s.warned
-	s.warned = shape
+	log := !s.warned[shape]
+	if s.warned == nil {
+		s.warned = map[string]bool{}
+	}
+	s.warned[shape] = true
 	s.mu.Unlock()
 	if log {
 		s.b.log.Warn("stage stalled: not ready until it makes progress", "stage", s.name,

@@ -51,10 +51,15 @@ func TestStageStallsAfterFailingRoundsAndRecovers(t *testing.T) {
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "stage=routing") {
 		t.Fatalf("the stall is not a WARN naming the stage:\n%s", logs.String())
 	}
-	// Another cause is logged again.
+	// Another cause is logged again, and the first one, come back, not.
 	routing.Fail(errors.New("route events: connection refused"))
 	if n := strings.Count(logs.String(), "stage stalled"); n != 2 {
 		t.Fatalf("%d stall warnings after a new cause, want 2", n)
+	}
+	routing.Fail(errors.New("route events: event 7: refused"))
+	routing.Fail(errors.New("route events: connection refused"))
+	if n := strings.Count(logs.String(), "stage stalled"); n != 2 {
+		t.Fatalf("%d stall warnings after causes came back, want 2 (one per cause)", n)
 	}
 	routing.OK()
 	if st := b.Stalled(); len(st) != 0 {

@@ -33,7 +33,9 @@ type Options struct {
 	// MaxBatch caps the submissions in one transaction (default 256).
 	MaxBatch int
 	// Flushers is how many transactions may be in flight at once (default
-	// 1). SQLite has one writer, so more only helps PostgreSQL.
+	// 1). hookledger serve takes its store driver's number
+	// (storeopen.Driver.Flushers): SQLite has one writer, so more only
+	// helps PostgreSQL.
 	Flushers int
 	// CommitTimeout bounds one transaction (default 30 s).
 	CommitTimeout time.Duration
@@ -119,20 +121,6 @@ func New(st Committer, opts Options) *Writer {
 		opts.Registerer.MustRegister(w.batchSize, w.commitDur, w.outcomes)
 	}
 	return w
-}
-
-// FlushersFor is how many group commits hookledger serve runs at once on a
-// store driver ("sqlite" or "postgres"). SQLite has one writer. On
-// PostgreSQL a group costs one statement per table whatever its size, so
-// fewer, larger groups cost the database less: with two, one group's
-// commit overlaps the next one's gathering, and at 32 concurrent senders
-// on two cores p99 fell from 28–32 ms with four flushers to 20–24 ms
-// (BENCHMARKS.md, "receive").
-func FlushersFor(driver string) int {
-	if driver == "sqlite" {
-		return 1
-	}
-	return 2
 }
 
 // Start launches the flushers.

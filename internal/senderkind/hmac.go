@@ -41,5 +41,27 @@ func hmacKind() Kind {
 			return nil
 		},
 		Sample: "order.updated",
+		Fill:   hmacSample,
+	}
+}
+
+// hmacSample writes a fresh event id and the current time where the
+// source reads them: its fields, or the kind's eventId and occurredAt. An
+// id the source reads from a header goes into that header.
+func hmacSample(s *SampleDoc) {
+	eid := s.Nth(0, "ev_")
+	switch p := s.Source.Fields.EventID; {
+	case strings.HasPrefix(p, "header:"):
+		s.Header.Set(strings.TrimPrefix(p, "header:"), eid)
+	case p != "":
+		s.Set(strings.TrimPrefix(p, "$."), eid)
+	default:
+		s.Set("eventId", eid)
+	}
+	switch p := s.Source.Fields.OccurredAt; {
+	case p == "":
+		s.Set("occurredAt", s.RFC3339())
+	case !strings.HasPrefix(p, "header:"):
+		s.Set(strings.TrimPrefix(p, "$."), s.RFC3339())
 	}
 }

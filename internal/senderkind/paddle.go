@@ -27,6 +27,7 @@ func paddle() Kind {
 		Title:  "Paddle Billing",
 		Scheme: Scheme{Name: signature.KindPaddle, Placeholder: "operator-load-placeholder"},
 		Sample: "transaction.completed",
+		Fill:   paddleSample,
 		Identity: Identity{
 			EventID: "event_id", Type: "event_type", TypeRequired: true,
 			Entity: "data.id", OccurredAt: "occurred_at", Unit: time.Second,
@@ -55,4 +56,12 @@ func paddle() Kind {
 			},
 		},
 	}
+}
+
+// paddleSample gives a sample a fresh event and notification id and the
+// current time.
+func paddleSample(s *SampleDoc) {
+	s.Set("event_id", s.Nth(0, "evt_"))
+	s.Set("notification_id", s.Fresh("ntf_"))
+	s.Set("occurred_at", s.Now.UTC().Format("2006-01-02T15:04:05.000000Z"))
 }

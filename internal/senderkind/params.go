@@ -10,7 +10,7 @@ import (
 // Params is the closed set of form parameters a form-posting sender
 // documents (Twilio), each with the shape of its value. The receiver
 // refuses a form with any other parameter, or with a value of another
-// shape (HTTP 400); see RuleTwilio for why.
+// shape (HTTP 400); see twilioForm for why.
 type Params map[string]Shape
 
 // Shape is the form a parameter's value takes. The zero Shape is any

@@ -43,8 +43,16 @@ type Kind struct {
 	Contract *vendors.Contract
 	// Sign says what `hookledger sign` can produce for the kind.
 	Sign Sign
-	// Sample is the built-in sample `hookledger send` uses by default.
+	// Sample is the built-in sample `hookledger send` uses by default, a
+	// file under samples/<kind>/ (SampleNames lists them); empty when the
+	// kind has none.
 	Sample string
+	// SampleNote is shown beside the kind's samples by `send
+	// --list-samples`.
+	SampleNote string
+	// Fill gives a sample fresh identities and times, and the source's
+	// account, where the kind carries them (FillSample).
+	Fill func(*SampleDoc)
 	// Handshake, when set, recognises a verified request that is part of
 	// the sender's endpoint set-up rather than an event (Slack's
 	// url_verification): the receiver answers it with the Reply and stores
@@ -94,11 +102,16 @@ type Identity struct {
 	TypeRequired bool
 	// Unit is the unit of a numeric occurrence time.
 	Unit time.Duration
+	// CoarseTime says OccurredAt counts whole seconds, so events of one
+	// second have no order of their own: a flow that orders by it is
+	// warned (OR01).
+	CoarseTime bool
 	// EventIDHeaders are request headers, tried in order, that name the
 	// event when EventID is empty; the first one present is used.
 	EventIDHeaders []string
-	// Rule is the kind's special identity rule, applied by envelope.
-	Rule Rule
+	// Rules are the kind's identity rules that paths cannot express,
+	// applied by envelope.
+	Rules Rules
 	// Batch is how a body carries several events.
 	Batch Batch
 	// Form says the sender posts application/x-www-form-urlencoded
@@ -111,37 +124,6 @@ type Identity struct {
 	// source adds names with extra_params (IdentityFor).
 	Params Params
 }
-
-// Rule names an identity rule that paths cannot express. Each is
-// implemented by package envelope and documented there and in
-// docs/signatures.md.
-type Rule string
-
-// Identity rules.
-const (
-	// RuleNone: the paths are the whole identity.
-	RuleNone Rule = ""
-	// RuleHubSpot: the event id joins portalId, subscriptionId, eventId,
-	// occurredAt, objectId and propertyName, because HubSpot's eventId
-	// alone is not unique.
-	RuleHubSpot Rule = "hubspot"
-	// RuleKlaviyo: meta.klaviyo_webhook_id must match the
-	// Klaviyo-Webhook-Id header.
-	RuleKlaviyo Rule = "klaviyo"
-	// RulePipedrive: the type is meta.entity + "." + meta.action, and
-	// webhooks v1 bodies are refused (their meta.id names the object, not
-	// the event).
-	RulePipedrive Rule = "pipedrive"
-	// RuleTwilio: the event id joins the resource's sid (MessageSid, else
-	// CallSid) with its status and, for a call, SequenceNumber, because a
-	// status callback is sent once per status of the same message or call;
-	// the type is "message." or "call." plus the status. Twilio signs the
-	// form's names and values with no separator, so a form body must name
-	// only Params, each value of its shape, AccountSid and the status must
-	// be present, and what the identity reads must be sent once: else one
-	// captured request, its boundaries moved, would verify as new events.
-	RuleTwilio Rule = "twilio"
-)
 
 // Batch says how a body carries events.
 type Batch struct {
@@ -336,6 +318,7 @@ func Builtin() *Registry {
 		twilio(),
 		paddle(),
 		square(),
+		mailgun(),
 	)
 	if err != nil {
 		// The built-in kinds are constants; a test builds them, so this

@@ -20,6 +20,12 @@ func TestBuiltinNames(t *testing.T) {
 	if got := r.Names(); !slices.Equal(got[:len(want)], want) {
 		t.Fatalf("names = %v, want %v first", got, want)
 	}
+	// The whole list, which the config's message and envelope.Kinds
+	// follow; a new kind is appended here.
+	all := append(slices.Clone(want), "github", "shopify", "slack", "twilio", "paddle", "square", "mailgun")
+	if got := r.Names(); !slices.Equal(got, all) {
+		t.Fatalf("names = %v, want %v", got, all)
+	}
 	for _, name := range want {
 		k, ok := r.Lookup(name)
 		if !ok || k.Scheme.Name != name {

@@ -34,6 +34,7 @@ func slack() Kind {
 		},
 		Keep:      []string{signature.SlackTimestampHeader, signature.SlackRetryNumHeader, signature.SlackRetryReasonHeader},
 		Sample:    "message.channels",
+		Fill:      slackSample,
 		Tolerance: signature.DefaultTolerance(signature.KindSlack),
 		Check:     timedCheck("Slack"),
 		Handshake: slackURLVerification,
@@ -73,4 +74,14 @@ func slackURLVerification(body []byte) (Reply, bool) {
 		return Reply{}, false
 	}
 	return Reply{ContentType: "text/plain; charset=utf-8", Body: []byte(v.Challenge), What: "slack url_verification"}, true
+}
+
+// slackSample gives an Events API sample a fresh event_id and time, and
+// the source's workspace.
+func slackSample(s *SampleDoc) {
+	s.Set("event_id", s.Nth(0, "Ev"))
+	s.Set("event_time", s.Seconds())
+	if s.Account != "" {
+		s.Set("team_id", s.Account)
+	}
 }

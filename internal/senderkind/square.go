@@ -27,6 +27,7 @@ func square() Kind {
 			Placeholder: "operator-load-placeholder",
 		},
 		Sample: "payment.updated",
+		Fill:   squareSample,
 		Identity: Identity{
 			EventID: "event_id", Type: "type", TypeRequired: true,
 			Account: "merchant_id", Entity: "data.id", OccurredAt: "created_at", Unit: time.Second,
@@ -54,5 +55,15 @@ func square() Kind {
 			},
 		},
 		Sign: Sign{NeedsURL: true},
+	}
+}
+
+// squareSample gives a sample a fresh event_id and time, and the source's
+// merchant.
+func squareSample(s *SampleDoc) {
+	s.Set("event_id", s.Nth(0, "uuid"))
+	s.Set("created_at", s.Now.UTC().Format("2006-01-02T15:04:05.000Z"))
+	if s.Account != "" {
+		s.Set("merchant_id", s.Account)
 	}
 }

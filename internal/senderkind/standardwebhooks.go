@@ -2,6 +2,7 @@ package senderkind
 
 import (
 	"encoding/base64"
+	"time"
 
 	"github.com/hookledger/hookledger/internal/signature"
 )
@@ -36,5 +37,15 @@ func standardWebhooks() Kind {
 		Tolerance: signature.DefaultTolerance(signature.KindStandardWebhooks),
 		Sign:      Sign{EventIDHeader: true, HeaderSets: sets},
 		Sample:    "contact.created",
+		Fill:      standardWebhooksSample,
+	}
+}
+
+// standardWebhooksSample gives a sample the current time; the event id
+// travels in the webhook-id header, fresh unless --event-id names one.
+func standardWebhooksSample(s *SampleDoc) {
+	s.Set("timestamp", s.Now.UTC().Format(time.RFC3339Nano))
+	if s.HeaderID == "" {
+		s.HeaderID = s.Fresh("msg_")
 	}
 }

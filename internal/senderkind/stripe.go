@@ -12,7 +12,7 @@ func stripe() Kind {
 		Scheme: Scheme{Name: signature.KindStripe, Placeholder: "operator-load-placeholder"},
 		Identity: Identity{
 			EventID: "id", Type: "type", OccurredAt: "created", Entity: "data.object.id", Account: "account",
-			TypeRequired: true, Unit: secondUnit,
+			TypeRequired: true, Unit: secondUnit, CoarseTime: true,
 		},
 		Keep:      []string{"Stripe-Account"},
 		Tolerance: signature.DefaultTolerance(signature.KindStripe),
@@ -24,5 +24,16 @@ func stripe() Kind {
 		},
 		Vendor: "stripe",
 		Sample: "invoice.paid",
+		Fill:   stripeSample,
+	}
+}
+
+// stripeSample gives a Stripe sample a fresh event id and creation time,
+// and the source's Connect account.
+func stripeSample(s *SampleDoc) {
+	s.Set("id", s.Nth(0, "evt_"))
+	s.Set("created", s.Seconds())
+	if s.Account != "" {
+		s.Set("account", s.Account)
 	}
 }

@@ -22,7 +22,7 @@ const Twilio = "twilio"
 //
 // Twilio posts form bodies. The identity is the resource's sid
 // (MessageSid, else CallSid) joined with its status and, for a call,
-// SequenceNumber (RuleTwilio): an inbound message is one event, and each
+// SequenceNumber (twilioEventID): an inbound message is one event, and each
 // status callback of a message or call is an event of its own, which the
 // sid alone would collapse. A retry resends the same parameters, so it
 // keeps the identity. I-Twilio-Idempotency-Token is kept as evidence only:
@@ -30,7 +30,7 @@ const Twilio = "twilio"
 //
 // The signature does not separate names from values, so a form may name
 // only the parameters Twilio documents (twilioParams, plus the source's
-// extra_params), each value of its documented shape: see RuleTwilio.
+// extra_params), each value of its documented shape: see twilioForm.
 func twilio() Kind {
 	return Kind{
 		Name:  Twilio,
@@ -41,10 +41,13 @@ func twilio() Kind {
 		},
 		Identity: Identity{
 			Account: "AccountSid",
-			Rule:    RuleTwilio,
-			Form:    true,
-			Unit:    time.Second,
-			Params:  twilioParams(),
+			Rules: Rules{
+				Form: twilioForm, Reshape: twilioCloudEvent,
+				EventID: twilioEventID, Type: twilioType, Entity: twilioSid,
+			},
+			Form:   true,
+			Unit:   time.Second,
+			Params: twilioParams(),
 		},
 		Keep: []string{signature.TwilioIdempotencyHeader},
 		Check: func(s Source) []Problem {
@@ -117,7 +120,7 @@ var (
 // (EventType, ExternalUserId). Every other name is refused
 // until a source lists it in extra_params: Twilio signs names and values
 // with no separator, so an undocumented name is what a moved boundary
-// looks like (RuleTwilio). Every name ending in Sid holds a SID.
+// looks like (twilioForm). Every name ending in Sid holds a SID.
 func twilioParams() Params {
 	p := Params{
 		"AccountSid":     twilioAccountSID,

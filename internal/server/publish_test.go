@@ -173,10 +173,21 @@ func (r *receiver) setStatus(code int) {
 // JavaScript verifier's timestamp tolerance).
 func startAt(t *testing.T, yaml string, now time.Time) *harness {
 	t.Helper()
+	return startConfig(t, parseConfig(t, yaml), now)
+}
+
+func parseConfig(t *testing.T, yaml string) *config.Config {
+	t.Helper()
 	cfg, err := config.Parse("e2e.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	return cfg
+}
+
+// startConfig runs a server of a config already loaded, at now.
+func startConfig(t *testing.T, cfg *config.Config, now time.Time) *harness {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

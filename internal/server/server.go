@@ -1,7 +1,9 @@
 // Package server assembles a running hookledger: it opens and migrates the
-// store, starts the group-commit writer, the flow engine, the delivery
-// worker, its verifier, the signals monitor and the retention loop, serves HTTP (receiver,
-// health, metrics, admin API, console) and shuts all of it down in order.
+// store, builds the group-commit writer, the flow engine, the delivery
+// worker, its verifier, publishing, the signals monitor, the retention loop
+// and the HTTP side (receiver, health, metrics, admin API, console) on it,
+// and runs them as one list of services, started in order and stopped in
+// reverse, the store closing last.
 package server
 
 import (
@@ -25,6 +27,7 @@ import (
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/health"
 	"github.com/hookledger/hookledger/internal/inbox"
+	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/publish"
 	"github.com/hookledger/hookledger/internal/receive"
 	"github.com/hookledger/hookledger/internal/retention"
@@ -63,6 +66,9 @@ type Server struct {
 	clk  clock.Clock
 	reg  *prometheus.Registry
 	opts Options
+	// hooks, when set (tests), watch and break the services' starts and
+	// stops.
+	hooks *serviceHooks
 	// followDB: no clock was injected, so on a database with a clock of
 	// its own the server follows it.
 	followDB bool
@@ -126,72 +132,200 @@ func (s *Server) ConsoleLoginLink() string {
 	return "http://" + addr + link
 }
 
-// Run serves until ctx ends, then shuts down in order: stop accepting and
-// drain in-flight requests (their commits complete), stop the console's
-// jobs, stop the writer after its queue is committed, then the retention
-// loop, the signals monitor, the flow engine, the verifier and the delivery worker, and close
-// the store (docs/architecture.md, "Background loops and shutdown"). It
-// returns nil after a clean stop.
+// Run serves until ctx ends, then shuts down in order. Its services are
+// declared once, in start order (parts.services); they start in that order and
+// stop in reverse, each before what it uses: the HTTP listeners drain
+// in-flight requests (their commits complete), the console's jobs stop,
+// the writer commits its queue, then the flow engine, the retention loop,
+// the signals monitor, the statistics keeper, the verifier, the delivery
+// worker, publishing and the clock sync stop, and the store closes last
+// (docs/architecture.md, "Background loops and shutdown"). A start that
+// fails stops what started before it the same way. It returns nil after
+// a clean stop.
 func (s *Server) Run(ctx context.Context) error {
-	st, err := storeopen.Open(ctx, s.cfg.Store)
+	st, drv, err := s.openStore(ctx)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	p, err := s.build(ctx, st, drv)
+	if err != nil {
+		return errors.Join(err, s.closeStore(st))
+	}
+	svcs := p.services(s.cfg)
+	for _, w := range s.cfg.Warnings {
+		s.log.Warn("config", "warning", w.Error())
+	}
+	// The end of ctx is the signal to stop the services in order, not a
+	// cancellation of each: every one runs until its own Stop.
+	if n, err := s.startAll(context.WithoutCancel(ctx), svcs); err != nil {
+		stopCtx, cancel := s.shutdownContext()
+		defer cancel()
+		return errors.Join(err, s.stopAll(stopCtx, svcs[:n]), s.closeStore(st))
+	}
+	s.log.Info("hookledger serving", "addr", s.Addr(), "store", storeopen.Redact(s.cfg.Store), "sources", len(s.cfg.Sources))
+	if p.web.msrv != nil {
+		s.log.Info("serving /metrics on its own listener", "addr", s.MetricsAddr(), "auth", s.cfg.Metrics.Auth)
+	}
+	close(s.ready)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-p.web.errs:
+		if !errors.Is(err, http.ErrServerClosed) {
+			runErr = fmt.Errorf("serve: %w", err)
+		}
+	}
+	s.log.Info("shutting down: draining in-flight requests")
+	stopCtx, cancel := s.shutdownContext()
+	defer cancel()
+	runErr = errors.Join(runErr, s.stopAll(stopCtx, svcs), s.closeStore(st))
+	s.log.Info("stopped")
+	return runErr
+}
+
+// shutdownContext bounds a shutdown by receive.shutdown_timeout.
+func (s *Server) shutdownContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.cfg.Receive.ShutdownTimeout.D())
+}
+
+// openStore opens the configured store with its driver and applies
+// pending migrations.
+func (s *Server) openStore(ctx context.Context) (store.Store, *storeopen.Driver, error) {
+	drv, err := storeopen.For(s.cfg.Store)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open store: %w", err)
+	}
+	st, err := drv.Open(ctx, s.cfg.Store)
+	if err != nil {
+		return nil, nil, err
+	}
 	applied, err := st.Migrate(ctx)
 	if err != nil {
-		return err
+		return nil, nil, errors.Join(err, s.closeStore(st))
 	}
 	if len(applied) > 0 {
 		s.log.Info("schema migrated", "applied", applied)
 	}
+	return st, drv, nil
+}
 
+// closeStore closes the store. It is not one of the services: everything
+// is built from the open store, and it closes after all of them stopped.
+func (s *Server) closeStore(st store.Store) error {
+	err := st.Close()
+	if err != nil {
+		err = fmt.Errorf("close store: %w", err)
+	}
+	s.stopped("store", err)
+	return err
+}
+
+// parts are the pieces of a process, built on the open store and not
+// started.
+type parts struct {
+	clock    *clockSync // nil unless the process follows the database's clock
+	pub      *publish.Service
+	worker   *deliver.Worker
+	verifier *deliver.Verifier
+	stats    *loop.Loop // nil unless the store keeps table statistics
+	monitor  *signals.Monitor
+	pruner   *retention.Service
+	engine   *flow.Engine
+	writer   *inbox.Writer
+	web      *httpService
+}
+
+// services declares the process's services once, in start order; Run
+// stops them in reverse. Each starts after what it uses and so stops
+// before it: publishing loads the endpoints the worker's first claim may
+// need; the verifier and the monitor tell people through the worker's
+// notifier, and the engine wakes the worker; the receiver hands events to
+// the writer and wakes the engine.
+func (p *parts) services(cfg *config.Config) []namedService {
+	var svcs []namedService
+	add := func(name string, svc service) { svcs = append(svcs, namedService{name, svc}) }
+	if p.clock != nil {
+		// The clock keeps its offset once re-measuring stops.
+		add("clock sync", p.clock)
+	}
+	add("publishing", serviceFuncs{start: p.pub.Start, stop: func(ctx context.Context) error {
+		if err := p.pub.Stop(ctx); err != nil {
+			return fmt.Errorf("stop endpoint refresh: %w", err)
+		}
+		return nil
+	}})
+	// An effect whose call was cut short stays submitting and is
+	// reconciled after its lease by the next process.
+	add("delivery", p.worker)
+	add("verifier", p.verifier)
+	if p.stats != nil {
+		add("table statistics", p.stats)
+	}
+	add("signals monitor", p.monitor)
+	if !cfg.Retention.Disabled {
+		// A pruning batch in progress is one short transaction; a pass
+		// cut short starts over at the next start.
+		add("retention", p.pruner)
+	}
+	// Unprocessed work simply waits for the next start.
+	add("flow engine", p.engine)
+	// The writer stops after the listeners, before the engine: every
+	// acknowledged event is durable, its queue committed.
+	add("inbox writer", serviceFuncs{start: func(context.Context) error { p.writer.Start(); return nil }, stop: p.writer.Stop})
+	// The console's jobs (bulk retries, replays) stop between two steps
+	// and record how far they got while the store is still open.
+	add("console jobs", serviceFuncs{stop: func(ctx context.Context) error {
+		if err := p.web.cons.Shutdown(ctx); err != nil {
+			return fmt.Errorf("stop console jobs: %w", err)
+		}
+		return nil
+	}})
+	add("http", p.web)
+	return svcs
+}
+
+// build builds every part of the process on the open store. It starts
+// nothing.
+func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Driver) (*parts, error) {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
+	p := &parts{}
 	// Before anything reads the clock: on PostgreSQL every component of
 	// this process tells time by the database's clock.
 	if s.followDB {
-		cs, err := newClockSync(ctx, st, s.opts.HostClock, s.log, s.reg)
-		if err != nil {
-			return err
+		var err error
+		if p.clock, err = newClockSync(ctx, st, s.opts.HostClock, s.log, s.reg); err != nil {
+			return nil, err
 		}
-		if cs != nil {
-			s.clk = cs.clk
-			if err := cs.Start(context.WithoutCancel(ctx)); err != nil {
-				return err
-			}
-			// Last, after the delivery worker, before the store closes:
-			// the clock keeps its offset once re-measuring stops.
-			defer func() { _ = cs.Stop(context.Background()) }()
+		if p.clock != nil {
+			s.clk = p.clock.clk
 		}
 	}
 
 	// Every stage reports its rounds to one board: a stage that keeps
 	// failing with work waiting turns /readyz unready (docs/deploy.md).
 	board := health.NewBoard(health.Options{Logger: s.log, Clock: s.clk, StallAfter: s.opts.StallAfter})
-	writer := inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: flushers(s.cfg.Store), Health: board,
+	p.writer = inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: drv.Flushers, Health: board,
 		// A commit that outlasts every waiting request's commit_timeout
 		// only holds the writer: its callers have been answered 503.
 		CommitTimeout: s.cfg.Receive.CommitTimeout.D()})
-	writer.Start()
 
 	// The delivery worker and the processor sleep when idle; each stage
 	// wakes the next as soon as it hands work on, so latency is not bound
 	// to the poll interval.
 	deliveryMetrics := deliver.NewMetrics(s.reg)
 	// Publishing hands the worker one destination per endpoint and the
-	// actions that deliver to them (docs/publishing.md); the worker is
-	// made after it, so its hooks reach the worker through this variable.
-	var worker *deliver.Worker
-	pub := publish.New(s.cfg, st, publish.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
-		Wake:   func() { worker.Wake() },
-		Notify: func(n deliver.Notification) { worker.Tell(n) }})
-	actions := pub.Actions()
+	// actions that deliver to them (docs/publishing.md), so it is built
+	// first and reaches the worker through the link.
+	link := &workerLink{}
+	p.pub = publish.New(s.cfg, st, publish.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
+		Wake: link.Wake, Notify: link.Tell})
+	actions := p.pub.Actions()
 	for k, a := range s.opts.Actions {
 		actions[k] = a
 	}
-	worker, err = deliver.New(s.cfg, st, deliver.Options{
+	worker, err := deliver.New(s.cfg, st, deliver.Options{
 		Workers:      s.cfg.Delivery.Workers,
 		LeaseFor:     s.cfg.Delivery.Lease.D(),
 		PollInterval: s.cfg.Delivery.PollInterval.D(),
@@ -199,14 +333,14 @@ func (s *Server) Run(ctx context.Context) error {
 		Clock:        s.clk,
 		Actions:      actions,
 		Metrics:      deliveryMetrics,
-		Runtime:      pub,
+		Runtime:      p.pub,
 		Health:       board,
 	})
 	if err != nil {
-		_ = writer.Stop(context.Background())
-		return err
+		return nil, err
 	}
-	engine := flow.New(s.cfg, st, flow.Options{
+	p.worker, link.w = worker, worker
+	p.engine = flow.New(s.cfg, st, flow.Options{
 		Workers:      s.cfg.Processing.Workers,
 		LeaseFor:     s.cfg.Processing.Lease.D(),
 		RetryDelay:   s.cfg.Processing.RetryDelay.D(),
@@ -219,63 +353,31 @@ func (s *Server) Run(ctx context.Context) error {
 		DeadlineWarnShare: s.cfg.Signals.DeadlineWarnShare,
 		Health:            board,
 	})
-	recv, err := receive.New(s.cfg, receive.Options{Writer: writer, Router: engine, OnStored: engine.WakeRouting,
+	recv, err := receive.New(s.cfg, receive.Options{Writer: p.writer, Router: p.engine, OnStored: p.engine.WakeRouting,
 		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
 	if err != nil {
-		_ = writer.Stop(context.Background())
-		return err
-	}
-	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopEngine()
-	if err := engine.Start(engineCtx); err != nil {
-		_ = writer.Stop(context.Background())
-		return err
-	}
-	if err := pub.Start(engineCtx); err != nil {
-		_ = writer.Stop(context.Background())
-		return err
-	}
-	if err := worker.Start(engineCtx); err != nil {
-		_ = writer.Stop(context.Background())
-		return err
+		return nil, err
 	}
 	// The signals are measured apart from the pipeline; a missed deadline
 	// it escalates is told to a person through the worker's notifier.
-	monitor := signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
+	p.monitor = signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
 		OnEscalated: worker.NotifyEscalated, Gatherer: s.reg})
-	if err := monitor.Start(engineCtx); err != nil {
-		_ = writer.Stop(context.Background())
-		return err
-	}
 	// Retention deletes what is past each source's retention, one short
 	// transaction per batch (docs/retention.md); it needs nothing from
 	// the other loops.
-	pruner := retention.New(st, retention.PolicyOf(s.cfg), retention.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board})
-	if !s.cfg.Retention.Disabled {
-		if err := pruner.Start(engineCtx); err != nil {
-			_ = writer.Stop(context.Background())
-			return err
-		}
-	}
+	p.pruner = retention.New(st, retention.PolicyOf(s.cfg), retention.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board})
 	// On PostgreSQL the planner's statistics follow the tables' growth
 	// faster than autovacuum does (postgres.Store.AnalyzeGrown).
-	stats := NewStatsKeeper(st, s.log, s.clk)
-	if stats != nil {
-		if err := stats.Start(engineCtx); err != nil {
-			_ = writer.Stop(context.Background())
-			return err
-		}
-	}
+	p.stats = NewStatsKeeper(st, s.log, s.clk)
 	// Continuous verification starts only when a destination sets verify:.
-	verifier := deliver.NewVerifier(worker, st, deliver.VerifierOptions{})
-	if err := verifier.Start(engineCtx); err != nil {
-		_ = writer.Stop(context.Background())
-		return err
-	}
-	for _, w := range s.cfg.Warnings {
-		s.log.Warn("config", "warning", w.Error())
-	}
+	p.verifier = deliver.NewVerifier(worker, st, deliver.VerifierOptions{})
+	p.web = s.web(st, board, recv, p.engine, worker, p.pub)
+	return p, nil
+}
 
+// web builds the HTTP side: the receiver, /healthz, /readyz, /metrics,
+// the admin API and the console.
+func (s *Server) web(st store.Store, board *health.Board, recv http.Handler, engine *flow.Engine, worker *deliver.Worker, pub *publish.Service) *httpService {
 	mux := http.NewServeMux()
 	mux.Handle("POST /hooks/{source}", recv)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -305,108 +407,7 @@ func (s *Server) Run(ctx context.Context) error {
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals), console.WithGuessLimit(guard))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))
 	mux.Handle("/", cons)
-
-	rc := s.cfg.Receive
-	srv := s.httpServer(mux)
-	ln := s.opts.Listener
-	if ln == nil {
-		ln, err = net.Listen("tcp", s.cfg.Listen)
-		if err != nil {
-			_ = writer.Stop(context.Background())
-			return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
-		}
-	}
-	msrv, mln, err := s.listenMetrics(metrics)
-	if err != nil {
-		_ = ln.Close()
-		_ = writer.Stop(context.Background())
-		return err
-	}
-	s.mu.Lock()
-	s.addr = ln.Addr().String()
-	if mln != nil {
-		s.metricsAddr = mln.Addr().String()
-	}
-	s.console = cons
-	s.mu.Unlock()
-	s.log.Info("hookledger serving", "addr", s.addr, "store", storeopen.Redact(s.cfg.Store), "sources", len(s.cfg.Sources))
-
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(ln) }()
-	if msrv != nil {
-		s.log.Info("serving /metrics on its own listener", "addr", s.metricsAddr, "auth", s.cfg.Metrics.Auth)
-		go func() { serveErr <- msrv.Serve(mln) }()
-	}
-	close(s.ready)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			runErr = fmt.Errorf("serve: %w", err)
-		}
-	}
-	s.log.Info("shutting down: draining in-flight requests")
-	shutCtx, cancel := context.WithTimeout(context.Background(), rc.ShutdownTimeout.D())
-	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("shutdown http: %w", err))
-	}
-	if msrv != nil {
-		if err := msrv.Shutdown(shutCtx); err != nil {
-			runErr = errors.Join(runErr, fmt.Errorf("shutdown metrics listener: %w", err))
-		}
-	}
-	// The console's jobs (bulk retries, replays) stop between two steps
-	// and record how far they got while the store is still open.
-	if err := cons.Shutdown(shutCtx); err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("stop console jobs: %w", err))
-	}
-	if err := writer.Stop(shutCtx); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
-	// The processor stops after the inbox: every acknowledged event is
-	// already durable, and unprocessed work simply waits for the next start.
-	stopEngine()
-	// A pruning batch in progress is one short transaction; a pass cut
-	// short starts over at the next start.
-	if err := pruner.Stop(shutCtx); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
-	if err := monitor.Stop(shutCtx); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
-	if stats != nil {
-		if err := stats.Stop(shutCtx); err != nil {
-			runErr = errors.Join(runErr, err)
-		}
-	}
-	if err := engine.Stop(shutCtx); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
-	// Before the worker: its notifications go out through the worker's.
-	if err := verifier.Stop(shutCtx); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
-	// An effect whose call was cut short stays submitting and is
-	// reconciled after its lease by the next process.
-	if err := pub.Stop(shutCtx); err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("stop endpoint refresh: %w", err))
-	}
-	if err := worker.Stop(shutCtx); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
-	s.log.Info("stopped")
-	return runErr
-}
-
-// flushers picks how many group commits may run at once for the store.
-func flushers(storeURL string) int {
-	if len(storeURL) >= 7 && storeURL[:7] == "sqlite:" {
-		return inbox.FlushersFor("sqlite")
-	}
-	return inbox.FlushersFor("postgres")
+	return &httpService{s: s, srv: s.httpServer(mux), metrics: metrics, cons: cons}
 }
 
 // readiness answers /readyz: ready when the store can commit now, which a

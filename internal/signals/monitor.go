@@ -98,7 +98,7 @@ func NewMonitor(st MonitorStore, cfg config.Signals, opts Options) *Monitor {
 	}
 	m := &Monitor{
 		st: st, cfg: cfg, opts: opts, log: opts.Logger, clk: opts.Clock, trends: trendSampler{g: opts.Gatherer},
-		// The label sets are bounded: the nine pinned names, the two
+		// The label sets are bounded: the registry's names, the two
 		// queues.
 		value: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hookledger_signal_value",

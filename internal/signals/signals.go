@@ -1,7 +1,10 @@
-// Package signals turns the store's measurement of the nine outcome
-// signals (store.SignalSnapshot) into what operators read: a value, the age
-// of the oldest counted item, a breakdown and a status of ok, warn or alert
-// from the thresholds of the config's signals section. The same Report is
+// Package signals turns the store's measurement of the outcome signals
+// (store.SignalSnapshot) into what operators read: a value, the age of the
+// oldest counted item, a breakdown and a status of ok, warn or alert from
+// the thresholds of the config's signals section. Which signals there are,
+// in which order and with which default thresholds is the store's signal
+// registry (store.BuiltinSignals, or the config's SignalSet); nothing here
+// names one signal. The same Report is
 // answered by GET /api/v1/signals, printed by hookledger status and
 // exported as Prometheus gauges by the Monitor, the background loop that
 // also records the history and escalates missed business deadlines.
@@ -55,8 +58,8 @@ type Signal struct {
 	Breakdown map[string]map[string]int64 `json:"breakdown"`
 }
 
-// Report is the nine signals at one time (the pinned shape of GET
-// /api/v1/signals).
+// Report is every signal of the registry at one time (the pinned shape of
+// GET /api/v1/signals).
 type Report struct {
 	Signals []Signal `json:"signals"`
 	// At is when the store measured them (RFC 3339, UTC).
@@ -77,22 +80,18 @@ func (r *Report) Worst() string {
 // Limits are the effective thresholds by signal name.
 type Limits map[string]config.SignalLimits
 
-// LimitsFrom reads the thresholds of a loaded config (defaults applied).
-func LimitsFrom(c *config.Signals) Limits {
-	l := Limits{}
-	for _, name := range store.SignalNames() {
-		l[name] = c.Limits(name)
-	}
-	return l
-}
+// LimitsFrom reads the thresholds of a loaded config (defaults applied)
+// for every signal of its registry.
+func LimitsFrom(c *config.Signals) Limits { return c.AllLimits() }
 
 // StatusOf applies one signal's thresholds to its measurement at now. A
-// threshold of 0 is off. For deadline_risk the value thresholds compare
-// the near count (warn) and the passed count (alert), because a near
-// deadline still leaves time to act and a passed one does not.
+// threshold of 0 is off. A measure whose Near and Passed split its value
+// (deadline_risk's) compares the near count with warn and the passed
+// count with alert, because a near deadline still leaves time to act and
+// a passed one does not.
 func StatusOf(m *store.SignalMeasure, l config.SignalLimits, now time.Time) string {
 	warnValue, alertValue := m.Value, m.Value
-	if m.Name == store.SignalDeadlineRisk {
+	if m.Near != 0 || m.Passed != 0 {
 		warnValue, alertValue = m.Near, m.Passed
 	}
 	var age time.Duration
@@ -112,19 +111,26 @@ func StatusOf(m *store.SignalMeasure, l config.SignalLimits, now time.Time) stri
 	return StatusOK
 }
 
-// Evaluate renders a snapshot as the report, with every one of the nine
-// signals in their pinned order (a signal the snapshot lacks reads 0 and
-// ok). Ages are measured from the snapshot's own time, so a report read
-// later still says what was true when it was measured.
+// Evaluate renders a snapshot of the built-in signals as the report
+// (EvaluateSet).
 func Evaluate(snap *store.SignalSnapshot, limits Limits) *Report {
+	return EvaluateSet(snap, store.BuiltinSignals(), limits)
+}
+
+// EvaluateSet renders a snapshot as the report, with every signal of reg
+// in its order (a signal the snapshot lacks reads 0 and ok). Ages are
+// measured from the snapshot's own time, so a report read later still
+// says what was true when it was measured.
+func EvaluateSet(snap *store.SignalSnapshot, reg *store.SignalRegistry, limits Limits) *Report {
 	byName := map[string]*store.SignalMeasure{}
 	for _, m := range snap.Measures {
 		if m != nil {
 			byName[m.Name] = m
 		}
 	}
-	r := &Report{At: snap.At.UTC().Format(time.RFC3339), Signals: make([]Signal, 0, len(store.SignalNames()))}
-	for _, name := range store.SignalNames() {
+	names := reg.Names()
+	r := &Report{At: snap.At.UTC().Format(time.RFC3339), Signals: make([]Signal, 0, len(names))}
+	for _, name := range names {
 		m := byName[name]
 		if m == nil {
 			m = &store.SignalMeasure{Name: name}
@@ -157,12 +163,15 @@ type Store interface {
 // config's thresholds. It only reads, so hookledger status may call it on
 // the store of a running server.
 func Compute(ctx context.Context, st Store, c *config.Signals, now time.Time) (*Report, *store.SignalSnapshot, error) {
-	snap, err := st.SignalSnapshot(ctx, &store.SignalSnapshotParams{Now: now, Window: c.Window.D()})
+	reg := c.SignalSet()
+	// c.Registry, not reg: nil lets the store measure the built-in
+	// signals without building their registry again.
+	snap, err := st.SignalSnapshot(ctx, &store.SignalSnapshotParams{Now: now, Window: c.Window.D(), Signals: c.Registry})
 	if err != nil {
 		return nil, nil, fmt.Errorf("measure signals: %w", err)
 	}
 	if snap.At.IsZero() {
 		snap.At = now
 	}
-	return Evaluate(snap, LimitsFrom(c)), snap, nil
+	return EvaluateSet(snap, reg, LimitsFrom(c)), snap, nil
 }

@@ -15,9 +15,9 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// The trend series the monitor records beside the nine signals, in the
-// same history table (whose names are free text): the console's trend
-// charts read them. Each is recorded with status ok, because a trend has
+// The trend series the monitor records beside the signals, in the same
+// history table (whose names are free text, so no signal may take one of
+// these names): the console's trend charts read them. Each is recorded with status ok, because a trend has
 // no threshold of its own; the signals carry the verdicts.
 const (
 	// TrendReceived is webhook requests acknowledged with a 2xx per

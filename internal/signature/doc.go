@@ -10,5 +10,13 @@
 // Schemes are built with New from Options and are safe for concurrent use.
 // Verify takes the time to check against as a parameter so that tolerance
 // windows are tested with fixed clocks. Sign produces the headers the sender
-// would add, for the sign command and for tests.
+// would add, for the sign command and for tests; a scheme whose sender signs
+// inside the body (Mailgun) is a BodySigner instead.
+//
+// Each scheme's file declares its name, the default window of its signed
+// timestamp, the options it takes and its constructor (a schemeDef), and
+// the schemes list in verify.go holds them, so New, Kinds and
+// DefaultTolerance switch on no name. A scheme is not a sender kind: the
+// kinds a config names live in package senderkind, several may share one
+// scheme, and this package never imports that one.
 package signature

@@ -5,6 +5,24 @@ import (
 	"time"
 )
 
+// KindGitHub is the scheme's name, as Options.Kind takes it.
+const KindGitHub = "github"
+
+// githubScheme is GitHub's X-Hub-Signature-256; GitHub signs no timestamp.
+var githubScheme = schemeDef{
+	name: KindGitHub,
+	build: func(o Options, _ time.Duration) (Scheme, error) {
+		if err := noTolerance(o); err != nil {
+			return nil, err
+		}
+		g, err := newGitHub(o.Secrets)
+		if err != nil {
+			return nil, err
+		}
+		return g, nil
+	},
+}
+
 // GitHub webhook headers.
 const (
 	// GitHubSignatureHeader carries "sha256=" and the hex HMAC-SHA256 of

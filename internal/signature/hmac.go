@@ -13,6 +13,22 @@ import (
 	"time"
 )
 
+// KindHMAC is the scheme's name, as Options.Kind takes it.
+const KindHMAC = "hmac"
+
+// hmacSchemeDef is the generic HMAC scheme, configured by Options.HMAC. Its
+// five-minute default applies only when a timestamp header is configured.
+var hmacSchemeDef = schemeDef{
+	name: KindHMAC, tolerance: 5 * time.Minute, hmac: true,
+	build: func(o Options, tol time.Duration) (Scheme, error) {
+		h, err := newHMAC(o.HMAC, o.Secrets, o.Tolerance, tol)
+		if err != nil {
+			return nil, err
+		}
+		return h, nil
+	},
+}
+
 // HMACOptions configure the generic hmac kind, which covers senders that
 // sign the body (and optionally a timestamp) with a shared secret: GitHub,
 // Shopify and most in-house senders.

@@ -11,6 +11,23 @@ import (
 	"time"
 )
 
+// KindHubSpot is the scheme's name, as Options.Kind takes it.
+const KindHubSpot = "hubspot"
+
+// hubspotScheme is HubSpot's signatures, pinned to one version. The five
+// minutes of HubSpot's v3 guide apply to v3 only; v1 and v2 sign no
+// timestamp.
+var hubspotScheme = schemeDef{
+	name: KindHubSpot, tolerance: 5 * time.Minute, versions: true,
+	build: func(o Options, tol time.Duration) (Scheme, error) {
+		h, err := newHubSpot(o.Version, o.Secrets, o.Tolerance, tol)
+		if err != nil {
+			return nil, err
+		}
+		return h, nil
+	},
+}
+
 // HubSpot request-signature headers.
 const (
 	HubSpotSignatureV3Header      = "X-HubSpot-Signature-v3"

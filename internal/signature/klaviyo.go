@@ -9,6 +9,16 @@ import (
 	"time"
 )
 
+// KindKlaviyo is the scheme's name, as Options.Kind takes it.
+const KindKlaviyo = "klaviyo"
+
+// klaviyoScheme is Klaviyo's Klaviyo-Signature over the body and
+// Klaviyo-Timestamp.
+var klaviyoScheme = schemeDef{
+	name: KindKlaviyo, tolerance: 5 * time.Minute,
+	build: func(o Options, tol time.Duration) (Scheme, error) { return newKlaviyo(o.Secrets, tol), nil },
+}
+
 // Klaviyo system-webhook headers.
 const (
 	KlaviyoSignatureHeader = "Klaviyo-Signature"

@@ -9,6 +9,15 @@ import (
 	"time"
 )
 
+// KindPaddle is the scheme's name, as Options.Kind takes it.
+const KindPaddle = "paddle"
+
+// paddleScheme is Paddle's Paddle-Signature over "{ts}:{body}".
+var paddleScheme = schemeDef{
+	name: KindPaddle, tolerance: PaddleDefaultTolerance,
+	build: func(o Options, tol time.Duration) (Scheme, error) { return newPaddle(o.Secrets, tol), nil },
+}
+
 // PaddleSignatureHeader carries "ts=<unix seconds>;h1=<hex>[;h1=<hex>...]"
 // (Paddle Billing notifications).
 const PaddleSignatureHeader = "Paddle-Signature"

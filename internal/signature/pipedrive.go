@@ -7,6 +7,25 @@ import (
 	"time"
 )
 
+// KindPipedrive is the scheme's name, as Options.Kind takes it.
+const KindPipedrive = "pipedrive"
+
+// pipedriveScheme is Pipedrive's HTTP basic auth: nothing is signed, so no
+// tolerance applies.
+var pipedriveScheme = schemeDef{
+	name: KindPipedrive,
+	build: func(o Options, _ time.Duration) (Scheme, error) {
+		if o.Tolerance != 0 {
+			return nil, optErr("tolerance", "pipedrive sends no timestamp, so no tolerance applies")
+		}
+		p, err := newPipedrive(o.Secrets)
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	},
+}
+
 // pipedrive checks HTTP basic auth. Pipedrive signs nothing; the only
 // authentication a webhook can carry is the optional user and password set
 // on the webhook, so the body is protected by TLS alone. Each secret is a

@@ -5,6 +5,25 @@ import (
 	"time"
 )
 
+// KindShopify is the scheme's name, as Options.Kind takes it.
+const KindShopify = "shopify"
+
+// shopifyScheme is Shopify's X-Shopify-Hmac-Sha256; Shopify signs no
+// timestamp.
+var shopifyScheme = schemeDef{
+	name: KindShopify,
+	build: func(o Options, _ time.Duration) (Scheme, error) {
+		if err := noTolerance(o); err != nil {
+			return nil, err
+		}
+		s, err := newShopify(o.Secrets)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	},
+}
+
 // Shopify webhook headers (HTTPS delivery).
 const (
 	// ShopifyHMACHeader carries the base64 HMAC-SHA256 of the raw body,

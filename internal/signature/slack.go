@@ -9,6 +9,15 @@ import (
 	"time"
 )
 
+// KindSlack is the scheme's name, as Options.Kind takes it.
+const KindSlack = "slack"
+
+// slackScheme is Slack's X-Slack-Signature over "v0:{ts}:{body}".
+var slackScheme = schemeDef{
+	name: KindSlack, tolerance: SlackDefaultTolerance,
+	build: func(o Options, tol time.Duration) (Scheme, error) { return newSlack(o.Secrets, tol), nil },
+}
+
 // Slack request-signing headers.
 const (
 	// SlackSignatureHeader carries "v0=" and the hex HMAC-SHA256 of

@@ -8,6 +8,21 @@ import (
 	"time"
 )
 
+// KindSquare is the scheme's name, as Options.Kind takes it.
+const KindSquare = "square"
+
+// squareScheme is Square's X-Square-Hmacsha256-Signature; Square signs no
+// timestamp.
+var squareScheme = schemeDef{
+	name: KindSquare,
+	build: func(o Options, _ time.Duration) (Scheme, error) {
+		if err := noTolerance(o); err != nil {
+			return nil, err
+		}
+		return newSquare(o.Secrets), nil
+	},
+}
+
 // Square webhook headers.
 const (
 	// SquareSignatureHeader carries the base64 HMAC-SHA256 of the

@@ -10,6 +10,22 @@ import (
 	"time"
 )
 
+// KindStandardWebhooks is the scheme's name, as Options.Kind takes it.
+const KindStandardWebhooks = "standard-webhooks"
+
+// standardWebhooksScheme is the Standard Webhooks signature; its reference
+// libraries accept a timestamp up to five minutes old.
+var standardWebhooksScheme = schemeDef{
+	name: KindStandardWebhooks, tolerance: 5 * time.Minute,
+	build: func(o Options, tol time.Duration) (Scheme, error) {
+		s, err := newStandardWebhooks(o.Secrets, tol)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	},
+}
+
 // Standard Webhooks headers.
 const (
 	WebhookIDHeader        = "webhook-id"

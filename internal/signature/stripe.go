@@ -9,6 +9,16 @@ import (
 	"time"
 )
 
+// KindStripe is the scheme's name, as Options.Kind takes it.
+const KindStripe = "stripe"
+
+// stripeScheme is Stripe's Stripe-Signature. Stripe's libraries accept a
+// signed timestamp up to five minutes old.
+var stripeScheme = schemeDef{
+	name: KindStripe, tolerance: 5 * time.Minute,
+	build: func(o Options, tol time.Duration) (Scheme, error) { return newStripe(o.Secrets, tol), nil },
+}
+
 // StripeSignatureHeader carries "t=<unix seconds>,v1=<hex>[,v1=<hex>...]".
 const StripeSignatureHeader = "Stripe-Signature"
 

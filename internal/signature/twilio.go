@@ -16,6 +16,20 @@ import (
 	"time"
 )
 
+// KindTwilio is the scheme's name, as Options.Kind takes it.
+const KindTwilio = "twilio"
+
+// twilioScheme is Twilio's X-Twilio-Signature; Twilio signs no timestamp.
+var twilioScheme = schemeDef{
+	name: KindTwilio,
+	build: func(o Options, _ time.Duration) (Scheme, error) {
+		if err := noTolerance(o); err != nil {
+			return nil, err
+		}
+		return newTwilio(o.Secrets), nil
+	},
+}
+
 // Twilio webhook headers and parameters.
 const (
 	// TwilioSignatureHeader carries the base64 HMAC-SHA1, keyed with the

@@ -8,25 +8,6 @@ import (
 	"time"
 )
 
-// Scheme names, as Options.Kind takes them. The sender kinds a config names
-// are defined in package senderkind: each built-in kind uses the scheme of
-// the same name, and a kind may pin the options of a shared scheme (a kind
-// built on the generic hmac scheme with its sender's header).
-const (
-	KindStripe           = "stripe"
-	KindHubSpot          = "hubspot"
-	KindKlaviyo          = "klaviyo"
-	KindStandardWebhooks = "standard-webhooks"
-	KindPipedrive        = "pipedrive"
-	KindHMAC             = "hmac"
-	KindGitHub           = "github"
-	KindShopify          = "shopify"
-	KindSlack            = "slack"
-	KindTwilio           = "twilio"
-	KindPaddle           = "paddle"
-	KindSquare           = "square"
-)
-
 // HubSpot signature versions. A source is pinned to exactly one.
 const (
 	HubSpotV1 = "v1"
@@ -34,31 +15,89 @@ const (
 	HubSpotV3 = "v3"
 )
 
+// schemeDef describes one signature scheme: its name as Options.Kind takes
+// it, the window of its signed timestamp, the options it takes, and how it
+// is built. Each scheme's file declares its own; New, Kinds and
+// DefaultTolerance read them from schemes, so no code here switches on a
+// scheme's name.
+//
+// Scheme names are not the sender kinds a config names (package senderkind
+// defines those): each built-in kind uses the scheme of the same name, and a
+// kind may pin the options of a shared scheme (a kind built on the generic
+// hmac scheme with its sender's header).
+type schemeDef struct {
+	name string
+	// tolerance is the default window of the signed timestamp, used when
+	// Options.Tolerance is 0; 0 when the scheme signs no timestamp.
+	tolerance time.Duration
+	// versions says the scheme takes Options.Version (hubspot); the scheme
+	// checks the value itself.
+	versions bool
+	// hmac says the scheme takes Options.HMAC (the generic hmac scheme).
+	hmac bool
+	// build makes the scheme from checked options; tol is the tolerance
+	// to apply (Options.Tolerance, or the default). A scheme that signs no
+	// timestamp refuses a non-zero Options.Tolerance here.
+	build func(o Options, tol time.Duration) (Scheme, error)
+}
+
+// schemes lists every scheme in the order Kinds reports them. Adding a
+// scheme is its own file, which declares its schemeDef, plus its line here.
+var schemes = []*schemeDef{
+	&stripeScheme, &hubspotScheme, &klaviyoScheme, &standardWebhooksScheme, &pipedriveScheme, &hmacSchemeDef,
+	&githubScheme, &shopifyScheme, &slackScheme, &twilioScheme, &paddleScheme, &squareScheme, &mailgunScheme,
+}
+
+// lookupScheme returns the scheme with the given name.
+func lookupScheme(name string) (*schemeDef, bool) {
+	for _, d := range schemes {
+		if d.name == name {
+			return d, true
+		}
+	}
+	return nil, false
+}
+
 // Kinds returns the scheme names in a fresh slice.
 func Kinds() []string {
-	return []string{
-		KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindPipedrive, KindHMAC,
-		KindGitHub, KindShopify, KindSlack, KindTwilio, KindPaddle, KindSquare,
+	names := make([]string, len(schemes))
+	for i, d := range schemes {
+		names[i] = d.name
 	}
+	return names
+}
+
+// schemesWith names the schemes for which has is true, for messages.
+func schemesWith(has func(*schemeDef) bool) string {
+	var names []string
+	for _, d := range schemes {
+		if has(d) {
+			names = append(names, d.name)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // DefaultTolerance is the timestamp window used when Options.Tolerance is 0.
 // It is 0 for the schemes whose sender signs no timestamp (pipedrive,
-// github, shopify, twilio, square). For hubspot it applies to v3 only and
-// for hmac only when a timestamp header is configured.
+// github, shopify, twilio, square) and for an unknown name. For hubspot it
+// applies to v3 only and for hmac only when a timestamp header is
+// configured.
 func DefaultTolerance(kind string) time.Duration {
-	switch kind {
-	case KindStripe, KindHubSpot, KindKlaviyo, KindStandardWebhooks, KindHMAC:
-		// Stripe's libraries, HubSpot's v3 guide and the Standard Webhooks
-		// reference libraries all use five minutes.
-		return 5 * time.Minute
-	case KindSlack:
-		return SlackDefaultTolerance
-	case KindPaddle:
-		return PaddleDefaultTolerance
-	default:
-		return 0
+	if d, ok := lookupScheme(kind); ok {
+		return d.tolerance
 	}
+	return 0
+}
+
+// noTolerance refuses a configured tolerance for a scheme that signs no
+// timestamp: replays are caught by the event identity in the inbox, and a
+// tolerance would check nothing.
+func noTolerance(o Options) error {
+	if o.Tolerance != 0 {
+		return optErr("tolerance", "%s signs no timestamp, so no tolerance applies", o.Kind)
+	}
+	return nil
 }
 
 // Request is what a scheme sees: the raw body bytes exactly as received, and
@@ -86,6 +125,14 @@ type Scheme interface {
 	Sign(req *Request, now time.Time, eventID string) (http.Header, error)
 }
 
+// BodySigner is a Scheme whose sender signs inside the body rather than in
+// headers (Mailgun's signature object). SignBody returns req.Body with the
+// signature the sender would write for it at now, using the first secret;
+// such a scheme's Sign reports that it has no headers to give.
+type BodySigner interface {
+	SignBody(req *Request, now time.Time) ([]byte, error)
+}
+
 // Options configure one source's scheme.
 type Options struct {
 	// Kind is one of Kinds().
@@ -110,11 +157,12 @@ func New(o Options) (Scheme, error) {
 	if o.Tolerance < 0 {
 		return nil, optErr("tolerance", "must not be negative (got %s)", o.Tolerance)
 	}
-	if o.Kind != KindHubSpot && o.Version != "" {
-		return nil, optErr("version", "only kind hubspot takes a version")
+	def, known := lookupScheme(o.Kind)
+	if o.Version != "" && (!known || !def.versions) {
+		return nil, optErr("version", "only kind %s takes a version", schemesWith(func(d *schemeDef) bool { return d.versions }))
 	}
-	if o.Kind != KindHMAC && o.HMAC != nil {
-		return nil, optErr("hmac", "only kind hmac takes hmac options")
+	if o.HMAC != nil && (!known || !def.hmac) {
+		return nil, optErr("hmac", "only kind %s takes hmac options", schemesWith(func(d *schemeDef) bool { return d.hmac }))
 	}
 	if len(o.Secrets) == 0 {
 		return nil, optErr("secrets", "at least one secret is required")
@@ -141,59 +189,17 @@ func New(o Options) (Scheme, error) {
 	// reference states no minimum length), so no length is enforced for
 	// them or for hmac and pipedrive: a limit of our own could refuse a
 	// real secret.
-	tol := o.Tolerance
-	if tol == 0 {
-		tol = DefaultTolerance(o.Kind)
-	}
-	switch o.Kind {
-	case KindStripe:
-		return newStripe(o.Secrets, tol), nil
-	case KindHubSpot:
-		return newHubSpot(o.Version, o.Secrets, o.Tolerance, tol)
-	case KindKlaviyo:
-		return newKlaviyo(o.Secrets, tol), nil
-	case KindStandardWebhooks:
-		return newStandardWebhooks(o.Secrets, tol)
-	case KindPipedrive:
-		if o.Tolerance != 0 {
-			return nil, optErr("tolerance", "pipedrive sends no timestamp, so no tolerance applies")
-		}
-		return newPipedrive(o.Secrets)
-	case KindHMAC:
-		return newHMAC(o.HMAC, o.Secrets, o.Tolerance, tol)
-	case KindSlack:
-		return newSlack(o.Secrets, tol), nil
-	case KindPaddle:
-		return newPaddle(o.Secrets, tol), nil
-	case KindGitHub, KindShopify, KindTwilio, KindSquare:
-		// These senders sign no timestamp: replays are caught by the event
-		// identity in the inbox, and a tolerance would check nothing.
-		if o.Tolerance != 0 {
-			return nil, optErr("tolerance", "%s signs no timestamp, so no tolerance applies", o.Kind)
-		}
-		switch o.Kind {
-		case KindGitHub:
-			g, err := newGitHub(o.Secrets)
-			if err != nil {
-				return nil, err
-			}
-			return g, nil
-		case KindShopify:
-			s, err := newShopify(o.Secrets)
-			if err != nil {
-				return nil, err
-			}
-			return s, nil
-		case KindTwilio:
-			return newTwilio(o.Secrets), nil
-		default:
-			return newSquare(o.Secrets), nil
-		}
-	case "":
+	switch {
+	case o.Kind == "":
 		return nil, optErr("kind", "is required (one of %s)", strings.Join(Kinds(), ", "))
-	default:
+	case !known:
 		return nil, optErr("kind", "unknown kind %q (one of %s)", o.Kind, strings.Join(Kinds(), ", "))
 	}
+	tol := o.Tolerance
+	if tol == 0 {
+		tol = def.tolerance
+	}
+	return def.build(o, tol)
 }
 
 // header returns the single value of a header. A header sent several times

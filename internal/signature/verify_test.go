@@ -264,7 +264,7 @@ func TestNewValidation(t *testing.T) {
 
 func TestKindsAndDefaults(t *testing.T) {
 	ks := Kinds()
-	if len(ks) != 12 {
+	if len(ks) != 13 {
 		t.Fatalf("Kinds() = %v", ks)
 	}
 	ks[0] = "mutated"
@@ -276,6 +276,8 @@ func TestKindsAndDefaults(t *testing.T) {
 		switch k {
 		case KindPipedrive, KindGitHub, KindShopify, KindTwilio, KindSquare:
 			want = 0
+		case KindMailgun:
+			want = MailgunDefaultTolerance
 		}
 		if got := DefaultTolerance(k); got != want {
 			t.Errorf("DefaultTolerance(%s) = %s, want %s", k, got, want)
@@ -327,5 +329,29 @@ func TestNoSecretMinimumWithoutVendorRule(t *testing.T) {
 		if _, err := New(o); err != nil {
 			t.Errorf("%s %s: a short secret was refused: %v", o.Kind, o.Version, err)
 		}
+	}
+}
+
+// The scheme table is the one list of schemes: names are unique and
+// non-empty, Kinds and DefaultTolerance read it, and only the schemes that
+// declare an option take it, which New's refusals name from the table.
+func TestSchemeTable(t *testing.T) {
+	seen := map[string]bool{}
+	for i, d := range schemes {
+		if d.name == "" || seen[d.name] || d.build == nil {
+			t.Fatalf("scheme %d: name %q (seen %v), build set %v", i, d.name, seen[d.name], d.build != nil)
+		}
+		seen[d.name] = true
+		if Kinds()[i] != d.name || DefaultTolerance(d.name) != d.tolerance {
+			t.Errorf("%s: Kinds or DefaultTolerance disagree with the table", d.name)
+		}
+	}
+	_, err := New(Options{Kind: KindSlack, Secrets: []string{"a"}, HMAC: &HMACOptions{Header: "X"}})
+	if err == nil || err.Error() != "hmac: only kind hmac takes hmac options" {
+		t.Errorf("hmac options on slack: %v", err)
+	}
+	_, err = New(Options{Kind: "nope", Secrets: []string{"a"}, Version: "v3"})
+	if err == nil || err.Error() != "version: only kind hubspot takes a version" {
+		t.Errorf("a version on an unknown scheme: %v", err)
 	}
 }

@@ -2,12 +2,70 @@ package store
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
-// Helpers the drivers share to assemble a SignalMeasure from grouped
-// counts, so that both fold and trim breakdowns the same way.
+// The signals are assembled here, for both drivers: a driver's
+// SignalSnapshot opens its read snapshot and hands MeasureSignals a
+// SignalReader bound to it, which runs the driver's SQL for each
+// SignalQuery and returns the rows; which rows feed which signal is
+// decided once, by each registry entry's Measure (signalregistry.go).
+
+// SignalReader is a driver's read snapshot of the store, for
+// MeasureSignals: every call reads the same snapshot, so that the signals
+// agree with one another.
+type SignalReader interface {
+	// SignalRows runs one query at p.Now (the window of
+	// SignalQueryWindowAudit starting p.Window before it) and returns its
+	// rows, as SignalQuery describes them. A query the driver does not
+	// have is ErrUnknownSignalQuery.
+	SignalRows(ctx context.Context, q SignalQuery, p *SignalSnapshotParams) ([]SignalRow, error)
+}
+
+// MeasureSignals measures every signal of p.Signals (BuiltinSignals when
+// nil), in its order, from the rows r returns. Each query runs at most
+// once, however many signals read it.
+func MeasureSignals(ctx context.Context, r SignalReader, p *SignalSnapshotParams) (*SignalSnapshot, error) {
+	reg := p.Signals
+	if reg == nil {
+		reg = measuredBuiltins()
+	}
+	ran := map[SignalQuery][]SignalRow{}
+	read := func(q SignalQuery) ([]SignalRow, error) {
+		if rows, ok := ran[q]; ok {
+			return rows, nil
+		}
+		rows, err := r.SignalRows(ctx, q, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", q, err)
+		}
+		ran[q] = rows
+		return rows, nil
+	}
+	snap := &SignalSnapshot{At: p.Now.UTC(), Measures: make([]*SignalMeasure, 0, len(reg.defs))}
+	for _, d := range reg.defs {
+		m := NewSignalMeasure(d.Name)
+		if err := d.Measure(m, read); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Name, err)
+		}
+		m.TrimBreakdown(p.BreakdownLimit)
+		snap.Measures = append(snap.Measures, m)
+	}
+	return snap, nil
+}
+
+// measuredBuiltins is the built-in registry MeasureSignals measures when
+// given none, built once: a measurement reads its names and Measures only
+// and hands no entry out, so sharing it is safe, and a snapshot (every
+// round, every API call) does not pay for building the registry again.
+var measuredBuiltins = sync.OnceValue(BuiltinSignals)
+
+// The helpers a signal's Measure folds rows with, so that every signal
+// counts, breaks down and trims alike.
 
 // NewSignalMeasure returns an empty measure of one signal.
 func NewSignalMeasure(name string) *SignalMeasure {

@@ -9,10 +9,12 @@ import (
 // Outcomes is the part of the contract behind the outcome signals, business
 // deadlines, compensation, continuous verification and hookledger check.
 type Outcomes interface {
-	// SignalSnapshot measures the nine outcome signals at Now, in the order
-	// of SignalNames. It reads indexes and maintained columns only (never a
-	// scan of every event or effect), so it stays cheap on a large store,
-	// and it never blocks ingest.
+	// SignalSnapshot measures the outcome signals of p.Signals (the
+	// built-in ones when nil) at Now, in the registry's order, on one read
+	// snapshot: MeasureSignals folds the rows of the driver's queries. It
+	// reads indexes and maintained columns only (never a scan of every
+	// event or effect), so it stays cheap on a large store, and it never
+	// blocks ingest.
 	SignalSnapshot(ctx context.Context, p *SignalSnapshotParams) (*SignalSnapshot, error)
 	// SignalHistoryRecord folds one computation of the signals into the
 	// per-minute and hourly rollups (the highest value and the worst status
@@ -73,26 +75,6 @@ type Outcomes interface {
 	InvariantCheck(ctx context.Context, p *InvariantCheckParams) (*InvariantCheckResult, error)
 }
 
-// The nine outcome signals, by their pinned names.
-const (
-	SignalRevisionLag              = "revision_lag"
-	SignalUnfinishedEvents         = "unfinished_events"
-	SignalDeadlineRisk             = "deadline_risk"
-	SignalUnknownOutcomes          = "unknown_outcomes"
-	SignalKeyConflicts             = "key_conflicts"
-	SignalDeadLetters              = "dead_letters"
-	SignalReconciliationMismatches = "reconciliation_mismatches"
-	SignalCompensationOutstanding  = "compensation_outstanding"
-	SignalLoopBlocks               = "loop_blocks"
-)
-
-// SignalNames returns the nine names in their pinned order.
-func SignalNames() []string {
-	return []string{SignalRevisionLag, SignalUnfinishedEvents, SignalDeadlineRisk, SignalUnknownOutcomes,
-		SignalKeyConflicts, SignalDeadLetters, SignalReconciliationMismatches, SignalCompensationOutstanding,
-		SignalLoopBlocks}
-}
-
 // SignalSnapshotParams says when to measure.
 type SignalSnapshotParams struct {
 	Now time.Time
@@ -103,6 +85,8 @@ type SignalSnapshotParams struct {
 	// BreakdownLimit caps the keys of each breakdown dimension (the
 	// largest counts are kept); 0 means 20.
 	BreakdownLimit int
+	// Signals are the signals to measure; nil means BuiltinSignals.
+	Signals *SignalRegistry
 }
 
 // SignalSnapshot is one measurement of every signal.
@@ -111,37 +95,9 @@ type SignalSnapshot struct {
 	Measures []*SignalMeasure
 }
 
-// SignalMeasure is one signal's raw measurement, before thresholds.
-//
-// What each signal counts, and its breakdown dimensions:
-//   - revision_lag: entities whose newest routed order key is ahead of
-//     the settled one; Oldest = the earliest behind_since; breakdown
-//     "flow", and "largest_gap" with one key "<flow>/<entity>" whose count
-//     is the number of that entity's routed events ahead of its settled
-//     key (the lagging entity with the most, among the 100 that have
-//     lagged longest, so that the cost stays bounded in an incident).
-//   - unfinished_events: events with disposition accepted; Oldest = their
-//     earliest received_at; breakdown "source".
-//   - deadline_risk: pending effects whose deadline_warn_at has come
-//     (near) or whose deadline_at has passed (passed); Oldest = the
-//     earliest deadline_at among the passed ones; breakdown "state"
-//     (keys "near" and "passed") and "destination".
-//   - unknown_outcomes: effects in needs_reconciliation without a
-//     mismatch mark, plus submitting effects whose lease ran out; Oldest =
-//     their earliest updated_at; breakdown "destination".
-//   - key_conflicts: audit rows key_conflict in the window; Oldest = the
-//     earliest; breakdown "kind" (keys "episode_key", "version").
-//   - dead_letters: dead effects plus dead_lettered events; Oldest = the
-//     earliest updated_at of those effects and received_at of those
-//     events; breakdown "owner" (effects; "" is reported as
-//     "unassigned") and "kind" (keys "effects", "events").
-//   - reconciliation_mismatches: effects with a mismatch mark; Oldest =
-//     the earliest mismatch_at; breakdown "destination".
-//   - compensation_outstanding: compensation effects not done, resolved or
-//     superseded; Oldest = their earliest created_at; breakdown
-//     "destination".
-//   - loop_blocks: audit rows loop_blocked and loop_hop_limit in the
-//     window; Oldest = the earliest; breakdown "kind" (the action).
+// SignalMeasure is one signal's raw measurement, before thresholds. What
+// each signal counts, its oldest time and its breakdown dimensions are
+// written on its entry of the registry (signalregistry.go).
 type SignalMeasure struct {
 	Name  string
 	Value int64
@@ -149,8 +105,10 @@ type SignalMeasure struct {
 	// when nothing counts.
 	Oldest    time.Time
 	Breakdown map[string]map[string]int64
-	// Near and Passed split deadline_risk's value (zero for the others),
-	// because near warns and passed alerts.
+	// Near and Passed split the value of a signal whose warn and alert
+	// thresholds compare different items (deadline_risk: near deadlines
+	// warn, passed ones alert); both are zero for a signal whose whole
+	// value is compared.
 	Near, Passed int64
 }
 

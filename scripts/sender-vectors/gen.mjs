@@ -24,6 +24,7 @@ import twilio from 'twilio';
 import { Paddle, Environment } from '@paddle/paddle-node-sdk';
 import { WebhooksHelper } from 'square';
 import { Webhook as SvixWebhook } from 'svix';
+import mailgunJs from 'mailgun-js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
@@ -111,6 +112,17 @@ const verifiers = {
       requestBody: v.body, signatureHeader: v.headers['X-Square-Hmacsha256-Signature'] ?? '',
       signatureKey: v.secret, notificationUrl: v.url,
     });
+  },
+  // mailgun-js checks the body's signature object: its freshness window
+  // (15 minutes) against the pinned clock, a token seen before as a
+  // replay (so each check gets a new client), then the HMAC. It keys the
+  // HMAC with what it calls apiKey: Mailgun's webhook signing key.
+  async mailgun(v) {
+    let sig;
+    try { sig = JSON.parse(v.body).signature; } catch { return false; }
+    if (!sig) { return false; }
+    const mg = mailgunJs({ apiKey: v.secret, domain: 'sample.mailgun.com', mute: true });
+    return withNow(v.now, () => mg.validateWebhook(sig.timestamp, sig.token, sig.signature));
   },
   async svix(v) {
     try {
@@ -223,6 +235,17 @@ const twilioBait = `AccountSid=${twAccount}&ApiVersion=2010-04-01&Body=` + encod
 const twilioJSON = JSON.stringify({ specversion: '1.0', type: 'com.twilio.messaging.message.delivered', source: '/2010-04-01/Accounts/ACXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX/Messages/SM1234.json', id: 'EZ00000000000000000000000000000000', time: '2026-01-01T00:00:00.000Z', data: { messageSid: 'SM1234', messageStatus: 'delivered' } });
 const paddleBody = JSON.stringify({ event_id: 'evt_01hv8x2acma2gz3he4mz9qh8q4', event_type: 'subscription.updated', occurred_at: '2026-01-01T00:00:00.000000Z', notification_id: 'ntf_01hv8x2af6vmb3h0ahr23y9k0j', data: { id: 'sub_01hv8x29kz0t586xy6zn1a62ny', status: 'active', customer_id: 'ctm_01hv8wt8nffez4p2t6typn4a5j' } });
 const squareBody = JSON.stringify({ merchant_id: '6SSW7HV8K2ST5', type: 'payment.updated', event_id: '13b867cf-db3d-4b1c-90b6-2f32a9d78124', created_at: '2026-01-01T00:00:00.000Z', data: { type: 'payment', id: 'hYy9pRFVxpDsO1FB05SunFWUe9JZY', object: { payment: { id: 'hYy9pRFVxpDsO1FB05SunFWUe9JZY', status: 'COMPLETED', version: 11 } } } });
+// Mailgun's webhook body: the signature object beside event-data, whose
+// members follow Mailgun's webhook payload page (the ids are test values).
+const mailgunEvent = (event, id, ts, extra) => ({
+  event, id, timestamp: ts, 'log-level': event === 'failed' ? 'error' : 'info',
+  account: { id: '1234567890303a4bd1f33898' }, domain: { name: 'sample.mailgun.com' },
+  envelope: { sender: 'sender@sample.mailgun.com', targets: 'ada@example.com', transport: 'smtp' },
+  message: { headers: { 'message-id': '20260101000000.000be97f99f8cea1@sample.mailgun.com', from: 'Sample Sender <sender@sample.mailgun.com>', to: 'ada@example.com', subject: 'Your receipt — №42 <ok>' }, size: 341 },
+  recipient: 'ada@example.com', 'recipient-domain': 'example.com', tags: [], 'user-variables': {}, ...extra,
+});
+const mailgunDelivered = mailgunEvent('delivered', 'MXcc2gEpS-eN8HfkOnmK2w', 1767225595.658528, { 'delivery-status': { code: 250, message: 'OK' } });
+const mailgunFailed = mailgunEvent('failed', 'CCXMjJ7nQi2N3BPigGOdgQ', 1767225590.372891, { severity: 'permanent', reason: 'bounce' });
 const svixBody = JSON.stringify({ type: 'user.created', data: { id: 'user_29w83sxmDNGwOuEthce5gg56FcC', email_addresses: [{ email_address: 'example@example.org' }] }, object: 'event', timestamp: 1767225600000 });
 
 // ---- signing --------------------------------------------------------------
@@ -235,6 +258,7 @@ const S = {
   paddle: 'pdl_ntfset_01hv8x2amgyh3kkq5mzqqsb5yf_W3N3ZrBjW0d1QcQeLXvXJyC1b8GQ8aJx',
   square: 'asdf1234Sig-Key_ZXhhbXBsZQ',
   svix: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+  mailgun: 'mailgun-test-signing-key-0f1e2d3c4b5a',
 };
 const WRONG = 'not-the-configured-secret-0000';
 
@@ -431,6 +455,37 @@ function squareVectors() {
   };
 }
 
+function mailgunVectors() {
+  // Mailgun's documented construction, as its guide's Node snippet
+  // computes it: hex HMAC-SHA256 over timestamp + token.
+  const sign = (ts, token, key) => hmac('sha256', key, ts + token, 'hex');
+  const mk = (name, ts, token, event) => ({
+    name, now: T0, headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ signature: { token, timestamp: String(ts), signature: sign(String(ts), token, S.mailgun) }, 'event-data': event }),
+  });
+  const tok = 'e0b5477167110d68991efc6b9f89f0a11066af27834600e123';
+  const ok = mk('delivered', T0 - 4, tok, mailgunDelivered);
+  const failed = mk('failed (permanent)', T0 - 9, 'a4f1c2e3b5d6978812aa0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d', mailgunFailed);
+  const edit = (v, f) => { const b = JSON.parse(v.body); f(b); return JSON.stringify(b); };
+  // event-data is not signed: the library, like hookledger, accepts a
+  // signature object moved onto another event.
+  const moved = { ...ok, name: 'event-data changed (not signed)', body: edit(ok, (b) => { b['event-data'] = { ...mailgunFailed, id: 'forged-event-id' }; }) };
+  const stale = mk('timestamp 20 minutes old (library window 15 minutes)', T0 - 1200, '9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b', mailgunDelivered);
+  return {
+    signer: 'node:crypto HMAC-SHA256 over timestamp + token per Mailgun\'s securing-webhooks guide (no Mailgun library signs; mailgun.js has no webhook verification)', verifier: 'mailgun-js validateWebhook (clock pinned, a new client per vector)',
+    vectors: [
+      { ...ok, secret: S.mailgun, valid: true },
+      { ...failed, secret: S.mailgun, valid: true },
+      { ...moved, secret: S.mailgun, valid: true },
+      { ...ok, name: 'token changed', body: edit(ok, (b) => { b.signature.token = tok.replace('e0b5', 'e0b6'); }), secret: S.mailgun, valid: false, tamper: 'signature' },
+      { ...ok, name: 'timestamp changed', body: edit(ok, (b) => { b.signature.timestamp = String(T0 - 3); }), secret: S.mailgun, valid: false, tamper: 'signature' },
+      { ...ok, name: 'signature changed', body: edit(ok, (b) => { b.signature.signature = flipHex(b.signature.signature); }), secret: S.mailgun, valid: false, tamper: 'signature' },
+      { ...stale, secret: S.mailgun, valid: false, tamper: 'timestamp' },
+      { ...ok, name: 'wrong signing key', secret: WRONG, valid: false, tamper: 'secret' },
+    ],
+  };
+}
+
 function svixVectors() {
   const wh = new SvixWebhook(S.svix);
   const mk = (name, id, ts, body) => ({ name, body, now: T0, headers: { 'svix-id': id, 'svix-timestamp': String(ts), 'svix-signature': wh.sign(id, new Date(ts * 1000), body), 'Content-Type': 'application/json' } });
@@ -460,6 +515,7 @@ const kinds = {
   paddle: { pkg: '@paddle/paddle-node-sdk', make: paddleVectors },
   square: { pkg: 'square', make: squareVectors },
   svix: { pkg: 'svix', make: svixVectors },
+  mailgun: { pkg: 'mailgun-js', make: mailgunVectors },
 };
 
 for (const [kind, k] of Object.entries(kinds)) {

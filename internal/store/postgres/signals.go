@@ -19,8 +19,8 @@ import (
 // that index; TestSignalPlans pins the plans on a store large enough for
 // the planner to care.
 
-// signalQueries are the snapshot's reads, each returning (dimension key,
-// sub-key, count, oldest) rows that the snapshot folds into a measure.
+// The SQL of each store.SignalQuery, returning (key, sub-key, count,
+// oldest) rows; what the rows mean is written on the query.
 const (
 	// Lagging entities per flow: entities_behind holds the lagging
 	// entities only.
@@ -88,21 +88,14 @@ const (
 		GROUP BY destination`
 )
 
-// signalRow is one grouped row of a signal query.
-type signalRow struct {
-	key, sub string
-	n        int64
-	oldest   time.Time
-}
-
-// SignalSnapshot measures the nine signals in one REPEATABLE READ, READ
-// ONLY transaction: one snapshot, so the nine agree with one another, and
-// no locks, so ingest is never held up.
+// SignalSnapshot measures the signals in one REPEATABLE READ, READ ONLY
+// transaction: one snapshot, so that the signals agree with one another,
+// and no locks, so ingest is never held up.
 func (s *Store) SignalSnapshot(ctx context.Context, p *store.SignalSnapshotParams) (*store.SignalSnapshot, error) {
 	var snap *store.SignalSnapshot
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		snap, err = signalSnapshot(ctx, tx, p)
+		snap, err = store.MeasureSignals(ctx, signalReader{tx}, p)
 		return err
 	})
 	if err != nil {
@@ -111,135 +104,58 @@ func (s *Store) SignalSnapshot(ctx context.Context, p *store.SignalSnapshotParam
 	return snap, nil
 }
 
-func signalSnapshot(ctx context.Context, tx pgx.Tx, p *store.SignalSnapshotParams) (*store.SignalSnapshot, error) {
-	q := func(query string, args ...any) ([]signalRow, error) {
-		rows, err := tx.Query(ctx, query, args...)
-		if err != nil {
+// signalReader runs the signal queries in the snapshot's transaction.
+type signalReader struct{ tx pgx.Tx }
+
+// SignalRows runs one signal query (store.SignalReader).
+func (r signalReader) SignalRows(ctx context.Context, q store.SignalQuery, p *store.SignalSnapshotParams) ([]store.SignalRow, error) {
+	switch q {
+	case store.SignalQueryLagByFlow:
+		return r.rows(ctx, sqlLagByFlow)
+	case store.SignalQueryLagLargest:
+		return r.rows(ctx, sqlLagLargest)
+	case store.SignalQueryUnfinished:
+		return r.rows(ctx, sqlUnfinished)
+	case store.SignalQueryDeadline:
+		return r.rows(ctx, sqlDeadline, p.Now)
+	case store.SignalQueryUnknown:
+		return r.rows(ctx, sqlUnknown, p.Now)
+	case store.SignalQueryWindowAudit:
+		since := p.Now.Add(-p.Window)
+		var first *int64 // nil: no audit row in the window
+		if err := r.tx.QueryRow(ctx, sqlWindowStart, since).Scan(&first); err != nil || first == nil {
 			return nil, err
 		}
-		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (signalRow, error) {
-			var r signalRow
-			var oldest pgtype.Timestamptz
-			if err := row.Scan(&r.key, &r.sub, &r.n, &oldest); err != nil {
-				return r, err
-			}
-			if oldest.Valid && oldest.InfinityModifier == pgtype.Finite {
-				r.oldest = oldest.Time.UTC()
-			}
-			return r, nil
-		})
+		return r.rows(ctx, sqlWindowed, *first, since)
+	case store.SignalQueryDeadEffects:
+		return r.rows(ctx, sqlDeadEffects)
+	case store.SignalQueryDeadEvents:
+		return r.rows(ctx, sqlDeadEvents)
+	case store.SignalQueryMismatch:
+		return r.rows(ctx, sqlMismatch)
+	case store.SignalQueryCompensation:
+		return r.rows(ctx, sqlCompensation)
 	}
-	ms := map[string]*store.SignalMeasure{}
-	for _, name := range store.SignalNames() {
-		ms[name] = store.NewSignalMeasure(name)
-	}
+	return nil, store.ErrUnknownSignalQuery
+}
 
-	lag := ms[store.SignalRevisionLag]
-	rows, err := q(sqlLagByFlow)
+// rows reads (key, sub-key, count, oldest) rows.
+func (r signalReader) rows(ctx context.Context, query string, args ...any) ([]store.SignalRow, error) {
+	rows, err := r.tx.Query(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalRevisionLag, err)
+		return nil, err
 	}
-	for _, r := range rows {
-		lag.Count(r.n, r.oldest)
-		lag.Break("flow", r.key, r.n)
-	}
-	if lag.Value > 0 {
-		if rows, err = q(sqlLagLargest); err != nil {
-			return nil, fmt.Errorf("%s: largest gap: %w", store.SignalRevisionLag, err)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.SignalRow, error) {
+		var out store.SignalRow
+		var oldest pgtype.Timestamptz
+		if err := row.Scan(&out.Key, &out.Sub, &out.N, &oldest); err != nil {
+			return out, err
 		}
-		for _, r := range rows {
-			lag.Break("largest_gap", r.key, r.n)
+		if oldest.Valid && oldest.InfinityModifier == pgtype.Finite {
+			out.Oldest = oldest.Time.UTC()
 		}
-	}
-
-	unf := ms[store.SignalUnfinishedEvents]
-	if rows, err = q(sqlUnfinished); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalUnfinishedEvents, err)
-	}
-	for _, r := range rows {
-		unf.Count(r.n, r.oldest)
-		unf.Break("source", r.key, r.n)
-	}
-
-	dl := ms[store.SignalDeadlineRisk]
-	if rows, err = q(sqlDeadline, p.Now); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalDeadlineRisk, err)
-	}
-	for _, r := range rows {
-		dl.Count(r.n, r.oldest)
-		dl.Break("state", r.sub, r.n)
-		dl.Break("destination", r.key, r.n)
-		if r.sub == "passed" {
-			dl.Passed += r.n
-		} else {
-			dl.Near += r.n
-		}
-	}
-
-	unk := ms[store.SignalUnknownOutcomes]
-	if rows, err = q(sqlUnknown, p.Now); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalUnknownOutcomes, err)
-	}
-	for _, r := range rows {
-		unk.Count(r.n, r.oldest)
-		unk.Break("destination", r.key, r.n)
-	}
-
-	since := p.Now.Add(-p.Window)
-	var first *int64 // nil: no audit row in the window
-	if err := tx.QueryRow(ctx, sqlWindowStart, since).Scan(&first); err != nil {
-		return nil, fmt.Errorf("signal window: %w", err)
-	}
-	if first != nil {
-		if rows, err = q(sqlWindowed, *first, since); err != nil {
-			return nil, fmt.Errorf("signal window: %w", err)
-		}
-		for _, r := range rows {
-			m := ms[store.SignalLoopBlocks]
-			if r.key == "key_conflict" {
-				m = ms[store.SignalKeyConflicts]
-			}
-			m.Count(r.n, r.oldest)
-			m.Break("kind", r.sub, r.n)
-		}
-	}
-
-	dead := ms[store.SignalDeadLetters]
-	if rows, err = q(sqlDeadEffects); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalDeadLetters, err)
-	}
-	for _, r := range rows {
-		dead.Count(r.n, r.oldest)
-		dead.Break("owner", r.key, r.n)
-		dead.Break("kind", "effects", r.n)
-	}
-	if rows, err = q(sqlDeadEvents); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalDeadLetters, err)
-	}
-	for _, r := range rows {
-		dead.Count(r.n, r.oldest)
-		dead.Break("kind", "events", r.n)
-	}
-
-	for _, sig := range []struct{ name, query string }{
-		{store.SignalReconciliationMismatches, sqlMismatch},
-		{store.SignalCompensationOutstanding, sqlCompensation},
-	} {
-		if rows, err = q(sig.query); err != nil {
-			return nil, fmt.Errorf("%s: %w", sig.name, err)
-		}
-		for _, r := range rows {
-			ms[sig.name].Count(r.n, r.oldest)
-			ms[sig.name].Break("destination", r.key, r.n)
-		}
-	}
-
-	snap := &store.SignalSnapshot{At: p.Now.UTC()}
-	for _, name := range store.SignalNames() {
-		ms[name].TrimBreakdown(p.BreakdownLimit)
-		snap.Measures = append(snap.Measures, ms[name])
-	}
-	return snap, nil
+		return out, nil
+	})
 }
 
 // statusRankSQL is store.StatusRank in SQL.

@@ -21,8 +21,8 @@ import (
 // pendingEffectStates repeats effects_deadline's predicate.
 const pendingEffectStates = `('approved', 'submitting', 'acknowledged', 'retry_wait', 'needs_reconciliation')`
 
-// signalQueries are the snapshot's reads, each returning (dimension key,
-// sub-key, count, oldest) rows that measureRows folds into a measure.
+// The SQL of each store.SignalQuery, returning (key, sub-key, count,
+// oldest) rows; what the rows mean is written on the query.
 const (
 	// Lagging entities per flow: a scan of entities_behind, which holds
 	// the lagging entities only; behind_since comes from the index.
@@ -94,161 +94,76 @@ const (
 		GROUP BY destination`
 )
 
-// signalRow is one grouped row of a signal query.
-type signalRow struct {
-	key, sub string
-	n        int64
-	oldest   time.Time
-}
-
-// SignalSnapshot measures the nine signals in one read transaction on the
-// reader pool: one WAL snapshot, so the nine agree with one another, and
-// never the writer, so ingest is not held up.
+// SignalSnapshot measures the signals in one read transaction on the
+// reader pool: one WAL snapshot, so that the signals agree with one
+// another, and never the writer, so ingest is not held up.
 func (s *Store) SignalSnapshot(ctx context.Context, p *store.SignalSnapshotParams) (*store.SignalSnapshot, error) {
 	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("signal snapshot: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read only
-	snap, err := signalSnapshot(ctx, tx, p)
+	snap, err := store.MeasureSignals(ctx, signalReader{tx}, p)
 	if err != nil {
 		return nil, fmt.Errorf("signal snapshot: %w", err)
 	}
 	return snap, nil
 }
 
-func signalSnapshot(ctx context.Context, tx *sql.Tx, p *store.SignalSnapshotParams) (*store.SignalSnapshot, error) {
+// signalReader runs the signal queries in the snapshot's transaction.
+type signalReader struct{ tx *sql.Tx }
+
+// SignalRows runs one signal query (store.SignalReader).
+func (r signalReader) SignalRows(ctx context.Context, q store.SignalQuery, p *store.SignalSnapshotParams) ([]store.SignalRow, error) {
 	now := p.Now.UnixMicro()
-	q := func(query string, args ...any) ([]signalRow, error) {
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
+	switch q {
+	case store.SignalQueryLagByFlow:
+		return r.rows(ctx, sqlLagByFlow)
+	case store.SignalQueryLagLargest:
+		return r.rows(ctx, sqlLagLargest)
+	case store.SignalQueryUnfinished:
+		return r.rows(ctx, sqlUnfinished)
+	case store.SignalQueryDeadline:
+		return r.rows(ctx, sqlDeadline, now, now, now, now)
+	case store.SignalQueryUnknown:
+		return r.rows(ctx, sqlUnknown, now)
+	case store.SignalQueryWindowAudit:
+		since := p.Now.Add(-p.Window).UnixMicro()
+		var first sql.NullInt64 // NULL: no audit row in the window
+		if err := r.tx.QueryRowContext(ctx, sqlWindowStart, since).Scan(&first); err != nil || !first.Valid {
 			return nil, err
 		}
-		defer rows.Close()
-		var out []signalRow
-		for rows.Next() {
-			var r signalRow
-			var n sql.NullInt64
-			var oldest sql.NullInt64
-			if err := rows.Scan(&r.key, &r.sub, &n, &oldest); err != nil {
-				return nil, err
-			}
-			r.n, r.oldest = n.Int64, fromMicros(oldest)
-			out = append(out, r)
-		}
-		return out, rows.Err()
+		return r.rows(ctx, sqlWindowed, first.Int64, since)
+	case store.SignalQueryDeadEffects:
+		return r.rows(ctx, sqlDeadEffects)
+	case store.SignalQueryDeadEvents:
+		return r.rows(ctx, sqlDeadEvents)
+	case store.SignalQueryMismatch:
+		return r.rows(ctx, sqlMismatch)
+	case store.SignalQueryCompensation:
+		return r.rows(ctx, sqlCompensation)
 	}
-	ms := map[string]*store.SignalMeasure{}
-	for _, name := range store.SignalNames() {
-		ms[name] = store.NewSignalMeasure(name)
-	}
+	return nil, store.ErrUnknownSignalQuery
+}
 
-	lag := ms[store.SignalRevisionLag]
-	rows, err := q(sqlLagByFlow)
+// rows reads (key, sub-key, count, oldest) rows.
+func (r signalReader) rows(ctx context.Context, query string, args ...any) ([]store.SignalRow, error) {
+	rows, err := r.tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalRevisionLag, err)
+		return nil, err
 	}
-	for _, r := range rows {
-		lag.Count(r.n, r.oldest)
-		lag.Break("flow", r.key, r.n)
-	}
-	if lag.Value > 0 {
-		if rows, err = q(sqlLagLargest); err != nil {
-			return nil, fmt.Errorf("%s: largest gap: %w", store.SignalRevisionLag, err)
+	defer rows.Close()
+	var out []store.SignalRow
+	for rows.Next() {
+		var row store.SignalRow
+		var n, oldest sql.NullInt64
+		if err := rows.Scan(&row.Key, &row.Sub, &n, &oldest); err != nil {
+			return nil, err
 		}
-		for _, r := range rows {
-			lag.Break("largest_gap", r.key, r.n)
-		}
+		row.N, row.Oldest = n.Int64, fromMicros(oldest)
+		out = append(out, row)
 	}
-
-	unf := ms[store.SignalUnfinishedEvents]
-	if rows, err = q(sqlUnfinished); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalUnfinishedEvents, err)
-	}
-	for _, r := range rows {
-		unf.Count(r.n, r.oldest)
-		unf.Break("source", r.key, r.n)
-	}
-
-	dl := ms[store.SignalDeadlineRisk]
-	if rows, err = q(sqlDeadline, now, now, now, now); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalDeadlineRisk, err)
-	}
-	for _, r := range rows {
-		dl.Count(r.n, r.oldest)
-		dl.Break("state", r.sub, r.n)
-		dl.Break("destination", r.key, r.n)
-		if r.sub == "passed" {
-			dl.Passed += r.n
-		} else {
-			dl.Near += r.n
-		}
-	}
-
-	unk := ms[store.SignalUnknownOutcomes]
-	if rows, err = q(sqlUnknown, now); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalUnknownOutcomes, err)
-	}
-	for _, r := range rows {
-		unk.Count(r.n, r.oldest)
-		unk.Break("destination", r.key, r.n)
-	}
-
-	since := p.Now.Add(-p.Window).UnixMicro()
-	var first sql.NullInt64 // NULL: no audit row in the window
-	if err := tx.QueryRowContext(ctx, sqlWindowStart, since).Scan(&first); err != nil {
-		return nil, fmt.Errorf("signal window: %w", err)
-	}
-	if first.Valid {
-		if rows, err = q(sqlWindowed, first.Int64, since); err != nil {
-			return nil, fmt.Errorf("signal window: %w", err)
-		}
-		for _, r := range rows {
-			m := ms[store.SignalLoopBlocks]
-			if r.key == "key_conflict" {
-				m = ms[store.SignalKeyConflicts]
-			}
-			m.Count(r.n, r.oldest)
-			m.Break("kind", r.sub, r.n)
-		}
-	}
-
-	dead := ms[store.SignalDeadLetters]
-	if rows, err = q(sqlDeadEffects); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalDeadLetters, err)
-	}
-	for _, r := range rows {
-		dead.Count(r.n, r.oldest)
-		dead.Break("owner", r.key, r.n)
-		dead.Break("kind", "effects", r.n)
-	}
-	if rows, err = q(sqlDeadEvents); err != nil {
-		return nil, fmt.Errorf("%s: %w", store.SignalDeadLetters, err)
-	}
-	for _, r := range rows {
-		dead.Count(r.n, r.oldest)
-		dead.Break("kind", "events", r.n)
-	}
-
-	for _, sig := range []struct{ name, query string }{
-		{store.SignalReconciliationMismatches, sqlMismatch},
-		{store.SignalCompensationOutstanding, sqlCompensation},
-	} {
-		if rows, err = q(sig.query); err != nil {
-			return nil, fmt.Errorf("%s: %w", sig.name, err)
-		}
-		for _, r := range rows {
-			ms[sig.name].Count(r.n, r.oldest)
-			ms[sig.name].Break("destination", r.key, r.n)
-		}
-	}
-
-	snap := &store.SignalSnapshot{At: p.Now.UTC()}
-	for _, name := range store.SignalNames() {
-		ms[name].TrimBreakdown(p.BreakdownLimit)
-		snap.Measures = append(snap.Measures, ms[name])
-	}
-	return snap, nil
+	return out, rows.Err()
 }
 
 // SignalHistoryRecord folds one computation into the minute and hour

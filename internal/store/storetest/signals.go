@@ -303,6 +303,9 @@ func testSignalKeyConflicts(t *testing.T, o Opener) {
 		t.Fatalf("dead_lettered rows: %+v", dl)
 	}
 	want(t, "both in the window", f.snap(t2)[store.SignalKeyConflicts], 2, t1, bd{"kind": {"episode_key": 1, "version": 1}})
+	// The window's query also returns the loop guard's rows: each signal
+	// counts its own actions only.
+	want(t, "no loop blocks", f.snap(t2)[store.SignalLoopBlocks], 0, time.Time{}, nil)
 	// The window's lower edge is inclusive: at t1+1h the first still counts.
 	want(t, "window edge", f.snap(t1.Add(time.Hour))[store.SignalKeyConflicts], 2, t1,
 		bd{"kind": {"episode_key": 1, "version": 1}})
@@ -576,5 +579,82 @@ func testSignalHistory(t *testing.T, o Opener) {
 	}
 	if _, err := f.s.SignalHistoryList(f.ctx, &store.SignalHistoryListParams{Name: store.SignalDeadLetters, Resolution: "day"}); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("resolution day: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// A registry other than the built-in one is measured as given, in its
+// order, from the same driver queries: a signal that only folds the rows
+// of an existing query differently needs nothing from the driver. Every
+// query the registry may name runs on the driver, and a query the driver
+// does not have fails the snapshot, naming the signal and the query.
+func testSignalRegistry(t *testing.T, o Opener) {
+	f := newSig(t, o)
+	es := f.seed("crm", "crm", "mail")
+	t1 := t0.Add(time.Minute)
+	f.into(es[0].ID, t1, store.EffectDead, time.Time{})
+	f.into(es[1].ID, t1, store.EffectDead, time.Time{})
+	pk := f.event("reg_evt", func(d *store.DeliveryInput) { d.ReceivedAt = t0.Add(-time.Hour) })
+	f.route(t1, to(pk, rt("orders", "o9", "1")))
+	f.step("orders", "o9", t1, store.FlowApplyParams{Fail: "refetch: 410 gone"})
+
+	def := func(name string, measure func(*store.SignalMeasure, store.SignalRead) error) store.SignalDef {
+		return store.SignalDef{Name: name, Title: name, Help: "A test signal.", Measure: measure,
+			List: store.SignalList{Path: "/effects"}}
+	}
+	// Dead effects by owner, from the dead letters' query.
+	deadEffects := def("dead_effects", func(m *store.SignalMeasure, read store.SignalRead) error {
+		rows, err := read(store.SignalQueryDeadEffects)
+		for _, r := range rows {
+			m.Count(r.N, r.Oldest)
+			m.Break("owner", r.Key, r.N)
+		}
+		return err
+	})
+	// Every query, each counted once when it answers.
+	every := def("every_query", func(m *store.SignalMeasure, read store.SignalRead) error {
+		for _, q := range store.SignalQueries() {
+			if _, err := read(q); err != nil {
+				return err
+			}
+			m.Count(1, time.Time{})
+			m.Break("query", string(q), 1)
+		}
+		return nil
+	})
+	builtin, _ := store.BuiltinSignals().Lookup(store.SignalDeadLetters)
+	reg, err := store.NewSignalRegistry(deadEffects, every, builtin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := f.s.SignalSnapshot(f.ctx, &store.SignalSnapshotParams{Now: t1, Window: time.Hour, Signals: reg})
+	if err != nil {
+		t.Fatalf("SignalSnapshot: %v", err)
+	}
+	var names []string
+	got := map[string]*store.SignalMeasure{}
+	for _, m := range snap.Measures {
+		names = append(names, m.Name)
+		got[m.Name] = m
+	}
+	if !slices.Equal(names, reg.Names()) {
+		t.Fatalf("measured %v, want %v", names, reg.Names())
+	}
+	want(t, "test signal", got["dead_effects"], 2, t1, bd{"owner": {"unassigned": 2}})
+	if m := got["every_query"]; m.Value != int64(len(store.SignalQueries())) {
+		t.Errorf("every query answered: %d of %d (%v)", m.Value, len(store.SignalQueries()), m.Breakdown)
+	}
+	want(t, "built-in entry", got[store.SignalDeadLetters], 3, t0.Add(-time.Hour),
+		bd{"owner": {"unassigned": 2}, "kind": {"effects": 2, "events": 1}})
+
+	bad, err := store.NewSignalRegistry(deadEffects, def("bogus", func(_ *store.SignalMeasure, read store.SignalRead) error {
+		_, err := read("no_such_query")
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.s.SignalSnapshot(f.ctx, &store.SignalSnapshotParams{Now: t1, Window: time.Hour, Signals: bad})
+	if !errors.Is(err, store.ErrUnknownSignalQuery) || !strings.Contains(err.Error(), "bogus: no_such_query") {
+		t.Errorf("a query the driver lacks: %v, want ErrUnknownSignalQuery naming bogus and no_such_query", err)
 	}
 }

@@ -152,6 +152,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"SignalCompensation", testSignalCompensation},
 		{"SignalMismatchAndEscalation", testSignalMismatchAndEscalation},
 		{"SignalHistory", testSignalHistory},
+		{"SignalRegistry", testSignalRegistry},
 		{"RetentionPrune", testRetentionPrune},
 		{"RetentionNothingConfigured", testRetentionNothingConfigured},
 		{"RetentionEffects", testRetentionEffects},
