@@ -663,6 +663,13 @@ func UnroutedDetail(from, eventType string) string {
 	return fmt.Sprintf("unrouted: no flow subscribes to type %q", eventType)
 }
 
+// UnroutedAudit is the audit row of an event stored unrouted on receipt
+// (DeliveryInput.Unrouted), written with the event's first delivery only.
+func UnroutedAudit(d *DeliveryInput) *AuditInsertParams {
+	return &AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: ActionDisposition,
+		Source: d.Source, EventID: d.EventID, Entity: d.Entity, Detail: UnroutedDetail("", d.Type)}
+}
+
 // RouteFailedDetail is the audit text of a route that failed (its
 // entity or order key could not be computed), dead-lettering the event
 // for that flow.

@@ -120,3 +120,102 @@ func SortResolvedWork(ws []ResolvedWork) {
 		return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.Entity, b.Entity), cmp.Compare(a.OrderKey, b.OrderKey))
 	})
 }
+
+// ResolveTx is the statements of EventResolve.
+type ResolveTx interface {
+	// EventLock reads the event (source, eventID): its pk, envelope
+	// entity and disposition, found false when there is none. Where the
+	// database has row locks it locks the event as the settling of its
+	// work items does (EventWork), so that a settle and a resolve take
+	// turns.
+	EventLock(ctx context.Context, source, eventID string) (ev *ResolveEvent, found bool, err error)
+	// WorkPendingCount counts the event's work items that are pending.
+	WorkPendingCount(ctx context.Context, eventPK int64) (int64, error)
+	// WorkResolve moves the event's dead_lettered work items to resolved,
+	// keeping their reason and done time, and returns them.
+	WorkResolve(ctx context.Context, eventPK int64) ([]ResolvedWork, error)
+	// EntitySettledKey raises the entity's settled key to key (an older
+	// key leaves it as it is).
+	EntitySettledKey(ctx context.Context, w ResolvedWork) error
+}
+
+// ResolveEvent is an event as EventResolve reads it.
+type ResolveEvent struct {
+	PK          int64
+	Entity      string
+	Disposition Disposition
+}
+
+// EventResolve closes a dead-lettered event by hand (see EventResolver),
+// in a transaction of its own (TxOperate): it is rare, and must not share
+// the fate of a batch of pipeline writes.
+func (r *Rules) EventResolve(ctx context.Context, p *EventResolveParams) (*Event, error) {
+	if err := CheckEventResolve(p); err != nil {
+		return nil, fmt.Errorf("resolve event: %w", err)
+	}
+	what := fmt.Sprintf("resolve event %s/%s", p.Source, p.EventID)
+	var pk int64
+	err := r.db.InTx(ctx, TxOperate, func(ctx context.Context, tx Tx) error {
+		var err error
+		pk, err = resolveEvent(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	// Read back through EventList so the caller sees the event exactly as
+	// the list shows it, routes included.
+	res, err := r.db.EventList(ctx, &EventListParams{AfterPK: pk - 1, Limit: 1, WithRoutes: true})
+	if err != nil {
+		return nil, fmt.Errorf("%s: resolved, but reading it back failed: %w", what, err)
+	}
+	if len(res.Events) != 1 || res.Events[0].PK != pk {
+		return nil, fmt.Errorf("%s: resolved, but reading it back found nothing: %w", what, ErrNotFound)
+	}
+	return res.Events[0], nil
+}
+
+func resolveEvent(ctx context.Context, tx Tx, p *EventResolveParams) (int64, error) {
+	ev, found, err := tx.EventLock(ctx, p.Source, p.EventID)
+	if err != nil {
+		return 0, fmt.Errorf("read event: %w", err)
+	}
+	if !found {
+		return 0, fmt.Errorf("event: %w", ErrNotFound)
+	}
+	if ev.Disposition != DispositionDeadLettered {
+		return 0, &EventStateError{Disposition: ev.Disposition}
+	}
+	// A replay of the event still in flight may yet repair it: closing it
+	// by hand now would race the worker, so the operator waits for it.
+	pending, err := tx.WorkPendingCount(ctx, ev.PK)
+	if err != nil {
+		return 0, fmt.Errorf("count pending work: %w", err)
+	}
+	if pending > 0 {
+		return 0, &EventStateError{Disposition: ev.Disposition, Pending: pending}
+	}
+	// Reason and done_at stay: why the item failed is the evidence the
+	// note answers.
+	closed, err := tx.WorkResolve(ctx, ev.PK)
+	if err != nil {
+		return 0, fmt.Errorf("resolve work: %w", err)
+	}
+	// Sorted, so that concurrent resolves lock entity rows in one order.
+	SortResolvedWork(closed)
+	// A resolved item is settled for revision_lag, as FlowApply counts an
+	// applied one: the entity is no longer behind because of it.
+	for _, w := range closed {
+		if err := tx.EntitySettledKey(ctx, w); err != nil {
+			return 0, fmt.Errorf("settle %s/%s: %w", w.Flow, w.Entity, err)
+		}
+	}
+	if err := tx.SetDisposition(ctx, ev.PK, DispositionResolved); err != nil {
+		return 0, fmt.Errorf("set disposition: %w", err)
+	}
+	if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEventResolved,
+		Source: p.Source, EventID: p.EventID, Entity: ev.Entity, Detail: EventResolveDetail(p.Note, closed)}); err != nil {
+		return 0, err
+	}
+	return ev.PK, nil
+}

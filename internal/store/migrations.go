@@ -16,9 +16,14 @@ type Migration struct {
 	SQL     string
 }
 
-// LoadMigrations reads every *.sql file at the root of fsys, ordered by the
-// version number that starts its name.
-func LoadMigrations(fsys fs.FS) ([]Migration, error) {
+// LoadMigrations reads every *.sql file in dir of fsys (a driver's
+// embedded migrations), ordered by the version number that starts its
+// name.
+func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	fsys, err := fs.Sub(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("read migrations: %w", err)
+	}
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, fmt.Errorf("read migrations: %w", err)
@@ -47,4 +52,16 @@ func LoadMigrations(fsys fs.FS) ([]Migration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
+}
+
+// PendingMigrations names the migrations whose version applied does not
+// hold, in order: all of them for a database without a schema.
+func PendingMigrations(migs []Migration, applied map[int]bool) []string {
+	var pending []string
+	for _, m := range migs {
+		if !applied[m.Version] {
+			pending = append(pending, m.Name)
+		}
+	}
+	return pending
 }

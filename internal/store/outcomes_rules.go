@@ -135,6 +135,31 @@ func CompensationDetail(key string, origID int64, origKey string, origState Effe
 	return fmt.Sprintf("%s: approved, compensating effect %d (%s, %s); note: %s", key, origID, origKey, origState, note)
 }
 
+// DeadlineStates are the states in which an effect can still miss its
+// deadline: the states escalation looks at. The deadline index
+// (effects_deadline) holds exactly these, so a driver that writes them
+// into its SQL (SQLList) lets the planner prove the index usable.
+func DeadlineStates() []EffectState {
+	return []EffectState{EffectApproved, EffectSubmitting, EffectAcknowledged, EffectRetryWait, EffectNeedsReconciliation}
+}
+
+// SQLList writes values as an SQL list of string literals, ('a', 'b'),
+// for a statement whose text must name a state set the way a partial
+// index's predicate does. The values are the store's own names: none
+// holds a quote.
+func SQLList[T ~string](values []T) string {
+	var b strings.Builder
+	b.WriteString("(")
+	for i, v := range values {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("'" + string(v) + "'")
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
 // FinalNotDone are the states verification passes over: the effect can
 // never become done, so the destination need not hold it.
 var FinalNotDone = map[EffectState]bool{EffectSuperseded: true, EffectResolved: true}

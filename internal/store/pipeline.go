@@ -97,7 +97,9 @@ type EventRouteNextParams struct {
 	Limit int
 	Now   time.Time
 	// Decide computes the routing decisions of the events taken, called
-	// once with at least one event, inside the transaction.
+	// once with at least one event: inside the transaction that records
+	// them where processes share the database (Driver.Shared), before it
+	// elsewhere.
 	Decide func(evs []*RoutableEvent) []*RouteDecision
 }
 

@@ -456,3 +456,203 @@ func PlanEndpointState(cur *Endpoint, p *EndpointStateParams) (*EndpointChange, 
 	}
 	return ch, nil
 }
+
+// PublishTx is the statements of the publishing path.
+type PublishTx interface {
+	// EndpointReserve returns the stored endpoint p.ID (nil when there is
+	// none) and holds its id for the transaction: where the database has
+	// row locks it locks the row it found, or, when there is none,
+	// inserts a disabled placeholder of p's origin and spec at Now (so
+	// that a concurrent first put of the id waits and then finds this
+	// one's), which EndpointWrite then replaces.
+	EndpointReserve(ctx context.Context, p *EndpointReserveParams) (*Endpoint, error)
+	// EndpointRead returns the stored endpoint id (nil when there is
+	// none), locked for update where the database has row locks.
+	EndpointRead(ctx context.Context, id string) (*Endpoint, error)
+	// EndpointWrite stores ep in full, spec being its spec as
+	// MarshalSpec encodes it, inserting it or replacing what is stored.
+	EndpointWrite(ctx context.Context, ep *Endpoint, spec []byte) error
+	// EndpointWriteState stores ep's state: enabled, disabled reason and
+	// time, failing since, deleted and updated_at.
+	EndpointWriteState(ctx context.Context, ep *Endpoint) error
+	// IdempotencyKeyHold writes the key of p (its fingerprint, message
+	// id, Now and KeyExpiresAt) unless the key is held: an expired row of
+	// the key is taken over in place. It answers whether this transaction
+	// holds the key now. Where the database has row locks, a concurrent
+	// publish of the same new key waits for this one's commit.
+	IdempotencyKeyHold(ctx context.Context, p *MessagePublishParams) (bool, error)
+	// IdempotencyKeyGet returns the message id, fingerprint and creation
+	// time (as ID, Fingerprint and CreatedAt) of the key's holder.
+	IdempotencyKeyGet(ctx context.Context, key string) (*MessagePublishResult, error)
+	// MessageInsert stores the message as its event (source
+	// PublishSource, event id p.ID, type, causation and hop, received at
+	// Now, disposition applied, routed, one delivery) and that delivery
+	// (request id p.ID, batch index 0, the headers as a JSON object, the
+	// payload byte for byte), and returns the event's pk.
+	MessageInsert(ctx context.Context, p *MessagePublishParams) (int64, error)
+	// EndpointSpecs returns the id and the stored spec of every endpoint
+	// that is not deleted, in id order.
+	EndpointSpecs(ctx context.Context) ([]EndpointSpecRow, error)
+	// MessageEffectInsert inserts e, state approved, created and updated
+	// at Now, unless its episode key exists.
+	MessageEffectInsert(ctx context.Context, e *MessageEffect) error
+}
+
+// EndpointReserveParams reserves an endpoint's id.
+type EndpointReserveParams struct {
+	ID, Origin string
+	Spec       []byte
+	Now        time.Time
+}
+
+// EndpointSpecRow is an endpoint's stored spec.
+type EndpointSpecRow struct {
+	ID   string
+	Spec []byte
+}
+
+// MessageEffect is a message's delivery to one endpoint, as the ledger
+// holds it.
+type MessageEffect struct {
+	EpisodeKey, Flow, Entity, Version, VersionSort, Effect, Destination string
+	Request                                                             []byte
+	EventPK                                                             int64
+	CausationID                                                         string
+	Hop                                                                 int
+	Now                                                                 time.Time
+}
+
+// EndpointPut inserts or replaces an endpoint (see Publishing).
+func (r *Rules) EndpointPut(ctx context.Context, p *EndpointPutParams) (*Endpoint, error) {
+	if err := CheckEndpointPut(p); err != nil {
+		return nil, fmt.Errorf("put endpoint: %w", err)
+	}
+	spec, err := MarshalSpec(&p.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("put endpoint %s: %w", p.ID, err)
+	}
+	var out *Endpoint
+	err = r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
+		cur, err := tx.EndpointReserve(ctx, &EndpointReserveParams{ID: p.ID, Origin: p.Origin, Spec: spec, Now: p.Now})
+		if err != nil {
+			return fmt.Errorf("reserve endpoint: %w", err)
+		}
+		change, err := PlanEndpointPut(cur, p)
+		if err != nil {
+			return err
+		}
+		if err := tx.EndpointWrite(ctx, change.Endpoint, spec); err != nil {
+			return fmt.Errorf("write endpoint: %w", err)
+		}
+		out = change.Endpoint
+		return auditAll(ctx, tx, change.Audit)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("put endpoint %s: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+// EndpointSetState enables, disables or deletes an endpoint, or records
+// when it started failing (see Publishing).
+func (r *Rules) EndpointSetState(ctx context.Context, p *EndpointStateParams) (*Endpoint, error) {
+	var out *Endpoint
+	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
+		cur, err := tx.EndpointRead(ctx, p.ID)
+		if err != nil {
+			return fmt.Errorf("read endpoint: %w", err)
+		}
+		change, err := PlanEndpointState(cur, p)
+		if err != nil {
+			return err
+		}
+		if err := tx.EndpointWriteState(ctx, change.Endpoint); err != nil {
+			return fmt.Errorf("write endpoint: %w", err)
+		}
+		out = change.Endpoint
+		return auditAll(ctx, tx, change.Audit)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set state of endpoint %s: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+func auditAll(ctx context.Context, tx Tx, audits []*AuditInsertParams) error {
+	for _, a := range audits {
+		if err := tx.Audit(ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MessagePublish stores a message and fans it out in one transaction (see
+// Publishing). The idempotency key is written first and gates everything
+// else: a publish that finds it held writes nothing and answers with the
+// holder's message, a replay.
+func (r *Rules) MessagePublish(ctx context.Context, p *MessagePublishParams) (*MessagePublishResult, error) {
+	if err := CheckMessagePublish(p); err != nil {
+		return nil, fmt.Errorf("publish message: %w", err)
+	}
+	var res *MessagePublishResult
+	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
+		var err error
+		res, err = publishMessage(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("publish message %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+func publishMessage(ctx context.Context, tx Tx, p *MessagePublishParams) (*MessagePublishResult, error) {
+	held, err := tx.IdempotencyKeyHold(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("hold idempotency key: %w", err)
+	}
+	if !held {
+		res, err := tx.IdempotencyKeyGet(ctx, p.Key)
+		if err != nil {
+			return nil, fmt.Errorf("read idempotency key: %w", err)
+		}
+		// The key and its event are written together at one Now, so the
+		// key's created_at is the event's received_at.
+		res.Replayed, res.CreatedAt = true, res.CreatedAt.UTC()
+		return res, nil
+	}
+	// Applied and routed from the start: the flow engine never sees a
+	// message as pending or unrouted work.
+	pk, err := tx.MessageInsert(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("record message: %w", err)
+	}
+	targets, err := tx.EndpointSpecs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read endpoints: %w", err)
+	}
+	res := &MessagePublishResult{ID: p.ID, Fingerprint: p.Fingerprint, CreatedAt: p.Now.UTC(), Endpoints: []string{}}
+	request := PublishRequest(p.ID, p.Payload)
+	versionSort := PublishVersionSort(p.Now, p.ID)
+	for _, t := range targets {
+		spec, err := UnmarshalSpec(t.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s: %w", t.ID, err)
+		}
+		if !MatchType(spec.Types, p.Type) {
+			continue
+		}
+		if err := tx.MessageEffectInsert(ctx, &MessageEffect{EpisodeKey: PublishEpisodeKey(p.ID, t.ID), Flow: PublishFlow,
+			Entity: t.ID, Version: p.ID, VersionSort: versionSort, Effect: PublishEffect, Destination: EndpointDestination(t.ID),
+			Request: request, EventPK: pk, CausationID: p.CausationID, Hop: p.Hop, Now: p.Now}); err != nil {
+			return nil, fmt.Errorf("insert effect: %w", err)
+		}
+		res.Endpoints = append(res.Endpoints, t.ID)
+	}
+	if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionMessagePublished,
+		Source: PublishSource, EventID: p.ID, Detail: MessagePublishedDetail(p.Type, len(res.Endpoints))}); err != nil {
+		return nil, err
+	}
+	return res, nil
+}

@@ -31,6 +31,12 @@ type Stats interface {
 	EventRecent(ctx context.Context, p *EventRecentParams) ([]*Event, error)
 }
 
+// ParkedStates are the states EffectParked counts: the effects parked for
+// a retry or for a person.
+func ParkedStates() []EffectState {
+	return []EffectState{EffectRetryWait, EffectDead, EffectNeedsReconciliation}
+}
+
 // MaxStatsRows caps the rows one Stats read returns.
 const MaxStatsRows = 10_000
 

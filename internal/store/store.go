@@ -206,6 +206,19 @@ func AddEventRoute(e *Event, r EventRoute) {
 	e.Routes = append(e.Routes, r)
 }
 
+// FillEventRoutes fills the routes of a page of events from their work
+// rows, which read hands to add, each with its event's pk, in (event pk,
+// flow in byte order, pass) order.
+func FillEventRoutes(evs []*Event, read func(pks []int64, add func(pk int64, r EventRoute)) error) error {
+	byPK := make(map[int64]*Event, len(evs))
+	pks := make([]int64, len(evs))
+	for i, e := range evs {
+		byPK[e.PK] = e
+		pks[i] = e.PK
+	}
+	return read(pks, func(pk int64, r EventRoute) { AddEventRoute(byPK[pk], r) })
+}
+
 // EventListParams filters EventList; zero fields do not filter, and an event
 // must match every set field.
 type EventListParams struct {

@@ -110,3 +110,37 @@ func invalidAt(s string) int {
 	}
 	return len(s)
 }
+
+// ErrorKinds tells what a database's errors mean to the rules. Each
+// driver says which of its errors are a unique violation and which a
+// refusal of the statement's values, by the database's codes (never by
+// message text); the marks go on the same way for every driver.
+type ErrorKinds struct {
+	Unique, Refused func(error) bool
+}
+
+// MarkRefused marks err as ErrRefused when the database refused the
+// statement's values.
+func (k ErrorKinds) MarkRefused(err error) error {
+	if err == nil || errors.Is(err, ErrRefused) || !k.Refused(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRefused, err)
+}
+
+// Classify marks a unique violation as ErrConflict and a refusal as
+// ErrRefused, for the rules and their callers to tell apart.
+func (k ErrorKinds) Classify(err error) error {
+	if err != nil && k.Unique(err) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return k.MarkRefused(err)
+}
+
+// Wrap is Classify with what failed in front; nil stays nil.
+func (k ErrorKinds) Wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", op, k.Classify(err))
+}

@@ -10,12 +10,13 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// applyTx is store.ApplyTx on a pipelined transaction: every method that
-// returns only an error queues its statement (pipeTx), or holds it to be
-// sent as one statement with its kind (held).
-type applyTx struct{ t *pipeTx }
+// txn is store.Tx on a pipelined transaction: a method that returns only
+// an error queues its statement (pipeTx), or holds it to be sent as one
+// statement with its kind (held); one that answers sends what is queued
+// with its own statement.
+type txn struct{ t *pipeTx }
 
-var _ store.ApplyTx = applyTx{}
+var _ store.Tx = txn{}
 
 // ReadGroup sends four statements in one round trip, BEGIN among them.
 // The fence is a row lock on each entity, taken in (flow, entity) byte
@@ -27,7 +28,7 @@ var _ store.ApplyTx = applyTx{}
 // the rows it joins as of its start, so a read in the locking statement
 // would miss another flow's settled row and leave the event accepted
 // forever; the next statement takes a fresh snapshot.
-func (a applyTx) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
+func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
 	n := len(subs)
 	flows, entities, tokens := make([]string, n), make([]string, n), make([]string, n)
 	nows, nums := make([]time.Time, n), make([]int32, n)
@@ -100,7 +101,7 @@ const fenceEntitiesSQL = `SELECT l.n, e.version, e.version_sort, e.state::text
 
 // LoopVisit: a concurrent first visit of the same causation waits on the
 // unique index for the other transaction, then sees its row.
-func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventPK int64, now time.Time) (int64, error) {
+func (a txn) LoopVisit(ctx context.Context, flow, causationID string, eventPK int64, now time.Time) (int64, error) {
 	var first int64
 	err := a.t.query(ctx, "record loop visit", `INSERT INTO loop_visits (flow, causation_id, event_pk, at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (flow, causation_id) DO UPDATE SET flow = excluded.flow RETURNING event_pk`,
@@ -113,7 +114,7 @@ func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventP
 	return first, err
 }
 
-func (a applyTx) WriteProjection(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
+func (a txn) WriteProjection(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
 	e := a.t.held.countDown(w.Flow, w.Entity, w.OrderKey)
 	e.projection = &heldProjection{version: p.Version, versionSort: p.VersionSort, state: string(store.StateJSON(p.State)),
 		eventPK: w.EventPK, at: p.Now}
@@ -134,7 +135,7 @@ func supersedeOlderSQL(ordered bool) string {
 		RETURNING episode_key, version`
 }
 
-func (a applyTx) SupersedeOlder(_ context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
+func (a txn) SupersedeOlder(_ context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
 	a.t.held.supersedeOlder(a.t, heldSupersede{flow: w.Flow, entity: w.Entity, effect: name,
 		versionSort: p.VersionSort, ordered: p.Ordered, at: p.Now, out: out})
 	return nil
@@ -143,7 +144,7 @@ func (a applyTx) SupersedeOlder(_ context.Context, w *store.ApplyRow, name strin
 // LockEffect locks the original FOR UPDATE: a delivery claim skips the
 // locked row, so it cannot send the effect between the decision and the
 // commit.
-func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string, state store.EffectState, found bool, err error) {
+func (a txn) LockEffect(ctx context.Context, id int64) (key, version string, state store.EffectState, found bool, err error) {
 	err = a.t.query(ctx, "lock effect", `SELECT episode_key, version, state FROM effects WHERE id = $1 FOR UPDATE`,
 		[]any{id}, func(rows pgx.Rows) error {
 			if !rows.Next() {
@@ -155,7 +156,7 @@ func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string,
 	return key, version, state, found, err
 }
 
-func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) error {
+func (a txn) SupersedeEffect(_ context.Context, id int64, now time.Time) error {
 	a.t.held.queueEffects(a.t)
 	a.t.exec("supersede effect", `UPDATE effects SET state = 'superseded', updated_at = $1 WHERE id = $2`, now, id)
 	return nil
@@ -170,7 +171,7 @@ func (a applyTx) SupersedeEffect(_ context.Context, id int64, now time.Time) err
 // a second effect under a key whose tombstone it did not see): ReadGroup
 // holds the entity's row lock until the commit, and pruning deletes an
 // effect only under that entity's row lock (retention.go).
-func (a applyTx) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
+func (a txn) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
 	a.t.held.insertEffect(a.t, heldEffect{
 		key: e.EpisodeKey, flow: w.Flow, entity: w.Entity, version: p.Version, versionSort: p.VersionSort,
 		effect: e.Effect, destination: e.Destination, request: string(store.StateJSON(e.Request)), eventPK: w.EventPK,
@@ -180,19 +181,19 @@ func (a applyTx) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.Flo
 	return nil
 }
 
-func (a applyTx) SettleWork(_ context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
+func (a txn) SettleWork(_ context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
 	a.t.held.settleWork(heldWork{id: p.WorkID, at: p.Now, disposition: string(res.Disposition), reason: res.Reason, versionSort: sortKey})
 	return nil
 }
 
 // CountDown: GREATEST(settled_key, ”) leaves the key alone, so a dead
 // letter does not catch the entity up.
-func (a applyTx) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) error {
+func (a txn) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) error {
 	a.t.held.countDown(w.Flow, w.Entity, settledKey)
 	return nil
 }
 
-func (a applyTx) Audit(_ context.Context, p *store.AuditInsertParams) error {
+func (a txn) Audit(_ context.Context, p *store.AuditInsertParams) error {
 	a.t.audit(p)
 	return nil
 }
@@ -209,7 +210,7 @@ func (a applyTx) Audit(_ context.Context, p *store.AuditInsertParams) error {
 // read in the locking statement would miss the other settler's work row
 // and leave the event accepted forever; the next statement takes a fresh
 // snapshot after the lock is held.
-func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store.EventWorkRow, error) {
+func (a txn) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store.EventWorkRow, error) {
 	var head *store.EventHead
 	var out []store.EventWorkRow
 	a.t.exec("lock event", `SELECT 1 FROM events WHERE pk = $1 FOR NO KEY UPDATE`, pk)
@@ -238,15 +239,15 @@ func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []s
 	return head, out, err
 }
 
-func (a applyTx) SetDisposition(_ context.Context, pk int64, d store.Disposition) error {
+func (a txn) SetDisposition(_ context.Context, pk int64, d store.Disposition) error {
 	a.t.held.setDisposition(pk, d)
 	return nil
 }
 
-func (a applyTx) ReleaseDrained(_ context.Context, flow, entity, token string, released *bool) error {
+func (a txn) ReleaseDrained(_ context.Context, flow, entity, token string, released *bool) error {
 	a.t.held.release(heldRelease{flow: flow, entity: entity, token: token, out: released})
 	return nil
 }
 
 // Flush sends the held-back statements (the audit rows wait for COMMIT).
-func (a applyTx) Flush(ctx context.Context) error { return a.t.flush(ctx) }
+func (a txn) Flush(ctx context.Context) error { return a.t.flush(ctx) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 )
 
@@ -62,7 +63,7 @@ func TestEffectClaimPlan(t *testing.T) {
 	until := now.Add(time.Minute)
 	args := func(dest string) []any {
 		_, arg := claimDestinations([]string{dest})
-		return []any{now, 3, arg, limit, "w1", until, resumedReason}
+		return []any{now, 3, arg, limit, "w1", until, store.ResumedReason}
 	}
 
 	plan, removed, returned := explainWith(t, h.pool, effectClaimPlanSQL, "(ANALYZE, COSTS OFF, TIMING OFF)", sql, args("sink")...)
@@ -157,7 +158,7 @@ func TestEffectClaimPlanStaleStatistics(t *testing.T) {
 	until := now.Add(time.Minute)
 	for _, limit := range []int{1, 20} {
 		plan, removed, returned := explainWith(t, h.pool, effectClaimPlanSQL, "(ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)",
-			effectClaimSQL(filter), now, 3, arg, limit, "w1", until, resumedReason)
+			effectClaimSQL(filter), now, 3, arg, limit, "w1", until, store.ResumedReason)
 		t.Logf("claim of %d for sink, stale statistics:\n%s", limit, plan)
 		if returned != limit {
 			t.Errorf("the claim took %d effects, want %d", returned, limit)

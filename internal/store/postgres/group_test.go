@@ -48,7 +48,7 @@ func TestApplyGroupOneTransaction(t *testing.T) {
 			t.Fatalf("submission %d: %+v %v", i, o.Results, o.Err)
 		}
 	}
-	if got := h.groupsAlone.Load(); got != 0 {
+	if got, _ := h.GroupsAlone(); got != 0 {
 		t.Fatalf("the group was settled page by page (%d fallbacks), want one transaction", got)
 	}
 	if n, err := h.WorkCount(ctx); err != nil || n != 0 {
@@ -75,7 +75,7 @@ func TestApplyGroupOneTransaction(t *testing.T) {
 			t.Fatalf("settle %d: %v", i, err)
 		}
 	}
-	if got := h.settlesAlone.Load(); got != 0 {
+	if _, got := h.GroupsAlone(); got != 0 {
 		t.Fatalf("the settles went one by one (%d fallbacks), want one transaction", got)
 	}
 	var done int
@@ -130,7 +130,7 @@ func TestApplyGroupHeldEffects(t *testing.T) {
 		group = append(group, page)
 	}
 	outs := h.FlowApplyGroup(ctx, group)
-	if got := h.groupsAlone.Load(); got != 0 {
+	if got, _ := h.GroupsAlone(); got != 0 {
 		t.Fatalf("the group was settled page by page (%d fallbacks), want one transaction", got)
 	}
 	inserted := map[string]int{}
@@ -225,7 +225,7 @@ func TestHeldSupersedeSeesHeldInsert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := applyTx{t: tx}
+	a := txn{t: tx}
 	row := &store.ApplyRow{Flow: "orders", Entity: "o1", EventPK: pks[0]}
 	var ins store.InsertOutcome
 	if err := a.InsertEffect(ctx, row, &store.FlowApplyParams{Version: "r1", VersionSort: "1", Now: at},

@@ -20,8 +20,6 @@ import (
 // wait, they skip locked rows). FlowApply's superseding update may wait on
 // a claim's locks, never the other way round, so no cycle can form.
 
-var _ store.Ledger = (*Store)(nil)
-
 // effectColumns selects a store.Effect from effects f joined to its source
 // event e; scanEffect reads them in this order.
 const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effect, f.destination, f.state, f.request::text,
@@ -82,11 +80,14 @@ func collectEffects(rows pgx.Rows) ([]*store.Effect, error) {
 	})
 }
 
+// effectByIDSQL selects one effect.
+const effectByIDSQL = `SELECT ` + effectColumns + effectFrom + ` WHERE f.id = $1`
+
 func getEffect(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, id int64, lock string) (*store.Effect, error) {
 	f := &store.Effect{}
-	err := scanEffect(q.QueryRow(ctx, `SELECT `+effectColumns+effectFrom+` WHERE f.id = $1`+lock, id), f)
+	err := scanEffect(q.QueryRow(ctx, effectByIDSQL+lock, id), f)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -96,101 +97,69 @@ func getEffect(ctx context.Context, q interface {
 	return f, nil
 }
 
-func effectAudit(ctx context.Context, tx pgx.Tx, f *store.Effect, at time.Time, actor, action, detail string) error {
-	if _, err := tx.Exec(ctx, insertAuditSQL, at, actor, action, f.Source, f.SourceEventID, f.Entity, detail); err != nil {
-		return wrapErr("insert audit", err)
-	}
-	return nil
-}
-
-// abandonedDetail is the error of an abandoned call's attempt row.
-func abandonedDetail(leaseUntil time.Time) string {
-	return store.AbandonedCall + " (its lease ran out at " + leaseUntil.UTC().Format(time.RFC3339Nano) + ")"
-}
-
-// resumedReason is recorded on an effect found submitting with an expired
-// lease.
-const resumedReason = "the lease expired during the call: outcome unknown"
-
-// EffectClaim leases due effects, oldest due first. As in EntityClaim,
-// SKIP LOCKED lets claimers in several processes run at once, each passing
-// over rows another holds and re-checking the due condition on the rows it
-// locks; the candidates are MATERIALIZED so the locking select runs once.
-// The update reads the state each row had before the claim from the
-// candidate list and returns the claimed effects whole. It is a pipelined
-// transaction of two round trips: BEGIN, the plan's settings and the
-// claim, then the rows a re-drive or a resumed call adds, and COMMIT.
-// Each round trip a claim holds its locks across is one more wait for a
-// busy process to be scheduled (it was four: BEGIN, the claim, reading
-// the claimed rows back, COMMIT).
-func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
+// EffectLease runs the claim in one statement. As in EntityClaim, SKIP
+// LOCKED lets claimers in several processes run at once, each passing
+// over rows another holds and re-checking the due condition on the rows
+// it locks; the candidates are MATERIALIZED so the locking select runs
+// once. The update applies store.LeaseTransition in SQL, reads the state
+// each row had before the claim from the candidate list and returns the
+// claimed effects whole. With its settings (effectClaimSettings) and the
+// pipe's BEGIN it is the claim's first round trip; the rows a re-drive or
+// a resumed call adds go with the COMMIT, the second. Each round trip a
+// claim holds its locks across is one more wait for a busy process to be
+// scheduled (it was four: BEGIN, the claim, reading the claimed rows
+// back, COMMIT).
+func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*store.LeasedEffect, error) {
 	destFilter, dests := claimDestinations(p.Destinations)
-	until := p.Now.Add(p.LeaseFor)
-	var out []*store.ClaimedEffect
-	err := s.inPipePlanned(ctx, effectClaimPlanSQL, func(t *pipeTx) error {
-		type claim struct {
-			c *store.ClaimedEffect
-			// When the previous holder claimed the effect and when its
-			// lease ran out: the span of an abandoned call.
-			priorAt, priorUntil time.Time
-			// When it was due: the claim's order. Never -infinity here:
-			// every claimable state needs next_attempt_at <= now, and a
-			// needs_reconciliation or dead effect a finite one.
-			due time.Time
-		}
-		var got []claim
-		if err := t.query(ctx, "claim effects", effectClaimSQL(destFilter),
-			[]any{p.Now, p.MaxRedrives, dests, store.ClampLimit(p.Limit), p.Owner, until, resumedReason},
-			func(rows pgx.Rows) error {
-				for rows.Next() {
-					x := claim{c: &store.ClaimedEffect{Until: until.UTC()}}
-					var sc effectScan
-					var prior store.EffectState
-					var due pgtype.Timestamptz
-					if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.priorAt, &x.priorUntil, &due)...); err != nil {
-						return err
-					}
-					sc.finish(&x.c.Effect)
-					x.c.State, x.due = prior, due.Time
-					got = append(got, x)
+	type claim struct {
+		c *store.LeasedEffect
+		// When it was due: the claim's order. Never -infinity here: every
+		// claimable state needs next_attempt_at <= now, and a
+		// needs_reconciliation or dead effect a finite one.
+		due time.Time
+	}
+	var got []claim
+	a.t.exec("claim plan settings", `SELECT `+effectClaimSettings)
+	if err := a.t.query(ctx, "claim effects", effectClaimSQL(destFilter),
+		[]any{p.Now, p.MaxRedrives, dests, p.Limit, p.Owner, p.Until, p.ResumedReason},
+		func(rows pgx.Rows) error {
+			for rows.Next() {
+				x := claim{c: &store.LeasedEffect{}}
+				var sc effectScan
+				var prior store.EffectState
+				var due pgtype.Timestamptz
+				if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.c.PriorAt, &x.c.PriorUntil, &due)...); err != nil {
+					return err
 				}
-				return nil
-			}); err != nil {
-			return err
-		}
-		// RETURNING keeps no order, and the rows are due at the lease's
-		// end now: put them in claim order, due time then id.
-		slices.SortFunc(got, func(a, b claim) int {
-			return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.c.ID, b.c.ID))
-		})
-		for _, x := range got {
-			c := x.c
-			c.Redrive = c.State == store.EffectDead
-			c.Resumed = c.State == store.EffectSubmitting || c.State == store.EffectNeedsReconciliation
-			audit := &store.AuditInsertParams{At: p.Now, Actor: p.Owner, Source: c.Source, EventID: c.SourceEventID, Entity: c.Entity}
-			switch {
-			case c.Redrive:
-				audit.Action, audit.Detail = store.ActionEffectRedrive, store.RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)
-				t.audit(audit)
-			case c.Resumed:
-				audit.Action, audit.Detail = store.ActionEffectResumed, store.ResumedDetail(c.EpisodeKey, c.State)
-				t.audit(audit)
+				sc.finish(&x.c.Effect)
+				x.c.State, x.due = prior, due.Time
+				x.c.PriorAt, x.c.PriorUntil = x.c.PriorAt.UTC(), x.c.PriorUntil.UTC()
+				got = append(got, x)
 			}
-			if c.State == store.EffectSubmitting {
-				t.exec("record abandoned call", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-					class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
-					VALUES ($1, $2, $3, $4, 0, $5, $6, '', '', '', 0, false)`,
-					c.ID, c.Attempts, x.priorAt, x.priorUntil.Sub(x.priorAt).Microseconds(), string(store.ClassUnknown),
-					abandonedDetail(x.priorUntil))
-			}
-			out = append(out, c)
-		}
-		return nil
+			return nil
+		}); err != nil {
+		return nil, err
+	}
+	// RETURNING keeps no order, and the rows are due at the lease's end
+	// now: put them in claim order, due time then id.
+	slices.SortFunc(got, func(a, b claim) int {
+		return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.c.ID, b.c.ID))
 	})
-	if err != nil {
-		return nil, fmt.Errorf("claim effects: %w", err)
+	out := make([]*store.LeasedEffect, len(got))
+	for i, x := range got {
+		out[i] = x.c
 	}
 	return out, nil
+}
+
+// AttemptInsert queues the insert of one attempts row.
+func (a txn) AttemptInsert(_ context.Context, at *store.Attempt) error {
+	a.t.exec("record attempt", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+		class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		at.EffectID, at.Number, at.StartedAt, at.Duration.Microseconds(), at.Status, string(at.Class), at.Error, at.Response,
+		at.RetryAfter, at.RetryAfterUnit, at.Wait.Microseconds(), at.Reconcile)
+	return nil
 }
 
 // effectClaimSQL is the claim: $1 now, $2 the re-drive limit, $3 the
@@ -249,134 +218,63 @@ func claimDestinations(dests []string) (filter string, arg any) {
 	return `destination = ANY($3::text[])`, dests
 }
 
-// EffectSettle records one call and moves the effect on, fenced by its
-// lease token, in two round trips: the fencing read, then the attempt, the
-// effect's new state, its audit row and COMMIT together.
-func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
-	if !store.SettleStates[p.State] {
-		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
+// EffectsFence reads and locks, in one round trip, every effect whose
+// lease still holds (in id order). The lock is FOR NO KEY UPDATE, the lock
+// the settle's UPDATE takes anyway: a claimer skips the locked row, and a
+// row changed meanwhile is re-checked as it now stands. A lock, not a
+// no-op UPDATE: that wrote a row version, and its index entries, per
+// settle. One settle reads its one row by its keys; a group joins the
+// arrays of its ids, tokens and times.
+func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (map[int64]*store.Effect, error) {
+	held := make(map[int64]*store.Effect, len(ps))
+	scan := func(rows pgx.Rows) error {
+		for rows.Next() {
+			f := &store.Effect{}
+			if err := scanEffect(rows, f); err != nil {
+				return err
+			}
+			held[f.ID] = f
+		}
+		return nil
 	}
-	if err := s.inPipe(ctx, func(t *pipeTx) error { return settleEffect(ctx, t, p) }); err != nil {
-		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
+	if len(ps) == 1 {
+		p := ps[0]
+		return held, a.t.query(ctx, "check lease", `SELECT `+effectColumns+effectFrom+`
+			WHERE f.id = $1 AND f.lease_token = $2 AND f.state = 'submitting' AND f.lease_until > $3
+			FOR NO KEY UPDATE OF f`, []any{p.EffectID, p.Token, p.Now}, scan)
 	}
-	return nil
+	n := len(ps)
+	ids, tokens, nows := make([]int64, n), make([]string, n), make([]time.Time, n)
+	for i, p := range ps {
+		ids[i], tokens[i], nows[i] = p.EffectID, p.Token, p.Now
+	}
+	return held, a.t.query(ctx, "check leases", `SELECT `+effectColumns+effectFrom+`
+		JOIN unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(id, token, now)
+			ON f.id = u.id AND f.lease_token = u.token AND f.lease_until > u.now
+		WHERE f.id = ANY($1) AND f.state = 'submitting'
+		ORDER BY f.id FOR NO KEY UPDATE OF f`, []any{ids, tokens, nows}, scan)
 }
 
-// EffectSettleGroup settles several claimed effects in one pipelined
-// transaction: one round trip reads and locks every effect whose lease
-// still holds (in id order, the order every settle group locks in), one
-// carries the attempts, the effects' new states, the audit rows and
-// COMMIT, each one statement for the group. A settle is the delivery
-// worker's per-call write, and one transaction each cost a commit and
-// four statements per effect. An effect whose lease no longer holds is
-// answered ErrLeaseLost and nothing is written for it; should the group
-// fail as a whole, each is settled alone, so that one cannot fail another.
-func (s *Store) EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error {
-	errs := make([]error, len(ps))
-	alone := func() []error {
-		for i, p := range ps {
-			errs[i] = s.EffectSettle(ctx, p)
+// EffectsSettle queues the attempts rows and the effects' new states as
+// one statement each, whatever the group's size: one transaction a settle
+// cost a commit and four statements per effect.
+func (a txn) EffectsSettle(_ context.Context, ws []*store.SettleWrite) error {
+	var w settleWrites
+	for _, s := range ws {
+		if s.Call != nil {
+			w.attempts = append(w.attempts, s.Call)
 		}
-		return errs
+		w.updates = append(w.updates, s)
 	}
-	if len(ps) < 2 {
-		return alone()
-	}
-	seen := make(map[int64]bool, len(ps))
-	for _, p := range ps {
-		if !store.SettleStates[p.State] || seen[p.EffectID] {
-			return alone() // EffectSettle answers each precisely
-		}
-		seen[p.EffectID] = true
-	}
-	lost := make(map[int64]bool, len(ps))
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		n := len(ps)
-		ids, tokens, nows := make([]int64, n), make([]string, n), make([]time.Time, n)
-		for i, p := range ps {
-			ids[i], tokens[i], nows[i] = p.EffectID, p.Token, p.Now
-		}
-		held := make(map[int64]*store.Effect, n)
-		err := t.query(ctx, "check leases", `SELECT `+effectColumns+effectFrom+`
-			JOIN unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(id, token, now)
-				ON f.id = u.id AND f.lease_token = u.token AND f.lease_until > u.now
-			WHERE f.id = ANY($1) AND f.state = 'submitting'
-			ORDER BY f.id FOR NO KEY UPDATE OF f`, []any{ids, tokens, nows}, func(rows pgx.Rows) error {
-			for rows.Next() {
-				f := &store.Effect{}
-				if err := scanEffect(rows, f); err != nil {
-					return err
-				}
-				held[f.ID] = f
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		var w settleWrites
-		for _, p := range ps {
-			f := held[p.EffectID]
-			if f == nil {
-				lost[p.EffectID] = true
-				continue
-			}
-			w.add(t, f, p)
-		}
-		w.queue(t)
-		return nil
-	})
-	if err != nil {
-		s.settlesAlone.Add(1)
-		return alone()
-	}
-	for i, p := range ps {
-		if lost[p.EffectID] {
-			errs[i] = fmt.Errorf("settle effect %d: %w", p.EffectID, store.ErrLeaseLost)
-		}
-	}
-	return errs
+	w.queue(a.t)
+	return nil
 }
 
 // settleWrites collects a settle group's attempts rows and effect updates,
 // to go as one statement each.
 type settleWrites struct {
 	attempts []*store.Attempt
-	updates  []settleUpdate
-}
-
-// settleUpdate is one effect's new state.
-type settleUpdate struct {
-	p        *store.EffectSettleParams
-	attempts int
-}
-
-// settleCounts is the rule both settle paths count by: the effect's
-// attempts after this settle, and the attempts row's number (0: no call).
-func settleCounts(f *store.Effect, p *store.EffectSettleParams) (attempts, number int) {
-	attempts = f.Attempts
-	if p.AddAttempt {
-		attempts++
-	}
-	if p.Attempt != nil {
-		number = max(attempts, 1)
-	}
-	return attempts, number
-}
-
-func (w *settleWrites) add(t *pipeTx, f *store.Effect, p *store.EffectSettleParams) {
-	attempts, number := settleCounts(f, p)
-	if p.Attempt != nil {
-		a := *p.Attempt
-		a.EffectID, a.Number = p.EffectID, number
-		if a.StartedAt.IsZero() {
-			a.StartedAt = p.Now
-		}
-		w.attempts = append(w.attempts, &a)
-	}
-	w.updates = append(w.updates, settleUpdate{p: p, attempts: attempts})
-	t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.SettleAction(p.State), Source: f.Source,
-		EventID: f.SourceEventID, Entity: f.Entity, Detail: store.SettleDetail(f.EpisodeKey, number, p)})
+	updates  []*store.SettleWrite
 }
 
 func (w *settleWrites) queue(t *pipeTx) {
@@ -399,9 +297,8 @@ func (w *settleWrites) queue(t *pipeTx) {
 		ids, states, attempts := make([]int64, n), make([]string, n), make([]int64, n)
 		next := make([]pgtype.Timestamptz, n)
 		class, reason, repair, ref, resp, at := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
-		for i, u := range w.updates {
-			p := u.p
-			ids[i], states[i], attempts[i] = p.EffectID, string(p.State), int64(u.attempts)
+		for i, p := range w.updates {
+			ids[i], states[i], attempts[i] = p.EffectID, string(p.State), int64(p.Attempts)
 			next[i] = pgtype.Timestamptz{Time: p.NextAttemptAt, Valid: !p.NextAttemptAt.IsZero()}
 			class[i], reason[i], repair[i], ref[i], resp[i], at[i] = string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef, p.LastResponse, p.Now
 		}
@@ -420,37 +317,6 @@ const settleEffectsSQL = `UPDATE effects f SET state = u.state, next_attempt_at 
 	FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
 		$9::text[], $10::timestamptz[]) AS u(id, state, next_at, attempts, class, reason, repair, ref, resp, at)
 	WHERE f.id = u.id AND f.id = ANY($1)`
-
-func settleEffect(ctx context.Context, t *pipeTx, p *store.EffectSettleParams) error {
-	// Fencing: a worker whose lease expired or was re-claimed writes
-	// nothing. The read also locks the row until commit (FOR NO KEY
-	// UPDATE, the lock the UPDATE below takes anyway), so a claimer cannot
-	// take the effect over halfway (it skips the locked row); a row
-	// changed meanwhile is re-checked as it now stands. A lock, not a
-	// no-op UPDATE: that wrote a row version, and its index entries, per
-	// settle.
-	var f *store.Effect
-	err := t.query(ctx, "check lease", `SELECT `+effectColumns+effectFrom+`
-		WHERE f.id = $1 AND f.lease_token = $2 AND f.state = 'submitting' AND f.lease_until > $3
-		FOR NO KEY UPDATE OF f`, []any{p.EffectID, p.Token, p.Now}, func(rows pgx.Rows) error {
-		if !rows.Next() {
-			return nil
-		}
-		f = &store.Effect{}
-		return scanEffect(rows, f)
-	})
-	if err != nil {
-		return err
-	}
-	if f == nil {
-		return store.ErrLeaseLost
-	}
-	// The same writes as a group's, for a group of one.
-	var w settleWrites
-	w.add(t, f, p)
-	w.queue(t)
-	return nil
-}
 
 // EffectRelease gives a claim back without a call; see store.Ledger for
 // where the effect goes. A claim already lost is left alone. A
@@ -480,60 +346,22 @@ func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) 
 	return f, nil
 }
 
-// EffectOperate applies one operator action in one transaction, with the
-// effect row locked so a claim cannot take it halfway.
-func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error) {
-	if err := store.CheckOperate(p); err != nil {
-		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
-	}
-	var f *store.Effect
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		f, err = operate(ctx, tx, p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
-	}
-	return f, nil
+func (a txn) EffectRetry(_ context.Context, p *store.EffectOperateParams) error {
+	a.t.exec("retry effect", `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = '-infinity',
+		note = CASE WHEN $1::text = '' THEN note ELSE $1::text END, updated_at = $2 WHERE id = $3`, p.Note, p.Now, p.EffectID)
+	return nil
 }
 
-func operate(ctx context.Context, tx pgx.Tx, p *store.EffectOperateParams) (*store.Effect, error) {
-	f, err := getEffect(ctx, tx, p.EffectID, " FOR UPDATE OF f")
-	if err != nil {
-		return nil, fmt.Errorf("read effect: %w", err)
-	}
-	if f == nil {
-		return nil, fmt.Errorf("effect: %w", store.ErrNotFound)
-	}
-	if !slices.Contains(store.OperateFrom[p.Action], f.State) {
-		return nil, fmt.Errorf("%s from %s: %w", p.Action, f.State, store.ErrInvalidTransition)
-	}
-	var action string
-	switch p.Action {
-	case store.OperateRetry:
-		action = store.OperateAction(p.Action)
-		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = '-infinity',
-			note = CASE WHEN $1::text = '' THEN note ELSE $1::text END, updated_at = $2 WHERE id = $3`, p.Note, p.Now, p.EffectID)
-	case store.OperateResolve:
-		action = store.OperateAction(p.Action)
-		_, err = tx.Exec(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = '-infinity', note = $1, updated_at = $2,
-			mismatch_at = NULL WHERE id = $3`, p.Note, p.Now, p.EffectID)
-	case store.OperateAssign:
-		action = store.OperateAction(p.Action)
-		_, err = tx.Exec(ctx, `UPDATE effects SET owner = $1, note = CASE WHEN $2::text = '' THEN note ELSE $2::text END,
-			updated_at = $3 WHERE id = $4`, p.Owner, p.Note, p.Now, p.EffectID)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("update effect: %w", err)
-	}
-	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, store.OperateDetail(f, p)); err != nil {
-		return nil, err
-	}
-	if f, err = getEffect(ctx, tx, p.EffectID, ""); err != nil {
-		return nil, fmt.Errorf("read effect: %w", err)
-	}
-	return f, nil
+func (a txn) EffectResolve(_ context.Context, p *store.EffectOperateParams) error {
+	a.t.exec("resolve effect", `UPDATE effects SET state = 'resolved', next_attempt_at = '-infinity', note = $1, updated_at = $2,
+		mismatch_at = NULL WHERE id = $3`, p.Note, p.Now, p.EffectID)
+	return nil
+}
+
+func (a txn) EffectAssign(_ context.Context, p *store.EffectOperateParams) error {
+	a.t.exec("assign effect", `UPDATE effects SET owner = $1, note = CASE WHEN $2::text = '' THEN note ELSE $2::text END,
+		updated_at = $3 WHERE id = $4`, p.Owner, p.Note, p.Now, p.EffectID)
+	return nil
 }
 
 // AttemptList returns an effect's attempts in order.
@@ -561,7 +389,7 @@ func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attem
 	return out, nil
 }
 
-// effectClaimPlanSQL pins the claim's plan to effects_due_destination in
+// effectClaimSettings pin the claim's plan to effects_due_destination in
 // due order, for the claim's transaction only. The planner picks between
 // that ordered scan and bitmap scans of effects_due and effects_state by
 // their estimated rows, and the estimates come from statistics taken
@@ -571,9 +399,13 @@ func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attem
 // in TestEffectClaimPlanStaleStatistics, 600 to 900 seen under load).
 // The ordered scan reads what it claims and the few rows it passes over,
 // whatever the statistics say; with neither a bitmap nor a sort to
-// choose, it is the only plan left. It extends the settings of every
-// pipelined transaction (pipePlanSettings), in the same statement.
-const effectClaimPlanSQL = `SELECT ` + pipePlanSettings + `, set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+// choose, it is the only plan left. They extend the settings of every
+// pipelined transaction (pipePlanSettings), which effectClaimPlanSQL
+// applies together.
+const effectClaimSettings = `set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+
+// effectClaimPlanSQL applies every setting the claim is planned under.
+const effectClaimPlanSQL = `SELECT ` + pipePlanSettings + `, ` + effectClaimSettings
 
 // EffectNewer finds a newer effect of the same business effect
 // (effects_entity leads to the effect's siblings).

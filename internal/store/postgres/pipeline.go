@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -25,8 +24,6 @@ import (
 //   - routers and replays lock entities in (flow, entity) order;
 //   - FlowApply locks its one entity first (the fencing lock), then the
 //     events of its items in pk order, and only events already routed.
-
-var _ store.Pipeline = (*Store)(nil)
 
 // routableColumns selects a RoutableEvent from events e joined to its first
 // delivery d (the lowest delivery id): the body, causation and hop the
@@ -112,22 +109,6 @@ func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroute
 	return out, nil
 }
 
-// eventRef is what audit rows and dispositions need of an event.
-type eventRef struct {
-	pk          int64
-	source      string
-	eventID     string
-	typ         string
-	entity      string
-	disposition store.Disposition
-}
-
-// routed is one route of one event, ready to enqueue.
-type routed struct {
-	ev    eventRef
-	route store.Route
-}
-
 // takeUnroutedSQL is EventRouteNext's page (at most $1 rows): the events
 // an earlier version left unrouted (l), marked routed, then as many
 // queued ones as the page has room for (q), their queue rows deleted; in
@@ -145,69 +126,38 @@ const takeUnroutedSQL = `WITH l AS (UPDATE events ev SET routed = true
 	` + firstDeliveryJoin + `
 	ORDER BY e.pk`
 
-// EventRouteNext takes a page of unrouted events under row locks, which
-// another router's page skips (SKIP LOCKED), takes them off the queue in
-// the same statement and routes them in the same pipelined transaction.
-// Listing without the locks let every process read and decide the same
-// page: with two processes on one database each event was read, decoded
-// and decided 2.1 times on average, and the second router's work was
-// thrown away by EventRoute's claim.
-func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
-	var n int
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		var evs []*store.RoutableEvent
-		var refs []eventRef
-		err := t.query(ctx, "take unrouted events", takeUnroutedSQL, []any{store.ClampLimit(p.Limit)}, func(rows pgx.Rows) error {
-			for rows.Next() {
-				e := &store.RoutableEvent{}
-				var disposition store.Disposition
-				if err := scanRoutable(rows, e, &disposition); err != nil {
-					return err
-				}
-				evs = append(evs, e)
-				refs = append(refs, eventRef{pk: e.PK, source: e.Source, eventID: e.EventID, typ: e.Type, entity: e.Entity, disposition: disposition})
+// Shared: several processes may share a PostgreSQL database.
+func (s *Store) Shared() bool { return true }
+
+// EventsTake takes the page, marks or dequeues it and reads it in one
+// statement (takeUnroutedSQL).
+func (a txn) EventsTake(ctx context.Context, limit int) ([]*store.RoutableEvent, []store.RouteEvent, error) {
+	var evs []*store.RoutableEvent
+	var claimed []store.RouteEvent
+	err := a.t.query(ctx, "take unrouted events", takeUnroutedSQL, []any{limit}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			e := &store.RoutableEvent{}
+			var disposition store.Disposition
+			if err := scanRoutable(rows, e, &disposition); err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil || len(evs) == 0 {
-			return err
+			evs = append(evs, e)
+			claimed = append(claimed, store.RouteEvent{PK: e.PK, Source: e.Source, EventID: e.EventID, Type: e.Type,
+				Entity: e.Entity, Disposition: disposition})
 		}
-		n = len(evs)
-		ds := p.Decide(evs)
-		if err := store.CheckDecisions(evs, ds); err != nil {
-			return err
-		}
-		return routeClaimed(ctx, t, p.Now, decisionsByPK(ds), refs)
+		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("route events: %w", err)
-	}
-	return n, nil
+	return evs, claimed, err
 }
 
-// EventRoute records the decisions in one pipelined transaction: one
-// round trip claims the events, one carries every entity and work row,
-// one commits; the check for events left without pending work takes one
-// more only when an event got no new row (routeClaimed). An
-// event is claimed by deleting its queue row (or setting its routed flag,
-// for one an earlier version left unrouted) under a row lock; rows
-// another router holds are skipped (SKIP LOCKED), so concurrent routing
-// creates no duplicate work and never waits on another router: an event
-// whose router rolls back is still unrouted and found again.
-func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
-	store.StorableRoutes(p.Decisions)
-	if err := s.inPipe(ctx, func(t *pipeTx) error { return routeIn(ctx, t, p) }); err != nil {
-		return fmt.Errorf("route events: %w", err)
-	}
-	return nil
-}
-
-// routeIn records routing decisions in t (EventRoute).
-func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
-	byPK := decisionsByPK(p.Decisions)
-	pks := slices.Sorted(maps.Keys(byPK))
-	var claimed []eventRef
-	err := t.query(ctx, "mark routed", `WITH l AS (UPDATE events e SET routed = true
+// EventsClaim claims an event by deleting its queue row or, for one an
+// earlier version left unrouted, by setting its routed flag, under a row
+// lock; rows another router holds are skipped (SKIP LOCKED), so
+// concurrent routing creates no duplicate work and never waits on
+// another router.
+func (a txn) EventsClaim(ctx context.Context, pks []int64) ([]store.RouteEvent, error) {
+	var claimed []store.RouteEvent
+	err := a.t.query(ctx, "mark routed", `WITH l AS (UPDATE events e SET routed = true
 			FROM (SELECT pk FROM events WHERE pk = ANY($1) AND NOT routed ORDER BY pk FOR UPDATE SKIP LOCKED) c
 			WHERE e.pk = c.pk RETURNING e.pk),
 		q AS (DELETE FROM route_queue WHERE pk = ANY(ARRAY(SELECT pk FROM route_queue WHERE pk = ANY($1)
@@ -215,95 +165,28 @@ func routeIn(ctx context.Context, t *pipeTx, p *store.EventRouteParams) error {
 		SELECT e.pk, e.source, e.event_id, e.type, e.entity, e.disposition
 		FROM (SELECT pk FROM l UNION ALL SELECT pk FROM q) p JOIN events e ON e.pk = p.pk`, []any{pks}, func(rows pgx.Rows) error {
 		for rows.Next() {
-			var ev eventRef
-			if err := rows.Scan(&ev.pk, &ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition); err != nil {
+			var ev store.RouteEvent
+			if err := rows.Scan(&ev.PK, &ev.Source, &ev.EventID, &ev.Type, &ev.Entity, &ev.Disposition); err != nil {
 				return err
 			}
 			claimed = append(claimed, ev)
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	return routeClaimed(ctx, t, p.Now, byPK, claimed)
+	return claimed, err
 }
 
-// decisionsByPK indexes decisions by event; a later decision for an event
-// replaces an earlier one.
-func decisionsByPK(ds []*store.RouteDecision) map[int64]*store.RouteDecision {
-	byPK := make(map[int64]*store.RouteDecision, len(ds))
-	for _, d := range ds {
-		byPK[d.EventPK] = d
-	}
-	return byPK
-}
-
-// routeClaimed records the decisions of the events claimed (marked routed
-// by this transaction): work rows, dispositions and audit rows.
-func routeClaimed(ctx context.Context, t *pipeTx, now time.Time, byPK map[int64]*store.RouteDecision, claimed []eventRef) error {
-	slices.SortFunc(claimed, func(a, b eventRef) int { return cmp.Compare(a.pk, b.pk) })
-	var items []routed
-	var withWork []int64
-	for _, ev := range claimed {
-		d := byPK[ev.pk]
-		if len(d.Routes) == 0 {
-			if ev.disposition != store.DispositionAccepted {
-				continue
-			}
-			t.exec("set unrouted", `UPDATE events SET disposition = 'unrouted' WHERE pk = $1`, ev.pk)
-			t.audit(&store.AuditInsertParams{At: now, Actor: "router", Action: store.ActionDisposition,
-				Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
-				Detail: store.UnroutedDetail("accepted", ev.typ)})
-			continue
-		}
-		for _, r := range d.Routes {
-			items = append(items, routed{ev: ev, route: r})
-		}
-		withWork = append(withWork, ev.pk)
-	}
-	pending := map[int64]bool{}
-	if err := enqueue(ctx, t, now, items, 0, "router", pending); err != nil {
-		return err
-	}
-	if err := t.flush(ctx); err != nil {
-		return err
-	}
-	// An event routed to flows normally has pending work now: a row this
-	// transaction inserted, which nothing else can settle before the
-	// commit. One whose every route failed (dead letters), or whose work
-	// rows all existed already, settles by the aggregate rule.
-	var rest []int64
-	for _, pk := range withWork {
-		if !pending[pk] {
-			rest = append(rest, pk)
-		}
-	}
-	if len(rest) == 0 {
-		return nil
-	}
-	var settle []int64
-	err := t.query(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
-		WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = pk AND done_at IS NULL) ORDER BY pk`,
-		[]any{rest}, func(rows pgx.Rows) error {
-			for rows.Next() {
-				var pk int64
-				if err := rows.Scan(&pk); err != nil {
-					return err
-				}
-				settle = append(settle, pk)
-			}
-			return nil
-		})
-	if err != nil {
-		return err
-	}
-	for _, pk := range settle {
-		if err := store.SettleEvent(ctx, applyTx{t}, pk, 0, now, "router"); err != nil {
+func (a txn) EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error) {
+	var out []int64
+	err := a.each(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk
+		WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = pk AND done_at IS NULL) ORDER BY pk`, []any{pks},
+		func(row pgx.Row) error {
+			var pk int64
+			err := row.Scan(&pk)
+			out = append(out, pk)
 			return err
-		}
-	}
-	return nil
+		})
+	return out, err
 }
 
 // enqueue queues the work rows of routes for one pass, in one statement:
@@ -318,15 +201,16 @@ func routeClaimed(ctx context.Context, t *pipeTx, now time.Time, byPK map[int64]
 // statement each (rare), after their entities exist. When pending is not
 // nil, the events that got a pending row are added to it as the
 // statement's answer arrives (at the transaction's next flush).
-func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, replayID int64, actor string, pending map[int64]bool) error {
-	slices.SortStableFunc(items, func(a, b routed) int {
-		return cmp.Or(cmp.Compare(a.route.Flow, b.route.Flow), cmp.Compare(a.route.Entity, b.route.Entity))
+func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []store.EnqueueItem, replayID int64, actor string, pending map[int64]bool) error {
+	items = slices.Clone(items)
+	slices.SortStableFunc(items, func(a, b store.EnqueueItem) int {
+		return cmp.Or(cmp.Compare(a.Route.Flow, b.Route.Flow), cmp.Compare(a.Route.Entity, b.Route.Entity))
 	})
 	var flows, entities, keys []string
 	var pks []int64
 	var pairs [][2]string
 	for _, it := range items {
-		r, ev := it.route, it.ev
+		r := it.Route
 		if pair := [2]string{r.Flow, r.Entity}; len(pairs) == 0 || pairs[len(pairs)-1] != pair {
 			pairs = append(pairs, pair) // items are sorted: each pair once
 		}
@@ -337,7 +221,7 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 			// statement each, after the entities exist.
 			continue
 		}
-		flows, entities, keys, pks = append(flows, r.Flow), append(entities, r.Entity), append(keys, r.OrderKey), append(pks, ev.pk)
+		flows, entities, keys, pks = append(flows, r.Flow), append(entities, r.Entity), append(keys, r.OrderKey), append(pks, it.EventPK)
 	}
 	if len(pairs) == 0 {
 		return nil
@@ -387,7 +271,7 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 			return nil
 		})
 	for _, it := range items {
-		r, ev := it.route, it.ev
+		r := it.Route
 		if r.Failed == "" {
 			continue
 		}
@@ -396,7 +280,7 @@ func enqueue(ctx context.Context, t *pipeTx, now time.Time, items []routed, repl
 			up AS (UPDATE entities SET `+newestKeySet+` WHERE flow = $1 AND entity = $2 AND EXISTS (SELECT 1 FROM ins))
 			INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
 			SELECT $3, $8, $12, $9, $10, $2, $11 WHERE EXISTS (SELECT 1 FROM ins)`,
-			r.Flow, r.Entity, now, r.OrderKey, ev.pk, replayID, r.Failed, actor, ev.source, ev.eventID,
+			r.Flow, r.Entity, now, r.OrderKey, it.EventPK, replayID, r.Failed, actor, it.Source, it.EventID,
 			store.RouteFailedDetail(r.Flow, r.Entity, r.Failed), store.ActionDeadLettered)
 	}
 	return nil
@@ -521,90 +405,6 @@ func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingPar
 	return out, nil
 }
 
-// FlowApply settles one work item in one pipelined transaction by the
-// ledger's rules (store.RunFlowApply); any error rolls the whole of it
-// back.
-func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
-	if p.Lease == nil {
-		return nil, errors.New("flow apply: no lease")
-	}
-	var res *store.FlowApplyResult
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		var err error
-		res, err = store.RunFlowApply(ctx, applyTx{t}, p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
-	}
-	return res, nil
-}
-
-// FlowApplyGroup settles submissions in one pipelined transaction
-// (store.RunFlowApplyGroup): the statements of a group are shared, so a
-// group of entities costs the database a fraction of one transaction per
-// entity. When the group fails as a whole (one submission's error, or the
-// database's), each submission is settled alone, so that one cannot fail
-// another.
-func (s *Store) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
-	out := make([]store.FlowApplyOutcome, len(subs))
-	alone := func() []store.FlowApplyOutcome {
-		for i, ps := range subs {
-			out[i].Results, out[i].Err = s.FlowApplyBatch(ctx, ps)
-		}
-		return out
-	}
-	if len(subs) < 2 {
-		return alone()
-	}
-	for _, ps := range subs {
-		if len(ps) == 0 || ps[0].Lease == nil {
-			return alone() // FlowApplyBatch answers each precisely
-		}
-	}
-	var got []store.FlowApplyOutcome
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		var err error
-		got, err = store.RunFlowApplyGroup(ctx, applyTx{t}, subs)
-		return err
-	})
-	if err != nil {
-		s.groupsAlone.Add(1)
-		return alone()
-	}
-	for i, o := range got {
-		if o.Err != nil {
-			l := subs[i][0].Lease
-			o.Results, o.Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
-		}
-		out[i] = o
-	}
-	return out
-}
-
-// FlowApplyBatch settles several work items of one leased entity in one
-// transaction (store.RunFlowApplyBatch).
-func (s *Store) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
-	if len(ps) == 0 {
-		return nil, nil
-	}
-	for _, p := range ps {
-		if p.Lease == nil {
-			return nil, errors.New("flow apply: no lease")
-		}
-	}
-	var out []*store.FlowApplyResult
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		var err error
-		out, err = store.RunFlowApplyBatch(ctx, applyTx{t}, ps)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s: %w", ps[0].Lease.Flow, ps[0].Lease.Entity, err)
-	}
-	return out, nil
-}
-
 // ProjectionGet returns one entity's projection, or nil when it has none.
 func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams) (*store.Projection, error) {
 	pr := &store.Projection{}
@@ -698,55 +498,34 @@ func effectListSQL(p *store.EffectListParams) (string, []any) {
 	return `SELECT ` + cols + effectFrom + f.sql(store.ClampLimit(p.Limit)), f.args
 }
 
-// ReplayCreate records a replay and enqueues a new pass of work for its
-// routes. The replays row counts the work items actually enqueued.
-func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
+func (a txn) ReplayInsert(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
 	var id int64
-	err := s.inPipe(ctx, func(t *pipeTx) error {
-		if err := t.query(ctx, "insert replay", `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
-			[]any{p.Now, p.Actor, p.Selection}, func(rows pgx.Rows) error {
-				if !rows.Next() {
-					return errors.New("no replay id returned")
-				}
-				return rows.Scan(&id)
-			}); err != nil {
-			return err
-		}
-		var items []routed
-		for _, d := range p.Decisions {
-			for _, r := range d.Routes {
-				if r.Failed == "" {
-					items = append(items, routed{ev: eventRef{pk: d.EventPK}, route: r})
-				}
-			}
-		}
-		if err := enqueue(ctx, t, p.Now, items, id, p.Actor, nil); err != nil {
-			return err
-		}
-		// The pass's work rows are exactly those enqueued now (the replay
-		// id is new), found through the events' index.
-		pks := make([]int64, 0, len(items))
-		for _, it := range items {
-			pks = append(pks, it.ev.pk)
-		}
-		var n int64
-		if err := t.query(ctx, "count replay items", `UPDATE replays SET items = (SELECT count(*) FROM work
-				WHERE event_pk = ANY($2) AND replay_id = $1) WHERE id = $1 RETURNING items`, []any{id, pks}, func(rows pgx.Rows) error {
+	err := a.t.query(ctx, "insert replay", `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
+		[]any{p.Now, p.Actor, p.Selection}, func(rows pgx.Rows) error {
 			if !rows.Next() {
-				return errors.New("replay vanished")
+				return errors.New("no replay id returned")
 			}
-			return rows.Scan(&n)
-		}); err != nil {
-			return err
+			return rows.Scan(&id)
+		})
+	return id, err
+}
+
+// WorkEnqueue queues enqueue's one statement for the whole page.
+func (a txn) WorkEnqueue(ctx context.Context, p *store.EnqueueParams) error {
+	return enqueue(ctx, a.t, p.Now, p.Items, p.ReplayID, p.Actor, p.Pending)
+}
+
+// ReplayItems finds the pass's work rows through the events' index.
+func (a txn) ReplayItems(ctx context.Context, id int64, pks []int64) (int64, error) {
+	var n int64
+	err := a.t.query(ctx, "count replay items", `UPDATE replays SET items = (SELECT count(*) FROM work
+			WHERE event_pk = ANY($2) AND replay_id = $1) WHERE id = $1 RETURNING items`, []any{id, pks}, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return errors.New("replay vanished")
 		}
-		t.audit(&store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.ActionReplay,
-			Detail: fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)})
-		return nil
+		return rows.Scan(&n)
 	})
-	if err != nil {
-		return 0, fmt.Errorf("create replay: %w", err)
-	}
-	return id, nil
+	return n, err
 }
 
 // WorkCount counts pending work items plus accepted events not yet routed.

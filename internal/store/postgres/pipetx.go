@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -39,25 +40,50 @@ type pipeTx struct {
 	// the next read or COMMIT: a settle writes three or four audit rows,
 	// and one statement costs the database less than four.
 	audits []*store.AuditInsertParams
+	// open is set when the pipe began a transaction, which commit ends;
+	// a pipe of reads alone (store.TxRead) runs each flush's statements
+	// as one implicit transaction.
+	open bool
+	// generic is set when the statements are planned under
+	// pipePlanSettings: only a pipe of the processing path is, and only
+	// such a pipe runs the statements written for those plans.
+	generic bool
 }
 
 // queued is one statement of pipeTx.batch.
 type queued struct {
 	label string
 	scan  func(pgx.Rows) error
+	// count, when set, receives the rows the statement changed.
+	count *int64
 }
 
 // beginPipe takes a connection and queues BEGIN and plan, the settings
 // its statements are planned under (pipePlanSQL, or one that extends it).
 func (s *Store) beginPipe(ctx context.Context, plan string) (*pipeTx, error) {
+	t, err := s.acquirePipe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.begin("BEGIN")
+	t.exec("plan settings", plan)
+	t.generic = true
+	return t, nil
+}
+
+// acquirePipe takes a connection for a pipe that has begun nothing yet.
+func (s *Store) acquirePipe(ctx context.Context) (*pipeTx, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t := &pipeTx{conn: conn, batch: &pgx.Batch{}}
-	t.exec("begin", "BEGIN")
-	t.exec("plan settings", plan)
-	return t, nil
+	return &pipeTx{conn: conn, batch: &pgx.Batch{}}, nil
+}
+
+// begin queues the statement that begins the transaction.
+func (t *pipeTx) begin(sql string) {
+	t.exec("begin", sql)
+	t.open = true
 }
 
 // pipePlanSettings plan a pipelined transaction's statements once per
@@ -89,6 +115,13 @@ func (t *pipeTx) exec(label, sql string, args ...any) {
 	t.queued = append(t.queued, queued{label: label})
 }
 
+// execCount is exec for a statement whose count of rows changed is
+// wanted: *n has it once the statement is sent.
+func (t *pipeTx) execCount(label, sql string, n *int64, args ...any) {
+	t.batch.Queue(sql, args...)
+	t.queued = append(t.queued, queued{label: label, count: n})
+}
+
 // later queues a statement whose rows scan reads when the queue is sent,
 // with the next query or flush.
 func (t *pipeTx) later(label, sql string, args []any, scan func(pgx.Rows) error) {
@@ -104,6 +137,16 @@ func (t *pipeTx) audit(a *store.AuditInsertParams) {
 // queueAudits queues the waiting audit rows as one insert, in their order.
 func (t *pipeTx) queueAudits() {
 	if len(t.audits) == 0 {
+		return
+	}
+	if !t.generic {
+		// The multi-row insert is planned for pipes of the processing
+		// path (pipeTx.generic); elsewhere each row is its own insert,
+		// as AuditInsert writes it.
+		for _, a := range t.audits {
+			t.exec("insert audit", insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
+		}
+		t.audits = t.audits[:0]
 		return
 	}
 	n := len(t.audits)
@@ -142,7 +185,10 @@ func (t *pipeTx) flush(ctx context.Context) error {
 	for _, q := range qs {
 		var err error
 		if q.scan == nil {
-			_, err = br.Exec()
+			var tag pgconn.CommandTag
+			if tag, err = br.Exec(); err == nil && q.count != nil {
+				*q.count = tag.RowsAffected()
+			}
 		} else {
 			var rows pgx.Rows
 			if rows, err = br.Query(); err == nil {
@@ -175,7 +221,9 @@ func (t *pipeTx) flush(ctx context.Context) error {
 func (t *pipeTx) commit(ctx context.Context) error {
 	t.held.queue(t)
 	t.queueAudits()
-	t.exec("commit", "COMMIT")
+	if t.open {
+		t.exec("commit", "COMMIT")
+	}
 	err := t.flush(ctx)
 	if err != nil {
 		t.rollback()
@@ -198,23 +246,14 @@ func (t *pipeTx) rollback() {
 	t.conn.Release()
 }
 
-// inPipe runs fn in a pipelined transaction and commits it; any error
-// rolls the whole of it back.
-func (s *Store) inPipe(ctx context.Context, fn func(*pipeTx) error) error {
-	return s.inPipePlanned(ctx, pipePlanSQL, fn)
-}
-
-// inPipePlanned is inPipe with plan instead of pipePlanSQL.
-func (s *Store) inPipePlanned(ctx context.Context, plan string, fn func(*pipeTx) error) error {
-	t, err := s.beginPipe(ctx, plan)
-	if err != nil {
-		return err
-	}
+// runPipe runs fn in t and commits it; any error rolls the whole of it
+// back.
+func (s *Store) runPipe(ctx context.Context, t *pipeTx, fn func(*pipeTx) error) error {
 	if err := fn(t); err != nil {
 		t.rollback()
-		return refused(err)
+		return dbErrors.MarkRefused(err)
 	}
-	return refused(t.commit(ctx))
+	return dbErrors.MarkRefused(t.commit(ctx))
 }
 
 // rollbackTimeout bounds the ROLLBACK of a failed pipelined transaction.

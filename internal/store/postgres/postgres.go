@@ -7,7 +7,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,19 +30,15 @@ const migrationLockKey int64 = 0x686f6f6b6c656467
 // uniqueViolation is SQLSTATE 23505.
 const uniqueViolation = "23505"
 
-// Store implements store.Store on PostgreSQL.
+// Store implements store.Store on PostgreSQL: the rules' operations
+// (store.Rules) over its statements, and its own reads and inbox.
 type Store struct {
+	*store.Rules
 	pool *pgxpool.Pool
 	// windowCap bounds the rows an event page with a time range selects
 	// by the range's index before it falls back to the pk walk
 	// (eventListSQL); tests lower it.
 	windowCap int
-	// groupsAlone counts the groups FlowApplyGroup had to settle
-	// submission by submission; tests read it.
-	groupsAlone atomic.Int64
-	// settlesAlone counts the settle groups EffectSettleGroup had to
-	// settle one by one; tests read it.
-	settlesAlone atomic.Int64
 	// inboxCareful counts the inbox groups written the careful way, one
 	// savepoint per submission, after the fast path failed: tests assert
 	// that a valid group takes the fast path.
@@ -85,7 +80,9 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	return &Store{pool: pool, windowCap: defaultWindowCap}, nil
+	s := &Store{pool: pool, windowCap: defaultWindowCap}
+	s.Rules = store.NewRules(s)
+	return s, nil
 }
 
 // Pool exposes the connection pool to tests and benchmarks of this driver.
@@ -119,11 +116,7 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 // and then finds nothing left to do. PostgreSQL DDL is transactional, so a
 // failed migration leaves no half-made schema.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrate postgres: %w", err)
-	}
-	migs, err := store.LoadMigrations(sub)
+	migs, err := store.LoadMigrations(migrationFiles, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("migrate postgres: %w", err)
 	}
@@ -174,33 +167,21 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == uniqueViolation
 }
 
-func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if isUniqueViolation(err) {
-		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
-	}
-	return fmt.Errorf("%s: %w", op, refused(err))
-}
+// dbErrors marks PostgreSQL's errors for the rules, by SQLSTATE.
+var dbErrors = store.ErrorKinds{Unique: isUniqueViolation, Refused: isRefused}
 
-// refused marks an error as store.ErrRefused when PostgreSQL refused the
-// values of the statement rather than failed itself: a data exception
-// (class 22: text it cannot hold, a number out of range), a row over one
-// of its limits (class 54) or a check or not-null constraint. Anything
-// else (a lost connection, a lock, a full disk) stays what it is, and the
-// stage retries it.
-func refused(err error) error {
+// isRefused reports that PostgreSQL refused the values of the statement
+// rather than failed itself: a data exception (class 22: text it cannot
+// hold, a number out of range), a row over one of its limits (class 54)
+// or a check or not-null constraint. Anything else (a lost connection, a
+// lock, a full disk) is not, and the stage retries it.
+func isRefused(err error) bool {
 	var pgErr *pgconn.PgError
-	if err == nil || errors.Is(err, store.ErrRefused) || !errors.As(err, &pgErr) {
-		return err
+	if !errors.As(err, &pgErr) {
+		return false
 	}
-	switch {
-	case strings.HasPrefix(pgErr.Code, "22"), strings.HasPrefix(pgErr.Code, "54"),
-		pgErr.Code == "23502", pgErr.Code == "23514": // not_null_violation, check_violation
-		return fmt.Errorf("%w: %w", store.ErrRefused, err)
-	}
-	return err
+	return strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "54") ||
+		pgErr.Code == "23502" || pgErr.Code == "23514" // not_null_violation, check_violation
 }
 
 // upsertEventSQL is upsertEventsSQL for one delivery: a new event that
@@ -237,7 +218,7 @@ func (s *Store) inboxSavepoints(ctx context.Context, p *store.InboxCommitParams)
 			if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT sub`); rerr != nil {
 				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
 			}
-			results[i].Err = refused(err)
+			results[i].Err = dbErrors.MarkRefused(err)
 		} else {
 			results[i].Items = items
 		}
@@ -290,12 +271,12 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 		var n int32
 		if err := br.QueryRow().Scan(&items[j].EventPK, &n); err != nil {
 			br.Close()
-			return nil, wrapErr("record event", err)
+			return nil, dbErrors.Wrap("record event", err)
 		}
 		items[j].Duplicate = n > 1
 	}
 	if err := br.Close(); err != nil {
-		return nil, wrapErr("record event", err)
+		return nil, dbErrors.Wrap("record event", err)
 	}
 	db := &pgx.Batch{}
 	for j, d := range sub.Deliveries {
@@ -309,18 +290,18 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 	for j := range sub.Deliveries {
 		if err := br.QueryRow().Scan(&items[j].DeliveryID); err != nil {
 			br.Close()
-			return nil, wrapErr("record delivery", err)
+			return nil, dbErrors.Wrap("record delivery", err)
 		}
 	}
 	for range audits {
 		var id int64
 		if err := br.QueryRow().Scan(&id); err != nil {
 			br.Close()
-			return nil, wrapErr("insert audit", err)
+			return nil, dbErrors.Wrap("insert audit", err)
 		}
 	}
 	if err := br.Close(); err != nil {
-		return nil, wrapErr("record delivery", err)
+		return nil, dbErrors.Wrap("record delivery", err)
 	}
 	return items, nil
 }
@@ -345,8 +326,7 @@ func submissionAudits(sub *store.Submission, items []store.DeliveryOutcome) []*s
 	audits := slices.Clone(sub.Audit)
 	for j, d := range sub.Deliveries {
 		if d.Unrouted && !items[j].Duplicate {
-			audits = append(audits, &store.AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: store.ActionDisposition,
-				Source: d.Source, EventID: d.EventID, Entity: d.Entity, Detail: store.UnroutedDetail("", d.Type)})
+			audits = append(audits, store.UnroutedAudit(d))
 		}
 	}
 	return audits
@@ -356,7 +336,7 @@ func submissionAudits(sub *store.Submission, items []store.DeliveryOutcome) []*s
 func (s *Store) AuditInsert(ctx context.Context, a *store.AuditInsertParams) (int64, error) {
 	var id int64
 	if err := s.pool.QueryRow(ctx, insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail).Scan(&id); err != nil {
-		return 0, wrapErr("insert audit", err)
+		return 0, dbErrors.Wrap("insert audit", err)
 	}
 	return id, nil
 }
@@ -552,28 +532,23 @@ func prefixed(prefix, cols string) string {
 // eventRoutes fills the routes of a page of events from their work rows:
 // per flow, the latest pass.
 func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
-	byPK := make(map[int64]*store.Event, len(evs))
-	pks := make([]int64, len(evs))
-	for i, e := range evs {
-		byPK[e.PK] = e
-		pks[i] = e.PK
-	}
-	// Flows sort in byte order, as SQLite sorts them.
-	rows, err := s.pool.Query(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
-		WHERE event_pk = ANY($1) ORDER BY event_pk, flow COLLATE "C", replay_id`, pks)
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	var pk int64
-	var r store.EventRoute
-	_, err = pgx.ForEachRow(rows, []any{&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason}, func() error {
-		store.AddEventRoute(byPK[pk], r)
+	return store.FillEventRoutes(evs, func(pks []int64, add func(int64, store.EventRoute)) error {
+		// Flows sort in byte order, as SQLite sorts them.
+		rows, err := s.pool.Query(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
+			WHERE event_pk = ANY($1) ORDER BY event_pk, flow COLLATE "C", replay_id`, pks)
+		if err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
+		var pk int64
+		var r store.EventRoute
+		if _, err := pgx.ForEachRow(rows, []any{&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason}, func() error {
+			add(pk, r)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	return nil
 }
 
 // DeliveryList pages through deliveries.

@@ -37,6 +37,15 @@ func TestConformance(t *testing.T) {
 		Open:   func(t *testing.T) store.Store { return open(t, pgtest.NewDatabase(t)) },
 		Reopen: func(t *testing.T, s store.Store) store.Store { return open(t, s.(*handle).url) },
 		Tamper: tamper,
+		Fresh: func(t *testing.T) store.Store {
+			url := pgtest.NewDatabase(t)
+			s, err := Open(context.Background(), url, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return &handle{Store: s, url: url}
+		},
 	})
 }
 
@@ -84,11 +93,11 @@ func TestUniqueViolationByCode(t *testing.T) {
 	if err == nil {
 		t.Fatal("duplicate version inserted")
 	}
-	if !errors.Is(wrapErr("insert", err), store.ErrConflict) {
+	if !errors.Is(dbErrors.Wrap("insert", err), store.ErrConflict) {
 		t.Fatalf("unique violation not classified as conflict: %v", err)
 	}
 	_, err = s.pool.Exec(context.Background(), `INSERT INTO nosuchtable VALUES (1)`)
-	if err == nil || errors.Is(wrapErr("insert", err), store.ErrConflict) {
+	if err == nil || errors.Is(dbErrors.Wrap("insert", err), store.ErrConflict) {
 		t.Fatalf("other errors must not be conflicts: %v", err)
 	}
 }

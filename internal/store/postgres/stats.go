@@ -10,7 +10,8 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-var _ store.Stats = (*Store)(nil)
+// parkedStates are store.ParkedStates, as a statement names them.
+var parkedStates = store.SQLList(store.ParkedStates())
 
 // attemptRecentSQL reads the newest attempt rows by id first (a backward
 // walk of the primary key, Limit rows at most) and only then filters by
@@ -46,7 +47,7 @@ func (s *Store) AttemptRecent(ctx context.Context, p *store.AttemptRecentParams)
 // predicate covers the three parked states.
 func (s *Store) EffectParked(ctx context.Context) ([]*store.ParkedCount, error) {
 	rows, err := s.pool.Query(ctx, `SELECT destination, state, owner, count(*) FROM effects
-		WHERE state IN ('retry_wait', 'dead', 'needs_reconciliation')
+		WHERE state IN `+parkedStates+`
 		GROUP BY destination, state, owner ORDER BY destination, state, owner`)
 	if err != nil {
 		return nil, fmt.Errorf("count parked effects: %w", err)

@@ -10,16 +10,16 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// applyTx is store.ApplyTx on SQLite's write transaction. The transaction
-// holds the database's only write lock, so nothing it read can change
-// before it commits: no row locks are needed.
-type applyTx struct{ tx *wtx }
+// txn is store.Tx on one SQLite transaction: every statement runs when it
+// is called. A write transaction holds the database's only write lock, so
+// nothing it read can change before it commits: no row locks are needed.
+type txn struct{ tx *wtx }
 
-var _ store.ApplyTx = applyTx{}
+var _ store.Tx = txn{}
 
 // ReadGroup: the fencing read of each entity also fetches its
 // projection, and one more read every work row of the items' events.
-func (a applyTx) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
+func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
 	rd := &store.GroupRead{Entities: make([]*store.EntityRead, len(subs))}
 	var ids []int64
 	for i, ps := range subs {
@@ -67,7 +67,7 @@ func (a applyTx) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams)
 	return rd, rows.Close()
 }
 
-func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventPK int64, now time.Time) (int64, error) {
+func (a txn) LoopVisit(ctx context.Context, flow, causationID string, eventPK int64, now time.Time) (int64, error) {
 	var first int64
 	err := a.tx.QueryRowContext(ctx, `INSERT INTO loop_visits (flow, causation_id, event_pk, at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (flow, causation_id) DO UPDATE SET flow = excluded.flow RETURNING event_pk`,
@@ -75,14 +75,14 @@ func (a applyTx) LoopVisit(ctx context.Context, flow, causationID string, eventP
 	return first, err
 }
 
-func (a applyTx) WriteProjection(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
+func (a txn) WriteProjection(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?,
 		pending = pending - 1, settled_key = max(settled_key, ?) WHERE flow = ? AND entity = ?`,
 		p.Version, p.VersionSort, string(store.StateJSON(p.State)), w.EventPK, p.Now.UnixMicro(), w.OrderKey, w.Flow, w.Entity)
 	return err
 }
 
-func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
+func (a txn) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
 	older := `version_sort < ?`
 	if !p.Ordered {
 		older = `version_sort <> ?`
@@ -104,7 +104,7 @@ func (a applyTx) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name str
 	return rows.Close()
 }
 
-func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string, state store.EffectState, found bool, err error) {
+func (a txn) LockEffect(ctx context.Context, id int64) (key, version string, state store.EffectState, found bool, err error) {
 	err = a.tx.QueryRowContext(ctx, `SELECT episode_key, version, state FROM effects WHERE id = ?`, id).Scan(&key, &version, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", "", false, nil
@@ -112,7 +112,7 @@ func (a applyTx) LockEffect(ctx context.Context, id int64) (key, version string,
 	return key, version, state, err == nil, err
 }
 
-func (a applyTx) SupersedeEffect(ctx context.Context, id int64, now time.Time) error {
+func (a txn) SupersedeEffect(ctx context.Context, id int64, now time.Time) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'superseded', updated_at = ? WHERE id = ?`, now.UnixMicro(), id)
 	return err
 }
@@ -122,7 +122,7 @@ func (a applyTx) SupersedeEffect(ctx context.Context, id int64, now time.Time) e
 // inserted and the tombstone's request is what the caller compares. The
 // write transaction is alone, so no pruning can fall between the check
 // and the insert.
-func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
+func (a txn) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
 	now := p.Now.UnixMicro()
 	r, err := a.tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 		state, request, source_event_pk, causation_id, hop, created_at, updated_at,
@@ -149,7 +149,7 @@ func (a applyTx) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.F
 	return nil
 }
 
-func (a applyTx) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
+func (a txn) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *store.FlowApplyResult, sortKey string) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE work SET done_at = ?, disposition = ?, reason = ?, version_sort = ? WHERE id = ?`,
 		p.Now.UnixMicro(), res.Disposition, res.Reason, sortKey, p.WorkID)
 	return err
@@ -157,13 +157,13 @@ func (a applyTx) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *
 
 // CountDown: max(settled_key, ”) leaves the key alone, so a dead letter
 // does not catch the entity up.
-func (a applyTx) CountDown(ctx context.Context, w *store.ApplyRow, settledKey string) error {
+func (a txn) CountDown(ctx context.Context, w *store.ApplyRow, settledKey string) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1, settled_key = max(settled_key, ?)
 		WHERE flow = ? AND entity = ?`, settledKey, w.Flow, w.Entity)
 	return err
 }
 
-func (a applyTx) Audit(ctx context.Context, p *store.AuditInsertParams) error {
+func (a txn) Audit(ctx context.Context, p *store.AuditInsertParams) error {
 	_, err := insertAudit(ctx, a.tx, p)
 	return err
 }
@@ -171,7 +171,7 @@ func (a applyTx) Audit(ctx context.Context, p *store.AuditInsertParams) error {
 // EventWork needs no lock: the write transaction is alone. One read of
 // the event's work rows (a handful: one per flow and pass) answers both
 // questions, whether any is pending and what this pass adds up to.
-func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store.EventWorkRow, error) {
+func (a txn) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store.EventWorkRow, error) {
 	h := &store.EventHead{}
 	if err := a.tx.QueryRowContext(ctx, `SELECT source, event_id, entity, disposition FROM events WHERE pk = ?`, pk).
 		Scan(&h.Source, &h.EventID, &h.Entity, &h.Disposition); err != nil {
@@ -193,12 +193,12 @@ func (a applyTx) EventWork(ctx context.Context, pk int64) (*store.EventHead, []s
 	return h, out, rows.Close()
 }
 
-func (a applyTx) SetDisposition(ctx context.Context, pk int64, d store.Disposition) error {
+func (a txn) SetDisposition(ctx context.Context, pk int64, d store.Disposition) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE events SET disposition = ? WHERE pk = ?`, d, pk)
 	return err
 }
 
-func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error {
+func (a txn) ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error {
 	r, err := a.tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?
 		WHERE flow = ? AND entity = ? AND lease_token = ? AND pending = 0`, leaseFree, flow, entity, token)
 	if err != nil {
@@ -210,4 +210,4 @@ func (a applyTx) ReleaseDrained(ctx context.Context, flow, entity, token string,
 }
 
 // Flush has nothing to send: every statement ran when it was called.
-func (applyTx) Flush(context.Context) error { return nil }
+func (txn) Flush(context.Context) error { return nil }

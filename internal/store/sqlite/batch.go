@@ -97,11 +97,11 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *wtx) 
 	// it took before batcherDone closes, so no answer by then means none.
 	select {
 	case err := <-j.done:
-		return refused(err)
+		return dbErrors.MarkRefused(err)
 	case <-s.batcherDone:
 		select {
 		case err := <-j.done:
-			return refused(err)
+			return dbErrors.MarkRefused(err)
 		default:
 			return errStoreClosed
 		}

@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -16,8 +14,6 @@ import (
 // Like the pipeline, every ledger write runs in an immediate transaction on
 // the single writer connection: selecting due effects and leasing them is
 // one atomic step, so two claimers never lease one effect.
-
-var _ store.Ledger = (*Store)(nil)
 
 // noTime is the next_attempt_at of an effect with nothing scheduled (the
 // column's default).
@@ -84,30 +80,8 @@ func getEffect(row scanner) (*store.Effect, error) {
 	return f, nil
 }
 
-func effectAudit(ctx context.Context, tx *wtx, f *store.Effect, at time.Time, actor, action, detail string) error {
-	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: at, Actor: actor, Action: action,
-		Source: f.Source, EventID: f.SourceEventID, Entity: f.Entity, Detail: detail})
-	return err
-}
-
-// EffectClaim leases due effects, oldest due first.
-func (s *Store) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
-	now := p.Now.UnixMicro()
-	until := p.Now.Add(p.LeaseFor)
-	var out []*store.ClaimedEffect
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		var err error
-		out, err = claimEffects(ctx, tx, p, now, until)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim effects: %w", err)
-	}
-	return out, nil
-}
-
 // effectClaimSQL is the claim's read: the due effects, oldest due first.
-func effectClaimSQL(p *store.EffectClaimParams, now int64) (string, []any) {
+func effectClaimSQL(p *store.EffectLeaseParams, now int64) (string, []any) {
 	// A needs_reconciliation or dead effect is only due when something
 	// scheduled it; without a time it waits for a person.
 	// An approved effect released by a worker (its destination's token
@@ -134,160 +108,130 @@ func effectClaimSQL(p *store.EffectClaimParams, now int64) (string, []any) {
 			args = append(args, d)
 		}
 	}
-	args = append(args, store.ClampLimit(p.Limit))
+	args = append(args, p.Limit)
 	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.next_attempt_at, f.id LIMIT ?`, args
 }
 
-func claimEffects(ctx context.Context, tx *wtx, p *store.EffectClaimParams, now int64, until time.Time) ([]*store.ClaimedEffect, error) {
+// EffectLease reads the due effects and leases each in turn: the writer
+// lock makes the read and the updates one atomic step, so two claimers
+// never lease one effect.
+func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*store.LeasedEffect, error) {
+	now := p.Now.UnixMicro()
 	q, args := effectClaimSQL(p, now)
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	var out []*store.ClaimedEffect
-	for rows.Next() {
-		c := &store.ClaimedEffect{Until: until.UTC()}
-		if err := scanEffect(rows, &c.Effect); err != nil {
-			rows.Close()
-			return nil, err
+	var out []*store.LeasedEffect
+	err := a.each(ctx, q, args, func(sc scanner) error {
+		c := &store.LeasedEffect{}
+		if err := scanEffect(sc, &c.Effect); err != nil {
+			return err
 		}
 		out = append(out, c)
-	}
-	if err := rows.Close(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	for _, c := range out {
 		if c.Token, err = newToken(p.Owner); err != nil {
 			return nil, err
 		}
-		switch c.State {
-		case store.EffectDead:
-			c.Redrive = true
-			c.Attempts = 0
-			c.Redrives++
-		case store.EffectSubmitting:
-			// The previous holder died during its call: record that the
-			// outcome is unknown, so that giving this claim back without a
-			// call leaves the effect awaiting reconciliation, never a
-			// blind resend (IP04), and count the call it may have made.
-			c.Resumed = true
-			c.ErrorClass = store.ClassUnknown
-			c.Reason = "the lease expired during the call: outcome unknown"
-			c.Attempts++
+		c.PriorAt = c.UpdatedAt
+		if c.State == store.EffectSubmitting {
 			var untilUS int64
-			if err := tx.QueryRowContext(ctx, `SELECT lease_until FROM effects WHERE id = ?`, c.ID).Scan(&untilUS); err != nil {
+			if err := a.tx.QueryRowContext(ctx, `SELECT lease_until FROM effects WHERE id = ?`, c.ID).Scan(&untilUS); err != nil {
 				return nil, fmt.Errorf("read lease of effect %d: %w", c.ID, err)
 			}
-			priorAt, priorUntil := c.UpdatedAt, time.UnixMicro(untilUS)
-			if _, err := tx.ExecContext(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-				class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
-				VALUES (?, ?, ?, ?, 0, ?, ?, '', '', '', 0, 0)`,
-				c.ID, c.Attempts, priorAt.UnixMicro(), priorUntil.Sub(priorAt).Microseconds(), store.ClassUnknown,
-				store.AbandonedCall+" (its lease ran out at "+priorUntil.UTC().Format(time.RFC3339Nano)+")"); err != nil {
-				return nil, fmt.Errorf("record abandoned call of effect %d: %w", c.ID, err)
-			}
-		case store.EffectNeedsReconciliation:
-			c.Resumed = true
+			c.PriorUntil = time.UnixMicro(untilUS).UTC()
 		}
+		store.LeaseTransition(&c.Effect, p.ResumedReason)
 		c.UpdatedAt = p.Now.UTC()
 		// The call in flight is next due when its lease ends: it leaves
 		// the head of effects_due_destination, which every later claim
 		// would otherwise read through and pass over.
-		c.NextAttemptAt = until.UTC()
-		if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = 'submitting', lease_token = ?, lease_until = ?,
+		c.NextAttemptAt = p.Until.UTC()
+		if _, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'submitting', lease_token = ?, lease_until = ?,
 			next_attempt_at = ?, attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ? WHERE id = ?`,
-			c.Token, until.UnixMicro(), until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.ID); err != nil {
+			c.Token, p.Until.UnixMicro(), p.Until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.ID); err != nil {
 			return nil, fmt.Errorf("lease effect %d: %w", c.ID, err)
-		}
-		switch {
-		case c.Redrive:
-			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectRedrive,
-				store.RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives))
-		case c.Resumed:
-			err = effectAudit(ctx, tx, &c.Effect, p.Now, p.Owner, store.ActionEffectResumed,
-				store.ResumedDetail(c.EpisodeKey, c.State))
-		}
-		if err != nil {
-			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// EffectSettle records one call and moves the effect on, fenced by its
-// lease token.
-func (s *Store) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
-	if !store.SettleStates[p.State] {
-		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
+// insertAttemptSQL records one call.
+const insertAttemptSQL = `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
+	class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func (a txn) AttemptInsert(ctx context.Context, at *store.Attempt) error {
+	_, err := a.tx.ExecContext(ctx, insertAttemptSQL, at.EffectID, at.Number, at.StartedAt.UnixMicro(), at.Duration.Microseconds(),
+		at.Status, at.Class, at.Error, at.Response, at.RetryAfter, at.RetryAfterUnit, at.Wait.Microseconds(), at.Reconcile)
+	return err
+}
+
+// EffectsFence fences each settle with a no-op UPDATE: a worker whose
+// lease expired or was re-claimed writes nothing.
+func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (map[int64]*store.Effect, error) {
+	held := make(map[int64]*store.Effect, len(ps))
+	for _, p := range ps {
+		now := p.Now.UnixMicro()
+		r, err := a.tx.ExecContext(ctx, `UPDATE effects SET lease_until = lease_until
+		WHERE id = ? AND lease_token = ? AND state = 'submitting' AND lease_until > ?`, p.EffectID, p.Token, now)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := r.RowsAffected(); err != nil || n == 0 {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		f, err := getEffect(a.tx.QueryRowContext(ctx, effectByID, p.EffectID))
+		if err != nil {
+			return nil, fmt.Errorf("read effect: %w", err)
+		}
+		if f == nil {
+			return nil, errors.New("read effect: effect vanished")
+		}
+		held[f.ID] = f
 	}
-	if err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error { return settleEffect(ctx, tx, p) }); err != nil {
-		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
+	return held, nil
+}
+
+func (a txn) EffectsSettle(ctx context.Context, ws []*store.SettleWrite) error {
+	for _, w := range ws {
+		if w.Call != nil {
+			if err := a.AttemptInsert(ctx, w.Call); err != nil {
+				return fmt.Errorf("record attempt: %w", err)
+			}
+		}
+		if _, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = ?, next_attempt_at = ?, attempts = ?, error_class = ?,
+		reason = ?, suggested_repair = ?, destination_ref = CASE WHEN ? = '' THEN destination_ref ELSE ? END,
+		last_response = ?, lease_token = '', lease_until = ?, updated_at = ?,
+		mismatch_at = CASE WHEN ? = 'done' THEN NULL ELSE mismatch_at END WHERE id = ?`,
+			w.State, dueAt(w.NextAttemptAt), w.Attempts, w.Class, w.Reason, w.SuggestedRepair, w.DestinationRef, w.DestinationRef,
+			w.LastResponse, leaseFree, w.Now.UnixMicro(), w.State, w.EffectID); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// EffectSettleGroup settles each concurrently: the store's write loop
-// already commits concurrent writes together (batch.go), each under its
-// own savepoint, so one failure cannot fail another.
-func (s *Store) EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error {
-	errs := make([]error, len(ps))
-	var wg sync.WaitGroup
-	for i, p := range ps {
-		wg.Go(func() { errs[i] = s.EffectSettle(ctx, p) })
-	}
-	wg.Wait()
-	return errs
+func (a txn) EffectRetry(ctx context.Context, p *store.EffectOperateParams) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = ?,
+		note = CASE WHEN ? = '' THEN note ELSE ? END, updated_at = ? WHERE id = ?`, noTime, p.Note, p.Note, p.Now.UnixMicro(), p.EffectID)
+	return err
 }
 
-func settleEffect(ctx context.Context, tx *wtx, p *store.EffectSettleParams) error {
-	now := p.Now.UnixMicro()
-	// Fencing: a worker whose lease expired or was re-claimed writes nothing.
-	r, err := tx.ExecContext(ctx, `UPDATE effects SET lease_until = lease_until
-		WHERE id = ? AND lease_token = ? AND state = 'submitting' AND lease_until > ?`, p.EffectID, p.Token, now)
-	if err != nil {
-		return fmt.Errorf("check lease: %w", err)
-	}
-	if n, err := r.RowsAffected(); err != nil {
-		return fmt.Errorf("check lease: %w", err)
-	} else if n == 0 {
-		return store.ErrLeaseLost
-	}
-	f, err := getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID))
-	if err != nil {
-		return fmt.Errorf("read effect: %w", err)
-	}
-	if f == nil {
-		return errors.New("read effect: effect vanished")
-	}
-	attempts := f.Attempts
-	if p.AddAttempt {
-		attempts++
-	}
-	number := 0
-	if p.Attempt != nil {
-		number = max(attempts, 1)
-		a := p.Attempt
-		started := a.StartedAt
-		if started.IsZero() {
-			started = p.Now
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-			class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.EffectID, number, started.UnixMicro(), a.Duration.Microseconds(), a.Status, a.Class, a.Error, a.Response,
-			a.RetryAfter, a.RetryAfterUnit, a.Wait.Microseconds(), a.Reconcile); err != nil {
-			return fmt.Errorf("record attempt: %w", err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE effects SET state = ?, next_attempt_at = ?, attempts = ?, error_class = ?,
-		reason = ?, suggested_repair = ?, destination_ref = CASE WHEN ? = '' THEN destination_ref ELSE ? END,
-		last_response = ?, lease_token = '', lease_until = ?, updated_at = ?,
-		mismatch_at = CASE WHEN ? = 'done' THEN NULL ELSE mismatch_at END WHERE id = ?`,
-		p.State, dueAt(p.NextAttemptAt), attempts, p.Class, p.Reason, p.SuggestedRepair, p.DestinationRef, p.DestinationRef,
-		p.LastResponse, leaseFree, now, p.State, p.EffectID); err != nil {
-		return fmt.Errorf("update effect: %w", err)
-	}
-	return effectAudit(ctx, tx, f, p.Now, p.Actor, store.SettleAction(p.State), store.SettleDetail(f.EpisodeKey, number, p))
+func (a txn) EffectResolve(ctx context.Context, p *store.EffectOperateParams) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = ?, note = ?, updated_at = ?,
+		mismatch_at = NULL WHERE id = ?`, noTime, p.Note, p.Now.UnixMicro(), p.EffectID)
+	return err
+}
+
+func (a txn) EffectAssign(ctx context.Context, p *store.EffectOperateParams) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET owner = ?, note = CASE WHEN ? = '' THEN note ELSE ? END,
+		updated_at = ? WHERE id = ?`, p.Owner, p.Note, p.Note, p.Now.UnixMicro(), p.EffectID)
+	return err
 }
 
 // EffectRelease gives a claim back without a call; see store.Ledger for
@@ -316,66 +260,6 @@ func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) 
 	f, err := getEffect(s.reader.QueryRowContext(ctx, effectByID, id))
 	if err != nil {
 		return nil, fmt.Errorf("get effect %d: %w", id, err)
-	}
-	return f, nil
-}
-
-// EffectOperate applies one operator action in one transaction.
-func (s *Store) EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error) {
-	if err := store.CheckOperate(p); err != nil {
-		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
-	}
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("operate on effect %d: begin: %w: %w", p.EffectID, store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	f, err := operate(ctx, &wtx{Tx: tx, s: s}, p)
-	if err != nil {
-		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("operate on effect %d: commit: %w: %w", p.EffectID, store.ErrUnavailable, err)
-	}
-	return f, nil
-}
-
-func operate(ctx context.Context, tx *wtx, p *store.EffectOperateParams) (*store.Effect, error) {
-	f, err := getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID))
-	if err != nil {
-		return nil, fmt.Errorf("read effect: %w", err)
-	}
-	if f == nil {
-		return nil, fmt.Errorf("effect: %w", store.ErrNotFound)
-	}
-	from := f.State
-	if !slices.Contains(store.OperateFrom[p.Action], from) {
-		return nil, fmt.Errorf("%s from %s: %w", p.Action, from, store.ErrInvalidTransition)
-	}
-	now := p.Now.UnixMicro()
-	var action string
-	switch p.Action {
-	case store.OperateRetry:
-		action = store.OperateAction(p.Action)
-		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = ?,
-			note = CASE WHEN ? = '' THEN note ELSE ? END, updated_at = ? WHERE id = ?`, noTime, p.Note, p.Note, now, p.EffectID)
-	case store.OperateResolve:
-		action = store.OperateAction(p.Action)
-		_, err = tx.ExecContext(ctx, `UPDATE effects SET state = 'resolved', next_attempt_at = ?, note = ?, updated_at = ?,
-			mismatch_at = NULL WHERE id = ?`, noTime, p.Note, now, p.EffectID)
-	case store.OperateAssign:
-		action = store.OperateAction(p.Action)
-		_, err = tx.ExecContext(ctx, `UPDATE effects SET owner = ?, note = CASE WHEN ? = '' THEN note ELSE ? END,
-			updated_at = ? WHERE id = ?`, p.Owner, p.Note, p.Note, now, p.EffectID)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("update effect: %w", err)
-	}
-	if err := effectAudit(ctx, tx, f, p.Now, p.Actor, action, store.OperateDetail(f, p)); err != nil {
-		return nil, err
-	}
-	if f, err = getEffect(tx.QueryRowContext(ctx, effectByID, p.EffectID)); err != nil {
-		return nil, fmt.Errorf("read effect: %w", err)
 	}
 	return f, nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -19,8 +18,6 @@ import (
 // immediate transaction, so the writer lock already serialises routers,
 // claimers and appliers: no statement here needs row locks, and a
 // read-then-write inside one transaction cannot race another process.
-
-var _ store.Pipeline = (*Store)(nil)
 
 // leaseFree is the lease_until of an entity nobody holds (the column's
 // default): any now is past it.
@@ -73,89 +70,56 @@ func (s *Store) EventListUnrouted(ctx context.Context, p *store.EventListUnroute
 	return out, nil
 }
 
-// EventRouteNext lists a page and routes it while holding routeMu, so
-// that a concurrent caller lists only after this page is recorded.
-func (s *Store) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
-	s.routeMu.Lock()
-	defer s.routeMu.Unlock()
-	evs, err := s.EventListUnrouted(ctx, &store.EventListUnroutedParams{Limit: p.Limit})
-	if err != nil || len(evs) == 0 {
-		return 0, err
+// Shared: one process owns a SQLite file.
+func (s *Store) Shared() bool { return false }
+
+// EventsClaim claims by the routed flag: the writer lock makes the check
+// and the mark one step.
+func (a txn) EventsClaim(ctx context.Context, pks []int64) ([]store.RouteEvent, error) {
+	var out []store.RouteEvent
+	for _, pk := range pks {
+		ev := store.RouteEvent{PK: pk}
+		err := a.tx.QueryRowContext(ctx, `UPDATE events SET routed = 1 WHERE pk = ? AND routed = 0
+		RETURNING source, event_id, type, entity, disposition`, pk).
+			Scan(&ev.Source, &ev.EventID, &ev.Type, &ev.Entity, &ev.Disposition)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // already routed, or no such event
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
 	}
-	ds := p.Decide(evs)
-	if err := store.CheckDecisions(evs, ds); err != nil {
-		return 0, fmt.Errorf("route events: %w", err)
-	}
-	if err := s.EventRoute(ctx, &store.EventRouteParams{Now: p.Now, Decisions: ds}); err != nil {
-		return 0, err
-	}
-	return len(evs), nil
+	return out, nil
 }
 
-// EventRoute records the decisions in one transaction. A decision for an
-// event that is already routed (another router got there first) is skipped
-// as a whole, which is what makes concurrent routing safe: the routed flag
-// is claimed before anything else is written.
-func (s *Store) EventRoute(ctx context.Context, p *store.EventRouteParams) error {
-	store.StorableRoutes(p.Decisions)
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		for _, d := range p.Decisions {
-			if err := routeOne(ctx, tx, p.Now, d); err != nil {
-				return fmt.Errorf("event %d: %w", d.EventPK, err)
-			}
-		}
-		return nil
-	})
+// EventsTake: routing takes a SQLite store's pages under the process's
+// lock (store.Rules.EventRouteNext).
+func (txn) EventsTake(context.Context, int) ([]*store.RoutableEvent, []store.RouteEvent, error) {
+	return nil, nil, store.ErrNotShared
+}
+
+func (a txn) EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error) {
+	list, err := jsonList(pks)
 	if err != nil {
-		return fmt.Errorf("route events: %w", err)
+		return nil, err
 	}
-	return nil
-}
-
-func routeOne(ctx context.Context, tx *wtx, now time.Time, d *store.RouteDecision) error {
-	var ev eventRef
-	err := tx.QueryRowContext(ctx, `UPDATE events SET routed = 1 WHERE pk = ? AND routed = 0
-		RETURNING source, event_id, type, entity, disposition`, d.EventPK).
-		Scan(&ev.source, &ev.eventID, &ev.typ, &ev.entity, &ev.disposition)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil // already routed, or no such event
-	}
-	if err != nil {
-		return fmt.Errorf("mark routed: %w", err)
-	}
-	ev.pk = d.EventPK
-	if len(d.Routes) == 0 {
-		if ev.disposition != store.DispositionAccepted {
-			return nil
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE events SET disposition = 'unrouted' WHERE pk = ?`, ev.pk); err != nil {
-			return fmt.Errorf("set unrouted: %w", err)
-		}
-		_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: "router", Action: store.ActionDisposition,
-			Source: ev.source, EventID: ev.eventID, Entity: ev.entity,
-			Detail: store.UnroutedDetail("accepted", ev.typ)})
-		return err
-	}
-	if _, err := enqueue(ctx, tx, now, ev, d.Routes, 0, "router"); err != nil {
-		return err
-	}
-	return store.SettleEvent(ctx, applyTx{tx}, ev.pk, 0, now, "router")
-}
-
-// eventRef is what audit rows and dispositions need of an event.
-type eventRef struct {
-	pk          int64
-	source      string
-	eventID     string
-	typ         string
-	entity      string
-	disposition store.Disposition
+	var out []int64
+	err = a.each(ctx, `SELECT value FROM json_each(?)
+		WHERE NOT EXISTS (SELECT 1 FROM work WHERE event_pk = value AND done_at IS NULL) ORDER BY value`, []any{list},
+		func(sc scanner) error {
+			var pk int64
+			err := sc.Scan(&pk)
+			out = append(out, pk)
+			return err
+		})
+	return out, err
 }
 
 // enqueue creates the work rows of one event's routes for one pass and
 // returns how many pending rows it inserted. Failed routes are inserted
 // already settled as dead letters.
-func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []store.Route, replayID int64, actor string) (int, error) {
+func enqueue(ctx context.Context, tx *wtx, now time.Time, ev store.RouteEvent, routes []store.Route, replayID int64, actor string) (int, error) {
 	at := now.UnixMicro()
 	inserted := 0
 	for _, r := range routes {
@@ -166,7 +130,7 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 		if r.Failed != "" {
 			res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
 				VALUES (?, ?, ?, ?, ?, ?, ?, 'dead_lettered', ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-				r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, at, at, r.Failed)
+				r.Flow, r.Entity, ev.PK, replayID, r.OrderKey, at, at, r.Failed)
 			if err != nil {
 				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
 			}
@@ -183,7 +147,7 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 				return 0, fmt.Errorf("newest key of %s/%s: %w", r.Flow, r.Entity, err)
 			}
 			if _, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: store.ActionDeadLettered,
-				Source: ev.source, EventID: ev.eventID, Entity: r.Entity,
+				Source: ev.Source, EventID: ev.EventID, Entity: r.Entity,
 				Detail: store.RouteFailedDetail(r.Flow, r.Entity, r.Failed)}); err != nil {
 				return 0, err
 			}
@@ -191,7 +155,7 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev eventRef, routes []
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
 			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-			r.Flow, r.Entity, ev.pk, replayID, r.OrderKey, at)
+			r.Flow, r.Entity, ev.PK, replayID, r.OrderKey, at)
 		if err != nil {
 			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
 		}
@@ -339,62 +303,6 @@ func (s *Store) WorkListPending(ctx context.Context, p *store.WorkListPendingPar
 	return out, nil
 }
 
-// FlowApply settles one work item in one transaction by the ledger's rules
-// (store.RunFlowApply); any error rolls the whole of it back.
-func (s *Store) FlowApply(ctx context.Context, p *store.FlowApplyParams) (*store.FlowApplyResult, error) {
-	if p.Lease == nil {
-		return nil, errors.New("flow apply: no lease")
-	}
-	var res *store.FlowApplyResult
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		var err error
-		res, err = store.RunFlowApply(ctx, applyTx{tx}, p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
-	}
-	return res, nil
-}
-
-// FlowApplyGroup settles each submission by FlowApplyBatch, all at once:
-// the one writer already runs concurrent write transactions back to back
-// in one database transaction (batch.go), each under its own savepoint,
-// so the group shares one commit without one submission's failure
-// touching another's.
-func (s *Store) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
-	out := make([]store.FlowApplyOutcome, len(subs))
-	var wg sync.WaitGroup
-	for i, ps := range subs {
-		wg.Go(func() { out[i].Results, out[i].Err = s.FlowApplyBatch(ctx, ps) })
-	}
-	wg.Wait()
-	return out
-}
-
-// FlowApplyBatch settles several work items of one leased entity in one
-// transaction (store.RunFlowApplyBatch).
-func (s *Store) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
-	if len(ps) == 0 {
-		return nil, nil
-	}
-	for _, p := range ps {
-		if p.Lease == nil {
-			return nil, errors.New("flow apply: no lease")
-		}
-	}
-	var out []*store.FlowApplyResult
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		var err error
-		out, err = store.RunFlowApplyBatch(ctx, applyTx{tx}, ps)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow apply %s/%s: %w", ps[0].Lease.Flow, ps[0].Lease.Entity, err)
-	}
-	return out, nil
-}
-
 // ProjectionGet returns one entity's projection, or nil when it has none.
 func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams) (*store.Projection, error) {
 	pr := &store.Projection{}
@@ -502,53 +410,42 @@ func effectStates(states []store.EffectState) []any {
 	return out
 }
 
-// ReplayCreate records a replay and enqueues a new pass of work for its
-// routes. The replays row counts the work items actually enqueued.
-func (s *Store) ReplayCreate(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("create replay: begin: %w: %w", store.ErrUnavailable, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	id, err := createReplay(ctx, &wtx{Tx: tx, s: s}, p)
-	if err != nil {
-		return 0, fmt.Errorf("create replay: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("create replay: commit: %w: %w", store.ErrUnavailable, err)
-	}
-	return id, nil
+func (a txn) ReplayInsert(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
+	var id int64
+	err := a.tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES (?, ?, ?, 0) RETURNING id`,
+		p.Now.UnixMicro(), p.Actor, p.Selection).Scan(&id)
+	return id, err
 }
 
-func createReplay(ctx context.Context, tx *wtx, p *store.ReplayCreateParams) (int64, error) {
-	var id int64
-	if err := tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES (?, ?, ?, 0) RETURNING id`,
-		p.Now.UnixMicro(), p.Actor, p.Selection).Scan(&id); err != nil {
-		return 0, fmt.Errorf("insert replay: %w", err)
-	}
-	items := 0
-	for _, d := range p.Decisions {
+// WorkEnqueue enqueues the routes of each event in turn (enqueue).
+func (a txn) WorkEnqueue(ctx context.Context, p *store.EnqueueParams) error {
+	for i := 0; i < len(p.Items); {
+		it := p.Items[i]
 		var routes []store.Route
-		for _, r := range d.Routes {
-			if r.Failed == "" {
-				routes = append(routes, r)
-			}
+		for ; i < len(p.Items) && p.Items[i].EventPK == it.EventPK; i++ {
+			routes = append(routes, p.Items[i].Route)
 		}
-		if len(routes) == 0 {
-			continue
-		}
-		n, err := enqueue(ctx, tx, p.Now, eventRef{pk: d.EventPK}, routes, id, p.Actor)
+		n, err := enqueue(ctx, a.tx, p.Now, store.RouteEvent{PK: it.EventPK, Source: it.Source, EventID: it.EventID}, routes, p.ReplayID, p.Actor)
 		if err != nil {
-			return 0, fmt.Errorf("event %d: %w", d.EventPK, err)
+			return fmt.Errorf("event %d: %w", it.EventPK, err)
 		}
-		items += n
+		if n > 0 && p.Pending != nil {
+			p.Pending[it.EventPK] = true
+		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE replays SET items = ? WHERE id = ?`, items, id); err != nil {
-		return 0, fmt.Errorf("count replay items: %w", err)
+	return nil
+}
+
+// ReplayItems counts through work_event.
+func (a txn) ReplayItems(ctx context.Context, id int64, pks []int64) (int64, error) {
+	list, err := jsonList(pks)
+	if err != nil {
+		return 0, err
 	}
-	_, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: p.Now, Actor: p.Actor, Action: store.ActionReplay,
-		Detail: fmt.Sprintf("replay %d: %d work items for %s", id, items, p.Selection)})
-	return id, err
+	var n int64
+	err = a.tx.QueryRowContext(ctx, `UPDATE replays SET items = (SELECT count(*) FROM work
+		WHERE event_pk IN (SELECT value FROM json_each(?2)) AND replay_id = ?1) WHERE id = ?1 RETURNING items`, id, list).Scan(&n)
+	return n, err
 }
 
 // WorkCount counts pending work items plus accepted events not yet routed.

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,8 +26,10 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Store implements store.Store on one SQLite file.
+// Store implements store.Store on one SQLite file: the rules' operations
+// (store.Rules) over its statements, and its own reads and inbox.
 type Store struct {
+	*store.Rules
 	path string
 	// writer has exactly one connection: SQLite allows one writer at a time,
 	// and serialising in the pool is cheaper than SQLITE_BUSY retries.
@@ -57,10 +58,6 @@ type Store struct {
 
 	// faults is Options.Faults: nil outside tests.
 	faults func(query string) error
-
-	// routeMu makes EventRouteNext's pages disjoint: one router at a time
-	// lists, decides and records (a SQLite store has one process).
-	routeMu sync.Mutex
 }
 
 var _ store.Store = (*Store)(nil)
@@ -113,6 +110,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	s := &Store{path: path, writer: w, reader: r, batchDeadline: defaultBatchDeadline}
+	s.Rules = store.NewRules(s)
 	s.startBatcher()
 	return s, nil
 }
@@ -155,7 +153,7 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 		return err
 	})
 	if err != nil {
-		return wrapErr("probe write", err)
+		return dbErrors.Wrap("probe write", err)
 	}
 	return nil
 }
@@ -163,11 +161,7 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 // Migrate applies pending migrations in one immediate transaction, which
 // also serialises two processes migrating the same file.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrate sqlite: %w", err)
-	}
-	migs, err := store.LoadMigrations(sub)
+	migs, err := store.LoadMigrations(migrationFiles, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("migrate sqlite: %w", err)
 	}
@@ -229,33 +223,25 @@ func isUniqueViolation(err error) bool {
 	return false
 }
 
-// wrapErr maps driver errors onto the store's sentinel errors.
-func wrapErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if isUniqueViolation(err) {
-		return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
-	}
-	return fmt.Errorf("%s: %w", op, refused(err))
-}
+// dbErrors marks SQLite's errors for the rules, by extended result code.
+var dbErrors = store.ErrorKinds{Unique: isUniqueViolation, Refused: isRefused}
 
-// refused marks an error as store.ErrRefused when SQLite refused the
-// values of the statement rather than failed itself: a string or blob over
-// its limit, a value of the wrong type, or a check, not-null or trigger
-// constraint. A busy or locked database, an I/O error or a full disk stay
-// what they are, and the stage retries them.
-func refused(err error) error {
+// isRefused reports that SQLite refused the values of the statement
+// rather than failed itself: a string or blob over its limit, a value of
+// the wrong type, or a check, not-null or trigger constraint. A busy or
+// locked database, an I/O error or a full disk are not, and the stage
+// retries them.
+func isRefused(err error) bool {
 	var se *sqlite.Error
-	if err == nil || errors.Is(err, store.ErrRefused) || !errors.As(err, &se) {
-		return err
+	if !errors.As(err, &se) {
+		return false
 	}
 	switch se.Code() {
 	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH, sqlite3.SQLITE_CONSTRAINT_CHECK,
 		sqlite3.SQLITE_CONSTRAINT_NOTNULL, sqlite3.SQLITE_CONSTRAINT_TRIGGER, sqlite3.SQLITE_CONSTRAINT_DATATYPE:
-		return fmt.Errorf("%w: %w", store.ErrRefused, err)
+		return true
 	}
-	return err
+	return false
 }
 
 // InboxCommit writes every submission in one transaction. The common case
@@ -347,7 +333,7 @@ func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, sav
 			if _, rerr := bind(s.inbox.rollbackTo).ExecContext(ctx); rerr != nil {
 				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
 			}
-			results[i].Err = refused(err)
+			results[i].Err = dbErrors.MarkRefused(err)
 		default:
 			results[i].Items = items
 		}
@@ -376,19 +362,19 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 		}
 		var pk, n int64
 		if err := s.fault(sqlUpsertEvent); err != nil {
-			return nil, wrapErr("record event", err)
+			return nil, dbErrors.Wrap("record event", err)
 		}
 		if err := upsertEvent.QueryRowContext(ctx, d.Source, d.EventID, d.Type, d.Entity, d.Account,
 			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, disposition, routed).Scan(&pk, &n); err != nil {
-			return nil, wrapErr("record event", err)
+			return nil, dbErrors.Wrap("record event", err)
 		}
 		if err := s.fault(sqlInsertDelivery); err != nil {
-			return nil, wrapErr("record delivery", err)
+			return nil, dbErrors.Wrap("record delivery", err)
 		}
 		res, err := insertDelivery.ExecContext(ctx, pk, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
 			d.Entity, d.Account, micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, string(headers), nonNilBytes(d.Body))
 		if err != nil {
-			return nil, wrapErr("record delivery", err)
+			return nil, dbErrors.Wrap("record delivery", err)
 		}
 		id, err := res.LastInsertId()
 		if err != nil {
@@ -397,20 +383,20 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 		items[j] = store.DeliveryOutcome{DeliveryID: id, EventPK: pk, Duplicate: n > 1}
 		if d.Unrouted && n == 1 {
 			if err := s.fault(sqlInboxAudit); err != nil {
-				return nil, wrapErr("insert audit", err)
+				return nil, dbErrors.Wrap("insert audit", err)
 			}
-			if _, err := audit.ExecContext(ctx, d.ReceivedAt.UnixMicro(), "receiver", store.ActionDisposition, d.Source, d.EventID, d.Entity,
-				store.UnroutedDetail("", d.Type)); err != nil {
-				return nil, wrapErr("insert audit", err)
+			a := store.UnroutedAudit(d)
+			if _, err := audit.ExecContext(ctx, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail); err != nil {
+				return nil, dbErrors.Wrap("insert audit", err)
 			}
 		}
 	}
 	for _, a := range sub.Audit {
 		if err := s.fault(sqlInboxAudit); err != nil {
-			return nil, wrapErr("insert audit", err)
+			return nil, dbErrors.Wrap("insert audit", err)
 		}
 		if _, err := audit.ExecContext(ctx, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail); err != nil {
-			return nil, wrapErr("insert audit", err)
+			return nil, dbErrors.Wrap("insert audit", err)
 		}
 	}
 	return items, nil
@@ -424,7 +410,7 @@ func insertAudit(ctx context.Context, db execer, a *store.AuditInsertParams) (in
 	res, err := db.ExecContext(ctx, `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
 	if err != nil {
-		return 0, wrapErr("insert audit", err)
+		return 0, dbErrors.Wrap("insert audit", err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
@@ -581,34 +567,30 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 // per flow, the latest pass. The pks travel as one JSON array so that
 // every page size shares one prepared statement.
 func (s *Store) eventRoutes(ctx context.Context, evs []*store.Event) error {
-	byPK := make(map[int64]*store.Event, len(evs))
-	pks := make([]int64, len(evs))
-	for i, e := range evs {
-		byPK[e.PK] = e
-		pks[i] = e.PK
-	}
-	list, err := json.Marshal(pks)
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	rows, err := s.readQuery(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
-		WHERE event_pk IN (SELECT value FROM json_each(?)) ORDER BY event_pk, flow, replay_id`, string(list))
-	if err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var pk int64
-		var r store.EventRoute
-		if err := rows.Scan(&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason); err != nil {
+	return store.FillEventRoutes(evs, func(pks []int64, add func(int64, store.EventRoute)) error {
+		list, err := json.Marshal(pks)
+		if err != nil {
 			return fmt.Errorf("routes: %w", err)
 		}
-		store.AddEventRoute(byPK[pk], r)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("routes: %w", err)
-	}
-	return nil
+		rows, err := s.readQuery(ctx, `SELECT event_pk, flow, entity, disposition, reason FROM work
+			WHERE event_pk IN (SELECT value FROM json_each(?)) ORDER BY event_pk, flow, replay_id`, string(list))
+		if err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var pk int64
+			var r store.EventRoute
+			if err := rows.Scan(&pk, &r.Flow, &r.Entity, &r.Disposition, &r.Reason); err != nil {
+				return fmt.Errorf("routes: %w", err)
+			}
+			add(pk, r)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("routes: %w", err)
+		}
+		return nil
+	})
 }
 
 // DeliveryList pages through deliveries.

@@ -35,6 +35,14 @@ func TestConformance(t *testing.T) {
 			return open(t, s.(*Store).path)
 		},
 		Tamper: tamper,
+		Fresh: func(t *testing.T) store.Store {
+			s, err := Open(context.Background(), filepath.Join(t.TempDir(), "fresh.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
 	})
 }
 
@@ -63,12 +71,12 @@ func TestUniqueViolationByCode(t *testing.T) {
 	if err == nil {
 		t.Fatal("duplicate version inserted")
 	}
-	wrapped := wrapErr("insert", err)
+	wrapped := dbErrors.Wrap("insert", err)
 	if !errors.Is(wrapped, store.ErrConflict) {
 		t.Fatalf("unique violation not classified as conflict: %v", err)
 	}
 	_, err = s.writer.Exec(`INSERT INTO nosuchtable VALUES (1)`)
-	if err == nil || errors.Is(wrapErr("insert", err), store.ErrConflict) {
+	if err == nil || errors.Is(dbErrors.Wrap("insert", err), store.ErrConflict) {
 		t.Fatalf("other errors must not be conflicts: %v", err)
 	}
 }
@@ -186,7 +194,7 @@ func TestListPlans(t *testing.T) {
 	ef("compensations", store.EffectListParams{Compensations: true, Destination: "crm"}, "effects_compensat", "effects_destination")
 	// A delivery claim reads one destination's due effects in order, and
 	// its range ends at the first effect not yet due.
-	q, args := effectClaimSQL(&store.EffectClaimParams{Destinations: []string{"crm"}, Limit: 10, MaxRedrives: 3}, t1.UnixMicro())
+	q, args := effectClaimSQL(&store.EffectLeaseParams{Destinations: []string{"crm"}, Limit: 10, MaxRedrives: 3}, t1.UnixMicro())
 	cases = append(cases, planCase{"delivery claim", q, args,
 		"effects_due_destination (destination=? AND next_attempt_at<?)", "TEMP B-TREE"})
 	for _, c := range cases {

@@ -9,7 +9,8 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-var _ store.Stats = (*Store)(nil)
+// parkedStates are store.ParkedStates, as a statement names them.
+var parkedStates = store.SQLList(store.ParkedStates())
 
 // attemptRecentSQL reads the newest attempt rows by id first (the
 // subquery walks the primary key backwards, Limit rows at most) and only
@@ -45,8 +46,8 @@ func (s *Store) AttemptRecent(ctx context.Context, p *store.AttemptRecentParams)
 
 // effectParkedSQL counts through effects_state, whose leading column is
 // the state: the parked effects only are read, not the ledger.
-const effectParkedSQL = `SELECT destination, state, owner, count(*) FROM effects
-	WHERE state IN ('retry_wait', 'dead', 'needs_reconciliation')
+var effectParkedSQL = `SELECT destination, state, owner, count(*) FROM effects
+	WHERE state IN ` + parkedStates + `
 	GROUP BY destination, state, owner ORDER BY destination, state, owner`
 
 // EffectParked counts the parked effects.

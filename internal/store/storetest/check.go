@@ -164,6 +164,18 @@ func testInvariantProjectionVersion(t *testing.T, o Opener) {
 	f.only(store.InvariantProjectionVersion, "entity out/"+f.successEntity, `sort "0000000001"`, `applied sort "0000000009"`)
 }
 
+// A newer version applied to the entity by another event's work item
+// than the projection's: its own event's item matches it, so only the
+// newer one contradicts it.
+func testInvariantProjectionNewer(t *testing.T, o Opener) {
+	f := newHealthy(t, o)
+	at := t0.Add(2 * time.Minute)
+	f.tamper(GuardNone, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, version_sort)
+		VALUES ('out', ?, ?, 0, 'z', ?, ?, 'applied', '0000000009')`, f.successEntity, f.waiting, at, at)
+	f.only(store.InvariantProjectionVersion, "entity out/"+f.successEntity, `sort "0000000001"`,
+		`a newer version was applied to it: applied sort "0000000009"`)
+}
+
 func testInvariantEffectEvent(t *testing.T, o Opener) {
 	f := newHealthy(t, o)
 	f.tamper(GuardEffectEvent, `UPDATE effects SET source_event_pk = ? WHERE id = ?`, int64(1<<40), f.approved.ID)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,10 @@ type Opener struct {
 	// driver stores times. guard names the constraint the driver lifts
 	// first (one of the Guard constants; "" for none).
 	Tamper func(t *testing.T, s store.Store, guard, query string, args ...any)
+	// Fresh opens a store on a new database without migrating it, for
+	// the schema check (SchemaPending) that verbs run before they touch a
+	// store; Tamper must accept it.
+	Fresh func(t *testing.T) store.Store
 }
 
 // The constraints Tamper can lift to plant a violation.
@@ -53,6 +58,7 @@ func Exercise(t *testing.T, o Opener) {
 		fn   func(t *testing.T, o Opener)
 	}{
 		{"MigrateIsIdempotent", testMigrateIdempotent},
+		{"SchemaPending", testSchemaPending},
 		{"ProbeWrite", testProbeWrite},
 		{"InboxCommitNewAndDuplicate", testInboxNewAndDuplicate},
 		{"InboxCommitKeepsBytesAndTimes", testInboxKeepsBytesAndTimes},
@@ -131,6 +137,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"InvariantCheckEpisodeKeyTombstone", testInvariantEpisodeKeyTombstone},
 		{"InvariantCheckDoneEvidence", testInvariantDoneEvidence},
 		{"InvariantCheckProjectionVersion", testInvariantProjectionVersion},
+		{"InvariantCheckProjectionNewer", testInvariantProjectionNewer},
 		{"InvariantCheckEffectEvent", testInvariantEffectEvent},
 		{"InvariantCheckEffectState", testInvariantEffectState},
 		{"InvariantCheckLimit", testInvariantCheckLimit},
@@ -201,6 +208,45 @@ func events(t *testing.T, s store.Store, p *store.EventListParams) []*store.Even
 		t.Fatalf("EventList: %v", err)
 	}
 	return r.Events
+}
+
+// schemaChecker is a store's schema check: the migrations its database
+// lacks, applying none.
+type schemaChecker interface {
+	SchemaPending(ctx context.Context) ([]string, error)
+}
+
+// A new database lacks every migration; checking applies nothing; after
+// Migrate none is pending; a schema behind the binary lacks its newest.
+func testSchemaPending(t *testing.T, o Opener) {
+	if o.Fresh == nil || o.Tamper == nil {
+		t.Fatalf("driver %s: the schema check needs Fresh and Tamper", o.Name)
+	}
+	ctx := context.Background()
+	s := o.Fresh(t)
+	sc, ok := s.(schemaChecker)
+	if !ok {
+		t.Fatalf("driver %s has no SchemaPending", o.Name)
+	}
+	pending, err := sc.SchemaPending(ctx)
+	if err != nil || len(pending) == 0 || pending[0] != "0001_inbox" {
+		t.Fatalf("empty database: pending %v, %v; want every migration", pending, err)
+	}
+	again, err := sc.SchemaPending(ctx)
+	if err != nil || !slices.Equal(again, pending) {
+		t.Fatalf("second check: %v, %v; want %v (checking must apply nothing)", again, err, pending)
+	}
+	applied, err := s.Migrate(ctx)
+	if err != nil || !slices.Equal(applied, pending) {
+		t.Fatalf("migrate applied %v, %v; want %v", applied, err, pending)
+	}
+	if pending, err := sc.SchemaPending(ctx); err != nil || len(pending) != 0 {
+		t.Fatalf("after migrate: pending %v, %v", pending, err)
+	}
+	o.Tamper(t, s, GuardNone, `DELETE FROM schema_migrations WHERE version = (SELECT max(version) FROM schema_migrations)`)
+	if pending, err := sc.SchemaPending(ctx); err != nil || len(pending) != 1 || pending[0] != applied[len(applied)-1] {
+		t.Fatalf("behind: pending %v, %v; want [%s]", pending, err, applied[len(applied)-1])
+	}
 }
 
 func testMigrateIdempotent(t *testing.T, o Opener) {

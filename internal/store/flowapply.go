@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// FlowApply settles one work item in one transaction (RunFlowApply); any
+// error rolls the whole of it back.
+func (r *Rules) FlowApply(ctx context.Context, p *FlowApplyParams) (*FlowApplyResult, error) {
+	if p.Lease == nil {
+		return nil, errors.New("flow apply: no lease")
+	}
+	var res *FlowApplyResult
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		var err error
+		res, err = RunFlowApply(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow apply %s/%s work %d: %w", p.Lease.Flow, p.Lease.Entity, p.WorkID, err)
+	}
+	return res, nil
+}
+
+// FlowApplyBatch settles several work items of one leased entity in one
+// transaction (RunFlowApplyBatch).
+func (r *Rules) FlowApplyBatch(ctx context.Context, ps []*FlowApplyParams) ([]*FlowApplyResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	for _, p := range ps {
+		if p.Lease == nil {
+			return nil, errors.New("flow apply: no lease")
+		}
+	}
+	var out []*FlowApplyResult
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		var err error
+		out, err = RunFlowApplyBatch(ctx, tx, ps)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow apply %s/%s: %w", ps[0].Lease.Flow, ps[0].Lease.Entity, err)
+	}
+	return out, nil
+}
+
+// FlowApplyGroup settles the submissions in one transaction
+// (RunFlowApplyGroup): a group of entities shares one commit, and on
+// PostgreSQL its statements. When the group fails as a whole (one
+// submission's error, or the database's), each submission is settled
+// alone, so that one cannot fail another.
+func (r *Rules) FlowApplyGroup(ctx context.Context, subs [][]*FlowApplyParams) []FlowApplyOutcome {
+	out := make([]FlowApplyOutcome, len(subs))
+	alone := func() []FlowApplyOutcome {
+		for i, ps := range subs {
+			out[i].Results, out[i].Err = r.FlowApplyBatch(ctx, ps)
+		}
+		return out
+	}
+	if len(subs) < 2 {
+		return alone()
+	}
+	for _, ps := range subs {
+		if len(ps) == 0 || ps[0].Lease == nil {
+			return alone() // FlowApplyBatch answers each precisely
+		}
+	}
+	var got []FlowApplyOutcome
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		var err error
+		got, err = RunFlowApplyGroup(ctx, tx, subs)
+		return err
+	})
+	if err != nil {
+		r.groupsAlone.Add(1)
+		return alone()
+	}
+	for i, o := range got {
+		if o.Err != nil {
+			l := subs[i][0].Lease
+			o.Results, o.Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
+		}
+		out[i] = o
+	}
+	return out
+}

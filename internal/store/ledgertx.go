@@ -1,0 +1,319 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The effect ledger's operations (Ledger): claims, settles and the
+// operators' actions, over the statements of LedgerTx. Claims and
+// settles are the delivery path (TxProcess): each costs the round trips
+// of its reads, the writes going with the commit where the driver can
+// hold them back.
+
+// LedgerTx is the statements of the effect ledger.
+type LedgerTx interface {
+	// EffectLease leases up to Limit due effects (see Ledger.EffectClaim
+	// for due, and Destinations), in claim order: next attempt time, then
+	// id. Where the database has row locks it locks them, passing over
+	// rows another transaction holds. Each is leased under a fresh token
+	// made from Owner: state submitting, lease_until and next_attempt_at
+	// Until, updated_at Now. The claim's transition from each state is
+	// LeaseTransition's, which the statement applies in the same write
+	// (a rule the database can apply as it leases, so a claim costs no
+	// read of the rows before it). Each comes back as the claim left it,
+	// but for State, which is the state it was claimed from, with the
+	// time it last changed before the claim and, for one claimed from
+	// submitting, the end of the lease it had.
+	EffectLease(ctx context.Context, p *EffectLeaseParams) ([]*LeasedEffect, error)
+	// AttemptInsert records a call: an attempts row with a's fields.
+	AttemptInsert(ctx context.Context, a *Attempt) error
+	// EffectsFence reads the effects whose lease each of ps still holds:
+	// its token, state submitting, and lease_until after its Now. Where
+	// the database has row locks it locks them until the commit, in id
+	// order, the order every settle locks in (a claimer passes a locked
+	// row by), so no claim takes one over halfway. An effect whose lease
+	// does not hold is absent from the answer.
+	EffectsFence(ctx context.Context, ps []*EffectSettleParams) (map[int64]*Effect, error)
+	// EffectsSettle writes each settle: its attempts row, when it has
+	// one, and the effect's next state (SettleWrite).
+	EffectsSettle(ctx context.Context, ws []*SettleWrite) error
+	// EffectRetry moves effect ID to approved, attempts 0, nothing
+	// scheduled, its note set when Note is not empty, updated at Now.
+	EffectRetry(ctx context.Context, p *EffectOperateParams) error
+	// EffectResolve moves effect ID to resolved, nothing scheduled, its
+	// note Note and its mismatch mark cleared, updated at Now.
+	EffectResolve(ctx context.Context, p *EffectOperateParams) error
+	// EffectAssign sets effect ID's owner to Owner and its note when Note
+	// is not empty, updated at Now.
+	EffectAssign(ctx context.Context, p *EffectOperateParams) error
+}
+
+// EffectLeaseParams leases due effects.
+type EffectLeaseParams struct {
+	Owner        string
+	Now, Until   time.Time
+	Limit        int
+	Destinations []string
+	MaxRedrives  int
+	// ResumedReason is the reason a call found abandoned records.
+	ResumedReason string
+}
+
+// LeasedEffect is one effect a lease took.
+type LeasedEffect struct {
+	Effect
+	Token string
+	// PriorAt is when the effect last changed before the claim (for one
+	// claimed from submitting: when the previous holder claimed it), and
+	// PriorUntil the end of that holder's lease.
+	PriorAt, PriorUntil time.Time
+}
+
+// LeaseTransition is what a claim does to an effect claimed from its
+// State, beside leasing it: a dead effect is re-driven (attempts restart,
+// redrives+1), and one still submitting after its lease ran out was
+// abandoned during its call, whose outcome is therefore unknown: it is
+// counted (attempts+1) and the effect takes class unknown_outcome with
+// reason, so that giving this claim back without a call leaves it
+// awaiting reconciliation, never a blind resend (IP04).
+func LeaseTransition(f *Effect, reason string) {
+	switch f.State {
+	case EffectDead:
+		f.Attempts = 0
+		f.Redrives++
+	case EffectSubmitting:
+		f.ErrorClass, f.Reason = ClassUnknown, reason
+		f.Attempts++
+	}
+}
+
+// ResumedReason is the reason recorded on an effect found submitting with
+// an expired lease.
+const ResumedReason = "the lease expired during the call: outcome unknown"
+
+// AbandonedDetail is the error of an abandoned call's attempts row.
+func AbandonedDetail(leaseUntil time.Time) string {
+	return AbandonedCall + " (its lease ran out at " + leaseUntil.UTC().Format(time.RFC3339Nano) + ")"
+}
+
+// SettleWrite is one settle as EffectsSettle writes it.
+type SettleWrite struct {
+	*EffectSettleParams
+	// Attempts is the effect's attempts after the settle.
+	Attempts int
+	// Call is the attempts row, numbered, with its start, or nil.
+	Call *Attempt
+}
+
+// settleCounts is the rule settles count by: the effect's attempts after
+// this settle, and the attempts row's number (0: no call).
+func settleCounts(f *Effect, p *EffectSettleParams) (attempts, number int) {
+	attempts = f.Attempts
+	if p.AddAttempt {
+		attempts++
+	}
+	if p.Attempt != nil {
+		number = max(attempts, 1)
+	}
+	return attempts, number
+}
+
+// EffectClaim leases due effects, oldest due first (see Ledger). Plain
+// claims write no audit row; a re-drive and a resumed call write one, and
+// an abandoned call its attempts row, started when the dead worker
+// claimed it.
+func (r *Rules) EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*ClaimedEffect, error) {
+	until := p.Now.Add(p.LeaseFor)
+	var out []*ClaimedEffect
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		leased, err := tx.EffectLease(ctx, &EffectLeaseParams{Owner: p.Owner, Now: p.Now, Until: until, Limit: ClampLimit(p.Limit),
+			Destinations: p.Destinations, MaxRedrives: p.MaxRedrives, ResumedReason: ResumedReason})
+		if err != nil {
+			return err
+		}
+		out = make([]*ClaimedEffect, 0, len(leased))
+		for _, l := range leased {
+			c := &ClaimedEffect{Effect: l.Effect, Token: l.Token, Until: until.UTC()}
+			c.Redrive = c.State == EffectDead
+			c.Resumed = c.State == EffectSubmitting || c.State == EffectNeedsReconciliation
+			switch {
+			case c.Redrive:
+				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, ActionEffectRedrive, RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)))
+			case c.Resumed:
+				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, ActionEffectResumed, ResumedDetail(c.EpisodeKey, c.State)))
+			}
+			if err != nil {
+				return err
+			}
+			if c.State == EffectSubmitting {
+				if err := tx.AttemptInsert(ctx, &Attempt{EffectID: c.ID, Number: c.Attempts, StartedAt: l.PriorAt,
+					Duration: l.PriorUntil.Sub(l.PriorAt), Class: ClassUnknown, Error: AbandonedDetail(l.PriorUntil)}); err != nil {
+					return fmt.Errorf("record abandoned call of effect %d: %w", c.ID, err)
+				}
+			}
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim effects: %w", err)
+	}
+	return out, nil
+}
+
+// EffectSettle records one call and moves the effect on, fenced by its
+// lease token (see Ledger).
+func (r *Rules) EffectSettle(ctx context.Context, p *EffectSettleParams) error {
+	if !SettleStates[p.State] {
+		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
+	}
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		lost, err := settle(ctx, tx, []*EffectSettleParams{p})
+		if err == nil && lost[p.EffectID] {
+			err = ErrLeaseLost
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("settle effect %d: %w", p.EffectID, err)
+	}
+	return nil
+}
+
+// EffectSettleGroup settles the group in one transaction: the delivery
+// workers' settles share one commit, and on PostgreSQL one statement per
+// table. An effect whose lease no longer holds is answered ErrLeaseLost
+// and nothing is written for it; should the group fail as a whole, each
+// is settled alone, so that one cannot fail another.
+func (r *Rules) EffectSettleGroup(ctx context.Context, ps []*EffectSettleParams) []error {
+	errs := make([]error, len(ps))
+	alone := func() []error {
+		for i, p := range ps {
+			errs[i] = r.EffectSettle(ctx, p)
+		}
+		return errs
+	}
+	if len(ps) < 2 {
+		return alone()
+	}
+	seen := make(map[int64]bool, len(ps))
+	for _, p := range ps {
+		if !SettleStates[p.State] || seen[p.EffectID] {
+			return alone() // EffectSettle answers each precisely
+		}
+		seen[p.EffectID] = true
+	}
+	var lost map[int64]bool
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		var err error
+		lost, err = settle(ctx, tx, ps)
+		return err
+	})
+	if err != nil {
+		r.settlesAlone.Add(1)
+		return alone()
+	}
+	for i, p := range ps {
+		if lost[p.EffectID] {
+			errs[i] = fmt.Errorf("settle effect %d: %w", p.EffectID, ErrLeaseLost)
+		}
+	}
+	return errs
+}
+
+// settle fences ps and writes those whose lease holds, with their audit
+// rows; it answers the effects whose lease was lost.
+func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]bool, error) {
+	held, err := tx.EffectsFence(ctx, ps)
+	if err != nil {
+		return nil, fmt.Errorf("check lease: %w", err)
+	}
+	lost := map[int64]bool{}
+	ws := make([]*SettleWrite, 0, len(ps))
+	var audits []*AuditInsertParams
+	for _, p := range ps {
+		f := held[p.EffectID]
+		if f == nil {
+			lost[p.EffectID] = true
+			continue
+		}
+		w := &SettleWrite{EffectSettleParams: p}
+		var number int
+		w.Attempts, number = settleCounts(f, p)
+		if p.Attempt != nil {
+			a := *p.Attempt
+			a.EffectID, a.Number = p.EffectID, number
+			if a.StartedAt.IsZero() {
+				a.StartedAt = p.Now
+			}
+			w.Call = &a
+		}
+		ws = append(ws, w)
+		audits = append(audits, effectAudit(f, p.Now, p.Actor, SettleAction(p.State), SettleDetail(f.EpisodeKey, number, p)))
+	}
+	if len(ws) == 0 {
+		return lost, nil
+	}
+	if err := tx.EffectsSettle(ctx, ws); err != nil {
+		return nil, fmt.Errorf("update effect: %w", err)
+	}
+	for _, a := range audits {
+		if err := tx.Audit(ctx, a); err != nil {
+			return nil, err
+		}
+	}
+	return lost, nil
+}
+
+// EffectOperate applies one operator action in one transaction, with the
+// effect row locked where the database has row locks, so that a claim
+// cannot take it halfway (see Ledger).
+func (r *Rules) EffectOperate(ctx context.Context, p *EffectOperateParams) (*Effect, error) {
+	if err := CheckOperate(p); err != nil {
+		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
+	}
+	var f *Effect
+	err := r.db.InTx(ctx, TxOperate, func(ctx context.Context, tx Tx) error {
+		var err error
+		f, err = operate(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
+	}
+	return f, nil
+}
+
+func operate(ctx context.Context, tx Tx, p *EffectOperateParams) (*Effect, error) {
+	f, err := tx.EffectRead(ctx, p.EffectID, true)
+	if err != nil {
+		return nil, fmt.Errorf("read effect: %w", err)
+	}
+	if f == nil {
+		return nil, fmt.Errorf("effect: %w", ErrNotFound)
+	}
+	if !slices.Contains(OperateFrom[p.Action], f.State) {
+		return nil, fmt.Errorf("%s from %s: %w", p.Action, f.State, ErrInvalidTransition)
+	}
+	switch p.Action {
+	case OperateRetry:
+		err = tx.EffectRetry(ctx, p)
+	case OperateResolve:
+		err = tx.EffectResolve(ctx, p)
+	case OperateAssign:
+		err = tx.EffectAssign(ctx, p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("update effect: %w", err)
+	}
+	if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, OperateAction(p.Action), OperateDetail(f, p))); err != nil {
+		return nil, err
+	}
+	if f, err = tx.EffectRead(ctx, p.EffectID, false); err != nil {
+		return nil, fmt.Errorf("read effect: %w", err)
+	}
+	return f, nil
+}

@@ -1,0 +1,182 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Routing (EventRoute, EventRouteNext): what a routing decision writes is
+// written here once; where a page of events to route is taken depends on
+// whether processes share the database (Driver.Shared).
+
+// RouteTx is the statements of routing.
+type RouteTx interface {
+	// EventsClaim claims for routing, of the events pks, each that is not
+	// routed yet: it marks the event routed (and takes it off any queue
+	// the driver keeps for the router) and returns it. Where the database
+	// has row locks, an event another transaction holds is passed over
+	// without waiting: its router's decision stands, or, should that
+	// router roll back, the event is found again.
+	EventsClaim(ctx context.Context, pks []int64) ([]RouteEvent, error)
+	// EventsTake claims up to limit accepted events waiting for the
+	// router, in pk order, as EventsClaim claims them, and returns each
+	// with the body of its first delivery. Only a shared database
+	// (Driver.Shared) takes pages so: its rows are locked until the
+	// commit, and another router's page passes them over. A driver whose
+	// database one process owns answers ErrNotShared.
+	EventsTake(ctx context.Context, limit int) ([]*RoutableEvent, []RouteEvent, error)
+	// EventsWithoutPending returns, of the events pks, those without a
+	// pending work item, in pk order.
+	EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error)
+}
+
+// ErrNotShared is the answer of a statement only a database that several
+// processes share runs.
+var ErrNotShared = errors.New("the database is not shared between processes")
+
+// RouteEvent is an event as routing claims it: what its audit rows and
+// its disposition need.
+type RouteEvent struct {
+	PK                            int64
+	Source, EventID, Type, Entity string
+	Disposition                   Disposition
+}
+
+// EventRoute records routing decisions in one transaction of the
+// processing path (see Pipeline). A decision for an event that is already
+// routed (another router got there first) is skipped as a whole, which
+// is what makes concurrent routing safe: the event is claimed before
+// anything else is written.
+func (r *Rules) EventRoute(ctx context.Context, p *EventRouteParams) error {
+	StorableRoutes(p.Decisions)
+	byPK := decisionsByPK(p.Decisions)
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		claimed, err := tx.EventsClaim(ctx, slices.Sorted(maps.Keys(byPK)))
+		if err != nil {
+			return fmt.Errorf("mark routed: %w", err)
+		}
+		return routeClaimed(ctx, tx, p, byPK, claimed)
+	})
+	if err != nil {
+		return fmt.Errorf("route events: %w", err)
+	}
+	return nil
+}
+
+// EventRouteNext routes the next page of unrouted events (see Pipeline).
+// On a shared database the page is taken under row locks, which another
+// router's page passes over, decided and recorded in one transaction:
+// listing without the locks let every process read and decide the same
+// page (each event was read, decoded and decided 2.1 times with two
+// processes), and the second router's work was thrown away by the claim.
+// A database one process owns takes its pages under a lock of the
+// process instead: the page is read and decided before the write
+// transaction, which decides nothing, so the one writer is held no
+// longer than it writes.
+func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (int, error) {
+	if !r.db.Shared() {
+		r.routeMu.Lock()
+		defer r.routeMu.Unlock()
+		evs, err := r.db.EventListUnrouted(ctx, &EventListUnroutedParams{Limit: p.Limit})
+		if err != nil || len(evs) == 0 {
+			return 0, err
+		}
+		ds := p.Decide(evs)
+		if err := CheckDecisions(evs, ds); err != nil {
+			return 0, fmt.Errorf("route events: %w", err)
+		}
+		if err := r.EventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}); err != nil {
+			return 0, err
+		}
+		return len(evs), nil
+	}
+	var n int
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		evs, claimed, err := tx.EventsTake(ctx, ClampLimit(p.Limit))
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		n = len(evs)
+		ds := p.Decide(evs)
+		if err := CheckDecisions(evs, ds); err != nil {
+			return err
+		}
+		return routeClaimed(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), claimed)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("route events: %w", err)
+	}
+	return n, nil
+}
+
+// decisionsByPK indexes decisions by event; a later decision for an event
+// replaces an earlier one.
+func decisionsByPK(ds []*RouteDecision) map[int64]*RouteDecision {
+	byPK := make(map[int64]*RouteDecision, len(ds))
+	for _, d := range ds {
+		byPK[d.EventPK] = d
+	}
+	return byPK
+}
+
+// routeClaimed records the decisions of the events claimed: an event with
+// no route ends unrouted (audited), the others' work rows are enqueued,
+// and an event whose routes all failed (dead letters) or whose work rows
+// all existed already settles by the aggregate rule.
+func routeClaimed(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int64]*RouteDecision, claimed []RouteEvent) error {
+	slices.SortFunc(claimed, func(a, b RouteEvent) int { return cmp.Compare(a.PK, b.PK) })
+	q := &EnqueueParams{Now: p.Now, Actor: "router", Pending: map[int64]bool{}}
+	var withWork []int64
+	for _, ev := range claimed {
+		d := byPK[ev.PK]
+		if len(d.Routes) == 0 {
+			if ev.Disposition != DispositionAccepted {
+				continue
+			}
+			if err := tx.SetDisposition(ctx, ev.PK, DispositionUnrouted); err != nil {
+				return fmt.Errorf("set unrouted: %w", err)
+			}
+			if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: "router", Action: ActionDisposition,
+				Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: UnroutedDetail("accepted", ev.Type)}); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, rt := range d.Routes {
+			q.Items = append(q.Items, EnqueueItem{EventPK: ev.PK, Source: ev.Source, EventID: ev.EventID, Route: rt})
+		}
+		withWork = append(withWork, ev.PK)
+	}
+	if err := tx.WorkEnqueue(ctx, q); err != nil {
+		return fmt.Errorf("enqueue: %w", err)
+	}
+	if err := tx.Flush(ctx); err != nil {
+		return err
+	}
+	// An event routed to flows normally has pending work now: a row this
+	// transaction inserted, which nothing else can settle before the
+	// commit. Only the others are asked for.
+	var rest []int64
+	for _, pk := range withWork {
+		if !q.Pending[pk] {
+			rest = append(rest, pk)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	settle, err := tx.EventsWithoutPending(ctx, rest)
+	if err != nil {
+		return fmt.Errorf("find settled events: %w", err)
+	}
+	for _, pk := range settle {
+		if err := SettleEvent(ctx, tx, pk, 0, p.Now, "router"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
