@@ -74,15 +74,36 @@ func orderAt(at time.Time, eventID, typ, orderID string, rev int, intent string)
 }
 
 func (p *player) steps() []step {
+	return append(p.orderSteps(), p.edgeSteps()...)
+}
+
+// sendDisposed sends one event of the shop and waits until it has the
+// disposition want.
+func (p *player) sendDisposed(ctx context.Context, body, eventID, want string) error {
+	if err := p.send(ctx, "shop", body, nil); err != nil {
+		return err
+	}
+	return p.disposition(ctx, "shop", eventID, want)
+}
+
+// sendEffect sends one order event of the shop and waits until the
+// order's effect is in one of states.
+func (p *player) sendEffect(ctx context.Context, body, orderID, effect string, states ...string) (*effectJSON, error) {
+	if err := p.send(ctx, "shop", body, nil); err != nil {
+		return nil, err
+	}
+	return p.effect(ctx, "orders", orderID, effect, states...)
+}
+
+// orderSteps are the dossier's order ord-1001 (duplicates and a late
+// revision) and what each destination does to one order's effect.
+func (p *player) orderSteps() []step {
 	d := p.d
 	created := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
 	confirmed, cancelled := created.Add(2*time.Minute), created.Add(5*time.Minute)
 	return []step{
 		{"create r1: order.created ord-1001 r1", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", orderAt(created, "evt-1001-r1", "order.created", "ord-1001", 1, "CREATED"), nil); err != nil {
-				return "", err
-			}
-			if err := p.disposition(ctx, "shop", "evt-1001-r1", "applied"); err != nil {
+			if err := p.sendDisposed(ctx, orderAt(created, "evt-1001-r1", "order.created", "ord-1001", 1, "CREATED"), "evt-1001-r1", "applied"); err != nil {
 				return "", err
 			}
 			if _, err := p.effect(ctx, "orders", "ord-1001", "notify_created", "done"); err != nil {
@@ -104,120 +125,77 @@ func (p *player) steps() []step {
 			return "200; recorded as delivery 2 of one event, nothing new to do", nil
 		}},
 		{"duplicate event: same change, new event id", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", orderAt(created, "evt-1001-r1-copy", "order.created", "ord-1001", 1, "CREATED"), nil); err != nil {
-				return "", err
-			}
-			if err := p.disposition(ctx, "shop", "evt-1001-r1-copy", "duplicate"); err != nil {
-				return "", err
-			}
-			return "duplicate; still one notify_created", nil
+			err := p.sendDisposed(ctx, orderAt(created, "evt-1001-r1-copy", "order.created", "ord-1001", 1, "CREATED"), "evt-1001-r1-copy", "duplicate")
+			return "duplicate; still one notify_created", err
 		}},
 		{"cancel r3: order.cancelled ord-1001 r3", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", orderAt(cancelled, "evt-1001-r3", "order.cancelled", "ord-1001", 3, "CANCELLED"), nil); err != nil {
+			if err := p.sendDisposed(ctx, orderAt(cancelled, "evt-1001-r3", "order.cancelled", "ord-1001", 3, "CANCELLED"), "evt-1001-r3", "applied"); err != nil {
 				return "", err
 			}
-			if err := p.disposition(ctx, "shop", "evt-1001-r3", "applied"); err != nil {
-				return "", err
-			}
-			if _, err := p.effect(ctx, "orders", "ord-1001", "notify_cancel", "done"); err != nil {
-				return "", err
-			}
-			return "applied; notify_cancel done", nil
+			_, err := p.effect(ctx, "orders", "ord-1001", "notify_cancel", "done")
+			return "applied; notify_cancel done", err
 		}},
 		{"late r2: order.confirmed ord-1001 r2 after r3", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", orderAt(confirmed, "evt-1001-r2", "order.confirmed", "ord-1001", 2, "CONFIRMED"), nil); err != nil {
-				return "", err
-			}
-			if err := p.disposition(ctx, "shop", "evt-1001-r2", "stale"); err != nil {
-				return "", err
-			}
-			return "stale; no confirmation for a cancelled order", nil
+			err := p.sendDisposed(ctx, orderAt(confirmed, "evt-1001-r2", "order.confirmed", "ord-1001", 2, "CONFIRMED"), "evt-1001-r2", "stale")
+			return "stale; no confirmation for a cancelled order", err
 		}},
 		{"confirm ord-1002 r1: the mail goes out", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1002-r1", "order.confirmed", "ord-1002", 1, "CONFIRMED"), nil); err != nil {
-				return "", err
-			}
-			if _, err := p.effect(ctx, "orders", "ord-1002", "confirm", "done"); err != nil {
-				return "", err
-			}
-			return "applied; confirm done (mailer 201)", nil
+			_, err := p.sendEffect(ctx, order("evt-1002-r1", "order.confirmed", "ord-1002", 1, "CONFIRMED"), "ord-1002", "confirm", "done")
+			return "applied; confirm done (mailer 201)", err
 		}},
 		{"confirm ord-1008: the mailer loses the mail", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1008-r1", "order.confirmed", "ord-1008", 1, "CONFIRMED"), nil); err != nil {
-				return "", err
-			}
-			if _, err := p.effect(ctx, "orders", "ord-1008", "confirm", "done"); err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("done (201); verification looks it up again after %s", d.VerifyAfter), nil
+			_, err := p.sendEffect(ctx, order("evt-1008-r1", "order.confirmed", "ord-1008", 1, "CONFIRMED"), "ord-1008", "confirm", "done")
+			return fmt.Sprintf("done (201); verification looks it up again after %s", d.VerifyAfter), err
 		}},
 		{"pay ord-1003: the CRM hangs after creating", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1003-r1", "order.paid", "ord-1003", 1, "PAID"), nil); err != nil {
-				return "", err
-			}
-			e, err := p.effect(ctx, "orders", "ord-1003", "sync_crm", "done")
+			e, err := p.sendEffect(ctx, order("evt-1003-r1", "order.paid", "ord-1003", 1, "PAID"), "ord-1003", "sync_crm", "done")
 			if err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("timeout after %s, outcome unknown; the lookup found the contact: done after %d call(s)", d.CallTimeout, e.Attempts), nil
 		}},
 		{"pay ord-1004: the ledger hangs, no lookup", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1004-r1", "order.paid", "ord-1004", 1, "PAID"), nil); err != nil {
-				return "", err
-			}
-			if _, err := p.effect(ctx, "orders", "ord-1004", "post_ledger", "needs_reconciliation"); err != nil {
-				return "", err
-			}
-			return "needs_reconciliation: never resent blind; a person checks the ledger", nil
+			_, err := p.sendEffect(ctx, order("evt-1004-r1", "order.paid", "ord-1004", 1, "PAID"), "ord-1004", "post_ledger", "needs_reconciliation")
+			return "needs_reconciliation: never resent blind; a person checks the ledger", err
 		}},
 		{"ship ord-1005: the carrier answers 429", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1005-r1", "order.shipped", "ord-1005", 1, "SHIPPED"), nil); err != nil {
-				return "", err
-			}
-			e, err := p.effect(ctx, "orders", "ord-1005", "book_carrier", "done")
+			e, err := p.sendEffect(ctx, order("evt-1005-r1", "order.shipped", "ord-1005", 1, "SHIPPED"), "ord-1005", "book_carrier", "done")
 			if err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("retained for Retry-After: %ss, then done after %d calls", retryAfterSecond, e.Attempts), nil
 		}},
 		{"invoice ord-1006: the warehouse answers 422", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1006-r1", "order.invoiced", "ord-1006", 1, "INVOICED"), nil); err != nil {
-				return "", err
-			}
-			e, err := p.effect(ctx, "orders", "ord-1006", "export_invoice", "dead")
+			e, err := p.sendEffect(ctx, order("evt-1006-r1", "order.invoiced", "ord-1006", 1, "INVOICED"), "ord-1006", "export_invoice", "dead")
 			if err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("dead (%s), never retried: in the exception queue", e.ErrorClass), nil
 		}},
 		{"subscribe ord-1007: 200 with an error body", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1007-r1", "order.subscribed", "ord-1007", 1, "SUBSCRIBED"), nil); err != nil {
-				return "", err
-			}
-			e, err := p.effect(ctx, "orders", "ord-1007", "subscribe", "dead")
+			e, err := p.sendEffect(ctx, order("evt-1007-r1", "order.subscribed", "ord-1007", 1, "SUBSCRIBED"), "ord-1007", "subscribe", "dead")
 			if err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("dead (%s): a classify rule read the body", e.ErrorClass), nil
 		}},
 		{"cancel ord-1002 r2: undo the mail", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1002-r2", "order.cancelled", "ord-1002", 2, "CANCELLED"), nil); err != nil {
-				return "", err
-			}
-			if _, err := p.effect(ctx, "orders", "ord-1002", "confirm:compensate", "retry_wait", "dead"); err != nil {
-				return "", err
-			}
-			return "compensation created; the void endpoint answers 503: outstanding", nil
+			_, err := p.sendEffect(ctx, order("evt-1002-r2", "order.cancelled", "ord-1002", 2, "CANCELLED"), "ord-1002", "confirm:compensate", "retry_wait", "dead")
+			return "compensation created; the void endpoint answers 503: outstanding", err
 		}},
 		{"overdue ord-1009: dunning mail, deadline", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1009-r1", "order.overdue", "ord-1009", 1, "OVERDUE"), nil); err != nil {
-				return "", err
-			}
-			if _, err := p.effect(ctx, "orders", "ord-1009", "dunning_mail", "retry_wait"); err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("the dunning service answers 503; the %s deadline will pass while it retries", d.Deadline), nil
+			_, err := p.sendEffect(ctx, order("evt-1009-r1", "order.overdue", "ord-1009", 1, "OVERDUE"), "ord-1009", "dunning_mail", "retry_wait")
+			return fmt.Sprintf("the dunning service answers 503; the %s deadline will pass while it retries", d.Deadline), err
 		}},
+	}
+}
+
+// edgeSteps are the dossier's edges: a feedback loop, conflicting and
+// empty revisions, an operator's resolution, an event no flow takes and
+// a source API that is down.
+func (p *player) edgeSteps() []step {
+	d := p.d
+	return []step{
 		{"feedback loop: A -> B -> A, one causation", func(ctx context.Context) (string, error) {
 			cause := func(hop int) http.Header {
 				return http.Header{"X-Hookledger-Causation": {"cause-7"}, "X-Hookledger-Hop": {fmt.Sprint(hop)}}
@@ -234,70 +212,42 @@ func (p *player) steps() []step {
 					return "", err
 				}
 			}
-			if err := p.until(ctx, "the loop block", func() (bool, error) {
+			err := p.until(ctx, "the loop block", func() (bool, error) {
 				sig, err := p.signals(ctx)
 				return sig["loop_blocks"].Value > 0, err
-			}); err != nil {
-				return "", err
-			}
-			return "the second visit to a_to_b is blocked (loop_blocked)", nil
+			})
+			return "the second visit to a_to_b is blocked (loop_blocked)", err
 		}},
 		{"version conflict ord-1010: two states for r1", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1010-r1", "order.created", "ord-1010", 1, "CREATED"), nil); err != nil {
+			if err := p.sendDisposed(ctx, order("evt-1010-r1", "order.created", "ord-1010", 1, "CREATED"), "evt-1010-r1", "applied"); err != nil {
 				return "", err
 			}
-			if err := p.disposition(ctx, "shop", "evt-1010-r1", "applied"); err != nil {
-				return "", err
-			}
-			if err := p.send(ctx, "shop", order("evt-1010-r1-other", "order.confirmed", "ord-1010", 1, "CONFIRMED"), nil); err != nil {
-				return "", err
-			}
-			if err := p.disposition(ctx, "shop", "evt-1010-r1-other", "dead_lettered"); err != nil {
-				return "", err
-			}
-			return "dead_lettered (version_conflict): the ledger keeps the first", nil
+			err := p.sendDisposed(ctx, order("evt-1010-r1-other", "order.confirmed", "ord-1010", 1, "CONFIRMED"), "evt-1010-r1-other", "dead_lettered")
+			return "dead_lettered (version_conflict): the ledger keeps the first", err
 		}},
 		{"lost intent ord-1011 r2: no state in it", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1011-r1", "order.created", "ord-1011", 1, "CREATED"), nil); err != nil {
+			if err := p.sendDisposed(ctx, order("evt-1011-r1", "order.created", "ord-1011", 1, "CREATED"), "evt-1011-r1", "applied"); err != nil {
 				return "", err
 			}
-			if err := p.disposition(ctx, "shop", "evt-1011-r1", "applied"); err != nil {
-				return "", err
-			}
-			if err := p.send(ctx, "shop", order("evt-1011-r2", "order.updated", "ord-1011", 2, ""), nil); err != nil {
-				return "", err
-			}
-			if err := p.disposition(ctx, "shop", "evt-1011-r2", "dead_lettered"); err != nil {
-				return "", err
-			}
-			return "dead_lettered; ord-1011 is stuck at r1 (revision lag)", nil
+			err := p.sendDisposed(ctx, order("evt-1011-r2", "order.updated", "ord-1011", 2, ""), "evt-1011-r2", "dead_lettered")
+			return "dead_lettered; ord-1011 is stuck at r1 (revision lag)", err
 		}},
 		{"test event ord-1012, closed by an operator", func(ctx context.Context) (string, error) {
-			if err := p.send(ctx, "shop", order("evt-1012-r1", "order.created", "ord-1012", 1, ""), nil); err != nil {
-				return "", err
-			}
-			if err := p.disposition(ctx, "shop", "evt-1012-r1", "dead_lettered"); err != nil {
+			if err := p.sendDisposed(ctx, order("evt-1012-r1", "order.created", "ord-1012", 1, ""), "evt-1012-r1", "dead_lettered"); err != nil {
 				return "", err
 			}
 			if err := p.api(ctx, http.MethodPost, "/api/v1/events/resolve", map[string]string{
 				"source": "shop", "event_id": "evt-1012-r1", "note": "a test order from the shop's staging system"}, nil); err != nil {
 				return "", err
 			}
-			if err := p.disposition(ctx, "shop", "evt-1012-r1", "resolved"); err != nil {
-				return "", err
-			}
-			return "dead_lettered, then resolved with a note (events resolve)", nil
+			err := p.disposition(ctx, "shop", "evt-1012-r1", "resolved")
+			return "dead_lettered, then resolved with a note (events resolve)", err
 		}},
 		{"customer.updated: no flow subscribes", func(ctx context.Context) (string, error) {
 			body := fmt.Sprintf(`{"eventId":"evt-cus-1","type":"customer.updated","occurredAt":%q,"customer_id":"cus-1"}`,
 				time.Now().UTC().Format(time.RFC3339Nano))
-			if err := p.send(ctx, "shop", body, nil); err != nil {
-				return "", err
-			}
-			if err := p.disposition(ctx, "shop", "evt-cus-1", "unrouted"); err != nil {
-				return "", err
-			}
-			return "unrouted: stored and acknowledged, nothing to do", nil
+			err := p.sendDisposed(ctx, body, "evt-cus-1", "unrouted")
+			return "unrouted: stored and acknowledged, nothing to do", err
 		}},
 		{"stock.changed sku-1: its source API is down", func(ctx context.Context) (string, error) {
 			body := fmt.Sprintf(`{"eventId":"evt-sku-1","type":"stock.changed","occurredAt":%q,"sku":"sku-1"}`,
