@@ -390,30 +390,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			delete(s.keys, key) // pruned: a resend is a new request
 		}
 		if sv := s.keys[key]; sv != nil {
+			var header http.Header
+			var b []byte
 			rec.Replayed = true
-			switch {
-			case sv.bodyHash != hash:
-				rec.Status = http.StatusBadRequest
-				s.log = append(s.log, rec)
-				s.mu.Unlock()
-				writeJSON(w, rec.Status, nil, map[string]any{"error": map[string]any{"type": "idempotency_error",
-					"message": "Keys for idempotent requests can only be used with the same parameters they were first used with."}})
-				return
-			case sv.running:
-				rec.Status = http.StatusConflict
-				s.log = append(s.log, rec)
-				s.mu.Unlock()
-				writeJSON(w, rec.Status, nil, map[string]any{"error": map[string]any{"type": "idempotency_error",
-					"message": "a request with this key is still being processed"}})
-				return
-			default:
-				rec.Status = sv.status
-				s.log = append(s.log, rec)
-				s.mu.Unlock()
-				w.Header().Set("Idempotent-Replayed", "true")
-				writeRaw(w, sv.status, sv.header, sv.body)
-				return
-			}
+			rec.Status, header, b = replayOf(sv, hash)
+			s.log = append(s.log, rec)
+			s.mu.Unlock()
+			writeRaw(w, rec.Status, header, b)
+			return
 		}
 	}
 	var fault Fault
@@ -431,37 +415,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		sv = &saved{bodyHash: hash, at: rec.At, running: true}
 		s.keys[key] = sv
 	}
-	var status int
-	var header http.Header
-	var out any
-	switch fault {
-	case Success, TimeoutAfterWork, ResetAfterWork, BatchPartial:
-		s.executed[key]++
-		id, ok := s.ids[key]
-		if !ok {
-			s.nextID++
-			id = fmt.Sprintf("obj_%06d", s.nextID)
-			s.ids[key] = id
-		}
-		status, out = http.StatusCreated, map[string]any{"id": id, "key": key}
-		if fault == BatchPartial {
-			status, out = http.StatusOK, map[string]any{"id": id, "results": []any{
-				map[string]any{"status": "created", "id": id},
-				map[string]any{"status": "error", "reason": "INVALID_EMAIL", "message": "record 2: email is not valid"},
-			}}
-		}
-	case Fail500, Fail500Saved:
-		status, out = http.StatusInternalServerError, map[string]any{"error": map[string]any{"type": "api_error", "message": "internal error"}}
-	case Fail429Seconds, Fail429Millis, Fail429Date:
-		status, header = http.StatusTooManyRequests, http.Header{"Retry-After": {retryAfter(opts, fault, rec.At)}}
-		out = map[string]any{"error": map[string]any{"type": "rate_limit_error", "message": "too many requests"}}
-	case HiddenFailure:
-		status, out = http.StatusOK, map[string]any{"success": false, "errors": []any{map[string]any{"code": "1003", "message": "Invalid data"}}}
-	case Fail400:
-		status, out = http.StatusBadRequest, map[string]any{"error": map[string]any{"type": "invalid_request_error", "message": "invalid parameter"}}
-	case TimeoutBeforeWork, ResetBeforeWork:
-		status = 0
-	}
+	status, header, out := s.answerLocked(fault, key, rec.At, opts)
 	rec.Status = status
 	b, _ := json.Marshal(out)
 	if sv != nil {
@@ -488,6 +442,60 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeRaw(w, status, header, b)
+}
+
+// replayOf is the answer to a request whose idempotency key is taken: a
+// different body is refused (400), a request still running conflicts
+// (409), and a finished one's saved answer is replayed.
+func replayOf(sv *saved, hash [sha256.Size]byte) (int, http.Header, []byte) {
+	idemErr := func(status int, msg string) (int, http.Header, []byte) {
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"type": "idempotency_error", "message": msg}})
+		return status, nil, b
+	}
+	switch {
+	case sv.bodyHash != hash:
+		return idemErr(http.StatusBadRequest, "Keys for idempotent requests can only be used with the same parameters they were first used with.")
+	case sv.running:
+		return idemErr(http.StatusConflict, "a request with this key is still being processed")
+	}
+	h := sv.header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Idempotent-Replayed", "true")
+	return sv.status, h, sv.body
+}
+
+// answerLocked is what the destination answers a request with fault,
+// counting the work it does; s.mu is held.
+func (s *Server) answerLocked(fault Fault, key string, at time.Time, opts Options) (int, http.Header, any) {
+	switch fault {
+	case Success, TimeoutAfterWork, ResetAfterWork, BatchPartial:
+		s.executed[key]++
+		id, ok := s.ids[key]
+		if !ok {
+			s.nextID++
+			id = fmt.Sprintf("obj_%06d", s.nextID)
+			s.ids[key] = id
+		}
+		if fault == BatchPartial {
+			return http.StatusOK, nil, map[string]any{"id": id, "results": []any{
+				map[string]any{"status": "created", "id": id},
+				map[string]any{"status": "error", "reason": "INVALID_EMAIL", "message": "record 2: email is not valid"},
+			}}
+		}
+		return http.StatusCreated, nil, map[string]any{"id": id, "key": key}
+	case Fail500, Fail500Saved:
+		return http.StatusInternalServerError, nil, map[string]any{"error": map[string]any{"type": "api_error", "message": "internal error"}}
+	case Fail429Seconds, Fail429Millis, Fail429Date:
+		return http.StatusTooManyRequests, http.Header{"Retry-After": {retryAfter(opts, fault, at)}},
+			map[string]any{"error": map[string]any{"type": "rate_limit_error", "message": "too many requests"}}
+	case HiddenFailure:
+		return http.StatusOK, nil, map[string]any{"success": false, "errors": []any{map[string]any{"code": "1003", "message": "Invalid data"}}}
+	case Fail400:
+		return http.StatusBadRequest, nil, map[string]any{"error": map[string]any{"type": "invalid_request_error", "message": "invalid parameter"}}
+	}
+	return 0, nil, nil // TimeoutBeforeWork, ResetBeforeWork: no answer
 }
 
 // resetConn ends the connection without an answer, with a TCP reset where
