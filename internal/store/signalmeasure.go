@@ -19,11 +19,32 @@ import (
 // MeasureSignals: every call reads the same snapshot, so that the signals
 // agree with one another.
 type SignalReader interface {
-	// SignalRows runs one query at p.Now (the window of
-	// SignalQueryWindowAudit starting p.Window before it) and returns its
-	// rows, as SignalQuery describes them. A query the driver does not
-	// have is ErrUnknownSignalQuery.
-	SignalRows(ctx context.Context, q SignalQuery, p *SignalSnapshotParams) ([]SignalRow, error)
+	// SignalRows runs the driver's statement for q with args, numbered in
+	// the order given (a time as a time.Time), and returns its rows, as
+	// SignalQuery describes them. A query the driver does not have is
+	// ErrUnknownSignalQuery. Which arguments a query takes is the rules'
+	// (signalRows); a driver only holds the SQL.
+	SignalRows(ctx context.Context, q SignalQuery, args ...any) ([]SignalRow, error)
+}
+
+// signalRows runs one query at p.Now, with the arguments it takes: the
+// window of SignalQueryWindowAudit starts p.Window before p.Now, at the
+// first audit row SignalQueryWindowStart finds there.
+func signalRows(ctx context.Context, r SignalReader, q SignalQuery, p *SignalSnapshotParams) ([]SignalRow, error) {
+	switch q {
+	case SignalQueryDeadline, SignalQueryUnknown:
+		return r.SignalRows(ctx, q, p.Now)
+	case SignalQueryWindowStart:
+		return r.SignalRows(ctx, q, p.Now.Add(-p.Window))
+	case SignalQueryWindowAudit:
+		since := p.Now.Add(-p.Window)
+		first, err := r.SignalRows(ctx, SignalQueryWindowStart, since)
+		if err != nil || len(first) == 0 {
+			return nil, err
+		}
+		return r.SignalRows(ctx, q, first[0].N, since)
+	}
+	return r.SignalRows(ctx, q)
 }
 
 // MeasureSignals measures every signal of p.Signals (BuiltinSignals when
@@ -39,7 +60,7 @@ func MeasureSignals(ctx context.Context, r SignalReader, p *SignalSnapshotParams
 		if rows, ok := ran[q]; ok {
 			return rows, nil
 		}
-		rows, err := r.SignalRows(ctx, q, p)
+		rows, err := signalRows(ctx, r, q, p)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", q, err)
 		}

@@ -148,6 +148,11 @@ const (
 	// (a key_conflict's first word of detail, episode_key or version;
 	// the action otherwise), Oldest the earliest.
 	SignalQueryWindowAudit SignalQuery = "window_audit"
+	// SignalQueryWindowStart: where SignalQueryWindowAudit's window
+	// starts, the lowest id of the audit rows at the earliest time at or
+	// after Now-Window: one row with N that id, or none when no audit row
+	// is that recent. A step of SignalQueryWindowAudit, read by no signal.
+	SignalQueryWindowStart SignalQuery = "window_start"
 	// SignalQueryDeadEffects: dead effects, a row per owner: Key the owner
 	// ("unassigned" for none), Oldest the earliest updated_at.
 	SignalQueryDeadEffects SignalQuery = "dead_effects"
@@ -165,7 +170,7 @@ const (
 // SignalQueries returns every signal query, for a driver's tests.
 func SignalQueries() []SignalQuery {
 	return []SignalQuery{SignalQueryLagByFlow, SignalQueryLagLargest, SignalQueryUnfinished, SignalQueryDeadline,
-		SignalQueryUnknown, SignalQueryWindowAudit, SignalQueryDeadEffects, SignalQueryDeadEvents, SignalQueryMismatch,
+		SignalQueryUnknown, SignalQueryWindowAudit, SignalQueryWindowStart, SignalQueryDeadEffects, SignalQueryDeadEvents, SignalQueryMismatch,
 		SignalQueryCompensation}
 }
 

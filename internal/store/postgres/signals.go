@@ -68,8 +68,9 @@ const (
 	// rows at that instant); the rows counted are then ranges of audit_action
 	// (action, id) from that id on, re-checked on at because audit times
 	// come from the callers and need not follow ids exactly.
-	sqlWindowStart = `SELECT min(id) FROM audit WHERE at = (SELECT min(at) FROM audit WHERE at >= $1)`
-	sqlWindowed    = `SELECT action, CASE WHEN action <> 'key_conflict' THEN action
+	sqlWindowStart = `SELECT '', '', first, NULL::timestamptz FROM (
+		SELECT min(id) AS first FROM audit WHERE at = (SELECT min(at) FROM audit WHERE at >= $1)) w WHERE first IS NOT NULL`
+	sqlWindowed = `SELECT action, CASE WHEN action <> 'key_conflict' THEN action
 			WHEN detail LIKE 'version %' THEN 'version' ELSE 'episode_key' END, count(*), min(at)
 		FROM audit WHERE action IN ('key_conflict', 'loop_blocked', 'loop_hop_limit') AND id >= $1 AND at >= $2 GROUP BY 1, 2`
 	// Dead effects: a range of effects_state; dead-lettered events: a range
@@ -107,36 +108,23 @@ func (s *Store) SignalSnapshot(ctx context.Context, p *store.SignalSnapshotParam
 // signalReader runs the signal queries in the snapshot's transaction.
 type signalReader struct{ tx pgx.Tx }
 
+// signalSQL is the statement of each signal query.
+var signalSQL = map[store.SignalQuery]string{
+	store.SignalQueryLagByFlow: sqlLagByFlow, store.SignalQueryLagLargest: sqlLagLargest,
+	store.SignalQueryUnfinished: sqlUnfinished, store.SignalQueryDeadline: sqlDeadline,
+	store.SignalQueryUnknown: sqlUnknown, store.SignalQueryWindowStart: sqlWindowStart,
+	store.SignalQueryWindowAudit: sqlWindowed, store.SignalQueryDeadEffects: sqlDeadEffects,
+	store.SignalQueryDeadEvents: sqlDeadEvents, store.SignalQueryMismatch: sqlMismatch,
+	store.SignalQueryCompensation: sqlCompensation,
+}
+
 // SignalRows runs one signal query (store.SignalReader).
-func (r signalReader) SignalRows(ctx context.Context, q store.SignalQuery, p *store.SignalSnapshotParams) ([]store.SignalRow, error) {
-	switch q {
-	case store.SignalQueryLagByFlow:
-		return r.rows(ctx, sqlLagByFlow)
-	case store.SignalQueryLagLargest:
-		return r.rows(ctx, sqlLagLargest)
-	case store.SignalQueryUnfinished:
-		return r.rows(ctx, sqlUnfinished)
-	case store.SignalQueryDeadline:
-		return r.rows(ctx, sqlDeadline, p.Now)
-	case store.SignalQueryUnknown:
-		return r.rows(ctx, sqlUnknown, p.Now)
-	case store.SignalQueryWindowAudit:
-		since := p.Now.Add(-p.Window)
-		var first *int64 // nil: no audit row in the window
-		if err := r.tx.QueryRow(ctx, sqlWindowStart, since).Scan(&first); err != nil || first == nil {
-			return nil, err
-		}
-		return r.rows(ctx, sqlWindowed, *first, since)
-	case store.SignalQueryDeadEffects:
-		return r.rows(ctx, sqlDeadEffects)
-	case store.SignalQueryDeadEvents:
-		return r.rows(ctx, sqlDeadEvents)
-	case store.SignalQueryMismatch:
-		return r.rows(ctx, sqlMismatch)
-	case store.SignalQueryCompensation:
-		return r.rows(ctx, sqlCompensation)
+func (r signalReader) SignalRows(ctx context.Context, q store.SignalQuery, args ...any) ([]store.SignalRow, error) {
+	query, ok := signalSQL[q]
+	if !ok {
+		return nil, store.ErrUnknownSignalQuery
 	}
-	return nil, store.ErrUnknownSignalQuery
+	return r.rows(ctx, query, args...)
 }
 
 // rows reads (key, sub-key, count, oldest) rows.

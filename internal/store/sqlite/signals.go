@@ -54,10 +54,10 @@ const (
 	// Pending effects with a deadline that warns or has passed:
 	// effects_deadline holds pending effects with a deadline only; the
 	// passed ones are its range deadline_at <= now.
-	sqlDeadline = `SELECT destination, CASE WHEN deadline_at <= ? THEN 'passed' ELSE 'near' END, count(*),
-		min(CASE WHEN deadline_at <= ? THEN deadline_at END) FROM effects INDEXED BY effects_deadline
+	sqlDeadline = `SELECT destination, CASE WHEN deadline_at <= ?1 THEN 'passed' ELSE 'near' END, count(*),
+		min(CASE WHEN deadline_at <= ?1 THEN deadline_at END) FROM effects INDEXED BY effects_deadline
 		WHERE deadline_at IS NOT NULL AND state IN ` + pendingEffectStates + `
-		AND (deadline_at <= ? OR deadline_warn_at <= ?) GROUP BY 1, 2`
+		AND (deadline_at <= ?1 OR deadline_warn_at <= ?1) GROUP BY 1, 2`
 	// Unknown outcomes: two equality ranges of effects_state (state,
 	// next_attempt_at): needs_reconciliation, and submitting (the
 	// calls in flight, as many as the workers make at once).
@@ -72,8 +72,8 @@ const (
 	// rows at that instant); the rows counted are then ranges of audit_action
 	// (action, id) from that id on, re-checked on at because audit times
 	// come from the callers and need not follow ids exactly.
-	sqlWindowStart = `SELECT min(id) FROM audit INDEXED BY audit_at WHERE at = (
-		SELECT min(at) FROM audit INDEXED BY audit_at WHERE at >= ?)`
+	sqlWindowStart = `SELECT '', '', first, NULL FROM (SELECT min(id) AS first FROM audit INDEXED BY audit_at WHERE at = (
+		SELECT min(at) FROM audit INDEXED BY audit_at WHERE at >= ?)) WHERE first IS NOT NULL`
 	sqlWindowed = `SELECT action, CASE WHEN action <> 'key_conflict' THEN action
 			WHEN detail LIKE 'version %' THEN 'version' ELSE 'episode_key' END, count(*), min(at)
 		FROM audit INDEXED BY audit_action
@@ -113,37 +113,29 @@ func (s *Store) SignalSnapshot(ctx context.Context, p *store.SignalSnapshotParam
 // signalReader runs the signal queries in the snapshot's transaction.
 type signalReader struct{ tx *sql.Tx }
 
-// SignalRows runs one signal query (store.SignalReader).
-func (r signalReader) SignalRows(ctx context.Context, q store.SignalQuery, p *store.SignalSnapshotParams) ([]store.SignalRow, error) {
-	now := p.Now.UnixMicro()
-	switch q {
-	case store.SignalQueryLagByFlow:
-		return r.rows(ctx, sqlLagByFlow)
-	case store.SignalQueryLagLargest:
-		return r.rows(ctx, sqlLagLargest)
-	case store.SignalQueryUnfinished:
-		return r.rows(ctx, sqlUnfinished)
-	case store.SignalQueryDeadline:
-		return r.rows(ctx, sqlDeadline, now, now, now, now)
-	case store.SignalQueryUnknown:
-		return r.rows(ctx, sqlUnknown, now)
-	case store.SignalQueryWindowAudit:
-		since := p.Now.Add(-p.Window).UnixMicro()
-		var first sql.NullInt64 // NULL: no audit row in the window
-		if err := r.tx.QueryRowContext(ctx, sqlWindowStart, since).Scan(&first); err != nil || !first.Valid {
-			return nil, err
-		}
-		return r.rows(ctx, sqlWindowed, first.Int64, since)
-	case store.SignalQueryDeadEffects:
-		return r.rows(ctx, sqlDeadEffects)
-	case store.SignalQueryDeadEvents:
-		return r.rows(ctx, sqlDeadEvents)
-	case store.SignalQueryMismatch:
-		return r.rows(ctx, sqlMismatch)
-	case store.SignalQueryCompensation:
-		return r.rows(ctx, sqlCompensation)
+// signalSQL is the statement of each signal query.
+var signalSQL = map[store.SignalQuery]string{
+	store.SignalQueryLagByFlow: sqlLagByFlow, store.SignalQueryLagLargest: sqlLagLargest,
+	store.SignalQueryUnfinished: sqlUnfinished, store.SignalQueryDeadline: sqlDeadline,
+	store.SignalQueryUnknown: sqlUnknown, store.SignalQueryWindowStart: sqlWindowStart,
+	store.SignalQueryWindowAudit: sqlWindowed, store.SignalQueryDeadEffects: sqlDeadEffects,
+	store.SignalQueryDeadEvents: sqlDeadEvents, store.SignalQueryMismatch: sqlMismatch,
+	store.SignalQueryCompensation: sqlCompensation,
+}
+
+// SignalRows runs one signal query (store.SignalReader); a time is
+// stored as microseconds.
+func (r signalReader) SignalRows(ctx context.Context, q store.SignalQuery, args ...any) ([]store.SignalRow, error) {
+	query, ok := signalSQL[q]
+	if !ok {
+		return nil, store.ErrUnknownSignalQuery
 	}
-	return nil, store.ErrUnknownSignalQuery
+	for i, a := range args {
+		if t, ok := a.(time.Time); ok {
+			args[i] = t.UnixMicro()
+		}
+	}
+	return r.rows(ctx, query, args...)
 }
 
 // rows reads (key, sub-key, count, oldest) rows.
