@@ -119,10 +119,6 @@ type stats struct {
 	effects                                         map[string]int
 	storeFaults, storeFaultSeeds, reappliedVersions int
 	storeFaultKinds                                 map[string]int
-	// overtaken counts first calls of an older version, in flight when
-	// the newer version was applied, that reached the destination after
-	// the newer one's call (checkVersionOrder).
-	overtaken int
 	// hostile counts the hostile events by field, value and what became
 	// of them ("intent=nul:dead_lettered", "eventId=600:refused").
 	hostile map[string]int
@@ -149,7 +145,6 @@ func (s *stats) add(o *stats) {
 	s.storeFaults += o.storeFaults
 	s.storeFaultSeeds += o.storeFaultSeeds
 	s.reappliedVersions += o.reappliedVersions
-	s.overtaken += o.overtaken
 	for _, m := range []struct {
 		dst *map[string]int
 		src map[string]int

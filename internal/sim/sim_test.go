@@ -280,7 +280,6 @@ func runSeeds(t *testing.T, b backend, n int) {
 		b.name, total.faults, total.replayed, total.lookups, total.hangs, total.claims, total.resumed, total.lost,
 		total.unrowedLookups, total.dzombies, total.notified, total.effects)
 	t.Logf("%s: hostile events by field=value:outcome: %v", b.name, total.hostile)
-	t.Logf("%s: %d first calls of an older version overtaken by a newer version's call while in flight", b.name, total.overtaken)
 	t.Logf("%s: %d versions applied again, %d existing episode keys inserted again; %d store faults injected in %d seeds: %v",
 		b.name, total.reappliedVersions, total.reinserted, total.storeFaults, total.storeFaultSeeds, total.storeFaultKinds)
 }

@@ -26,7 +26,9 @@ type LedgerTx interface {
 	// read of the rows before it). Each comes back as the claim left it,
 	// but for State, which is the state it was claimed from, with the
 	// time it last changed before the claim and, for one claimed from
-	// submitting, the end of the lease it had.
+	// submitting, the end of the lease it had. An effect is not due while
+	// an older effect of the same business effect is in flight
+	// (NoOlderInFlightSQL, in the statement's condition).
 	EffectLease(ctx context.Context, p *EffectLeaseParams) ([]*LeasedEffect, error)
 	// AttemptInsert records a call: an attempts row with a's fields.
 	AttemptInsert(ctx context.Context, a *Attempt) error
@@ -316,4 +318,20 @@ func operate(ctx context.Context, tx Tx, p *EffectOperateParams) (*Effect, error
 		return nil, fmt.Errorf("read effect: %w", err)
 	}
 	return f, nil
+}
+
+// NoOlderInFlightSQL is the claim's condition that holds an effect back
+// while an older effect of the same flow, entity and effect name (a lower
+// id) is submitting: one call of a business effect in flight at a time.
+// Two calls at once could reach the destination in either order, the
+// older version last, which no retry undoes; once the older call is
+// settled the newer is claimed, and a claim of the older one after that
+// finds the newer and supersedes itself (EffectNewer). Compensations and
+// published messages are not versions of one another and are never held.
+// f is the claimed row's alias; hint follows the table name of the lookup
+// (SQLite names the index, effects_entity, that answers it).
+func NoOlderInFlightSQL(f, hint string) string {
+	return `NOT (` + f + `.compensates = 0 AND ` + f + `.flow <> '` + PublishFlow + `' AND EXISTS (
+		SELECT 1 FROM effects o ` + hint + ` WHERE o.flow = ` + f + `.flow AND o.entity = ` + f + `.entity
+			AND o.effect = ` + f + `.effect AND o.state = 'submitting' AND o.id < ` + f + `.id AND o.compensates = 0))`
 }

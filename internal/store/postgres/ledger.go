@@ -171,7 +171,7 @@ func effectClaimSQL(destFilter string) string {
 			-- an abandoned call needs its lease's end.
 			SELECT id, state, updated_at, next_attempt_at,
 				CASE WHEN state = 'submitting' THEN lease_until ELSE updated_at END AS lease_until
-			FROM effects
+			FROM effects d
 			WHERE ((state = 'approved' AND next_attempt_at <= $1)
 				OR (state = 'retry_wait' AND next_attempt_at <= $1)
 				OR (state = 'needs_reconciliation' AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
@@ -180,6 +180,7 @@ func effectClaimSQL(destFilter string) string {
 			AND state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
 			AND next_attempt_at <= $1
 			AND ` + destFilter + `
+			AND ` + store.NoOlderInFlightSQL("d", "") + `
 			ORDER BY next_attempt_at, id
 			LIMIT $4 FOR UPDATE SKIP LOCKED)
 		UPDATE effects f SET state = 'submitting',

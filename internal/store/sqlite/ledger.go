@@ -92,7 +92,8 @@ func effectClaimSQL(p *store.EffectLeaseParams, now int64) (string, []any) {
 		OR (f.state = 'dead' AND f.redrives < ? AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
 		OR (f.state = 'submitting' AND f.lease_until <= ?))
 		AND f.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
-		AND f.next_attempt_at <= ?`
+		AND f.next_attempt_at <= ?
+		AND ` + store.NoOlderInFlightSQL("f", "INDEXED BY effects_entity")
 	// The IN term repeats the partial indexes' WHERE word for word, which
 	// is what lets SQLite use effects_due_destination: one destination's
 	// claimable effects in due order, not every effect it ever had.

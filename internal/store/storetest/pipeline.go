@@ -960,6 +960,41 @@ func testSupersedeRetryWait(t *testing.T, o Opener) {
 	}
 }
 
+// testClaimWaitsForOlderInFlight: while an older version's call is in
+// flight, the newer version of the same business effect is not claimed:
+// two calls of one effect at once could reach the destination in either
+// order, the older one last. Once the older call is settled the newer is
+// claimed. Another entity's or another effect name's work is not held.
+func testClaimWaitsForOlderInFlight(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	pks := []int64{f.event("evt_1"), f.event("evt_2"), f.event("evt_x")}
+	f.route(t0, to(pks[0], rt("b2c", "s1", "1")), to(pks[1], rt("b2c", "s1", "2")), to(pks[2], rt("b2c", "s2", "1")))
+	f.step("b2c", "s1", t0, rev(1, `{"v":1}`, eff("b2c:s1:r1:upsert_deal", "upsert_deal")))
+	older := f.claimAt(t0)
+	if len(older) != 1 || older[0].EpisodeKey != "b2c:s1:r1:upsert_deal" {
+		t.Fatalf("first claim: %d effects, want r1's upsert_deal", len(older))
+	}
+	f.step("b2c", "s1", t0.Add(time.Second), rev(2, `{"v":2}`,
+		eff("b2c:s1:r2:upsert_deal", "upsert_deal"), eff("b2c:s1:r2:notify", "notify")))
+	f.step("b2c", "s2", t0.Add(time.Second), rev(1, `{}`, eff("b2c:s2:r1:upsert_deal", "upsert_deal")))
+	keys := func(cs []*store.ClaimedEffect) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.EpisodeKey)
+		}
+		slices.Sort(out)
+		return out
+	}
+	at := t0.Add(2 * time.Second)
+	if got, want := keys(f.claimAt(at)), []string{"b2c:s1:r2:notify", "b2c:s2:r1:upsert_deal"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed while r1's upsert_deal is in flight: %v, want %v (not r2's upsert_deal)", got, want)
+	}
+	f.settle(older[0], at, store.EffectDone, time.Time{})
+	if got, want := keys(f.claimAt(at.Add(time.Second))), []string{"b2c:s1:r2:upsert_deal"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed once r1's call was settled: %v, want %v", got, want)
+	}
+}
+
 func testEffectLedger(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	e1 := f.event("evt_1", caused("cause-9", 1))

@@ -96,6 +96,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineSupersede", testSupersede},
 		{"LedgerEffectNewer", testEffectNewer},
 		{"PipelineSupersedeRetryWait", testSupersedeRetryWait},
+		{"LedgerClaimWaitsForOlderInFlight", testClaimWaitsForOlderInFlight},
 		{"PipelineSkippedEffectsAudited", testSkippedEffects},
 		{"PipelineEffectLedger", testEffectLedger},
 		{"PipelineLoopGuard", testLoopGuard},
