@@ -14,7 +14,7 @@ import (
 )
 
 // CallsPath lists the calls a destination recorded, newest last, as
-// {"calls":[{"n","at","method","path","query","status","rule","body"}]}.
+// {"calls":[{"n","at","method","path","query","headers","status","rule","body"}]}.
 // It is never recorded itself and no rule applies to it.
 const CallsPath = "/_dev/calls"
 
@@ -25,12 +25,20 @@ type Call struct {
 	Method string    `json:"method"`
 	Path   string    `json:"path"`
 	Query  string    `json:"query,omitempty"`
-	Status int       `json:"status"`
+	// Headers are the request's headers (the first value of each), with
+	// credentials replaced by "[redacted]".
+	Headers map[string]string `json:"headers"`
+	Status  int               `json:"status"`
 	// Rule is the fail rule that answered, "" when none did.
 	Rule string `json:"rule,omitempty"`
 	// Body is the request body as text, cut at maxBodyShown bytes.
 	Body string `json:"body"`
 }
+
+// redacted are the headers whose values CallsPath never shows: a
+// destination's credentials have no business on a page anyone on the
+// machine can read.
+var redacted = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "Cookie": true}
 
 // maxBodyShown is how much of a request body the log line and CallsPath
 // keep: enough to recognise a call, not a copy of large payloads.
@@ -199,7 +207,13 @@ func (d *Destination) record(n int, r *http.Request, body []byte, status int, ru
 		status = http.StatusOK // a handler that wrote nothing answered 200
 	}
 	c := Call{N: n, At: d.now().UTC(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
-		Status: status, Body: shown(body)}
+		Headers: map[string]string{}, Status: status, Body: shown(body)}
+	for k, vs := range r.Header {
+		c.Headers[k] = vs[0]
+		if redacted[k] {
+			c.Headers[k] = "[redacted]"
+		}
+	}
 	if rule != nil {
 		c.Rule = rule.String()
 	}

@@ -102,6 +102,8 @@ func TestDevDestinationRules(t *testing.T) {
 		{"POST", "/echo", "\x1b[2Jhidden", 200},
 	} {
 		req, _ := http.NewRequest(c.method, d.URL()+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer s3cret")
+		req.Header.Set("Webhook-Id", "msg_1")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -129,7 +131,7 @@ func TestDevDestinationRules(t *testing.T) {
 	}
 	resp.Body.Close()
 	if len(listed.Calls) != 10 || listed.Calls[1].Status != 422 || listed.Calls[1].Rule != "path=/orders/ord_2 status=422" ||
-		listed.Calls[8].Query != "q=1" || listed.Calls[0].Body != `{"order":"ord_1"}` || !listed.Calls[0].At.Equal(at) {
+		listed.Calls[8].Query != "q=1" || listed.Calls[0].Headers["Webhook-Id"] != "msg_1" || listed.Calls[0].Headers["Authorization"] != "[redacted]" || listed.Calls[0].Body != `{"order":"ord_1"}` || !listed.Calls[0].At.Equal(at) {
 		t.Fatalf("calls listed: %+v", listed.Calls)
 	}
 	log := out.String()
