@@ -154,9 +154,11 @@ func (d *Destination) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rule := d.match(r.Method, r.URL.Path, body)
 	switch {
 	case rule != nil:
+		// A rule holds what the user typed: JSON-encode it, never %q.
+		answer, _ := json.Marshal(map[string]string{"error": "dev-destination: the rule " + rule.String() + " matched this call"})
 		sw.Header().Set("Content-Type", "application/json")
 		sw.WriteHeader(rule.Status)
-		fmt.Fprintf(sw, `{"error":%q}`, "dev-destination: the rule "+rule.String()+" matched this call")
+		_, _ = sw.Write(answer)
 	case d.scripted:
 		d.script(sw, r, body)
 	default:

@@ -71,7 +71,7 @@ func (s *syncBuffer) String() string {
 // characters escaped.
 func TestDevDestinationRules(t *testing.T) {
 	var rules []*Rule
-	for _, s := range []string{"path=/orders/ord_2 status=422", "body.customer.id=cus_9 status=503 times=2", "method=DELETE status=410"} {
+	for _, s := range []string{"path=/orders/ord_2 status=422", "body.customer.id=cus_9 status=503 times=2", "method=DELETE status=410", "body.tag=\x7f status=418"} {
 		r, err := ParseRule(s)
 		if err != nil {
 			t.Fatal(err)
@@ -100,6 +100,7 @@ func TestDevDestinationRules(t *testing.T) {
 		{"DELETE", "/orders/ord_1", "", 410},
 		{"GET", "/anything?q=1", "", 200},
 		{"POST", "/echo", "\x1b[2Jhidden", 200},
+		{"POST", "/tagged", `{"tag":"\u007f"}`, 418}, // the answer naming the rule is still JSON
 	} {
 		req, _ := http.NewRequest(c.method, d.URL()+c.path, strings.NewReader(c.body))
 		req.Header.Set("Authorization", "Bearer s3cret")
@@ -117,7 +118,7 @@ func TestDevDestinationRules(t *testing.T) {
 		if c.want == 200 && answer["call"] != float64(i+1) {
 			t.Errorf("call %d answered %v, want its number", i+1, answer)
 		}
-		if c.want != 200 && !strings.Contains(answer["error"].(string), "rule") {
+		if msg, _ := answer["error"].(string); c.want != 200 && !strings.Contains(msg, "rule") {
 			t.Errorf("call %d failed without naming the rule: %v", i+1, answer)
 		}
 	}
@@ -130,7 +131,7 @@ func TestDevDestinationRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if len(listed.Calls) != 10 || listed.Calls[1].Status != 422 || listed.Calls[1].Rule != "path=/orders/ord_2 status=422" ||
+	if len(listed.Calls) != 11 || listed.Calls[1].Status != 422 || listed.Calls[1].Rule != "path=/orders/ord_2 status=422" ||
 		listed.Calls[8].Query != "q=1" || listed.Calls[0].Headers["Webhook-Id"] != "msg_1" || listed.Calls[0].Headers["Authorization"] != "[redacted]" || listed.Calls[0].Body != `{"order":"ord_1"}` || !listed.Calls[0].At.Equal(at) {
 		t.Fatalf("calls listed: %+v", listed.Calls)
 	}
