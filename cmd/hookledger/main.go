@@ -47,7 +47,7 @@ type command struct {
 // verbs lists every verb of the binary, in the order usage prints them:
 // the list is the one place a verb is added, not an init in its file.
 var verbs = []*command{
-	serveCommand, migrateCommand, demoCommand, sendCommand, signCommand, tailCommand,
+	serveCommand, migrateCommand, demoCommand, devDestinationCommand, sendCommand, signCommand, tailCommand,
 	statusCommand, checkCommand, effectsCommand, eventsCommand, replayCommand,
 	lintCommand, validateCommand, vendorsCommand, versionCommand,
 }
@@ -99,8 +99,12 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: hookledger <verb> [flags] [arguments]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Verbs:")
+	width := 0
 	for _, c := range verbs {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range verbs {
+		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'hookledger <verb> --help' for the flags of one verb.")

@@ -22,8 +22,11 @@ const (
 	retryAfterSecond = "1"        // the carrier's Retry-After on its first answer
 )
 
-// Destination is the demo's fake downstream world on one loopback
-// listener, scripted by path (see Config for which destination calls
+// Destination is a fake downstream world on one loopback listener. It
+// records every call, answers first by its fail rules (Rule), then either
+// by the demo's script or, for `hookledger dev-destination`, with 200.
+//
+// The demo's script goes by path (see Config for which destination calls
 // which path):
 //
 //	POST /notify/...          201
@@ -41,11 +44,19 @@ const (
 //	POST /dunning/mails       503
 //	GET  /inventory-api/...   503: the source API is down
 //	POST /contacts            201 (the echoing systems)
+//
+// In both modes GET /_dev/calls lists the calls recorded (CallsPath).
 type Destination struct {
 	srv  *http.Server
 	ln   net.Listener
 	stop chan struct{}
 	once sync.Once
+
+	scripted bool       // the demo's script; false: every call not failed by a rule gets 200
+	rules    []*Rule    // answered first, in order
+	out      io.Writer  // a line per call, nil for none
+	outMu    sync.Mutex // one call's line at a time on out
+	now      func() time.Time
 
 	mu       sync.Mutex
 	mails    map[string]bool // mail idempotency keys held
@@ -53,19 +64,50 @@ type Destination struct {
 	booked   map[string]int  // carrier calls per order
 	vat      map[string]bool // orders whose VAT number a person has added
 	calls    map[string]int  // calls per path
+	hits     map[*Rule]int   // calls each rule answered
+	log      []Call          // the newest maxLog calls
+	n        int             // calls recorded so far
 }
 
-// StartDestination serves the fake destination on 127.0.0.1, a free port.
+// maxLog bounds the calls a long-running destination keeps for CallsPath.
+const maxLog = 1000
+
+// StartDestination serves the demo's scripted destination on 127.0.0.1, a
+// free port.
 func StartDestination() (*Destination, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("fake destination: listen: %w", err)
 	}
-	d := &Destination{ln: ln, stop: make(chan struct{}), mails: map[string]bool{},
-		contacts: map[string]bool{}, booked: map[string]int{}, vat: map[string]bool{}, calls: map[string]int{}}
+	return serveDestination(ln, true, DevOptions{}), nil
+}
+
+// DevOptions configure the destination `hookledger dev-destination` serves.
+type DevOptions struct {
+	Rules []*Rule   // calls a rule matches get its status, first match wins
+	Out   io.Writer // a line per call; nil for none
+	// Now stamps the call log (time.Now when nil).
+	Now func() time.Time
+}
+
+// StartDevDestination serves a destination for trying flows out on ln:
+// every call is recorded and answered 200 with {"ok":true,"call":N},
+// unless one of o.Rules matches it.
+func StartDevDestination(ln net.Listener, o DevOptions) *Destination {
+	return serveDestination(ln, false, o)
+}
+
+func serveDestination(ln net.Listener, scripted bool, o DevOptions) *Destination {
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	d := &Destination{ln: ln, stop: make(chan struct{}), scripted: scripted, rules: o.Rules, out: o.Out, now: now,
+		mails: map[string]bool{}, contacts: map[string]bool{}, booked: map[string]int{}, vat: map[string]bool{},
+		calls: map[string]int{}, hits: map[*Rule]int{}}
 	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = d.srv.Serve(ln) }()
-	return d, nil
+	return d
 }
 
 // URL is the destination's base URL.
@@ -98,16 +140,42 @@ func (d *Destination) hang(r *http.Request) {
 }
 
 func (d *Destination) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == CallsPath {
+		d.serveCalls(w, r)
+		return
+	}
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	d.mu.Lock()
+	d.calls[r.URL.Path]++
+	d.n++
+	n := d.n
+	d.mu.Unlock()
+	sw := &statusWriter{ResponseWriter: w}
+	rule := d.match(r.Method, r.URL.Path, body)
+	switch {
+	case rule != nil:
+		// A rule holds what the user typed: JSON-encode it, never %q.
+		answer, _ := json.Marshal(map[string]string{"error": "dev-destination: the rule " + rule.String() + " matched this call"})
+		sw.Header().Set("Content-Type", "application/json")
+		sw.WriteHeader(rule.Status)
+		_, _ = sw.Write(answer)
+	case d.scripted:
+		d.script(sw, r, body)
+	default:
+		sw.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(sw, `{"ok":true,"call":%d}`, n)
+	}
+	d.record(n, r, body, sw.status, rule)
+}
+
+// script answers a call as the demo's world does.
+func (d *Destination) script(w http.ResponseWriter, r *http.Request, body []byte) {
 	var payload struct {
 		Order string `json:"order"`
 	}
 	_ = json.Unmarshal(body, &payload)
 	key := r.Header.Get("Idempotency-Key")
 	path := r.URL.Path
-	d.mu.Lock()
-	d.calls[path]++
-	d.mu.Unlock()
 
 	created := func(id string) {
 		w.Header().Set("Content-Type", "application/json")

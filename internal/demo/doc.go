@@ -16,4 +16,9 @@
 //
 // Run is what `hookledger demo` calls; Config and Destination are exported
 // for the tests and the screenshot program that drive the same scenario.
+//
+// The same Destination, without the script, is what `hookledger
+// dev-destination` serves for trying flows out (StartDevDestination): it
+// records every call and answers 200, except where a Rule tells it to
+// fail, so that a first flow can end one effect done and another dead.
 package demo
