@@ -91,8 +91,9 @@ fi
 # it writes there; a database in service writes into segments its
 # checkpoints recycled. On a new cluster the first PostgreSQL receive cell
 # had a p99 of 27-29 ms where later runs on the same cluster had 22-25
-# (BENCHMARKS.md), so about 400 MB of WAL is written and checkpointed once,
-# unmeasured, before any benchmark: the figures are the steady state.
+# (docs/benchmarks-history.md, "Receive CPU and the routing queue"), so
+# about 400 MB of WAL is written and checkpointed once, unmeasured, before
+# any benchmark: the figures are the steady state.
 if [ -x "$pgbin/psql" ]; then
 	"$pgbin/psql" "$pgurl" -qX -c "CREATE TABLE wal_warmup AS SELECT g, repeat('x', 900) AS pad FROM generate_series(1, 400000) g" \
 		-c "DROP TABLE wal_warmup" -c "CHECKPOINT" >/dev/null

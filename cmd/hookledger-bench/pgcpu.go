@@ -13,11 +13,12 @@ import (
 // "postgres: USER DATABASE ..." (PostgreSQL sets it, update_process_title
 // being on by default). Two processes on one database cost the machine
 // more than one; the statements and rows they ask for are the same, so
-// only the backends' own CPU shows where (BENCHMARKS.md, "Delivery claims
-// behind a burst"). The servers' connections live for the whole run, so
-// sampling every few seconds sees each of them; a backend first seen
-// after the start connected after it and counts from zero. Shared
-// processes (WAL writer, checkpointer, autovacuum) are not counted.
+// only the backends' own CPU shows where (docs/benchmarks-history.md,
+// "Delivery claims behind a burst"). The servers' connections live for
+// the whole run, so sampling every few seconds sees each of them; a
+// backend first seen after the start connected after it and counts from
+// zero. Shared processes (WAL writer, checkpointer, autovacuum) are not
+// counted.
 type backendCPU struct {
 	db string
 	// read is the CPU time of a pid, or false when it is gone

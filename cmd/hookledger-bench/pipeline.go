@@ -212,8 +212,9 @@ func pipelineBench(ctx context.Context, stdout, stderr io.Writer, f *pipelineFla
 }
 
 // pipelineGoals are the product's goals for PostgreSQL, in events/s with
-// the default 64 workers, per shape (BENCHMARKS.md, "PostgreSQL at
-// scale"): SQLite, one process on one file, has none of its own.
+// the default 64 workers, per shape (docs/benchmarks-history.md,
+// "PostgreSQL at scale"): SQLite, one process on one file, has none of
+// its own.
 var pipelineGoals = map[string]float64{shapeHot: 800, shapeSpread: 1500}
 
 // pipelineHeadlines are each cell's events/s beside the InboxCommit rate

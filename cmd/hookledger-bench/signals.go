@@ -142,9 +142,9 @@ func expectedFixture(f *signalsFlags, now time.Time) *signalsFixture {
 }
 
 // signalsGoal is how long one computation of every signal may take at
-// p99 on the fixture: "well under a second" (BENCHMARKS.md, "Outcome
-// signals"), since the monitor, the API and the console's overview each
-// compute them.
+// p99 on the fixture: "well under a second" (docs/benchmarks-history.md,
+// "Outcome signals"), since the monitor, the API and the console's
+// overview each compute them.
 const signalsGoal = time.Second
 
 // signalsCell loads the fixture into a fresh store of driver, measures

@@ -74,7 +74,8 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 // requests. At 400 the heap may grow to five times what is live (the
 // end-to-end benchmark peaks at 75–90 MB instead of 50), and at 32
 // concurrent senders on two cores p99 fell from 23 to 19–20 ms
-// (BENCHMARKS.md, "receive"). docs/deploy.md tells operators how to cap it.
+// (docs/benchmarks-history.md, "One statement per table, statistics that
+// keep up"). docs/deploy.md tells operators how to cap it.
 const serveGCPercent = 400
 
 // clockSkewEnv shifts the host clock of serve and of the operator verbs

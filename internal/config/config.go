@@ -111,7 +111,8 @@ type Receive struct {
 // delivery workers. A worker spends most of its time waiting for a durable
 // commit that it shares with every other writer, so it costs a goroutine,
 // not a processor; with 16 the end-to-end benchmark fell behind a send rate
-// that 64 sustained with a p99 of 77 ms (BENCHMARKS.md).
+// of 968/s (end-to-end p99 3.4 s) where 64 kept up with 936/s (p99 124 ms)
+// (docs/benchmarks-history.md, "Run E").
 const DefaultWorkers = 64
 
 // Processing tunes the ordered processor.

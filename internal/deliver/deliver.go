@@ -329,7 +329,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 // at its destination, and what becomes due later wakes the loop
 // (processing writing effects) or is found by the poll. Going round again
 // after every claim cost one empty claim per effect at light load
-// (BENCHMARKS.md, "Empty claims at light load").
+// (docs/benchmarks-history.md, "Empty claims at light load").
 //
 // A round claims only when asked to (claimWanted), and a call that ends
 // asks only when a claim waited for its slot: a call ending makes no

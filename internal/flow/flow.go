@@ -275,8 +275,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 // at a light load, three routing takes and three claims where one of
 // each finds it: the receiver's wake claimed before anything was routed,
 // the routed page's wake took an empty page, and the entity's release
-// did both again (BENCHMARKS.md, "What a lone webhook asks of the
-// database"). The poll asks for both.
+// did both again (docs/benchmarks-history.md, "What a lone webhook asks
+// of the database"). The poll asks for both.
 func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	if e.routeWanted.Swap(false) {
 		e.route(ctx)
@@ -341,8 +341,8 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	// and whatever becomes ready later wakes the loop (a routed page, an
 	// entity finishing, the receiver) or is found by the poll. Going round
 	// again after every claim cost an empty claim, and an empty routing
-	// take beside it, per event at light load (BENCHMARKS.md, "Empty
-	// claims at light load").
+	// take beside it, per event at light load (docs/benchmarks-history.md,
+	// "Empty claims at light load").
 	more = len(leases) == free
 	if more {
 		e.claimWanted.Store(true)

@@ -104,9 +104,10 @@ func TestEffectClaimPlan(t *testing.T) {
 // follows it: statistics taken early say almost nothing is approved, and
 // with them, and the index grown with the entries of effects already
 // settled, PostgreSQL chose bitmap scans of effects_due, which read every
-// due effect and sort them, to claim one (BENCHMARKS.md, "Delivery claims
-// behind a burst"). The claim runs under effectClaimPlanSQL, which leaves
-// the ordered scan the only plan; this test fails without it.
+// due effect and sort them, to claim one (docs/benchmarks-history.md,
+// "Delivery claims behind a burst"). The claim runs under
+// effectClaimPlanSQL, which leaves the ordered scan the only plan; this
+// test fails without it.
 func TestEffectClaimPlanStaleStatistics(t *testing.T) {
 	pgtest.ServerURL(t)
 	h := open(t, pgtest.NewDatabase(t))

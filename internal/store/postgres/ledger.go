@@ -199,8 +199,8 @@ func effectClaimSQL(destFilter string) string {
 // in due order and stops at the claim's limit. Under = ANY, even of one
 // element, PostgreSQL 15 cannot use that order, so every claim read and
 // sorted the destination's whole backlog: at 5,000 due effects, 9.2 ms and
-// 199 buffers against 0.5 ms and 24 (BENCHMARKS.md, "Delivery claims in
-// due order").
+// 199 buffers against 0.5 ms and 24 (docs/benchmarks-history.md,
+// "Delivery claims in due order").
 //
 // Every branch of the due condition implies next_attempt_at <= $1 (a claim
 // sets next_attempt_at to the lease's end, so a call whose lease ran out

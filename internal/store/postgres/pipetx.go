@@ -91,12 +91,12 @@ func (t *pipeTx) begin(sql string) {
 // so PostgreSQL's own choice (plan_cache_mode auto) was a fresh plan at
 // every execution: a plan made for the arrays at hand always looks
 // cheaper than one made without them, and planning was the largest share
-// of PostgreSQL's CPU at a light load (BENCHMARKS.md, "Generic plans for
-// the pipelined transactions"). A generic plan cannot see how long the
-// arrays are, and with sequential scans allowed it read small tables
-// whole (the fence 56 buffers a call where 8 do); with them off, it reads
-// the keys the statement names by index, which is what these statements
-// are (TestPipelinePlans proves each generic plan, and
+// of PostgreSQL's CPU at a light load (docs/benchmarks-history.md,
+// "Generic plans for the pipelined transactions"). A generic plan cannot
+// see how long the arrays are, and with sequential scans allowed it read
+// small tables whole (the fence 56 buffers a call where 8 do); with them
+// off, it reads the keys the statement names by index, which is what these
+// statements are (TestPipelinePlans proves each generic plan, and
 // TestEntityPlansWithStatistics the entities' on a large table). Hash
 // joins stay allowed: they join a page's arrays to the rows found by key
 // (with them off, nested loops compared every pair). The

@@ -66,7 +66,8 @@ var drivers = []*Driver{
 		// fewer, larger groups cost the database less: with two, one
 		// group's commit overlaps the next one's gathering, and at 32
 		// concurrent senders on two cores p99 fell from 28–32 ms with four
-		// flushers to 20–24 ms (BENCHMARKS.md, "receive").
+		// flushers to 20–24 ms (docs/benchmarks-history.md, "One statement
+		// per table, statistics that keep up").
 		Flushers: 2,
 		open: func(ctx context.Context, url string) (store.Store, error) {
 			st, err := postgres.Open(ctx, url, 0)

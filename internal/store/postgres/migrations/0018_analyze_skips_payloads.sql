@@ -14,8 +14,8 @@
 -- benchmark were ANALYZE's. Measured on a store of 14,000 events,
 -- alternating four times: an ANALYZE of effects took 140 ms instead of
 -- 361 (medians), of entities 74 instead of 151, of deliveries 204 instead
--- of 249, and of audit no less (BENCHMARKS.md, "Delivery claims in due
--- order, and where a second process's time goes").
+-- of 249, and of audit no less (docs/benchmarks-history.md, "Delivery
+-- claims in due order, and where a second process's time goes").
 --
 -- SET STATISTICS takes a lock that reads and writes do not conflict with.
 ALTER TABLE deliveries ALTER COLUMN body SET STATISTICS 0, ALTER COLUMN headers SET STATISTICS 0;
