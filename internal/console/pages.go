@@ -442,16 +442,6 @@ type effectData struct {
 	CanCompensate bool
 }
 
-// defaultRepair is the suggestion for a class when the worker left none.
-var defaultRepair = map[store.ErrorClass]string{
-	store.ClassPermanent:     "The destination refused the request as it is: correct the data or the destination's configuration, then retry; or resolve with a note saying how it was handled.",
-	store.ClassUnknown:       "The outcome of a call is unknown: check at the destination whether it happened. If it did, resolve with the destination's reference in the note; if not, retry.",
-	store.ClassHiddenFailure: "The destination answered success but its body reported a failure: check the destination, then retry or resolve.",
-	store.ClassQuota:         "The destination is rate limiting: retry once its quota allows.",
-	store.ClassTransient:     "The destination failed for a while: retry once it is healthy.",
-	store.ClassContention:    "The destination reported a conflicting write: retry, which reads its state again.",
-}
-
 func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *effectData, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
@@ -472,11 +462,8 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 		c.storeFailed(w, r, "list attempts", err)
 		return 0, nil, false
 	}
-	d := &effectData{Effect: e, Attempts: atts, Repair: e.SuggestedRepair, Entity: entityLink(e.Flow, e.Entity),
+	d := &effectData{Effect: e, Attempts: atts, Repair: store.EffectRepair(e), Entity: entityLink(e.Flow, e.Entity),
 		Request: shownBody{View: bodyview.Render(e.Request), Label: "Request", Raw: requestLink(e.ID)}}
-	if d.Repair == "" && (e.State == store.EffectDead || e.State == store.EffectNeedsReconciliation) {
-		d.Repair = defaultRepair[e.ErrorClass]
-	}
 	if e.Source != "" && e.SourceEventID != "" {
 		d.EventLink = eventLink(e.Source, e.SourceEventID)
 	}
