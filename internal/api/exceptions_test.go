@@ -53,13 +53,17 @@ func TestEventRoutesCarryRepair(t *testing.T) {
 func TestExceptions(t *testing.T) {
 	f := newFixture(t)
 	f.h.ServeOwners(store.Owners{Destinations: map[string]string{"crm": "team-crm"},
-		Flows: map[string]string{"billing": "team-billing"}})
+		Flows: map[string]string{"billing": "team-billing", "orders": "team-orders"}})
 	pk := f.event("shop", "e1", "order.created", "")
 	f.route(pk, store.Route{Flow: "orders", Entity: "o1", OrderKey: "1"})
 	id := f.apply("orders", "o1", "crm")[0]
 	f.settle(id, store.EffectDead, store.ClassPermanent)
+	// Dead-lettered by billing, processed by orders: billing's owner
+	// repairs it, not orders'.
 	bad := f.event("shop", "e2", "order.created", "")
-	f.route(bad, store.Route{Flow: "billing", Failed: "entity: the expression gave an empty id"})
+	f.route(bad, store.Route{Flow: "billing", Failed: "entity: the expression gave an empty id"},
+		store.Route{Flow: "orders", Entity: "o2", OrderKey: "1"})
+	f.apply("orders", "o2", "mail")
 
 	var all api.ExceptionListJSON
 	if code := f.get("/api/v1/exceptions", &all); code != 200 || len(all.Exceptions) != 2 || all.NextCursor != "" {

@@ -45,10 +45,8 @@ func (o Owners) Effect(e *Effect) string {
 func (o Owners) Event(e *Event) string {
 	var out []string
 	for _, r := range e.Routes {
-		if r.Disposition != DispositionDeadLettered {
-			continue
-		}
-		if w := o.Flows[r.Flow]; w != "" && !slices.Contains(out, w) {
+		// A flow that processed the event has nothing to repair.
+		if w := o.Flows[r.Flow]; r.Disposition == DispositionDeadLettered && w != "" && !slices.Contains(out, w) {
 			out = append(out, w)
 		}
 	}
