@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -124,6 +126,27 @@ func TestDemoPlaysTheDossier(t *testing.T) {
 		if seen[string(d)] == 0 {
 			t.Errorf("no %s event after the demo (seen %v)", d, seen)
 		}
+	}
+	// The exception queue lists every dead-lettered event beside the dead
+	// effects, each with why, what to do and whose it is.
+	var queue api.ExceptionListJSON
+	apiGet("/api/v1/exceptions?limit=1000", &queue)
+	kinds := map[string]int{}
+	for _, x := range queue.Exceptions {
+		kinds[x.Kind]++
+		if x.Reason == "" || x.Repair == "" {
+			t.Errorf("exception without a reason or a repair: %+v", x)
+		}
+		if x.Kind == "event" && x.Owner != "team-orders" && slices.Contains(x.Flows, "orders") {
+			t.Errorf("an event the orders flow dead-lettered is not team-orders': %+v", x)
+		}
+		if x.Kind == "effect" && x.Destination == "warehouse" && x.Owner != "team-data" {
+			t.Errorf("a warehouse effect is not team-data's: %+v", x)
+		}
+	}
+	if kinds["event"] != seen[string(store.DispositionDeadLettered)] || kinds["effect"] == 0 {
+		t.Errorf("the exception queue holds %v, want every one of the %d dead-lettered events and the dead effects",
+			kinds, seen[string(store.DispositionDeadLettered)])
 	}
 	var sig struct {
 		Signals []struct {

@@ -48,7 +48,7 @@ type command struct {
 // the list is the one place a verb is added, not an init in its file.
 var verbs = []*command{
 	serveCommand, migrateCommand, demoCommand, devDestinationCommand, sendCommand, signCommand, tailCommand,
-	statusCommand, checkCommand, effectsCommand, eventsCommand, replayCommand,
+	statusCommand, checkCommand, effectsCommand, exceptionsCommand, eventsCommand, replayCommand,
 	lintCommand, validateCommand, vendorsCommand, versionCommand,
 }
 

@@ -53,11 +53,12 @@ const remoteReplayWait = api.MaxReplayWait
 
 func runReplay(ctx context.Context, env *Env, args []string) int {
 	fs := newFlagSet(env, "replay",
-		"replay [--config FILE | --server URL] [--source S] [--flow F] [--entity E] [--from TIME] [--to TIME]\n"+
+		"replay [--config FILE | --server URL] [--source S [--event-id ID]] [--flow F] [--entity E] [--from TIME] [--to TIME]\n"+
 			"                         [--actor NAME] [--no-wait] [--timeout DURATION] [--format text|json]",
 		replayDescription)
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	source := fs.String("source", "", "only events of this `source`")
+	eventID := fs.String("event-id", "", "only this event of --source (a dead letter's `id`)")
 	flowName := fs.String("flow", "", "only into this `flow`")
 	entity := fs.String("entity", "", "only this `entity`")
 	from := fs.String("from", "", "received at or after this `time` (RFC 3339)")
@@ -82,7 +83,11 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger replay: --timeout %s: want a positive duration (at most %s with --server)\n", *timeout, remoteReplayWait)
 		return exitUsage
 	}
-	sel := replay.Selection{Source: *source, Flow: *flowName, Entity: *entity}
+	if *eventID != "" && *source == "" {
+		fmt.Fprintln(env.Stderr, "hookledger replay: --event-id needs --source: an event is named by its source too")
+		return exitUsage
+	}
+	sel := replay.Selection{Source: *source, EventID: *eventID, Flow: *flowName, Entity: *entity}
 	for _, t := range []struct {
 		name, v string
 		dst     *time.Time
@@ -112,7 +117,7 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		case wait == 0:
 			wait = remoteReplayWait
 		}
-		return replayRemote(ctx, r, out, api.ReplayRequest{Source: *source, Flow: *flowName, Entity: *entity, From: *from, To: *to,
+		return replayRemote(ctx, r, out, api.ReplayRequest{Source: *source, EventID: *eventID, Flow: *flowName, Entity: *entity, From: *from, To: *to,
 			Actor: strings.TrimPrefix(sel.Actor, "operator:"), WaitSeconds: int(wait / time.Second)})
 	}
 

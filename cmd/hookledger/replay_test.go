@@ -65,7 +65,17 @@ destinations:
 	}
 	st.Close()
 
-	code, out, errOut := run(t, "", map[string]string{"USER": "alice"}, "replay", "--config", cfgPath, "--source", "shop", "--entity", "o1", "--no-wait")
+	// One event by its id: another id selects nothing; an id needs its
+	// source.
+	if code, _, errOut := run(t, "", nil, "replay", "--config", cfgPath, "--event-id", "e1", "--no-wait"); code != 2 ||
+		!strings.Contains(errOut, "--event-id needs --source") {
+		t.Fatalf("replay --event-id without --source: %d %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "", nil, "replay", "--config", cfgPath, "--source", "shop", "--event-id", "e9", "--no-wait"); code != 1 ||
+		!strings.Contains(errOut, "matches no stored event") {
+		t.Fatalf("replay of an unknown event: %d %q", code, errOut)
+	}
+	code, out, errOut := run(t, "", map[string]string{"USER": "alice"}, "replay", "--config", cfgPath, "--source", "shop", "--event-id", "e1", "--no-wait")
 	if code != 0 || !strings.Contains(out, "1 events, 1 work items") {
 		t.Fatalf("replay: %d %q %q", code, out, errOut)
 	}

@@ -32,6 +32,9 @@ type Handler struct {
 	// keys names the idempotency key each effect's destination is sent
 	// (ServeIdempotencyKeys); nil shows none.
 	keys IdempotencyKeys
+	// owners are the configured owners the exception queue names
+	// (ServeOwners).
+	owners store.Owners
 }
 
 // New returns the API handler. An empty token disables the API (every
@@ -48,6 +51,7 @@ func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handle
 	h.mux.HandleFunc("GET /api/v1/effects/{id}", h.getEffect)
 	h.mux.HandleFunc("POST /api/v1/effects/{id}/{action}", h.operateEffect)
 	h.mux.HandleFunc("GET /api/v1/audit", h.listAudit)
+	h.mux.HandleFunc("GET /api/v1/exceptions", h.listExceptions)
 	h.mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such resource: "+r.URL.Path)
 	})
@@ -83,12 +87,14 @@ type EventJSON struct {
 
 // RouteJSON is where one flow put the event: the entity it computed (empty
 // when that failed), how the flow's latest pass settled and why (a dead
-// letter's cause; empty when there is nothing to say).
+// letter's cause; empty when there is nothing to say), and for a dead
+// letter the suggested repair (empty otherwise).
 type RouteJSON struct {
 	Flow        string `json:"flow"`
 	Entity      string `json:"entity"`
 	Disposition string `json:"disposition"`
 	Reason      string `json:"reason"`
+	Repair      string `json:"repair"`
 }
 
 // EventListJSON is the pinned response of GET /api/v1/events.
@@ -109,12 +115,22 @@ func NewEventJSON(e *store.Event) EventJSON {
 		j.OccurredAt = &s
 	}
 	for _, r := range e.Routes {
-		j.Routes = append(j.Routes, RouteJSON{Flow: r.Flow, Entity: r.Entity, Disposition: string(r.Disposition), Reason: r.Reason})
+		j.Routes = append(j.Routes, RouteJSON{Flow: r.Flow, Entity: r.Entity, Disposition: string(r.Disposition), Reason: r.Reason,
+			Repair: RouteRepair(r)})
 	}
 	if j.Entity == "" {
 		j.Entity = agreedEntity(e.Routes)
 	}
 	return j
+}
+
+// RouteRepair is the suggested repair of a route: a dead letter's, by its
+// reason; empty for any other disposition.
+func RouteRepair(r store.EventRoute) string {
+	if r.Disposition != store.DispositionDeadLettered {
+		return ""
+	}
+	return store.DeadLetterRepair(r.Reason)
 }
 
 // agreedEntity is the entity every route computed, or empty when there are

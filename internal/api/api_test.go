@@ -30,6 +30,7 @@ type fixture struct {
 	t   *testing.T
 	st  *sqlite.Store
 	srv *httptest.Server
+	h   *api.Handler
 	log *bytes.Buffer
 	ctx context.Context
 }
@@ -49,7 +50,7 @@ func newFixture(t *testing.T) *fixture {
 	h := api.New(st, token, slog.New(slog.NewTextHandler(&log, nil)), func() time.Time { return t0.Add(time.Hour) })
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, st: st, srv: srv, log: &log, ctx: ctx}
+	return &fixture{t: t, st: st, srv: srv, h: h, log: &log, ctx: ctx}
 }
 
 // event stores one delivery and returns the event's pk.
@@ -205,6 +206,7 @@ func TestStoreFailureIs503(t *testing.T) {
 		{"POST", fmt.Sprintf("/api/v1/effects/%d/resolve", id), `{"note":"done by hand"}`},
 		{"POST", fmt.Sprintf("/api/v1/effects/%d/assign", id), `{"owner":"bob"}`},
 		{"GET", "/api/v1/audit?entity=o1", ""},
+		{"GET", "/api/v1/exceptions", ""},
 	} {
 		f.log.Reset()
 		code, b := f.do(c.method, c.path, c.body)
@@ -245,10 +247,14 @@ func TestListsRefuseWhatTheyCannotUse(t *testing.T) {
 		"/api/v1/effects/1?verbose=1":         "verbose",
 		// Text no driver can compare is the client's mistake, never a
 		// store failure (503) the client would retry.
-		"/api/v1/events?event_id=a%00b": "event_id",
-		"/api/v1/events?entity=%ff":     "entity",
-		"/api/v1/effects?flow=%00":      "flow",
-		"/api/v1/audit?source=x%00":     "source",
+		"/api/v1/events?event_id=a%00b":                    "event_id",
+		"/api/v1/events?entity=%ff":                        "entity",
+		"/api/v1/effects?flow=%00":                         "flow",
+		"/api/v1/audit?source=x%00":                        "source",
+		"/api/v1/exceptions?kind=effects":                  "kind",
+		"/api/v1/exceptions?state=dead":                    "state",
+		"/api/v1/exceptions?cursor=" + api.EncodeCursor(3): "cursor",
+		"/api/v1/exceptions?limit=0":                       "limit",
 	} {
 		code, b := f.do(http.MethodGet, path, "")
 		var e struct{ Error, Param string }

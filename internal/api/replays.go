@@ -32,10 +32,12 @@ type ReplayStore interface {
 // exclusive).
 type ReplayRequest struct {
 	Source string `json:"source"`
-	Flow   string `json:"flow"`
-	Entity string `json:"entity"`
-	From   string `json:"from"`
-	To     string `json:"to"`
+	// EventID selects one event of Source (a dead letter's repair).
+	EventID string `json:"event_id,omitempty"`
+	Flow    string `json:"flow"`
+	Entity  string `json:"entity"`
+	From    string `json:"from"`
+	To      string `json:"to"`
 	// Actor names who replays in the audit trail, as operator:ACTOR.
 	Actor string `json:"actor"`
 	// WaitSeconds is how long to wait for the replay's work to settle
@@ -89,7 +91,11 @@ func (rp *replays) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sel := replay.Selection{Source: in.Source, Flow: in.Flow, Entity: in.Entity}
+	if in.EventID != "" && in.Source == "" {
+		badField(w, "source", "source: required with event_id: an event is named by its source too")
+		return
+	}
+	sel := replay.Selection{Source: in.Source, EventID: in.EventID, Flow: in.Flow, Entity: in.Entity}
 	for _, t := range []struct {
 		name, v string
 		dst     *time.Time

@@ -116,6 +116,8 @@ func TestPostReplays(t *testing.T) {
 		{"bad time", "tok", `{"from":"yesterday"}`, 400, "from: \\\"yesterday\\\" is not an RFC 3339 time"},
 		{"wait too long", "tok", `{"wait_seconds":3600}`, 400, "wait_seconds: expected 0 to 600"},
 		{"nothing selected", "tok", `{"entity":"nobody"}`, 422, "matches no stored event"},
+		{"event id without source", "tok", `{"event_id":"e1"}`, 400, "source: required with event_id"},
+		{"another event", "tok", `{"source":"shop","event_id":"e9"}`, 422, "matches no stored event"},
 	} {
 		code, body := postReplay(t, base, tc.token, tc.body)
 		if code != tc.code || !strings.Contains(body, tc.want) {
@@ -126,7 +128,7 @@ func TestPostReplays(t *testing.T) {
 	// Waiting: the server's engine processes the replay; the event is
 	// applied already, so its second pass is a duplicate and creates no
 	// effect.
-	code, body := postReplay(t, base, "tok", `{"source":"shop","actor":"alice","wait_seconds":60}`)
+	code, body := postReplay(t, base, "tok", `{"source":"shop","event_id":"e1","actor":"alice","wait_seconds":60}`)
 	var out struct {
 		Replay map[string]any `json:"replay"`
 	}

@@ -66,6 +66,9 @@ type Flow struct {
 	Version FlowVersion `yaml:"version"`
 	State   string      `yaml:"state"`
 	Effects []Effect    `yaml:"effects"`
+	// Owner is who repairs the events this flow dead-letters: the
+	// exception queue names them until someone else takes it on.
+	Owner string `yaml:"owner"`
 
 	// Compiled holds the compiled expressions, filled by validation.
 	Compiled *CompiledFlow `yaml:"-"`

@@ -228,6 +228,11 @@ func TestEveryStateChangeNeedsCSRF(t *testing.T) {
 			form: url.Values{"note": {"refunded"}}},
 		{pattern: "POST /endpoints/{id}/{action}", path: func() string { return "/endpoints/partner/disable" }},
 		{pattern: "POST /endpoints/{id}/{action}", path: func() string { return "/endpoints/partner/enable" }},
+		// Before the replay, which would make the event pending again.
+		{pattern: "POST /event/resolve", path: func() string {
+			f.addDeadEvent(t, "evt_csrf")
+			return "/event/resolve"
+		}, form: url.Values{"source": {"stripe"}, "event_id": {"evt_csrf"}, "note": {"closed by hand"}}},
 		{pattern: "POST /effects/bulk-retry", path: func() string {
 			last := f.addEffect(t, "c_bulk", "bulk", store.EffectDead)
 			return "/effects/bulk-retry?upto=" + strconv.FormatInt(last, 10)

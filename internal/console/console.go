@@ -101,6 +101,7 @@ func (c *Console) routes() {
 	c.handle("GET /events", c.eventsPage)
 	c.handle("GET /events/rows", c.eventRows)
 	c.handle("GET /event", c.eventPage)
+	c.handle("POST /event/resolve", c.resolveEvent)
 	c.handle("GET /effects", c.effectsPage)
 	c.handle("GET /effects/rows", c.effectRows)
 	c.handle("GET /effects/{id}", c.effectPage)

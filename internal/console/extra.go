@@ -42,6 +42,9 @@ type Attachments struct {
 	// effect page shows it beside the episode key, since a vendor's
 	// dashboard shows that one.
 	IdempotencyKey func(destination, episodeKey string) (header, key string)
+	// Owners are the configured owners of destinations and flows: the
+	// exception queue names them where nobody was assigned.
+	Owners store.Owners
 }
 
 // EndpointControl is what the endpoints page reads and does;

@@ -127,6 +127,10 @@ type listData struct {
 	Poll        string
 	Events      []eventRow
 	Effects     []*store.Effect
+	// DeadEvents are the exception queue's dead-lettered events (its
+	// first page); MoreEvents lists all of them when there are more.
+	DeadEvents []exceptionRow
+	MoreEvents string
 	// States and the other sets fill the filters' choices.
 	Dispositions []store.Disposition
 	States       []string
@@ -203,11 +207,20 @@ type eventData struct {
 	DeliveriesNext, DeliveriesFirst string
 	Effects                         []*store.Effect
 	Audit                           []*store.AuditEntry
+	// A dead-lettered event's repair (exceptions.go): who owns it, the
+	// resolve form (with the note typed when it was refused) and the
+	// replay page planning a replay of it.
+	Owner      string
+	CanResolve bool
+	Note       string
+	ReplayPlan string
 }
 
 type routeView struct {
 	store.EventRoute
 	Link string
+	// Repair is a dead letter's suggested repair.
+	Repair string
 }
 
 // eventPage serves GET /event?source=S&event_id=E: one event with all its
@@ -219,9 +232,6 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "An event is named by source and event_id.")
 		return
 	}
-	if !c.textParams(w, r, "source", source, "event_id", eventID) {
-		return
-	}
 	var after int64
 	if cur := q.Get("deliveries_cursor"); cur != "" {
 		var err error
@@ -230,20 +240,33 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	d, ok := c.loadEvent(w, r, source, eventID, after)
+	if !ok {
+		return
+	}
+	c.render(w, r, http.StatusOK, "event", &view{Title: "Event " + eventID, Nav: "events", Flash: eventDone[q.Get("done")], Data: d})
+}
+
+// loadEvent reads the event page's data, or answers the request itself
+// (false) when the event cannot be shown.
+func (c *Console) loadEvent(w http.ResponseWriter, r *http.Request, source, eventID string, after int64) (*eventData, bool) {
+	if !c.textParams(w, r, "source", source, "event_id", eventID) {
+		return nil, false
+	}
 	ctx := r.Context()
 	res, err := c.st.EventList(ctx, &store.EventListParams{Source: source, EventID: eventID, WithRoutes: true, Limit: 1})
 	if err != nil {
 		c.storeFailed(w, r, "get event", err)
-		return
+		return nil, false
 	}
 	if len(res.Events) == 0 {
 		c.fail(w, r, http.StatusNotFound, "No event "+eventID+" from source "+source+".")
-		return
+		return nil, false
 	}
 	ev := res.Events[0]
 	d := &eventData{Event: newEventRow(ev)}
 	for _, rt := range ev.Routes {
-		rv := routeView{EventRoute: rt}
+		rv := routeView{EventRoute: rt, Repair: api.RouteRepair(rt)}
 		if rt.Entity != "" {
 			rv.Link = entityLink(rt.Flow, rt.Entity)
 		}
@@ -251,11 +274,11 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := c.eventDeliveries(ctx, d, after); err != nil {
 		c.storeFailed(w, r, "list deliveries", err)
-		return
+		return nil, false
 	}
 	if d.Audit, err = c.st.AuditList(ctx, &store.AuditListParams{Source: source, EventID: eventID, Limit: 1000}); err != nil {
 		c.storeFailed(w, r, "list audit", err)
-		return
+		return nil, false
 	}
 	// The ledger is indexed by flow and entity, not by source event: the
 	// effects an event caused are among its routes' entities' effects.
@@ -266,7 +289,7 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 		es, err := c.st.EffectList(ctx, &store.EffectListParams{Flow: rt.Flow, Entity: rt.Entity, Limit: 1000, WithoutRequest: true})
 		if err != nil {
 			c.storeFailed(w, r, "list effects", err)
-			return
+			return nil, false
 		}
 		for _, e := range es {
 			if e.Source == source && e.SourceEventID == eventID {
@@ -274,7 +297,8 @@ func (c *Console) eventPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	c.render(w, r, http.StatusOK, "event", &view{Title: "Event " + eventID, Nav: "events", Data: d})
+	c.eventRepair(d)
+	return d, true
 }
 
 // eventDeliveries reads the event page's deliveries: deliveriesPerPage
@@ -393,6 +417,7 @@ func (c *Console) listEffects(r *http.Request) (*listData, int, string, error) {
 		first.Set("cursor", api.EncodeCursor(list[limit-1].ID))
 		d.Next = "/effects?" + first.Encode()
 	}
+	c.queueOwner(list)
 	d.Effects = list
 	return d, http.StatusOK, "", nil
 }
@@ -407,6 +432,12 @@ func (c *Console) effectsPage(w http.ResponseWriter, r *http.Request) {
 	title, nav := "Effects", "effects"
 	if d.Filter["state"] == api.StateExceptions {
 		title, nav = "Exception queue", "exceptions"
+		if code == http.StatusOK {
+			if err := c.queueEvents(r.Context(), d); err != nil {
+				c.storeFailed(w, r, "list dead-lettered events", err)
+				return
+			}
+		}
 	}
 	c.render(w, r, code, "effects", &view{Title: title, Nav: nav, Error: msg, Data: d})
 }
@@ -442,16 +473,6 @@ type effectData struct {
 	CanCompensate bool
 }
 
-// defaultRepair is the suggestion for a class when the worker left none.
-var defaultRepair = map[store.ErrorClass]string{
-	store.ClassPermanent:     "The destination refused the request as it is: correct the data or the destination's configuration, then retry; or resolve with a note saying how it was handled.",
-	store.ClassUnknown:       "The outcome of a call is unknown: check at the destination whether it happened. If it did, resolve with the destination's reference in the note; if not, retry.",
-	store.ClassHiddenFailure: "The destination answered success but its body reported a failure: check the destination, then retry or resolve.",
-	store.ClassQuota:         "The destination is rate limiting: retry once its quota allows.",
-	store.ClassTransient:     "The destination failed for a while: retry once it is healthy.",
-	store.ClassContention:    "The destination reported a conflicting write: retry, which reads its state again.",
-}
-
 func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *effectData, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
@@ -472,11 +493,9 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 		c.storeFailed(w, r, "list attempts", err)
 		return 0, nil, false
 	}
-	d := &effectData{Effect: e, Attempts: atts, Repair: e.SuggestedRepair, Entity: entityLink(e.Flow, e.Entity),
+	c.queueOwner([]*store.Effect{e})
+	d := &effectData{Effect: e, Attempts: atts, Repair: store.EffectRepair(e), Entity: entityLink(e.Flow, e.Entity),
 		Request: shownBody{View: bodyview.Render(e.Request), Label: "Request", Raw: requestLink(e.ID)}}
-	if d.Repair == "" && (e.State == store.EffectDead || e.State == store.EffectNeedsReconciliation) {
-		d.Repair = defaultRepair[e.ErrorClass]
-	}
 	if e.Source != "" && e.SourceEventID != "" {
 		d.EventLink = eventLink(e.Source, e.SourceEventID)
 	}

@@ -36,7 +36,7 @@ const replayPlanScan = 20_000
 
 // replayForm is the selection as the form shows it.
 type replayForm struct {
-	Source, Flow, Entity, From, To string
+	Source, EventID, Flow, Entity, From, To string
 }
 
 // replayData is the replay page.
@@ -61,13 +61,13 @@ type stateCount struct {
 // the field it cannot use.
 func readSelection(in url.Values) (replay.Selection, replayForm, url.Values, string) {
 	v := url.Values{}
-	for _, k := range []string{"source", "flow", "entity", "from", "to"} {
+	for _, k := range []string{"source", "event_id", "flow", "entity", "from", "to"} {
 		if s := strings.TrimSpace(in.Get(k)); s != "" {
 			v.Set(k, s)
 		}
 	}
-	sel := replay.Selection{Source: v.Get("source"), Flow: v.Get("flow"), Entity: v.Get("entity"), Actor: Actor}
-	form := replayForm{Source: sel.Source, Flow: sel.Flow, Entity: sel.Entity, From: v.Get("from"), To: v.Get("to")}
+	sel := replay.Selection{Source: v.Get("source"), EventID: v.Get("event_id"), Flow: v.Get("flow"), Entity: v.Get("entity"), Actor: Actor}
+	form := replayForm{Source: sel.Source, EventID: sel.EventID, Flow: sel.Flow, Entity: sel.Entity, From: v.Get("from"), To: v.Get("to")}
 	for _, f := range []struct {
 		name string
 		dst  *time.Time
@@ -84,6 +84,9 @@ func readSelection(in url.Values) (replay.Selection, replayForm, url.Values, str
 		*f.dst = t.UTC()
 		v.Set(f.name, t.UTC().Format(time.RFC3339))
 		*f.show = formTime(v.Get(f.name))
+	}
+	if sel.EventID != "" && sel.Source == "" {
+		return sel, form, v, "Field event_id: an event is named by its source too."
 	}
 	if !sel.From.IsZero() && !sel.To.IsZero() && !sel.From.Before(sel.To) {
 		return sel, form, v, "Field to: the range ends before it starts."

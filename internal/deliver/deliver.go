@@ -881,6 +881,9 @@ func (w *Worker) causationHeaders(h http.Header, c *store.ClaimedEffect) {
 
 func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, p *store.EffectSettleParams) error {
 	p.EffectID, p.Token, p.Now, p.Actor = c.ID, c.Token, w.clk.Now(), w.opts.Owner
+	// An effect that lands in the exception queue is its destination
+	// owner's until someone assigns another (store.SettleOwner).
+	p.Owner = d.Owner
 	// The last net before the ledger, the log and the notification: a URL
 	// in a reason (from any action or rule) keeps no credentials or query.
 	p.Reason = redact(p.Reason)

@@ -171,6 +171,7 @@ flows:
     entity: event.order_id
     version: {mode: revision, revision: event.revision}
     state: event.intent               # an event without an intent is dead-lettered
+    owner: team-orders                # who repairs the events this flow dead-letters
     effects:
       - name: notify_created
         when: state == "CREATED"

@@ -41,12 +41,15 @@ type Router interface {
 // Selection chooses what to replay. Empty fields do not filter; From and To
 // bound the receipt time (From inclusive, To exclusive).
 type Selection struct {
-	Source string    `json:"source,omitempty"`
-	Flow   string    `json:"flow,omitempty"`
-	Entity string    `json:"entity,omitempty"`
-	From   time.Time `json:"from,omitzero"`
-	To     time.Time `json:"to,omitzero"`
-	Actor  string    `json:"-"`
+	Source string `json:"source,omitempty"`
+	// EventID selects one event (of Source): the event page's replay of a
+	// dead letter.
+	EventID string    `json:"event_id,omitempty"`
+	Flow    string    `json:"flow,omitempty"`
+	Entity  string    `json:"entity,omitempty"`
+	From    time.Time `json:"from,omitzero"`
+	To      time.Time `json:"to,omitzero"`
+	Actor   string    `json:"-"`
 }
 
 // Item is one work item a replay enqueued: one event into one flow.
@@ -133,7 +136,7 @@ func selectWork(ctx context.Context, st Reader, router Router, sel Selection, op
 	scanned := 0
 	after := int64(0)
 	for {
-		page, err := st.EventList(ctx, &store.EventListParams{Source: sel.Source,
+		page, err := st.EventList(ctx, &store.EventListParams{Source: sel.Source, EventID: sel.EventID,
 			ReceivedFrom: sel.From, ReceivedTo: sel.To, AfterPK: after, Limit: pageSize})
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("replay: list events: %w", err)

@@ -15,7 +15,7 @@ import (
 // token buckets, the metrics registry and the configured names.
 func consoleAttachments(cfg *config.Config, engine *flow.Engine, worker *deliver.Worker, pub *publish.Service, reg *prometheus.Registry) console.Attachments {
 	a := console.Attachments{Router: engine, Compensations: engine, Wake: worker.Wake, Metrics: reg, Endpoints: pub,
-		IdempotencyKey: deliver.KeyFunc(cfg),
+		IdempotencyKey: deliver.KeyFunc(cfg), Owners: cfg.Owners(),
 		Limits: func() []console.DestinationLimit {
 			var out []console.DestinationLimit
 			for _, l := range worker.Limits() {

@@ -403,6 +403,7 @@ func (s *Server) web(st store.Store, board *health.Board, recv http.Handler, eng
 	apiHandler.ServeSignals(s.cfg.Signals)
 	apiHandler.ServePublishing(pub, s.cfg.Publish.MaxPayloadBytes)
 	apiHandler.ServeIdempotencyKeys(deliver.KeyFunc(s.cfg))
+	apiHandler.ServeOwners(s.cfg.Owners())
 	mux.Handle("/api/v1/", apiHandler)
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals), console.WithGuessLimit(guard))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))

@@ -186,6 +186,12 @@ type EffectSettleParams struct {
 	SuggestedRepair string
 	DestinationRef  string
 	LastResponse    string
+	// Owner is the configured owner of the effect's destination: an
+	// effect without an owner that settles into the exception queue
+	// (dead, needs_reconciliation) takes it, so that the queue and the
+	// dead_letters signal name who repairs it until someone assigns
+	// another (SettleOwner).
+	Owner string
 }
 
 // EffectReleaseParams gives a claim back without a call.

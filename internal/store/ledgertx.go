@@ -108,6 +108,18 @@ type SettleWrite struct {
 	Attempts int
 	// Call is the attempts row, numbered, with its start, or nil.
 	Call *Attempt
+	// Owner is the effect's owner after the settle (SettleOwner).
+	Owner string
+}
+
+// SettleOwner is the owner an effect has after a settle: the one it has,
+// else, when it settles into the exception queue, the configured owner
+// the settle carries. An owner a person assigned is never replaced.
+func SettleOwner(f *Effect, p *EffectSettleParams) string {
+	if f.Owner == "" && slices.Contains(ExceptionStates(), p.State) {
+		return p.Owner
+	}
+	return f.Owner
 }
 
 // settleCounts is the rule settles count by: the effect's attempts after
@@ -242,7 +254,7 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 			lost[p.EffectID] = true
 			continue
 		}
-		w := &SettleWrite{EffectSettleParams: p}
+		w := &SettleWrite{EffectSettleParams: p, Owner: SettleOwner(f, p)}
 		var number int
 		w.Attempts, number = settleCounts(f, p)
 		if p.Attempt != nil {

@@ -298,25 +298,26 @@ func (w *settleWrites) queue(t *pipeTx) {
 		ids, states, attempts := make([]int64, n), make([]string, n), make([]int64, n)
 		next := make([]pgtype.Timestamptz, n)
 		class, reason, repair, ref, resp, at := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+		owner := make([]string, n)
 		for i, p := range w.updates {
-			ids[i], states[i], attempts[i] = p.EffectID, string(p.State), int64(p.Attempts)
+			ids[i], states[i], attempts[i], owner[i] = p.EffectID, string(p.State), int64(p.Attempts), p.Owner
 			next[i] = pgtype.Timestamptz{Time: p.NextAttemptAt, Valid: !p.NextAttemptAt.IsZero()}
 			class[i], reason[i], repair[i], ref[i], resp[i], at[i] = string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef, p.LastResponse, p.Now
 		}
-		t.exec("update effects", settleEffectsSQL, ids, states, next, attempts, class, reason, repair, ref, resp, at)
+		t.exec("update effects", settleEffectsSQL, ids, states, next, attempts, class, reason, repair, ref, resp, at, owner)
 	}
 }
 
-// settleEffectsSQL moves effects $1 on (arrays $1-$10, one element per
+// settleEffectsSQL moves effects $1 on (arrays $1-$11, one element per
 // effect), as settleEffect's update does for one; f.id = ANY($1) names the
 // primary key lookups outright.
 const settleEffectsSQL = `UPDATE effects f SET state = u.state, next_attempt_at = coalesce(u.next_at, '-infinity'),
 		attempts = u.attempts, error_class = u.class, reason = u.reason, suggested_repair = u.repair,
 		destination_ref = CASE WHEN u.ref = '' THEN f.destination_ref ELSE u.ref END,
-		last_response = u.resp, lease_token = '', lease_until = '-infinity', updated_at = u.at,
+		last_response = u.resp, lease_token = '', lease_until = '-infinity', updated_at = u.at, owner = u.owner,
 		mismatch_at = CASE WHEN u.state = 'done' THEN NULL ELSE f.mismatch_at END
 	FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
-		$9::text[], $10::timestamptz[]) AS u(id, state, next_at, attempts, class, reason, repair, ref, resp, at)
+		$9::text[], $10::timestamptz[], $11::text[]) AS u(id, state, next_at, attempts, class, reason, repair, ref, resp, at, owner)
 	WHERE f.id = u.id AND f.id = ANY($1)`
 
 // EffectRelease gives a claim back without a call; see store.Ledger for

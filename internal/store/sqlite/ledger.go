@@ -207,10 +207,10 @@ func (a txn) EffectsSettle(ctx context.Context, ws []*store.SettleWrite) error {
 		}
 		if _, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = ?, next_attempt_at = ?, attempts = ?, error_class = ?,
 		reason = ?, suggested_repair = ?, destination_ref = CASE WHEN ? = '' THEN destination_ref ELSE ? END,
-		last_response = ?, lease_token = '', lease_until = ?, updated_at = ?,
+		last_response = ?, lease_token = '', lease_until = ?, updated_at = ?, owner = ?,
 		mismatch_at = CASE WHEN ? = 'done' THEN NULL ELSE mismatch_at END WHERE id = ?`,
 			w.State, dueAt(w.NextAttemptAt), w.Attempts, w.Class, w.Reason, w.SuggestedRepair, w.DestinationRef, w.DestinationRef,
-			w.LastResponse, leaseFree, w.Now.UnixMicro(), w.State, w.EffectID); err != nil {
+			w.LastResponse, leaseFree, w.Now.UnixMicro(), w.Owner, w.State, w.EffectID); err != nil {
 			return err
 		}
 	}

@@ -125,6 +125,8 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerOperate", testLedgerOperate},
 		{"EventResolve", testEventResolve},
 		{"EventResolvePendingReplay", testEventResolvePendingReplay},
+		{"LedgerSettleOwner", testSettleOwner},
+		{"ExceptionList", testExceptionList},
 		{"LedgerGetAndList", testLedgerGetAndList},
 		{"LedgerListFilters", testEffectListFilters},
 		{"OutcomesDeadlineEscalate", testDeadlineEscalate},
