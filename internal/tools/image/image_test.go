@@ -247,18 +247,26 @@ func checkFiles(t *testing.T, files map[string]file) {
 
 var servingRe = regexp.MustCompile(`msg="hookledger serving" addr=(\S+)`)
 
-// serveReady runs the binary with the image's entry point arguments and a
-// minimal configuration, waits for it to serve, asks /readyz, and stops
-// it with SIGTERM, which must end it with status 0.
+// serveReady runs the binary with the image's entry point arguments and
+// the configuration the deployments in deploy/ mount into the container,
+// its variables set as they would set them (but listening on loopback, on
+// SQLite in a fresh data directory), waits for it to serve, asks /readyz,
+// and stops it with SIGTERM, which must end it with status 0.
 func serveReady(t *testing.T, bin string, entry []string) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "hookledger.yaml")
-	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nstore: sqlite:"+filepath.Join(dir, "data", "hookledger.db")+"\n"), 0o600); err != nil {
+	cfg, err := filepath.Abs("../../../deploy/hookledger.yaml")
+	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, append(slices.Clone(entry), "--config", cfg)...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"HOOKLEDGER_LISTEN=127.0.0.1:0",
+		"HOOKLEDGER_STORE=sqlite:"+filepath.Join(dir, "data", "hookledger.db"),
+		"HOOKLEDGER_ADMIN_TOKEN=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		"STRIPE_WEBHOOK_SECRET=whsec_image_test",
+	)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
