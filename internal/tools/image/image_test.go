@@ -31,12 +31,13 @@ const (
 	testCreated  = "1767225600" // 2026-01-01T00:00:00Z
 )
 
-// staticBinary builds cmd/hookledger as the release does (static, stamped)
-// for this machine's architecture.
+// staticBinary builds cmd/hookledger static and stamped, as the release
+// does, for this machine's architecture. Without the release's -trimpath:
+// the packages compiled for the other tests' builds are reused.
 func staticBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "hookledger")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-buildid= -X main.version="+testVersion,
+	cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion,
 		"-o", bin, "github.com/hookledger/hookledger/cmd/hookledger")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := cmd.CombinedOutput(); err != nil {
