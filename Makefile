@@ -1,6 +1,6 @@
 # hookledger: the two commands are `make run` and `make test` (see README).
 
-.PHONY: run demo test build bench-commit clean mutants
+.PHONY: run demo test build bench-commit clean mutants release
 
 # The version stamped into the binary (hookledger version prints it): the
 # commit from git describe, with -dirty for uncommitted changes. Outside a
@@ -46,7 +46,13 @@ test:
 	scripts/test.sh
 
 clean:
-	rm -rf bin data
+	rm -rf bin data dist
+
+# Release builds: static binaries, archives, the container image, SBOMs and
+# SHA256SUMS in dist/, built twice and compared byte for byte
+# (docs/deploy.md, "Release builds"). RELEASE_VERIFY=0 builds once.
+release:
+	scripts/release.sh
 
 # The mutation check of the test suite (docs/testing.md); not part of test.
 mutants:

@@ -41,6 +41,15 @@ fi
 staticcheck ./...
 echo "ok"
 
+step "deploy/ module: go vet, go mod tidy, staticcheck"
+# deploy/ is a module of its own (its parsers stay out of the product's
+# go.mod; deploy/doc.go says why): ./... above does not reach it.
+(cd deploy && go vet ./... && go mod tidy -diff && staticcheck ./...) || {
+	echo "deploy/: vet, tidy or staticcheck failed (run go mod tidy in deploy/ if it is not tidy)" >&2
+	exit 1
+}
+echo "ok"
+
 step "mutant list"
 # Every entry of scripts/mutants.txt still applies (make mutants runs them).
 scripts/mutants.sh --check
@@ -99,6 +108,10 @@ step "go test -race ./..."
 # and the skipped tests collected for the end.
 go build -o "$tmp/testsummary" ./scripts/testsummary
 go test -race -count=1 -timeout 30m -json ./... 2>&1 | "$tmp/testsummary" -skips "$skipped"
+
+step "go test ./... in deploy/ (compose, Kubernetes and systemd files)"
+(cd deploy && go test -count=1 -json ./... 2>&1) | "$tmp/testsummary" -skips "$skipped.deploy"
+if [ -s "$skipped.deploy" ]; then cat "$skipped.deploy" >>"$skipped"; fi
 
 step "deterministic simulation (10,000 seeds)"
 go test -count=1 -timeout 30m -run '^TestSimulation' ./internal/sim -seeds=10000 -v
