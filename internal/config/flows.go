@@ -66,6 +66,11 @@ type Flow struct {
 	Version FlowVersion `yaml:"version"`
 	State   string      `yaml:"state"`
 	Effects []Effect    `yaml:"effects"`
+	// Forward, instead of effects, sends every event as received to one
+	// destination; OrderBy ("occurrence", with Entity) keeps an entity's
+	// events in order (forward.go).
+	Forward *Forward `yaml:"forward"`
+	OrderBy string   `yaml:"order_by"`
 
 	// Compiled holds the compiled expressions, filled by validation.
 	Compiled *CompiledFlow `yaml:"-"`
@@ -156,6 +161,9 @@ type CompiledEffect struct {
 	// is unused); CompensateWhen the rule. Nil when not configured.
 	Compensation   *CompiledEffect
 	CompensateWhen *expr.Program
+	// Forward marks a forward flow's effect: its request is the event's
+	// body as received, with its content type, not an expression's value.
+	Forward bool
 }
 
 // Operations an effect may declare (IP06).
@@ -191,7 +199,7 @@ func (c *Config) setFlowDefaults() {
 	}
 	for i := range c.Flows {
 		f := &c.Flows[i]
-		if f.State == "" {
+		if f.State == "" && f.Forward == nil {
 			if f.Version.Mode == ModeRefetch {
 				f.State = "object"
 			} else {
@@ -253,6 +261,7 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 	for i := range c.Flows {
 		f := &c.Flows[i]
 		p := fmt.Sprintf("$.flows[%d]", i)
+		expandForward(add, f, p)
 		cf := &CompiledFlow{}
 		compile := func(field, src string, required bool) *expr.Program {
 			if src == "" {
@@ -299,7 +308,7 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 		} else if src == nil {
 			add(p+".source", "flow %q: no source named %q", f.Name, f.Source)
 		}
-		if len(f.Events) == 0 {
+		if len(f.Events) == 0 && f.Forward == nil {
 			add(p, "flow %q: events is required: the event types it subscribes to (globs such as \"order.*\")", f.Name)
 		}
 		for k, g := range f.Events {
@@ -354,7 +363,9 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
 			}
 			identity("version.tie_break", cf.Break)
-			if k, ok := coarseTime(src); ok {
+			if k, ok := coarseTime(src); ok && f.Forward != nil {
+				warn(p+".order_by", "flow %q: OR01: %s's %s is in seconds, so events in the same second are forwarded in event id order, not in the order they happened", f.Name, k.Title, k.Identity.OccurredAt)
+			} else if ok {
 				warn(vp+".mode", "flow %q: OR01: %s's %s is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name, k.Title, k.Identity.OccurredAt)
 			}
 		case "":
@@ -367,7 +378,7 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 		for j := range f.Effects {
 			e := &f.Effects[j]
 			ep := fmt.Sprintf("%s.effects[%d]", p, j)
-			ce := &CompiledEffect{Headers: map[string]*expr.Program{}}
+			ce := &CompiledEffect{Headers: map[string]*expr.Program{}, Forward: f.Forward != nil}
 			switch {
 			case e.Name == "":
 				add(ep, "flow %q: effects[%d]: name is required", f.Name, j)

@@ -603,6 +603,10 @@ func (e *Engine) Subscribes(source, typ string) bool {
 }
 
 func subscribes(f *config.Flow, typ string) bool {
+	if len(f.Events) == 0 {
+		// Only a forward flow may leave events out: it takes every type.
+		return true
+	}
 	for _, g := range f.Events {
 		if ok, _ := path.Match(g, typ); ok {
 			return true

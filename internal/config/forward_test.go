@@ -1,0 +1,114 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const forwardDest = `destinations:
+  - {name: app, base_url: "https://app.example/hooks"}
+`
+
+// A forward flow is expanded into the flow the engine runs: one effect
+// per event, the event id as its entity without order_by, the user's
+// entity in occurrence order with it.
+func TestForwardExpands(t *testing.T) {
+	c, err := Parse("f.yaml", []byte(flowBase+`  - name: stripe_to_app
+    source: stripe
+    forward: {destination: app}
+  - name: ordered
+    source: stripe
+    events: ["customer.subscription.*"]
+    forward: {destination: app}
+    order_by: occurrence
+    entity: event.data.object.id
+`+forwardDest), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Flows[0]
+	if f.Entity != "meta.event_id" || f.Version.Mode != ModeRevision || f.Version.Revision != "0" || len(f.Events) != 0 {
+		t.Errorf("independent forward = entity %q version %+v events %v, want meta.event_id at revision 0, every type", f.Entity, f.Version, f.Events)
+	}
+	if len(f.Effects) != 1 || f.Effects[0].Name != ForwardEffect || f.Effects[0].Destination != "app" || !f.Compiled.Effects[0].Forward {
+		t.Errorf("effects = %+v, want the one forward effect to app", f.Effects)
+	}
+	o := c.Flows[1]
+	if o.Entity != "event.data.object.id" || o.Version.Mode != ModeOccurredAt || o.Version.TieBreak != "meta.event_id" {
+		t.Errorf("ordered forward = entity %q version %+v, want the entity in occurred_at order, ties by event id", o.Entity, o.Version)
+	}
+	// Stripe's created is in seconds: said in the forward's own words.
+	if len(c.Warnings) != 1 || c.Warnings[0].Line != 20 || !strings.Contains(c.Warnings[0].Msg, "forwarded in event id order") {
+		t.Errorf("warnings = %v, want the seconds warning at order_by's line 20", c.Warnings)
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	const head = "  - name: a\n    source: stripe\n"
+	cases := []struct {
+		name, flow string
+		line       int
+		want       string
+	}{
+		{"no destination", head + "    forward: {}\n", 15, `flow "a": forward.destination is required`},
+		{"unknown destination", head + "    forward: {destination: ap}\n", 15, `flow "a": forward: no destination named "ap" is configured (destinations: app)`},
+		{"endpoints", head + "    forward: {destination: endpoints}\n", 15, `forward.destination "endpoints"`},
+		{"with effects", head + "    forward: {destination: app}\n    effects:\n      - name: x\n        destination: app\n", 17, `flow "a": forward makes the flow's one effect itself; remove effects`},
+		{"with state", head + "    forward: {destination: app}\n    state: event.data\n", 16, `flow "a": forward keeps no state of its own; remove state`},
+		{"with version", head + "    forward: {destination: app}\n    version: {mode: revision, revision: event.r}\n", 16, `flow "a": forward sets the version itself`},
+		{"entity without order_by", head + "    forward: {destination: app}\n    entity: event.data.object.id\n", 16, `entity applies to a forward flow with order_by: occurrence`},
+		{"order_by without entity", head + "    forward: {destination: app}\n    order_by: occurrence\n", 13, `order_by: occurrence needs entity`},
+		{"unknown order_by", head + "    forward: {destination: app}\n    order_by: arrival\n", 16, `unknown order_by "arrival"`},
+		{"order_by without forward", head + "    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n    order_by: occurrence\n", 18, `order_by applies to forward flows only`},
+		{"IP02 entity", head + "    forward: {destination: app}\n    order_by: occurrence\n    entity: string(meta.received_at)\n", 17, "IP02"},
+		{"bad when", head + "    forward: {destination: app}\n    when: event.livemode ==\n", 16, "when"},
+		{"unknown key", head + "    forward: {destination: app, to: x}\n", 15, "unknown field"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("f.yaml", []byte(flowBase+tc.flow+forwardDest), env(nil))
+			var es Errors
+			var one *Error
+			switch {
+			case errors.As(err, &es):
+			case errors.As(err, &one): // a decoding error: strict YAML
+				es = Errors{one}
+			default:
+				t.Fatalf("err = %v, want config errors", err)
+			}
+			if es[0].Line != tc.line || !strings.Contains(es[0].Msg, tc.want) {
+				t.Errorf("got %v, want line %d containing %q", es, tc.line, tc.want)
+			}
+		})
+	}
+}
+
+func TestSigningErrors(t *testing.T) {
+	const base = "destinations:\n  - name: app\n    base_url: https://app.example\n"
+	cases := []struct {
+		name, block string
+		line        int
+		want        string
+	}{
+		{"no secrets", "    signing: {}\n", 4, `destination "app": signing.secrets is required`},
+		{"not a key", "    signing:\n      secrets: [s3cret]\n", 5, `destination "app": signing.secrets[0]: a signing secret starts with whsec_`},
+		{"short key", "    signing:\n      secrets: [whsec_c2hvcnQ=]\n", 5, "24 to 64 bytes"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("f.yaml", []byte(base+tc.block), env(nil))
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("err = %v, want config errors", err)
+			}
+			if es[0].Line != tc.line || !strings.Contains(es[0].Msg, tc.want) || strings.Contains(es[0].Msg, "s3cret") {
+				t.Errorf("got %v, want line %d containing %q and no secret", es, tc.line, tc.want)
+			}
+		})
+	}
+	c, err := Parse("f.yaml", []byte(base+"    signing:\n      secrets: [whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=]\n"), env(nil))
+	if err != nil || c.Destinations[0].Signing == nil {
+		t.Fatalf("a whsec_ key: %v", err)
+	}
+}
