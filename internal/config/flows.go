@@ -138,6 +138,10 @@ type CompiledFlow struct {
 	Revision, Path, Query, Field, Break *expr.Program
 	Hash                                []*expr.Program
 	Effects                             []*CompiledEffect
+	// OpaqueBody is set on a forward flow whose expressions never read
+	// event: its events are forwarded even when their body is no JSON
+	// (a form-posting sender's), since nothing needs it decoded.
+	OpaqueBody bool
 	// ReadsPrevious is set when an effect expression reads previous, one
 	// reason to load the projection before applying an event (the other:
 	// an effect for a destination that sends changes only).
@@ -450,6 +454,14 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 			if ce.CompensateWhen != nil {
 				// The rule compares the new state with the one before.
 				cf.ReadsPrevious = true
+			}
+		}
+		if f.Forward != nil {
+			cf.OpaqueBody = true
+			for _, prog := range []*expr.Program{cf.When, cf.Entity} {
+				if prog != nil && prog.Reads(expr.VarEvent) {
+					cf.OpaqueBody = false
+				}
 			}
 		}
 		f.Compiled = cf

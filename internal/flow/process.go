@@ -274,7 +274,7 @@ func (e *Engine) settleAlone(ctx context.Context, ps []*store.FlowApplyParams) (
 // defers the entity.
 func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem) (*store.FlowApplyParams, error) {
 	in := newInput(&it.Event)
-	if in.err != nil {
+	if in.err != nil && !f.Compiled.OpaqueBody {
 		return nil, fmt.Errorf("payload: %w", in.err)
 	}
 	vars := in.vars()
@@ -394,7 +394,13 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 				Reason: fmt.Sprintf("not created: destination %s sends changes only, and the state equals the one applied at %s", eff.Destination, unchangedSince)})
 			continue
 		}
-		req, err := buildRequest(eff.Request.Method, ce, vars)
+		var req json.RawMessage
+		var err error
+		if ce.Forward {
+			req, err = e.forwardRequest(ctx, &it.Event)
+		} else {
+			req, err = buildRequest(eff.Request.Method, ce, vars)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
 		}
@@ -439,6 +445,63 @@ type Request struct {
 	Query   url.Values        `json:"query,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
 	Body    json.RawMessage   `json:"body,omitempty"`
+	// BodyBase64 is a body sent byte for byte instead of Body (a
+	// forward's: the event as received). A JSON value in Body would be
+	// re-encoded on the way (PostgreSQL's jsonb keeps neither spacing nor
+	// key order), and the bytes may be no JSON at all (a form): base64
+	// keeps every byte in any driver.
+	BodyBase64 []byte `json:"body_base64,omitempty"`
+}
+
+// forwardRequest is a forward flow's call: the event's body as received,
+// byte for byte, with the Content-Type of its first delivery, to the
+// destination's base_url itself.
+func (e *Engine) forwardRequest(ctx context.Context, ev *store.RoutableEvent) (json.RawMessage, error) {
+	ct, err := e.contentType(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
+	if err := outbound.CheckHeaderValue(ct); err != nil {
+		return nil, fmt.Errorf("forward: Content-Type: %w", err)
+	}
+	r := Request{Method: http.MethodPost, Headers: map[string]string{"Content-Type": ct}, BodyBase64: ev.Body}
+	out, err := expr.Canonical(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	return out, nil
+}
+
+// defaultContentType is a forward's Content-Type when the sender sent
+// none: every sender kind but the form-posting ones sends JSON, and a
+// form always comes with its type.
+const defaultContentType = "application/json"
+
+// deliveryReader reads an event's stored deliveries (store.Store does).
+type deliveryReader interface {
+	DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error)
+}
+
+// contentType is the Content-Type the event's first delivery came with,
+// kept beside its body as evidence. Only forward flows read it: one
+// query per forwarded event, none for any other flow.
+func (e *Engine) contentType(ctx context.Context, ev *store.RoutableEvent) (string, error) {
+	dr, ok := e.st.(deliveryReader)
+	if !ok {
+		return "", errors.New("forward: the store cannot read the event's deliveries")
+	}
+	ds, err := dr.DeliveryList(ctx, &store.DeliveryListParams{Source: ev.Source, EventID: ev.EventID, Limit: 1, BodyPrefix: 1})
+	if err != nil {
+		return "", &errTransient{fmt.Errorf("forward: read the event's delivery: %w", err)}
+	}
+	if len(ds) > 0 {
+		for k, v := range ds[0].Headers {
+			if strings.EqualFold(k, "Content-Type") && v != "" {
+				return v, nil
+			}
+		}
+	}
+	return defaultContentType, nil
 }
 
 func buildRequest(method string, ce *config.CompiledEffect, vars expr.Vars) (json.RawMessage, error) {
