@@ -112,3 +112,35 @@ func TestSigningErrors(t *testing.T) {
 		t.Fatalf("a whsec_ key: %v", err)
 	}
 }
+
+// The forwarding example in docs/flows.md loads as written, and expands
+// as the text says.
+func TestForwardDocExampleLoads(t *testing.T) {
+	c, err := Parse("docs/flows.md", []byte(docExample(t, "### Example: forwarding")),
+		env(map[string]string{"HOOKLEDGER_ADMIN_TOKEN": "t", "STRIPE_WEBHOOK_SECRET": "whsec_x", "APP_TOKEN": "a",
+			"APP_SIGNING_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo="}))
+	if err != nil {
+		t.Fatalf("the docs example does not load: %v", err)
+	}
+	if f := c.Flows[0]; f.Entity != "meta.event_id" || len(f.Events) != 0 || f.Effects[0].Destination != "app" {
+		t.Errorf("stripe_to_app = %+v", f)
+	}
+	if f := c.Flows[1]; f.Version.Mode != ModeOccurredAt || f.Entity != "event.data.object.id" {
+		t.Errorf("subscriptions_to_billing = %+v", f)
+	}
+	if c.Destinations[0].Signing == nil || len(c.Destinations[0].Signing.Secrets) != 1 {
+		t.Errorf("app's signing = %+v", c.Destinations[0].Signing)
+	}
+}
+
+// The operator verbs need no signing secret: an unset variable there
+// leaves the key empty and loads.
+func TestSigningSecretUnsetForOperators(t *testing.T) {
+	yaml := "destinations:\n  - name: app\n    base_url: https://app.example\n    signing:\n      secrets: [${APP_SIGNING_SECRET}]\n"
+	if _, err := ParseOperator("f.yaml", []byte(yaml), env(nil)); err != nil {
+		t.Fatalf("operator load: %v", err)
+	}
+	if _, err := Parse("f.yaml", []byte(yaml), env(nil)); err == nil || !strings.Contains(err.Error(), "APP_SIGNING_SECRET") {
+		t.Fatalf("server load: %v, want the missing variable named", err)
+	}
+}
