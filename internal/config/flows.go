@@ -367,6 +367,9 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
 			}
 			identity("version.tie_break", cf.Break)
+			if f.Forward != nil && src != nil && !carriesOccurrence(src) {
+				add(p+".order_by", "flow %q: order_by: occurrence needs each event's occurrence time, and source %q (kind %s) carries none: set the source's fields.occurred_at, or leave order_by out", f.Name, f.Source, src.Kind)
+			}
 			if k, ok := coarseTime(src); ok && f.Forward != nil {
 				warn(p+".order_by", "flow %q: OR01: %s's %s is in seconds, so events in the same second are forwarded in event id order, not in the order they happened", f.Name, k.Title, k.Identity.OccurredAt)
 			} else if ok {
@@ -474,6 +477,16 @@ func mapValues(m map[string]*expr.Program) []*expr.Program {
 		out = append(out, v)
 	}
 	return out
+}
+
+// carriesOccurrence reports whether the source's events carry an
+// occurrence time: the kind reads one, or the source names its field.
+func carriesOccurrence(src *Source) bool {
+	if src.Fields.OccurredAt != "" {
+		return true
+	}
+	k, ok := senderkind.Builtin().Lookup(src.Kind)
+	return !ok || k.Identity.OccurredAt != "" || k.Identity.Rules.OccurredAt != nil
 }
 
 // coarseTime returns the source's kind when the source orders its events

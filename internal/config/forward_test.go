@@ -6,6 +6,12 @@ import (
 	"testing"
 )
 
+// githubSource is a source whose events carry no occurrence time.
+const githubSource = `  - name: gh
+    kind: github
+    secrets: [gh-secret]
+`
+
 const forwardDest = `destinations:
   - {name: app, base_url: "https://app.example/hooks"}
 `
@@ -51,23 +57,25 @@ func TestForwardErrors(t *testing.T) {
 		line       int
 		want       string
 	}{
-		{"no destination", head + "    forward: {}\n", 15, `flow "a": forward.destination is required`},
-		{"unknown destination", head + "    forward: {destination: ap}\n", 15, `flow "a": forward: no destination named "ap" is configured (destinations: app)`},
-		{"endpoints", head + "    forward: {destination: endpoints}\n", 15, `forward.destination "endpoints"`},
-		{"with effects", head + "    forward: {destination: app}\n    effects:\n      - name: x\n        destination: app\n", 17, `flow "a": forward makes the flow's one effect itself; remove effects`},
-		{"with state", head + "    forward: {destination: app}\n    state: event.data\n", 16, `flow "a": forward keeps no state of its own; remove state`},
-		{"with version", head + "    forward: {destination: app}\n    version: {mode: revision, revision: event.r}\n", 16, `flow "a": forward sets the version itself`},
-		{"entity without order_by", head + "    forward: {destination: app}\n    entity: event.data.object.id\n", 16, `entity applies to a forward flow with order_by: occurrence`},
-		{"order_by without entity", head + "    forward: {destination: app}\n    order_by: occurrence\n", 13, `order_by: occurrence needs entity`},
-		{"unknown order_by", head + "    forward: {destination: app}\n    order_by: arrival\n", 16, `unknown order_by "arrival"`},
-		{"order_by without forward", head + "    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n    order_by: occurrence\n", 18, `order_by applies to forward flows only`},
-		{"IP02 entity", head + "    forward: {destination: app}\n    order_by: occurrence\n    entity: string(meta.received_at)\n", 17, "IP02"},
-		{"bad when", head + "    forward: {destination: app}\n    when: event.livemode ==\n", 16, "when"},
-		{"unknown key", head + "    forward: {destination: app, to: x}\n", 15, "unknown field"},
+		{"no destination", head + "    forward: {}\n", 18, `flow "a": forward.destination is required`},
+		{"unknown destination", head + "    forward: {destination: ap}\n", 18, `flow "a": forward: no destination named "ap" is configured (destinations: app)`},
+		{"endpoints", head + "    forward: {destination: endpoints}\n", 18, `forward.destination "endpoints"`},
+		{"with effects", head + "    forward: {destination: app}\n    effects:\n      - name: x\n        destination: app\n", 20, `flow "a": forward makes the flow's one effect itself; remove effects`},
+		{"with state", head + "    forward: {destination: app}\n    state: event.data\n", 19, `flow "a": forward keeps no state of its own; remove state`},
+		{"with version", head + "    forward: {destination: app}\n    version: {mode: revision, revision: event.r}\n", 19, `flow "a": forward sets the version itself`},
+		{"entity without order_by", head + "    forward: {destination: app}\n    entity: event.data.object.id\n", 19, `entity applies to a forward flow with order_by: occurrence`},
+		{"order_by without entity", head + "    forward: {destination: app}\n    order_by: occurrence\n", 16, `order_by: occurrence needs entity`},
+		{"unknown order_by", head + "    forward: {destination: app}\n    order_by: arrival\n", 19, `unknown order_by "arrival"`},
+		{"order_by without forward", head + "    events: [x]\n    entity: event.id\n    version: {mode: revision, revision: event.r}\n    order_by: occurrence\n", 21, `order_by applies to forward flows only`},
+		{"IP02 entity", head + "    forward: {destination: app}\n    order_by: occurrence\n    entity: string(meta.received_at)\n", 20, "IP02"},
+		{"bad when", head + "    forward: {destination: app}\n    when: event.livemode ==\n", 19, "when"},
+		{"unknown key", head + "    forward: {destination: app, to: x}\n", 18, "unknown field"},
+		{"order without occurrence time", "  - name: a\n    source: gh\n    forward: {destination: app}\n    order_by: occurrence\n    entity: event.repository.id\n", 19,
+			`flow "a": order_by: occurrence needs each event's occurrence time, and source "gh" (kind github) carries none`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse("f.yaml", []byte(flowBase+tc.flow+forwardDest), env(nil))
+			_, err := Parse("f.yaml", []byte(strings.Replace(flowBase, "flows:\n", githubSource+"flows:\n", 1)+tc.flow+forwardDest), env(nil))
 			var es Errors
 			var one *Error
 			switch {
