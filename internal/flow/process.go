@@ -397,7 +397,7 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 		var req json.RawMessage
 		var err error
 		if ce.Forward {
-			req, err = e.forwardRequest(ctx, &it.Event)
+			req, err = forwardRequest(&it.Event)
 		} else {
 			req, err = buildRequest(eff.Request.Method, ce, vars)
 		}
@@ -456,10 +456,12 @@ type Request struct {
 // forwardRequest is a forward flow's call: the event's body as received,
 // byte for byte, with the Content-Type of its first delivery, to the
 // destination's base_url itself.
-func (e *Engine) forwardRequest(ctx context.Context, ev *store.RoutableEvent) (json.RawMessage, error) {
-	ct, err := e.contentType(ctx, ev)
-	if err != nil {
-		return nil, err
+func forwardRequest(ev *store.RoutableEvent) (json.RawMessage, error) {
+	ct := ev.ContentType
+	if ct == "" {
+		// Every sender kind but the form-posting ones sends JSON, and a
+		// form always comes with its type.
+		ct = defaultContentType
 	}
 	if err := outbound.CheckHeaderValue(ct); err != nil {
 		return nil, fmt.Errorf("forward: Content-Type: %w", err)
@@ -472,37 +474,8 @@ func (e *Engine) forwardRequest(ctx context.Context, ev *store.RoutableEvent) (j
 	return out, nil
 }
 
-// defaultContentType is a forward's Content-Type when the sender sent
-// none: every sender kind but the form-posting ones sends JSON, and a
-// form always comes with its type.
+// defaultContentType is a forward's Content-Type when the sender sent none.
 const defaultContentType = "application/json"
-
-// deliveryReader reads an event's stored deliveries (store.Store does).
-type deliveryReader interface {
-	DeliveryList(ctx context.Context, p *store.DeliveryListParams) ([]*store.Delivery, error)
-}
-
-// contentType is the Content-Type the event's first delivery came with,
-// kept beside its body as evidence. Only forward flows read it: one
-// query per forwarded event, none for any other flow.
-func (e *Engine) contentType(ctx context.Context, ev *store.RoutableEvent) (string, error) {
-	dr, ok := e.st.(deliveryReader)
-	if !ok {
-		return "", errors.New("forward: the store cannot read the event's deliveries")
-	}
-	ds, err := dr.DeliveryList(ctx, &store.DeliveryListParams{Source: ev.Source, EventID: ev.EventID, Limit: 1, BodyPrefix: 1})
-	if err != nil {
-		return "", &errTransient{fmt.Errorf("forward: read the event's delivery: %w", err)}
-	}
-	if len(ds) > 0 {
-		for k, v := range ds[0].Headers {
-			if strings.EqualFold(k, "Content-Type") && v != "" {
-				return v, nil
-			}
-		}
-	}
-	return defaultContentType, nil
-}
 
 func buildRequest(method string, ce *config.CompiledEffect, vars expr.Vars) (json.RawMessage, error) {
 	r := Request{Method: method}
