@@ -148,7 +148,7 @@ func TestSendEveryKind(t *testing.T) {
 	}{
 		{[]string{"send", "--config", cfgPath}, "--source is required"},
 		{[]string{"send", "--config", cfgPath, "--source", "nosuch"}, `no source "nosuch"`},
-		{[]string{"send", "--config", cfgPath, "--source", "shop", "--sample", "nosuch"}, `no sample "nosuch" for kind hmac (samples: order.updated)`},
+		{[]string{"send", "--config", cfgPath, "--source", "shop", "--sample", "nosuch"}, `no sample "nosuch" for kind hmac (samples: order.cancelled, order.created, order.updated)`},
 		{[]string{"send", "--config", cfgPath, "--source", "shop", "a", "b"}, "at most one FILE"},
 		{[]string{"send", "--config", cfgPath, "--source", "unset"}, "S_UNSET is not set"},
 		{[]string{"send", "--config", cfgPath, "--source", "stripe"}, "S_STRIPE is not set"},
@@ -165,8 +165,16 @@ func TestSendEveryKind(t *testing.T) {
 			t.Errorf("--list-samples lacks %s: %q", kind, out)
 		}
 	}
-	if code != 0 || !strings.Contains(out, "invoice.paid (default)") {
+	if code != 0 || !strings.Contains(out, "invoice.paid (default)") || !strings.Contains(out, "checkout.session.completed") {
 		t.Errorf("--list-samples: %d %q", code, out)
+	}
+	// Every Stripe sample is sent, signed, and stored as one event.
+	for _, sample := range []string{"invoice.payment_failed", "customer.subscription.created", "customer.subscription.deleted",
+		"charge.refunded", "checkout.session.completed", "payment_intent.succeeded", "customer.created", "customer.updated"} {
+		code, out, errOut := run(t, "", env, "send", "--config", cfgPath, "--source", "stripe", "--url", base+"/hooks/stripe", "--sample", sample)
+		if code != 0 || !strings.Contains(out, `{"status":"stored","events":1}`) {
+			t.Errorf("send --sample %s: %d %q %q", sample, code, out, errOut)
+		}
 	}
 }
 

@@ -67,6 +67,8 @@ type Destination struct {
 	// refused when dialled, so a flow or a rebinding DNS name cannot reach
 	// internal services or the cloud metadata address.
 	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
+	// Signing, when set, signs every call with Standard Webhooks headers.
+	Signing *Signing `yaml:"signing"`
 
 	Compiled   *CompiledDest   `yaml:"-"`
 	PresetData *vendors.Preset `yaml:"-"`
@@ -388,6 +390,7 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 				add(p+".auth", "destination %q: auth needs exactly one of bearer, basic or header", d.Name)
 			}
 		}
+		checkSigning(add, p, d)
 		if d.Timeout < 0 {
 			add(p+".timeout", "destination %q: timeout must be positive", d.Name)
 		}
@@ -489,8 +492,12 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 				if !ok {
 					// An effect nobody can deliver would wait in approved
 					// forever, out of the exception queue's sight.
-					add(fmt.Sprintf("$.flows[%d].effects[%d].destination", i, j),
-						"flow %q: effect %q: no destination named %q is configured (destinations: %s)", f.Name, e.Name, e.Destination, strings.Join(sortedKeys(names), ", "))
+					what := fmt.Sprintf("effect %q", e.Name)
+					if f.Forward != nil {
+						what = "forward"
+					}
+					add(f.effectPath(i, j, "destination"),
+						"flow %q: %s: no destination named %q is configured (destinations: %s)", f.Name, what, e.Destination, strings.Join(sortedKeys(names), ", "))
 					continue
 				}
 				if f.Compiled != nil && j < len(f.Compiled.Effects) {

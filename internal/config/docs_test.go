@@ -25,6 +25,7 @@ func TestConfigurationDocLoads(t *testing.T) {
 		"SHOP_WEBHOOK_SECRET":     "shop-secret",
 		"SHOP_API_TOKEN":          "shop-token",
 		"CRM_TOKEN":               "crm-token",
+		"APP_SIGNING_SECRET":      "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=",
 		"SLACK_WEBHOOK_URL":       "https://hooks.slack.com/services/T0/B0/x",
 	}
 	blocks := 0

@@ -80,6 +80,7 @@ var secretFields = regexp.MustCompile(`^\$\.(` +
 	`|sources\[\d+\]\.api\.(bearer_token|headers\..+)` +
 	`|admin\.token` +
 	`|destinations\[\d+\]\.auth\.(bearer|basic\.user|basic\.password|header\.value)` +
+	`|destinations\[\d+\]\.signing\.secrets(\[\d+\])?` +
 	`|notifications\.webhook_url` +
 	`)$`)
 

@@ -69,6 +69,11 @@ type Flow struct {
 	// Owner is who repairs the events this flow dead-letters: the
 	// exception queue names them until someone else takes it on.
 	Owner string `yaml:"owner"`
+	// Forward, instead of effects, sends every event as received to one
+	// destination; OrderBy ("occurrence", with Entity) keeps an entity's
+	// events in order (forward.go).
+	Forward *Forward `yaml:"forward"`
+	OrderBy string   `yaml:"order_by"`
 
 	// Compiled holds the compiled expressions, filled by validation.
 	Compiled *CompiledFlow `yaml:"-"`
@@ -136,6 +141,10 @@ type CompiledFlow struct {
 	Revision, Path, Query, Field, Break *expr.Program
 	Hash                                []*expr.Program
 	Effects                             []*CompiledEffect
+	// OpaqueBody is set on a forward flow whose expressions never read
+	// event: its events are forwarded even when their body is no JSON
+	// (a form-posting sender's), since nothing needs it decoded.
+	OpaqueBody bool
 	// ReadsPrevious is set when an effect expression reads previous, one
 	// reason to load the projection before applying an event (the other:
 	// an effect for a destination that sends changes only).
@@ -159,6 +168,9 @@ type CompiledEffect struct {
 	// is unused); CompensateWhen the rule. Nil when not configured.
 	Compensation   *CompiledEffect
 	CompensateWhen *expr.Program
+	// Forward marks a forward flow's effect: its request is the event's
+	// body as received, with its content type, not an expression's value.
+	Forward bool
 }
 
 // Operations an effect may declare (IP06).
@@ -194,7 +206,7 @@ func (c *Config) setFlowDefaults() {
 	}
 	for i := range c.Flows {
 		f := &c.Flows[i]
-		if f.State == "" {
+		if f.State == "" && f.Forward == nil {
 			if f.Version.Mode == ModeRefetch {
 				f.State = "object"
 			} else {
@@ -256,6 +268,7 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 	for i := range c.Flows {
 		f := &c.Flows[i]
 		p := fmt.Sprintf("$.flows[%d]", i)
+		expandForward(add, f, p)
 		cf := &CompiledFlow{}
 		compile := func(field, src string, required bool) *expr.Program {
 			if src == "" {
@@ -302,7 +315,7 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 		} else if src == nil {
 			add(p+".source", "flow %q: no source named %q", f.Name, f.Source)
 		}
-		if len(f.Events) == 0 {
+		if len(f.Events) == 0 && f.Forward == nil {
 			add(p, "flow %q: events is required: the event types it subscribes to (globs such as \"order.*\")", f.Name)
 		}
 		for k, g := range f.Events {
@@ -357,7 +370,12 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
 			}
 			identity("version.tie_break", cf.Break)
-			if k, ok := coarseTime(src); ok {
+			if f.Forward != nil && src != nil && !carriesOccurrence(src) {
+				add(p+".order_by", "flow %q: order_by: occurrence needs each event's occurrence time, and source %q (kind %s) carries none: set the source's fields.occurred_at, or leave order_by out", f.Name, f.Source, src.Kind)
+			}
+			if k, ok := coarseTime(src); ok && f.Forward != nil {
+				warn(p+".order_by", "flow %q: OR01: %s's %s is in seconds, so events in the same second are forwarded in event id order, not in the order they happened", f.Name, k.Title, k.Identity.OccurredAt)
+			} else if ok {
 				warn(vp+".mode", "flow %q: OR01: %s's %s is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name, k.Title, k.Identity.OccurredAt)
 			}
 		case "":
@@ -370,7 +388,7 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 		for j := range f.Effects {
 			e := &f.Effects[j]
 			ep := fmt.Sprintf("%s.effects[%d]", p, j)
-			ce := &CompiledEffect{Headers: map[string]*expr.Program{}}
+			ce := &CompiledEffect{Headers: map[string]*expr.Program{}, Forward: f.Forward != nil}
 			switch {
 			case e.Name == "":
 				add(ep, "flow %q: effects[%d]: name is required", f.Name, j)
@@ -444,6 +462,14 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				cf.ReadsPrevious = true
 			}
 		}
+		if f.Forward != nil {
+			cf.OpaqueBody = true
+			for _, prog := range []*expr.Program{cf.When, cf.Entity} {
+				if prog != nil && prog.Reads(expr.VarEvent) {
+					cf.OpaqueBody = false
+				}
+			}
+		}
 		f.Compiled = cf
 	}
 }
@@ -454,6 +480,16 @@ func mapValues(m map[string]*expr.Program) []*expr.Program {
 		out = append(out, v)
 	}
 	return out
+}
+
+// carriesOccurrence reports whether the source's events carry an
+// occurrence time: the kind reads one, or the source names its field.
+func carriesOccurrence(src *Source) bool {
+	if src.Fields.OccurredAt != "" {
+		return true
+	}
+	k, ok := senderkind.Builtin().Lookup(src.Kind)
+	return !ok || k.Identity.OccurredAt != "" || k.Identity.Rules.OccurredAt != nil
 }
 
 // coarseTime returns the source's kind when the source orders its events

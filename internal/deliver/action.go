@@ -179,6 +179,9 @@ type storedRequest struct {
 	Query   url.Values        `json:"query"`
 	Headers map[string]string `json:"headers"`
 	Body    json.RawMessage   `json:"body"`
+	// BodyBase64 is a body to send byte for byte (a forward's), with the
+	// Content-Type in Headers.
+	BodyBase64 []byte `json:"body_base64"`
 }
 
 // excerpt trims a response for storage: evidence, not a copy, never more

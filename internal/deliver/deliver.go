@@ -840,6 +840,9 @@ func (w *Worker) buildCall(c *store.ClaimedEffect, d *config.Destination) (*Call
 	if err := checkCall(call); err != nil {
 		return nil, err
 	}
+	if err := signCall(call, w.clk.Now()); err != nil {
+		return nil, err
+	}
 	return call, nil
 }
 

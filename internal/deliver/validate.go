@@ -144,7 +144,11 @@ func storedCall(d *config.Destination, episodeKey string, raw json.RawMessage) (
 	for k, v := range r.Headers {
 		call.Header.Set(k, v)
 	}
-	if len(r.Body) > 0 {
+	switch {
+	case len(r.BodyBase64) > 0:
+		// As received: the stored Content-Type goes with it.
+		call.Body = r.BodyBase64
+	case len(r.Body) > 0:
 		call.Body = r.Body
 		call.Header.Set("Content-Type", "application/json")
 	}

@@ -208,7 +208,9 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		e.bySource[f.Source] = append(e.bySource[f.Source], f)
 		e.flows[f.Name] = f
 		for j, eff := range f.Effects {
-			if d := dests[eff.Destination]; d != nil && d.ChangesOnly() {
+			// A forward sends every event, whatever a destination's
+			// preference for changes: each one is a change of its own.
+			if d := dests[eff.Destination]; d != nil && d.ChangesOnly() && f.Forward == nil {
 				if e.changesOnly[f.Name] == nil {
 					e.changesOnly[f.Name] = make([]bool, len(f.Effects))
 				}
@@ -553,7 +555,7 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 			in = newInput(ev)
 		}
 		r := store.Route{Flow: f.Name}
-		if in.err != nil {
+		if in.err != nil && !f.Compiled.OpaqueBody {
 			r.Failed = "payload: " + in.err.Error()
 			routes = append(routes, r)
 			continue
@@ -603,6 +605,10 @@ func (e *Engine) Subscribes(source, typ string) bool {
 }
 
 func subscribes(f *config.Flow, typ string) bool {
+	if len(f.Events) == 0 {
+		// Only a forward flow may leave events out: it takes every type.
+		return true
+	}
 	for _, g := range f.Events {
 		if ok, _ := path.Match(g, typ); ok {
 			return true

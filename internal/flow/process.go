@@ -274,7 +274,7 @@ func (e *Engine) settleAlone(ctx context.Context, ps []*store.FlowApplyParams) (
 // defers the entity.
 func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem) (*store.FlowApplyParams, error) {
 	in := newInput(&it.Event)
-	if in.err != nil {
+	if in.err != nil && !f.Compiled.OpaqueBody {
 		return nil, fmt.Errorf("payload: %w", in.err)
 	}
 	vars := in.vars()
@@ -394,7 +394,13 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 				Reason: fmt.Sprintf("not created: destination %s sends changes only, and the state equals the one applied at %s", eff.Destination, unchangedSince)})
 			continue
 		}
-		req, err := buildRequest(eff.Request.Method, ce, vars)
+		var req json.RawMessage
+		var err error
+		if ce.Forward {
+			req, err = forwardRequest(&it.Event)
+		} else {
+			req, err = buildRequest(eff.Request.Method, ce, vars)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
 		}
@@ -439,7 +445,37 @@ type Request struct {
 	Query   url.Values        `json:"query,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
 	Body    json.RawMessage   `json:"body,omitempty"`
+	// BodyBase64 is a body sent byte for byte instead of Body (a
+	// forward's: the event as received). A JSON value in Body would be
+	// re-encoded on the way (PostgreSQL's jsonb keeps neither spacing nor
+	// key order), and the bytes may be no JSON at all (a form): base64
+	// keeps every byte in any driver.
+	BodyBase64 []byte `json:"body_base64,omitempty"`
 }
+
+// forwardRequest is a forward flow's call: the event's body as received,
+// byte for byte, with the Content-Type of its first delivery, to the
+// destination's base_url itself.
+func forwardRequest(ev *store.RoutableEvent) (json.RawMessage, error) {
+	ct := ev.ContentType
+	if ct == "" {
+		// Every sender kind but the form-posting ones sends JSON, and a
+		// form always comes with its type.
+		ct = defaultContentType
+	}
+	if err := outbound.CheckHeaderValue(ct); err != nil {
+		return nil, fmt.Errorf("forward: Content-Type: %w", err)
+	}
+	r := Request{Method: http.MethodPost, Headers: map[string]string{"Content-Type": ct}, BodyBase64: ev.Body}
+	out, err := expr.Canonical(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	return out, nil
+}
+
+// defaultContentType is a forward's Content-Type when the sender sent none.
+const defaultContentType = "application/json"
 
 func buildRequest(method string, ce *config.CompiledEffect, vars expr.Vars) (json.RawMessage, error) {
 	r := Request{Method: method}

@@ -162,7 +162,7 @@ func selectWork(ctx context.Context, st Reader, router Router, sel Selection, op
 			ev := &store.RoutableEvent{
 				PK: e.PK, Source: e.Source, EventID: e.EventID, Type: e.Type, Entity: e.Entity,
 				Account: e.Account, OccurredAt: e.OccurredAt, ReceivedAt: e.ReceivedAt,
-				CausationID: d.CausationID, Hop: d.Hop, Body: d.Body,
+				CausationID: d.CausationID, Hop: d.Hop, Body: d.Body, ContentType: d.Headers["Content-Type"],
 			}
 			var routes []store.Route
 			failed := false

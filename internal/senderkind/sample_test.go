@@ -70,3 +70,27 @@ func TestSamplesFillAsTheirKindReadsThem(t *testing.T) {
 		t.Fatalf("only %d kinds have samples", kinds)
 	}
 }
+
+// Stripe's common events each have a sample, so a forward or a flow can
+// be tried with the event it will see without writing one.
+func TestStripeSamplesCoverTheCommonEvents(t *testing.T) {
+	k, _ := senderkind.Builtin().Lookup(senderkind.Stripe)
+	names := k.SampleNames()
+	for _, want := range []string{"invoice.paid", "invoice.payment_failed", "customer.subscription.created",
+		"customer.subscription.updated", "customer.subscription.deleted", "charge.refunded", "checkout.session.completed",
+		"payment_intent.succeeded", "customer.created", "customer.updated"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no Stripe sample %s (samples: %v)", want, names)
+		}
+		raw, _ := k.SampleBody(want)
+		evs, err := envelope.Extract(k.Name, envelope.Paths{}, http.Header{}, raw)
+		if err != nil || len(evs) != 1 || evs[0].Type != want {
+			t.Errorf("sample %s extracts as %+v, %v; want one event of its own type", want, evs, err)
+		}
+	}
+	for _, kind := range []string{senderkind.StandardWebhooks, senderkind.HMAC, senderkind.Paddle, senderkind.Square, senderkind.Mailgun, senderkind.Pipedrive, senderkind.Slack, senderkind.HubSpot} {
+		if k, _ := senderkind.Builtin().Lookup(kind); len(k.SampleNames()) < 2 {
+			t.Errorf("kind %s has samples %v, want its common events", kind, k.SampleNames())
+		}
+	}
+}

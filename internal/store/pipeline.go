@@ -116,6 +116,9 @@ type RoutableEvent struct {
 	CausationID string
 	Hop         int
 	Body        []byte
+	// ContentType is the Content-Type the first delivery came with (kept
+	// beside its body), "" when it had none: a forward sends it on.
+	ContentType string
 }
 
 // EventRouteParams is a batch of routing decisions.

@@ -29,7 +29,7 @@ import (
 // delivery d (the lowest delivery id): the body, causation and hop the
 // processor sees are those of the first receipt, whatever the retries sent.
 const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account, e.occurred_at, e.received_at,
-	d.causation_id, d.hop, d.body`
+	d.causation_id, d.hop, d.body, d.content_type`
 
 // firstDeliveryJoin joins d, an event's first delivery: the first entry of
 // its range of deliveries_event (event_pk, id), written so that no other
@@ -37,7 +37,7 @@ const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account
 // until it met the event (a scan that grew with the table), and a scalar
 // subquery let it hash-join a full scan of deliveries while statistics
 // were missing.
-const firstDeliveryJoin = `CROSS JOIN LATERAL (SELECT causation_id, hop, body FROM deliveries
+const firstDeliveryJoin = `CROSS JOIN LATERAL (SELECT causation_id, hop, body, coalesce(headers->>'Content-Type', '') AS content_type FROM deliveries
 	WHERE event_pk = e.pk ORDER BY event_pk, id LIMIT 1) d`
 
 // Events wait for the router in two places (0015_route_queue): a pk in
@@ -80,7 +80,7 @@ const listPendingGroupSQL = `SELECT ` + routableColumns + `, w.id, w.flow, w.ent
 func scanRoutable(row pgx.Row, e *store.RoutableEvent, extra ...any) error {
 	var occ *time.Time
 	dest := append([]any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt,
-		&e.CausationID, &e.Hop, &e.Body}, extra...)
+		&e.CausationID, &e.Hop, &e.Body, &e.ContentType}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}

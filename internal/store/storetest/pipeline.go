@@ -1919,3 +1919,37 @@ func testApplyGroup(t *testing.T, o Opener) {
 		t.Fatalf("a third worker claimed [%s], want [deals/a]", got)
 	}
 }
+
+// A routable event carries the Content-Type of its first delivery, as the
+// work list gives it to the processor (a forward sends it on with the
+// body): a later delivery's does not replace it, and a delivery that kept
+// none gives "".
+func testRoutableContentType(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	const form = "application/x-www-form-urlencoded; charset=utf-8"
+	a := f.event("ct_a", func(d *store.DeliveryInput) { d.Headers = map[string]string{"Content-Type": form, "User-Agent": "x"} })
+	again := delivery("crm", "ct_a", 1)
+	again.Type, again.Entity, again.Headers = "deal.updated", "deal_ct_a", map[string]string{"Content-Type": "text/plain"}
+	if res := commit(t, f.s, one(again)); res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	b := f.event("ct_b", func(d *store.DeliveryInput) { d.Headers = nil })
+	evs, err := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{Limit: 10})
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("EventListUnrouted: %v %d events", err, len(evs))
+	}
+	if evs[0].ContentType != form || evs[1].ContentType != "" {
+		t.Fatalf("unrouted content types %q, %q; want the first delivery's %q, then none", evs[0].ContentType, evs[1].ContentType, form)
+	}
+	f.route(t0, to(a, rt("fwd", "ct_a", "1")), to(b, rt("fwd", "ct_b", "1")))
+	if ws := f.pending("fwd", "ct_a"); len(ws) != 1 || ws[0].Event.ContentType != form {
+		t.Fatalf("WorkListPending gave %+v, want the first delivery's Content-Type", ws)
+	}
+	groups, err := f.s.WorkListPendingGroup(f.ctx, []*store.WorkListPendingParams{{Flow: "fwd", Entity: "ct_a", Limit: 5}, {Flow: "fwd", Entity: "ct_b", Limit: 5}})
+	if err != nil || len(groups) != 2 || len(groups[0]) != 1 || len(groups[1]) != 1 {
+		t.Fatalf("WorkListPendingGroup: %v %v", err, groups)
+	}
+	if groups[0][0].Event.ContentType != form || groups[1][0].Event.ContentType != "" {
+		t.Fatalf("group content types %q, %q; want %q, then none", groups[0][0].Event.ContentType, groups[1][0].Event.ContentType, form)
+	}
+}

@@ -105,6 +105,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineReplayEpisodeExisting", testReplayEpisodeExisting},
 		{"PipelineReplayKeepsDeadLetter", testReplayKeepsDeadLetter},
 		{"PipelineWorkListPendingOrder", testWorkListPendingOrder},
+		{"PipelineRoutableContentType", testRoutableContentType},
 		{"PipelineWorkCount", testWorkCount},
 		{"PipelineFlowApplyIdempotent", testFlowApplyIdempotent},
 		{"PipelineProjectionGet", testProjectionGetAbsent},
