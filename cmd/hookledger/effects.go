@@ -170,7 +170,11 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 
-	st, closeStore, code := openEffects(ctx, env, fs, *server, *cfgPath)
+	access := writeStore
+	if sub == "list" || sub == "show" {
+		access = readStore
+	}
+	st, closeStore, code := openEffects(ctx, env, fs, *server, *cfgPath, access)
 	if st == nil {
 		return code
 	}

@@ -84,13 +84,14 @@ func TestOperatorVerbsNeedNoSecretsAndNeverMigrate(t *testing.T) {
 	cfgPath, db := writeOperatorConfig(t)
 	noEnv := map[string]string{"USER": "alice"}
 
-	// No database yet: nothing is created.
+	// No database yet: nothing is created, and the configuration that
+	// points nowhere is the mistake (exit 2).
 	for _, args := range [][]string{
 		{"effects", "list", "--config", cfgPath},
 		{"replay", "--config", cfgPath, "--no-wait"},
 	} {
 		code, _, errOut := run(t, "", noEnv, args...)
-		if code != 1 || !strings.Contains(errOut, "no database at "+db) || !strings.Contains(errOut, "hookledger migrate --config "+cfgPath) {
+		if code != exitUsage || !strings.Contains(errOut, "no database at "+db) || !strings.Contains(errOut, "hookledger migrate --config "+cfgPath) {
 			t.Errorf("%v without a database: %d %q", args, code, errOut)
 		}
 	}
@@ -105,7 +106,7 @@ func TestOperatorVerbsNeedNoSecretsAndNeverMigrate(t *testing.T) {
 	}
 	st.Close()
 	code, _, errOut := run(t, "", noEnv, "effects", "list", "--config", cfgPath)
-	if code != 1 || !strings.Contains(errOut, "the database has no hookledger schema") || !strings.Contains(errOut, "start 'hookledger serve'") {
+	if code != exitUsage || !strings.Contains(errOut, "the database has no hookledger schema") || !strings.Contains(errOut, "start 'hookledger serve'") {
 		t.Fatalf("effects on an empty database: %d %q", code, errOut)
 	}
 	if n := tableCount(t, db); n != 0 {

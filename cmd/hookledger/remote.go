@@ -329,8 +329,8 @@ func attemptFromJSON(effectID int64, a api.AttemptJSON) *store.Attempt {
 
 // openEffects returns the effect ledger effects works on: a running
 // server's with --server, else the configured store, opened without
-// migrating and without the config's secrets.
-func openEffects(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPath string) (effectsStore, func(), int) {
+// migrating and without the config's secrets (read-only for list and show).
+func openEffects(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPath string, access storeAccess) (effectsStore, func(), int) {
 	if server != "" {
 		r, code := newRemote(env, "effects", server, cfgPath, flagGiven(fs, "config"))
 		if r == nil {
@@ -342,7 +342,7 @@ func openEffects(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPat
 	if cfg == nil {
 		return nil, nil, code
 	}
-	st, code := openOperatorStore(ctx, env, "effects", cfg)
+	st, code := openOperatorStore(ctx, env, "effects", cfg, access)
 	if st == nil {
 		return nil, nil, code
 	}
