@@ -322,7 +322,7 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 	if !e.NextAttemptAt.IsZero() {
 		fmt.Fprintf(w, "  next         %s\n", e.NextAttemptAt.Format(time.RFC3339))
 	}
-	writeRequest(w, st, e)
+	writeRequest(w, e)
 	if e.LastResponse != "" {
 		fmt.Fprintf(w, "  last answer  %s\n", safe(e.LastResponse))
 	}
@@ -351,8 +351,8 @@ func requestFlagConflict(sub, server string, formatGiven bool) string {
 	case sub != "show":
 		return "goes with show only"
 	case server != "":
-		return "reads the configured store: the admin API does not serve an effect's request " +
-			"(drop --server, or open /effects/ID in the console, which links to it)"
+		return "reads the configured store: it prints the stored bytes exactly, which a JSON answer " +
+			"cannot carry (drop --server; show --server prints the request as the API answers it)"
 	case formatGiven:
 		return "prints the request alone: give --format or --request, not both"
 	}
@@ -382,11 +382,7 @@ func effectsRequest(ctx context.Context, env *Env, st effectsStore, id int64) in
 // stored and cut at 64 KiB, with a note saying so; --request prints it
 // whole. Each line is indented under the label, control characters
 // escaped. Through the admin API there is no request to show.
-func writeRequest(w io.Writer, st effectsStore, e *store.Effect) {
-	if _, remote := st.(*remoteEffects); remote {
-		fmt.Fprintf(w, "  request      not served by the admin API: open /effects/%d in the console\n", e.ID)
-		return
-	}
+func writeRequest(w io.Writer, e *store.Effect) {
 	v := bodyview.Render(e.Request)
 	note := ""
 	switch {

@@ -315,7 +315,7 @@ func effectFromJSON(j api.EffectJSON) *store.Effect {
 		CausationID: j.CausationID, Hop: j.Hop, Attempts: j.Attempts, CreatedAt: parseTime(j.CreatedAt), UpdatedAt: parseTime(j.UpdatedAt),
 		NextAttemptAt: parseTime(j.NextAttemptAt), Redrives: j.Redrives, ErrorClass: store.ErrorClass(j.ErrorClass),
 		Reason: j.Reason, SuggestedRepair: j.SuggestedRepair, DestinationRef: j.DestinationRef, LastResponse: j.LastResponse,
-		Owner: j.Owner, Note: j.Note, Compensates: j.Compensates,
+		Owner: j.Owner, Note: j.Note, Compensates: j.Compensates, Request: j.Request,
 	}
 }
 
