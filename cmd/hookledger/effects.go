@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -422,16 +423,20 @@ func writeJSONOut(w io.Writer, v any) int {
 }
 
 // operatorActor names who acts in the audit trail: --actor, or the login
-// name as operator:$USER.
+// name as operator:$USER, else as the OS user the process runs as.
 func operatorActor(env *Env, flagValue string) string {
 	if flagValue != "" {
 		return flagValue
 	}
-	u := "unknown"
 	if env.Getenv != nil && env.Getenv("USER") != "" {
-		u = env.Getenv("USER")
+		return "operator:" + env.Getenv("USER")
 	}
-	return "operator:" + u
+	// cron and systemd set no $USER: the account the process runs as
+	// still says who acted.
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "operator:" + u.Username
+	}
+	return "operator:unknown"
 }
 
 // dash prints text for a table cell: made safe, and "-" when empty.

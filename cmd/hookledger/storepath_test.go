@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,5 +75,25 @@ func TestReadVerbsNeverCreateADatabase(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "data", "h.db")); err != nil || fi.Size() != 0 {
 		t.Errorf("a read verb wrote to the empty file: %v %v", fi, err)
+	}
+}
+
+// Without --actor and $USER (cron, systemd), the actor of an operator
+// action is the OS user the process runs as, never operator:unknown.
+func TestOperatorActorFallsBackToTheOSUser(t *testing.T) {
+	u, err := user.Current()
+	if err != nil || u.Username == "" {
+		t.Fatalf("the test needs the current user: %v", err)
+	}
+	env := &Env{Getenv: func(string) string { return "" }}
+	if got := operatorActor(env, ""); got != "operator:"+u.Username {
+		t.Errorf("actor without $USER = %q, want operator:%s", got, u.Username)
+	}
+	env.Getenv = func(k string) string { return map[string]string{"USER": "alice"}[k] }
+	if got := operatorActor(env, ""); got != "operator:alice" {
+		t.Errorf("actor with USER=alice = %q", got)
+	}
+	if got := operatorActor(env, "bob"); got != "bob" {
+		t.Errorf("actor with --actor bob = %q", got)
 	}
 }
