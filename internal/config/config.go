@@ -369,7 +369,13 @@ func parse(path string, data []byte, lookup func(string) (string, bool), operato
 	}
 	if len(file.Docs) == 1 && file.Docs[0].Body != nil {
 		if err := yaml.NodeToValue(file.Docs[0].Body, cfg, yaml.Strict()); err != nil {
-			return nil, yamlError(path, err)
+			e := yamlError(path, err)
+			if hint := keySuggestion(file.Docs[0].Body, err); hint != "" {
+				if ce, ok := e.(*Error); ok {
+					ce.Msg += ": " + hint
+				}
+			}
+			return nil, e
 		}
 	}
 	cfg.Path = path
