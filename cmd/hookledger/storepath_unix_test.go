@@ -91,3 +91,33 @@ func asUnprivileged(cmd *exec.Cmd) {
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 }
+
+// migrate (and serve) on a database in a directory the user cannot write
+// say so in plain words, not as SQLite's "unable to open database file".
+func TestMigrateInAReadOnlyDirectorySaysSo(t *testing.T) {
+	bin := buildBinary(t)
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(bin), filepath.Dir(filepath.Dir(bin)), base, filepath.Dir(base)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(base, "ro")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "hookledger.yaml")
+	if err := os.WriteFile(cfg, []byte("store: sqlite:h.db\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+	cmd := exec.Command(bin, "migrate", "--config", cfg)
+	asUnprivileged(cmd)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "cannot create files in the directory "+dir) || strings.Contains(string(out), "(14)") {
+		t.Errorf("migrate in a read-only directory: %v\n%s", err, out)
+	}
+}

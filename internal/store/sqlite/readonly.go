@@ -41,6 +41,43 @@ func OpenReadOnly(ctx context.Context, path string) (*Store, error) {
 	return s, nil
 }
 
+// explainOpen turns a failure to open the database for writing into
+// plain words when the cause is the file system: SQLite says "unable to
+// open database file" or "attempt to write a readonly database" whatever
+// the cause, and a directory the user cannot write is the usual one (the
+// database needs its -wal and -shm files beside it).
+func explainOpen(path string, err error) error {
+	if path == ":memory:" {
+		return fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	f, cerr := os.CreateTemp(dir, ".hookledger-write-check-*")
+	if cerr != nil {
+		// SQLite's own words add nothing to the cause found here.
+		return fmt.Errorf("open sqlite %s: cannot create files in the directory %s (%w): the database and its -wal and -shm "+
+			"files are written there; make it writable for this user, or point store: elsewhere "+
+			"(status and check read a read-only copy)", path, dir, cause(cerr))
+	}
+	name := f.Name()
+	f.Close()
+	os.Remove(name)
+	if w, werr := os.OpenFile(path, os.O_WRONLY, 0); werr != nil && !errors.Is(werr, fs.ErrNotExist) {
+		return fmt.Errorf("open sqlite %s: the file cannot be written by this user (%w): serve and migrate write it; "+
+			"status and check read a read-only copy", path, cause(werr))
+	} else if werr == nil {
+		w.Close()
+	}
+	return fmt.Errorf("open sqlite %s: %w", path, err)
+}
+
+// cause is the operating system's reason inside a path error.
+func cause(err error) error {
+	if u := errors.Unwrap(err); u != nil {
+		return u
+	}
+	return err
+}
+
 // Exists returns nil when there is a file at path, an error wrapping
 // fs.ErrNotExist that names the path when there is none, and the error of
 // a path that cannot be looked at.
