@@ -29,9 +29,13 @@ snapshot, without taking the write lock, so it can run beside 'hookledger serve'
   effect_event        every effect's source event exists
   effect_state        every effect's state is one of the effect states
 
+The store is opened read-only: a copy in a read-only directory can be
+checked, and a database that is not there is never created.
+
 Prints one line per violation (at most --limit per invariant) and a summary
 per invariant. Exit 0 when every invariant holds, 1 on any violation (or when
-the store cannot be read), 2 on a usage or configuration error.`
+the store cannot be read), 2 on a usage or configuration error or when there
+is no database at the configured store.`
 
 // checkOutput is the JSON form.
 type checkOutput struct {
@@ -70,7 +74,7 @@ func runCheck(ctx context.Context, env *Env, args []string) int {
 	if cfg == nil {
 		return code
 	}
-	st, code := openOperatorStore(ctx, env, "check", cfg)
+	st, code := openOperatorStore(ctx, env, "check", cfg, readStore)
 	if st == nil {
 		return code
 	}

@@ -116,8 +116,9 @@ func TestCheckUsage(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Usage: hookledger check") || !strings.Contains(out, "done_evidence") || errOut != "" {
 		t.Fatalf("check --help: %d %q %q", code, out, errOut)
 	}
-	// No database yet: a failure that says what to run, not a usage error.
-	if code, _, errOut := run(t, "", nil, "check", "--config", cfg); code != 1 || !strings.Contains(errOut, "hookledger migrate") {
+	// No database yet: a configuration that points nowhere (exit 2), with
+	// what to run; nothing is created.
+	if code, _, errOut := run(t, "", nil, "check", "--config", cfg); code != exitUsage || !strings.Contains(errOut, "hookledger migrate") {
 		t.Fatalf("check without a database: %d %q", code, errOut)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -170,7 +171,11 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 
-	st, closeStore, code := openEffects(ctx, env, fs, *server, *cfgPath)
+	access := writeStore
+	if sub == "list" || sub == "show" {
+		access = readStore
+	}
+	st, closeStore, code := openEffects(ctx, env, fs, *server, *cfgPath, access)
 	if st == nil {
 		return code
 	}
@@ -318,7 +323,7 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 	if !e.NextAttemptAt.IsZero() {
 		fmt.Fprintf(w, "  next         %s\n", e.NextAttemptAt.Format(time.RFC3339))
 	}
-	writeRequest(w, st, e)
+	writeRequest(w, e)
 	if e.LastResponse != "" {
 		fmt.Fprintf(w, "  last answer  %s\n", safe(e.LastResponse))
 	}
@@ -347,8 +352,8 @@ func requestFlagConflict(sub, server string, formatGiven bool) string {
 	case sub != "show":
 		return "goes with show only"
 	case server != "":
-		return "reads the configured store: the admin API does not serve an effect's request " +
-			"(drop --server, or open /effects/ID in the console, which links to it)"
+		return "reads the configured store: it prints the stored bytes exactly, which a JSON answer " +
+			"cannot carry (drop --server; show --server prints the request as the API answers it)"
 	case formatGiven:
 		return "prints the request alone: give --format or --request, not both"
 	}
@@ -378,11 +383,7 @@ func effectsRequest(ctx context.Context, env *Env, st effectsStore, id int64) in
 // stored and cut at 64 KiB, with a note saying so; --request prints it
 // whole. Each line is indented under the label, control characters
 // escaped. Through the admin API there is no request to show.
-func writeRequest(w io.Writer, st effectsStore, e *store.Effect) {
-	if _, remote := st.(*remoteEffects); remote {
-		fmt.Fprintf(w, "  request      not served by the admin API: open /effects/%d in the console\n", e.ID)
-		return
-	}
+func writeRequest(w io.Writer, e *store.Effect) {
 	v := bodyview.Render(e.Request)
 	note := ""
 	switch {
@@ -422,16 +423,20 @@ func writeJSONOut(w io.Writer, v any) int {
 }
 
 // operatorActor names who acts in the audit trail: --actor, or the login
-// name as operator:$USER.
+// name as operator:$USER, else as the OS user the process runs as.
 func operatorActor(env *Env, flagValue string) string {
 	if flagValue != "" {
 		return flagValue
 	}
-	u := "unknown"
 	if env.Getenv != nil && env.Getenv("USER") != "" {
-		u = env.Getenv("USER")
+		return "operator:" + env.Getenv("USER")
 	}
-	return "operator:" + u
+	// cron and systemd set no $USER: the account the process runs as
+	// still says who acted.
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "operator:" + u.Username
+	}
+	return "operator:unknown"
 }
 
 // dash prints text for a table cell: made safe, and "-" when empty.

@@ -142,7 +142,7 @@ func openEvents(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPath
 	if cfg == nil {
 		return nil, nil, code
 	}
-	st, code := openOperatorStore(ctx, env, "events", cfg)
+	st, code := openOperatorStore(ctx, env, "events", cfg, writeStore)
 	if st == nil {
 		return nil, nil, code
 	}

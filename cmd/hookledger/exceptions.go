@@ -124,7 +124,7 @@ func openExceptions(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfg
 	if cfg == nil {
 		return nil, nil, code
 	}
-	st, code := openOperatorStore(ctx, env, "exceptions", cfg)
+	st, code := openOperatorStore(ctx, env, "exceptions", cfg, readStore)
 	if st == nil {
 		return nil, nil, code
 	}

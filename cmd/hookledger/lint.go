@@ -156,6 +156,7 @@ func configFlows(env *Env, path string) ([]lint.Flow, error) {
 			RetryLayers:         lint.RetryLayers{Known: true},
 			InboundWebhook:      lint.Yes,
 			Extra:               map[string]string{"source": f.Source},
+			Engine:              true,
 		}
 		var effects []string
 		attempts := 0

@@ -14,7 +14,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
+
+	"github.com/hookledger/hookledger/internal/suggest"
 )
 
 // Exit codes pinned by the product surface.
@@ -85,10 +89,20 @@ func Main(ctx context.Context, args []string, env *Env) int {
 	case "-h", "-help", "--help", "help":
 		usage(env.Stdout)
 		return exitOK
+	case "-version", "--version":
+		return versionCommand.run(ctx, env, args[1:])
 	}
 	c, ok := lookup(args[0])
 	if !ok {
-		fmt.Fprintf(env.Stderr, "hookledger: unknown verb %q\n\n", args[0])
+		names := make([]string, len(verbs))
+		for i, v := range verbs {
+			names[i] = v.name
+		}
+		if near, ok := suggest.Nearest(args[0], names); ok {
+			fmt.Fprintf(env.Stderr, "hookledger: unknown verb %q: did you mean %q?\n\n", args[0], near)
+		} else {
+			fmt.Fprintf(env.Stderr, "hookledger: unknown verb %q\n\n", args[0])
+		}
 		usage(env.Stderr)
 		return exitUsage
 	}
@@ -107,7 +121,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'hookledger <verb> --help' for the flags of one verb.")
+	fmt.Fprintln(w, "Run 'hookledger <verb> --help' for the flags of one verb; 'hookledger --version' prints the version.")
 	fmt.Fprintln(w, "Exit codes: 0 ok, 1 findings or failure, 2 usage or configuration error.")
 }
 
@@ -123,10 +137,25 @@ func newFlagSet(env *Env, name, synopsis, description string) *flag.FlagSet {
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
 			fmt.Fprintln(out, "\nFlags:")
-			fs.PrintDefaults()
+			printDefaults(out, fs)
 		}
 	}
 	return fs
+}
+
+// oneDashFlag is the start of a flag's line in the flag package's usage.
+var oneDashFlag = regexp.MustCompile(`(?m)^  -`)
+
+// printDefaults is fs.PrintDefaults with each flag written with two
+// dashes, as the docs and examples write them: the flag package accepts
+// both and prints one.
+func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	_, _ = io.WriteString(w, oneDashFlag.ReplaceAllString(b.String(), "  --"))
 }
 
 // parseFlags parses args; ok=false means the caller returns code at once

@@ -149,3 +149,42 @@ func TestSignPrintsVerifiableHeaders(t *testing.T) {
 		t.Fatal("signature verified a different body")
 	}
 }
+
+// hookledger --version is hookledger version.
+func TestVersionFlag(t *testing.T) {
+	_, want, _ := run(t, "", nil, "version")
+	code, out, errOut := run(t, "", nil, "--version")
+	if code != exitOK || out != want || errOut != "" {
+		t.Errorf("--version: exit %d %q %q; want %q as version prints", code, out, errOut, want)
+	}
+}
+
+// Flags are shown with two dashes, as the docs and examples write them
+// (the flag package takes both, and prints one).
+func TestHelpShowsTwoDashes(t *testing.T) {
+	for _, c := range verbs {
+		_, out, _ := run(t, "", nil, c.name, "--help")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
+				t.Errorf("%s --help shows a flag with one dash: %q", c.name, line)
+			}
+		}
+	}
+	_, out, _ := run(t, "", nil, "status", "--help")
+	if !strings.Contains(out, "  --config file\n") {
+		t.Errorf("status --help lacks --config:\n%s", out)
+	}
+}
+
+// A mistyped verb is answered with the nearest one.
+func TestUnknownVerbSuggestsTheNearest(t *testing.T) {
+	for typo, want := range map[string]string{"stauts": "status", "efects": "effects", "serv": "serve", "lnit": "lint"} {
+		code, _, errOut := run(t, "", nil, typo)
+		if code != exitUsage || !strings.Contains(errOut, `unknown verb "`+typo+`": did you mean "`+want+`"?`) {
+			t.Errorf("%s: exit %d %q; want a suggestion of %s", typo, code, errOut, want)
+		}
+	}
+	if _, _, errOut := run(t, "", nil, "frobnicate"); strings.Contains(errOut, "did you mean") {
+		t.Errorf("a word near no verb got a suggestion: %q", errOut)
+	}
+}

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
+	"path/filepath"
 	"strings"
 
 	"github.com/hookledger/hookledger/internal/config"
@@ -36,23 +37,44 @@ type schemaChecker interface {
 	SchemaPending(ctx context.Context) ([]string, error)
 }
 
+// storeAccess says what a verb does with the store it opens.
+type storeAccess int
+
+const (
+	// readStore: the verb only reads (status, check, effects list and
+	// show); the store is opened read-only, so a copy in a read-only
+	// directory serves, and nothing can be written by mistake.
+	readStore storeAccess = iota
+	// writeStore: the verb records an operator's action.
+	writeStore
+)
+
 // openOperatorStore opens the configured store without migrating it. A
-// SQLite file that does not exist is not created, and a schema that is
-// missing or behind this binary is refused with what to run (exit 1).
-func openOperatorStore(ctx context.Context, env *Env, verb string, cfg *config.Config) (store.Store, int) {
-	fail := func(format string, args ...any) (store.Store, int) {
+// database that is not there (no SQLite file, or no hookledger schema) is
+// never created: it is a configuration error (exit 2) naming the absolute
+// path looked at, since a relative sqlite: path is relative to the config
+// file (config.Load). A schema behind this binary is refused with what to
+// run (exit 1).
+func openOperatorStore(ctx context.Context, env *Env, verb string, cfg *config.Config, access storeAccess) (store.Store, int) {
+	fail := func(code int, format string, args ...any) (store.Store, int) {
 		fmt.Fprintf(env.Stderr, "hookledger %s: "+format+"\n", append([]any{verb}, args...)...)
-		return nil, exitFail
+		return nil, code
 	}
-	howTo := fmt.Sprintf("run 'hookledger migrate --config %s', or start 'hookledger serve', which migrates at start", cfg.Path)
-	if path, ok := strings.CutPrefix(cfg.Store, "sqlite:"); ok {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return fail("no database at %s (store: %s): %s", path, cfg.Store, howTo)
-		}
+	cfgPath := cfg.Path
+	if abs, err := filepath.Abs(cfgPath); err == nil {
+		cfgPath = abs
 	}
-	st, err := storeopen.Open(ctx, cfg.Store)
+	howTo := fmt.Sprintf("run 'hookledger migrate --config %s', or start 'hookledger serve', which migrates at start", cfgPath)
+	open := storeopen.OpenExisting
+	if access == readStore {
+		open = storeopen.OpenReadOnly
+	}
+	st, err := open(ctx, cfg.Store)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fail(exitUsage, "%v (store: %s in %s): %s", err, storeopen.Redact(cfg.Store), cfgPath, howTo)
+	}
 	if err != nil {
-		return fail("%v", err)
+		return fail(exitFail, "%v", err)
 	}
 	sc, ok := st.(schemaChecker)
 	if !ok {
@@ -61,16 +83,16 @@ func openOperatorStore(ctx context.Context, env *Env, verb string, cfg *config.C
 	pending, err := sc.SchemaPending(ctx)
 	if err != nil {
 		st.Close()
-		return fail("%v", err)
+		return fail(exitFail, "%v", err)
 	}
 	if len(pending) > 0 {
 		st.Close()
-		what := fmt.Sprintf("the database schema is behind this binary (%s not applied)", strings.Join(pending, ", "))
 		if v, _, _ := strings.Cut(pending[0], "_"); strings.TrimLeft(v, "0") == "1" {
 			// The first migration creates the schema: nothing is there.
-			what = "the database has no hookledger schema"
+			return fail(exitUsage, "the database has no hookledger schema (store: %s in %s): %s", storeopen.Redact(cfg.Store), cfgPath, howTo)
 		}
-		return fail("%s (store: %s): %s", what, storeopen.Redact(cfg.Store), howTo)
+		return fail(exitFail, "the database schema is behind this binary (%s not applied) (store: %s): %s",
+			strings.Join(pending, ", "), storeopen.Redact(cfg.Store), howTo)
 	}
 	return st, exitOK
 }

@@ -84,13 +84,14 @@ func TestOperatorVerbsNeedNoSecretsAndNeverMigrate(t *testing.T) {
 	cfgPath, db := writeOperatorConfig(t)
 	noEnv := map[string]string{"USER": "alice"}
 
-	// No database yet: nothing is created.
+	// No database yet: nothing is created, and the configuration that
+	// points nowhere is the mistake (exit 2).
 	for _, args := range [][]string{
 		{"effects", "list", "--config", cfgPath},
 		{"replay", "--config", cfgPath, "--no-wait"},
 	} {
 		code, _, errOut := run(t, "", noEnv, args...)
-		if code != 1 || !strings.Contains(errOut, "no database at "+db) || !strings.Contains(errOut, "hookledger migrate --config "+cfgPath) {
+		if code != exitUsage || !strings.Contains(errOut, "no database at "+db) || !strings.Contains(errOut, "hookledger migrate --config "+cfgPath) {
 			t.Errorf("%v without a database: %d %q", args, code, errOut)
 		}
 	}
@@ -105,7 +106,7 @@ func TestOperatorVerbsNeedNoSecretsAndNeverMigrate(t *testing.T) {
 	}
 	st.Close()
 	code, _, errOut := run(t, "", noEnv, "effects", "list", "--config", cfgPath)
-	if code != 1 || !strings.Contains(errOut, "the database has no hookledger schema") || !strings.Contains(errOut, "start 'hookledger serve'") {
+	if code != exitUsage || !strings.Contains(errOut, "the database has no hookledger schema") || !strings.Contains(errOut, "start 'hookledger serve'") {
 		t.Fatalf("effects on an empty database: %d %q", code, errOut)
 	}
 	if n := tableCount(t, db); n != 0 {
@@ -264,10 +265,13 @@ func TestEffectsThroughTheServer(t *testing.T) {
 	if sent := <-keys; sent != deliver.HashedKey("orders:o1:r1:sync") || !strings.Contains(out, "idem. key    "+sent+"\n") {
 		t.Fatalf("the CRM was sent %q; effects show --server says %q", sent, out)
 	}
-	// The API carries no request: show says where it is, rather than an
-	// empty one.
-	if want := "request      not served by the admin API: open /effects/" + id + " in the console"; !strings.Contains(out, want) {
-		t.Errorf("effects show --server lacks %q: %q", want, out)
+	// The API carries the request: show prints it as it does from the
+	// store, never an empty one.
+	_, local, _ := run(t, "", env, "effects", "show", "--config", cfgPath, id)
+	_, remoteReq, _ := strings.Cut(out, "\n  request")
+	_, localReq, _ := strings.Cut(local, "\n  request")
+	if localReq == "" || !strings.Contains(localReq, `"path": "/x"`) || remoteReq != localReq {
+		t.Errorf("effects show --server prints the request\n%q\nthe store holds\n%q", remoteReq, localReq)
 	}
 	code, out, errOut = run(t, "", env, "effects", "assign", "--server", base, "--owner", "ops", id)
 	if code != 0 || !strings.Contains(out, "effect "+id+" (orders:o1:r1:sync)") {

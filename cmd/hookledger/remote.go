@@ -315,7 +315,7 @@ func effectFromJSON(j api.EffectJSON) *store.Effect {
 		CausationID: j.CausationID, Hop: j.Hop, Attempts: j.Attempts, CreatedAt: parseTime(j.CreatedAt), UpdatedAt: parseTime(j.UpdatedAt),
 		NextAttemptAt: parseTime(j.NextAttemptAt), Redrives: j.Redrives, ErrorClass: store.ErrorClass(j.ErrorClass),
 		Reason: j.Reason, SuggestedRepair: j.SuggestedRepair, DestinationRef: j.DestinationRef, LastResponse: j.LastResponse,
-		Owner: j.Owner, Note: j.Note, Compensates: j.Compensates,
+		Owner: j.Owner, Note: j.Note, Compensates: j.Compensates, Request: j.Request,
 	}
 }
 
@@ -329,8 +329,8 @@ func attemptFromJSON(effectID int64, a api.AttemptJSON) *store.Attempt {
 
 // openEffects returns the effect ledger effects works on: a running
 // server's with --server, else the configured store, opened without
-// migrating and without the config's secrets.
-func openEffects(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPath string) (effectsStore, func(), int) {
+// migrating and without the config's secrets (read-only for list and show).
+func openEffects(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPath string, access storeAccess) (effectsStore, func(), int) {
 	if server != "" {
 		r, code := newRemote(env, "effects", server, cfgPath, flagGiven(fs, "config"))
 		if r == nil {
@@ -342,7 +342,7 @@ func openEffects(ctx context.Context, env *Env, fs *flag.FlagSet, server, cfgPat
 	if cfg == nil {
 		return nil, nil, code
 	}
-	st, code := openOperatorStore(ctx, env, "effects", cfg)
+	st, code := openOperatorStore(ctx, env, "effects", cfg, access)
 	if st == nil {
 		return nil, nil, code
 	}

@@ -129,7 +129,7 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger replay: --flow %q: no such flow in %s\n", sel.Flow, *cfgPath)
 		return exitUsage
 	}
-	st, code := openOperatorStore(ctx, env, "replay", cfg)
+	st, code := openOperatorStore(ctx, env, "replay", cfg, writeStore)
 	if st == nil {
 		return code
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime/debug"
 	"time"
 
@@ -58,7 +59,19 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	if _, set := env.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(serveGCPercent)
 	}
-	srv := server.New(cfg, server.Options{Logger: log, HostClock: host})
+	// Listen before the store is opened and migrated: a port in use is
+	// the most common reason serve cannot start, and it must say so
+	// without having created or changed a database first.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, errAddrInUse) {
+			hint = fmt.Sprintf(" (another hookledger or program is using it: stop it, or set listen: in %s to a free port)", cfg.Path)
+		}
+		fmt.Fprintf(env.Stderr, "hookledger serve: cannot listen on %s: %v%s\n", cfg.Listen, err, hint)
+		return exitFail
+	}
+	srv := server.New(cfg, server.Options{Logger: log, HostClock: host, Listener: ln})
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger serve: %v\n", err)
 		return exitFail

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,37 @@ func TestServeClockSkewEnv(t *testing.T) {
 	code, _, errOut := run(t, "", map[string]string{clockSkewEnv: "5 minutes"}, "serve", "--config", cfg)
 	if code != exitUsage || !strings.Contains(errOut, clockSkewEnv) {
 		t.Fatalf("exit %d, stderr %q; want 2 naming %s", code, errOut, clockSkewEnv)
+	}
+}
+
+// serve on a port in use says so with what to do, before it touches the
+// store: no database is created or migrated for a server that cannot run.
+func TestServeOnAPortInUse(t *testing.T) {
+	ln, _ := listenLocal(t)
+	defer ln.Close()
+	dir := t.TempDir()
+	cfg := writeFile(t, "h.yaml", "listen: "+ln.Addr().String()+"\nstore: sqlite:"+filepath.Join(dir, "s.db")+"\n")
+	code, _, errOut := run(t, "", nil, "serve", "--config", cfg)
+	if code != exitFail || !strings.Contains(errOut, "cannot listen on "+ln.Addr().String()) ||
+		!strings.Contains(errOut, "another hookledger or program is using it") || !strings.Contains(errOut, "listen: in "+cfg) {
+		t.Errorf("serve on a port in use: exit %d %q", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "s.db")); err == nil {
+		t.Error("serve created the database before finding the port taken")
+	}
+}
+
+// serve names the console's URL when it starts, and says how to turn it
+// on when it is off.
+func TestServePrintsTheConsoleURL(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, "h.yaml", "listen: 127.0.0.1:0\nstore: sqlite:"+filepath.Join(dir, "s.db")+"\nadmin:\n  token: tok\n")
+	_, errOut, stop := startVerb(t, nil, "serve", "--config", cfg)
+	waitUntil(t, "serve to start", func() bool { return strings.Contains(errOut.String(), "hookledger serving") })
+	if code := stop(); code != 0 {
+		t.Fatalf("serve stopped with %d:\n%s", code, errOut)
+	}
+	if !regexp.MustCompile(`msg="console served" url=http://127\.0\.0\.1:\d+/`).MatchString(errOut.String()) {
+		t.Errorf("serve does not name the console's URL:\n%s", errOut)
 	}
 }

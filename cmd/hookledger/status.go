@@ -29,7 +29,8 @@ anything needs a person now.
 
 By default it reads the configured store directly (read-only, without
 migrating and without the config's secrets; it never blocks a running
-server). With --server it asks a running server's GET /api/v1/signals
+server, and reads a copy in a read-only directory). A relative sqlite:
+path is relative to the config file's directory. With --server it asks a running server's GET /api/v1/signals
 instead, so the server's thresholds apply; the admin token is read from
 $` + adminTokenVar + `, else from the config's admin.token.
 
@@ -42,7 +43,8 @@ API's JSON: {"signals":[{"name","value","oldest_age_seconds","status",
 
 Exit codes: 0 no signal is alert (warn included); 1 a signal is alert, or
 the signals could not be measured (store or server unreachable); 2 usage
-or configuration error.`
+or configuration error, or no database at the configured store (it is
+never created).`
 
 // statusBreakdownKeys bounds the keys printed per breakdown dimension; the
 // JSON has them all.
@@ -80,7 +82,7 @@ func runStatus(ctx context.Context, env *Env, args []string) int {
 		if cfg == nil {
 			return code
 		}
-		st, code := openOperatorStore(ctx, env, "status", cfg)
+		st, code := openOperatorStore(ctx, env, "status", cfg, readStore)
 		if st == nil {
 			return code
 		}

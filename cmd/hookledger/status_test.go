@@ -24,10 +24,10 @@ func TestStatusUsage(t *testing.T) {
 			t.Errorf("hookledger %v: exit %d (%q), want 2 with a message", args, code, errOut)
 		}
 	}
-	// A store that does not exist is a failure to measure, not a usage
-	// error and never a silent ok.
-	if code, _, errOut := run(t, "", nil, "status", "--config", cfg); code != exitFail || !strings.Contains(errOut, "no database") {
-		t.Errorf("status without a database: exit %d %q, want 1", code, errOut)
+	// A store that does not exist is a configuration that points nowhere,
+	// never a silent ok.
+	if code, _, errOut := run(t, "", nil, "status", "--config", cfg); code != exitUsage || !strings.Contains(errOut, "no database") {
+		t.Errorf("status without a database: exit %d %q, want 2", code, errOut)
 	}
 }
 

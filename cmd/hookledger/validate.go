@@ -82,7 +82,7 @@ func runValidate(ctx context.Context, env *Env, args []string) int {
 	}
 	// It reads the ledger as the operator verbs do: a store that serve or
 	// migrate has not prepared is refused, never created or migrated.
-	opened, code := openOperatorStore(ctx, env, "validate", cfg)
+	opened, code := openOperatorStore(ctx, env, "validate", cfg, readStore)
 	if opened == nil {
 		return code
 	}

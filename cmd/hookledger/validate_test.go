@@ -167,7 +167,7 @@ destinations:
 	if err := os.WriteFile(missing, []byte(strings.Replace(yaml, db, filepath.Join(dir, "none.db"), 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := run(t, "", env, "validate", "--config", missing, id("good")); code != 1 || !strings.Contains(errOut, "no database at") {
+	if code, _, errOut := run(t, "", env, "validate", "--config", missing, id("good")); code != exitUsage || !strings.Contains(errOut, "no database at") {
 		t.Errorf("missing store: %d %s", code, errOut)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "none.db")); err == nil {

@@ -540,3 +540,38 @@ func TestEffectOutcomeFilters(t *testing.T) {
 		}
 	}
 }
+
+// GET /api/v1/effects/{id} carries the effect's stored request, as JSON,
+// so that a client of the API (effects show --server) shows what the
+// console shows; lists leave it out (they never read it).
+func TestEffectCarriesItsRequest(t *testing.T) {
+	f := newFixture(t)
+	pk := f.event("shop", "e1", "order.created", "")
+	f.route(pk, store.Route{Flow: "orders", Entity: "o1", OrderKey: "1"})
+	id := f.apply("orders", "o1", "crm")[0]
+	var one struct {
+		Effect map[string]json.RawMessage `json:"effect"`
+	}
+	if code := f.get(fmt.Sprintf("/api/v1/effects/%d", id), &one); code != 200 {
+		t.Fatalf("get: %d", code)
+	}
+	if got := string(one.Effect["request"]); got != `{}` {
+		t.Errorf("effect request = %q, want the stored {}", got)
+	}
+	var list struct {
+		Effects []map[string]json.RawMessage `json:"effects"`
+	}
+	if code := f.get("/api/v1/effects?state=any", &list); code != 200 || len(list.Effects) != 1 {
+		t.Fatalf("list: %d %v", code, list)
+	}
+	if _, ok := list.Effects[0]["request"]; ok {
+		t.Errorf("a listed effect carries its request: %s", list.Effects[0]["request"])
+	}
+	// A request that is not JSON is answered as a JSON string rather than
+	// breaking the answer.
+	j := api.NewEffectJSON(&store.Effect{ID: 1, Request: json.RawMessage("a=1&b=<2>")})
+	b, err := json.Marshal(j)
+	if err != nil || !strings.Contains(string(b), `"request":"a=1\u0026b=\u003c2\u003e"`) {
+		t.Errorf("non-JSON request: %s %v", b, err)
+	}
+}

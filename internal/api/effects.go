@@ -58,6 +58,10 @@ type EffectJSON struct {
 	Compensates int64  `json:"compensates,omitempty"`
 	CreatedAt   string `json:"created_at"`
 	UpdatedAt   string `json:"updated_at"`
+	// Request is the request the effect sends its destination, as stored
+	// (a JSON string when what is stored is not JSON). Lists leave it
+	// out: they never read it.
+	Request json.RawMessage `json:"request,omitempty"`
 }
 
 // NewEffectJSON renders an effect.
@@ -73,7 +77,19 @@ func NewEffectJSON(e *store.Effect) EffectJSON {
 	if !e.NextAttemptAt.IsZero() {
 		j.NextAttemptAt = e.NextAttemptAt.UTC().Format(time.RFC3339Nano)
 	}
+	j.Request = requestJSON(e.Request)
 	return j
+}
+
+// requestJSON is a stored request fit for a JSON answer: a raw value that
+// is not JSON would make the whole answer fail to encode, so it is sent
+// as a string.
+func requestJSON(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 || json.Valid(r) {
+		return r
+	}
+	s, _ := json.Marshal(string(r)) // a string always encodes
+	return s
 }
 
 // IdempotencyKeys names, for an effect's destination and episode key, the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/signature"
+	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
 // DefaultPath is where serve and migrate look when --config is not given.
@@ -330,7 +332,16 @@ func load(path string, lookup func(string) (string, bool), operator bool) (*Conf
 	if err != nil {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("cannot read config: %v", errors.Unwrap(err))}
 	}
-	return parse(path, data, lookup, operator)
+	cfg, err := parse(path, data, lookup, operator)
+	if err != nil {
+		return nil, err
+	}
+	// A relative sqlite: path is relative to the file's directory, not to
+	// wherever the command runs: a cron job started from another
+	// directory must read the server's database, not be sent to create
+	// an empty one.
+	cfg.Store = storeopen.Resolve(cfg.Store, filepath.Dir(path))
+	return cfg, nil
 }
 
 // Parse is Load on bytes already read; path is used in messages only.
@@ -359,7 +370,13 @@ func parse(path string, data []byte, lookup func(string) (string, bool), operato
 	}
 	if len(file.Docs) == 1 && file.Docs[0].Body != nil {
 		if err := yaml.NodeToValue(file.Docs[0].Body, cfg, yaml.Strict()); err != nil {
-			return nil, yamlError(path, err)
+			e := yamlError(path, err)
+			if hint := keySuggestion(file.Docs[0].Body, err); hint != "" {
+				if ce, ok := e.(*Error); ok {
+					ce.Msg += ": " + hint
+				}
+			}
+			return nil, e
 		}
 	}
 	cfg.Path = path

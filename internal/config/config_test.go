@@ -72,6 +72,9 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		want       string
 	}{
 		{"unknown top key", "listen: 127.0.0.1:1\nlistne: x\n", nil, 2, "unknown field"},
+		{"misspelt top key", "listen: 127.0.0.1:1\nsorces: []\n", nil, 2, `unknown field "sorces": did you mean "sources"?`},
+		{"misspelt source key", "sources:\n  - name: a\n    kind: stripe\n    secrets: [x]\n    tolerence: 5m\n", nil, 5, `unknown field "tolerence": did you mean "tolerance"?`},
+		{"misspelt nested key", "receive:\n  max_body_byte: 10\n", nil, 2, `unknown field "max_body_byte": did you mean "max_body_bytes"?`},
 		{"unknown source key", "sources:\n  - name: a\n    kind: stripe\n    secrets: [x]\n    bogus: 1\n", nil, 5, "unknown field"},
 		{"wrong type", "receive:\n  max_body_bytes: lots\n", nil, 2, ""},
 		{"bad duration", "sources:\n  - name: a\n    kind: stripe\n    secrets: [x]\n    tolerance: 5x\n", nil, 5, "invalid duration"},

@@ -188,6 +188,13 @@ type Flow struct {
 	// Extra holds the further columns, by column name.
 	Extra map[string]string
 
+	// Engine marks a flow that hookledger itself runs (lint --config): it
+	// acknowledges after the durable commit and processes asynchronously,
+	// and keeps every episode key for ever. A config file has no place
+	// for an acknowledgement latency or a replay window, so the rules
+	// that would ask to fill those columns answer from that design.
+	Engine bool
+
 	// invalid marks cells that did not parse; rules that need them are
 	// skipped for this flow, as the problem is already reported.
 	invalid column

@@ -76,7 +76,10 @@ type source struct {
 	identity  senderkind.Identity
 	paths     envelope.Paths
 	publicURL *url.URL
-	keep      []string // headers kept as evidence beside the body
+	// signsURL says whether the kind's scheme signs the URL, which a
+	// refusal then names.
+	signsURL bool
+	keep     []string // headers kept as evidence beside the body
 	// handshake recognises the sender's set-up requests (nil: none).
 	handshake func([]byte) (senderkind.Reply, bool)
 	// causation says whether this source may carry the causation headers
@@ -175,6 +178,7 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 			keep:      kind.KeptHeaders(ks),
 			handshake: kind.Handshake,
 			causation: slices.Contains(cfg.Causation.TrustedSources, sc.Name),
+			signsURL:  kind.SignsURL(ks),
 		}
 		if sc.PublicURL != "" {
 			u, err := url.Parse(sc.PublicURL)
@@ -268,12 +272,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 		// verify errors name the scheme and header, never a secret or a
 		// signature value, so they are safe to return and log. What the
 		// signature was checked over is logged too (never the secret): a
-		// URL-signing scheme most often fails on the URL, not the secret.
+		// URL-signing scheme most often fails on the URL, not the secret;
+		// for the other kinds the URL is no part of it, and naming it
+		// would send the reader the wrong way. A warning: a sender with a
+		// wrong secret loses every event until someone looks.
 		attrs := []any{"source", src.cfg.Name, "reason", err.Error(), "body_bytes", len(body)}
-		if urlFrom != "" {
+		if urlFrom != "" && src.signsURL {
 			attrs = append(attrs, "signed_url", outbound.RedactURL(signedURL), "url_from", urlFrom)
 		}
-		h.log.Info("webhook refused", attrs...)
+		h.log.Warn("webhook refused", attrs...)
 		return reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
 	}
 

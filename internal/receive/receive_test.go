@@ -372,6 +372,9 @@ func TestForwardedHeadersOnlyFromTrustedProxies(t *testing.T) {
 	if strings.Contains(logs, "hubspot-client-secret") {
 		t.Errorf("log contains the secret: %s", logs)
 	}
+	if !strings.Contains(logs, `level=WARN msg="webhook refused" source=crm`) {
+		t.Errorf("a refused webhook is not logged at WARN: %s", logs)
+	}
 
 	// With the peer (loopback) trusted, they are believed.
 	r2 := newRig(t, strings.Replace(baseConfig, "listen:", "receive: {trusted_proxies: [127.0.0.0/8]}\nlisten:", 1), nil)
@@ -511,5 +514,29 @@ func TestStoreRefusalIsAClientError(t *testing.T) {
 	}
 	if evs := r.events(); len(evs) != 1 || evs[0].EventID != "msg_ok" {
 		t.Fatalf("stored %+v, want msg_ok alone", evs)
+	}
+}
+
+// A refused webhook is a warning (someone sends with a wrong secret, or an
+// attacker probes), and the URL is named only for the kinds that sign it:
+// for the others it is noise that suggests the URL is the problem.
+func TestRefusedWebhookLogNamesTheURLOnlyWhenSigned(t *testing.T) {
+	r := newRig(t, baseConfig, nil)
+	req, err := http.NewRequest("POST", r.srv.URL+"/hooks/app", strings.NewReader(`{"type":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Webhook-Id", "msg_1")
+	req.Header.Set("Webhook-Timestamp", fmt.Sprint(t0.Unix()))
+	req.Header.Set("Webhook-Signature", "v1,bm90IGEgc2lnbmF0dXJl")
+	if code, body, _ := do(t, req); code != 401 {
+		t.Fatalf("bad signature: %d %s, want 401", code, body)
+	}
+	logs := r.logs.String()
+	if !strings.Contains(logs, `level=WARN msg="webhook refused" source=app`) {
+		t.Errorf("refusal not logged at WARN: %s", logs)
+	}
+	if strings.Contains(logs, "signed_url=") || strings.Contains(logs, "url_from=") {
+		t.Errorf("refusal of a kind that does not sign the URL names the URL: %s", logs)
 	}
 }

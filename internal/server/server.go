@@ -163,6 +163,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.Join(err, s.stopAll(stopCtx, svcs[:n]), s.closeStore(st))
 	}
 	s.log.Info("hookledger serving", "addr", s.Addr(), "store", storeopen.Redact(s.cfg.Store), "sources", len(s.cfg.Sources))
+	s.logConsole()
 	if p.web.msrv != nil {
 		s.log.Info("serving /metrics on its own listener", "addr", s.MetricsAddr(), "auth", s.cfg.Metrics.Auth)
 	}
@@ -182,6 +183,24 @@ func (s *Server) Run(ctx context.Context) error {
 	runErr = errors.Join(runErr, s.stopAll(stopCtx, svcs), s.closeStore(st))
 	s.log.Info("stopped")
 	return runErr
+}
+
+// logConsole names the console's URL, or says how to turn it on.
+func (s *Server) logConsole() {
+	s.mu.Lock()
+	on, addr := s.console != nil, s.addr
+	s.mu.Unlock()
+	if !on {
+		s.log.Info("console off: set admin.token to serve it and the admin API")
+		return
+	}
+	// A server on every interface is reached on this host by loopback.
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	s.log.Info("console served", "url", "http://"+addr+"/")
 }
 
 // shutdownContext bounds a shutdown by receive.shutdown_timeout.

@@ -97,7 +97,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	w.SetConnMaxIdleTime(0)
 	if err := w.PingContext(ctx); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		return nil, explainOpen(path, err)
 	}
 
 	rq := url.Values{}

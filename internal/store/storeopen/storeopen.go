@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -32,7 +33,18 @@ type Driver struct {
 	// check reports what is wrong with a URL of this driver beyond its
 	// scheme (nil: anything goes).
 	check func(url string) error
-	open  func(ctx context.Context, url string) (store.Store, error)
+	// resolve makes a URL that depends on the current directory
+	// independent of it, relative to dir (nil: the URL is absolute).
+	resolve func(url, dir string) string
+	open    func(ctx context.Context, url string) (store.Store, error)
+	// missing returns an error wrapping fs.ErrNotExist when the database
+	// a URL names is not there, and nil when it is (nil func: the database
+	// server says so itself).
+	missing func(url string) error
+	// openReadOnly opens an existing database for reading: it creates,
+	// migrates and writes nothing, and an error wrapping
+	// fs.ErrNotExist says the database is not there.
+	openReadOnly func(ctx context.Context, url string) (store.Store, error)
 }
 
 // drivers is the table: the order is the order of the forms in messages.
@@ -50,8 +62,28 @@ var drivers = []*Driver{
 			}
 			return nil
 		},
+		// A relative file path would otherwise follow whatever directory
+		// the command is started from: a cron job run elsewhere would
+		// look for (and be told to create) a different database.
+		resolve: func(url, dir string) string {
+			path := strings.TrimPrefix(url, "sqlite:")
+			if path == "" || path == ":memory:" || filepath.IsAbs(path) {
+				return url
+			}
+			return "sqlite:" + filepath.Join(dir, path)
+		},
 		open: func(ctx context.Context, url string) (store.Store, error) {
 			st, err := sqlite.Open(ctx, strings.TrimPrefix(url, "sqlite:"))
+			if err != nil {
+				return nil, err
+			}
+			return st, nil
+		},
+		missing: func(url string) error {
+			return sqlite.Exists(strings.TrimPrefix(url, "sqlite:"))
+		},
+		openReadOnly: func(ctx context.Context, url string) (store.Store, error) {
+			st, err := sqlite.OpenReadOnly(ctx, strings.TrimPrefix(url, "sqlite:"))
 			if err != nil {
 				return nil, err
 			}
@@ -70,6 +102,15 @@ var drivers = []*Driver{
 		// per table, statistics that keep up").
 		Flushers: 2,
 		open: func(ctx context.Context, url string) (store.Store, error) {
+			st, err := postgres.Open(ctx, url, 0)
+			if err != nil {
+				return nil, err
+			}
+			return st, nil
+		},
+		// Opening a PostgreSQL store creates nothing: the database must
+		// exist, and only migrate and serve create the schema.
+		openReadOnly: func(ctx context.Context, url string) (store.Store, error) {
 			st, err := postgres.Open(ctx, url, 0)
 			if err != nil {
 				return nil, err
@@ -107,6 +148,22 @@ func Check(url string) error {
 	return nil
 }
 
+// Resolve returns the store URL with a path relative to dir made
+// absolute (sqlite:./data/h.db in a config file under /srv/hl is
+// sqlite:/srv/hl/data/h.db). dir is made absolute first. A URL no driver
+// takes, or one that names no file, is returned as it is, for Check to
+// judge.
+func Resolve(url, dir string) string {
+	d, err := For(url)
+	if err != nil || d.resolve == nil {
+		return url
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return d.resolve(url, dir)
+}
+
 // Open opens the store a URL names: "sqlite:PATH" or a "postgres://" /
 // "postgresql://" URL.
 func Open(ctx context.Context, url string) (store.Store, error) {
@@ -120,6 +177,34 @@ func Open(ctx context.Context, url string) (store.Store, error) {
 // Open opens a store URL that chose d.
 func (d *Driver) Open(ctx context.Context, url string) (store.Store, error) {
 	return d.open(ctx, url)
+}
+
+// OpenExisting is Open for a verb that changes an existing store but must
+// not create one: an error wrapping fs.ErrNotExist says there is no
+// database at the URL.
+func OpenExisting(ctx context.Context, url string) (store.Store, error) {
+	d, err := For(url)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if d.missing != nil {
+		if err := d.missing(url); err != nil {
+			return nil, err
+		}
+	}
+	return d.open(ctx, url)
+}
+
+// OpenReadOnly opens the existing store a URL names for a verb that only
+// reads it: nothing is created, migrated or written, and a database file
+// in a read-only directory, or one without write permission, can be read.
+// An error wrapping fs.ErrNotExist says there is no database at the URL.
+func OpenReadOnly(ctx context.Context, url string) (store.Store, error) {
+	d, err := For(url)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return d.openReadOnly(ctx, url)
 }
 
 // Redact hides the password of a postgres URL for logs and messages.

@@ -2,9 +2,15 @@ package storeopen
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
 )
 
 // Each scheme chooses its driver, and the driver says how many group
@@ -85,6 +91,58 @@ func TestRedact(t *testing.T) {
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// OpenReadOnly and OpenExisting never create a database: a file that is
+// not there is fs.ErrNotExist, named by its path, and stays absent. A
+// store opened read-only refuses writes.
+func TestOpenWithoutCreating(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "h.db")
+	for name, open := range map[string]func(context.Context, string) (store.Store, error){"OpenReadOnly": OpenReadOnly, "OpenExisting": OpenExisting} {
+		_, err := open(ctx, "sqlite:"+path)
+		if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "no database at "+path) {
+			t.Errorf("%s of a missing file: %v", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "sub")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s created the directory: %v", name, err)
+		}
+	}
+	st, err := Open(ctx, "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	ro, err := OpenReadOnly(ctx, "sqlite:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if err := ro.ProbeWrite(ctx, time.Now()); err == nil {
+		t.Error("a store opened read-only wrote")
+	}
+}
+
+// Resolve makes a relative sqlite path absolute under the directory given
+// and leaves every other URL as it is.
+func TestResolve(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"sqlite:./data/h.db", "sqlite:/srv/hl/data/h.db"},
+		{"sqlite:h.db", "sqlite:/srv/hl/h.db"},
+		{"sqlite:/abs/h.db", "sqlite:/abs/h.db"},
+		{"sqlite::memory:", "sqlite::memory:"},
+		{"sqlite:", "sqlite:"},
+		{"postgres://u@h/db", "postgres://u@h/db"},
+		{"mysql://x", "mysql://x"},
+	} {
+		if got := Resolve(tc.url, "/srv/hl"); got != tc.want {
+			t.Errorf("Resolve(%q) = %q, want %q", tc.url, got, tc.want)
 		}
 	}
 }
