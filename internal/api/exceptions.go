@@ -69,12 +69,12 @@ func NewExceptionJSON(x *store.Exception, now time.Time) ExceptionJSON {
 	return j
 }
 
-// ExceptionParams lists the parameters of GET /api/v1/exceptions.
-var ExceptionParams = []string{"kind", "cursor", "limit"}
+// exceptionParams lists the parameters of GET /api/v1/exceptions.
+var exceptionParams = []string{"kind", "cursor", "limit"}
 
 // ExceptionFilter reads the query of GET /api/v1/exceptions.
 func ExceptionFilter(v url.Values) (*store.ExceptionListParams, error) {
-	q := newQuery(v, ExceptionParams...)
+	q := newQuery(v, exceptionParams...)
 	p := &store.ExceptionListParams{Kind: oneOf(q, "kind", store.ExceptionKinds())}
 	// The cursor names a kind too, so page() does not read it.
 	cur := q.v.Get("cursor")
@@ -82,7 +82,7 @@ func ExceptionFilter(v url.Values) (*store.ExceptionListParams, error) {
 	_, p.Limit = q.page()
 	if cur != "" {
 		var err error
-		if p.AfterKind, p.AfterID, err = DecodeExceptionCursor(cur); err != nil {
+		if p.AfterKind, p.AfterID, err = decodeExceptionCursor(cur); err != nil {
 			q.fail("cursor", "not a cursor returned by this API")
 		}
 	}
@@ -105,8 +105,8 @@ func EncodeExceptionCursor(kind string, id int64) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(kind + ":" + strconv.FormatInt(id, 10)))
 }
 
-// DecodeExceptionCursor reads a cursor made by EncodeExceptionCursor.
-func DecodeExceptionCursor(c string) (string, int64, error) {
+// decodeExceptionCursor reads a cursor made by EncodeExceptionCursor.
+func decodeExceptionCursor(c string) (string, int64, error) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return "", 0, err

@@ -16,14 +16,14 @@ func FuzzDecodeExceptionCursor(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, c string) {
-		kind, id, err := DecodeExceptionCursor(c)
+		kind, id, err := decodeExceptionCursor(c)
 		if err != nil {
 			return
 		}
 		if kind != store.ExceptionEffect && kind != store.ExceptionEvent || id < 0 {
 			t.Fatalf("DecodeExceptionCursor(%q) = %q, %d: accepted a kind or id no page has", c, kind, id)
 		}
-		k2, id2, err := DecodeExceptionCursor(EncodeExceptionCursor(kind, id))
+		k2, id2, err := decodeExceptionCursor(EncodeExceptionCursor(kind, id))
 		if err != nil || k2 != kind || id2 != id {
 			t.Fatalf("cursor %q -> %q %d does not round-trip: %q %d %v", c, kind, id, k2, id2, err)
 		}

@@ -168,14 +168,14 @@ func (q *query) page() (after int64, limit int) {
 	return after, limit
 }
 
-// EventParams lists the parameters of GET /api/v1/events.
-var EventParams = []string{"source", "event_id", "type", "entity", "disposition",
+// eventParams lists the parameters of GET /api/v1/events.
+var eventParams = []string{"source", "event_id", "type", "entity", "disposition",
 	"received_from", "received_to", "occurred_from", "occurred_to", "cursor", "limit"}
 
 // EventFilter reads the query of GET /api/v1/events. The params ask for
 // the routes and for the limit (EventList reports whether more follow).
 func EventFilter(v url.Values) (*store.EventListParams, error) {
-	q := newQuery(v, EventParams...)
+	q := newQuery(v, eventParams...)
 	p := &store.EventListParams{Source: q.str("source"), EventID: q.str("event_id"), Type: q.str("type"),
 		Entity: q.str("entity"), Disposition: oneOf(q, "disposition", store.Dispositions()), WithRoutes: true}
 	p.ReceivedFrom, p.ReceivedTo = q.span("received_from", "received_to")
@@ -184,13 +184,13 @@ func EventFilter(v url.Values) (*store.EventListParams, error) {
 	return p, q.result()
 }
 
-// AuditParams lists the parameters of GET /api/v1/audit.
-var AuditParams = []string{"action", "source", "entity", "event_id", "from", "to", "cursor", "limit"}
+// auditParams lists the parameters of GET /api/v1/audit.
+var auditParams = []string{"action", "source", "entity", "event_id", "from", "to", "cursor", "limit"}
 
 // AuditFilter reads the query of GET /api/v1/audit. Limit is the page
 // size asked for.
 func AuditFilter(v url.Values) (*store.AuditListParams, error) {
-	q := newQuery(v, AuditParams...)
+	q := newQuery(v, auditParams...)
 	p := &store.AuditListParams{Action: q.str("action"), Source: q.str("source"), Entity: q.str("entity"),
 		EventID: q.str("event_id")}
 	p.From, p.To = q.span("from", "to")

@@ -18,9 +18,9 @@ type SignalHistoryStore interface {
 	SignalHistoryList(ctx context.Context, p *store.SignalHistoryListParams) ([]*store.SignalPoint, error)
 }
 
-// DefaultHistorySpan is the range of GET /api/v1/signals/history when the
+// defaultHistorySpan is the range of GET /api/v1/signals/history when the
 // query names none: the minute buckets the store keeps.
-const DefaultHistorySpan = 24 * time.Hour
+const defaultHistorySpan = 24 * time.Hour
 
 // ServeSignals enables GET /api/v1/signals (the outcome signals of cfg's
 // registry, measured now with its thresholds) and GET
@@ -70,8 +70,8 @@ type SignalHistoryJSON struct {
 	Points     []SignalPointJSON `json:"points"`
 }
 
-// SignalHistoryParams lists the parameters of GET /api/v1/signals/history.
-var SignalHistoryParams = []string{"name", "from", "to", "resolution"}
+// signalHistoryParams lists the parameters of GET /api/v1/signals/history.
+var signalHistoryParams = []string{"name", "from", "to", "resolution"}
 
 // SignalHistoryFilter reads the query of GET /api/v1/signals/history at
 // now for the built-in signals (signalHistoryFilter).
@@ -85,7 +85,7 @@ func SignalHistoryFilter(v url.Values, now time.Time) (*store.SignalHistoryListP
 // now's bucket; the resolution defaults to minute for a range of at most
 // 24 h (the minute buckets the store keeps) and to hour beyond.
 func signalHistoryFilter(v url.Values, now time.Time, names []string) (*store.SignalHistoryListParams, error) {
-	q := newQuery(v, SignalHistoryParams...)
+	q := newQuery(v, signalHistoryParams...)
 	p := &store.SignalHistoryListParams{Name: oneOf(q, "name", names)}
 	if q.str("name") == "" {
 		q.fail("name", "required: one of "+joinSet(names))
@@ -100,11 +100,11 @@ func signalHistoryFilter(v url.Values, now time.Time, names []string) (*store.Si
 		}
 	}
 	if p.From.IsZero() {
-		p.From = p.To.Add(-DefaultHistorySpan)
+		p.From = p.To.Add(-defaultHistorySpan)
 	}
 	if p.Resolution == "" {
 		p.Resolution = store.ResolutionMinute
-		if p.To.Sub(p.From) > DefaultHistorySpan {
+		if p.To.Sub(p.From) > defaultHistorySpan {
 			p.Resolution = store.ResolutionHour
 		}
 	}

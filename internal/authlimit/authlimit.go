@@ -33,8 +33,8 @@ import (
 // Defaults: ten wrong tokens per address per minute.
 const (
 	DefaultTries      = 10
-	DefaultWindow     = time.Minute
-	DefaultMaxClients = 10000
+	defaultWindow     = time.Minute
+	defaultMaxClients = 10000
 )
 
 // Options configure a Limiter; zero values take the defaults.
@@ -83,10 +83,10 @@ func New(o Options) *Limiter {
 		l.tries = DefaultTries
 	}
 	if l.window <= 0 {
-		l.window = DefaultWindow
+		l.window = defaultWindow
 	}
 	if l.max <= 0 {
-		l.max = DefaultMaxClients
+		l.max = defaultMaxClients
 	}
 	return l
 }

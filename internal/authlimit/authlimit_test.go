@@ -96,7 +96,7 @@ func TestMemoryIsBounded(t *testing.T) {
 	if l.Wait(last) == 0 {
 		t.Fatal("the newest address lost its count")
 	}
-	clk.Advance(DefaultWindow)
+	clk.Advance(defaultWindow)
 	l.Fail("192.0.2.9")
 	if n := len(l.clients); n != 1 {
 		t.Fatalf("after every window passed: %d addresses kept, want 1", n)

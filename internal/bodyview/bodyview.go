@@ -29,16 +29,16 @@ const (
 	// leaves out only exports and batches, where indentation helps
 	// little and the raw bytes are the better view anyway.
 	PrettyMaxBytes = 64 << 10
-	// PrettyMaxDepth is the deepest nesting pretty-printed. Vendor
+	// prettyMaxDepth is the deepest nesting pretty-printed. Vendor
 	// payloads nest under ten levels; at 32 an indented line starts with
 	// at most 64 spaces, so the indented text stays within a small
 	// multiple of the body.
-	PrettyMaxDepth = 32
-	// PrettyMaxText bounds the indented text: a body whose indentation
+	prettyMaxDepth = 32
+	// prettyMaxText bounds the indented text: a body whose indentation
 	// would take it past twice PrettyMaxBytes (a long flat array deep
 	// down, one element a line) is shown as stored instead, and whole,
 	// since it is within RawMaxBytes.
-	PrettyMaxText = 2 * PrettyMaxBytes
+	prettyMaxText = 2 * PrettyMaxBytes
 	// RawMaxBytes is the most of a body shown as stored: as much as the
 	// largest body pretty-printed, so that no view is larger than a page
 	// can hold comfortably. The rest is cut; the raw bytes hold it.
@@ -47,9 +47,9 @@ const (
 
 // Why a JSON body is shown as stored rather than indented.
 const (
-	ReasonTooLarge    = "larger than 64 KiB"
-	ReasonTooDeep     = "nested deeper than 32 levels"
-	ReasonTooIndented = "indented it would be larger than 128 KiB"
+	reasonTooLarge    = "larger than 64 KiB"
+	reasonTooDeep     = "nested deeper than 32 levels"
+	reasonTooIndented = "indented it would be larger than 128 KiB"
 )
 
 // View is a body as it is shown.
@@ -88,7 +88,7 @@ func RenderPrefix(prefix []byte, size int) View {
 	// that is not UTF-8 as U+FFFD. The bounded indent runs before
 	// json.Valid, whose parser stack grows with the depth it bounds.
 	if size <= PrettyMaxBytes && len(prefix) == size && utf8.Valid(prefix) {
-		text, reason := indent(prefix, PrettyMaxDepth, PrettyMaxText)
+		text, reason := indent(prefix, prettyMaxDepth, prettyMaxText)
 		switch {
 		case reason == "" && json.Valid(prefix):
 			v.Text, v.Pretty, v.Shown = text, true, size
@@ -97,7 +97,7 @@ func RenderPrefix(prefix []byte, size int) View {
 			v.Reason = reason
 		}
 	} else if size > PrettyMaxBytes && looksLikeJSON(prefix) {
-		v.Reason = ReasonTooLarge
+		v.Reason = reasonTooLarge
 	}
 	v.Text, v.Shown = rawText(prefix, RawMaxBytes)
 	return v
@@ -192,7 +192,7 @@ func indent(src []byte, maxDepth, maxText int) (string, string) {
 			dst = append(dst, c)
 		case '{', '[':
 			if level++; level > maxDepth {
-				return "", ReasonTooDeep
+				return "", reasonTooDeep
 			}
 			// The newline waits for the next token, so that an empty
 			// object or array stays {} or [].
@@ -216,11 +216,11 @@ func indent(src []byte, maxDepth, maxText int) (string, string) {
 			dst = append(dst, c)
 		}
 		if len(dst) > maxText {
-			return "", ReasonTooIndented
+			return "", reasonTooIndented
 		}
 	}
 	if len(dst) > maxText {
-		return "", ReasonTooIndented
+		return "", reasonTooIndented
 	}
 	return string(dst), ""
 }

@@ -24,7 +24,7 @@ func nested(depth int, inner string) string {
 
 func TestRender(t *testing.T) {
 	big := `{"pad":"` + strings.Repeat("x", PrettyMaxBytes) + `"}`
-	flatDeep := nested(PrettyMaxDepth-1, "["+strings.Repeat("1,", 30000)+"1]")
+	flatDeep := nested(prettyMaxDepth-1, "["+strings.Repeat("1,", 30000)+"1]")
 	for _, tc := range []struct {
 		name   string
 		body   string
@@ -35,12 +35,12 @@ func TestRender(t *testing.T) {
 		{"object", `{"id":"evt_1","data":{"a":[1,2,{}],"b":[],"s":"x, {y}: \"z\""}}`, true, "", -1},
 		{"spaces kept inside strings, dropped between tokens", " {\"a b\" :\t[ 1 , \"c  d\" ] }\n", true, "", -1},
 		{"top-level scalar", `"just a string"`, true, "", -1},
-		{"at the depth bound", nested(PrettyMaxDepth, "1"), true, "", -1},
-		{"one level too deep", nested(PrettyMaxDepth+1, "1"), false, ReasonTooDeep, -1},
-		{"the finding: 9,990 deep", `{"a":` + nested(9990, "") + `}`, false, ReasonTooDeep, -1},
-		{"deeper than the JSON parser goes", nested(20000, ""), false, ReasonTooDeep, -1},
-		{"indentation past the text bound", flatDeep, false, ReasonTooIndented, -1},
-		{"larger than the pretty bound", big, false, ReasonTooLarge, RawMaxBytes},
+		{"at the depth bound", nested(prettyMaxDepth, "1"), true, "", -1},
+		{"one level too deep", nested(prettyMaxDepth+1, "1"), false, reasonTooDeep, -1},
+		{"the finding: 9,990 deep", `{"a":` + nested(9990, "") + `}`, false, reasonTooDeep, -1},
+		{"deeper than the JSON parser goes", nested(20000, ""), false, reasonTooDeep, -1},
+		{"indentation past the text bound", flatDeep, false, reasonTooIndented, -1},
+		{"larger than the pretty bound", big, false, reasonTooLarge, RawMaxBytes},
 		{"not JSON", "amount=10&currency=eur\n", false, "", -1},
 		{"broken JSON", `{"a":1,}`, false, "", -1},
 		{"text larger than the raw bound", strings.Repeat("line of text\n", 10000), false, "", RawMaxBytes},
@@ -74,7 +74,7 @@ func TestRenderAllocatesBoundedly(t *testing.T) {
 	for _, body := range [][]byte{
 		[]byte(`{"a":` + nested(9990, "") + `,"b":` + nested(9990, "") + `}`),
 		[]byte(`{"a":` + nested(9990, "") + `,"pad":"` + strings.Repeat("x", 1<<20) + `"}`),
-		[]byte(nested(PrettyMaxDepth-1, "["+strings.Repeat("1,", 30000)+"1]")),
+		[]byte(nested(prettyMaxDepth-1, "["+strings.Repeat("1,", 30000)+"1]")),
 	} {
 		allocs := testing.AllocsPerRun(3, func() { _ = Render(body) })
 		if allocs > 8 {
@@ -92,7 +92,7 @@ func TestRenderPrefix(t *testing.T) {
 	// A store that reads the first RawMaxBytes+1 bytes and the size shows
 	// the same as one that reads the body whole.
 	part := RenderPrefix(body[:RawMaxBytes+1], len(body))
-	if part != whole || !whole.Cut() || whole.Reason != ReasonTooLarge {
+	if part != whole || !whole.Cut() || whole.Reason != reasonTooLarge {
 		t.Fatalf("prefix view %+v differs from the whole body's %+v", part.Shown, whole.Shown)
 	}
 	if !utf8.ValidString(whole.Text) || !bytes.HasPrefix(body, []byte(whole.Text)) || whole.Shown != len(whole.Text) {
@@ -159,7 +159,7 @@ func FuzzRender(f *testing.F) {
 			t.Fatalf("view %+v of %d bytes: text valid UTF-8 %v", v, len(b), utf8.ValidString(v.Text))
 		}
 		if v.Pretty {
-			if v.Text != jsonIndent(t, b) || len(v.Text) > PrettyMaxText || v.Shown != v.Size {
+			if v.Text != jsonIndent(t, b) || len(v.Text) > prettyMaxText || v.Shown != v.Size {
 				t.Fatalf("pretty text of %q differs from json.Indent or exceeds the bound: %q", b, v.Text)
 			}
 			return

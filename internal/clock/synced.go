@@ -30,8 +30,8 @@ type Measurement struct {
 	RoundTrip time.Duration
 }
 
-// DefaultSamples is how many readings of the reference one Measure takes.
-const DefaultSamples = 5
+// defaultSamples is how many readings of the reference one Measure takes.
+const defaultSamples = 5
 
 // Synced is a clock that tells the reference's time without asking it on
 // every reading: Now is the base clock plus an offset measured against the
@@ -55,7 +55,7 @@ type Synced struct {
 // each Measure takes (0 means DefaultSamples).
 func NewSynced(base Clock, ref Reference, samples int) *Synced {
 	if samples <= 0 {
-		samples = DefaultSamples
+		samples = defaultSamples
 	}
 	return &Synced{base: base, ref: ref, samples: samples}
 }

@@ -27,16 +27,16 @@ const DefaultPath = "hookledger.yaml"
 
 // Defaults applied by setDefaults.
 const (
-	DefaultListen            = "127.0.0.1:8080"
-	DefaultStore             = "sqlite:./data/hookledger.db"
+	defaultListen            = "127.0.0.1:8080"
+	defaultStore             = "sqlite:./data/hookledger.db"
 	DefaultMaxBodyBytes      = 1 << 20
-	DefaultReadHeaderTimeout = 5 * time.Second
-	DefaultReadTimeout       = 10 * time.Second
-	DefaultWriteTimeout      = 15 * time.Second
-	DefaultIdleTimeout       = 60 * time.Second
-	DefaultShutdownTimeout   = 20 * time.Second
-	DefaultRetryAfter        = 5 * time.Second
-	DefaultCommitTimeout     = 5 * time.Second
+	defaultReadHeaderTimeout = 5 * time.Second
+	defaultReadTimeout       = 10 * time.Second
+	defaultWriteTimeout      = 15 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultShutdownTimeout   = 20 * time.Second
+	defaultRetryAfter        = 5 * time.Second
+	defaultCommitTimeout     = 5 * time.Second
 )
 
 // Kinds are the sender kinds a source may name, in the registry's order.
@@ -349,8 +349,8 @@ func Parse(path string, data []byte, lookup func(string) (string, bool)) (*Confi
 	return parse(path, data, lookup, false)
 }
 
-// ParseOperator is LoadOperator on bytes already read.
-func ParseOperator(path string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+// parseOperator is LoadOperator on bytes already read.
+func parseOperator(path string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	return parse(path, data, lookup, true)
 }
 

@@ -48,7 +48,7 @@ func TestParseGood(t *testing.T) {
 	if c.Sources[1].Secrets[0] != "demo" {
 		t.Errorf("default expansion = %q", c.Sources[1].Secrets[0])
 	}
-	if c.Receive.MaxBodyBytes != DefaultMaxBodyBytes || c.Receive.RetryAfter.D() != DefaultRetryAfter {
+	if c.Receive.MaxBodyBytes != DefaultMaxBodyBytes || c.Receive.RetryAfter.D() != defaultRetryAfter {
 		t.Errorf("defaults not applied: %+v", c.Receive)
 	}
 }
@@ -58,7 +58,7 @@ func TestDefaultsWhenEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != DefaultListen || c.Store != DefaultStore {
+	if c.Listen != defaultListen || c.Store != defaultStore {
 		t.Errorf("got %q %q", c.Listen, c.Store)
 	}
 }

@@ -28,7 +28,7 @@ func DefaultMaxInFlight(workers, peers int) int {
 }
 
 // Error classes a classification rule may name.
-var Classes = []string{"success", "transient", "quota", "contention", "permanent", "hidden_failure"}
+var classes = []string{"success", "transient", "quota", "contention", "permanent", "hidden_failure"}
 
 // Destination is a system effects are delivered to.
 type Destination struct {
@@ -140,8 +140,8 @@ const (
 	IdempotencyKeyEpisode = "episode"
 )
 
-// IdempotencyKeys are the values idempotency.key takes.
-var IdempotencyKeys = []string{IdempotencyKeyHashed, IdempotencyKeyEpisode}
+// idempotencyKeys are the values idempotency.key takes.
+var idempotencyKeys = []string{IdempotencyKeyHashed, IdempotencyKeyEpisode}
 
 // Idempotency is the destination's own dedupe on a request header (IP07).
 // A block that leaves a field out takes the preset's: a stripe
@@ -191,9 +191,9 @@ type Verify struct {
 	PerSecond float64 `yaml:"per_second"`
 }
 
-// DefaultVerifyAfter is how long after an effect is done the verifier
+// defaultVerifyAfter is how long after an effect is done the verifier
 // looks it up, when verify.after is not set.
-const DefaultVerifyAfter = 5 * time.Minute
+const defaultVerifyAfter = 5 * time.Minute
 
 // ClassifyRule classifies an answer beyond its status (RT03).
 type ClassifyRule struct {
@@ -286,7 +286,7 @@ func (c *Config) setDestinationDefaults() {
 			d.Lookup.Method = "GET"
 		}
 		if v := d.Verify; v != nil {
-			setDur(&v.After, DefaultVerifyAfter)
+			setDur(&v.After, defaultVerifyAfter)
 			if v.PerSecond == 0 {
 				v.PerSecond = 1
 			}
@@ -348,7 +348,7 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 			add(p, "destinations[%d]: name is required", i)
 		case !validSourceName(d.Name):
 			add(p+".name", "destination name %q: use lowercase letters, digits, '-' and '_'", d.Name)
-		case d.Name == PublishDestination && !d.Builtin:
+		case d.Name == publishDestination && !d.Builtin:
 			add(p+".name", "destination name %q is reserved: an effect sent to it publishes a message to the endpoints (docs/publishing.md)", d.Name)
 		default:
 			if j, dup := names[d.Name]; dup {
@@ -460,8 +460,8 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		checkVerify(add, p, d)
 		for k, rule := range d.Classify {
 			rp := fmt.Sprintf("%s.classify[%d]", p, k)
-			if !slices.Contains(Classes, rule.Class) {
-				add(rp+".class", "destination %q: class %q is not one of %s", d.Name, rule.Class, strings.Join(Classes, ", "))
+			if !slices.Contains(classes, rule.Class) {
+				add(rp+".class", "destination %q: class %q is not one of %s", d.Name, rule.Class, strings.Join(classes, ", "))
 			}
 			if rule.Repair != "" && rule.Class != "permanent" && rule.Class != "hidden_failure" {
 				// The worker retries every other class; the repair would
@@ -530,7 +530,7 @@ func checkIdempotency(add, warn addFunc, p string, d *Destination) {
 	if i.Window <= 0 {
 		add(p+".idempotency.window", "destination %q: idempotency needs a positive window (how long the destination keeps keys; preset %s states none)", d.Name, preset)
 	}
-	if !slices.Contains(IdempotencyKeys, i.Key) {
+	if !slices.Contains(idempotencyKeys, i.Key) {
 		add(p+".idempotency.key", "destination %q: idempotency.key %q is not one of hashed (a fixed-length digest of the episode key) or episode (the episode key as it is)", d.Name, i.Key)
 	}
 	if pd := d.PresetData; pd != nil && i.Key == IdempotencyKeyEpisode && pd.HashIdempotencyKey && strings.EqualFold(i.Header, pd.IdempotencyHeader) {
@@ -574,7 +574,7 @@ func checkVerify(add addFunc, p string, d *Destination) {
 		add(p+".verify.sample", "destination %q: verify.sample must be a share in (0, 1], e.g. 0.01 for one effect in a hundred", d.Name)
 	}
 	if v.After < 0 {
-		add(p+".verify.after", "destination %q: verify.after must be positive (default %s)", d.Name, DefaultVerifyAfter)
+		add(p+".verify.after", "destination %q: verify.after must be positive (default %s)", d.Name, defaultVerifyAfter)
 	}
 	if !(v.PerSecond > 0) || math.IsInf(v.PerSecond, 0) {
 		add(p+".verify.per_second", "destination %q: verify.per_second must be a positive number of lookups per second (default 1)", d.Name)

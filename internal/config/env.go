@@ -84,9 +84,9 @@ var secretFields = regexp.MustCompile(`^\$\.(` +
 	`|notifications\.webhook_url` +
 	`)$`)
 
-// IsSecretField reports whether a YAML path such as
+// isSecretField reports whether a YAML path such as
 // "$.sources[0].secrets[0]" names a secret-bearing field.
-func IsSecretField(yamlPath string) bool { return secretFields.MatchString(yamlPath) }
+func isSecretField(yamlPath string) bool { return secretFields.MatchString(yamlPath) }
 
 type envVisitor struct {
 	path     string
@@ -117,7 +117,7 @@ func (v *envVisitor) Visit(node ast.Node) ast.Visitor {
 		line = tk.Position.Line
 	}
 	yamlPath := node.GetPath()
-	secret := IsSecretField(yamlPath)
+	secret := isSecretField(yamlPath)
 	field := strings.TrimPrefix(yamlPath, "$.")
 	out, defaulted, err := expand(raw, v.lookup)
 	var missing *missingVarError

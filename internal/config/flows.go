@@ -21,9 +21,9 @@ const (
 
 // Defaults of the causation block.
 const (
-	DefaultCausationHeader = "X-Hookledger-Causation"
-	DefaultHopHeader       = "X-Hookledger-Hop"
-	DefaultMaxHops         = 4
+	defaultCausationHeader = "X-Hookledger-Causation"
+	defaultHopHeader       = "X-Hookledger-Hop"
+	defaultMaxHops         = 4
 )
 
 // Causation configures the feedback-loop guard: the headers that carry a
@@ -175,8 +175,8 @@ type CompiledEffect struct {
 
 // Operations an effect may declare (IP06).
 var (
-	Operations      = []string{"set", "create", "increment"}
-	IdempotentByAll = []string{"idempotency_key", "unique_event"}
+	operations      = []string{"set", "create", "increment"}
+	idempotentByAll = []string{"idempotency_key", "unique_event"}
 )
 
 // arrivalData are the meta fields that differ between deliveries of one
@@ -185,13 +185,13 @@ var arrivalData = []string{"meta.received_at", "meta.request_id", "meta.delivery
 
 func (c *Config) setFlowDefaults() {
 	if c.Causation.Header == "" {
-		c.Causation.Header = DefaultCausationHeader
+		c.Causation.Header = defaultCausationHeader
 	}
 	if c.Causation.HopHeader == "" {
-		c.Causation.HopHeader = DefaultHopHeader
+		c.Causation.HopHeader = defaultHopHeader
 	}
 	if c.Causation.MaxHops == 0 {
-		c.Causation.MaxHops = DefaultMaxHops
+		c.Causation.MaxHops = defaultMaxHops
 	}
 	if c.Processing.Workers == 0 {
 		c.Processing.Workers = DefaultWorkers
@@ -404,14 +404,14 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 			if !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, e.Request.Method) {
 				add(ep+".request.method", "flow %q: effect %q: method %q is not GET, POST, PUT, PATCH or DELETE", f.Name, e.Name, e.Request.Method)
 			}
-			if !slices.Contains(Operations, e.Operation) {
-				add(ep+".operation", "flow %q: effect %q: operation %q is not one of %s", f.Name, e.Name, e.Operation, strings.Join(Operations, ", "))
+			if !slices.Contains(operations, e.Operation) {
+				add(ep+".operation", "flow %q: effect %q: operation %q is not one of %s", f.Name, e.Name, e.Operation, strings.Join(operations, ", "))
 			}
 			if e.Operation == "increment" && e.IdempotentBy == "" {
-				add(ep+".operation", "flow %q: effect %q: IP06: an increment is not idempotent (\"add 1\" twice adds 2); set a value instead, or say how it is made idempotent with idempotent_by: %s", f.Name, e.Name, strings.Join(IdempotentByAll, " or "))
+				add(ep+".operation", "flow %q: effect %q: IP06: an increment is not idempotent (\"add 1\" twice adds 2); set a value instead, or say how it is made idempotent with idempotent_by: %s", f.Name, e.Name, strings.Join(idempotentByAll, " or "))
 			}
-			if e.IdempotentBy != "" && !slices.Contains(IdempotentByAll, e.IdempotentBy) {
-				add(ep+".idempotent_by", "flow %q: effect %q: idempotent_by %q is not one of %s", f.Name, e.Name, e.IdempotentBy, strings.Join(IdempotentByAll, ", "))
+			if e.IdempotentBy != "" && !slices.Contains(idempotentByAll, e.IdempotentBy) {
+				add(ep+".idempotent_by", "flow %q: effect %q: idempotent_by %q is not one of %s", f.Name, e.Name, e.IdempotentBy, strings.Join(idempotentByAll, ", "))
 			}
 			compileE := func(field, src string, required bool) *expr.Program {
 				if src == "" {
@@ -428,13 +428,13 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 				return prog
 			}
 			ce.When = compileE("when", e.When, false)
-			if e.Destination == PublishDestination {
+			if e.Destination == publishDestination {
 				// Publishing: the body is the message; no path, no query.
 				if e.Request.Method == "" {
 					e.Request.Method = "POST"
 				}
 				if e.Request.Path != "" || e.Request.Body != "" || e.Request.Query != "" {
-					add(ep+".request", "flow %q: effect %q: an effect sent to %s takes type and data, not request.path, request.query or request.body", f.Name, e.Name, PublishDestination)
+					add(ep+".request", "flow %q: effect %q: an effect sent to %s takes type and data, not request.path, request.query or request.body", f.Name, e.Name, publishDestination)
 				}
 				e.Request.Path = `""`
 				if e.Data != "" && ValidMessageType(e.Type) {

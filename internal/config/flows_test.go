@@ -64,7 +64,7 @@ destinations:
 	if c.Flows[1].State != "object" || len(c.Flows[1].Compiled.Hash) != 2 {
 		t.Errorf("refetch defaults: state %q hash %d", c.Flows[1].State, len(c.Flows[1].Compiled.Hash))
 	}
-	if c.Causation.Header != DefaultCausationHeader || c.Causation.MaxHops != DefaultMaxHops {
+	if c.Causation.Header != defaultCausationHeader || c.Causation.MaxHops != defaultMaxHops {
 		t.Errorf("causation defaults: %+v", c.Causation)
 	}
 }

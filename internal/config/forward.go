@@ -5,13 +5,13 @@ import (
 	"strings"
 )
 
-// ForwardEffect is the name of the one effect a forward flow makes per
+// forwardEffect is the name of the one effect a forward flow makes per
 // event: its episode keys end in ":forward".
-const ForwardEffect = "forward"
+const forwardEffect = "forward"
 
-// OrderByOccurrence orders a forward flow's events per entity by their
+// orderByOccurrence orders a forward flow's events per entity by their
 // occurrence time.
-const OrderByOccurrence = "occurrence"
+const orderByOccurrence = "occurrence"
 
 // Forward sends every accepted event of a flow's source, as received, to
 // one destination (docs/flows.md, "Forwarding").
@@ -49,7 +49,7 @@ func expandForward(add func(path, format string, args ...any), f *Flow, p string
 	switch {
 	case fw.Destination == "":
 		add(p+".forward", "flow %q: forward.destination is required: the destination every event is sent to", f.Name)
-	case fw.Destination == PublishDestination:
+	case fw.Destination == publishDestination:
 		add(p+".forward.destination", "flow %q: forward.destination %q: a forward sends the event as received to a destination; publishing to the endpoints takes an effect with type and data (docs/publishing.md)", f.Name, fw.Destination)
 	}
 	if len(f.Effects) > 0 {
@@ -68,7 +68,7 @@ func expandForward(add func(path, format string, args ...any), f *Flow, p string
 		}
 		f.Entity = "meta.event_id"
 		f.Version = FlowVersion{Mode: ModeRevision, Revision: "0"}
-	case OrderByOccurrence:
+	case orderByOccurrence:
 		if strings.TrimSpace(f.Entity) == "" {
 			add(p, "flow %q: order_by: occurrence needs entity: the expression whose value groups the events kept in order (for example event.data.object.customer)", f.Name)
 		}
@@ -80,7 +80,7 @@ func expandForward(add func(path, format string, args ...any), f *Flow, p string
 	// The state is the event's type: small, and equal for a replay of
 	// the same event, so a replay is a duplicate and never a conflict.
 	f.State = "meta.type"
-	f.Effects = []Effect{{Name: ForwardEffect, Destination: fw.Destination, Operation: "set",
+	f.Effects = []Effect{{Name: forwardEffect, Destination: fw.Destination, Operation: "set",
 		Request: EffectRequest{Method: "POST", Path: `""`}}}
 }
 

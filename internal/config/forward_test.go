@@ -37,7 +37,7 @@ func TestForwardExpands(t *testing.T) {
 	if f.Entity != "meta.event_id" || f.Version.Mode != ModeRevision || f.Version.Revision != "0" || len(f.Events) != 0 {
 		t.Errorf("independent forward = entity %q version %+v events %v, want meta.event_id at revision 0, every type", f.Entity, f.Version, f.Events)
 	}
-	if len(f.Effects) != 1 || f.Effects[0].Name != ForwardEffect || f.Effects[0].Destination != "app" || !f.Compiled.Effects[0].Forward {
+	if len(f.Effects) != 1 || f.Effects[0].Name != forwardEffect || f.Effects[0].Destination != "app" || !f.Compiled.Effects[0].Forward {
 		t.Errorf("effects = %+v, want the one forward effect to app", f.Effects)
 	}
 	o := c.Flows[1]
@@ -145,7 +145,7 @@ func TestForwardDocExampleLoads(t *testing.T) {
 // leaves the key empty and loads.
 func TestSigningSecretUnsetForOperators(t *testing.T) {
 	yaml := "destinations:\n  - name: app\n    base_url: https://app.example\n    signing:\n      secrets: [${APP_SIGNING_SECRET}]\n"
-	if _, err := ParseOperator("f.yaml", []byte(yaml), env(nil)); err != nil {
+	if _, err := parseOperator("f.yaml", []byte(yaml), env(nil)); err != nil {
 		t.Fatalf("operator load: %v", err)
 	}
 	if _, err := Parse("f.yaml", []byte(yaml), env(nil)); err == nil || !strings.Contains(err.Error(), "APP_SIGNING_SECRET") {

@@ -8,8 +8,8 @@ import (
 
 // Values of metrics.auth.
 const (
-	// MetricsAuthNone serves /metrics to anyone who reaches its listener.
-	MetricsAuthNone = "none"
+	// metricsAuthNone serves /metrics to anyone who reaches its listener.
+	metricsAuthNone = "none"
 	// MetricsAuthToken asks for admin.token as a bearer token, as the
 	// admin API does.
 	MetricsAuthToken = "token"
@@ -29,7 +29,7 @@ type Metrics struct {
 
 func (c *Config) setMetricsDefaults() {
 	if c.Metrics.Auth == "" {
-		c.Metrics.Auth = MetricsAuthNone
+		c.Metrics.Auth = metricsAuthNone
 	}
 }
 
@@ -38,7 +38,7 @@ func (c *Config) setMetricsDefaults() {
 func (c *Config) validateMetrics(add, warn func(path, format string, args ...any)) {
 	m := c.Metrics
 	switch m.Auth {
-	case MetricsAuthNone:
+	case metricsAuthNone:
 	case MetricsAuthToken:
 		// An operator verb without the token's variable loads: it serves
 		// nothing.
@@ -57,7 +57,7 @@ func (c *Config) validateMetrics(add, warn func(path, format string, args ...any
 			add("$.metrics.listen", "metrics.listen is listen (%s): give it an address of its own, or leave it out to serve /metrics on the main listener", m.Listen)
 		}
 	}
-	open := m.Auth == MetricsAuthNone
+	open := m.Auth == metricsAuthNone
 	if open && m.Listen == "" && !loopback(c.Listen) {
 		warn("$.listen", "/metrics is open to anyone who can reach listen (%s), senders included: it names sources, flows and destinations and shows volumes and signal values; set metrics.listen to a private address or metrics.auth: token (docs/deploy.md)", c.Listen)
 	}

@@ -11,7 +11,7 @@ func TestMetricsDefaultsAndSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Metrics.Listen != "" || c.Metrics.Auth != MetricsAuthNone || len(c.Warnings) != 0 {
+	if c.Metrics.Listen != "" || c.Metrics.Auth != metricsAuthNone || len(c.Warnings) != 0 {
 		t.Errorf("default metrics = %+v, warnings %v; want open on the main listener, no warning on loopback", c.Metrics, c.Warnings)
 	}
 	c, err = Parse("h.yaml", []byte("admin: {token: t}\nmetrics:\n  listen: 127.0.0.1:9090\n  auth: token\n"), env(nil))
@@ -88,7 +88,7 @@ func TestMetricsOpenOnPublicListenerWarns(t *testing.T) {
 // token's variable unset loads.
 func TestMetricsTokenWithUnresolvedTokenForOperators(t *testing.T) {
 	src := "admin:\n  token: ${ADMIN_TOKEN}\nmetrics:\n  auth: token\n"
-	if _, err := ParseOperator("h.yaml", []byte(src), env(nil)); err != nil {
+	if _, err := parseOperator("h.yaml", []byte(src), env(nil)); err != nil {
 		t.Fatalf("ParseOperator: %v", err)
 	}
 	if _, err := Parse("h.yaml", []byte(src), env(map[string]string{"ADMIN_TOKEN": ""})); err == nil ||

@@ -39,7 +39,7 @@ func TestLoadOperatorNeedsNoSecrets(t *testing.T) {
 		t.Fatalf("Parse without environment: %v; want the admin token's variable named at h.yaml:2", err)
 	}
 
-	c, err := ParseOperator("h.yaml", []byte(secretsFromEnv), env(nil))
+	c, err := parseOperator("h.yaml", []byte(secretsFromEnv), env(nil))
 	if err != nil {
 		t.Fatalf("ParseOperator: %v", err)
 	}
@@ -79,7 +79,7 @@ func TestLoadOperatorStillReportsOtherErrors(t *testing.T) {
 		{"secrets left out", "sources:\n  - name: s\n    kind: stripe\n", "secrets is required"},
 	}
 	for _, tc := range cases {
-		_, err := ParseOperator("h.yaml", []byte(tc.yaml), env(nil))
+		_, err := parseOperator("h.yaml", []byte(tc.yaml), env(nil))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want an error containing %q", tc.name, err, tc.want)
 		}
@@ -133,7 +133,7 @@ func TestIsSecretField(t *testing.T) {
 		"$.destinations[0].base_url":             false,
 		"$.store":                                false,
 	} {
-		if got := IsSecretField(path); got != want {
+		if got := isSecretField(path); got != want {
 			t.Errorf("IsSecretField(%q) = %v, want %v", path, got, want)
 		}
 	}

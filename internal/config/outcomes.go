@@ -8,16 +8,16 @@ import (
 	"github.com/hookledger/hookledger/internal/expr"
 )
 
-// OnDeadlineDead is the one on_deadline value besides empty: once the
+// onDeadlineDead is the one on_deadline value besides empty: once the
 // deadline has passed, the effect stops trying and waits for a person.
-const OnDeadlineDead = "dead"
+const onDeadlineDead = "dead"
 
-// ParseDeadline tells a deadline's two forms apart: a value that parses
+// parseDeadline tells a deadline's two forms apart: a value that parses
 // as a Go duration ("30m", "2h", "1h30m") is a duration after the event's
 // occurrence time, whatever else it could be; anything else must be an
 // expression. The rule is deterministic, so a duration never becomes an
 // expression by a typo of the expression language.
-func ParseDeadline(s string) (time.Duration, bool) {
+func parseDeadline(s string) (time.Duration, bool) {
 	d, err := time.ParseDuration(s)
 	return d, err == nil
 }
@@ -27,7 +27,7 @@ func ParseDeadline(s string) (time.Duration, bool) {
 func compileOutcomes(add addFunc, compileE func(field, src string, required bool) *expr.Program, f *Flow, e *Effect, ep string, ce *CompiledEffect) {
 	what := fmt.Sprintf("flow %q: effect %q", f.Name, e.Name)
 	if e.Deadline != "" {
-		if d, ok := ParseDeadline(e.Deadline); ok {
+		if d, ok := parseDeadline(e.Deadline); ok {
 			if d <= 0 {
 				add(ep+".deadline", "%s: deadline %q must be a positive duration after the event's occurrence time", what, e.Deadline)
 			}
@@ -40,12 +40,12 @@ func compileOutcomes(add addFunc, compileE func(field, src string, required bool
 	}
 	switch e.OnDeadline {
 	case "":
-	case OnDeadlineDead:
+	case onDeadlineDead:
 		if e.Deadline == "" {
 			add(ep+".on_deadline", "%s: on_deadline needs a deadline", what)
 		}
 	default:
-		add(ep+".on_deadline", "%s: on_deadline %q: the only value is %q (stop trying once the deadline has passed and hand the effect to a person); leave it out to keep trying", what, e.OnDeadline, OnDeadlineDead)
+		add(ep+".on_deadline", "%s: on_deadline %q: the only value is %q (stop trying once the deadline has passed and hand the effect to a person); leave it out to keep trying", what, e.OnDeadline, onDeadlineDead)
 	}
 
 	if e.CompensateWhen != "" && e.Compensation == nil {

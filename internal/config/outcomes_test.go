@@ -88,7 +88,7 @@ func TestOutcomeFieldsCompile(t *testing.T) {
 func TestParseDeadline(t *testing.T) {
 	for in, want := range map[string]bool{"30m": true, "2h": true, "1h30m": true, "90s": true, "1d": false,
 		"meta.occurred_at + duration('2h')": false, "timestamp(event.due)": false, "": false} {
-		if _, got := ParseDeadline(in); got != want {
+		if _, got := parseDeadline(in); got != want {
 			t.Errorf("ParseDeadline(%q) duration = %v, want %v", in, got, want)
 		}
 	}
@@ -106,7 +106,7 @@ func TestOutcomesDocExampleLoads(t *testing.T) {
 	if confirm.DeadlineAfter != 30*time.Minute || confirm.CompensateWhen == nil || confirm.Compensation == nil {
 		t.Errorf("confirm: %+v", confirm)
 	}
-	if invoice.Deadline == nil || c.Flows[0].Effects[1].OnDeadline != OnDeadlineDead || invoice.CompensateWhen != nil || invoice.Compensation == nil {
+	if invoice.Deadline == nil || c.Flows[0].Effects[1].OnDeadline != onDeadlineDead || invoice.CompensateWhen != nil || invoice.Compensation == nil {
 		t.Errorf("invoice: %+v", invoice)
 	}
 }

@@ -17,14 +17,14 @@ import (
 // Standard Webhooks spec's example: the first attempt at once, then 5 s,
 // 5 min, 30 min, 2 h, 5 h and every 10 h after that.
 const (
-	DefaultPublishTimeout      = 15 * time.Second
-	DefaultIdempotencyWindow   = 24 * time.Hour
-	DefaultRotationOverlap     = 24 * time.Hour
-	DefaultDisableAfter        = 5 * 24 * time.Hour
-	DefaultWarnPayloadBytes    = 20 * 1024
-	DefaultMaxPayloadBytes     = 256 * 1024
+	defaultPublishTimeout      = 15 * time.Second
+	defaultIdempotencyWindow   = 24 * time.Hour
+	defaultRotationOverlap     = 24 * time.Hour
+	defaultDisableAfter        = 5 * 24 * time.Hour
+	defaultWarnPayloadBytes    = 20 * 1024
+	defaultMaxPayloadBytes     = 256 * 1024
 	DefaultEndpointMaxInFlight = 1
-	DefaultEndpointRefresh     = 2 * time.Second
+	defaultEndpointRefresh     = 2 * time.Second
 )
 
 // DefaultSchedule is the wait before each retry of a message to an
@@ -41,9 +41,9 @@ const (
 	KindPublish = "publish"
 )
 
-// PublishDestination is the destination name a flow's effect names to
+// publishDestination is the destination name a flow's effect names to
 // publish a message to the endpoints.
-const PublishDestination = "endpoints"
+const publishDestination = "endpoints"
 
 // Publish tunes publishing to endpoints.
 type Publish struct {
@@ -168,21 +168,21 @@ func (c *Config) setPublishDefaults() {
 	if lease <= 0 {
 		lease = 2 * time.Minute // delivery's default, set after this
 	}
-	setDur(&p.Timeout, min(DefaultPublishTimeout, lease/2))
-	setDur(&p.DisableAfter, DefaultDisableAfter)
-	setDur(&p.IdempotencyWindow, DefaultIdempotencyWindow)
-	setDur(&p.RotationOverlap, DefaultRotationOverlap)
-	setDur(&p.Refresh, DefaultEndpointRefresh)
+	setDur(&p.Timeout, min(defaultPublishTimeout, lease/2))
+	setDur(&p.DisableAfter, defaultDisableAfter)
+	setDur(&p.IdempotencyWindow, defaultIdempotencyWindow)
+	setDur(&p.RotationOverlap, defaultRotationOverlap)
+	setDur(&p.Refresh, defaultEndpointRefresh)
 	if p.Schedule == nil {
 		for _, d := range DefaultSchedule {
 			p.Schedule = append(p.Schedule, Duration(d))
 		}
 	}
 	if p.WarnPayloadBytes == 0 {
-		p.WarnPayloadBytes = DefaultWarnPayloadBytes
+		p.WarnPayloadBytes = defaultWarnPayloadBytes
 	}
 	if p.MaxPayloadBytes == 0 {
-		p.MaxPayloadBytes = DefaultMaxPayloadBytes
+		p.MaxPayloadBytes = defaultMaxPayloadBytes
 	}
 	if p.MaxInFlight == 0 {
 		p.MaxInFlight = DefaultEndpointMaxInFlight
@@ -193,16 +193,16 @@ func (c *Config) setPublishDefaults() {
 	uses := false
 	for _, f := range c.Flows {
 		for _, e := range f.Effects {
-			uses = uses || e.Destination == PublishDestination
+			uses = uses || e.Destination == publishDestination
 		}
 	}
 	if uses {
 		for _, d := range c.Destinations {
-			if d.Name == PublishDestination {
+			if d.Name == publishDestination {
 				return // validate refuses it
 			}
 		}
-		c.Destinations = append(c.Destinations, Destination{Name: PublishDestination, Kind: KindPublish, Builtin: true,
+		c.Destinations = append(c.Destinations, Destination{Name: publishDestination, Kind: KindPublish, Builtin: true,
 			Owner: "publishing", Timeout: Duration(10 * time.Second)})
 	}
 }
@@ -272,9 +272,9 @@ func (c *Config) validatePublish(add, warn func(path, format string, args ...any
 		}
 		for j, e := range f.Effects {
 			ep := fmt.Sprintf("$.flows[%d].effects[%d]", i, j)
-			if e.Destination != PublishDestination {
+			if e.Destination != publishDestination {
 				if e.Type != "" || e.Data != "" {
-					add(ep, "flow %q: effect %q: type and data apply to destination %s only (publishing a message)", f.Name, e.Name, PublishDestination)
+					add(ep, "flow %q: effect %q: type and data apply to destination %s only (publishing a message)", f.Name, e.Name, publishDestination)
 				}
 				continue
 			}

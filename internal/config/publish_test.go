@@ -35,7 +35,7 @@ func TestPublishDefaultsAndEndpoints(t *testing.T) {
 	}
 	// No flow publishes: no built-in destination is added.
 	for _, d := range c.Destinations {
-		if d.Name == PublishDestination {
+		if d.Name == publishDestination {
 			t.Fatal("endpoints destination added without a flow that publishes")
 		}
 	}
@@ -102,7 +102,7 @@ func TestFlowPublishes(t *testing.T) {
 	}
 	var found *Destination
 	for i := range c.Destinations {
-		if c.Destinations[i].Name == PublishDestination {
+		if c.Destinations[i].Name == publishDestination {
 			found = &c.Destinations[i]
 		}
 	}

@@ -30,9 +30,9 @@ const (
 	// 175 ms against 239 ms with 500, for a pass 8 % longer
 	// (docs/retention.md).
 	DefaultRetentionBatch = 200
-	// MaxRetentionBatch keeps a batch a short transaction whatever the
+	// maxRetentionBatch keeps a batch a short transaction whatever the
 	// file says.
-	MaxRetentionBatch = 5000
+	maxRetentionBatch = 5000
 )
 
 // Retention tunes the maintenance loop that deletes what is past its
@@ -123,18 +123,18 @@ func (c *Config) setRetentionDefaults() {
 			continue
 		}
 		s.Retention = RetentionPeriod(DefaultRetention)
-		if w, _, ok := SourceReplayWindow(s); ok && w.Duration > DefaultRetention {
+		if w, _, ok := sourceReplayWindow(s); ok && w.Duration > DefaultRetention {
 			s.Retention = RetentionPeriod(w.Duration)
 		}
 	}
 }
 
-// SourceReplayWindow returns the longest window in which the vendor behind
+// sourceReplayWindow returns the longest window in which the vendor behind
 // a source can send an event again (retry, manual resend or replay), as
 // the linter's rule IP03 reads it from the vendor catalogue: the vendor is
 // looked up by the source's kind and by its name. ok is false when the
 // catalogue knows neither.
-func SourceReplayWindow(s *Source) (w vendors.Window, vendorName string, ok bool) {
+func sourceReplayWindow(s *Source) (w vendors.Window, vendorName string, ok bool) {
 	ix := vendors.NewIndex()
 	for _, name := range []string{s.Kind, s.Name} {
 		c, found := ix.Lookup(name)
@@ -159,8 +159,8 @@ func (c *Config) validateRetention(add func(path, format string, args ...any)) {
 	if r.Pause < 0 {
 		add("$.retention.pause", "retention.pause must not be negative")
 	}
-	if r.BatchSize < 0 || r.BatchSize > MaxRetentionBatch {
-		add("$.retention.batch_size", "retention.batch_size must be from 1 to %d, got %d", MaxRetentionBatch, r.BatchSize)
+	if r.BatchSize < 0 || r.BatchSize > maxRetentionBatch {
+		add("$.retention.batch_size", "retention.batch_size must be from 1 to %d, got %d", maxRetentionBatch, r.BatchSize)
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]
@@ -173,7 +173,7 @@ func (c *Config) validateRetention(add func(path, format string, args ...any)) {
 			add(p, "source %q: retention %s is under a day; rows are pruned hourly, and a sender's retries alone last longer", s.Name, s.Retention)
 			continue
 		}
-		w, name, ok := SourceReplayWindow(s)
+		w, name, ok := sourceReplayWindow(s)
 		if !ok {
 			continue
 		}

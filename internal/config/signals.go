@@ -19,10 +19,10 @@ const (
 	// count occurrences: a day covers one business cycle of every flow, so
 	// a conflict that happens once a day is still seen by the next check.
 	DefaultSignalsWindow = 24 * time.Hour
-	// DefaultDeadlineWarnShare is the share of an effect's time between
+	// defaultDeadlineWarnShare is the share of an effect's time between
 	// creation and deadline below which deadline_risk calls it near: with a
 	// quarter left, a person still has time to act on a warning.
-	DefaultDeadlineWarnShare = 0.25
+	defaultDeadlineWarnShare = 0.25
 )
 
 // Signals configures the outcome signals (docs/signals.md): how often they
@@ -126,7 +126,7 @@ func (c *Config) setSignalDefaults() {
 	setDur(&s.Interval, DefaultSignalsInterval)
 	setDur(&s.Window, DefaultSignalsWindow)
 	if s.DeadlineWarnShare == 0 {
-		s.DeadlineWarnShare = DefaultDeadlineWarnShare
+		s.DeadlineWarnShare = defaultDeadlineWarnShare
 	}
 	// Unknown names stay in the map for validate to report; the
 	// registry's are filled in so that every reader sees the effective

@@ -16,7 +16,7 @@ func TestSignalsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := c.Signals
-	if s.Interval.D() != DefaultSignalsInterval || s.Window.D() != DefaultSignalsWindow || s.DeadlineWarnShare != DefaultDeadlineWarnShare {
+	if s.Interval.D() != DefaultSignalsInterval || s.Window.D() != DefaultSignalsWindow || s.DeadlineWarnShare != defaultDeadlineWarnShare {
 		t.Errorf("defaults not applied: interval %s window %s share %g", s.Interval.D(), s.Window.D(), s.DeadlineWarnShare)
 	}
 	defaults := DefaultSignalLimits()

@@ -32,24 +32,24 @@ func (c *Config) setDefaults() {
 	defer c.setPublishDefaults()
 	defer c.setFlowDefaults()
 	if c.Listen == "" {
-		c.Listen = DefaultListen
+		c.Listen = defaultListen
 	}
 	if c.Store == "" {
-		c.Store = DefaultStore
+		c.Store = defaultStore
 	}
 	r := &c.Receive
 	if r.MaxBodyBytes == 0 {
 		r.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	setDur(&r.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	setDur(&r.ReadTimeout, DefaultReadTimeout)
-	setDur(&r.WriteTimeout, DefaultWriteTimeout)
-	setDur(&r.IdleTimeout, DefaultIdleTimeout)
-	setDur(&r.ShutdownTimeout, DefaultShutdownTimeout)
-	setDur(&r.RetryAfter, DefaultRetryAfter)
+	setDur(&r.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	setDur(&r.ReadTimeout, defaultReadTimeout)
+	setDur(&r.WriteTimeout, defaultWriteTimeout)
+	setDur(&r.IdleTimeout, defaultIdleTimeout)
+	setDur(&r.ShutdownTimeout, defaultShutdownTimeout)
+	setDur(&r.RetryAfter, defaultRetryAfter)
 	// A commit wait that fits inside the write deadline whatever the user
 	// chose for write_timeout.
-	setDur(&r.CommitTimeout, min(DefaultCommitTimeout, r.WriteTimeout.D()/2))
+	setDur(&r.CommitTimeout, min(defaultCommitTimeout, r.WriteTimeout.D()/2))
 	kinds := senderkind.Builtin()
 	for i := range c.Sources {
 		s := &c.Sources[i]

@@ -26,7 +26,7 @@ func TestVerifyDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := c.Destinations[0].Verify; v == nil || v.Sample != 0.01 || v.After.D() != DefaultVerifyAfter || v.PerSecond != 1 {
+	if v := c.Destinations[0].Verify; v == nil || v.Sample != 0.01 || v.After.D() != defaultVerifyAfter || v.PerSecond != 1 {
 		t.Errorf("crm verify = %+v, want sample 0.01 after 5m per_second 1", v)
 	}
 	if v := c.Destinations[1].Verify; v == nil || v.Sample != 1 || v.After.D() != 30*time.Second || v.PerSecond != 0.5 {

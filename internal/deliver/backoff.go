@@ -18,8 +18,8 @@ type Backoff struct {
 	Cap    time.Duration
 }
 
-// BackoffFor reads a destination's policy.
-func BackoffFor(p config.RetryPolicy) Backoff {
+// backoffFor reads a destination's policy.
+func backoffFor(p config.RetryPolicy) Backoff {
 	return Backoff{Base: p.Base.D(), Factor: p.Factor, Cap: p.Cap.D()}
 }
 
@@ -34,7 +34,7 @@ func retryWait(d *config.Destination, attempt int, r func() float64) time.Durati
 		s := d.Schedule[min(max(attempt, 1), len(d.Schedule))-1]
 		return s + time.Duration(r()*float64(s)/5)
 	}
-	return BackoffFor(d.Retry).Wait(attempt, r)
+	return backoffFor(d.Retry).Wait(attempt, r)
 }
 
 // Ceiling is the upper bound of the wait after the attempt-th call (1-based).
@@ -62,11 +62,11 @@ type RetryAfter struct {
 	OK   bool          // false when absent or unparseable
 }
 
-// ParseRetryAfter reads the header: a number in the destination's unit
+// parseRetryAfter reads the header: a number in the destination's unit
 // (seconds unless it is a receiver behind a HubSpot workflow, which speaks
 // milliseconds), or an HTTP date relative to now. The wait is bounded to
 // [0, max] so a unit mistake cannot park an effect for days.
-func ParseRetryAfter(h http.Header, unit string, maxWait time.Duration, now time.Time) RetryAfter {
+func parseRetryAfter(h http.Header, unit string, maxWait time.Duration, now time.Time) RetryAfter {
 	raw := strings.TrimSpace(h.Get("Retry-After"))
 	ra := RetryAfter{Raw: raw}
 	if raw == "" {

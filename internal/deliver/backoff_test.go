@@ -48,7 +48,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"absent", "", "seconds", time.Hour, 0, false, ""},
 	}
 	for _, tc := range cases {
-		ra := ParseRetryAfter(h(tc.value), tc.unit, tc.max, now)
+		ra := parseRetryAfter(h(tc.value), tc.unit, tc.max, now)
 		if ra.OK != tc.ok || ra.Wait != tc.wait || ra.Unit != tc.gotUnit || ra.Raw != tc.value {
 			t.Errorf("%s: %+v, want ok=%v wait=%v unit=%q raw=%q", tc.name, ra, tc.ok, tc.wait, tc.gotUnit, tc.value)
 		}

@@ -114,10 +114,10 @@ func matchRules(d *config.Destination, resp *Response) (verdict, bool) {
 	return verdict{}, false
 }
 
-// RuleRepair is the suggested repair of the rule that classified resp as
+// ruleRepair is the suggested repair of the rule that classified resp as
 // class, or "" when no such rule matched or it has none: the worker's
 // generic repair then applies.
-func RuleRepair(d *config.Destination, resp *Response, class store.ErrorClass) string {
+func ruleRepair(d *config.Destination, resp *Response, class store.ErrorClass) string {
 	if resp == nil || resp.Status == 0 {
 		return ""
 	}

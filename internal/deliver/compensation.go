@@ -18,7 +18,7 @@ import (
 // not claim and release every few seconds for days.
 const (
 	CompensationWait       = 5 * time.Second
-	CompensationPersonWait = time.Minute
+	compensationPersonWait = time.Minute
 )
 
 // effectReader reads the original of a compensation. Both drivers have
@@ -82,7 +82,7 @@ func (w *Worker) gateCompensation(ctx context.Context, c *store.ClaimedEffect, d
 				d.Name, o.EpisodeKey, ref)})
 	case store.EffectNeedsReconciliation:
 		if o.NextAttemptAt.IsZero() {
-			return waitUntil("the original waits for a person", now.Add(CompensationPersonWait))
+			return waitUntil("the original waits for a person", now.Add(compensationPersonWait))
 		}
 	}
 	// Still in flight: not before the original's own next attempt.

@@ -196,7 +196,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		w.actions[k] = a
 	}
 	if w.notify == nil {
-		w.notify = NewWebhookNotifier(cfg.Notifications, opts.HTTPClient)
+		w.notify = newWebhookNotifier(cfg.Notifications, opts.HTTPClient)
 	}
 	for i := range cfg.Destinations {
 		d := &cfg.Destinations[i]
@@ -632,7 +632,7 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		}
 		var ra RetryAfter
 		if resp != nil {
-			ra = ParseRetryAfter(resp.Header, d.RetryAfter.Unit, d.RetryAfter.Max.D(), now)
+			ra = parseRetryAfter(resp.Header, d.RetryAfter.Unit, d.RetryAfter.Max.D(), now)
 		}
 		wait := retryWait(d, attempt, w.opts.Rand)
 		if ra.OK {
@@ -645,7 +645,7 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return w.reconcile(ctx, c, d, att, reason)
 	default: // permanent, hidden failure: never retried (RT06)
 		repair := "the destination refused the request: fix the data or the mapping, then retry the effect"
-		switch r := RuleRepair(d, resp, class); {
+		switch r := ruleRepair(d, resp, class); {
 		case d.Kind == config.KindEndpoint && resp != nil && resp.Status == http.StatusGone:
 			// The action disabled the endpoint: the rest of its messages
 			// park behind this one.

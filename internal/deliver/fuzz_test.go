@@ -23,7 +23,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 		if ms {
 			unit = "milliseconds"
 		}
-		ra := ParseRetryAfter(http.Header{"Retry-After": {v}}, unit, time.Hour, now)
+		ra := parseRetryAfter(http.Header{"Retry-After": {v}}, unit, time.Hour, now)
 		if ra.Wait < 0 || ra.Wait > time.Hour {
 			t.Fatalf("wait %v outside [0, 1h] for %q", ra.Wait, v)
 		}

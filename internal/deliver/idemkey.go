@@ -15,16 +15,12 @@ import (
 // stored, so that every attempt, every process and every version of
 // hookledger sends the same key for the same effect.
 
-// HashedKeyPrefix starts every hashed idempotency key. It says where the
+// hashedKeyPrefix starts every hashed idempotency key. It says where the
 // key comes from to someone reading it in a vendor's dashboard, and its
 // version digit leaves room for another form without ever reusing this
 // one's keys. It has no ":", which every episode key has at least three
 // of, so a hashed key never equals an episode key sent as it is.
-const HashedKeyPrefix = "hl1_"
-
-// HashedKeyLen is the length of every hashed key: the prefix and 64 hex
-// digits.
-const HashedKeyLen = len(HashedKeyPrefix) + 2*sha256.Size
+const hashedKeyPrefix = "hl1_"
 
 // HashedKey is the hashed form of an episode key: HashedKeyPrefix and the
 // SHA-256 of the key's UTF-8 bytes in lower-case hex, 68 characters
@@ -36,7 +32,7 @@ const HashedKeyLen = len(HashedKeyPrefix) + 2*sha256.Size
 // never change (a new form takes a new prefix).
 func HashedKey(episodeKey string) string {
 	sum := sha256.Sum256([]byte(episodeKey))
-	return HashedKeyPrefix + hex.EncodeToString(sum[:])
+	return hashedKeyPrefix + hex.EncodeToString(sum[:])
 }
 
 // IdempotencyKey is the key sent in d's idempotency header for the effect

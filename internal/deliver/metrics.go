@@ -19,8 +19,8 @@ type Metrics struct {
 	Transitions *prometheus.CounterVec
 }
 
-// ClassOK labels a call that succeeded.
-const ClassOK = "ok"
+// classOK labels a call that succeeded.
+const classOK = "ok"
 
 // NewMetrics registers the delivery collectors with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -63,7 +63,7 @@ func (m *Metrics) settled(destination string, p *store.EffectSettleParams) {
 	if a := p.Attempt; a != nil && !a.Reconcile {
 		class := string(a.Class)
 		if a.Class == store.ClassNone {
-			class = ClassOK
+			class = classOK
 		}
 		m.attempts.WithLabelValues(destination, class).Inc()
 		m.duration.WithLabelValues(destination).Observe(a.Duration.Seconds())

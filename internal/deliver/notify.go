@@ -46,10 +46,10 @@ type WebhookNotifier struct {
 	client *http.Client
 }
 
-// NewWebhookNotifier returns nil when no webhook is configured. The
+// newWebhookNotifier returns nil when no webhook is configured. The
 // message is never sent on to an address a redirect names, nor to a
 // non-public address unless notifications.allow_private_networks is set.
-func NewWebhookNotifier(cfg config.Notifications, client *http.Client) Notifier {
+func newWebhookNotifier(cfg config.Notifications, client *http.Client) Notifier {
 	if cfg.WebhookURL == "" {
 		return nil
 	}

@@ -88,12 +88,12 @@ func TestPresetsClassifyRecordedAnswers(t *testing.T) {
 					t.Errorf("%s: reason %q lacks %q", name, reason, w)
 				}
 			}
-			repair := RuleRepair(d, resp, class)
+			repair := ruleRepair(d, resp, class)
 			if (a.Want.Repair == "") != (repair == "") || !strings.Contains(repair, a.Want.Repair) {
 				t.Errorf("%s: repair %q, want one containing %q", name, repair, a.Want.Repair)
 			}
 			if w := a.Want.RetryAfter; w != nil {
-				ra := ParseRetryAfter(resp.Header, d.RetryAfter.Unit, d.RetryAfter.Max.D(), now)
+				ra := parseRetryAfter(resp.Header, d.RetryAfter.Unit, d.RetryAfter.Max.D(), now)
 				if ra.OK != w.OK || (w.OK && (ra.Unit != w.Unit || ra.Wait.String() != w.Wait)) {
 					t.Errorf("%s: Retry-After %+v, want %+v", name, ra, *w)
 				}

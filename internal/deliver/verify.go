@@ -258,7 +258,7 @@ func (v *Verifier) verifyEffect(ctx context.Context, vd *verifyDest, e *store.Ef
 			return true, nil
 		}
 		vd.failures++
-		wait := BackoffFor(d.Retry).Ceiling(vd.failures)
+		wait := backoffFor(d.Retry).Ceiling(vd.failures)
 		vd.retryAt = v.clk.Now().Add(wait)
 		what := "lookup failed, looking it up again later"
 		var refused *lookupRefused

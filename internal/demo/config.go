@@ -23,8 +23,8 @@ type Durations struct {
 	Deadline, VerifyAfter, CallTimeout, Retry, Signals time.Duration
 }
 
-// DurationsAt divides the demo's durations by speed (1 when speed <= 0).
-func DurationsAt(speed float64) Durations {
+// durationsAt divides the demo's durations by speed (1 when speed <= 0).
+func durationsAt(speed float64) Durations {
 	if speed <= 0 {
 		speed = 1
 	}

@@ -75,7 +75,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 	}
 
-	dest, err := StartDestination()
+	dest, err := startDestination()
 	if err != nil {
 		_ = o.Listener.Close()
 		return err
@@ -86,7 +86,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 	}()
 
-	durations := DurationsAt(o.Speed)
+	durations := durationsAt(o.Speed)
 	addr := o.Listener.Addr().String()
 	yaml := Config(ConfigParams{Listen: addr, StoreURL: "sqlite:" + filepath.Join(dir, storeFile),
 		AdminToken: "demo-" + randomHex(16), DestURL: dest.URL(), Secret: "demo-secret-" + randomHex(8), Durations: durations})

@@ -14,7 +14,7 @@ import (
 // the server's loops can see pass.
 func TestConfigLoadsAtEverySpeed(t *testing.T) {
 	for _, speed := range []float64{0, 0.5, 1, 20, 1e6} {
-		d := DurationsAt(speed)
+		d := durationsAt(speed)
 		yaml := Config(ConfigParams{Listen: "127.0.0.1:0", StoreURL: "sqlite:" + t.TempDir() + "/d.db",
 			AdminToken: "tok", DestURL: "http://127.0.0.1:1", Secret: "s", Durations: d})
 		cfg, err := config.Parse("demo.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
@@ -34,14 +34,14 @@ func TestConfigLoadsAtEverySpeed(t *testing.T) {
 			t.Errorf("speed %v: call timeout %s", speed, d.CallTimeout)
 		}
 	}
-	if d := DurationsAt(1); d.Deadline != 20*time.Second || d.VerifyAfter != 15*time.Second {
+	if d := durationsAt(1); d.Deadline != 20*time.Second || d.VerifyAfter != 15*time.Second {
 		t.Fatalf("speed 1: %+v, want the documented 20s deadline and 15s verification", d)
 	}
 }
 
 // The fake destination misbehaves exactly where the script expects it to.
 func TestDestinationScript(t *testing.T) {
-	d, err := StartDestination()
+	d, err := startDestination()
 	if err != nil {
 		t.Fatal(err)
 	}

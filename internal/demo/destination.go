@@ -72,9 +72,9 @@ type Destination struct {
 // maxLog bounds the calls a long-running destination keeps for CallsPath.
 const maxLog = 1000
 
-// StartDestination serves the demo's scripted destination on 127.0.0.1, a
+// startDestination serves the demo's scripted destination on 127.0.0.1, a
 // free port.
-func StartDestination() (*Destination, error) {
+func startDestination() (*Destination, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("fake destination: listen: %w", err)

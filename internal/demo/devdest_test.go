@@ -153,7 +153,7 @@ func TestDevDestinationRules(t *testing.T) {
 // The demo's scripted destination keeps its script: a call no rule
 // matches that the script does not know is a 404, not the dev mode's 200.
 func TestScriptedDestinationIsNotDevMode(t *testing.T) {
-	d, err := StartDestination()
+	d, err := startDestination()
 	if err != nil {
 		t.Fatal(err)
 	}

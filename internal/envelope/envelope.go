@@ -40,9 +40,9 @@ type MalformedError = senderkind.MalformedError
 // Kinds returns the kinds Extract understands, in a fresh slice.
 func Kinds() []string { return senderkind.Builtin().Names() }
 
-// ValidatePaths checks the syntax of every non-empty override, so that a bad
+// validatePaths checks the syntax of every non-empty override, so that a bad
 // path is refused when the config loads rather than on the first delivery.
-func ValidatePaths(p Paths) error {
+func validatePaths(p Paths) error {
 	for _, f := range []struct{ name, v string }{
 		{"event_id", p.EventID}, {"type", p.Type}, {"occurred_at", p.OccurredAt}, {"entity", p.Entity}, {"account", p.Account},
 	} {
@@ -70,7 +70,7 @@ func Extract(kind string, paths Paths, header http.Header, body []byte) ([]Event
 // ExtractIdentity is Extract with the kind's identity rules already looked
 // up, for a receiver that resolved its sources' kinds once.
 func ExtractIdentity(id senderkind.Identity, paths Paths, header http.Header, body []byte) ([]Event, error) {
-	if err := ValidatePaths(paths); err != nil {
+	if err := validatePaths(paths); err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
 	var root any

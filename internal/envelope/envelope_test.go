@@ -291,14 +291,14 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("unknown kind must be a plain error, got %v", err)
 	}
 	for _, p := range []Paths{{EventID: "a..b"}, {Type: "."}, {Entity: "$."}, {Account: "x."}} {
-		if ValidatePaths(p) == nil {
+		if validatePaths(p) == nil {
 			t.Errorf("ValidatePaths(%+v) accepted", p)
 		}
 		if _, err := Extract(senderkind.HMAC, p, nil, []byte(genericEvent)); err == nil || errors.As(err, &me) {
 			t.Errorf("bad path %+v: %v", p, err)
 		}
 	}
-	if err := ValidatePaths(Paths{EventID: "meta.id", Account: "$.meta.account", Entity: "items.0.id"}); err != nil {
+	if err := validatePaths(Paths{EventID: "meta.id", Account: "$.meta.account", Entity: "items.0.id"}); err != nil {
 		t.Fatal(err)
 	}
 	// Extract understands exactly the registry's kinds (senderkind's
@@ -323,7 +323,7 @@ func TestHeaderPaths(t *testing.T) {
 	_, err := Extract(senderkind.HMAC, p, http.Header{}, []byte(body))
 	wantMalformed(t, err, "header:X-GitHub-Delivery", "is required")
 	for _, bad := range []string{"header:", "header: ", "header:a b", "header:a:b"} {
-		if ValidatePaths(Paths{EventID: bad}) == nil {
+		if validatePaths(Paths{EventID: bad}) == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

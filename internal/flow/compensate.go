@@ -10,10 +10,10 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// HasCompensation reports whether effect o's definition declares a
+// hasCompensation reports whether effect o's definition declares a
 // compensation request, so that a console offers to compensate only what
 // can be: o itself must not be a compensation.
-func HasCompensation(cfg *config.Config, o *store.Effect) bool {
+func hasCompensation(cfg *config.Config, o *store.Effect) bool {
 	if cfg == nil || o.Compensates != 0 {
 		return false
 	}
@@ -33,7 +33,7 @@ func HasCompensation(cfg *config.Config, o *store.Effect) bool {
 
 // HasCompensation is HasCompensation over the engine's configuration.
 func (e *Engine) HasCompensation(o *store.Effect) bool {
-	return HasCompensation(e.cfg, o)
+	return hasCompensation(e.cfg, o)
 }
 
 // CompensateStore is what Compensate needs of the store.

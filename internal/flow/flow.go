@@ -163,7 +163,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		opts.PollInterval = 200 * time.Millisecond
 	}
 	if opts.DeadlineWarnShare <= 0 || opts.DeadlineWarnShare > 1 {
-		opts.DeadlineWarnShare = DefaultDeadlineWarnShare
+		opts.DeadlineWarnShare = defaultDeadlineWarnShare
 	}
 	if opts.Owner == "" {
 		var b [4]byte

@@ -14,9 +14,9 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// DefaultDeadlineWarnShare is the share of the time between an effect's
+// defaultDeadlineWarnShare is the share of the time between an effect's
 // creation and its deadline during which deadline_risk warns.
-const DefaultDeadlineWarnShare = 0.25
+const defaultDeadlineWarnShare = 0.25
 
 // CompensateSuffix ends the episode key and the effect name of a
 // compensation: the compensation of "orders:o1:r2:confirm" is
@@ -67,16 +67,16 @@ func (e *Engine) setDeadline(ins *store.EffectInsert, eff *config.Effect, ce *co
 		return nil
 	}
 	ins.DeadlineAt = at.UTC()
-	ins.DeadlineWarnAt = WarnAt(ins.DeadlineAt, now, e.opts.DeadlineWarnShare)
+	ins.DeadlineWarnAt = warnAt(ins.DeadlineAt, now, e.opts.DeadlineWarnShare)
 	ins.OnDeadline = eff.OnDeadline
 	return nil
 }
 
-// WarnAt is when deadline_risk starts to warn about a deadline set at now:
+// warnAt is when deadline_risk starts to warn about a deadline set at now:
 // once less than share of the time left remains. It is never before now,
 // and a deadline already passed warns from the deadline itself (it counts
 // as passed at once).
-func WarnAt(deadline, now time.Time, share float64) time.Time {
+func warnAt(deadline, now time.Time, share float64) time.Time {
 	if !deadline.After(now) {
 		return deadline
 	}
@@ -138,7 +138,7 @@ func (e *Engine) compensations(ctx context.Context, f *config.Flow, entity strin
 				continue
 			}
 			v := maps.Clone(vars)
-			v[expr.VarOriginal] = OriginalVars(o)
+			v[expr.VarOriginal] = originalVars(o)
 			ok, err := ce.CompensateWhen.EvalBool(v)
 			if err != nil {
 				return nil, fmt.Errorf("effect %s: compensate_when (effect %d): %w", eff.Name, o.ID, err)
@@ -164,11 +164,11 @@ func (e *Engine) compensations(ctx context.Context, f *config.Flow, entity strin
 	return out, nil
 }
 
-// OriginalVars is the effect being compensated as the expressions see it
+// originalVars is the effect being compensated as the expressions see it
 // (the variable original): its stored request decoded (method, path,
 // query, headers, body), the reference the destination gave it, and its
 // identity.
-func OriginalVars(o *store.Effect) map[string]any {
+func originalVars(o *store.Effect) map[string]any {
 	var req any
 	if len(o.Request) > 0 {
 		req, _ = expr.DecodeJSON(o.Request)
@@ -227,7 +227,7 @@ func RenderCompensation(ctx context.Context, cfg *config.Config, st ProjectionRe
 		if ce.Compensation == nil {
 			return nil, fmt.Errorf("flow %q effect %q has no compensation request: %w", o.Flow, o.Effect, ErrNoCompensation)
 		}
-		vars := expr.Vars{expr.VarOriginal: OriginalVars(o), expr.VarEntity: o.Entity, expr.VarVersion: o.Version}
+		vars := expr.Vars{expr.VarOriginal: originalVars(o), expr.VarEntity: o.Entity, expr.VarVersion: o.Version}
 		if st != nil {
 			prev, err := st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: o.Flow, Entity: o.Entity})
 			if err != nil {

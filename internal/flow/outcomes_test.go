@@ -157,7 +157,7 @@ func TestDeadlineExpression(t *testing.T) {
 			if !ins.DeadlineAt.Equal(tc.want) {
 				t.Fatalf("deadline %v, want %v", ins.DeadlineAt, tc.want)
 			}
-			if !tc.want.IsZero() && !ins.DeadlineWarnAt.Equal(WarnAt(tc.want, t0, DefaultDeadlineWarnShare)) {
+			if !tc.want.IsZero() && !ins.DeadlineWarnAt.Equal(warnAt(tc.want, t0, defaultDeadlineWarnShare)) {
 				t.Errorf("warn at %v", ins.DeadlineWarnAt)
 			}
 		})
@@ -178,7 +178,7 @@ func TestWarnAt(t *testing.T) {
 		{now.Add(-time.Hour), 0.25, now.Add(-time.Hour)},
 	}
 	for _, tc := range cases {
-		if got := WarnAt(tc.deadline, now, tc.share); !got.Equal(tc.want) {
+		if got := warnAt(tc.deadline, now, tc.share); !got.Equal(tc.want) {
 			t.Errorf("WarnAt(%v, share %v) = %v, want %v", tc.deadline.Sub(now), tc.share, got.Sub(now), tc.want.Sub(now))
 		}
 	}

@@ -21,11 +21,11 @@ import (
 	"github.com/hookledger/hookledger/internal/logging"
 )
 
-// DefaultStallAfter is how long a stage's rounds may keep failing before
+// defaultStallAfter is how long a stage's rounds may keep failing before
 // it counts as stalled: long enough that a database restart or a lock held
 // for a migration passes unseen, short enough that an orchestrator takes
 // the process out of service well before senders give up.
-const DefaultStallAfter = time.Minute
+const defaultStallAfter = time.Minute
 
 // Board holds the stages of one process. A nil *Board hands out nil
 // stages, whose methods do nothing: a component run without a board (a
@@ -51,7 +51,7 @@ type Options struct {
 // NewBoard returns an empty board.
 func NewBoard(o Options) *Board {
 	if o.StallAfter <= 0 {
-		o.StallAfter = DefaultStallAfter
+		o.StallAfter = defaultStallAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

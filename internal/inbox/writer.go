@@ -20,8 +20,8 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// ErrStopped is returned by Submit after Stop began.
-var ErrStopped = errors.New("inbox writer stopped")
+// errStopped is returned by Submit after Stop began.
+var errStopped = errors.New("inbox writer stopped")
 
 // Committer is the part of the store the writer needs.
 type Committer interface {
@@ -166,7 +166,7 @@ func (w *Writer) Submit(ctx context.Context, sub *store.Submission) (store.Submi
 	w.mu.RLock()
 	if w.closed || !w.started {
 		w.mu.RUnlock()
-		return store.SubmissionResult{}, ErrStopped
+		return store.SubmissionResult{}, errStopped
 	}
 	select {
 	case w.queue <- req:

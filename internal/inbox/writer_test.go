@@ -184,7 +184,7 @@ func TestStopDrainsQueuedAndRefusesNew(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := w.Submit(context.Background(), sub("evt_late")); !errors.Is(err, ErrStopped) {
+	if _, err := w.Submit(context.Background(), sub("evt_late")); !errors.Is(err, errStopped) {
 		t.Fatalf("submit after stop: %v, want ErrStopped", err)
 	}
 	close(g.release)

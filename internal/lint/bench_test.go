@@ -41,7 +41,7 @@ func BenchmarkLint100k(b *testing.B) {
 			b.Fatalf("read %d flows", len(inv.Flows))
 		}
 		rep := Check(inv)
-		if err := Write(io.Discard, rep, FormatJSON, WriteOptions{}); err != nil {
+		if err := Write(io.Discard, rep, formatJSON, WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -51,7 +51,7 @@ func ReadCSV(r io.Reader, path string) (*Inventory, error) {
 	}
 	inv.Columns = names
 	if inv.present&cFlowID == 0 {
-		return nil, fmt.Errorf("read %s: header: no %s column; every flow needs a unique flow_id", path, ColFlowID)
+		return nil, fmt.Errorf("read %s: header: no %s column; every flow needs a unique flow_id", path, colFlowID)
 	}
 
 	rr := newRowReader(inv)

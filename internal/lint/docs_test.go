@@ -32,7 +32,7 @@ func docsBlock(t *testing.T, lang string) string {
 // the example must lint without input errors, exactly like the CSV example
 // that leaves the same cells empty.
 func TestDocsExamplesLintAlike(t *testing.T) {
-	yamlInv, err := ReadYAML([]byte(docsBlock(t, "yaml")), "inventory.yaml")
+	yamlInv, err := readYAML([]byte(docsBlock(t, "yaml")), "inventory.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestDocsExamplesLintAlike(t *testing.T) {
 			ip03 = &yamlRep.Findings[i]
 		}
 	}
-	if ip03 == nil || ip03.Level != Pass || !strings.Contains(ip03.Message, "taken as 30 from the vendor catalogue") {
+	if ip03 == nil || ip03.Level != pass || !strings.Contains(ip03.Message, "taken as 30 from the vendor catalogue") {
 		t.Fatalf("IP03 = %+v, want a PASS with the replay window filled from the catalogue", ip03)
 	}
 }
@@ -69,7 +69,7 @@ func TestDocsExamplesLintAlike(t *testing.T) {
 // A key that no flow has is a blank cell in every flow: the rules that
 // need it still run, and say the cell is blank.
 func TestReadYAMLAbsentKeyIsBlank(t *testing.T) {
-	inv, err := ReadYAML([]byte("- flow_id: a\n  method: custom\n  side_effect: send_email\n  inbound_webhook: yes\n"), "inv.yaml")
+	inv, err := readYAML([]byte("- flow_id: a\n  method: custom\n  side_effect: send_email\n  inbound_webhook: yes\n"), "inv.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,19 +16,19 @@ type Format string
 // Output formats.
 const (
 	FormatText     Format = "text"
-	FormatJSON     Format = "json"
-	FormatSARIF    Format = "sarif"
+	formatJSON     Format = "json"
+	formatSARIF    Format = "sarif"
 	FormatMarkdown Format = "markdown"
 )
 
-// Formats lists the output formats.
-func Formats() []Format {
-	return []Format{FormatText, FormatJSON, FormatSARIF, FormatMarkdown}
+// formats lists the output formats.
+func formats() []Format {
+	return []Format{FormatText, formatJSON, formatSARIF, FormatMarkdown}
 }
 
 // ParseFormat checks a --format value.
 func ParseFormat(s string) (Format, error) {
-	for _, f := range Formats() {
+	for _, f := range formats() {
 		if string(f) == s {
 			return f, nil
 		}
@@ -52,9 +52,9 @@ func Write(w io.Writer, rep *Report, format Format, opts WriteOptions) error {
 	switch format {
 	case FormatText:
 		err = writeText(bw, rep, opts.Color)
-	case FormatJSON:
+	case formatJSON:
 		err = writeJSON(bw, rep)
-	case FormatSARIF:
+	case formatSARIF:
 		err = writeSARIF(bw, rep, opts.ToolVersion)
 	case FormatMarkdown:
 		err = writeMarkdown(bw, rep)
@@ -78,9 +78,9 @@ func (s Summary) String() string {
 // padding computed on the plain text keeps the columns aligned.
 func colour(l Level) string {
 	switch l {
-	case Fail:
+	case fail:
 		return "\x1b[31m"
-	case Warn:
+	case warn:
 		return "\x1b[33m"
 	default:
 		return "\x1b[32m"
@@ -214,7 +214,7 @@ func writeMarkdown(w *bufio.Writer, rep *Report) error {
 }
 
 func mdLevel(l Level) string {
-	if l == Pass {
+	if l == pass {
 		return string(l)
 	}
 	return "**" + string(l) + "**"

@@ -44,8 +44,8 @@ func render(t *testing.T, rep *Report, format Format) []byte {
 
 func TestGolden(t *testing.T) {
 	rep := sampleReport(t)
-	ext := map[Format]string{FormatText: "txt", FormatJSON: "json", FormatSARIF: "sarif", FormatMarkdown: "md"}
-	for _, format := range Formats() {
+	ext := map[Format]string{FormatText: "txt", formatJSON: "json", formatSARIF: "sarif", FormatMarkdown: "md"}
+	for _, format := range formats() {
 		t.Run(string(format), func(t *testing.T) {
 			got := render(t, rep, format)
 			golden := filepath.Join("testdata", "sample."+ext[format]+".golden")
@@ -115,8 +115,8 @@ func TestYAMLSampleMatchesCSV(t *testing.T) {
 
 func TestTextColour(t *testing.T) {
 	rep := &Report{Findings: []Finding{
-		{Flow: "a", Rule: "IP01", Level: Fail, Message: "m", Line: 2},
-		{Flow: "bb", Rule: "RT01", Level: Pass, Message: "m", Line: 3},
+		{Flow: "a", Rule: "IP01", Level: fail, Message: "m", Line: 2},
+		{Flow: "bb", Rule: "RT01", Level: pass, Message: "m", Line: 3},
 	}}
 	var plain, coloured bytes.Buffer
 	if err := Write(&plain, rep, FormatText, WriteOptions{}); err != nil {
@@ -138,7 +138,7 @@ func TestTextColour(t *testing.T) {
 }
 
 func TestJSONEmptyFindings(t *testing.T) {
-	got := string(render(t, &Report{}, FormatJSON))
+	got := string(render(t, &Report{}, formatJSON))
 	want := "{\n  \"findings\": [],\n  \"summary\": {\n    \"fail\": 0,\n    \"warn\": 0,\n    \"pass\": 0\n  }\n}\n"
 	if got != want {
 		t.Errorf("got %q, want %q", got, want)
@@ -146,7 +146,7 @@ func TestJSONEmptyFindings(t *testing.T) {
 }
 
 func TestMarkdownEscapes(t *testing.T) {
-	rep := &Report{Findings: []Finding{{Flow: "a|b", Rule: "IP02", Level: Fail, Message: "key `x|y`\nnext", Line: 4}},
+	rep := &Report{Findings: []Finding{{Flow: "a|b", Rule: "IP02", Level: fail, Message: "key `x|y`\nnext", Line: 4}},
 		Problems: []Problem{{Line: 5, Column: "method", Message: "got \"a|b\""}}}
 	got := string(render(t, rep, FormatMarkdown))
 	for _, want := range []string{"| **FAIL** | a\\|b | IP02 | 4 | key \\`x\\|y\\` next |", "## Input errors", "- line 5: column method: got \"a\\|b\""} {
@@ -211,7 +211,7 @@ func TestSARIFValidatesAgainstSchema(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var buf bytes.Buffer
-			if err := Write(&buf, rep, FormatSARIF, WriteOptions{ToolVersion: "1.2.3"}); err != nil {
+			if err := Write(&buf, rep, formatSARIF, WriteOptions{ToolVersion: "1.2.3"}); err != nil {
 				t.Fatal(err)
 			}
 			if err := validate(t, buf.Bytes()); err != nil {
@@ -223,7 +223,7 @@ func TestSARIFValidatesAgainstSchema(t *testing.T) {
 	// The validator must be able to fail: a result with an unknown level
 	// and a log without a version are rejected.
 	var log map[string]any
-	if err := json.Unmarshal(render(t, sample, FormatSARIF), &log); err != nil {
+	if err := json.Unmarshal(render(t, sample, formatSARIF), &log); err != nil {
 		t.Fatal(err)
 	}
 	run := log["runs"].([]any)[0].(map[string]any)
@@ -266,7 +266,7 @@ func TestSARIFContent(t *testing.T) {
 		} `json:"runs"`
 	}
 	rep := sampleReport(t)
-	if err := json.Unmarshal(render(t, rep, FormatSARIF), &log); err != nil {
+	if err := json.Unmarshal(render(t, rep, formatSARIF), &log); err != nil {
 		t.Fatal(err)
 	}
 	if log.Version != "2.1.0" || len(log.Runs) != 1 {
@@ -285,7 +285,7 @@ func TestSARIFContent(t *testing.T) {
 	if len(results) != len(rep.Findings) {
 		t.Fatalf("%d results for %d findings", len(results), len(rep.Findings))
 	}
-	levels := map[Level]string{Fail: "error", Warn: "warning", Pass: "note"}
+	levels := map[Level]string{fail: "error", warn: "warning", pass: "note"}
 	for i, r := range results {
 		f := rep.Findings[i]
 		loc := r.Locations[0].PhysicalLocation
@@ -329,7 +329,7 @@ func TestJSONStreamMatchesEncoder(t *testing.T) {
 	}{rep.Findings, rep.Summary, rep.Problems}); err != nil {
 		t.Fatal(err)
 	}
-	if got := render(t, rep, FormatJSON); !bytes.Equal(got, want.Bytes()) {
+	if got := render(t, rep, formatJSON); !bytes.Equal(got, want.Bytes()) {
 		t.Errorf("streamed JSON differs from encoding/json:\n%s\nwant:\n%s", got, want.Bytes())
 	}
 }

@@ -43,7 +43,7 @@ func checkInvariants(t *testing.T, inv *Inventory) {
 			t.Fatalf("finding %+v names no flow of the inventory or has no message", f)
 		}
 	}
-	for _, format := range Formats() {
+	for _, format := range formats() {
 		if err := Write(io.Discard, rep, format, WriteOptions{Color: true}); err != nil {
 			t.Fatalf("write %s: %v", format, err)
 		}
@@ -80,7 +80,7 @@ func FuzzReadYAML(f *testing.F) {
 	f.Add([]byte("- flow_id: &x a\n  method: *x\n"))
 	f.Add([]byte("- flow_id: a\n  side_effect: |\n    two\n    lines\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		inv, err := ReadYAML(data, "fuzz.yaml")
+		inv, err := readYAML(data, "fuzz.yaml")
 		if err != nil {
 			if inv != nil {
 				t.Fatal("an error with an inventory")

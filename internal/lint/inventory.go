@@ -13,19 +13,19 @@ import (
 // Column names of the inventory. Further columns are allowed and kept in
 // Flow.Extra.
 const (
-	ColFlowID               = "flow_id"
-	ColMethod               = "method"
-	ColCreatesRecords       = "creates_records"
-	ColSideEffect           = "side_effect"
-	ColIdempotencyKey       = "idempotency_key"
-	ColLedgerRetentionDays  = "ledger_retention_days"
-	ColMaxReplayWindowDays  = "max_replay_window_days"
-	ColRetryLayers          = "retry_layers"
-	ColRetryAfterUnit       = "retry_after_unit"
-	ColInboundWebhook       = "inbound_webhook"
-	ColAckP99Seconds        = "ack_p99_seconds"
-	ColSenderTimeoutSeconds = "sender_timeout_seconds"
-	ColSources              = "sources"
+	colFlowID               = "flow_id"
+	colMethod               = "method"
+	colCreatesRecords       = "creates_records"
+	colSideEffect           = "side_effect"
+	colIdempotencyKey       = "idempotency_key"
+	colLedgerRetentionDays  = "ledger_retention_days"
+	colMaxReplayWindowDays  = "max_replay_window_days"
+	colRetryLayers          = "retry_layers"
+	colRetryAfterUnit       = "retry_after_unit"
+	colInboundWebhook       = "inbound_webhook"
+	colAckP99Seconds        = "ack_p99_seconds"
+	colSenderTimeoutSeconds = "sender_timeout_seconds"
+	colSources              = "sources"
 )
 
 // column is a bit for one known column, so that the columns a file has, the
@@ -53,10 +53,10 @@ const (
 // knownColumns lists the known columns in documentation order.
 func knownColumns() []string {
 	return []string{
-		ColFlowID, ColMethod, ColCreatesRecords, ColSideEffect, ColIdempotencyKey,
-		ColLedgerRetentionDays, ColMaxReplayWindowDays, ColRetryLayers,
-		ColRetryAfterUnit, ColInboundWebhook, ColAckP99Seconds,
-		ColSenderTimeoutSeconds, ColSources,
+		colFlowID, colMethod, colCreatesRecords, colSideEffect, colIdempotencyKey,
+		colLedgerRetentionDays, colMaxReplayWindowDays, colRetryLayers,
+		colRetryAfterUnit, colInboundWebhook, colAckP99Seconds,
+		colSenderTimeoutSeconds, colSources,
 	}
 }
 
@@ -65,31 +65,31 @@ func knownColumns() []string {
 // allocations.
 func columnBit(name string) column {
 	switch name {
-	case ColFlowID:
+	case colFlowID:
 		return cFlowID
-	case ColMethod:
+	case colMethod:
 		return cMethod
-	case ColCreatesRecords:
+	case colCreatesRecords:
 		return cCreatesRecords
-	case ColSideEffect:
+	case colSideEffect:
 		return cSideEffect
-	case ColIdempotencyKey:
+	case colIdempotencyKey:
 		return cIdempotencyKey
-	case ColLedgerRetentionDays:
+	case colLedgerRetentionDays:
 		return cLedgerRetentionDays
-	case ColMaxReplayWindowDays:
+	case colMaxReplayWindowDays:
 		return cMaxReplayWindowDays
-	case ColRetryLayers:
+	case colRetryLayers:
 		return cRetryLayers
-	case ColRetryAfterUnit:
+	case colRetryAfterUnit:
 		return cRetryAfterUnit
-	case ColInboundWebhook:
+	case colInboundWebhook:
 		return cInboundWebhook
-	case ColAckP99Seconds:
+	case colAckP99Seconds:
 		return cAckP99Seconds
-	case ColSenderTimeoutSeconds:
+	case colSenderTimeoutSeconds:
 		return cSenderTimeoutSeconds
-	case ColSources:
+	case colSources:
 		return cSources
 	}
 	return 0
@@ -112,8 +112,8 @@ type Method string
 // Methods accepted in the method column.
 const (
 	MethodEventPipeline Method = "event_pipeline"
-	MethodCustom        Method = "custom"
-	MethodIPaaS         Method = "ipaas"
+	methodCustom        Method = "custom"
+	methodIPaaS         Method = "ipaas"
 )
 
 // YesNo is a yes/no answer that may be left blank.
@@ -121,7 +121,7 @@ type YesNo int8
 
 // Values of YesNo. Unknown is a blank cell.
 const (
-	Unknown YesNo = iota
+	unknown YesNo = iota
 	Yes
 	No
 )
@@ -287,7 +287,7 @@ func (r *rowReader) set(f *Flow, name string, c cell) {
 		f.ID = v
 	case cMethod:
 		switch m := Method(strings.ToLower(v)); m {
-		case MethodEventPipeline, MethodCustom, MethodIPaaS:
+		case MethodEventPipeline, methodCustom, methodIPaaS:
 			f.Method = m
 		case "":
 			r.problem(c.line, name, "is blank, expected event_pipeline, custom or ipaas")
@@ -333,7 +333,7 @@ func (r *rowReader) set(f *Flow, name string, c cell) {
 			f.SenderTimeoutSeconds = n
 		}
 	case cRetryLayers:
-		layers, err := ParseRetryLayers(v)
+		layers, err := parseRetryLayers(v)
 		if err != nil {
 			bad(err.Error())
 			return
@@ -355,11 +355,11 @@ func (r *rowReader) set(f *Flow, name string, c cell) {
 // finish validates a completed row and adds it to the inventory.
 func (r *rowReader) finish(f Flow) {
 	if f.ID == "" {
-		r.problem(f.Line, ColFlowID, "is blank; every flow needs a unique flow_id")
+		r.problem(f.Line, colFlowID, "is blank; every flow needs a unique flow_id")
 		return
 	}
 	if first, dup := r.seen[f.ID]; dup {
-		r.problem(f.Line, ColFlowID, "flow %q is already defined on line %d; flow_id must be unique, so this row is not checked", f.ID, first)
+		r.problem(f.Line, colFlowID, "flow %q is already defined on line %d; flow_id must be unique, so this row is not checked", f.ID, first)
 		return
 	}
 	r.seen[f.ID] = f.Line
@@ -369,13 +369,13 @@ func (r *rowReader) finish(f Flow) {
 func parseYesNo(v string) (YesNo, bool) {
 	switch strings.ToLower(v) {
 	case "":
-		return Unknown, true
+		return unknown, true
 	case "yes", "y", "true":
 		return Yes, true
 	case "no", "n", "false":
 		return No, true
 	}
-	return Unknown, false
+	return unknown, false
 }
 
 // parseNumber accepts a plain non-negative decimal ("30", "2.5", ".5").
@@ -410,9 +410,9 @@ func parseNumber(v string) (Number, bool) {
 // cannot overflow; any realistic setting is far below it.
 const maxAttempts = 1_000_000
 
-// ParseRetryLayers parses a retry_layers cell: `layer:attempts` parts joined
+// parseRetryLayers parses a retry_layers cell: `layer:attempts` parts joined
 // by `;`, or `none`. Blank gives RetryLayers{Known: false}.
-func ParseRetryLayers(v string) (RetryLayers, error) {
+func parseRetryLayers(v string) (RetryLayers, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return RetryLayers{}, nil

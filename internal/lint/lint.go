@@ -25,9 +25,9 @@ type Level string
 
 // Levels, most severe first.
 const (
-	Fail Level = "FAIL"
-	Warn Level = "WARN"
-	Pass Level = "PASS"
+	fail Level = "FAIL"
+	warn Level = "WARN"
+	pass Level = "PASS"
 )
 
 // Finding is the outcome of one rule for one flow.
@@ -113,11 +113,11 @@ func summarize(fs []Finding) Summary {
 	var s Summary
 	for _, f := range fs {
 		switch f.Level {
-		case Fail:
+		case fail:
 			s.Fail++
-		case Warn:
+		case warn:
 			s.Warn++
-		case Pass:
+		case pass:
 			s.Pass++
 		}
 	}
@@ -184,5 +184,5 @@ func ReadFile(path string) (*Inventory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read inventory: %w", err)
 	}
-	return ReadYAML(data, path)
+	return readYAML(data, path)
 }

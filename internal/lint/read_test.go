@@ -29,7 +29,7 @@ func TestReadCSVValues(t *testing.T) {
 		t.Fatalf("got %d flows, want 2", len(inv.Flows))
 	}
 	want := Flow{
-		Line: 2, ID: "a", Method: MethodCustom, CreatesRecords: Yes, SideEffect: "upsert_deal",
+		Line: 2, ID: "a", Method: methodCustom, CreatesRecords: Yes, SideEffect: "upsert_deal",
 		IdempotencyKey: "a+deal_id+rev", LedgerRetentionDays: Num(30.5), MaxReplayWindowDays: Num(0.5),
 		RetryLayers:    RetryLayers{Known: true, Layers: []RetryLayer{{"sdk", 1}, {"worker", 6}}},
 		RetryAfterUnit: "seconds", InboundWebhook: Yes, AckP99Seconds: Num(0.25), SenderTimeoutSeconds: Num(10),
@@ -52,21 +52,21 @@ func TestReadCSVBadValues(t *testing.T) {
 		name, cell, column, want string
 		value                    string
 	}{
-		{"method", "method", ColMethod, "expected event_pipeline, custom or ipaas", "serverless"},
-		{"method blank", "method", ColMethod, "is blank, expected event_pipeline, custom or ipaas", ""},
-		{"yes/no", "creates_records", ColCreatesRecords, `got "sometimes", expected yes or no`, "sometimes"},
-		{"inbound yes/no", "inbound_webhook", ColInboundWebhook, "expected yes or no", "2"},
-		{"number", "ledger_retention_days", ColLedgerRetentionDays, `got "30 days", expected a number`, "30 days"},
-		{"negative", "ack_p99_seconds", ColAckP99Seconds, "expected a number", "-1"},
-		{"NaN", "max_replay_window_days", ColMaxReplayWindowDays, "expected a number", "NaN"},
-		{"exponent", "max_replay_window_days", ColMaxReplayWindowDays, "expected a number", "1e3"},
-		{"two dots", "ack_p99_seconds", ColAckP99Seconds, "expected a number", "1.2.3"},
-		{"zero timeout", "sender_timeout_seconds", ColSenderTimeoutSeconds, "a timeout above 0 seconds", "0"},
-		{"layers no colon", "retry_layers", ColRetryLayers, `part "sdk" is not layer:attempts`, "sdk"},
-		{"layers zero", "retry_layers", ColRetryLayers, "must be a whole number from 1", "sdk:0"},
-		{"layers decimal", "retry_layers", ColRetryLayers, "must be a whole number", "sdk:2.5"},
-		{"layers empty part", "retry_layers", ColRetryLayers, `part "" is not layer:attempts`, "sdk:2;"},
-		{"unknown vendor", "sources", ColSources, `unknown vendor "stripey", expected one of`, "stripe;stripey"},
+		{"method", "method", colMethod, "expected event_pipeline, custom or ipaas", "serverless"},
+		{"method blank", "method", colMethod, "is blank, expected event_pipeline, custom or ipaas", ""},
+		{"yes/no", "creates_records", colCreatesRecords, `got "sometimes", expected yes or no`, "sometimes"},
+		{"inbound yes/no", "inbound_webhook", colInboundWebhook, "expected yes or no", "2"},
+		{"number", "ledger_retention_days", colLedgerRetentionDays, `got "30 days", expected a number`, "30 days"},
+		{"negative", "ack_p99_seconds", colAckP99Seconds, "expected a number", "-1"},
+		{"NaN", "max_replay_window_days", colMaxReplayWindowDays, "expected a number", "NaN"},
+		{"exponent", "max_replay_window_days", colMaxReplayWindowDays, "expected a number", "1e3"},
+		{"two dots", "ack_p99_seconds", colAckP99Seconds, "expected a number", "1.2.3"},
+		{"zero timeout", "sender_timeout_seconds", colSenderTimeoutSeconds, "a timeout above 0 seconds", "0"},
+		{"layers no colon", "retry_layers", colRetryLayers, `part "sdk" is not layer:attempts`, "sdk"},
+		{"layers zero", "retry_layers", colRetryLayers, "must be a whole number from 1", "sdk:0"},
+		{"layers decimal", "retry_layers", colRetryLayers, "must be a whole number", "sdk:2.5"},
+		{"layers empty part", "retry_layers", colRetryLayers, `part "" is not layer:attempts`, "sdk:2;"},
+		{"unknown vendor", "sources", colSources, `unknown vendor "stripey", expected one of`, "stripe;stripey"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,7 +205,7 @@ func TestReadCSVHeaderOnly(t *testing.T) {
 }
 
 func TestReadYAMLMatchesCSV(t *testing.T) {
-	yamlInv, err := ReadYAML([]byte(`# The same two flows as TestReadCSVValues.
+	yamlInv, err := readYAML([]byte(`# The same two flows as TestReadCSVValues.
 - flow_id: a
   method: Custom
   creates_records: YES
@@ -252,7 +252,7 @@ func TestReadYAMLMatchesCSV(t *testing.T) {
 }
 
 func TestReadYAMLProblems(t *testing.T) {
-	inv, err := ReadYAML([]byte(`- flow_id: a
+	inv, err := readYAML([]byte(`- flow_id: a
   method: custom
   retry_layers: sdk:x
   creates_records: yes
@@ -304,27 +304,27 @@ func TestReadYAMLFatal(t *testing.T) {
 		"- flow_id: a\n---\n- flow_id: b\n": "a second YAML document",
 	}
 	for src, want := range tests {
-		_, err := ReadYAML([]byte(src), "inv.yaml")
+		_, err := readYAML([]byte(src), "inv.yaml")
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ReadYAML(%q) error = %v, want one containing %q", src, err, want)
 		}
 	}
-	inv, err := ReadYAML([]byte("[]\n"), "inv.yaml")
+	inv, err := readYAML([]byte("[]\n"), "inv.yaml")
 	if err != nil || len(inv.Flows) != 0 || len(inv.Problems) != 0 {
 		t.Errorf("empty list: %v %+v", err, inv)
 	}
 }
 
 func TestParseRetryLayers(t *testing.T) {
-	rl, err := ParseRetryLayers(" sdk : 3 ;worker:5")
+	rl, err := parseRetryLayers(" sdk : 3 ;worker:5")
 	if err != nil || !reflect.DeepEqual(rl, RetryLayers{Known: true, Layers: []RetryLayer{{"sdk", 3}, {"worker", 5}}}) {
 		t.Errorf("got %+v, %v", rl, err)
 	}
-	if rl, err := ParseRetryLayers("  "); err != nil || rl.Known {
+	if rl, err := parseRetryLayers("  "); err != nil || rl.Known {
 		t.Errorf("blank: %+v, %v", rl, err)
 	}
 	for _, bad := range []string{":3", "sdk:", "sdk:-1", "sdk:1000001", "sdk:3:4", "none;sdk:2"} {
-		if _, err := ParseRetryLayers(bad); err == nil {
+		if _, err := parseRetryLayers(bad); err == nil {
 			t.Errorf("ParseRetryLayers(%q) accepted", bad)
 		}
 	}

@@ -85,9 +85,9 @@ func checkIP01(f *Flow, _ *checkEnv) (Level, string, bool) {
 		return "", "", false
 	}
 	if f.IdempotencyKey != "" {
-		return Pass, fmt.Sprintf("idempotency_key %q is set for a flow that %s", f.IdempotencyKey, effectPhrase(f)), true
+		return pass, fmt.Sprintf("idempotency_key %q is set for a flow that %s", f.IdempotencyKey, effectPhrase(f)), true
 	}
-	return Fail, fmt.Sprintf("the flow %s but idempotency_key is blank: key the effect on flow + source object ID + business version (e.g. %s+object_id+revision)%s",
+	return fail, fmt.Sprintf("the flow %s but idempotency_key is blank: key the effect on flow + source object ID + business version (e.g. %s+object_id+revision)%s",
 		effectPhrase(f), exampleFlow(f), noneHint(f)), true
 }
 
@@ -103,7 +103,7 @@ func checkIP02(f *Flow, _ *checkEnv) (Level, string, bool) {
 			continue
 		}
 		if word, ok := findAttemptWord(part); ok {
-			return Fail, fmt.Sprintf("idempotency_key %q is built from attempt or arrival data (%q in part %q), so every retry looks new: build it from flow + source object ID + business version (e.g. %s+object_id+revision)",
+			return fail, fmt.Sprintf("idempotency_key %q is built from attempt or arrival data (%q in part %q), so every retry looks new: build it from flow + source object ID + business version (e.g. %s+object_id+revision)",
 				key, word, part, exampleFlow(f)), true
 		}
 		if namesDeliveryKey(part) {
@@ -113,10 +113,10 @@ func checkIP02(f *Flow, _ *checkEnv) (Level, string, bool) {
 		}
 	}
 	if deliveryParts > 0 && otherParts == 0 && f.hasEffect() && f.Method != MethodEventPipeline {
-		return Warn, fmt.Sprintf("idempotency_key %q is only the delivery key: it stops repeated deliveries of one event, but a second event for the same change or a replay runs the effect again; key the effect on flow + source object ID + business version (e.g. %s+object_id+revision)",
+		return warn, fmt.Sprintf("idempotency_key %q is only the delivery key: it stops repeated deliveries of one event, but a second event for the same change or a replay runs the effect again; key the effect on flow + source object ID + business version (e.g. %s+object_id+revision)",
 			key, exampleFlow(f)), true
 	}
-	return Pass, fmt.Sprintf("idempotency_key %q uses no attempt or arrival data", key), true
+	return pass, fmt.Sprintf("idempotency_key %q uses no attempt or arrival data", key), true
 }
 
 func checkIP03(f *Flow, env *checkEnv) (Level, string, bool) {
@@ -128,28 +128,28 @@ func checkIP03(f *Flow, env *checkEnv) (Level, string, bool) {
 	switch {
 	case retention.Set && window.Set:
 		if retention.Value < window.Value {
-			return Fail, withNote(fmt.Sprintf("ledger_retention_days %s is below max_replay_window_days %s: a resend or replay after day %s finds no ledger row and runs the effect again; keep ledger rows for at least %s days",
+			return fail, withNote(fmt.Sprintf("ledger_retention_days %s is below max_replay_window_days %s: a resend or replay after day %s finds no ledger row and runs the effect again; keep ledger rows for at least %s days",
 				retention, window, retention, window), note), true
 		}
-		return Pass, withNote(fmt.Sprintf("ledger retention of %s days covers the %s-day replay window", retention, window), note), true
+		return pass, withNote(fmt.Sprintf("ledger retention of %s days covers the %s-day replay window", retention, window), note), true
 	case !f.hasEffect():
 		return "", "", false
 	case f.Engine && retention.Set && !window.Set:
-		return Pass, "episode keys are kept for ever (a pruned effect leaves a tombstone of its key): a resend or replay after any window finds the key", true
+		return pass, "episode keys are kept for ever (a pruned effect leaves a tombstone of its key): a resend or replay after any window finds the key", true
 	}
 	var blank []string
 	if !retention.Set {
-		blank = append(blank, ColLedgerRetentionDays)
+		blank = append(blank, colLedgerRetentionDays)
 	}
 	if !window.Set {
-		blank = append(blank, ColMaxReplayWindowDays)
+		blank = append(blank, colMaxReplayWindowDays)
 	}
 	msg := fmt.Sprintf("%s blank for a flow that %s: fill %s so retention can be checked against the longest of the source's retry, manual resend and replay windows and the backfill overlap",
 		strings.Join(blank, " and ")+pluralIs(len(blank)), effectPhrase(f), pronoun(len(blank)))
 	if !window.Set && len(f.Sources) == 0 && env.hasSource {
 		msg += ", or name the vendors in sources"
 	}
-	return Warn, withNote(msg, note), true
+	return warn, withNote(msg, note), true
 }
 
 // fillReplayWindow takes the longest retry, resend or replay window of the
@@ -177,10 +177,10 @@ func fillReplayWindow(sources []string, idx vendors.Index) (Number, string) {
 func checkRT01(f *Flow, _ *checkEnv) (Level, string, bool) {
 	rl := f.RetryLayers
 	if !rl.Known {
-		return Warn, "retry_layers is blank, which means unknown: list every layer that retries as layer:attempts (e.g. sdk:1;worker:6), or write none", true
+		return warn, "retry_layers is blank, which means unknown: list every layer that retries as layer:attempts (e.g. sdk:1;worker:6), or write none", true
 	}
 	if len(rl.Layers) == 0 {
-		return Pass, "no layer retries (retry_layers none)", true
+		return pass, "no layer retries (retry_layers none)", true
 	}
 	product, retrying := 1, 0
 	var retryingNames []string
@@ -198,21 +198,21 @@ func checkRT01(f *Flow, _ *checkEnv) (Level, string, bool) {
 		if product == maxAttempts {
 			productText = "over " + productText
 		}
-		return Fail, fmt.Sprintf("retry layers %s multiply to %s attempts per call, above 10: turn off retries in all but one layer (e.g. set SDK retries to 0 when the worker retries)", layers, productText), true
+		return fail, fmt.Sprintf("retry layers %s multiply to %s attempts per call, above 10: turn off retries in all but one layer (e.g. set SDK retries to 0 when the worker retries)", layers, productText), true
 	case retrying > 1:
-		return Warn, fmt.Sprintf("%d layers retry (%s; %d attempts in all): keep retries in one layer and set the others to 1 attempt", retrying, strings.Join(retryingNames, ", "), product), true
+		return warn, fmt.Sprintf("%d layers retry (%s; %d attempts in all): keep retries in one layer and set the others to 1 attempt", retrying, strings.Join(retryingNames, ", "), product), true
 	}
-	return Pass, fmt.Sprintf("at most one layer retries (%s; %d attempts in all)", layers, product), true
+	return pass, fmt.Sprintf("at most one layer retries (%s; %d attempts in all)", layers, product), true
 }
 
 func checkRT02(f *Flow, _ *checkEnv) (Level, string, bool) {
-	if f.Method != MethodCustom && f.Method != MethodIPaaS {
+	if f.Method != methodCustom && f.Method != methodIPaaS {
 		return "", "", false
 	}
 	if f.RetryAfterUnit == "" {
-		return Warn, fmt.Sprintf("retry_after_unit is blank for method %s: state the unit applied to Retry-After (seconds or an HTTP date per RFC 9110; HubSpot workflow webhook actions read milliseconds) and log the value, unit and wait", f.Method), true
+		return warn, fmt.Sprintf("retry_after_unit is blank for method %s: state the unit applied to Retry-After (seconds or an HTTP date per RFC 9110; HubSpot workflow webhook actions read milliseconds) and log the value, unit and wait", f.Method), true
 	}
-	return Pass, fmt.Sprintf("Retry-After is read in %s", f.RetryAfterUnit), true
+	return pass, fmt.Sprintf("Retry-After is read in %s", f.RetryAfterUnit), true
 }
 
 func checkWH01(f *Flow, env *checkEnv) (Level, string, bool) {
@@ -225,31 +225,31 @@ func checkWH01(f *Flow, env *checkEnv) (Level, string, bool) {
 		timeout, note = fillAckTimeout(f.Sources, env.vendors)
 	}
 	if f.Engine && !ack.Set {
-		return Pass, withNote("hookledger acknowledges once the event is durably committed and processes it asynchronously; "+
+		return pass, withNote("hookledger acknowledges once the event is durably committed and processes it asynchronously; "+
 			"measure the p99 with hookledger_receive_ack_seconds on /metrics", note), true
 	}
 	if !ack.Set || !timeout.Set {
 		var blank []string
 		if !ack.Set {
-			blank = append(blank, ColAckP99Seconds)
+			blank = append(blank, colAckP99Seconds)
 		}
 		if !timeout.Set {
-			blank = append(blank, ColSenderTimeoutSeconds)
+			blank = append(blank, colSenderTimeoutSeconds)
 		}
 		msg := fmt.Sprintf("%s blank for an inbound webhook: fill %s so the acknowledgement can be checked against half the sender's timeout (HubSpot app webhooks 5 s, Pipedrive 10 s, Klaviyo system webhooks 5 s)",
 			strings.Join(blank, " and ")+pluralIs(len(blank)), pronoun(len(blank)))
 		if !timeout.Set && len(f.Sources) == 0 && env.hasSource {
 			msg += ", or name the sender in sources"
 		}
-		return Warn, withNote(msg, note), true
+		return warn, withNote(msg, note), true
 	}
 	// Doubling is exact in binary floating point, so the boundary (ack
 	// exactly half the timeout) compares exactly as written.
 	if ack.Value*2 > timeout.Value {
-		return Fail, withNote(fmt.Sprintf("acknowledgement p99 of %s s is above half of the sender's %s s timeout (%s s): commit the event durably, return 2xx, then process asynchronously",
+		return fail, withNote(fmt.Sprintf("acknowledgement p99 of %s s is above half of the sender's %s s timeout (%s s): commit the event durably, return 2xx, then process asynchronously",
 			ack, timeout, Num(timeout.Value/2)), note), true
 	}
-	return Pass, withNote(fmt.Sprintf("acknowledgement p99 of %s s is within half of the sender's %s s timeout", ack, timeout), note), true
+	return pass, withNote(fmt.Sprintf("acknowledgement p99 of %s s is within half of the sender's %s s timeout", ack, timeout), note), true
 }
 
 // fillAckTimeout takes the shortest acknowledgement timeout of the named

@@ -103,9 +103,9 @@ type sarifNotification struct {
 // other formats; their properties.level says PASS, for filtering.
 func sarifLevel(l Level) string {
 	switch l {
-	case Fail:
+	case fail:
 		return "error"
-	case Warn:
+	case warn:
 		return "warning"
 	}
 	return "note"

@@ -9,7 +9,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 )
 
-// ReadYAML reads an inventory written as a YAML list of flows, each a
+// readYAML reads an inventory written as a YAML list of flows, each a
 // mapping from column name to value:
 //
 //   - flow_id: billing_to_crm
@@ -26,7 +26,7 @@ import (
 //
 // As with ReadCSV, an error means the file is not an inventory at all;
 // problems with single values are collected in Inventory.Problems.
-func ReadYAML(data []byte, path string) (inv *Inventory, err error) {
+func readYAML(data []byte, path string) (inv *Inventory, err error) {
 	file, err := parseYAML(data)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -120,7 +120,7 @@ func (e yamlError) Unwrap() error { return e.err }
 // list-valued columns and are joined with ';'.
 func cellText(n ast.Node, column string) (string, bool) {
 	if seq, ok := n.(*ast.SequenceNode); ok {
-		if column != ColSources && column != ColRetryLayers {
+		if column != colSources && column != colRetryLayers {
 			return "", false
 		}
 		parts := make([]string, 0, len(seq.Values))

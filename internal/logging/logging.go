@@ -14,8 +14,8 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 )
 
-// DefaultWindow is how long repeats of one failure are held back.
-const DefaultWindow = 30 * time.Second
+// defaultWindow is how long repeats of one failure are held back.
+const defaultWindow = 30 * time.Second
 
 // Repeats logs one recurring failure of one activity (a background loop,
 // the inbox's commits). The first failure is logged at once; further
@@ -40,7 +40,7 @@ type Repeats struct {
 // takes DefaultWindow.
 func NewRepeats(log *slog.Logger, clk clock.Clock, what string, window time.Duration) *Repeats {
 	if window <= 0 {
-		window = DefaultWindow
+		window = defaultWindow
 	}
 	if clk == nil {
 		clk = clock.Real{}

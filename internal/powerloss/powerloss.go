@@ -79,9 +79,9 @@ func (r Report) String() string {
 	return fmt.Sprintf("%d bytes (%s)", r.Bytes, strings.Join(parts, ", "))
 }
 
-// Mount mounts a lossy mirror of the directory backing on mountpoint (an
+// mount mounts a lossy mirror of the directory backing on mountpoint (an
 // existing directory). Callers must Crash or Close it.
-func Mount(backing, mountpoint string) (*FS, error) {
+func mount(backing, mountpoint string) (*FS, error) {
 	backing, err := filepath.Abs(backing)
 	if err != nil {
 		return nil, fmt.Errorf("powerloss mount: %w", err)

@@ -16,7 +16,7 @@ import (
 func MountTemp(t testing.TB) (fsys *FS, backing, mountpoint string) {
 	t.Helper()
 	backing, mountpoint = t.TempDir(), t.TempDir()
-	fsys, err := Mount(backing, mountpoint)
+	fsys, err := mount(backing, mountpoint)
 	if err != nil {
 		testdep.Missing(t, "cannot mount FUSE for the power-loss test (it needs Linux, /dev/fuse and root): %v", err)
 	}

@@ -33,9 +33,9 @@ func conflict(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrConflict, fmt.Sprintf(format, args...))
 }
 
-// NewSecret makes a signing key: kind v1 gives whsec_ and 32 random bytes,
+// newSecret makes a signing key: kind v1 gives whsec_ and 32 random bytes,
 // v1a an ed25519 key pair as whsk_ (the seed) with its whpk_ public key.
-func NewSecret(kind string, now time.Time) (store.EndpointSecret, error) {
+func newSecret(kind string, now time.Time) (store.EndpointSecret, error) {
 	var key string
 	switch kind {
 	case "", store.SecretHMAC:
@@ -103,7 +103,7 @@ func (s *Service) Sync(ctx context.Context) error {
 			if old != nil && len(old.Secrets) > 0 {
 				spec.Secrets = old.Secrets
 			} else {
-				sec, err := NewSecret(store.SecretHMAC, now)
+				sec, err := newSecret(store.SecretHMAC, now)
 				if err != nil {
 					return err
 				}
@@ -250,9 +250,9 @@ func (s *Service) Create(ctx context.Context, in *EndpointInput, actor string) (
 	case in.Secret != nil:
 		sec, err = secretOf(*in.Secret, now)
 	case in.SecretKind != nil:
-		sec, err = NewSecret(*in.SecretKind, now)
+		sec, err = newSecret(*in.SecretKind, now)
 	default:
-		sec, err = NewSecret(store.SecretHMAC, now)
+		sec, err = newSecret(store.SecretHMAC, now)
 	}
 	if err != nil {
 		return nil, err
@@ -454,7 +454,7 @@ func (s *Service) Rotate(ctx context.Context, id, key, kind string, overlap time
 	if key != "" {
 		sec, err = secretOf(key, now)
 	} else {
-		sec, err = NewSecret(kind, now)
+		sec, err = newSecret(kind, now)
 	}
 	if err != nil {
 		return nil, sec, err

@@ -61,7 +61,7 @@ func TestCreateEndpoint(t *testing.T) {
 	if _, err := e.s.Create(e.ctx, &EndpointInput{ID: &ep.ID, URL: url}, "test"); !errors.Is(err, ErrConflict) {
 		t.Fatalf("create over an existing id: %v", err)
 	}
-	given, _ := NewSecret(store.SecretHMAC, t0)
+	given, _ := newSecret(store.SecretHMAC, t0)
 	off, err := e.s.Create(e.ctx, &EndpointInput{ID: ptr("off"), URL: url, Secret: &given.Key, Enabled: ptr(false)}, "test")
 	if err != nil || off.Enabled || off.Secrets[0].ID != given.ID {
 		t.Fatalf("create disabled with a given key: %+v, %v", off, err)

@@ -114,9 +114,9 @@ func jsonProblem(err error) string {
 	}
 }
 
-// NewMessageID makes a message id: msg_ and a UUIDv7, so ids sort by
+// newMessageID makes a message id: msg_ and a UUIDv7, so ids sort by
 // publication time.
-func NewMessageID() (string, error) {
+func newMessageID() (string, error) {
 	u, err := uuid.NewV7()
 	if err != nil {
 		return "", fmt.Errorf("message id: %w", err)
@@ -132,7 +132,7 @@ func NewMessageID() (string, error) {
 // ErrKeyInFlight. Across processes the store serialises the key: the
 // later one waits for the first commit and replays it.
 func (s *Service) Publish(ctx context.Context, key, fingerprint string, m *Message, actor string) (*Result, error) {
-	id, err := NewMessageID()
+	id, err := newMessageID()
 	if err != nil {
 		return nil, err
 	}

@@ -119,15 +119,15 @@ func TestMessageOf(t *testing.T) {
 // of them verify with the reference library for each v1 key alone.
 func TestSecretsAndSignatures(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	a, err := NewSecret(store.SecretHMAC, now)
+	a, err := newSecret(store.SecretHMAC, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewSecret("", now)
+	b, err := newSecret("", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ed, err := NewSecret(store.SecretEd25519, now)
+	ed, err := newSecret(store.SecretEd25519, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestSecretsAndSignatures(t *testing.T) {
 	if !strings.HasPrefix(ed.Key, "whsk_") || !strings.HasPrefix(ed.Public, "whpk_") || ed.Kind != store.SecretEd25519 {
 		t.Fatalf("v1a secret %+v", ed)
 	}
-	if _, err := NewSecret("v2", now); !errors.Is(err, ErrInvalid) {
+	if _, err := newSecret("v2", now); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("unknown kind: %v", err)
 	}
 	// Derived ids: the same key has the same id after a restart.
@@ -173,7 +173,7 @@ func TestSecretsAndSignatures(t *testing.T) {
 			t.Error("a changed body verified")
 		}
 	}
-	other, _ := NewSecret("", now)
+	other, _ := newSecret("", now)
 	wh, _ := standardwebhooks.NewWebhook(other.Key)
 	if err := wh.VerifyIgnoringTimestamp(body, h); err == nil {
 		t.Error("a key that did not sign verified")

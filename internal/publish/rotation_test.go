@@ -131,7 +131,7 @@ func testRotateToAGivenKey(t *testing.T, storeURL string) {
 	e := newEnv(t, storeURL, "publish:\n  rotation_overlap: 3h\n")
 	rcv := newReceiver(t)
 	hmacKey := e.create("rot", rcv.srv.URL).Secrets[0].Key
-	pair, err := NewSecret(store.SecretEd25519, t0)
+	pair, err := newSecret(store.SecretEd25519, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +184,8 @@ func testRotateToAGivenKey(t *testing.T, storeURL string) {
 // seen across restarts.
 func TestConfigEndpointRotation(t *testing.T) {
 	url := sqliteURLOf(t)
-	key1, _ := NewSecret(store.SecretHMAC, t0)
-	key2, _ := NewSecret(store.SecretHMAC, t0)
+	key1, _ := newSecret(store.SecretHMAC, t0)
+	key2, _ := newSecret(store.SecretHMAC, t0)
 	yaml := func(keys ...string) string {
 		return fmt.Sprintf("endpoints:\n  - id: file\n    url: https://file.example/hooks\n    secrets: [%s]\n", strings.Join(keys, ", "))
 	}

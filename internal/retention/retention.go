@@ -31,17 +31,17 @@ type Store interface {
 
 // The tables the deleted-rows counter is labelled with.
 const (
-	TableEvents     = "events"
-	TableDeliveries = "deliveries"
-	TableWork       = "work"
-	TableLoopVisits = "loop_visits"
-	TableAudit      = "audit"
-	TableEffects    = "effects"
-	TableAttempts   = "effect_attempts"
+	tableEvents     = "events"
+	tableDeliveries = "deliveries"
+	tableWork       = "work"
+	tableLoopVisits = "loop_visits"
+	tableAudit      = "audit"
+	tableEffects    = "effects"
+	tableAttempts   = "effect_attempts"
 )
 
-// ErrBusy reports that Pass found another process pruning (PostgreSQL).
-var ErrBusy = errors.New("retention pass left to another process holding the pruning lock")
+// errBusy reports that Pass found another process pruning (PostgreSQL).
+var errBusy = errors.New("retention pass left to another process holding the pruning lock")
 
 // Options configure a Service; zero values take defaults.
 type Options struct {
@@ -168,7 +168,7 @@ func New(st Store, pol Policy, opts Options) *Service {
 			Help: "Passes left to another process that held the pruning lock (PostgreSQL).",
 		}),
 	}
-	for _, t := range []string{TableEvents, TableDeliveries, TableWork, TableLoopVisits, TableAudit, TableEffects, TableAttempts} {
+	for _, t := range []string{tableEvents, tableDeliveries, tableWork, tableLoopVisits, tableAudit, tableEffects, tableAttempts} {
 		s.deleted.WithLabelValues(t) // present at 0 from the start
 	}
 	if opts.Registerer != nil {
@@ -288,13 +288,13 @@ func (s *Service) count(total *store.RetentionPruneResult, r *store.RetentionPru
 		n     int64
 		sum   *int64
 	}{
-		{TableEvents, r.Events, &total.Events},
-		{TableDeliveries, r.Deliveries, &total.Deliveries},
-		{TableWork, r.Work, &total.Work},
-		{TableLoopVisits, r.LoopVisits, &total.LoopVisits},
-		{TableAudit, r.Audit, &total.Audit},
-		{TableEffects, r.Effects, &total.Effects},
-		{TableAttempts, r.Attempts, &total.Attempts},
+		{tableEvents, r.Events, &total.Events},
+		{tableDeliveries, r.Deliveries, &total.Deliveries},
+		{tableWork, r.Work, &total.Work},
+		{tableLoopVisits, r.LoopVisits, &total.LoopVisits},
+		{tableAudit, r.Audit, &total.Audit},
+		{tableEffects, r.Effects, &total.Effects},
+		{tableAttempts, r.Attempts, &total.Attempts},
 	} {
 		*c.sum += c.n
 		if c.n > 0 {
@@ -319,7 +319,7 @@ func (s *Service) Pass(ctx context.Context) (*PassResult, error) {
 		}
 	}
 	if s.busy1 {
-		return nil, ErrBusy
+		return nil, errBusy
 	}
 	s.lastMu.Lock()
 	defer s.lastMu.Unlock()

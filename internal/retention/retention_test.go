@@ -126,8 +126,8 @@ func TestPassBatchesPausesAndCounts(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]float64{TableEvents: 7, TableDeliveries: 14, TableWork: 0, TableLoopVisits: 0, TableAudit: 7,
-		TableEffects: 0, TableAttempts: 0}
+	want := map[string]float64{tableEvents: 7, tableDeliveries: 14, tableWork: 0, tableLoopVisits: 0, tableAudit: 7,
+		tableEffects: 0, tableAttempts: 0}
 	if fmt.Sprint(deleted) != fmt.Sprint(want) {
 		t.Errorf("hookledger_retention_deleted_rows_total = %v, want %v", deleted, want)
 	}

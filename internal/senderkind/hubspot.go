@@ -34,7 +34,7 @@ func hubspot() Kind {
 			Type: "subscriptionType", OccurredAt: "occurredAt", Entity: "objectId", Account: "portalId",
 			TypeRequired: true, Unit: time.Millisecond,
 			Rules: Rules{EventID: hubspotEventID},
-			Batch: Batch{Array: true, Max: MaxHubSpotBatch},
+			Batch: Batch{Array: true, Max: maxHubSpotBatch},
 		},
 		Keep:      []string{"X-HubSpot-Request-Timestamp", "X-HubSpot-Signature-Version"},
 		Tolerance: signature.DefaultTolerance(signature.KindHubSpot),
@@ -51,8 +51,8 @@ func hubspot() Kind {
 	}
 }
 
-// MaxHubSpotBatch is the most events HubSpot puts in one request.
-const MaxHubSpotBatch = 100
+// maxHubSpotBatch is the most events HubSpot puts in one request.
+const maxHubSpotBatch = 100
 
 // hubspotEventID builds HubSpot's event identity. HubSpot's classic eventId
 // is not guaranteed unique, so it is combined with the fields that scope it:

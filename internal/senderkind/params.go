@@ -21,20 +21,20 @@ type Shape struct {
 	re   *regexp.Regexp
 }
 
-// Pattern is the shape of the values re matches in full.
-func Pattern(what, re string) Shape {
+// pattern is the shape of the values re matches in full.
+func pattern(what, re string) Shape {
 	return Shape{What: what, re: regexp.MustCompile(`\A(?:` + re + `)\z`)}
 }
 
-// OneOf is the shape of exactly the listed values; what is followed by
+// oneOf is the shape of exactly the listed values; what is followed by
 // the list in errors.
-func OneOf(what string, values ...string) Shape {
+func oneOf(what string, values ...string) Shape {
 	sorted := slices.Sorted(slices.Values(values))
 	quoted := make([]string, len(sorted))
 	for i, v := range sorted {
 		quoted[i] = regexp.QuoteMeta(v)
 	}
-	return Pattern(what+" ("+strings.Join(sorted, ", ")+")", strings.Join(quoted, "|"))
+	return pattern(what+" ("+strings.Join(sorted, ", ")+")", strings.Join(quoted, "|"))
 }
 
 // Match reports whether v has the shape. The empty value matches every
@@ -53,7 +53,7 @@ const sidSuffix = "Sid"
 
 // sidShape is the shape of a Twilio SID: two capital letters naming the
 // resource type, then 32 hex digits.
-var sidShape = Pattern("a Twilio SID (two capital letters and 32 hex digits)", `[A-Z]{2}[0-9a-fA-F]{32}`)
+var sidShape = pattern("a Twilio SID (two capital letters and 32 hex digits)", `[A-Z]{2}[0-9a-fA-F]{32}`)
 
 // With returns the set plus the named extra parameters, in a new map. An
 // extra name the set already holds keeps its documented shape; a new one

@@ -94,18 +94,18 @@ func twilio() Kind {
 // two capital letters (the resource type) and 32 hex digits, statuses
 // one of the documented values.
 var (
-	twilioAccountSID = Pattern("an account SID (AC and 32 hex digits)", `AC[0-9a-fA-F]{32}`)
-	twilioCallSID    = Pattern("a call SID (CA and 32 hex digits)", `CA[0-9a-fA-F]{32}`)
-	twilioDigits     = Pattern("a number (digits only)", `[0-9]+`)
-	twilioDecimal    = Pattern("a decimal number", `-?[0-9]+(\.[0-9]+)?`)
-	twilioAPIVersion = Pattern("an API version (a date, YYYY-MM-DD)", `[0-9]{4}-[0-9]{2}-[0-9]{2}`)
-	twilioWord       = Pattern("a lower-case word (letters joined by - or _)", `[a-z]+([-_][a-z]+)*`)
+	twilioAccountSID = pattern("an account SID (AC and 32 hex digits)", `AC[0-9a-fA-F]{32}`)
+	twilioCallSID    = pattern("a call SID (CA and 32 hex digits)", `CA[0-9a-fA-F]{32}`)
+	twilioDigits     = pattern("a number (digits only)", `[0-9]+`)
+	twilioDecimal    = pattern("a decimal number", `-?[0-9]+(\.[0-9]+)?`)
+	twilioAPIVersion = pattern("an API version (a date, YYYY-MM-DD)", `[0-9]{4}-[0-9]{2}-[0-9]{2}`)
+	twilioWord       = pattern("a lower-case word (letters joined by - or _)", `[a-z]+([-_][a-z]+)*`)
 	// The Message resource's status values (SmsStatus takes the same).
-	twilioMessageStatus = OneOf("a message status Twilio documents",
+	twilioMessageStatus = oneOf("a message status Twilio documents",
 		"accepted", "scheduled", "canceled", "queued", "sending", "sent", "failed",
 		"delivered", "undelivered", "receiving", "received", "read", "partially_delivered")
 	// The Call resource's status values.
-	twilioCallStatus = OneOf("a call status Twilio documents",
+	twilioCallStatus = oneOf("a call status Twilio documents",
 		"queued", "initiated", "ringing", "in-progress", "completed", "busy", "failed", "no-answer", "canceled")
 )
 

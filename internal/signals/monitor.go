@@ -26,8 +26,8 @@ type MonitorStore interface {
 	EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error)
 }
 
-// Actor is who the audit trail names for the deadline escalations.
-const Actor = "signals"
+// actor is who the audit trail names for the deadline escalations.
+const actor = "signals"
 
 // escalateBatch bounds the effects escalated in one round; a full batch
 // runs the round again at once rather than waiting a whole interval.
@@ -40,7 +40,7 @@ const queueSample = 1000
 
 // The queues whose depth and oldest age are exported.
 const (
-	QueueWork    = "work"
+	queueWork    = "work"
 	QueueEffects = "effects"
 )
 
@@ -152,7 +152,7 @@ func (m *Monitor) step(ctx context.Context) (bool, error) { return m.Round(ctx) 
 func (m *Monitor) Round(ctx context.Context) (more bool, err error) {
 	now := m.clk.Now()
 	var errs []error
-	escalated, err := m.st.EffectDeadlineEscalate(ctx, &store.EffectDeadlineEscalateParams{Now: now, Actor: Actor, Limit: escalateBatch})
+	escalated, err := m.st.EffectDeadlineEscalate(ctx, &store.EffectDeadlineEscalateParams{Now: now, Actor: actor, Limit: escalateBatch})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("escalate missed deadlines: %w", err))
 	} else if len(escalated) > 0 {
@@ -188,7 +188,7 @@ func (m *Monitor) Round(ctx context.Context) (more bool, err error) {
 func (m *Monitor) export(r *Report, snap *store.SignalSnapshot) {
 	for _, s := range r.Signals {
 		m.value.WithLabelValues(s.Name).Set(float64(s.Value))
-		m.status.WithLabelValues(s.Name).Set(float64(Level(s.Status)))
+		m.status.WithLabelValues(s.Name).Set(float64(level(s.Status)))
 	}
 	m.computedAt.Set(float64(snap.At.UnixNano()) / 1e9)
 	m.mu.Lock()
@@ -213,7 +213,7 @@ func (m *Monitor) measureQueues(ctx context.Context, now time.Time, snap *store.
 	if n, err := m.st.WorkCount(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("count work: %w", err))
 	} else {
-		m.queueDepth.WithLabelValues(QueueWork).Set(float64(n))
+		m.queueDepth.WithLabelValues(queueWork).Set(float64(n))
 	}
 	if snap != nil {
 		age := 0.0
@@ -222,7 +222,7 @@ func (m *Monitor) measureQueues(ctx context.Context, now time.Time, snap *store.
 				age = max(snap.At.Sub(ms.Oldest), 0).Seconds()
 			}
 		}
-		m.queueAge.WithLabelValues(QueueWork).Set(age)
+		m.queueAge.WithLabelValues(queueWork).Set(age)
 	}
 	pending, err := m.st.EffectList(ctx, &store.EffectListParams{
 		States: []store.EffectState{store.EffectApproved, store.EffectRetryWait}, Limit: queueSample, WithoutRequest: true})

@@ -29,12 +29,9 @@ const (
 	StatusAlert = "alert"
 )
 
-// Statuses returns the statuses from best to worst.
-func Statuses() []string { return []string{StatusOK, StatusWarn, StatusAlert} }
-
-// Level is a status as a number for a gauge: 0 ok, 1 warn, 2 alert (an
+// level is a status as a number for a gauge: 0 ok, 1 warn, 2 alert (an
 // unknown status counts as alert, the safe side for a monitor).
-func Level(status string) int {
+func level(status string) int {
 	switch status {
 	case StatusOK:
 		return 0
@@ -70,7 +67,7 @@ type Report struct {
 func (r *Report) Worst() string {
 	worst := StatusOK
 	for _, s := range r.Signals {
-		if Level(s.Status) > Level(worst) {
+		if level(s.Status) > level(worst) {
 			worst = s.Status
 		}
 	}
@@ -80,16 +77,16 @@ func (r *Report) Worst() string {
 // Limits are the effective thresholds by signal name.
 type Limits map[string]config.SignalLimits
 
-// LimitsFrom reads the thresholds of a loaded config (defaults applied)
+// limitsFrom reads the thresholds of a loaded config (defaults applied)
 // for every signal of its registry.
-func LimitsFrom(c *config.Signals) Limits { return c.AllLimits() }
+func limitsFrom(c *config.Signals) Limits { return c.AllLimits() }
 
-// StatusOf applies one signal's thresholds to its measurement at now. A
+// statusOf applies one signal's thresholds to its measurement at now. A
 // threshold of 0 is off. A measure whose Near and Passed split its value
 // (deadline_risk's) compares the near count with warn and the passed
 // count with alert, because a near deadline still leaves time to act and
 // a passed one does not.
-func StatusOf(m *store.SignalMeasure, l config.SignalLimits, now time.Time) string {
+func statusOf(m *store.SignalMeasure, l config.SignalLimits, now time.Time) string {
 	warnValue, alertValue := m.Value, m.Value
 	if m.Near != 0 || m.Passed != 0 {
 		warnValue, alertValue = m.Near, m.Passed
@@ -111,17 +108,17 @@ func StatusOf(m *store.SignalMeasure, l config.SignalLimits, now time.Time) stri
 	return StatusOK
 }
 
-// Evaluate renders a snapshot of the built-in signals as the report
+// evaluate renders a snapshot of the built-in signals as the report
 // (EvaluateSet).
-func Evaluate(snap *store.SignalSnapshot, limits Limits) *Report {
-	return EvaluateSet(snap, store.BuiltinSignals(), limits)
+func evaluate(snap *store.SignalSnapshot, limits Limits) *Report {
+	return evaluateSet(snap, store.BuiltinSignals(), limits)
 }
 
-// EvaluateSet renders a snapshot as the report, with every signal of reg
+// evaluateSet renders a snapshot as the report, with every signal of reg
 // in its order (a signal the snapshot lacks reads 0 and ok). Ages are
 // measured from the snapshot's own time, so a report read later still
 // says what was true when it was measured.
-func EvaluateSet(snap *store.SignalSnapshot, reg *store.SignalRegistry, limits Limits) *Report {
+func evaluateSet(snap *store.SignalSnapshot, reg *store.SignalRegistry, limits Limits) *Report {
 	byName := map[string]*store.SignalMeasure{}
 	for _, m := range snap.Measures {
 		if m != nil {
@@ -135,7 +132,7 @@ func EvaluateSet(snap *store.SignalSnapshot, reg *store.SignalRegistry, limits L
 		if m == nil {
 			m = &store.SignalMeasure{Name: name}
 		}
-		s := Signal{Name: name, Value: m.Value, Status: StatusOf(m, limits[name], snap.At), Breakdown: map[string]map[string]int64{}}
+		s := Signal{Name: name, Value: m.Value, Status: statusOf(m, limits[name], snap.At), Breakdown: map[string]map[string]int64{}}
 		if m.Value > 0 && !m.Oldest.IsZero() {
 			secs := int64(max(snap.At.Sub(m.Oldest), 0) / time.Second)
 			s.OldestAgeSeconds = &secs
@@ -173,5 +170,5 @@ func Compute(ctx context.Context, st Store, c *config.Signals, now time.Time) (*
 	if snap.At.IsZero() {
 		snap.At = now
 	}
-	return EvaluateSet(snap, reg, LimitsFrom(c)), snap, nil
+	return evaluateSet(snap, reg, limitsFrom(c)), snap, nil
 }

@@ -43,7 +43,7 @@ func TestStatusOf(t *testing.T) {
 		{"deadline passed long ago alerts by age", store.SignalMeasure{Name: "deadline_risk", Value: 1, Passed: 1, Oldest: ago(2 * time.Hour)}, lim(0, 0, 0, time.Hour), StatusAlert},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := StatusOf(&tc.m, tc.l, now); got != tc.want {
+			if got := statusOf(&tc.m, tc.l, now); got != tc.want {
 				t.Errorf("status = %s, want %s", got, tc.want)
 			}
 		})
@@ -72,7 +72,7 @@ func TestDefaultThresholds(t *testing.T) {
 		{store.SignalMeasure{Name: store.SignalCompensationOutstanding, Value: 1, Oldest: now.Add(-2 * time.Hour)}, StatusAlert},
 		{store.SignalMeasure{Name: store.SignalLoopBlocks, Value: 1, Oldest: now.Add(-23 * time.Hour)}, StatusWarn},
 	} {
-		if got := StatusOf(&tc.m, d[tc.m.Name], now); got != tc.want {
+		if got := statusOf(&tc.m, d[tc.m.Name], now); got != tc.want {
 			t.Errorf("%s value %d oldest %s ago: %s, want %s", tc.m.Name, tc.m.Value, now.Sub(tc.m.Oldest), got, tc.want)
 		}
 	}
@@ -86,7 +86,7 @@ func TestEvaluateRendersThePinnedShape(t *testing.T) {
 			Breakdown: map[string]map[string]int64{"owner": {"unassigned": 2, "billing": 1}, "kind": {"effects": 3}, "empty": {}}},
 		{Name: store.SignalRevisionLag},
 	}}
-	r := Evaluate(snap, Limits(config.DefaultSignalLimits()))
+	r := evaluate(snap, Limits(config.DefaultSignalLimits()))
 	if r.At != "2026-12-01T10:00:00Z" {
 		t.Errorf("at = %q", r.At)
 	}
@@ -131,7 +131,7 @@ func TestEvaluateRendersThePinnedShape(t *testing.T) {
 
 func TestLevelAndWorst(t *testing.T) {
 	for s, want := range map[string]int{StatusOK: 0, StatusWarn: 1, StatusAlert: 2, "bogus": 2} {
-		if got := Level(s); got != want {
+		if got := level(s); got != want {
 			t.Errorf("Level(%q) = %d, want %d", s, got, want)
 		}
 	}
@@ -149,12 +149,12 @@ func TestLimitsFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := LimitsFrom(&c.Signals)
+	l := limitsFrom(&c.Signals)
 	if len(l) != 9 || l[store.SignalLoopBlocks] != (config.SignalLimits{Alert: 3}) {
 		t.Errorf("limits = %+v", l)
 	}
 	m := &store.SignalMeasure{Name: store.SignalLoopBlocks, Value: 2, Oldest: now}
-	if got := StatusOf(m, l[m.Name], now); got != StatusOK {
+	if got := statusOf(m, l[m.Name], now); got != StatusOK {
 		t.Errorf("loop_blocks 2 with warn off, alert 3: %s", got)
 	}
 }

@@ -11,15 +11,15 @@ const (
 	// no signature of the pinned version (for example only a v1 HubSpot
 	// signature on a source pinned to v3).
 	ReasonMissing Reason = "missing"
-	// ReasonMalformed: a header is present but cannot be parsed (bad hex,
+	// reasonMalformed: a header is present but cannot be parsed (bad hex,
 	// bad base64, a Stripe-Signature without t=, conflicting duplicates).
-	ReasonMalformed Reason = "malformed"
-	// ReasonMismatch: no configured secret produces the presented signature
+	reasonMalformed Reason = "malformed"
+	// reasonMismatch: no configured secret produces the presented signature
 	// or credentials.
-	ReasonMismatch Reason = "mismatch"
-	// ReasonTimestamp: the signed timestamp is unparseable, too old or too
+	reasonMismatch Reason = "mismatch"
+	// reasonTimestamp: the signed timestamp is unparseable, too old or too
 	// far in the future for the tolerance.
-	ReasonTimestamp Reason = "timestamp"
+	reasonTimestamp Reason = "timestamp"
 )
 
 // Error is a verification failure. Msg names the scheme and the header

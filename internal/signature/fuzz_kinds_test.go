@@ -40,7 +40,7 @@ func seedHeaders(f *testing.F, kind, name string) []string {
 }
 
 func FuzzParsePaddleSignature(f *testing.F) {
-	for _, s := range seedHeaders(f, "paddle", PaddleSignatureHeader) {
+	for _, s := range seedHeaders(f, "paddle", paddleSignatureHeader) {
 		f.Add(s)
 	}
 	for _, s := range []string{"", "ts=;h1=", "ts=1;ts=2;h1=00", "h1=00", "ts=1", "ts=-1;h1=00", "ts=1;h1=zz", "ts=99999999999999999999;h1=00",
@@ -48,7 +48,7 @@ func FuzzParsePaddleSignature(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		sig, err := ParsePaddleSignature(v)
+		sig, err := parsePaddleSignature(v)
 		if err != nil {
 			return
 		}
@@ -64,14 +64,14 @@ func FuzzParsePaddleSignature(f *testing.F) {
 }
 
 func FuzzParseSlackSignature(f *testing.F) {
-	for _, s := range seedHeaders(f, "slack", SlackSignatureHeader) {
+	for _, s := range seedHeaders(f, "slack", slackSignatureHeader) {
 		f.Add(s)
 	}
 	for _, s := range []string{"", "v0=", "v1=00", "v0=zz", "=00", "v0=00=00", "v0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		b, err := ParseSlackSignature(v)
+		b, err := parseSlackSignature(v)
 		if err == nil && (len(b) == 0 || !strings.HasPrefix(v, "v0=")) {
 			t.Fatalf("accepted %q", v)
 		}
@@ -86,7 +86,7 @@ func FuzzParseSlackTimestamp(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		ts, err := ParseSlackTimestamp(v)
+		ts, err := parseSlackTimestamp(v)
 		if err == nil && (ts.Unix() < 0 || !isDigits(v)) {
 			t.Fatalf("accepted %q as %v", v, ts)
 		}
@@ -118,7 +118,7 @@ func FuzzTwilioSignedContent(f *testing.F) {
 				t.Fatalf("bodySHA256 URL %q signs more than the URL", u)
 			}
 		}
-		cands := TwilioURLCandidates(u)
+		cands := twilioURLCandidates(u)
 		if len(cands) == 0 || len(cands) > 2 || cands[0] != u {
 			t.Fatalf("candidates of %q: %q", u, cands)
 		}
@@ -144,7 +144,7 @@ func FuzzVerifyKinds(f *testing.F) {
 		}
 		for _, v := range file.Vectors {
 			sig := ""
-			for _, n := range []string{GitHubSignatureHeader, ShopifyHMACHeader, SlackSignatureHeader, TwilioSignatureHeader, PaddleSignatureHeader, SquareSignatureHeader} {
+			for _, n := range []string{gitHubSignatureHeader, shopifyHMACHeader, slackSignatureHeader, twilioSignatureHeader, paddleSignatureHeader, squareSignatureHeader} {
 				if s, ok := v.Headers[n]; ok {
 					sig = s
 				}
@@ -158,11 +158,11 @@ func FuzzVerifyKinds(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, sig, ts, u string, body []byte) {
 		h := http.Header{}
-		for _, n := range []string{GitHubSignatureHeader, GitHubSHA1SignatureHeader, ShopifyHMACHeader, SlackSignatureHeader, TwilioSignatureHeader, PaddleSignatureHeader, SquareSignatureHeader, SquareSHA1SignatureHeader} {
+		for _, n := range []string{gitHubSignatureHeader, gitHubSHA1SignatureHeader, shopifyHMACHeader, slackSignatureHeader, twilioSignatureHeader, paddleSignatureHeader, squareSignatureHeader, squareSHA1SignatureHeader} {
 			h.Set(n, sig)
 		}
 		h.Set(SlackTimestampHeader, ts)
-		h.Set(TwilioSignatureSettingsHeader, ts)
+		h.Set(twilioSignatureSettingsHeader, ts)
 		req := &Request{Method: http.MethodPost, URL: u, Header: h, Body: body}
 		for i, s := range schemes {
 			if err := s.Verify(req, t0); err == nil {

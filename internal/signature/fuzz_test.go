@@ -24,7 +24,7 @@ func FuzzParseStripeSignature(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		sig, err := ParseStripeSignature(v)
+		sig, err := parseStripeSignature(v)
 		if err == nil && sig.Timestamp < 0 {
 			t.Fatalf("negative timestamp accepted from %q", v)
 		}
@@ -68,7 +68,7 @@ func FuzzHubSpotDecodeURI(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		d := HubSpotDecodeURI(v)
+		d := hubSpotDecodeURI(v)
 		if len(d) > len(v) {
 			t.Fatalf("decoding grew %q to %q", v, d)
 		}
@@ -79,7 +79,7 @@ func FuzzParseKlaviyoTimestamp(f *testing.F) {
 	for _, s := range []string{"Thu, 01 Jan 2026 00:00:00 GMT", "2026-01-01T00:00:00+00:00", "1767225600", "1767225600000", ""} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, v string) { ParseKlaviyoTimestamp(v) })
+	f.Fuzz(func(t *testing.T, v string) { parseKlaviyoTimestamp(v) })
 }
 
 // FuzzVerify throws arbitrary header values at every scheme: none may
@@ -100,10 +100,10 @@ func FuzzVerify(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, sig, ts, list, auth string, body []byte) {
 		h := http.Header{}
-		for _, name := range []string{StripeSignatureHeader, HubSpotSignatureV3Header, HubSpotSignatureHeader, KlaviyoSignatureHeader, "X-Hub-Signature-256", "X-Shopify-Hmac-Sha256", "X-Signature"} {
+		for _, name := range []string{stripeSignatureHeader, hubSpotSignatureV3Header, hubSpotSignatureHeader, klaviyoSignatureHeader, "X-Hub-Signature-256", "X-Shopify-Hmac-Sha256", "X-Signature"} {
 			h.Set(name, sig)
 		}
-		for _, name := range []string{HubSpotTimestampHeader, KlaviyoTimestampHeader, WebhookTimestampHeader, "X-Timestamp", HubSpotSignatureVersionHeader, WebhookIDHeader} {
+		for _, name := range []string{hubSpotTimestampHeader, klaviyoTimestampHeader, WebhookTimestampHeader, "X-Timestamp", hubSpotSignatureVersionHeader, WebhookIDHeader} {
 			h.Set(name, ts)
 		}
 		h.Set(WebhookSignatureHeader, list)
@@ -185,7 +185,7 @@ func FuzzVerifySignatureList(f *testing.F) {
 			t.Fatalf("%s: accepted a list of %d entries", c.name, n)
 		}
 		var ve *Error
-		if valid && errors.As(err, &ve) && ve.Reason == ReasonMismatch {
+		if valid && errors.As(err, &ve) && ve.Reason == reasonMismatch {
 			t.Fatalf("%s: %q holds a valid signature but was refused: %v", c.name, hv, err)
 		}
 	})

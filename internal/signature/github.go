@@ -25,21 +25,19 @@ var githubScheme = schemeDef{
 
 // GitHub webhook headers.
 const (
-	// GitHubSignatureHeader carries "sha256=" and the hex HMAC-SHA256 of
+	// gitHubSignatureHeader carries "sha256=" and the hex HMAC-SHA256 of
 	// the raw body, keyed with the webhook secret.
-	GitHubSignatureHeader = "X-Hub-Signature-256"
-	// GitHubSHA1SignatureHeader is the legacy HMAC-SHA1 signature GitHub
+	gitHubSignatureHeader = "X-Hub-Signature-256"
+	// gitHubSHA1SignatureHeader is the legacy HMAC-SHA1 signature GitHub
 	// still sends next to the SHA-256 one. It is never accepted: SHA-1 is
 	// only kept by GitHub for old receivers, and accepting it would let a
 	// request choose the weaker of two schemes.
-	GitHubSHA1SignatureHeader = "X-Hub-Signature"
+	gitHubSHA1SignatureHeader = "X-Hub-Signature"
 	// GitHubDeliveryHeader is a GUID GitHub generates per event; a
 	// redelivery (manual or through the API) carries the same value.
 	GitHubDeliveryHeader = "X-GitHub-Delivery"
 	// GitHubEventHeader names the event type (push, pull_request, ...).
 	GitHubEventHeader = "X-GitHub-Event"
-	// GitHubHookIDHeader identifies the webhook configuration.
-	GitHubHookIDHeader = "X-GitHub-Hook-ID"
 )
 
 // github is the generic hmac scheme pinned to GitHub's parameters
@@ -51,7 +49,7 @@ const (
 type github struct{ h *hmacScheme }
 
 func newGitHub(secrets []string) (*github, error) {
-	h, err := newHMAC(&HMACOptions{Header: GitHubSignatureHeader, Prefix: "sha256="}, secrets, 0, 0)
+	h, err := newHMAC(&HMACOptions{Header: gitHubSignatureHeader, Prefix: "sha256="}, secrets, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -64,8 +62,8 @@ func (g *github) Verify(req *Request, now time.Time) error {
 		return nil
 	}
 	if e, ok := err.(*Error); ok && e.Reason == ReasonMissing {
-		if _, sha1, _ := header(req.Header, GitHubSHA1SignatureHeader, "github"); sha1 {
-			return failf(ReasonMissing, "github: %s header is missing; only %s (HMAC-SHA1) was sent, and SHA-1 is never accepted", GitHubSignatureHeader, GitHubSHA1SignatureHeader)
+		if _, sha1, _ := header(req.Header, gitHubSHA1SignatureHeader, "github"); sha1 {
+			return failf(ReasonMissing, "github: %s header is missing; only %s (HMAC-SHA1) was sent, and SHA-1 is never accepted", gitHubSignatureHeader, gitHubSHA1SignatureHeader)
 		}
 	}
 	return renamed("github", err)

@@ -197,11 +197,11 @@ func (s *hmacScheme) Verify(req *Request, now time.Time) error {
 		return failf(ReasonMissing, "%s: %s header is missing", sc, s.opt.Header)
 	}
 	if !strings.HasPrefix(v, s.opt.Prefix) {
-		return failf(ReasonMalformed, "%s: %s does not start with the configured prefix %q", sc, s.opt.Header, s.opt.Prefix)
+		return failf(reasonMalformed, "%s: %s does not start with the configured prefix %q", sc, s.opt.Header, s.opt.Prefix)
 	}
 	got, ok := s.decode(strings.TrimPrefix(v, s.opt.Prefix))
 	if !ok {
-		return failf(ReasonMalformed, "%s: %s is not %s", sc, s.opt.Header, s.opt.Encoding)
+		return failf(reasonMalformed, "%s: %s is not %s", sc, s.opt.Header, s.opt.Encoding)
 	}
 	var tsRaw string
 	var signed time.Time
@@ -215,7 +215,7 @@ func (s *hmacScheme) Verify(req *Request, now time.Time) error {
 		}
 		n, err := strconv.ParseInt(tsRaw, 10, 64)
 		if err != nil || n < 0 {
-			return failf(ReasonTimestamp, "%s: %s is not a unix time in %s", sc, s.opt.TimestampHeader, s.unitName())
+			return failf(reasonTimestamp, "%s: %s is not a unix time in %s", sc, s.opt.TimestampHeader, s.unitName())
 		}
 		if s.opt.TimestampUnit == "ms" {
 			signed = time.UnixMilli(n)
@@ -230,7 +230,7 @@ func (s *hmacScheme) Verify(req *Request, now time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: %s matches no configured secret", sc, s.opt.Header)
+		return failf(reasonMismatch, "%s: %s matches no configured secret", sc, s.opt.Header)
 	}
 	if s.opt.TimestampHeader != "" {
 		if e := checkWindow(sc, signed, now, s.tol); e != nil {

@@ -21,7 +21,7 @@ func TestHMACGitHubDocumentedExample(t *testing.T) {
 	}
 	// Without the prefix, or the sha1 header only: refused.
 	req.Header.Set("X-Hub-Signature-256", "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
-	wantReason(t, s.Verify(req, t0), ReasonMalformed)
+	wantReason(t, s.Verify(req, t0), reasonMalformed)
 	req.Header.Del("X-Hub-Signature-256")
 	req.Header.Set("X-Hub-Signature", "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59")
 	wantReason(t, s.Verify(req, t0), ReasonMissing)
@@ -39,7 +39,7 @@ func TestHMACShopifyBase64(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("X-Shopify-Hmac-Sha256", "not base64!")
-	wantReason(t, s.Verify(req, t0), ReasonMalformed)
+	wantReason(t, s.Verify(req, t0), reasonMalformed)
 }
 
 // A sender that signs "{timestamp}.{body}" with a seconds timestamp header.
@@ -57,11 +57,11 @@ func TestHMACTimestampedSender(t *testing.T) {
 	if err := s.Verify(req, t0.Add(4*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	wantReason(t, s.Verify(req, t0.Add(6*time.Minute)), ReasonTimestamp)
+	wantReason(t, s.Verify(req, t0.Add(6*time.Minute)), reasonTimestamp)
 	req.Header.Set("X-Webhook-Timestamp", strconv.FormatInt(t0.Unix()+1, 10))
-	wantReason(t, s.Verify(req, t0), ReasonMismatch)
+	wantReason(t, s.Verify(req, t0), reasonMismatch)
 	req.Header.Set("X-Webhook-Timestamp", "soon")
-	wantReason(t, s.Verify(req, t0), ReasonTimestamp)
+	wantReason(t, s.Verify(req, t0), reasonTimestamp)
 }
 
 func hexString(b []byte) string {

@@ -30,10 +30,10 @@ var hubspotScheme = schemeDef{
 
 // HubSpot request-signature headers.
 const (
-	HubSpotSignatureV3Header      = "X-HubSpot-Signature-v3"
-	HubSpotTimestampHeader        = "X-HubSpot-Request-Timestamp"
-	HubSpotSignatureHeader        = "X-HubSpot-Signature"
-	HubSpotSignatureVersionHeader = "X-HubSpot-Signature-Version"
+	hubSpotSignatureV3Header      = "X-HubSpot-Signature-v3"
+	hubSpotTimestampHeader        = "X-HubSpot-Request-Timestamp"
+	hubSpotSignatureHeader        = "X-HubSpot-Signature"
+	hubSpotSignatureVersionHeader = "X-HubSpot-Signature-Version"
 )
 
 // hubspot verifies one pinned HubSpot signature version.
@@ -107,10 +107,10 @@ func upper(c byte) byte {
 	return c
 }
 
-// HubSpotDecodeURI decodes the percent escapes HubSpot's v3 scheme decodes
+// hubSpotDecodeURI decodes the percent escapes HubSpot's v3 scheme decodes
 // (%3A : %2F / %3F ? %40 @ %21 ! %24 $ %27 ' %28 ( %29 ) %2A * %2C , %3B ;),
 // hex digits in either case, and leaves every other byte untouched.
-func HubSpotDecodeURI(uri string) string {
+func hubSpotDecodeURI(uri string) string {
 	if !strings.Contains(uri, "%") {
 		return uri
 	}
@@ -146,32 +146,32 @@ func (h *hubspot) Verify(req *Request, now time.Time) error {
 
 func (h *hubspot) verifyV3(req *Request, now time.Time) error {
 	sc := h.scheme()
-	sigRaw, ok, herr := header(req.Header, HubSpotSignatureV3Header, sc)
+	sigRaw, ok, herr := header(req.Header, hubSpotSignatureV3Header, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing (this source accepts only v3 signatures)", sc, HubSpotSignatureV3Header)
+		return failf(ReasonMissing, "%s: %s header is missing (this source accepts only v3 signatures)", sc, hubSpotSignatureV3Header)
 	}
-	tsRaw, ok, herr := header(req.Header, HubSpotTimestampHeader, sc)
+	tsRaw, ok, herr := header(req.Header, hubSpotTimestampHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, HubSpotTimestampHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, hubSpotTimestampHeader)
 	}
 	ms, err := strconv.ParseInt(tsRaw, 10, 64)
 	if err != nil || ms < 0 {
-		return failf(ReasonTimestamp, "%s: %s is not a unix time in milliseconds", sc, HubSpotTimestampHeader)
+		return failf(reasonTimestamp, "%s: %s is not a unix time in milliseconds", sc, hubSpotTimestampHeader)
 	}
 	if req.URL == "" {
 		return failf(ReasonMissing, "%s: the request URL is not known, and v3 signs it", sc)
 	}
 	got, err := base64.StdEncoding.DecodeString(sigRaw)
 	if err != nil {
-		return failf(ReasonMalformed, "%s: %s is not base64", sc, HubSpotSignatureV3Header)
+		return failf(reasonMalformed, "%s: %s is not base64", sc, hubSpotSignatureV3Header)
 	}
-	uri := HubSpotDecodeURI(req.URL)
+	uri := hubSpotDecodeURI(req.URL)
 	matched := false
 	for _, sec := range h.secrets {
 		want := hmacSHA256([]byte(sec), []byte(method(req)), []byte(uri), req.Body, []byte(tsRaw))
@@ -180,7 +180,7 @@ func (h *hubspot) verifyV3(req *Request, now time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: signature matches no configured client secret", sc)
+		return failf(reasonMismatch, "%s: signature matches no configured client secret", sc)
 	}
 	// HubSpot's guide and libraries only refuse timestamps older than five
 	// minutes. A timestamp far in the future is refused too: it would keep
@@ -193,26 +193,26 @@ func (h *hubspot) verifyV3(req *Request, now time.Time) error {
 
 func (h *hubspot) verifyLegacy(req *Request) error {
 	sc := h.scheme()
-	ver, ok, herr := header(req.Header, HubSpotSignatureVersionHeader, sc)
+	ver, ok, herr := header(req.Header, hubSpotSignatureVersionHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, HubSpotSignatureVersionHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, hubSpotSignatureVersionHeader)
 	}
 	if ver != h.version {
 		return failf(ReasonMissing, "%s: request carries a %s signature but this source is pinned to %s", sc, ver, h.version)
 	}
-	sigRaw, ok, herr := header(req.Header, HubSpotSignatureHeader, sc)
+	sigRaw, ok, herr := header(req.Header, hubSpotSignatureHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, HubSpotSignatureHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, hubSpotSignatureHeader)
 	}
 	got, err := hex.DecodeString(sigRaw)
 	if err != nil {
-		return failf(ReasonMalformed, "%s: %s is not hex", sc, HubSpotSignatureHeader)
+		return failf(reasonMalformed, "%s: %s is not hex", sc, hubSpotSignatureHeader)
 	}
 	if h.version == HubSpotV2 && req.URL == "" {
 		return failf(ReasonMissing, "%s: the request URL is not known, and v2 signs it", sc)
@@ -224,7 +224,7 @@ func (h *hubspot) verifyLegacy(req *Request) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: signature matches no configured client secret", sc)
+		return failf(reasonMismatch, "%s: signature matches no configured client secret", sc)
 	}
 	return nil
 }
@@ -252,15 +252,15 @@ func (h *hubspot) Sign(req *Request, now time.Time, _ string) (http.Header, erro
 			return nil, optErr("public_url", "hubspot v3 signs the request URL; set the source's public_url")
 		}
 		ts := strconv.FormatInt(now.UnixMilli(), 10)
-		mac := hmacSHA256([]byte(sec), []byte(method(req)), []byte(HubSpotDecodeURI(req.URL)), req.Body, []byte(ts))
-		out.Set(HubSpotSignatureV3Header, base64.StdEncoding.EncodeToString(mac))
-		out.Set(HubSpotTimestampHeader, ts)
+		mac := hmacSHA256([]byte(sec), []byte(method(req)), []byte(hubSpotDecodeURI(req.URL)), req.Body, []byte(ts))
+		out.Set(hubSpotSignatureV3Header, base64.StdEncoding.EncodeToString(mac))
+		out.Set(hubSpotTimestampHeader, ts)
 	default:
 		if h.version == HubSpotV2 && req.URL == "" {
 			return nil, optErr("public_url", "hubspot v2 signs the request URL; set the source's public_url")
 		}
-		out.Set(HubSpotSignatureHeader, hex.EncodeToString(h.legacyDigest(sec, req)))
-		out.Set(HubSpotSignatureVersionHeader, h.version)
+		out.Set(hubSpotSignatureHeader, hex.EncodeToString(h.legacyDigest(sec, req)))
+		out.Set(hubSpotSignatureVersionHeader, h.version)
 	}
 	return out, nil
 }

@@ -43,11 +43,11 @@ func loadHubSpotVectors(t testing.TB) []hubspotVector {
 func (v hubspotVector) request() *Request {
 	r := &Request{Method: v.Method, URL: v.URL, Header: map[string][]string{}, Body: []byte(v.Body)}
 	if v.Version == HubSpotV3 {
-		r.Header.Set(HubSpotSignatureV3Header, v.Signature)
-		r.Header.Set(HubSpotTimestampHeader, strconv.FormatInt(v.Timestamp, 10))
+		r.Header.Set(hubSpotSignatureV3Header, v.Signature)
+		r.Header.Set(hubSpotTimestampHeader, strconv.FormatInt(v.Timestamp, 10))
 	} else {
-		r.Header.Set(HubSpotSignatureHeader, v.Signature)
-		r.Header.Set(HubSpotSignatureVersionHeader, v.Version)
+		r.Header.Set(hubSpotSignatureHeader, v.Signature)
+		r.Header.Set(hubSpotSignatureVersionHeader, v.Version)
 	}
 	return r
 }
@@ -57,8 +57,8 @@ func (v hubspotVector) request() *Request {
 func TestHubSpotOracleVectors(t *testing.T) {
 	for _, v := range loadHubSpotVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
-			if v.Version == HubSpotV3 && HubSpotDecodeURI(v.URL) != v.SignedURL {
-				t.Fatalf("decoded URI %q, vector signed %q", HubSpotDecodeURI(v.URL), v.SignedURL)
+			if v.Version == HubSpotV3 && hubSpotDecodeURI(v.URL) != v.SignedURL {
+				t.Fatalf("decoded URI %q, vector signed %q", hubSpotDecodeURI(v.URL), v.SignedURL)
 			}
 			if v.Version == HubSpotV2 && v.URL != v.SignedURL {
 				t.Fatalf("v2 signs the URI as sent; vector differs")
@@ -74,9 +74,9 @@ func TestHubSpotOracleVectors(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := h.Get(HubSpotSignatureHeader)
+				got := h.Get(hubSpotSignatureHeader)
 				if v.Version == HubSpotV3 {
-					got = h.Get(HubSpotSignatureV3Header)
+					got = h.Get(hubSpotSignatureV3Header)
 				}
 				if got != v.Signature {
 					t.Fatalf("Sign = %s, official client = %s", got, v.Signature)
@@ -84,7 +84,7 @@ func TestHubSpotOracleVectors(t *testing.T) {
 			}
 			tampered := v.request()
 			tampered.Body = append(tampered.Body, ' ')
-			wantReason(t, s.Verify(tampered, now), ReasonMismatch)
+			wantReason(t, s.Verify(tampered, now), reasonMismatch)
 		})
 	}
 }
@@ -95,16 +95,16 @@ func TestHubSpotDocumentedExamples(t *testing.T) {
 	// https://developers.hubspot.com/docs/faq/v2-request-validation
 	v2 := mustNew(t, Options{Kind: KindHubSpot, Version: HubSpotV2, Secrets: []string{secret}})
 	req := &Request{Method: "GET", URL: "https://www.example.com/webhook_uri", Header: map[string][]string{}}
-	req.Header.Set(HubSpotSignatureHeader, "eee2dddcc73c94d699f5e395f4b9d454a069a6855fbfa152e91e88823087200e")
-	req.Header.Set(HubSpotSignatureVersionHeader, "v2")
+	req.Header.Set(hubSpotSignatureHeader, "eee2dddcc73c94d699f5e395f4b9d454a069a6855fbfa152e91e88823087200e")
+	req.Header.Set(hubSpotSignatureVersionHeader, "v2")
 	if err := v2.Verify(req, t0); err != nil {
 		t.Fatalf("documented v2 example refused: %v", err)
 	}
 	// https://developers.hubspot.com/docs/faq/v1-request-validation
 	v1 := mustNew(t, Options{Kind: KindHubSpot, Version: HubSpotV1, Secrets: []string{secret}})
 	req = &Request{Method: "POST", Header: map[string][]string{}, Body: []byte(`[{"eventId":1,"subscriptionId":12345,"portalId":62515,"occurredAt":1564113600000,"subscriptionType":"contact.creation","attemptNumber":0,"objectId":123,"changeSource":"CRM","changeFlag":"NEW","appId":54321}]`)}
-	req.Header.Set(HubSpotSignatureHeader, "232db2615f3d666fe21a8ec971ac7b5402d33b9a925784df3ca654d05f4817de")
-	req.Header.Set(HubSpotSignatureVersionHeader, "v1")
+	req.Header.Set(hubSpotSignatureHeader, "232db2615f3d666fe21a8ec971ac7b5402d33b9a925784df3ca654d05f4817de")
+	req.Header.Set(hubSpotSignatureVersionHeader, "v1")
 	if err := v1.Verify(req, t0); err != nil {
 		t.Fatalf("documented v1 example refused: %v", err)
 	}
@@ -140,8 +140,8 @@ func TestHubSpotPinnedVersion(t *testing.T) {
 	if err := s.Verify(both, t0); err != nil {
 		t.Fatalf("v3 with legacy headers alongside: %v", err)
 	}
-	both.Header.Set(HubSpotSignatureV3Header, "AAAA"+both.Header.Get(HubSpotSignatureV3Header)[4:])
-	wantReason(t, s.Verify(both, t0), ReasonMismatch)
+	both.Header.Set(hubSpotSignatureV3Header, "AAAA"+both.Header.Get(hubSpotSignatureV3Header)[4:])
+	wantReason(t, s.Verify(both, t0), reasonMismatch)
 }
 
 func TestHubSpotV3Shapes(t *testing.T) {
@@ -152,12 +152,12 @@ func TestHubSpotV3Shapes(t *testing.T) {
 		mutate func(r *Request)
 		reason Reason
 	}{
-		{"seconds not milliseconds", func(r *Request) { r.Header.Set(HubSpotTimestampHeader, strconv.FormatInt(t0.Unix(), 10)) }, ReasonMismatch},
-		{"non-numeric timestamp", func(r *Request) { r.Header.Set(HubSpotTimestampHeader, "yesterday") }, ReasonTimestamp},
-		{"not base64", func(r *Request) { r.Header.Set(HubSpotSignatureV3Header, "%%%") }, ReasonMalformed},
+		{"seconds not milliseconds", func(r *Request) { r.Header.Set(hubSpotTimestampHeader, strconv.FormatInt(t0.Unix(), 10)) }, reasonMismatch},
+		{"non-numeric timestamp", func(r *Request) { r.Header.Set(hubSpotTimestampHeader, "yesterday") }, reasonTimestamp},
+		{"not base64", func(r *Request) { r.Header.Set(hubSpotSignatureV3Header, "%%%") }, reasonMalformed},
 		{"no URL known", func(r *Request) { r.URL = "" }, ReasonMissing},
-		{"other URL", func(r *Request) { r.URL = "https://attacker.example/hooks/src?x=1" }, ReasonMismatch},
-		{"other method", func(r *Request) { r.Method = "PUT" }, ReasonMismatch},
+		{"other URL", func(r *Request) { r.URL = "https://attacker.example/hooks/src?x=1" }, reasonMismatch},
+		{"other method", func(r *Request) { r.Method = "PUT" }, reasonMismatch},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := signed(t, o, t0)
@@ -180,7 +180,7 @@ func TestHubSpotDecodeURI(t *testing.T) {
 		"https://h.example/p?e=%C3%A4":                "https://h.example/p?e=%C3%A4",
 	}
 	for in, want := range cases {
-		if got := HubSpotDecodeURI(in); got != want {
+		if got := hubSpotDecodeURI(in); got != want {
 			t.Errorf("HubSpotDecodeURI(%q) = %q, want %q", in, got, want)
 		}
 	}

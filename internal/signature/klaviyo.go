@@ -21,9 +21,9 @@ var klaviyoScheme = schemeDef{
 
 // Klaviyo system-webhook headers.
 const (
-	KlaviyoSignatureHeader = "Klaviyo-Signature"
-	KlaviyoTimestampHeader = "Klaviyo-Timestamp"
-	KlaviyoWebhookIDHeader = "Klaviyo-Webhook-Id"
+	klaviyoSignatureHeader = "Klaviyo-Signature"
+	klaviyoTimestampHeader = "Klaviyo-Timestamp"
+	klaviyoWebhookIDHeader = "Klaviyo-Webhook-Id"
 )
 
 // klaviyo verifies Klaviyo system webhooks: hex(HMAC-SHA256(webhook secret,
@@ -43,12 +43,12 @@ func newKlaviyo(secrets []string, tol time.Duration) *klaviyo {
 	return k
 }
 
-// ParseKlaviyoTimestamp reads a Klaviyo-Timestamp value. Published examples
+// parseKlaviyoTimestamp reads a Klaviyo-Timestamp value. Published examples
 // disagree on its format, so the forms seen in the wild are all accepted:
 // an HTTP date (IMF-fixdate), RFC 3339, or a unix time in seconds (or in
 // milliseconds when it has 13 or more digits). The signature always covers
 // the raw header text, so the format only matters for the tolerance check.
-func ParseKlaviyoTimestamp(v string) (time.Time, bool) {
+func parseKlaviyoTimestamp(v string) (time.Time, bool) {
 	if v == "" {
 		return time.Time{}, false
 	}
@@ -85,23 +85,23 @@ func isDigits(s string) bool {
 
 func (k *klaviyo) Verify(req *Request, now time.Time) error {
 	const sc = "klaviyo"
-	sigRaw, ok, herr := header(req.Header, KlaviyoSignatureHeader, sc)
+	sigRaw, ok, herr := header(req.Header, klaviyoSignatureHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, KlaviyoSignatureHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, klaviyoSignatureHeader)
 	}
-	tsRaw, ok, herr := header(req.Header, KlaviyoTimestampHeader, sc)
+	tsRaw, ok, herr := header(req.Header, klaviyoTimestampHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, KlaviyoTimestampHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, klaviyoTimestampHeader)
 	}
 	got, err := hex.DecodeString(strings.TrimSpace(sigRaw))
 	if err != nil {
-		return failf(ReasonMalformed, "%s: %s is not hex", sc, KlaviyoSignatureHeader)
+		return failf(reasonMalformed, "%s: %s is not hex", sc, klaviyoSignatureHeader)
 	}
 	matched := false
 	for _, key := range k.secrets {
@@ -110,11 +110,11 @@ func (k *klaviyo) Verify(req *Request, now time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: signature matches no configured secret", sc)
+		return failf(reasonMismatch, "%s: signature matches no configured secret", sc)
 	}
-	t, ok := ParseKlaviyoTimestamp(tsRaw)
+	t, ok := parseKlaviyoTimestamp(tsRaw)
 	if !ok {
-		return failf(ReasonTimestamp, "%s: %s is neither an HTTP date, RFC 3339 nor a unix time", sc, KlaviyoTimestampHeader)
+		return failf(reasonTimestamp, "%s: %s is neither an HTTP date, RFC 3339 nor a unix time", sc, klaviyoTimestampHeader)
 	}
 	if e := checkWindow(sc, t, now, k.tol); e != nil {
 		return e
@@ -127,7 +127,7 @@ func (k *klaviyo) Verify(req *Request, now time.Time) error {
 func (k *klaviyo) Sign(req *Request, now time.Time, _ string) (http.Header, error) {
 	ts := now.UTC().Format(http.TimeFormat)
 	h := http.Header{}
-	h.Set(KlaviyoSignatureHeader, hex.EncodeToString(hmacSHA256(k.secrets[0], req.Body, []byte(ts))))
-	h.Set(KlaviyoTimestampHeader, ts)
+	h.Set(klaviyoSignatureHeader, hex.EncodeToString(hmacSHA256(k.secrets[0], req.Body, []byte(ts))))
+	h.Set(klaviyoTimestampHeader, ts)
 	return h, nil
 }

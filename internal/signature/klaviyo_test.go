@@ -33,19 +33,19 @@ func TestKlaviyoConstruction(t *testing.T) {
 		"1767225600000",
 	} {
 		req := &Request{Method: "POST", Header: http.Header{}, Body: []byte(klaviyoBody)}
-		req.Header.Set(KlaviyoTimestampHeader, ts)
-		req.Header.Set(KlaviyoSignatureHeader, klaviyoReference(secret, klaviyoBody, ts))
+		req.Header.Set(klaviyoTimestampHeader, ts)
+		req.Header.Set(klaviyoSignatureHeader, klaviyoReference(secret, klaviyoBody, ts))
 		if err := s.Verify(req, t0.Add(time.Minute)); err != nil {
 			t.Errorf("timestamp %q: %v", ts, err)
 		}
 		// Timestamp first, or base64, or upper-case hex of the wrong
 		// order: all refused.
-		req.Header.Set(KlaviyoSignatureHeader, klaviyoReference(secret, ts, klaviyoBody))
-		wantReason(t, s.Verify(req, t0), ReasonMismatch)
+		req.Header.Set(klaviyoSignatureHeader, klaviyoReference(secret, ts, klaviyoBody))
+		wantReason(t, s.Verify(req, t0), reasonMismatch)
 	}
 	// Upper-case hex is the same signature.
 	req := &Request{Method: "POST", Header: http.Header{}, Body: []byte(klaviyoBody)}
-	req.Header.Set(KlaviyoTimestampHeader, "1767225600")
+	req.Header.Set(klaviyoTimestampHeader, "1767225600")
 	sig := klaviyoReference(secret, klaviyoBody, "1767225600")
 	upper := []byte(sig)
 	for i, c := range upper {
@@ -53,25 +53,25 @@ func TestKlaviyoConstruction(t *testing.T) {
 			upper[i] = c - 'a' + 'A'
 		}
 	}
-	req.Header.Set(KlaviyoSignatureHeader, string(upper))
+	req.Header.Set(klaviyoSignatureHeader, string(upper))
 	if err := s.Verify(req, t0); err != nil {
 		t.Fatalf("upper-case hex: %v", err)
 	}
-	req.Header.Set(KlaviyoTimestampHeader, "next tuesday")
-	req.Header.Set(KlaviyoSignatureHeader, klaviyoReference(secret, klaviyoBody, "next tuesday"))
-	wantReason(t, s.Verify(req, t0), ReasonTimestamp)
-	req.Header.Set(KlaviyoSignatureHeader, "zz")
-	wantReason(t, s.Verify(req, t0), ReasonMalformed)
+	req.Header.Set(klaviyoTimestampHeader, "next tuesday")
+	req.Header.Set(klaviyoSignatureHeader, klaviyoReference(secret, klaviyoBody, "next tuesday"))
+	wantReason(t, s.Verify(req, t0), reasonTimestamp)
+	req.Header.Set(klaviyoSignatureHeader, "zz")
+	wantReason(t, s.Verify(req, t0), reasonMalformed)
 
 	// Sign writes an HTTP date and the reference construction.
 	h, err := s.Sign(&Request{Body: []byte(klaviyoBody)}, t0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Get(KlaviyoTimestampHeader) != "Thu, 01 Jan 2026 00:00:00 GMT" {
-		t.Fatalf("timestamp %q", h.Get(KlaviyoTimestampHeader))
+	if h.Get(klaviyoTimestampHeader) != "Thu, 01 Jan 2026 00:00:00 GMT" {
+		t.Fatalf("timestamp %q", h.Get(klaviyoTimestampHeader))
 	}
-	if h.Get(KlaviyoSignatureHeader) != klaviyoReference(secret, klaviyoBody, "Thu, 01 Jan 2026 00:00:00 GMT") {
+	if h.Get(klaviyoSignatureHeader) != klaviyoReference(secret, klaviyoBody, "Thu, 01 Jan 2026 00:00:00 GMT") {
 		t.Fatal("Sign does not follow the documented construction")
 	}
 }
@@ -83,13 +83,13 @@ func TestParseKlaviyoTimestamp(t *testing.T) {
 		"Thu, 01 Jan 2026 00:00:00 GMT": t0,
 		"2026-01-01T01:00:00+01:00":     t0,
 	} {
-		got, ok := ParseKlaviyoTimestamp(in)
+		got, ok := parseKlaviyoTimestamp(in)
 		if !ok || !got.Equal(want) {
 			t.Errorf("ParseKlaviyoTimestamp(%q) = %v %v", in, got, ok)
 		}
 	}
 	for _, in := range []string{"", "-1", "1e9", "99999999999999999999", "Jan 1"} {
-		if _, ok := ParseKlaviyoTimestamp(in); ok {
+		if _, ok := parseKlaviyoTimestamp(in); ok {
 			t.Errorf("ParseKlaviyoTimestamp(%q) accepted", in)
 		}
 	}

@@ -138,7 +138,7 @@ func listCases() []listCase {
 		},
 		{
 			name:     "stripe v1",
-			header:   StripeSignatureHeader,
+			header:   stripeSignatureHeader,
 			content:  stripeContent,
 			opts:     Options{Kind: KindStripe, Secrets: []string{stripeSecret, "whsec_test_rotated_91c2d4e8"}},
 			signers:  []func([]byte) listEntry{stripeSigner(stripeSecret), stripeSigner("whsec_test_rotated_91c2d4e8")},
@@ -270,7 +270,7 @@ func TestSignatureListWithoutValidEntryIsRefused(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d entries", c.name, n), func(t *testing.T) {
 				req := c.request(c.invalidList(n))
 				err := s.Verify(req, t0)
-				wantReason(t, err, ReasonMismatch)
+				wantReason(t, err, reasonMismatch)
 				noLeak(t, err, c.secrets(), req)
 			})
 		}
@@ -310,7 +310,7 @@ func TestSignatureListOverCapIsRefused(t *testing.T) {
 				entries[n-1] = c.signers[0](c.content)
 				req := c.request(entries)
 				err := s.Verify(req, t0)
-				wantReason(t, err, ReasonMalformed)
+				wantReason(t, err, reasonMalformed)
 				noLeak(t, err, c.secrets(), req)
 				for _, want := range []string{c.header, strconv.Itoa(n) + " ", "at most 16"} {
 					if !strings.Contains(err.Error(), want) {
@@ -334,7 +334,7 @@ func TestSignatureListCostsOneMACPerSecret(t *testing.T) {
 			s := mustNew(t, c.opts)
 			ops := countCrypto(t, s)
 			entries := c.invalidList(maxSignatures)
-			wantReason(t, s.Verify(c.request(entries), t0), ReasonMismatch)
+			wantReason(t, s.Verify(c.request(entries), t0), reasonMismatch)
 			want, v1 := 0, false
 			for _, e := range entries {
 				switch {

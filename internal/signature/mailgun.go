@@ -33,7 +33,7 @@ var mailgunScheme = schemeDef{
 // Mailgun's signature object: the body member that holds it and its
 // fields.
 const (
-	MailgunSignatureMember = "signature"
+	mailgunSignatureMember = "signature"
 	mailgunTimestamp       = "timestamp"
 	mailgunToken           = "token"
 	mailgunSignature       = "signature"
@@ -88,7 +88,7 @@ func (m *mailgun) Verify(req *Request, now time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "mailgun: the body's signature object does not match any configured signing key")
+		return failf(reasonMismatch, "mailgun: the body's signature object does not match any configured signing key")
 	}
 	if e := checkWindow("mailgun", s.signed, now, m.tol); e != nil {
 		return e
@@ -102,15 +102,15 @@ func (m *mailgun) Verify(req *Request, now time.Time) error {
 func parseMailgunSignature(body []byte) (*mailgunSigned, *Error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil || top == nil {
-		return nil, failf(ReasonMalformed, "mailgun: the body is not a JSON object; Mailgun's webhooks post JSON with a signature object (the legacy form-encoded webhooks are not accepted)")
+		return nil, failf(reasonMalformed, "mailgun: the body is not a JSON object; Mailgun's webhooks post JSON with a signature object (the legacy form-encoded webhooks are not accepted)")
 	}
-	raw, ok := top[MailgunSignatureMember]
+	raw, ok := top[mailgunSignatureMember]
 	if !ok || string(raw) == "null" {
 		return nil, failf(ReasonMissing, "mailgun: the body has no signature object")
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return nil, failf(ReasonMalformed, "mailgun: signature is not an object")
+		return nil, failf(reasonMalformed, "mailgun: signature is not an object")
 	}
 	s := &mailgunSigned{}
 	var e *Error
@@ -119,7 +119,7 @@ func parseMailgunSignature(body []byte) (*mailgunSigned, *Error) {
 	}
 	secs, err := strconv.ParseInt(s.timestamp, 10, 64)
 	if err != nil || secs < 0 || !isDigits(s.timestamp) {
-		return nil, failf(ReasonMalformed, "mailgun: signature.timestamp is not a unix time in seconds")
+		return nil, failf(reasonMalformed, "mailgun: signature.timestamp is not a unix time in seconds")
 	}
 	s.signed = time.Unix(secs, 0)
 	if s.token, e = mailgunField(obj, mailgunToken, false); e != nil {
@@ -135,7 +135,7 @@ func parseMailgunSignature(body []byte) (*mailgunSigned, *Error) {
 		}
 		sig, err := hex.DecodeString(v)
 		if err != nil || len(sig) != 32 {
-			return nil, failf(ReasonMalformed, "mailgun: signature.%s is not 64 hex digits", name)
+			return nil, failf(reasonMalformed, "mailgun: signature.%s is not 64 hex digits", name)
 		}
 		s.sigs = append(s.sigs, sig)
 	}
@@ -159,7 +159,7 @@ func mailgunField(obj map[string]json.RawMessage, name string, number bool) (str
 	if number && len(raw) > 0 && raw[0] >= '0' && raw[0] <= '9' {
 		return string(raw), nil
 	}
-	return "", failf(ReasonMalformed, "mailgun: signature.%s is not a string", name)
+	return "", failf(reasonMalformed, "mailgun: signature.%s is not a string", name)
 }
 
 // errMailgunHeaders is Sign's answer: Mailgun's signature travels in the
@@ -197,7 +197,7 @@ func (m *mailgun) SignBody(req *Request, now time.Time) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	top[MailgunSignatureMember] = sig
+	top[mailgunSignatureMember] = sig
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	// The event's text stays as sent: no <, > or & escaped.

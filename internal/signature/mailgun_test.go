@@ -82,10 +82,10 @@ func TestMailgunDefaultToleranceCoversRetries(t *testing.T) {
 	if err := s.Verify(mailgunRequest(mailgunBody(t, "k", lastRetry.Unix(), "tok", nil)), t0); err != nil {
 		t.Fatalf("the last retry's signature: %v", err)
 	}
-	wantReason(t, s.Verify(mailgunRequest(mailgunBody(t, "k", t0.Add(-24*time.Hour).Unix(), "tok", nil)), t0), ReasonTimestamp)
-	wantReason(t, s.Verify(mailgunRequest(mailgunBody(t, "k", t0.Add(9*time.Hour).Unix(), "tok", nil)), t0), ReasonTimestamp)
+	wantReason(t, s.Verify(mailgunRequest(mailgunBody(t, "k", t0.Add(-24*time.Hour).Unix(), "tok", nil)), t0), reasonTimestamp)
+	wantReason(t, s.Verify(mailgunRequest(mailgunBody(t, "k", t0.Add(9*time.Hour).Unix(), "tok", nil)), t0), reasonTimestamp)
 	short := mustNew(t, Options{Kind: KindMailgun, Secrets: []string{"k"}, Tolerance: 5 * time.Minute})
-	wantReason(t, short.Verify(mailgunRequest(mailgunBody(t, "k", t0.Add(-10*time.Minute).Unix(), "tok", nil)), t0), ReasonTimestamp)
+	wantReason(t, short.Verify(mailgunRequest(mailgunBody(t, "k", t0.Add(-10*time.Minute).Unix(), "tok", nil)), t0), reasonTimestamp)
 	if DefaultTolerance(KindMailgun) != MailgunDefaultTolerance {
 		t.Fatalf("default %s", DefaultTolerance(KindMailgun))
 	}
@@ -112,7 +112,7 @@ func TestMailgunSignBody(t *testing.T) {
 	if err := newMailgun([]string{"old-key", "new-key"}, time.Minute).Verify(mailgunRequest(string(signed)), t0.Add(time.Second)); err != nil {
 		t.Fatalf("own signature refused during a rotation: %v", err)
 	}
-	wantReason(t, newMailgun([]string{"old-key"}, time.Minute).Verify(mailgunRequest(string(signed)), t0), ReasonMismatch)
+	wantReason(t, newMailgun([]string{"old-key"}, time.Minute).Verify(mailgunRequest(string(signed)), t0), reasonMismatch)
 	changed := strings.Replace(string(signed), `"opened"`, `"clicked"`, 1)
 	if err := s.Verify(mailgunRequest(changed), t0); err != nil {
 		t.Fatalf("event-data is not signed, yet a change was noticed: %v", err)
@@ -136,7 +136,7 @@ func TestMailgunParentSignature(t *testing.T) {
 			t.Errorf("%s: %v", key, err)
 		}
 	}
-	wantReason(t, newMailgun([]string{"other-key"}, time.Minute).Verify(mailgunRequest(body), t0), ReasonMismatch)
+	wantReason(t, newMailgun([]string{"other-key"}, time.Minute).Verify(mailgunRequest(body), t0), reasonMismatch)
 }
 
 // Every malformed signature object is refused for its reason, naming the
@@ -166,23 +166,23 @@ func TestMailgunMalformed(t *testing.T) {
 		reason     Reason
 		text       string
 	}{
-		{"not JSON", "timestamp=1&token=x&signature=y", ReasonMalformed, "not a JSON object"},
-		{"array", `[{"signature":{}}]`, ReasonMalformed, "not a JSON object"},
+		{"not JSON", "timestamp=1&token=x&signature=y", reasonMalformed, "not a JSON object"},
+		{"array", `[{"signature":{}}]`, reasonMalformed, "not a JSON object"},
 		{"no signature object", `{"event-data":{}}`, ReasonMissing, "no signature object"},
 		{"null signature", `{"signature":null}`, ReasonMissing, "no signature object"},
 		{"capitalised member", strings.Replace(good, `"signature":{`, `"Signature":{`, 1), ReasonMissing, "no signature object"},
-		{"signature not an object", `{"signature":"abc"}`, ReasonMalformed, "signature is not an object"},
+		{"signature not an object", `{"signature":"abc"}`, reasonMalformed, "signature is not an object"},
 		{"no timestamp", with("timestamp", nil), ReasonMissing, "signature.timestamp is missing"},
-		{"timestamp not digits", with("timestamp", "12a"), ReasonMalformed, "signature.timestamp is not a unix time"},
-		{"negative timestamp", with("timestamp", -5), ReasonMalformed, "signature.timestamp is not a string"},
-		{"fractional timestamp", with("timestamp", 1.5), ReasonMalformed, "signature.timestamp is not a unix time"},
+		{"timestamp not digits", with("timestamp", "12a"), reasonMalformed, "signature.timestamp is not a unix time"},
+		{"negative timestamp", with("timestamp", -5), reasonMalformed, "signature.timestamp is not a string"},
+		{"fractional timestamp", with("timestamp", 1.5), reasonMalformed, "signature.timestamp is not a unix time"},
 		{"no token", with("token", nil), ReasonMissing, "signature.token is missing"},
 		{"empty token", with("token", ""), ReasonMissing, "signature.token is empty"},
-		{"token a number", with("token", 5), ReasonMalformed, "signature.token is not a string"},
+		{"token a number", with("token", 5), reasonMalformed, "signature.token is not a string"},
 		{"no signature", with("signature", nil), ReasonMissing, "signature.signature is missing"},
-		{"signature not hex", with("signature", "zz"), ReasonMalformed, "signature.signature is not 64 hex digits"},
-		{"signature short", with("signature", "abcd"), ReasonMalformed, "signature.signature is not 64 hex digits"},
-		{"parent-signature a number", with("parent-signature", 5), ReasonMalformed, "signature.parent-signature is not a string"},
+		{"signature not hex", with("signature", "zz"), reasonMalformed, "signature.signature is not 64 hex digits"},
+		{"signature short", with("signature", "abcd"), reasonMalformed, "signature.signature is not 64 hex digits"},
+		{"parent-signature a number", with("parent-signature", 5), reasonMalformed, "signature.parent-signature is not a string"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := newMailgun([]string{"k"}, time.Minute).Verify(mailgunRequest(c.body), t0)

@@ -18,14 +18,14 @@ var paddleScheme = schemeDef{
 	build: func(o Options, tol time.Duration) (Scheme, error) { return newPaddle(o.Secrets, tol), nil },
 }
 
-// PaddleSignatureHeader carries "ts=<unix seconds>;h1=<hex>[;h1=<hex>...]"
+// paddleSignatureHeader carries "ts=<unix seconds>;h1=<hex>[;h1=<hex>...]"
 // (Paddle Billing notifications).
-const PaddleSignatureHeader = "Paddle-Signature"
+const paddleSignatureHeader = "Paddle-Signature"
 
-// PaddleSDKTolerance is the window of Paddle's own Node SDK
+// paddleSDKTolerance is the window of Paddle's own Node SDK
 // (WebhooksValidator.MAX_VALID_TIME_DIFFERENCE, 5 seconds), past direction
 // only.
-const PaddleSDKTolerance = 5 * time.Second
+const paddleSDKTolerance = 5 * time.Second
 
 // PaddleDefaultTolerance is the window hookledger applies unless the source
 // configures one: five minutes, as for Stripe, Slack and Standard Webhooks.
@@ -59,11 +59,11 @@ type PaddleSignature struct {
 	H1 [][]byte
 }
 
-// ParsePaddleSignature parses a Paddle-Signature value. Entries are
+// parsePaddleSignature parses a Paddle-Signature value. Entries are
 // separated by ";" and written key=value; unknown keys are skipped. A
 // missing or repeated ts=, a ts that is not unix seconds, an h1 that is not
 // hex, no h1 at all, and more than 16 signature entries are errors.
-func ParsePaddleSignature(v string) (PaddleSignature, error) {
+func parsePaddleSignature(v string) (PaddleSignature, error) {
 	var sig PaddleSignature
 	seenTS := false
 	n := 0
@@ -75,15 +75,15 @@ func ParsePaddleSignature(v string) (PaddleSignature, error) {
 		switch k {
 		case "ts":
 			if seenTS {
-				return PaddleSignature{}, failf(ReasonMalformed, "paddle: %s has more than one ts=", PaddleSignatureHeader)
+				return PaddleSignature{}, failf(reasonMalformed, "paddle: %s has more than one ts=", paddleSignatureHeader)
 			}
 			seenTS = true
 			if !isDigits(val) || len(val) > 12 {
-				return PaddleSignature{}, failf(ReasonTimestamp, "paddle: %s ts= is not a unix time in seconds", PaddleSignatureHeader)
+				return PaddleSignature{}, failf(reasonTimestamp, "paddle: %s ts= is not a unix time in seconds", paddleSignatureHeader)
 			}
 			t, err := strconv.ParseInt(val, 10, 64)
 			if err != nil {
-				return PaddleSignature{}, failf(ReasonTimestamp, "paddle: %s ts= is not a unix time in seconds", PaddleSignatureHeader)
+				return PaddleSignature{}, failf(reasonTimestamp, "paddle: %s ts= is not a unix time in seconds", paddleSignatureHeader)
 			}
 			sig.TS, sig.Timestamp = val, t
 		default:
@@ -91,23 +91,23 @@ func ParsePaddleSignature(v string) (PaddleSignature, error) {
 			// costs no more than maxSignatures decodes.
 			n++
 			if n > maxSignatures {
-				return PaddleSignature{}, failf(ReasonMalformed, "paddle: %s holds more than %d signature entries", PaddleSignatureHeader, maxSignatures)
+				return PaddleSignature{}, failf(reasonMalformed, "paddle: %s holds more than %d signature entries", paddleSignatureHeader, maxSignatures)
 			}
 			if k != "h1" {
 				continue
 			}
 			b, err := hex.DecodeString(val)
 			if err != nil || len(b) == 0 {
-				return PaddleSignature{}, failf(ReasonMalformed, "paddle: %s has an h1 value that is not hex", PaddleSignatureHeader)
+				return PaddleSignature{}, failf(reasonMalformed, "paddle: %s has an h1 value that is not hex", paddleSignatureHeader)
 			}
 			sig.H1 = append(sig.H1, b)
 		}
 	}
 	if !seenTS {
-		return PaddleSignature{}, failf(ReasonMalformed, "paddle: %s has no ts= timestamp", PaddleSignatureHeader)
+		return PaddleSignature{}, failf(reasonMalformed, "paddle: %s has no ts= timestamp", paddleSignatureHeader)
 	}
 	if len(sig.H1) == 0 {
-		return PaddleSignature{}, failf(ReasonMissing, "paddle: %s has no h1 signature", PaddleSignatureHeader)
+		return PaddleSignature{}, failf(ReasonMissing, "paddle: %s has no h1 signature", paddleSignatureHeader)
 	}
 	return sig, nil
 }
@@ -118,14 +118,14 @@ func paddleBase(ts string, body []byte) [][]byte {
 
 func (p *paddle) Verify(req *Request, now time.Time) error {
 	const sc = "paddle"
-	v, ok, herr := header(req.Header, PaddleSignatureHeader, sc)
+	v, ok, herr := header(req.Header, paddleSignatureHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, PaddleSignatureHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, paddleSignatureHeader)
 	}
-	sig, err := ParsePaddleSignature(v)
+	sig, err := parsePaddleSignature(v)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (p *paddle) Verify(req *Request, now time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: no h1 signature in %s matches any configured secret", sc, PaddleSignatureHeader)
+		return failf(reasonMismatch, "%s: no h1 signature in %s matches any configured secret", sc, paddleSignatureHeader)
 	}
 	if e := checkWindow(sc, time.Unix(sig.Timestamp, 0), now, p.tol); e != nil {
 		return e
@@ -150,6 +150,6 @@ func (p *paddle) Verify(req *Request, now time.Time) error {
 func (p *paddle) Sign(req *Request, now time.Time, _ string) (http.Header, error) {
 	ts := strconv.FormatInt(now.Unix(), 10)
 	h := http.Header{}
-	h.Set(PaddleSignatureHeader, "ts="+ts+";h1="+hex.EncodeToString(hmacSHA256(p.secrets[0], paddleBase(ts, req.Body)...)))
+	h.Set(paddleSignatureHeader, "ts="+ts+";h1="+hex.EncodeToString(hmacSHA256(p.secrets[0], paddleBase(ts, req.Body)...)))
 	return h, nil
 }

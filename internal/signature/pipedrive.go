@@ -62,15 +62,15 @@ func (p *pipedrive) Verify(req *Request, _ time.Time) error {
 	}
 	scheme, b64, found := strings.Cut(v, " ")
 	if !found || !strings.EqualFold(scheme, "Basic") {
-		return failf(ReasonMalformed, "%s: Authorization header is not Basic", sc)
+		return failf(reasonMalformed, "%s: Authorization header is not Basic", sc)
 	}
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
 	if err != nil {
-		return failf(ReasonMalformed, "%s: Authorization Basic credentials are not base64", sc)
+		return failf(reasonMalformed, "%s: Authorization Basic credentials are not base64", sc)
 	}
 	user, pass, found := strings.Cut(string(raw), ":")
 	if !found {
-		return failf(ReasonMalformed, "%s: Authorization Basic credentials have no user:password form", sc)
+		return failf(reasonMalformed, "%s: Authorization Basic credentials have no user:password form", sc)
 	}
 	matched := false
 	for _, c := range p.creds {
@@ -83,7 +83,7 @@ func (p *pipedrive) Verify(req *Request, _ time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: credentials match no configured user and password", sc)
+		return failf(reasonMismatch, "%s: credentials match no configured user and password", sc)
 	}
 	return nil
 }

@@ -26,12 +26,12 @@ func TestPipedriveBasicAuth(t *testing.T) {
 		req    *Request
 		reason Reason
 	}{
-		{basic("hookuser:old-pasS"), ReasonMismatch},
-		{basic("hookuseR:old-pass"), ReasonMismatch},
-		{basic("hookuser:"), ReasonMismatch},
-		{basic("hookuser"), ReasonMalformed},
-		{func() *Request { r := newReq(); r.Header.Set("Authorization", "Bearer abc"); return r }(), ReasonMalformed},
-		{func() *Request { r := newReq(); r.Header.Set("Authorization", "Basic %%%"); return r }(), ReasonMalformed},
+		{basic("hookuser:old-pasS"), reasonMismatch},
+		{basic("hookuseR:old-pass"), reasonMismatch},
+		{basic("hookuser:"), reasonMismatch},
+		{basic("hookuser"), reasonMalformed},
+		{func() *Request { r := newReq(); r.Header.Set("Authorization", "Bearer abc"); return r }(), reasonMalformed},
+		{func() *Request { r := newReq(); r.Header.Set("Authorization", "Basic %%%"); return r }(), reasonMalformed},
 		{newReq(), ReasonMissing},
 	}
 	for _, c := range refusals {

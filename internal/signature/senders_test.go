@@ -107,11 +107,11 @@ func (v senderVector) request() *Request {
 func wantReasonFor(tamper string) Reason {
 	switch tamper {
 	case "timestamp":
-		return ReasonTimestamp
+		return reasonTimestamp
 	case "sha1-only":
 		return ReasonMissing
 	default:
-		return ReasonMismatch
+		return reasonMismatch
 	}
 }
 
@@ -126,14 +126,14 @@ func TestSenderLibraryVectors(t *testing.T) {
 				// hookledger's own default is wider (see paddle.go).
 				var tol time.Duration
 				if kind == "paddle" {
-					tol = PaddleSDKTolerance
+					tol = paddleSDKTolerance
 				}
 				s := newSender(t, kind, []string{"unrelated-rotated-secret", v.Secret}, tol)
 				err := s.Verify(v.request(), time.Unix(v.Now, 0))
 				if v.Refused != "" {
 					// The library accepts it; the scheme refuses it by
 					// design (docs/signatures.md).
-					wantReason(t, err, ReasonMalformed)
+					wantReason(t, err, reasonMalformed)
 					return
 				}
 				if v.Valid {
@@ -152,7 +152,7 @@ func TestSenderLibraryVectors(t *testing.T) {
 // Our signers reproduce the libraries' signatures byte for byte where the
 // signed input is the same (same URL, same timestamp, one signature).
 func TestSenderSignersMatchLibraries(t *testing.T) {
-	sigHeader := map[string]string{"github": GitHubSignatureHeader, "shopify": ShopifyHMACHeader, "slack": SlackSignatureHeader, "twilio": TwilioSignatureHeader, "paddle": PaddleSignatureHeader, "square": SquareSignatureHeader}
+	sigHeader := map[string]string{"github": gitHubSignatureHeader, "shopify": shopifyHMACHeader, "slack": slackSignatureHeader, "twilio": twilioSignatureHeader, "paddle": paddleSignatureHeader, "square": squareSignatureHeader}
 	checked := 0
 	for _, kind := range senderKinds {
 		for _, v := range loadSenderVectors(t, kind).Vectors {
@@ -162,13 +162,13 @@ func TestSenderSignersMatchLibraries(t *testing.T) {
 			at := time.Unix(v.Now, 0)
 			switch kind {
 			case "slack":
-				ts, err := ParseSlackTimestamp(v.Headers[SlackTimestampHeader])
+				ts, err := parseSlackTimestamp(v.Headers[SlackTimestampHeader])
 				if err != nil {
 					t.Fatal(err)
 				}
 				at = ts
 			case "paddle":
-				sig, err := ParsePaddleSignature(v.Headers[PaddleSignatureHeader])
+				sig, err := parsePaddleSignature(v.Headers[paddleSignatureHeader])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -246,10 +246,10 @@ func TestSenderSignRoundTrip(t *testing.T) {
 			if err := newSender(t, kind, []string{"first-secret-value", "second-secret-value"}, 0).Verify(req, t0.Add(time.Second)); err != nil {
 				t.Fatalf("own signature refused during rotation: %v", err)
 			}
-			wantReason(t, newSender(t, kind, []string{"first-secret-value"}, 0).Verify(req, t0.Add(time.Second)), ReasonMismatch)
+			wantReason(t, newSender(t, kind, []string{"first-secret-value"}, 0).Verify(req, t0.Add(time.Second)), reasonMismatch)
 			req.Body = append([]byte(nil), req.Body...)
 			req.Body[len(req.Body)-1] ^= 1
-			wantReason(t, newSender(t, kind, []string{"second-secret-value"}, 0).Verify(req, t0.Add(time.Second)), ReasonMismatch)
+			wantReason(t, newSender(t, kind, []string{"second-secret-value"}, 0).Verify(req, t0.Add(time.Second)), reasonMismatch)
 		})
 	}
 }
@@ -271,7 +271,7 @@ func TestTwilioJSONRoundTrip(t *testing.T) {
 		t.Fatalf("own JSON signature refused: %v", err)
 	}
 	req.Body = []byte(`{"messageSid":"SM1","messageStatus":"failed"}`)
-	wantReason(t, s.Verify(req, t0), ReasonMismatch)
+	wantReason(t, s.Verify(req, t0), reasonMismatch)
 }
 
 func TestSenderTimestampWindows(t *testing.T) {
@@ -292,7 +292,7 @@ func TestSenderTimestampWindows(t *testing.T) {
 			}
 		}
 		for _, d := range []time.Duration{c.tol + time.Second, -c.tol - time.Second} {
-			wantReason(t, s.Verify(req, t0.Add(d)), ReasonTimestamp)
+			wantReason(t, s.Verify(req, t0.Add(d)), reasonTimestamp)
 		}
 		// A configured tolerance replaces the default.
 		wide := newSender(t, c.kind, []string{"secret-a"}, time.Hour)
@@ -315,14 +315,14 @@ func TestSenderMissingHeaders(t *testing.T) {
 	// Square and Twilio sign the URL; without one nothing can verify.
 	for _, kind := range []string{"square", "twilio"} {
 		req := &Request{Method: http.MethodPost, Header: http.Header{}, Body: []byte("a=b")}
-		wantReason(t, newSender(t, kind, []string{"s"}, 0).Verify(req, t0), ReasonMalformed)
+		wantReason(t, newSender(t, kind, []string{"s"}, 0).Verify(req, t0), reasonMalformed)
 	}
 }
 
 // A request signed with the SHA-1 headers GitHub and Square still send is
 // refused with an error that says so, and never verified with SHA-1.
 func TestSHA1HeadersNeverAccepted(t *testing.T) {
-	for _, c := range []struct{ kind, header string }{{"github", GitHubSHA1SignatureHeader}, {"square", SquareSHA1SignatureHeader}} {
+	for _, c := range []struct{ kind, header string }{{"github", gitHubSHA1SignatureHeader}, {"square", squareSHA1SignatureHeader}} {
 		req := &Request{Method: http.MethodPost, URL: "https://hooks.example.com/hooks/x", Header: http.Header{}, Body: []byte(testBody)}
 		req.Header.Set(c.header, "sha1=0123456789abcdef0123456789abcdef01234567")
 		err := newSender(t, c.kind, []string{"s"}, 0).Verify(req, t0)
@@ -336,9 +336,9 @@ func TestSHA1HeadersNeverAccepted(t *testing.T) {
 func TestTwilioPinnedAlgorithm(t *testing.T) {
 	v := loadSenderVectors(t, "twilio").Vectors[0]
 	req := v.request()
-	req.Header.Set(TwilioSignatureSettingsHeader, "key=webhooks_sharedkey_x,algorithm=HMAC_SHA256")
+	req.Header.Set(twilioSignatureSettingsHeader, "key=webhooks_sharedkey_x,algorithm=HMAC_SHA256")
 	wantReason(t, newSender(t, "twilio", []string{v.Secret}, 0).Verify(req, time.Unix(v.Now, 0)), ReasonMissing)
-	req.Header.Set(TwilioSignatureSettingsHeader, "key=webhooks_sharedkey_x,algorithm=HMAC_SHA1")
+	req.Header.Set(twilioSignatureSettingsHeader, "key=webhooks_sharedkey_x,algorithm=HMAC_SHA1")
 	if err := newSender(t, "twilio", []string{v.Secret}, 0).Verify(req, time.Unix(v.Now, 0)); err != nil {
 		t.Fatalf("HMAC_SHA1 settings refused: %v", err)
 	}
@@ -354,7 +354,7 @@ func TestTwilioURLCandidates(t *testing.T) {
 		"https://[::1]:9000/p?a=b:c": {"https://[::1]:9000/p?a=b:c", "https://[::1]/p?a=b:c"},
 		"not a url":                  {"not a url"},
 	} {
-		got := TwilioURLCandidates(in)
+		got := twilioURLCandidates(in)
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("TwilioURLCandidates(%q) = %q, want %q", in, got, want)
 		}
@@ -424,7 +424,7 @@ func TestWriteOurs(t *testing.T) {
 // canonicalSenderHeader spells a header the way the vectors (and the
 // senders) do, so the node checker finds it by its usual name.
 func canonicalSenderHeader(k string) string {
-	for _, n := range []string{GitHubSignatureHeader, ShopifyHMACHeader, SlackSignatureHeader, SlackTimestampHeader, TwilioSignatureHeader, PaddleSignatureHeader, SquareSignatureHeader} {
+	for _, n := range []string{gitHubSignatureHeader, shopifyHMACHeader, slackSignatureHeader, SlackTimestampHeader, twilioSignatureHeader, paddleSignatureHeader, squareSignatureHeader} {
 		if strings.EqualFold(n, k) {
 			return n
 		}

@@ -26,10 +26,10 @@ var shopifyScheme = schemeDef{
 
 // Shopify webhook headers (HTTPS delivery).
 const (
-	// ShopifyHMACHeader carries the base64 HMAC-SHA256 of the raw body,
+	// shopifyHMACHeader carries the base64 HMAC-SHA256 of the raw body,
 	// keyed with the app's client secret (or the webhook signing secret
 	// for webhooks made in the shop admin).
-	ShopifyHMACHeader = "X-Shopify-Hmac-Sha256"
+	shopifyHMACHeader = "X-Shopify-Hmac-Sha256"
 	// ShopifyEventIDHeader identifies the event; Shopify documents it as
 	// the same on every retry of that event.
 	ShopifyEventIDHeader = "X-Shopify-Event-Id"
@@ -53,7 +53,7 @@ const (
 type shopify struct{ h *hmacScheme }
 
 func newShopify(secrets []string) (*shopify, error) {
-	h, err := newHMAC(&HMACOptions{Header: ShopifyHMACHeader, Encoding: "base64"}, secrets, 0, 0)
+	h, err := newHMAC(&HMACOptions{Header: shopifyHMACHeader, Encoding: "base64"}, secrets, 0, 0)
 	if err != nil {
 		return nil, err
 	}

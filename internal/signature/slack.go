@@ -20,9 +20,9 @@ var slackScheme = schemeDef{
 
 // Slack request-signing headers.
 const (
-	// SlackSignatureHeader carries "v0=" and the hex HMAC-SHA256 of
+	// slackSignatureHeader carries "v0=" and the hex HMAC-SHA256 of
 	// "v0:{timestamp}:{body}", keyed with the app's signing secret.
-	SlackSignatureHeader = "X-Slack-Signature"
+	slackSignatureHeader = "X-Slack-Signature"
 	// SlackTimestampHeader is the signing time in unix seconds.
 	SlackTimestampHeader = "X-Slack-Request-Timestamp"
 	// SlackRetryNumHeader counts Slack's retries (1, 2, 3); absent on the
@@ -52,34 +52,34 @@ func newSlack(secrets []string, tol time.Duration) *slack {
 	return &slack{secrets: secretKeys(secrets), tol: tol}
 }
 
-// ParseSlackSignature decodes an X-Slack-Signature value: "v0=" followed by
+// parseSlackSignature decodes an X-Slack-Signature value: "v0=" followed by
 // hex. Any other version is refused rather than skipped, since Slack sends
 // exactly one signature per request.
-func ParseSlackSignature(v string) ([]byte, error) {
+func parseSlackSignature(v string) ([]byte, error) {
 	ver, hx, ok := strings.Cut(v, "=")
 	if !ok {
-		return nil, failf(ReasonMalformed, "slack: %s has no version= prefix", SlackSignatureHeader)
+		return nil, failf(reasonMalformed, "slack: %s has no version= prefix", slackSignatureHeader)
 	}
 	if ver != slackVersion {
-		return nil, failf(ReasonMissing, "slack: %s is not a v0 signature", SlackSignatureHeader)
+		return nil, failf(ReasonMissing, "slack: %s is not a v0 signature", slackSignatureHeader)
 	}
 	b, err := hex.DecodeString(hx)
 	if err != nil || len(b) == 0 {
-		return nil, failf(ReasonMalformed, "slack: %s v0 value is not hex", SlackSignatureHeader)
+		return nil, failf(reasonMalformed, "slack: %s v0 value is not hex", slackSignatureHeader)
 	}
 	return b, nil
 }
 
-// ParseSlackTimestamp reads X-Slack-Request-Timestamp: unix seconds, ASCII
+// parseSlackTimestamp reads X-Slack-Request-Timestamp: unix seconds, ASCII
 // digits only (no sign, no fraction), as Slack sends it. The raw text is
 // what Slack signs, so it is returned alongside the time.
-func ParseSlackTimestamp(v string) (time.Time, error) {
+func parseSlackTimestamp(v string) (time.Time, error) {
 	if !isDigits(v) || len(v) > 12 {
-		return time.Time{}, failf(ReasonTimestamp, "slack: %s is not a unix time in seconds", SlackTimestampHeader)
+		return time.Time{}, failf(reasonTimestamp, "slack: %s is not a unix time in seconds", SlackTimestampHeader)
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return time.Time{}, failf(ReasonTimestamp, "slack: %s is not a unix time in seconds", SlackTimestampHeader)
+		return time.Time{}, failf(reasonTimestamp, "slack: %s is not a unix time in seconds", SlackTimestampHeader)
 	}
 	return time.Unix(n, 0), nil
 }
@@ -90,12 +90,12 @@ func slackBase(ts string, body []byte) [][]byte {
 
 func (s *slack) Verify(req *Request, now time.Time) error {
 	const sc = "slack"
-	sigRaw, ok, herr := header(req.Header, SlackSignatureHeader, sc)
+	sigRaw, ok, herr := header(req.Header, slackSignatureHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, SlackSignatureHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, slackSignatureHeader)
 	}
 	tsRaw, ok, herr := header(req.Header, SlackTimestampHeader, sc)
 	if herr != nil {
@@ -104,11 +104,11 @@ func (s *slack) Verify(req *Request, now time.Time) error {
 	if !ok {
 		return failf(ReasonMissing, "%s: %s header is missing", sc, SlackTimestampHeader)
 	}
-	got, err := ParseSlackSignature(sigRaw)
+	got, err := parseSlackSignature(sigRaw)
 	if err != nil {
 		return err
 	}
-	signed, err := ParseSlackTimestamp(tsRaw)
+	signed, err := parseSlackTimestamp(tsRaw)
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (s *slack) Verify(req *Request, now time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: %s matches no configured signing secret", sc, SlackSignatureHeader)
+		return failf(reasonMismatch, "%s: %s matches no configured signing secret", sc, slackSignatureHeader)
 	}
 	// After the signature, as for the other schemes, so that an authentic
 	// but stale request reads as a clock or replay problem.
@@ -133,6 +133,6 @@ func (s *slack) Sign(req *Request, now time.Time, _ string) (http.Header, error)
 	ts := strconv.FormatInt(now.Unix(), 10)
 	h := http.Header{}
 	h.Set(SlackTimestampHeader, ts)
-	h.Set(SlackSignatureHeader, slackVersion+"="+hex.EncodeToString(hmacSHA256(s.secrets[0], slackBase(ts, req.Body)...)))
+	h.Set(slackSignatureHeader, slackVersion+"="+hex.EncodeToString(hmacSHA256(s.secrets[0], slackBase(ts, req.Body)...)))
 	return h, nil
 }

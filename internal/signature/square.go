@@ -25,13 +25,13 @@ var squareScheme = schemeDef{
 
 // Square webhook headers.
 const (
-	// SquareSignatureHeader carries the base64 HMAC-SHA256 of the
+	// squareSignatureHeader carries the base64 HMAC-SHA256 of the
 	// notification URL followed by the raw body, keyed with the
 	// subscription's signature key.
-	SquareSignatureHeader = "X-Square-Hmacsha256-Signature"
-	// SquareSHA1SignatureHeader is Square's legacy HMAC-SHA1 signature. It
+	squareSignatureHeader = "X-Square-Hmacsha256-Signature"
+	// squareSHA1SignatureHeader is Square's legacy HMAC-SHA1 signature. It
 	// is never accepted.
-	SquareSHA1SignatureHeader = "X-Square-Signature"
+	squareSHA1SignatureHeader = "X-Square-Signature"
 )
 
 // square verifies Square's webhook signatures. The signed URL is the
@@ -52,21 +52,21 @@ const squareNoURL = "square: the notification URL is unknown; configure the sour
 func (s *square) Verify(req *Request, _ time.Time) error {
 	const sc = "square"
 	if req.URL == "" {
-		return failf(ReasonMalformed, "%s", squareNoURL)
+		return failf(reasonMalformed, "%s", squareNoURL)
 	}
-	v, ok, herr := header(req.Header, SquareSignatureHeader, sc)
+	v, ok, herr := header(req.Header, squareSignatureHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		if _, legacy, _ := header(req.Header, SquareSHA1SignatureHeader, sc); legacy {
-			return failf(ReasonMissing, "%s: %s header is missing; only %s (HMAC-SHA1) was sent, and SHA-1 is never accepted", sc, SquareSignatureHeader, SquareSHA1SignatureHeader)
+		if _, legacy, _ := header(req.Header, squareSHA1SignatureHeader, sc); legacy {
+			return failf(ReasonMissing, "%s: %s header is missing; only %s (HMAC-SHA1) was sent, and SHA-1 is never accepted", sc, squareSignatureHeader, squareSHA1SignatureHeader)
 		}
-		return failf(ReasonMissing, "%s: %s header is missing", sc, SquareSignatureHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, squareSignatureHeader)
 	}
 	got, err := base64.StdEncoding.DecodeString(v)
 	if err != nil {
-		return failf(ReasonMalformed, "%s: %s is not base64", sc, SquareSignatureHeader)
+		return failf(reasonMalformed, "%s: %s is not base64", sc, squareSignatureHeader)
 	}
 	matched := false
 	for _, key := range s.secrets {
@@ -77,7 +77,7 @@ func (s *square) Verify(req *Request, _ time.Time) error {
 	if !matched {
 		// The URL is the usual culprit: it must match the subscription's
 		// byte for byte (scheme, host, path, trailing slash, query).
-		return failf(ReasonMismatch, "%s: %s matches no configured signature key for the configured notification URL", sc, SquareSignatureHeader)
+		return failf(reasonMismatch, "%s: %s matches no configured signature key for the configured notification URL", sc, squareSignatureHeader)
 	}
 	return nil
 }
@@ -87,6 +87,6 @@ func (s *square) Sign(req *Request, _ time.Time, _ string) (http.Header, error) 
 		return nil, errors.New(squareNoURL)
 	}
 	h := http.Header{}
-	h.Set(SquareSignatureHeader, base64.StdEncoding.EncodeToString(hmacSHA256(s.secrets[0], []byte(req.URL), req.Body)))
+	h.Set(squareSignatureHeader, base64.StdEncoding.EncodeToString(hmacSHA256(s.secrets[0], []byte(req.URL), req.Body)))
 	return h, nil
 }

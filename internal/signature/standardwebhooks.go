@@ -38,9 +38,9 @@ const (
 // same scheme, and its own libraries accept either set, so a source of kind
 // standard-webhooks accepts both.
 const (
-	SvixIDHeader        = "svix-id"
-	SvixTimestampHeader = "svix-timestamp"
-	SvixSignatureHeader = "svix-signature"
+	svixIDHeader        = "svix-id"
+	svixTimestampHeader = "svix-timestamp"
+	svixSignatureHeader = "svix-signature"
 )
 
 // HeaderSet names the three headers of one Standard Webhooks request.
@@ -53,7 +53,7 @@ type HeaderSet struct {
 // Svix's. Constants in all but name; HeaderSets hands out copies.
 var (
 	webhookSet = HeaderSet{Name: "webhook", ID: WebhookIDHeader, Timestamp: WebhookTimestampHeader, Signature: WebhookSignatureHeader}
-	svixSet    = HeaderSet{Name: "svix", ID: SvixIDHeader, Timestamp: SvixTimestampHeader, Signature: SvixSignatureHeader}
+	svixSet    = HeaderSet{Name: "svix", ID: svixIDHeader, Timestamp: svixTimestampHeader, Signature: svixSignatureHeader}
 )
 
 // HeaderSets returns the header sets a standard-webhooks request may use,
@@ -84,7 +84,7 @@ func (hs HeaderSet) Rename(h http.Header) http.Header {
 	return out
 }
 
-// RequestHeaderSet tells which header set a request uses: the svix set when
+// requestHeaderSet tells which header set a request uses: the svix set when
 // any svix- header is present and no webhook- one, else the webhook set
 // (so a request with neither is reported missing under the specification's
 // names). A request that carries headers of both sets is refused: which id,
@@ -92,12 +92,12 @@ func (hs HeaderSet) Rename(h http.Header) http.Header {
 // uses one set for a whole request. The refusal is a verification failure
 // (401 at the receiver) because it is decided before the signature could be
 // checked, when nothing about the request is authenticated yet.
-func RequestHeaderSet(h http.Header) (HeaderSet, error) {
+func requestHeaderSet(h http.Header) (HeaderSet, error) {
 	w := presentHeader(h, webhookSet)
 	s := presentHeader(h, svixSet)
 	switch {
 	case w != "" && s != "":
-		return HeaderSet{}, failf(ReasonMalformed, "standard-webhooks: the request mixes two header sets (%s with %s); send either webhook-id, webhook-timestamp and webhook-signature, or svix-id, svix-timestamp and svix-signature", w, s)
+		return HeaderSet{}, failf(reasonMalformed, "standard-webhooks: the request mixes two header sets (%s with %s); send either webhook-id, webhook-timestamp and webhook-signature, or svix-id, svix-timestamp and svix-signature", w, s)
 	case s != "":
 		return svixSet, nil
 	}
@@ -222,7 +222,7 @@ func parseWebhookSignatures(v, name string) ([]WebhookSignature, error) {
 		n++
 	}
 	if n > maxSignatures {
-		return nil, failf(ReasonMalformed, "standard-webhooks: %s holds %d entries; at most %d are accepted", name, n, maxSignatures)
+		return nil, failf(reasonMalformed, "standard-webhooks: %s holds %d entries; at most %d are accepted", name, n, maxSignatures)
 	}
 	out := make([]WebhookSignature, 0, n)
 	for _, item := range strings.Fields(v) {
@@ -236,7 +236,7 @@ func parseWebhookSignatures(v, name string) ([]WebhookSignature, error) {
 		}
 		sig, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
-			return nil, failf(ReasonMalformed, "standard-webhooks: %s has a %s entry that is not base64", name, ver)
+			return nil, failf(reasonMalformed, "standard-webhooks: %s has a %s entry that is not base64", name, ver)
 		}
 		out = append(out, WebhookSignature{Version: ver, Sig: sig})
 	}
@@ -245,7 +245,7 @@ func parseWebhookSignatures(v, name string) ([]WebhookSignature, error) {
 
 func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 	const scheme = "standard-webhooks"
-	hs, err := RequestHeaderSet(req.Header)
+	hs, err := requestHeaderSet(req.Header)
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 	}
 	ts, perr := strconv.ParseInt(tsRaw, 10, 64)
 	if perr != nil || ts < 0 {
-		return failf(ReasonTimestamp, "%s: %s is not a unix time in seconds", scheme, hs.Timestamp)
+		return failf(reasonTimestamp, "%s: %s is not a unix time in seconds", scheme, hs.Timestamp)
 	}
 	sigs, err := parseWebhookSignatures(sigRaw, hs.Signature)
 	if err != nil {
@@ -321,7 +321,7 @@ func (s *standardWebhooks) Verify(req *Request, now time.Time) error {
 		return failf(ReasonMissing, "%s: %s holds no signature of a version this source's secrets verify (%s)", scheme, hs.Signature, s.versions())
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: no signature matches any configured secret", scheme)
+		return failf(reasonMismatch, "%s: no signature matches any configured secret", scheme)
 	}
 	if e := checkWindow(scheme, time.Unix(ts, 0), now, s.tol); e != nil {
 		return e

@@ -57,8 +57,8 @@ func TestStandardWebhooksOracleTheirsVerifiesWithOurs(t *testing.T) {
 	if err := s.Verify(swReq("msg_p5jXN8AQM9LWM0D4loKWxJek", t0, list, body), t0); err != nil {
 		t.Fatalf("signature list refused: %v", err)
 	}
-	wantReason(t, s.Verify(swReq("msg_other", t0, sig, body), t0), ReasonMismatch)
-	wantReason(t, s.Verify(swReq("msg_p5jXN8AQM9LWM0D4loKWxJek", t0.Add(time.Second), sig, body), t0), ReasonMismatch)
+	wantReason(t, s.Verify(swReq("msg_other", t0, sig, body), t0), reasonMismatch)
+	wantReason(t, s.Verify(swReq("msg_p5jXN8AQM9LWM0D4loKWxJek", t0.Add(time.Second), sig, body), t0), reasonMismatch)
 }
 
 // Our v1 signatures verify with the library (its timestamp check reads the
@@ -133,8 +133,8 @@ func TestStandardWebhooksHeaderShapes(t *testing.T) {
 		mutate func(h http.Header)
 		reason Reason
 	}{
-		{"non-numeric timestamp", func(h http.Header) { h.Set(WebhookTimestampHeader, "2026-01-01T00:00:00Z") }, ReasonTimestamp},
-		{"bad base64", func(h http.Header) { h.Set(WebhookSignatureHeader, "v1,***") }, ReasonMalformed},
+		{"non-numeric timestamp", func(h http.Header) { h.Set(WebhookTimestampHeader, "2026-01-01T00:00:00Z") }, reasonTimestamp},
+		{"bad base64", func(h http.Header) { h.Set(WebhookSignatureHeader, "v1,***") }, reasonMalformed},
 		{"no comma entries", func(h http.Header) { h.Set(WebhookSignatureHeader, "v1") }, ReasonMissing},
 		{"unknown version only", func(h http.Header) {
 			h.Set(WebhookSignatureHeader, "v2,"+base64.StdEncoding.EncodeToString([]byte("x")))

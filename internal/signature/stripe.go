@@ -19,8 +19,8 @@ var stripeScheme = schemeDef{
 	build: func(o Options, tol time.Duration) (Scheme, error) { return newStripe(o.Secrets, tol), nil },
 }
 
-// StripeSignatureHeader carries "t=<unix seconds>,v1=<hex>[,v1=<hex>...]".
-const StripeSignatureHeader = "Stripe-Signature"
+// stripeSignatureHeader carries "t=<unix seconds>,v1=<hex>[,v1=<hex>...]".
+const stripeSignatureHeader = "Stripe-Signature"
 
 // stripe verifies Stripe's v1 scheme: HMAC-SHA256 keyed with the endpoint
 // secret (the whsec_... string used as is) over "<t>.<body>", hex encoded.
@@ -48,11 +48,11 @@ type StripeSignature struct {
 	V1 [][]byte
 }
 
-// ParseStripeSignature parses a Stripe-Signature header value. Entries it
+// parseStripeSignature parses a Stripe-Signature header value. Entries it
 // does not know are skipped, as Stripe asks; a missing or repeated t=, a v1
 // value that is not hex, and more than 16 signature entries of any scheme
 // (see maxSignatures) are errors.
-func ParseStripeSignature(v string) (StripeSignature, error) {
+func parseStripeSignature(v string) (StripeSignature, error) {
 	// Counted before anything is decoded. Stripe sends one v1 per active
 	// secret while a secret is rolled, and may add a signature of another
 	// scheme next to each; every key other than t counts.
@@ -63,7 +63,7 @@ func ParseStripeSignature(v string) (StripeSignature, error) {
 		}
 	}
 	if n > maxSignatures {
-		return StripeSignature{}, failf(ReasonMalformed, "stripe: %s holds %d signature entries; at most %d are accepted", StripeSignatureHeader, n, maxSignatures)
+		return StripeSignature{}, failf(reasonMalformed, "stripe: %s holds %d signature entries; at most %d are accepted", stripeSignatureHeader, n, maxSignatures)
 	}
 	var sig StripeSignature
 	seenT := false
@@ -75,44 +75,44 @@ func ParseStripeSignature(v string) (StripeSignature, error) {
 		switch k {
 		case "t":
 			if seenT {
-				return StripeSignature{}, failf(ReasonMalformed, "stripe: %s has more than one t=", StripeSignatureHeader)
+				return StripeSignature{}, failf(reasonMalformed, "stripe: %s has more than one t=", stripeSignatureHeader)
 			}
 			seenT = true
 			t, err := strconv.ParseInt(val, 10, 64)
 			if err != nil || t < 0 {
-				return StripeSignature{}, failf(ReasonTimestamp, "stripe: %s t= is not a unix time in seconds", StripeSignatureHeader)
+				return StripeSignature{}, failf(reasonTimestamp, "stripe: %s t= is not a unix time in seconds", stripeSignatureHeader)
 			}
 			sig.Timestamp = t
 		case "v1":
 			b, err := hex.DecodeString(val)
 			if err != nil {
-				return StripeSignature{}, failf(ReasonMalformed, "stripe: %s has a v1 value that is not hex", StripeSignatureHeader)
+				return StripeSignature{}, failf(reasonMalformed, "stripe: %s has a v1 value that is not hex", stripeSignatureHeader)
 			}
 			sig.V1 = append(sig.V1, b)
 		}
 	}
 	if !seenT {
-		return StripeSignature{}, failf(ReasonMalformed, "stripe: %s has no t= timestamp", StripeSignatureHeader)
+		return StripeSignature{}, failf(reasonMalformed, "stripe: %s has no t= timestamp", stripeSignatureHeader)
 	}
 	return sig, nil
 }
 
 func (s *stripe) Verify(req *Request, now time.Time) error {
-	v, ok, herr := header(req.Header, StripeSignatureHeader, "stripe")
+	v, ok, herr := header(req.Header, stripeSignatureHeader, "stripe")
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "stripe: %s header is missing", StripeSignatureHeader)
+		return failf(ReasonMissing, "stripe: %s header is missing", stripeSignatureHeader)
 	}
-	sig, err := ParseStripeSignature(v)
+	sig, err := parseStripeSignature(v)
 	if err != nil {
 		return err
 	}
 	if len(sig.V1) == 0 {
 		// Stripe may add schemes later; only v1 is trusted, so a header
 		// with only v0 (or anything else) is refused, never downgraded.
-		return failf(ReasonMissing, "stripe: %s has no v1 signature", StripeSignatureHeader)
+		return failf(ReasonMissing, "stripe: %s has no v1 signature", stripeSignatureHeader)
 	}
 	ts := strconv.FormatInt(sig.Timestamp, 10)
 	matched := false
@@ -128,7 +128,7 @@ func (s *stripe) Verify(req *Request, now time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "stripe: no v1 signature matches any configured secret")
+		return failf(reasonMismatch, "stripe: no v1 signature matches any configured secret")
 	}
 	// The timestamp is checked after the signature so that a stale but
 	// authentic delivery is reported as a timestamp problem (clock skew,
@@ -143,6 +143,6 @@ func (s *stripe) Sign(req *Request, now time.Time, _ string) (http.Header, error
 	ts := strconv.FormatInt(now.Unix(), 10)
 	mac := hmacSHA256(s.secrets[0], []byte(ts), []byte{'.'}, req.Body)
 	h := http.Header{}
-	h.Set(StripeSignatureHeader, "t="+ts+",v1="+hex.EncodeToString(mac))
+	h.Set(stripeSignatureHeader, "t="+ts+",v1="+hex.EncodeToString(mac))
 	return h, nil
 }

@@ -13,7 +13,7 @@ const stripeSecret = "whsec_test_3f9a0c7b2e5d4a1f"
 func stripeReq(header string, body []byte) *Request {
 	r := newReq()
 	r.Body = body
-	r.Header.Set(StripeSignatureHeader, header)
+	r.Header.Set(stripeSignatureHeader, header)
 	return r
 }
 
@@ -27,7 +27,7 @@ func TestStripeOracleTheirsVerifiesWithOurs(t *testing.T) {
 		}
 		tampered := append([]byte{}, body...)
 		tampered[0] = ' '
-		wantReason(t, s.Verify(stripeReq(p.Header, tampered), t0), ReasonMismatch)
+		wantReason(t, s.Verify(stripeReq(p.Header, tampered), t0), reasonMismatch)
 	}
 }
 
@@ -41,7 +41,7 @@ func TestStripeOracleOursVerifiesWithTheirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr := h.Get(StripeSignatureHeader)
+	hdr := h.Get(stripeSignatureHeader)
 	if err := webhook.ValidatePayloadIgnoringTolerance(req.Body, hdr, stripeSecret); err != nil {
 		t.Fatalf("stripe-go refused our signature: %v", err)
 	}
@@ -76,15 +76,15 @@ func TestStripeHeaderShapes(t *testing.T) {
 		header string
 		reason Reason
 	}{
-		{ts + "," + v1(other), ReasonMismatch},
+		{ts + "," + v1(other), reasonMismatch},
 		{ts + ",v0=" + strings.TrimPrefix(v1(good), "v1="), ReasonMissing}, // a weaker scheme is never used
 		{ts, ReasonMissing},
-		{v1(good), ReasonMalformed},
-		{ts + "," + ts + "," + v1(good), ReasonMalformed},
-		{ts + ",v1=not-hex", ReasonMalformed},
-		{"t=abc," + v1(good), ReasonTimestamp},
-		{"t=-5," + v1(good), ReasonTimestamp},
-		{"garbage", ReasonMalformed},
+		{v1(good), reasonMalformed},
+		{ts + "," + ts + "," + v1(good), reasonMalformed},
+		{ts + ",v1=not-hex", reasonMalformed},
+		{"t=abc," + v1(good), reasonTimestamp},
+		{"t=-5," + v1(good), reasonTimestamp},
+		{"garbage", reasonMalformed},
 	}
 	for _, c := range refused {
 		err := s.Verify(stripeReq(c.header, body), t0)

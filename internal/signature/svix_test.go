@@ -15,9 +15,9 @@ import (
 func svixReq(id string, ts time.Time, sig string, body []byte) *Request {
 	r := newReq()
 	r.Body = body
-	r.Header.Set(SvixIDHeader, id)
-	r.Header.Set(SvixTimestampHeader, strconv.FormatInt(ts.Unix(), 10))
-	r.Header.Set(SvixSignatureHeader, sig)
+	r.Header.Set(svixIDHeader, id)
+	r.Header.Set(svixTimestampHeader, strconv.FormatInt(ts.Unix(), 10))
+	r.Header.Set(svixSignatureHeader, sig)
 	return r
 }
 
@@ -41,12 +41,12 @@ func TestStandardWebhooksSvixHeadersOracle(t *testing.T) {
 	}
 	tampered := append([]byte(nil), body...)
 	tampered[len(tampered)-3] = 'X'
-	wantReason(t, s.Verify(svixReq(id, t0, sig, tampered), t0), ReasonMismatch)
-	wantReason(t, s.Verify(svixReq("msg_other", t0, sig, body), t0), ReasonMismatch)
-	wantReason(t, s.Verify(svixReq(id, t0, sig, body), t0.Add(6*time.Minute)), ReasonTimestamp)
+	wantReason(t, s.Verify(svixReq(id, t0, sig, tampered), t0), reasonMismatch)
+	wantReason(t, s.Verify(svixReq("msg_other", t0, sig, body), t0), reasonMismatch)
+	wantReason(t, s.Verify(svixReq(id, t0, sig, body), t0.Add(6*time.Minute)), reasonTimestamp)
 
 	missing := svixReq(id, t0, sig, body)
-	missing.Header.Del(SvixSignatureHeader)
+	missing.Header.Del(svixSignatureHeader)
 	err = s.Verify(missing, t0)
 	wantReason(t, err, ReasonMissing)
 	if !strings.Contains(err.Error(), "svix-signature header is missing") {
@@ -72,7 +72,7 @@ func TestStandardWebhooksMixedHeaderSetsRefused(t *testing.T) {
 	for _, n := range []string{WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader} {
 		webhook[n] = h.Get(n)
 	}
-	svixName := map[string]string{WebhookIDHeader: SvixIDHeader, WebhookTimestampHeader: SvixTimestampHeader, WebhookSignatureHeader: SvixSignatureHeader}
+	svixName := map[string]string{WebhookIDHeader: svixIDHeader, WebhookTimestampHeader: svixTimestampHeader, WebhookSignatureHeader: svixSignatureHeader}
 	for _, swapped := range []string{WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader} {
 		t.Run(swapped, func(t *testing.T) {
 			r := &Request{Header: http.Header{}, Body: body}
@@ -84,7 +84,7 @@ func TestStandardWebhooksMixedHeaderSetsRefused(t *testing.T) {
 				}
 			}
 			err := s.Verify(r, t0)
-			wantReason(t, err, ReasonMalformed)
+			wantReason(t, err, reasonMalformed)
 			if !strings.Contains(err.Error(), "mixes two header sets") || !strings.Contains(err.Error(), svixName[swapped]) {
 				t.Errorf("mixed sets: %v, want a message naming the svix header %s", err, svixName[swapped])
 			}
@@ -96,7 +96,7 @@ func TestStandardWebhooksMixedHeaderSetsRefused(t *testing.T) {
 		both.Header.Set(n, v)
 		both.Header.Set(svixName[n], v)
 	}
-	wantReason(t, s.Verify(both, t0), ReasonMalformed)
+	wantReason(t, s.Verify(both, t0), reasonMalformed)
 }
 
 // Sign's headers renamed to the svix set verify, and the rename touches
@@ -116,18 +116,18 @@ func TestHeaderSetRename(t *testing.T) {
 		}
 	}
 	renamed := svix.Rename(h)
-	if renamed.Get(WebhookIDHeader) != "" || renamed.Get(SvixIDHeader) != "msg_9" || renamed.Get("X-Other") != "kept" {
+	if renamed.Get(WebhookIDHeader) != "" || renamed.Get(svixIDHeader) != "msg_9" || renamed.Get("X-Other") != "kept" {
 		t.Fatalf("renamed = %v", renamed)
 	}
 	if err := s.Verify(&Request{Header: renamed, Body: body}, t0); err != nil {
 		t.Fatalf("renamed headers refused: %v", err)
 	}
-	hs, err := RequestHeaderSet(renamed)
+	hs, err := requestHeaderSet(renamed)
 	if err != nil || hs.Name != "svix" {
 		t.Fatalf("RequestHeaderSet = %v, %v; want svix", hs, err)
 	}
 	var ve *Error
-	if _, err := RequestHeaderSet(http.Header{"Webhook-Id": {"a"}, "Svix-Signature": {"b"}}); !errors.As(err, &ve) {
+	if _, err := requestHeaderSet(http.Header{"Webhook-Id": {"a"}, "Svix-Signature": {"b"}}); !errors.As(err, &ve) {
 		t.Fatalf("mixed: %v, want *Error", err)
 	}
 }
@@ -145,7 +145,7 @@ func FuzzRequestHeaderSet(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	names := []string{WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader, SvixIDHeader, SvixTimestampHeader, SvixSignatureHeader}
+	names := []string{WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader, svixIDHeader, svixTimestampHeader, svixSignatureHeader}
 	f.Fuzz(func(t *testing.T, mask uint8, id, ts, sig string) {
 		h := http.Header{}
 		values := []string{id, ts, sig, id, ts, sig}
@@ -155,7 +155,7 @@ func FuzzRequestHeaderSet(f *testing.F) {
 			}
 		}
 		hasWebhook, hasSvix := mask&0b000111 != 0, mask&0b111000 != 0
-		hs, err := RequestHeaderSet(h)
+		hs, err := requestHeaderSet(h)
 		switch {
 		case hasWebhook && hasSvix:
 			if err == nil {

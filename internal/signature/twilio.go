@@ -32,22 +32,22 @@ var twilioScheme = schemeDef{
 
 // Twilio webhook headers and parameters.
 const (
-	// TwilioSignatureHeader carries the base64 HMAC-SHA1, keyed with the
+	// twilioSignatureHeader carries the base64 HMAC-SHA1, keyed with the
 	// account's auth token, of the full URL Twilio called followed by the
 	// POST form parameters (see TwilioSignedContent).
-	TwilioSignatureHeader = "X-Twilio-Signature"
-	// TwilioSignatureSettingsHeader is sent by webhooks signed with a
+	twilioSignatureHeader = "X-Twilio-Signature"
+	// twilioSignatureSettingsHeader is sent by webhooks signed with a
 	// SharedKey instead of the auth token; it names the algorithm. This
 	// scheme is pinned to the auth token's HMAC-SHA1 and refuses a request
 	// whose settings name another algorithm.
-	TwilioSignatureSettingsHeader = "X-Twilio-Webhooks-Signature-Settings"
+	twilioSignatureSettingsHeader = "X-Twilio-Webhooks-Signature-Settings"
 	// TwilioIdempotencyHeader is the token Twilio keeps across its retries
 	// of one webhook request.
 	TwilioIdempotencyHeader = "I-Twilio-Idempotency-Token"
-	// TwilioBodySHA256Param is the query parameter Twilio adds when the
+	// twilioBodySHA256Param is the query parameter Twilio adds when the
 	// body is not form-encoded (JSON): the signature then covers the URL
 	// only, and this parameter binds the body by its SHA-256 in hex.
-	TwilioBodySHA256Param = "bodySHA256"
+	twilioBodySHA256Param = "bodySHA256"
 	// TwilioFirstParam is the first form parameter of every request
 	// Twilio signs: it is always sent and sorts before the others.
 	TwilioFirstParam = "AccountSid"
@@ -79,7 +79,7 @@ func newTwilio(secrets []string) *twilio {
 func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, err error) {
 	u, perr := url.Parse(rawURL)
 	if perr != nil || u.Scheme == "" || u.Host == "" {
-		return "", "", failf(ReasonMalformed, "twilio: the public URL is not an absolute URL")
+		return "", "", failf(reasonMalformed, "twilio: the public URL is not an absolute URL")
 	}
 	// In the signed string the form's parameters follow the URL with no
 	// separator, and the first of them is AccountSid: Twilio sends it with
@@ -87,20 +87,20 @@ func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, 
 	// holds it may have taken the start of the parameters of the request
 	// that was signed (docs/signatures.md); Twilio calls no such URL.
 	if strings.Contains(u.RawQuery, TwilioFirstParam) {
-		return "", "", failf(ReasonMalformed, "twilio: the URL's query holds %s, the first of the signed form parameters", TwilioFirstParam)
+		return "", "", failf(reasonMalformed, "twilio: the URL's query holds %s, the first of the signed form parameters", TwilioFirstParam)
 	}
 	q, qerr := url.ParseQuery(u.RawQuery)
-	if hs, ok := q[TwilioBodySHA256Param]; ok {
+	if hs, ok := q[twilioBodySHA256Param]; ok {
 		if qerr != nil {
-			return "", "", failf(ReasonMalformed, "twilio: the URL query cannot be parsed")
+			return "", "", failf(reasonMalformed, "twilio: the URL query cannot be parsed")
 		}
 		for _, h := range hs[1:] {
 			if h != hs[0] {
-				return "", "", failf(ReasonMalformed, "twilio: the URL has %s several times with different values", TwilioBodySHA256Param)
+				return "", "", failf(reasonMalformed, "twilio: the URL has %s several times with different values", twilioBodySHA256Param)
 			}
 		}
 		if hs[0] == "" {
-			return "", "", failf(ReasonMalformed, "twilio: the URL's %s parameter is empty", TwilioBodySHA256Param)
+			return "", "", failf(reasonMalformed, "twilio: the URL's %s parameter is empty", twilioBodySHA256Param)
 		}
 		// Twilio appends bodySHA256 to the URL it calls, so it is the
 		// query's last parameter. Anywhere else the URL may be the signed
@@ -110,14 +110,14 @@ func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, 
 		// After the last parameter comes nothing the form's later
 		// parameters could have supplied.
 		last := u.RawQuery[strings.LastIndexByte(u.RawQuery, '&')+1:]
-		if name, _, _ := strings.Cut(last, "="); name != TwilioBodySHA256Param {
-			return "", "", failf(ReasonMalformed, "twilio: %s is not the URL's last query parameter, where Twilio appends it", TwilioBodySHA256Param)
+		if name, _, _ := strings.Cut(last, "="); name != twilioBodySHA256Param {
+			return "", "", failf(reasonMalformed, "twilio: %s is not the URL's last query parameter, where Twilio appends it", twilioBodySHA256Param)
 		}
 		return rawURL, hs[0], nil
 	}
 	params, ferr := url.ParseQuery(string(body))
 	if ferr != nil {
-		return "", "", failf(ReasonMalformed, "twilio: the body is not form-encoded and the URL has no %s parameter", TwilioBodySHA256Param)
+		return "", "", failf(reasonMalformed, "twilio: the body is not form-encoded and the URL has no %s parameter", twilioBodySHA256Param)
 	}
 	var b strings.Builder
 	b.WriteString(rawURL)
@@ -138,11 +138,11 @@ func TwilioSignedContent(rawURL string, body []byte) (content, bodyHash string, 
 	return b.String(), "", nil
 }
 
-// TwilioURLCandidates returns the URLs Twilio may have signed for rawURL:
+// twilioURLCandidates returns the URLs Twilio may have signed for rawURL:
 // as given, without its port and with the default port added. Twilio's back
 // end is not consistent about the port, and its libraries try each; rawURL
 // itself always comes first.
-func TwilioURLCandidates(rawURL string) []string {
+func twilioURLCandidates(rawURL string) []string {
 	out := []string{rawURL}
 	pre, auth, rest, ok := splitAuthority(rawURL)
 	if !ok {
@@ -222,32 +222,32 @@ func twilioAlgorithm(settings string) string {
 func (t *twilio) Verify(req *Request, _ time.Time) error {
 	const sc = "twilio"
 	if req.URL == "" {
-		return failf(ReasonMalformed, "%s: the public URL is unknown; configure the source's public URL exactly as in Twilio", sc)
+		return failf(reasonMalformed, "%s: the public URL is unknown; configure the source's public URL exactly as in Twilio", sc)
 	}
-	settings, _, herr := header(req.Header, TwilioSignatureSettingsHeader, sc)
+	settings, _, herr := header(req.Header, twilioSignatureSettingsHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if alg := twilioAlgorithm(settings); alg != "HMAC_SHA1" {
-		return failf(ReasonMissing, "%s: %s names an algorithm other than HMAC_SHA1; the source is pinned to the auth-token signature", sc, TwilioSignatureSettingsHeader)
+		return failf(ReasonMissing, "%s: %s names an algorithm other than HMAC_SHA1; the source is pinned to the auth-token signature", sc, twilioSignatureSettingsHeader)
 	}
-	v, ok, herr := header(req.Header, TwilioSignatureHeader, sc)
+	v, ok, herr := header(req.Header, twilioSignatureHeader, sc)
 	if herr != nil {
 		return herr
 	}
 	if !ok {
-		return failf(ReasonMissing, "%s: %s header is missing", sc, TwilioSignatureHeader)
+		return failf(ReasonMissing, "%s: %s header is missing", sc, twilioSignatureHeader)
 	}
 	got, err := base64.StdEncoding.DecodeString(v)
 	if err != nil {
-		return failf(ReasonMalformed, "%s: %s is not base64", sc, TwilioSignatureHeader)
+		return failf(reasonMalformed, "%s: %s is not base64", sc, twilioSignatureHeader)
 	}
 	matched := false
 	var bodyHash string
 	if !twilioHasBodyHash(req.URL) && twilioNotForm(req.Header, req.Body) {
-		return failf(ReasonMalformed, "%s: the body is not form-encoded and the URL has no %s parameter", sc, TwilioBodySHA256Param)
+		return failf(reasonMalformed, "%s: the body is not form-encoded and the URL has no %s parameter", sc, twilioBodySHA256Param)
 	}
-	for _, cand := range TwilioURLCandidates(req.URL) {
+	for _, cand := range twilioURLCandidates(req.URL) {
 		content, bh, cerr := TwilioSignedContent(cand, req.Body)
 		if cerr != nil {
 			return cerr
@@ -260,13 +260,13 @@ func (t *twilio) Verify(req *Request, _ time.Time) error {
 		}
 	}
 	if !matched {
-		return failf(ReasonMismatch, "%s: %s matches no configured auth token for the configured public URL", sc, TwilioSignatureHeader)
+		return failf(reasonMismatch, "%s: %s matches no configured auth token for the configured public URL", sc, twilioSignatureHeader)
 	}
 	if bodyHash != "" {
 		want, err := hex.DecodeString(bodyHash)
 		sum := sha256.Sum256(req.Body)
 		if err != nil || !hmac.Equal(want, sum[:]) {
-			return failf(ReasonMismatch, "%s: the body's SHA-256 does not match the URL's %s parameter", sc, TwilioBodySHA256Param)
+			return failf(reasonMismatch, "%s: the body's SHA-256 does not match the URL's %s parameter", sc, twilioBodySHA256Param)
 		}
 	}
 	return nil
@@ -274,7 +274,7 @@ func (t *twilio) Verify(req *Request, _ time.Time) error {
 
 func twilioHasBodyHash(rawURL string) bool {
 	u, err := url.Parse(rawURL)
-	return err == nil && u.Query().Has(TwilioBodySHA256Param)
+	return err == nil && u.Query().Has(twilioBodySHA256Param)
 }
 
 // TwilioURLWithBodySHA256 adds the bodySHA256 parameter Twilio sends with a
@@ -285,7 +285,7 @@ func TwilioURLWithBodySHA256(rawURL string, body []byte) string {
 	if strings.Contains(rawURL, "?") {
 		sep = "&"
 	}
-	return rawURL + sep + TwilioBodySHA256Param + "=" + hex.EncodeToString(sum[:])
+	return rawURL + sep + twilioBodySHA256Param + "=" + hex.EncodeToString(sum[:])
 }
 
 // Sign signs req.URL as it is. A form body is signed with its parameters;
@@ -296,7 +296,7 @@ func (t *twilio) Sign(req *Request, _ time.Time, _ string) (http.Header, error) 
 		return nil, fmt.Errorf("twilio: signing needs the public URL")
 	}
 	if !twilioHasBodyHash(req.URL) && twilioNotForm(req.Header, req.Body) {
-		return nil, fmt.Errorf("twilio: a body that is not a form is signed over a URL with %s; see TwilioURLWithBodySHA256", TwilioBodySHA256Param)
+		return nil, fmt.Errorf("twilio: a body that is not a form is signed over a URL with %s; see TwilioURLWithBodySHA256", twilioBodySHA256Param)
 	}
 	content, bodyHash, err := TwilioSignedContent(req.URL, req.Body)
 	if err != nil {
@@ -305,10 +305,10 @@ func (t *twilio) Sign(req *Request, _ time.Time, _ string) (http.Header, error) 
 	if bodyHash != "" {
 		sum := sha256.Sum256(req.Body)
 		if !strings.EqualFold(bodyHash, hex.EncodeToString(sum[:])) {
-			return nil, fmt.Errorf("twilio: the URL's %s parameter is not the body's SHA-256", TwilioBodySHA256Param)
+			return nil, fmt.Errorf("twilio: the URL's %s parameter is not the body's SHA-256", twilioBodySHA256Param)
 		}
 	}
 	h := http.Header{}
-	h.Set(TwilioSignatureHeader, base64.StdEncoding.EncodeToString(hmacSHA1(t.secrets[0], content)))
+	h.Set(twilioSignatureHeader, base64.StdEncoding.EncodeToString(hmacSHA1(t.secrets[0], content)))
 	return h, nil
 }

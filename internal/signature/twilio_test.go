@@ -32,7 +32,7 @@ func TestTwilioJSONForgedFromAFormSignature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sms.Header.Set(TwilioSignatureHeader, h.Get(TwilioSignatureHeader))
+	sms.Header.Set(twilioSignatureHeader, h.Get(twilioSignatureHeader))
 	if err := s.Verify(sms, t0); err != nil {
 		t.Fatalf("the SMS: %v", err)
 	}
@@ -41,8 +41,8 @@ func TestTwilioJSONForgedFromAFormSignature(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := &Request{Method: http.MethodPost, URL: signed, Header: http.Header{"Content-Type": {"application/json"}}, Body: forgedBody}
-	forged.Header.Set(TwilioSignatureHeader, h.Get(TwilioSignatureHeader))
-	wantReason(t, s.Verify(forged, t0), ReasonMalformed)
+	forged.Header.Set(twilioSignatureHeader, h.Get(twilioSignatureHeader))
+	wantReason(t, s.Verify(forged, t0), reasonMalformed)
 
 	// Either fact refuses it alone: the query holds the form's first
 	// parameter, and bodySHA256 is followed by another.
@@ -51,7 +51,7 @@ func TestTwilioJSONForgedFromAFormSignature(t *testing.T) {
 		{TwilioURLWithBodySHA256("https://hooks.example.com/hooks/twilio", forgedBody) + "&z=1", "last query parameter"},
 	} {
 		_, _, err := TwilioSignedContent(c.url, forgedBody)
-		wantReason(t, err, ReasonMalformed)
+		wantReason(t, err, reasonMalformed)
 		if !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: refusal %q does not say %q", c.url, err, c.says)
 		}

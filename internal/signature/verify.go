@@ -58,8 +58,8 @@ func lookupScheme(name string) (*schemeDef, bool) {
 	return nil, false
 }
 
-// Kinds returns the scheme names in a fresh slice.
-func Kinds() []string {
+// kinds returns the scheme names in a fresh slice.
+func kinds() []string {
 	names := make([]string, len(schemes))
 	for i, d := range schemes {
 		names[i] = d.name
@@ -191,9 +191,9 @@ func New(o Options) (Scheme, error) {
 	// real secret.
 	switch {
 	case o.Kind == "":
-		return nil, optErr("kind", "is required (one of %s)", strings.Join(Kinds(), ", "))
+		return nil, optErr("kind", "is required (one of %s)", strings.Join(kinds(), ", "))
 	case !known:
-		return nil, optErr("kind", "unknown kind %q (one of %s)", o.Kind, strings.Join(Kinds(), ", "))
+		return nil, optErr("kind", "unknown kind %q (one of %s)", o.Kind, strings.Join(kinds(), ", "))
 	}
 	tol := o.Tolerance
 	if tol == 0 {
@@ -213,7 +213,7 @@ func header(h http.Header, name, scheme string) (string, bool, *Error) {
 	}
 	for _, v := range vals[1:] {
 		if v != vals[0] {
-			return "", false, failf(ReasonMalformed, "%s: header %s appears %d times with different values", scheme, name, len(vals))
+			return "", false, failf(reasonMalformed, "%s: header %s appears %d times with different values", scheme, name, len(vals))
 		}
 	}
 	return strings.TrimSpace(vals[0]), true, nil
@@ -224,10 +224,10 @@ func header(h http.Header, name, scheme string) (string, bool, *Error) {
 // would stay replayable for longer than the tolerance.
 func checkWindow(scheme string, signed, now time.Time, tol time.Duration) *Error {
 	if d := now.Sub(signed); d > tol {
-		return failf(ReasonTimestamp, "%s: signed timestamp is %s old, beyond the %s tolerance", scheme, d.Round(time.Second), tol)
+		return failf(reasonTimestamp, "%s: signed timestamp is %s old, beyond the %s tolerance", scheme, d.Round(time.Second), tol)
 	}
 	if d := signed.Sub(now); d > tol {
-		return failf(ReasonTimestamp, "%s: signed timestamp is %s in the future, beyond the %s tolerance", scheme, d.Round(time.Second), tol)
+		return failf(reasonTimestamp, "%s: signed timestamp is %s in the future, beyond the %s tolerance", scheme, d.Round(time.Second), tol)
 	}
 	return nil
 }

@@ -134,12 +134,12 @@ func TestRefusals(t *testing.T) {
 				}
 				req := signed(t, kc.opts, t0)
 				req.Body = []byte(strings.Replace(testBody, "sub_123", "sub_124", 1))
-				check(t, req, t0, ReasonMismatch)
+				check(t, req, t0, reasonMismatch)
 			})
 			t.Run("wrong secret", func(t *testing.T) {
 				o := kc.opts
 				o.Secrets = []string{kc.rotated}
-				check(t, signed(t, o, t0), t0, ReasonMismatch)
+				check(t, signed(t, o, t0), t0, reasonMismatch)
 			})
 			t.Run("rotation: second secret verifies", func(t *testing.T) {
 				o := kc.opts
@@ -165,7 +165,7 @@ func TestRefusals(t *testing.T) {
 				for name, v := range req.Header {
 					req.Header[name] = append(v, v[0]+"0")
 				}
-				check(t, req, t0, ReasonMalformed)
+				check(t, req, t0, reasonMalformed)
 			})
 			if !kc.timed {
 				return
@@ -173,14 +173,14 @@ func TestRefusals(t *testing.T) {
 			tol := DefaultTolerance(kc.opts.Kind)
 			t.Run("stale", func(t *testing.T) {
 				req := signed(t, kc.opts, t0)
-				check(t, req, t0.Add(tol+time.Second), ReasonTimestamp)
+				check(t, req, t0.Add(tol+time.Second), reasonTimestamp)
 				if err := s.Verify(req, t0.Add(tol)); err != nil {
 					t.Fatalf("at exactly the tolerance: %v", err)
 				}
 			})
 			t.Run("future", func(t *testing.T) {
 				req := signed(t, kc.opts, t0.Add(tol+time.Second))
-				check(t, req, t0, ReasonTimestamp)
+				check(t, req, t0, reasonTimestamp)
 				if err := s.Verify(signed(t, kc.opts, t0.Add(tol)), t0); err != nil {
 					t.Fatalf("at exactly the tolerance: %v", err)
 				}
@@ -193,7 +193,7 @@ func TestRefusals(t *testing.T) {
 				if err := s2.Verify(req, t0.Add(9*time.Minute)); err != nil {
 					t.Fatalf("within 10m: %v", err)
 				}
-				wantReason(t, s2.Verify(req, t0.Add(11*time.Minute)), ReasonTimestamp)
+				wantReason(t, s2.Verify(req, t0.Add(11*time.Minute)), reasonTimestamp)
 			})
 		})
 	}
@@ -263,15 +263,15 @@ func TestNewValidation(t *testing.T) {
 }
 
 func TestKindsAndDefaults(t *testing.T) {
-	ks := Kinds()
+	ks := kinds()
 	if len(ks) != 13 {
 		t.Fatalf("Kinds() = %v", ks)
 	}
 	ks[0] = "mutated"
-	if Kinds()[0] != KindStripe {
+	if kinds()[0] != KindStripe {
 		t.Fatal("Kinds() shares its backing array")
 	}
-	for _, k := range Kinds() {
+	for _, k := range kinds() {
 		want := 5 * time.Minute
 		switch k {
 		case KindPipedrive, KindGitHub, KindShopify, KindTwilio, KindSquare:
@@ -342,7 +342,7 @@ func TestSchemeTable(t *testing.T) {
 			t.Fatalf("scheme %d: name %q (seen %v), build set %v", i, d.name, seen[d.name], d.build != nil)
 		}
 		seen[d.name] = true
-		if Kinds()[i] != d.name || DefaultTolerance(d.name) != d.tolerance {
+		if kinds()[i] != d.name || DefaultTolerance(d.name) != d.tolerance {
 			t.Errorf("%s: Kinds or DefaultTolerance disagree with the table", d.name)
 		}
 	}

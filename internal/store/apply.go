@@ -164,8 +164,8 @@ type ApplyTx interface {
 	Flush(ctx context.Context) error
 }
 
-// ErrNoWork is the rules' answer for a work item that does not exist.
-var ErrNoWork = errors.New("no such work item")
+// errNoWork is the rules' answer for a work item that does not exist.
+var errNoWork = errors.New("no such work item")
 
 // Audit actions written by the ledger's rules.
 const (
@@ -175,41 +175,41 @@ const (
 	ActionKeyConflict      = "key_conflict"
 	ActionEffectSuperseded = "effect_superseded"
 	ActionEffectApproved   = "effect_approved"
-	ActionEffectSkipped    = "effect_skipped"
-	ActionWorkSettled      = "work_settled"
-	ActionDisposition      = "disposition"
+	actionEffectSkipped    = "effect_skipped"
+	actionWorkSettled      = "work_settled"
+	actionDisposition      = "disposition"
 	// ActionTenantMismatch is a delivery refused on receipt because its
 	// account is not the source's tenant.
 	ActionTenantMismatch = "tenant_mismatch"
 )
 
-// RunFlowApply settles one work item inside tx: the feedback-loop guard,
+// runFlowApply settles one work item inside tx: the feedback-loop guard,
 // the revision guard, the projection, superseding and inserting effects
 // behind their episode keys, the work row, the event's aggregate
 // disposition and the drained release. Any error leaves tx to be rolled
 // back whole.
-func RunFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApplyResult, error) {
-	out, err := RunFlowApplyBatch(ctx, tx, []*FlowApplyParams{p})
+func runFlowApply(ctx context.Context, tx ApplyTx, p *FlowApplyParams) (*FlowApplyResult, error) {
+	out, err := runFlowApplyBatch(ctx, tx, []*FlowApplyParams{p})
 	if err != nil {
 		return nil, err
 	}
 	return out[0], nil
 }
 
-// RunFlowApplyBatch settles ps, work items of one leased entity, in order
+// runFlowApplyBatch settles ps, work items of one leased entity, in order
 // inside tx (FlowApplyBatch), as RunFlowApply would one by one.
-func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) ([]*FlowApplyResult, error) {
+func runFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) ([]*FlowApplyResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	out, err := RunFlowApplyGroup(ctx, tx, [][]*FlowApplyParams{ps})
+	out, err := runFlowApplyGroup(ctx, tx, [][]*FlowApplyParams{ps})
 	if err != nil {
 		return nil, err
 	}
 	return out[0].Results, out[0].Err
 }
 
-// RunFlowApplyGroup settles submissions of work items, each the items of
+// runFlowApplyGroup settles submissions of work items, each the items of
 // one leased entity, inside tx (FlowApplyGroup), each submission as
 // RunFlowApplyBatch would alone. A submission whose lease no longer holds
 // gets ErrLeaseLost in its outcome and writes nothing; any other error
@@ -226,7 +226,7 @@ func RunFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) (
 // statements, are written after one Flush, in the order the rules
 // produced them. A group costs a few round trips instead of four per
 // item.
-func RunFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParams) ([]FlowApplyOutcome, error) {
+func runFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParams) ([]FlowApplyOutcome, error) {
 	seen := map[[2]string]bool{}
 	for _, ps := range subs {
 		if len(ps) == 0 {
@@ -331,7 +331,7 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 	tx := g.tx
 	bw := g.work[p.WorkID]
 	if bw == nil {
-		return nil, ErrNoWork
+		return nil, errNoWork
 	}
 	if bw.Flow != p.Lease.Flow || bw.Entity != p.Lease.Entity {
 		return nil, fmt.Errorf("work item belongs to %s/%s, not the leased entity", bw.Flow, bw.Entity)
@@ -375,10 +375,10 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 	}
 
 	if !decided {
-		res.Disposition, res.Reason = RevisionGuard(w.Version, w.VersionSort, func() bool { return JSONEqual(w.State, StateJSON(p.State)) }, p)
+		res.Disposition, res.Reason = revisionGuard(w.Version, w.VersionSort, func() bool { return JSONEqual(w.State, StateJSON(p.State)) }, p)
 		if res.Disposition == DispositionDeadLettered { // the guard's only dead letter: version_conflict
 			audit(ActionDeadLettered, subject+": "+res.Reason)
-			audit(ActionKeyConflict, VersionConflictDetail(subject, p.Version))
+			audit(ActionKeyConflict, versionConflictDetail(subject, p.Version))
 		}
 		if res.Disposition == DispositionApplied {
 			if err := g.applyEffects(ctx, p, w, res, audit); err != nil {
@@ -388,7 +388,7 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 		}
 	}
 
-	if err := tx.SettleWork(ctx, p, res, AppliedSort(res, p)); err != nil {
+	if err := tx.SettleWork(ctx, p, res, appliedSort(res, p)); err != nil {
 		return nil, fmt.Errorf("settle work: %w", err)
 	}
 	bw.Done, bw.Disposition, bw.Reason = true, res.Disposition, res.Reason
@@ -397,7 +397,7 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 			return nil, fmt.Errorf("count pending: %w", err)
 		}
 	}
-	audit(ActionWorkSettled, settledDetail(subject, res, p.Version))
+	audit(actionWorkSettled, settledDetail(subject, res, p.Version))
 	if err := g.settleEvent(ctx, w.EventPK, w.ReplayID, p.Now, p.Actor); err != nil {
 		return nil, err
 	}
@@ -470,11 +470,11 @@ func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 				return nil
 			}
 			return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionKeyConflict,
-				Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: EpisodeConflictDetail(e.EpisodeKey)})
+				Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: episodeConflictDetail(e.EpisodeKey)})
 		})
 	}
 	for _, e := range p.Skipped {
-		audit(ActionEffectSkipped, e.EpisodeKey+": "+e.Reason)
+		audit(actionEffectSkipped, e.EpisodeKey+": "+e.Reason)
 		res.EffectsSkipped++
 	}
 	return nil
@@ -491,18 +491,18 @@ func (g *applyGroup) compensationNeeded(ctx context.Context, p *FlowApplyParams,
 		return false, fmt.Errorf("read effect %d to compensate: %w", e.Compensates, err)
 	}
 	if !found {
-		audit(ActionEffectSkipped, MissingOriginalDetail(e))
+		audit(actionEffectSkipped, missingOriginalDetail(e))
 		return false, nil
 	}
-	switch CompensationDecision(state) {
-	case CompensateSupersede:
+	switch compensationDecision(state) {
+	case compensateSupersede:
 		if err := g.tx.SupersedeEffect(ctx, e.Compensates, p.Now); err != nil {
 			return false, fmt.Errorf("supersede effect %d: %w", e.Compensates, err)
 		}
 		res.Superseded++
-		audit(ActionEffectSuperseded, CompensationSupersededDetail(key, version, p.Version))
+		audit(ActionEffectSuperseded, compensationSupersededDetail(key, version, p.Version))
 		return false, nil
-	case CompensateNothing:
+	case compensateNothing:
 		return false, nil
 	}
 	return true, nil
@@ -529,16 +529,16 @@ func (g *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now ti
 	for _, w := range ws {
 		w.Event.Disposition = agg
 	}
-	g.audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: ActionDisposition,
+	g.audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: actionDisposition,
 		Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: fmt.Sprintf("%s -> %s", ev.Disposition, agg)})
 	return nil
 }
 
-// SettleEvent applies the aggregate rule once an event has no pending
+// settleEvent applies the aggregate rule once an event has no pending
 // work: the disposition becomes the aggregate of each flow's latest pass,
 // but only over accepted or dead_lettered (a replay repairs a dead letter
 // and never downgrades an applied event).
-func SettleEvent(ctx context.Context, tx ApplyTx, eventPK, replayID int64, now time.Time, actor string) error {
+func settleEvent(ctx context.Context, tx ApplyTx, eventPK, replayID int64, now time.Time, actor string) error {
 	ev, rows, err := tx.EventWork(ctx, eventPK)
 	if err != nil {
 		return fmt.Errorf("aggregate event %d: %w", eventPK, err)
@@ -550,7 +550,7 @@ func SettleEvent(ctx context.Context, tx ApplyTx, eventPK, replayID int64, now t
 	if err := tx.SetDisposition(ctx, eventPK, agg); err != nil {
 		return fmt.Errorf("set disposition of event %d: %w", eventPK, err)
 	}
-	return tx.Audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: ActionDisposition,
+	return tx.Audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: actionDisposition,
 		Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: fmt.Sprintf("%s -> %s", ev.Disposition, agg)})
 }
 
@@ -581,17 +581,17 @@ func eventAggregate(ev *EventHead, rows []EventWorkRow, replayID int64) (Disposi
 	for _, r := range latest {
 		ds = append(ds, r.Disposition)
 	}
-	agg := Aggregate(ds)
+	agg := aggregate(ds)
 	if ev.Disposition == agg || (ev.Disposition != DispositionAccepted && ev.Disposition != DispositionDeadLettered) {
 		return "", false
 	}
 	return agg, true
 }
 
-// Aggregate is the event disposition over its flows' work rows (each
+// aggregate is the event disposition over its flows' work rows (each
 // flow's latest pass, see eventAggregate): a dead letter anywhere wins,
 // then applied, then duplicate, else stale.
-func Aggregate(ds []Disposition) Disposition {
+func aggregate(ds []Disposition) Disposition {
 	for _, d := range []Disposition{DispositionDeadLettered, DispositionApplied, DispositionDuplicate} {
 		if slices.Contains(ds, d) {
 			return d
@@ -600,12 +600,12 @@ func Aggregate(ds []Disposition) Disposition {
 	return DispositionStale
 }
 
-// RevisionGuard decides what an event's version does to the projection.
+// revisionGuard decides what an event's version does to the projection.
 // Versions compare as Go strings, i.e. bytes, like the drivers' byte-order
 // (COLLATE "C" on PostgreSQL) key columns. sameState compares the states
 // (decoding both): it is asked only when the versions are equal, which is
 // rare, and not for every event.
-func RevisionGuard(curVersion, curSort string, sameState func() bool, p *FlowApplyParams) (Disposition, string) {
+func revisionGuard(curVersion, curSort string, sameState func() bool, p *FlowApplyParams) (Disposition, string) {
 	if curSort == "" {
 		return DispositionApplied, ""
 	}
@@ -653,10 +653,10 @@ func StateJSON(b []byte) []byte {
 	return b
 }
 
-// UnroutedDetail is the audit text of an event that no flow subscribes
+// unroutedDetail is the audit text of an event that no flow subscribes
 // to, stored as unrouted on receipt (from is "") or by the router
 // (from "accepted").
-func UnroutedDetail(from, eventType string) string {
+func unroutedDetail(from, eventType string) string {
 	if from != "" {
 		return fmt.Sprintf("%s -> unrouted: no flow subscribes to type %q", from, eventType)
 	}
@@ -666,8 +666,8 @@ func UnroutedDetail(from, eventType string) string {
 // UnroutedAudit is the audit row of an event stored unrouted on receipt
 // (DeliveryInput.Unrouted), written with the event's first delivery only.
 func UnroutedAudit(d *DeliveryInput) *AuditInsertParams {
-	return &AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: ActionDisposition,
-		Source: d.Source, EventID: d.EventID, Entity: d.Entity, Detail: UnroutedDetail("", d.Type)}
+	return &AuditInsertParams{At: d.ReceivedAt, Actor: "receiver", Action: actionDisposition,
+		Source: d.Source, EventID: d.EventID, Entity: d.Entity, Detail: unroutedDetail("", d.Type)}
 }
 
 // RouteFailedDetail is the audit text of a route that failed (its

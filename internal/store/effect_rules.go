@@ -9,8 +9,8 @@ import (
 // The effect ledger's transition rules, shared by both drivers
 // (docs/architecture.md, "Where the rules live").
 
-// SettleStates are the states a settle may move a submitting effect to.
-var SettleStates = map[EffectState]bool{
+// settleStates are the states a settle may move a submitting effect to.
+var settleStates = map[EffectState]bool{
 	EffectDone:                true,
 	EffectAcknowledged:        true,
 	EffectRetryWait:           true,
@@ -22,9 +22,9 @@ var SettleStates = map[EffectState]bool{
 	EffectSuperseded: true,
 }
 
-// SettleDetail is the audit text of a settle: the transition, the attempt
+// settleDetail is the audit text of a settle: the transition, the attempt
 // number, the class, the reason and the next due time.
-func SettleDetail(key string, number int, p *EffectSettleParams) string {
+func settleDetail(key string, number int, p *EffectSettleParams) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: submitting -> %s", key, p.State)
 	if number > 0 {
@@ -42,18 +42,18 @@ func SettleDetail(key string, number int, p *EffectSettleParams) string {
 	return b.String()
 }
 
-// OperateFrom lists the states each operator action is allowed from. A
+// operateFrom lists the states each operator action is allowed from. A
 // submitting effect is never among them: its call may be in flight.
-var OperateFrom = map[string][]EffectState{
+var operateFrom = map[string][]EffectState{
 	OperateRetry:   {EffectDead, EffectNeedsReconciliation},
 	OperateResolve: {EffectDead, EffectNeedsReconciliation, EffectRetryWait, EffectApproved},
 	OperateAssign: {EffectApproved, EffectAcknowledged, EffectNeedsReconciliation,
 		EffectRetryWait, EffectDead},
 }
 
-// CheckOperate refuses what no effect state could make valid, and text
+// checkOperate refuses what no effect state could make valid, and text
 // (a note, an owner, the actor) that no driver stores as given.
-func CheckOperate(p *EffectOperateParams) error {
+func checkOperate(p *EffectOperateParams) error {
 	for _, f := range []struct{ name, v string }{{"note", p.Note}, {"owner", p.Owner}, {"actor", p.Actor}} {
 		if err := CheckText(f.name, f.v); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
@@ -71,8 +71,8 @@ func CheckOperate(p *EffectOperateParams) error {
 	return fmt.Errorf("%w: unknown operator action %q", ErrInvalidArgument, p.Action)
 }
 
-// OperateDetail is the audit text of an operator action.
-func OperateDetail(f *Effect, p *EffectOperateParams) string {
+// operateDetail is the audit text of an operator action.
+func operateDetail(f *Effect, p *EffectOperateParams) string {
 	var b strings.Builder
 	b.WriteString(f.EpisodeKey + ": ")
 	switch p.Action {
@@ -89,8 +89,8 @@ func OperateDetail(f *Effect, p *EffectOperateParams) string {
 	return b.String()
 }
 
-// OperateAction is the audit action of an operator action.
-func OperateAction(action string) string {
+// operateAction is the audit action of an operator action.
+func operateAction(action string) string {
 	switch action {
 	case OperateRetry:
 		return "effect_retry"
@@ -102,41 +102,41 @@ func OperateAction(action string) string {
 
 // Audit actions of the effect ledger, written by both drivers.
 const (
-	ActionEffectRedrive              = "effect_redrive"
-	ActionEffectResumed              = "effect_resumed"
+	actionEffectRedrive              = "effect_redrive"
+	actionEffectResumed              = "effect_resumed"
 	ActionDeadlineMissed             = "deadline_missed"
 	ActionEffectDead                 = "effect_dead"
-	ActionEffectCompensationApproved = "effect_compensation_approved"
+	actionEffectCompensationApproved = "effect_compensation_approved"
 	ActionReconciliationMismatch     = "reconciliation_mismatch"
-	// ActionReplay is a replay request, audited by the pipeline.
-	ActionReplay = "replay"
+	// actionReplay is a replay request, audited by the pipeline.
+	actionReplay = "replay"
 )
 
 // SettleAction is the audit action of a settle to state: effect_done,
 // effect_retry_wait and so on.
 func SettleAction(state EffectState) string { return "effect_" + string(state) }
 
-// RedriveDetail is the audit text of a claim that re-drives a dead
+// redriveDetail is the audit text of a claim that re-drives a dead
 // effect: the redrives-th of max.
-func RedriveDetail(key string, redrives, max int) string {
+func redriveDetail(key string, redrives, max int) string {
 	return fmt.Sprintf("%s: dead -> submitting: re-drive %d of %d", key, redrives, max)
 }
 
-// ResumedDetail is the audit text of a claim that takes over an effect
+// resumedDetail is the audit text of a claim that takes over an effect
 // whose call's outcome is unknown (a lease that ran out during the call,
 // or needs_reconciliation with a time set).
-func ResumedDetail(key string, prior EffectState) string {
+func resumedDetail(key string, prior EffectState) string {
 	return fmt.Sprintf("%s: %s -> submitting: resumed, outcome of the previous call to be reconciled", key, prior)
 }
 
-// DeadlineDeadDetail is the audit text of an effect moved to dead by its
+// deadlineDeadDetail is the audit text of an effect moved to dead by its
 // deadline (on_deadline: dead).
-func DeadlineDeadDetail(key string, prior EffectState, reason string) string {
+func deadlineDeadDetail(key string, prior EffectState, reason string) string {
 	return fmt.Sprintf("%s: %s -> dead [%s]: %s", key, prior, ClassPermanent, reason)
 }
 
-// MismatchDetail is the audit text of a done effect that the verifier
+// mismatchDetail is the audit text of a done effect that the verifier
 // found not to match the destination.
-func MismatchDetail(key, reason string) string {
+func mismatchDetail(key, reason string) string {
 	return fmt.Sprintf("%s: done -> needs_reconciliation [%s]: %s", key, ClassUnknown, reason)
 }

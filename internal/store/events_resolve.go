@@ -67,8 +67,8 @@ func (e *EventStateError) Error() string {
 // Unwrap makes errors.Is(err, ErrInvalidTransition) hold.
 func (e *EventStateError) Unwrap() error { return ErrInvalidTransition }
 
-// CheckEventResolve refuses params no database state could make valid.
-func CheckEventResolve(p *EventResolveParams) error {
+// checkEventResolve refuses params no database state could make valid.
+func checkEventResolve(p *EventResolveParams) error {
 	switch {
 	case p == nil:
 		return fmt.Errorf("no params: %w", ErrInvalidArgument)
@@ -93,9 +93,9 @@ type ResolvedWork struct {
 	Flow, Entity, OrderKey string
 }
 
-// EventResolveDetail is the audit detail of a resolve: the note, then
+// eventResolveDetail is the audit detail of a resolve: the note, then
 // which flows' dead letters it closed.
-func EventResolveDetail(note string, work []ResolvedWork) string {
+func eventResolveDetail(note string, work []ResolvedWork) string {
 	var b strings.Builder
 	b.WriteString("dead_lettered -> resolved: ")
 	b.WriteString(note)
@@ -112,10 +112,10 @@ func EventResolveDetail(note string, work []ResolvedWork) string {
 	return b.String()
 }
 
-// SortResolvedWork puts the items in (flow, entity, order key) order: the
+// sortResolvedWork puts the items in (flow, entity, order key) order: the
 // audit detail reads the same on both drivers, and PostgreSQL locks the
 // entity rows in one order whoever resolves.
-func SortResolvedWork(ws []ResolvedWork) {
+func sortResolvedWork(ws []ResolvedWork) {
 	slices.SortFunc(ws, func(a, b ResolvedWork) int {
 		return cmp.Or(cmp.Compare(a.Flow, b.Flow), cmp.Compare(a.Entity, b.Entity), cmp.Compare(a.OrderKey, b.OrderKey))
 	})
@@ -150,7 +150,7 @@ type ResolveEvent struct {
 // in a transaction of its own (TxOperate): it is rare, and must not share
 // the fate of a batch of pipeline writes.
 func (r *Rules) EventResolve(ctx context.Context, p *EventResolveParams) (*Event, error) {
-	if err := CheckEventResolve(p); err != nil {
+	if err := checkEventResolve(p); err != nil {
 		return nil, fmt.Errorf("resolve event: %w", err)
 	}
 	what := fmt.Sprintf("resolve event %s/%s", p.Source, p.EventID)
@@ -202,7 +202,7 @@ func resolveEvent(ctx context.Context, tx Tx, p *EventResolveParams) (int64, err
 		return 0, fmt.Errorf("resolve work: %w", err)
 	}
 	// Sorted, so that concurrent resolves lock entity rows in one order.
-	SortResolvedWork(closed)
+	sortResolvedWork(closed)
 	// A resolved item is settled for revision_lag, as FlowApply counts an
 	// applied one: the entity is no longer behind because of it.
 	for _, w := range closed {
@@ -214,7 +214,7 @@ func resolveEvent(ctx context.Context, tx Tx, p *EventResolveParams) (int64, err
 		return 0, fmt.Errorf("set disposition: %w", err)
 	}
 	if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEventResolved,
-		Source: p.Source, EventID: p.EventID, Entity: ev.Entity, Detail: EventResolveDetail(p.Note, closed)}); err != nil {
+		Source: p.Source, EventID: p.EventID, Entity: ev.Entity, Detail: eventResolveDetail(p.Note, closed)}); err != nil {
 		return 0, err
 	}
 	return ev.PK, nil

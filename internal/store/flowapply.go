@@ -15,7 +15,7 @@ func (r *Rules) FlowApply(ctx context.Context, p *FlowApplyParams) (*FlowApplyRe
 	var res *FlowApplyResult
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		res, err = RunFlowApply(ctx, tx, p)
+		res, err = runFlowApply(ctx, tx, p)
 		return err
 	})
 	if err != nil {
@@ -38,7 +38,7 @@ func (r *Rules) FlowApplyBatch(ctx context.Context, ps []*FlowApplyParams) ([]*F
 	var out []*FlowApplyResult
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		out, err = RunFlowApplyBatch(ctx, tx, ps)
+		out, err = runFlowApplyBatch(ctx, tx, ps)
 		return err
 	})
 	if err != nil {
@@ -71,7 +71,7 @@ func (r *Rules) FlowApplyGroup(ctx context.Context, subs [][]*FlowApplyParams) [
 	var got []FlowApplyOutcome
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		got, err = RunFlowApplyGroup(ctx, tx, subs)
+		got, err = runFlowApplyGroup(ctx, tx, subs)
 		return err
 	})
 	if err != nil {

@@ -96,8 +96,8 @@ func LeaseTransition(f *Effect, reason string) {
 // an expired lease.
 const ResumedReason = "the lease expired during the call: outcome unknown"
 
-// AbandonedDetail is the error of an abandoned call's attempts row.
-func AbandonedDetail(leaseUntil time.Time) string {
+// abandonedDetail is the error of an abandoned call's attempts row.
+func abandonedDetail(leaseUntil time.Time) string {
 	return AbandonedCall + " (its lease ran out at " + leaseUntil.UTC().Format(time.RFC3339Nano) + ")"
 }
 
@@ -112,10 +112,10 @@ type SettleWrite struct {
 	Owner string
 }
 
-// SettleOwner is the owner an effect has after a settle: the one it has,
+// settleOwner is the owner an effect has after a settle: the one it has,
 // else, when it settles into the exception queue, the configured owner
 // the settle carries. An owner a person assigned is never replaced.
-func SettleOwner(f *Effect, p *EffectSettleParams) string {
+func settleOwner(f *Effect, p *EffectSettleParams) string {
 	if f.Owner == "" && slices.Contains(ExceptionStates(), p.State) {
 		return p.Owner
 	}
@@ -155,16 +155,16 @@ func (r *Rules) EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*Claim
 			c.Resumed = c.State == EffectSubmitting || c.State == EffectNeedsReconciliation
 			switch {
 			case c.Redrive:
-				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, ActionEffectRedrive, RedriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)))
+				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, actionEffectRedrive, redriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)))
 			case c.Resumed:
-				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, ActionEffectResumed, ResumedDetail(c.EpisodeKey, c.State)))
+				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, actionEffectResumed, resumedDetail(c.EpisodeKey, c.State)))
 			}
 			if err != nil {
 				return err
 			}
 			if c.State == EffectSubmitting {
 				if err := tx.AttemptInsert(ctx, &Attempt{EffectID: c.ID, Number: c.Attempts, StartedAt: l.PriorAt,
-					Duration: l.PriorUntil.Sub(l.PriorAt), Class: ClassUnknown, Error: AbandonedDetail(l.PriorUntil)}); err != nil {
+					Duration: l.PriorUntil.Sub(l.PriorAt), Class: ClassUnknown, Error: abandonedDetail(l.PriorUntil)}); err != nil {
 					return fmt.Errorf("record abandoned call of effect %d: %w", c.ID, err)
 				}
 			}
@@ -181,7 +181,7 @@ func (r *Rules) EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*Claim
 // EffectSettle records one call and moves the effect on, fenced by its
 // lease token (see Ledger).
 func (r *Rules) EffectSettle(ctx context.Context, p *EffectSettleParams) error {
-	if !SettleStates[p.State] {
+	if !settleStates[p.State] {
 		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
 	}
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
@@ -215,7 +215,7 @@ func (r *Rules) EffectSettleGroup(ctx context.Context, ps []*EffectSettleParams)
 	}
 	seen := make(map[int64]bool, len(ps))
 	for _, p := range ps {
-		if !SettleStates[p.State] || seen[p.EffectID] {
+		if !settleStates[p.State] || seen[p.EffectID] {
 			return alone() // EffectSettle answers each precisely
 		}
 		seen[p.EffectID] = true
@@ -254,7 +254,7 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 			lost[p.EffectID] = true
 			continue
 		}
-		w := &SettleWrite{EffectSettleParams: p, Owner: SettleOwner(f, p)}
+		w := &SettleWrite{EffectSettleParams: p, Owner: settleOwner(f, p)}
 		var number int
 		w.Attempts, number = settleCounts(f, p)
 		if p.Attempt != nil {
@@ -266,7 +266,7 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 			w.Call = &a
 		}
 		ws = append(ws, w)
-		audits = append(audits, effectAudit(f, p.Now, p.Actor, SettleAction(p.State), SettleDetail(f.EpisodeKey, number, p)))
+		audits = append(audits, effectAudit(f, p.Now, p.Actor, SettleAction(p.State), settleDetail(f.EpisodeKey, number, p)))
 	}
 	if len(ws) == 0 {
 		return lost, nil
@@ -286,7 +286,7 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 // effect row locked where the database has row locks, so that a claim
 // cannot take it halfway (see Ledger).
 func (r *Rules) EffectOperate(ctx context.Context, p *EffectOperateParams) (*Effect, error) {
-	if err := CheckOperate(p); err != nil {
+	if err := checkOperate(p); err != nil {
 		return nil, fmt.Errorf("operate on effect %d: %w", p.EffectID, err)
 	}
 	var f *Effect
@@ -309,7 +309,7 @@ func operate(ctx context.Context, tx Tx, p *EffectOperateParams) (*Effect, error
 	if f == nil {
 		return nil, fmt.Errorf("effect: %w", ErrNotFound)
 	}
-	if !slices.Contains(OperateFrom[p.Action], f.State) {
+	if !slices.Contains(operateFrom[p.Action], f.State) {
 		return nil, fmt.Errorf("%s from %s: %w", p.Action, f.State, ErrInvalidTransition)
 	}
 	switch p.Action {
@@ -323,7 +323,7 @@ func operate(ctx context.Context, tx Tx, p *EffectOperateParams) (*Effect, error
 	if err != nil {
 		return nil, fmt.Errorf("update effect: %w", err)
 	}
-	if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, OperateAction(p.Action), OperateDetail(f, p))); err != nil {
+	if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, operateAction(p.Action), operateDetail(f, p))); err != nil {
 		return nil, err
 	}
 	if f, err = tx.EffectRead(ctx, p.EffectID, false); err != nil {

@@ -141,26 +141,26 @@ func escalate(ctx context.Context, tx Tx, p *EffectDeadlineEscalateParams) ([]*E
 	for _, d := range dues {
 		f, err := tx.EffectRead(ctx, d.ID, false)
 		if err != nil || f == nil {
-			return nil, fmt.Errorf("read effect %d: %w", d.ID, errors.Join(err, ErrorIfNil(f)))
+			return nil, fmt.Errorf("read effect %d: %w", d.ID, errors.Join(err, errorIfNil(f)))
 		}
 		deadline := d.Deadline.UTC()
 		if !d.Missed {
 			if err := tx.EffectDeadlineMissed(ctx, d.ID, p.Now); err != nil {
 				return nil, fmt.Errorf("mark deadline missed of effect %d: %w", d.ID, err)
 			}
-			if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionDeadlineMissed, DeadlineMissedDetail(f, deadline, d.OnDead))); err != nil {
+			if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionDeadlineMissed, deadlineMissedDetail(f, deadline, d.OnDead))); err != nil {
 				return nil, err
 			}
 		}
 		// A submitting effect's call may be in flight: it goes dead once
 		// the call is settled, if it is still pending then.
 		if d.OnDead && d.State != EffectSubmitting {
-			reason := DeadlineDeadReason(deadline)
+			reason := deadlineDeadReason(deadline)
 			if err := tx.EffectKill(ctx, &EffectKillParams{ID: d.ID, Class: ClassPermanent, Reason: reason,
-				Repair: DeadlineRepair, Now: p.Now}); err != nil {
+				Repair: deadlineRepair, Now: p.Now}); err != nil {
 				return nil, fmt.Errorf("move effect %d to dead: %w", d.ID, err)
 			}
-			if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionEffectDead, DeadlineDeadDetail(f.EpisodeKey, d.State, reason))); err != nil {
+			if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionEffectDead, deadlineDeadDetail(f.EpisodeKey, d.State, reason))); err != nil {
 				return nil, err
 			}
 		}
@@ -175,7 +175,7 @@ func escalate(ctx context.Context, tx Tx, p *EffectDeadlineEscalateParams) ([]*E
 // EffectCompensate inserts an operator's compensation of a done effect
 // (see Outcomes).
 func (r *Rules) EffectCompensate(ctx context.Context, p *EffectCompensateParams) (*Effect, error) {
-	if err := CheckCompensate(p); err != nil {
+	if err := checkCompensate(p); err != nil {
 		return nil, fmt.Errorf("compensate effect %d: %w", p.EffectID, err)
 	}
 	var f *Effect
@@ -203,10 +203,10 @@ func compensate(ctx context.Context, tx Tx, p *EffectCompensateParams) (*Effect,
 	if orig.Compensates != 0 {
 		return nil, fmt.Errorf("%w: effect %d is itself the compensation of effect %d", ErrInvalidArgument, p.EffectID, orig.Compensates)
 	}
-	if !Compensable[orig.State] {
+	if !compensable[orig.State] {
 		return nil, fmt.Errorf("compensate from %s: %w", orig.State, ErrInvalidTransition)
 	}
-	existing, found, err := tx.EffectCompensationFind(ctx, orig.EpisodeKey+CompensationSuffix, p.EffectID)
+	existing, found, err := tx.EffectCompensationFind(ctx, orig.EpisodeKey+compensationSuffix, p.EffectID)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("find compensation: %w", err)
@@ -215,17 +215,17 @@ func compensate(ctx context.Context, tx Tx, p *EffectCompensateParams) (*Effect,
 	case found:
 		return nil, fmt.Errorf("%w: effect %d is compensated by effect %d already", ErrConflict, p.EffectID, existing)
 	}
-	id, err := tx.EffectCompensationInsert(ctx, &EffectCompensationInsertParams{Original: p.EffectID, Suffix: CompensationSuffix,
+	id, err := tx.EffectCompensationInsert(ctx, &EffectCompensationInsertParams{Original: p.EffectID, Suffix: compensationSuffix,
 		Request: p.Request, Now: p.Now})
 	if err != nil {
 		return nil, fmt.Errorf("insert compensation: %w", err)
 	}
 	f, err := tx.EffectRead(ctx, id, false)
 	if err != nil || f == nil {
-		return nil, fmt.Errorf("read compensation: %w", errors.Join(err, ErrorIfNil(f)))
+		return nil, fmt.Errorf("read compensation: %w", errors.Join(err, errorIfNil(f)))
 	}
-	if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionEffectCompensationApproved,
-		CompensationDetail(f.EpisodeKey, p.EffectID, orig.EpisodeKey, orig.State, p.Note))); err != nil {
+	if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, actionEffectCompensationApproved,
+		compensationDetail(f.EpisodeKey, p.EffectID, orig.EpisodeKey, orig.State, p.Note))); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -243,8 +243,8 @@ func (r *Rules) VerifyNext(ctx context.Context, p *VerifyNextParams) (*VerifyNex
 		}
 		limit := ClampLimit(p.Limit)
 		return tx.EffectsOfDestination(ctx, &EffectsOfDestinationParams{Destination: p.Destination, AfterID: res.Cursor,
-			Limit: VerifyScan}, func(f *Effect) bool {
-			if len(res.Effects) >= limit || VerifyStop(f, p.Cutoff) {
+			Limit: verifyScan}, func(f *Effect) bool {
+			if len(res.Effects) >= limit || verifyStop(f, p.Cutoff) {
 				return false
 			}
 			if f.State == EffectDone {
@@ -279,11 +279,11 @@ func (r *Rules) EffectMismatch(ctx context.Context, p *EffectMismatchParams) (bo
 			return nil
 		}
 		if err := tx.EffectMismatchMark(ctx, &EffectMismatchMarkParams{ID: p.EffectID, Reason: p.Reason,
-			Repair: MismatchRepair(f), Now: p.Now}); err != nil {
+			Repair: mismatchRepair(f), Now: p.Now}); err != nil {
 			return fmt.Errorf("update effect: %w", err)
 		}
 		changed = true
-		return tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionReconciliationMismatch, MismatchDetail(f.EpisodeKey, p.Reason)))
+		return tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionReconciliationMismatch, mismatchDetail(f.EpisodeKey, p.Reason)))
 	})
 	if err != nil {
 		return false, fmt.Errorf("record mismatch of effect %d: %w", p.EffectID, err)

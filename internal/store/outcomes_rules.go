@@ -25,24 +25,24 @@ func SettledKey(res *FlowApplyResult, orderKey string) string {
 	return ""
 }
 
-// AppliedSort is the version a work item applied ("" when it applied
+// appliedSort is the version a work item applied ("" when it applied
 // none), kept so that hookledger check can compare projections with it.
-func AppliedSort(res *FlowApplyResult, p *FlowApplyParams) string {
+func appliedSort(res *FlowApplyResult, p *FlowApplyParams) string {
 	if res.Disposition == DispositionApplied {
 		return p.VersionSort
 	}
 	return ""
 }
 
-// EpisodeConflictDetail is the key_conflict audit text of an episode key
+// episodeConflictDetail is the key_conflict audit text of an episode key
 // asked for again with another request. The signal's "kind" breakdown is
 // the first word of each key_conflict detail.
-func EpisodeConflictDetail(key string) string {
+func episodeConflictDetail(key string) string {
 	return fmt.Sprintf("episode_key %s: exists with a different request", key)
 }
 
-// VersionConflictDetail is the key_conflict audit text of two states sent for one version.
-func VersionConflictDetail(subject, version string) string {
+// versionConflictDetail is the key_conflict audit text of two states sent for one version.
+func versionConflictDetail(subject, version string) string {
 	return fmt.Sprintf("version %s: %s: already applied with a different state", version, subject)
 }
 
@@ -51,44 +51,44 @@ func VersionConflictDetail(subject, version string) string {
 type Compensation int
 
 const (
-	CompensateInsert    Compensation = iota // it may have happened: undo it
-	CompensateSupersede                     // never sent: do not send it
-	CompensateNothing                       // superseded or dead: nothing happened to undo
+	compensateInsert    Compensation = iota // it may have happened: undo it
+	compensateSupersede                     // never sent: do not send it
+	compensateNothing                       // superseded or dead: nothing happened to undo
 )
 
-func CompensationDecision(original EffectState) Compensation {
+func compensationDecision(original EffectState) Compensation {
 	switch original {
 	case EffectApproved, EffectRetryWait:
-		return CompensateSupersede
+		return compensateSupersede
 	case EffectSuperseded, EffectDead:
-		return CompensateNothing
+		return compensateNothing
 	}
-	return CompensateInsert
+	return compensateInsert
 }
 
-// CompensationSupersededDetail is the effect_superseded audit text of an original stopped instead of compensated.
-func CompensationSupersededDetail(key, version, by string) string {
+// compensationSupersededDetail is the effect_superseded audit text of an original stopped instead of compensated.
+func compensationSupersededDetail(key, version, by string) string {
 	return fmt.Sprintf("%s (version %s superseded by %s: never sent, so nothing to compensate)", key, version, by)
 }
 
-// MissingOriginalDetail is the effect_skipped audit text of a compensation whose original is gone.
-func MissingOriginalDetail(e *EffectInsert) string {
+// missingOriginalDetail is the effect_skipped audit text of a compensation whose original is gone.
+func missingOriginalDetail(e *EffectInsert) string {
 	return fmt.Sprintf("%s: the effect it compensates (%d) does not exist", e.EpisodeKey, e.Compensates)
 }
 
 // The operators' side of the outcomes: texts and rules the drivers' escalation,
 // compensation and verification share.
 
-// ErrorIfNil turns a vanished row into an error.
-func ErrorIfNil(f *Effect) error {
+// errorIfNil turns a vanished row into an error.
+func errorIfNil(f *Effect) error {
 	if f == nil {
 		return errors.New("effect vanished")
 	}
 	return nil
 }
 
-// DeadlineMissedDetail is the deadline_missed audit text.
-func DeadlineMissedDetail(f *Effect, deadline time.Time, onDead bool) string {
+// deadlineMissedDetail is the deadline_missed audit text.
+func deadlineMissedDetail(f *Effect, deadline time.Time, onDead bool) string {
 	d := fmt.Sprintf("%s: deadline %s missed in state %s", f.EpisodeKey, deadline.Format(time.RFC3339Nano), f.State)
 	switch {
 	case onDead && f.State == EffectSubmitting:
@@ -101,26 +101,26 @@ func DeadlineMissedDetail(f *Effect, deadline time.Time, onDead bool) string {
 	return d
 }
 
-// DeadlineDeadReason is the reason of an effect moved to dead by on_deadline: dead.
-func DeadlineDeadReason(deadline time.Time) string {
+// deadlineDeadReason is the reason of an effect moved to dead by on_deadline: dead.
+func deadlineDeadReason(deadline time.Time) string {
 	return "deadline missed at " + deadline.Format(time.RFC3339Nano) + ": on_deadline is dead, so a person decides"
 }
 
-// DeadlineRepair is the suggested repair of an effect whose deadline passed.
-const DeadlineRepair = "the business deadline has passed: decide whether the effect is still wanted; retry it, or resolve it with a note (compensate it if it was done meanwhile)"
+// deadlineRepair is the suggested repair of an effect whose deadline passed.
+const deadlineRepair = "the business deadline has passed: decide whether the effect is still wanted; retry it, or resolve it with a note (compensate it if it was done meanwhile)"
 
-// CompensationSuffix makes a compensation's episode key and effect name
+// compensationSuffix makes a compensation's episode key and effect name
 // from the original's.
-const CompensationSuffix = ":compensate"
+const compensationSuffix = ":compensate"
 
-// Compensable are the states an operator may compensate from: the call
+// compensable are the states an operator may compensate from: the call
 // may have done its work.
-var Compensable = map[EffectState]bool{
+var compensable = map[EffectState]bool{
 	EffectDone: true, EffectAcknowledged: true, EffectResolved: true,
 }
 
-// CheckCompensate validates an operator's compensation before any read.
-func CheckCompensate(p *EffectCompensateParams) error {
+// checkCompensate validates an operator's compensation before any read.
+func checkCompensate(p *EffectCompensateParams) error {
 	if strings.TrimSpace(p.Note) == "" {
 		return fmt.Errorf("%w: a compensation needs a note saying why", ErrInvalidArgument)
 	}
@@ -130,8 +130,8 @@ func CheckCompensate(p *EffectCompensateParams) error {
 	return nil
 }
 
-// CompensationDetail is the effect_compensation_approved audit text.
-func CompensationDetail(key string, origID int64, origKey string, origState EffectState, note string) string {
+// compensationDetail is the effect_compensation_approved audit text.
+func compensationDetail(key string, origID int64, origKey string, origState EffectState, note string) string {
 	return fmt.Sprintf("%s: approved, compensating effect %d (%s, %s); note: %s", key, origID, origKey, origState, note)
 }
 
@@ -160,25 +160,25 @@ func SQLList[T ~string](values []T) string {
 	return b.String()
 }
 
-// FinalNotDone are the states verification passes over: the effect can
+// finalNotDone are the states verification passes over: the effect can
 // never become done, so the destination need not hold it.
-var FinalNotDone = map[EffectState]bool{EffectSuperseded: true, EffectResolved: true}
+var finalNotDone = map[EffectState]bool{EffectSuperseded: true, EffectResolved: true}
 
-// VerifyScan bounds the rows one VerifyNext reads, so that a long run of
+// verifyScan bounds the rows one VerifyNext reads, so that a long run of
 // passed-over effects costs several calls rather than one long read.
-const VerifyScan = 1000
+const verifyScan = 1000
 
-// VerifyStop reports the first effect the cursor must not pass yet: one
+// verifyStop reports the first effect the cursor must not pass yet: one
 // changed at or after the cutoff that is done or may still become done.
 // A done effect is returned only once it has been done since before the
 // cutoff, so the destination had time to show it. An effect pending since
 // before the cutoff (waiting for a person) is passed over rather than
 // holding the destination's verification back indefinitely.
-func VerifyStop(f *Effect, cutoff time.Time) bool {
-	return !f.UpdatedAt.Before(cutoff) && !FinalNotDone[f.State]
+func verifyStop(f *Effect, cutoff time.Time) bool {
+	return !f.UpdatedAt.Before(cutoff) && !finalNotDone[f.State]
 }
 
-// MismatchRepair is the suggested repair of a reconciliation mismatch.
-func MismatchRepair(f *Effect) string {
+// mismatchRepair is the suggested repair of a reconciliation mismatch.
+func mismatchRepair(f *Effect) string {
 	return fmt.Sprintf("check %s for episode %s: if it holds the effect as intended, resolve with a note; if not, retry the effect", f.Destination, f.EpisodeKey)
 }

@@ -414,9 +414,9 @@ type ReplayCreateParams struct {
 	Decisions []*RouteDecision
 }
 
-// StorableRoutes makes every route one that every driver writes (see
+// storableRoutes makes every route one that every driver writes (see
 // StorableRoute); drivers call it before they write decisions.
-func StorableRoutes(ds []*RouteDecision) {
+func storableRoutes(ds []*RouteDecision) {
 	for _, d := range ds {
 		for i := range d.Routes {
 			StorableRoute(&d.Routes[i])
@@ -443,12 +443,12 @@ func StorableRoute(r *Route) {
 	r.Failed = Storable(r.Failed)
 }
 
-// CheckDecisions reports a Decide answer that does not hold exactly one
+// checkDecisions reports a Decide answer that does not hold exactly one
 // decision for each event taken: an event taken without a decision would
 // be marked routed with no work, and lost. It makes every route storable
 // first (StorableRoute), so one event's values cannot fail a page.
-func CheckDecisions(evs []*RoutableEvent, ds []*RouteDecision) error {
-	StorableRoutes(ds)
+func checkDecisions(evs []*RoutableEvent, ds []*RouteDecision) error {
+	storableRoutes(ds)
 	taken := make(map[int64]bool, len(evs))
 	for _, e := range evs {
 		taken[e.PK] = true

@@ -95,11 +95,11 @@ func PublishEpisodeKey(messageID, endpointID string) string {
 	return "publish:" + messageID + ":" + endpointID
 }
 
-// MatchType reports whether an endpoint whose filter is types receives a
+// matchType reports whether an endpoint whose filter is types receives a
 // message of type typ: an empty filter receives everything, otherwise one
 // glob must match (path.Match syntax: '*' is any run of characters
 // without '/', '?' one character, [...] a class).
-func MatchType(types []string, typ string) bool {
+func matchType(types []string, typ string) bool {
 	if len(types) == 0 {
 		return true
 	}
@@ -166,8 +166,8 @@ func (s EndpointSecret) Active(now time.Time) bool {
 	return s.ExpiresAt.IsZero() || now.Before(s.ExpiresAt)
 }
 
-// MarshalSpec encodes a spec for storage.
-func MarshalSpec(s *EndpointSpec) ([]byte, error) {
+// marshalSpec encodes a spec for storage.
+func marshalSpec(s *EndpointSpec) ([]byte, error) {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("encode endpoint spec: %w", err)
@@ -273,11 +273,11 @@ type MessagePublishResult struct {
 	CreatedAt time.Time
 }
 
-// PublishRequest is the stored request of a message's effect: a POST of
+// publishRequest is the stored request of a message's effect: a POST of
 // the payload with the message id as webhook-id (the receiver's dedupe
 // key, the same on every attempt). The delivery action adds the
 // per-attempt timestamp and signatures.
-func PublishRequest(messageID string, payload []byte) []byte {
+func publishRequest(messageID string, payload []byte) []byte {
 	b, _ := json.Marshal(struct {
 		Method  string            `json:"method"`
 		Path    string            `json:"path"`
@@ -291,15 +291,15 @@ func PublishRequest(messageID string, payload []byte) []byte {
 // disables (EndpointPutParams.ForceDisabled).
 const ReasonConfigDisabled = "disabled in the config"
 
-// PublishVersionSort is the version_sort of a message's effects: Now in
+// publishVersionSort is the version_sort of a message's effects: Now in
 // unix microseconds, zero-padded to a fixed width so that text order is
 // time order, then the message id to break ties.
-func PublishVersionSort(now time.Time, messageID string) string {
+func publishVersionSort(now time.Time, messageID string) string {
 	return fmt.Sprintf("%020d", now.UnixMicro()) + messageID
 }
 
-// CheckEndpointPut rejects params no database state could make valid.
-func CheckEndpointPut(p *EndpointPutParams) error {
+// checkEndpointPut rejects params no database state could make valid.
+func checkEndpointPut(p *EndpointPutParams) error {
 	switch {
 	case p.ID == "":
 		return fmt.Errorf("endpoint without an id: %w", ErrInvalidArgument)
@@ -320,8 +320,8 @@ func CheckEndpointPut(p *EndpointPutParams) error {
 	return nil
 }
 
-// CheckMessagePublish rejects params no database state could make valid.
-func CheckMessagePublish(p *MessagePublishParams) error {
+// checkMessagePublish rejects params no database state could make valid.
+func checkMessagePublish(p *MessagePublishParams) error {
 	switch {
 	case p.ID == "" || p.Key == "":
 		return fmt.Errorf("message without an id or idempotency key: %w", ErrInvalidArgument)
@@ -336,11 +336,11 @@ func CheckMessagePublish(p *MessagePublishParams) error {
 	return nil
 }
 
-// EndpointAuditDetail is the audit detail of an endpoint's creation or
+// endpointAuditDetail is the audit detail of an endpoint's creation or
 // update. It names the URL's host only: a URL may carry credentials or a
 // token in its user info, path or query, and an audit row is read by
 // everyone who reads the console.
-func EndpointAuditDetail(verb string, origin string, s *EndpointSpec) string {
+func endpointAuditDetail(verb string, origin string, s *EndpointSpec) string {
 	host := "an invalid URL"
 	if u, err := url.Parse(s.URL); err == nil && u.Host != "" {
 		host = u.Host
@@ -352,14 +352,14 @@ func EndpointAuditDetail(verb string, origin string, s *EndpointSpec) string {
 	return fmt.Sprintf("%s (%s): delivers %s to %s, %d signing secret(s)", verb, origin, types, host, len(s.Secrets))
 }
 
-// MessagePublishedDetail is the audit detail of a published message.
-func MessagePublishedDetail(typ string, endpoints int) string {
+// messagePublishedDetail is the audit detail of a published message.
+func messagePublishedDetail(typ string, endpoints int) string {
 	return fmt.Sprintf("message of type %q fanned out to %d endpoint(s)", typ, endpoints)
 }
 
-// EndpointStateDetail is the audit detail of a state change: the reason
+// endpointStateDetail is the audit detail of a state change: the reason
 // given, or what happened when none was.
-func EndpointStateDetail(reason, fallback string) string {
+func endpointStateDetail(reason, fallback string) string {
 	if reason != "" {
 		return reason
 	}
@@ -375,11 +375,11 @@ type EndpointChange struct {
 	Audit    []*AuditInsertParams
 }
 
-// PlanEndpointPut decides EndpointPut from the stored row (nil when there
+// planEndpointPut decides EndpointPut from the stored row (nil when there
 // is none). A deleted row is revived only with Undelete, which starts it
 // over as a new endpoint; replacing it without Undelete is ErrConflict
 // (its id stays taken by the effects that name it).
-func PlanEndpointPut(cur *Endpoint, p *EndpointPutParams) (*EndpointChange, error) {
+func planEndpointPut(cur *Endpoint, p *EndpointPutParams) (*EndpointChange, error) {
 	now := p.Now.UTC()
 	ep := &Endpoint{ID: p.ID, EndpointSpec: p.Spec, UpdatedAt: now}
 	ch := &EndpointChange{Endpoint: ep}
@@ -404,11 +404,11 @@ func PlanEndpointPut(cur *Endpoint, p *EndpointPutParams) (*EndpointChange, erro
 			}
 			verb += " disabled"
 		}
-		audit(ActionEndpointCreated, EndpointAuditDetail(verb, ep.Origin, &ep.EndpointSpec))
+		audit(ActionEndpointCreated, endpointAuditDetail(verb, ep.Origin, &ep.EndpointSpec))
 	default:
 		ep.Origin, ep.CreatedAt, ep.FailingSince = cur.Origin, cur.CreatedAt, cur.FailingSince
 		ep.Enabled, ep.DisabledReason, ep.DisabledAt = cur.Enabled, cur.DisabledReason, cur.DisabledAt
-		audit(ActionEndpointUpdated, EndpointAuditDetail("updated", ep.Origin, &ep.EndpointSpec))
+		audit(ActionEndpointUpdated, endpointAuditDetail("updated", ep.Origin, &ep.EndpointSpec))
 		if p.ForceDisabled {
 			ep.DisabledReason = ReasonConfigDisabled
 			if ep.Enabled {
@@ -420,9 +420,9 @@ func PlanEndpointPut(cur *Endpoint, p *EndpointPutParams) (*EndpointChange, erro
 	return ch, nil
 }
 
-// PlanEndpointState decides EndpointSetState from the stored row (nil when
+// planEndpointState decides EndpointSetState from the stored row (nil when
 // there is none): ErrNotFound for a missing or deleted endpoint.
-func PlanEndpointState(cur *Endpoint, p *EndpointStateParams) (*EndpointChange, error) {
+func planEndpointState(cur *Endpoint, p *EndpointStateParams) (*EndpointChange, error) {
 	if cur == nil || cur.Deleted {
 		return nil, fmt.Errorf("endpoint %s: %w", p.ID, ErrNotFound)
 	}
@@ -445,14 +445,14 @@ func PlanEndpointState(cur *Endpoint, p *EndpointStateParams) (*EndpointChange, 
 			ep.DisabledAt = now
 		}
 		ep.Deleted, ep.Enabled = true, false
-		ep.DisabledReason = EndpointStateDetail(p.Reason, "deleted")
-		audit(ActionEndpointDeleted, EndpointStateDetail(p.Reason, "deleted"))
+		ep.DisabledReason = endpointStateDetail(p.Reason, "deleted")
+		audit(ActionEndpointDeleted, endpointStateDetail(p.Reason, "deleted"))
 	case p.Enabled != nil && *p.Enabled && !ep.Enabled:
 		ep.Enabled, ep.DisabledReason, ep.DisabledAt = true, "", time.Time{}
-		audit(ActionEndpointEnabled, EndpointStateDetail(p.Reason, "enabled"))
+		audit(ActionEndpointEnabled, endpointStateDetail(p.Reason, "enabled"))
 	case p.Enabled != nil && !*p.Enabled && ep.Enabled:
-		ep.Enabled, ep.DisabledReason, ep.DisabledAt = false, EndpointStateDetail(p.Reason, "disabled"), now
-		audit(ActionEndpointDisabled, EndpointStateDetail(p.Reason, "disabled"))
+		ep.Enabled, ep.DisabledReason, ep.DisabledAt = false, endpointStateDetail(p.Reason, "disabled"), now
+		audit(ActionEndpointDisabled, endpointStateDetail(p.Reason, "disabled"))
 	}
 	return ch, nil
 }
@@ -524,10 +524,10 @@ type MessageEffect struct {
 
 // EndpointPut inserts or replaces an endpoint (see Publishing).
 func (r *Rules) EndpointPut(ctx context.Context, p *EndpointPutParams) (*Endpoint, error) {
-	if err := CheckEndpointPut(p); err != nil {
+	if err := checkEndpointPut(p); err != nil {
 		return nil, fmt.Errorf("put endpoint: %w", err)
 	}
-	spec, err := MarshalSpec(&p.Spec)
+	spec, err := marshalSpec(&p.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("put endpoint %s: %w", p.ID, err)
 	}
@@ -537,7 +537,7 @@ func (r *Rules) EndpointPut(ctx context.Context, p *EndpointPutParams) (*Endpoin
 		if err != nil {
 			return fmt.Errorf("reserve endpoint: %w", err)
 		}
-		change, err := PlanEndpointPut(cur, p)
+		change, err := planEndpointPut(cur, p)
 		if err != nil {
 			return err
 		}
@@ -562,7 +562,7 @@ func (r *Rules) EndpointSetState(ctx context.Context, p *EndpointStateParams) (*
 		if err != nil {
 			return fmt.Errorf("read endpoint: %w", err)
 		}
-		change, err := PlanEndpointState(cur, p)
+		change, err := planEndpointState(cur, p)
 		if err != nil {
 			return err
 		}
@@ -592,7 +592,7 @@ func auditAll(ctx context.Context, tx Tx, audits []*AuditInsertParams) error {
 // else: a publish that finds it held writes nothing and answers with the
 // holder's message, a replay.
 func (r *Rules) MessagePublish(ctx context.Context, p *MessagePublishParams) (*MessagePublishResult, error) {
-	if err := CheckMessagePublish(p); err != nil {
+	if err := checkMessagePublish(p); err != nil {
 		return nil, fmt.Errorf("publish message: %w", err)
 	}
 	var res *MessagePublishResult
@@ -633,14 +633,14 @@ func publishMessage(ctx context.Context, tx Tx, p *MessagePublishParams) (*Messa
 		return nil, fmt.Errorf("read endpoints: %w", err)
 	}
 	res := &MessagePublishResult{ID: p.ID, Fingerprint: p.Fingerprint, CreatedAt: p.Now.UTC(), Endpoints: []string{}}
-	request := PublishRequest(p.ID, p.Payload)
-	versionSort := PublishVersionSort(p.Now, p.ID)
+	request := publishRequest(p.ID, p.Payload)
+	versionSort := publishVersionSort(p.Now, p.ID)
 	for _, t := range targets {
 		spec, err := UnmarshalSpec(t.Spec)
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", t.ID, err)
 		}
-		if !MatchType(spec.Types, p.Type) {
+		if !matchType(spec.Types, p.Type) {
 			continue
 		}
 		if err := tx.MessageEffectInsert(ctx, &MessageEffect{EpisodeKey: PublishEpisodeKey(p.ID, t.ID), Flow: PublishFlow,
@@ -651,7 +651,7 @@ func publishMessage(ctx context.Context, tx Tx, p *MessagePublishParams) (*Messa
 		res.Endpoints = append(res.Endpoints, t.ID)
 	}
 	if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionMessagePublished,
-		Source: PublishSource, EventID: p.ID, Detail: MessagePublishedDetail(p.Type, len(res.Endpoints))}); err != nil {
+		Source: PublishSource, EventID: p.ID, Detail: messagePublishedDetail(p.Type, len(res.Endpoints))}); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -32,7 +32,7 @@ func TestMatchType(t *testing.T) {
 		{[]string{"["}, "[", false},
 	}
 	for _, c := range cases {
-		if got := MatchType(c.types, c.typ); got != c.want {
+		if got := matchType(c.types, c.typ); got != c.want {
 			t.Errorf("MatchType(%q, %q) = %v, want %v", c.types, c.typ, got, c.want)
 		}
 	}
@@ -53,9 +53,9 @@ func TestCheckTypePattern(t *testing.T) {
 
 func TestPublishVersionSortIsTimeOrder(t *testing.T) {
 	base := time.Date(2026, 11, 3, 9, 30, 0, 0, time.UTC)
-	a := PublishVersionSort(base, "msg_z")
-	b := PublishVersionSort(base.Add(time.Microsecond), "msg_a")
-	c := PublishVersionSort(base.Add(1000*time.Hour), "msg_a")
+	a := publishVersionSort(base, "msg_z")
+	b := publishVersionSort(base.Add(time.Microsecond), "msg_a")
+	c := publishVersionSort(base.Add(1000*time.Hour), "msg_a")
 	if !(a < b && b < c) || !strings.HasSuffix(a, "msg_z") || len(a) != 20+len("msg_z") {
 		t.Fatalf("version sorts out of time order: %q %q %q", a, b, c)
 	}
@@ -68,7 +68,7 @@ func TestPublishRequest(t *testing.T) {
 		Headers map[string]string `json:"headers"`
 		Body    json.RawMessage   `json:"body"`
 	}
-	if err := json.Unmarshal(PublishRequest("msg_1", payload), &req); err != nil {
+	if err := json.Unmarshal(publishRequest("msg_1", payload), &req); err != nil {
 		t.Fatal(err)
 	}
 	if req.Method != "POST" || req.Headers["webhook-id"] != "msg_1" || string(req.Body) != string(payload) {
@@ -79,7 +79,7 @@ func TestPublishRequest(t *testing.T) {
 func TestEndpointAuditDetailHidesSecrets(t *testing.T) {
 	s := &EndpointSpec{URL: "https://user:hunter2@hooks.example/in?token=abc", Types: []string{"a.*"},
 		Secrets: []EndpointSecret{{ID: "s1", Kind: SecretHMAC, Key: "whsec_c2VjcmV0"}}}
-	d := EndpointAuditDetail("created", OriginAPI, s)
+	d := endpointAuditDetail("created", OriginAPI, s)
 	for _, secret := range []string{"hunter2", "token=abc", "whsec_", "user"} {
 		if strings.Contains(d, secret) {
 			t.Fatalf("detail %q holds %q", d, secret)

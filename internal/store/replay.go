@@ -78,7 +78,7 @@ func (r *Rules) ReplayCreate(ctx context.Context, p *ReplayCreateParams) (int64,
 		if err != nil {
 			return fmt.Errorf("count replay items: %w", err)
 		}
-		return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionReplay,
+		return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: actionReplay,
 			Detail: fmt.Sprintf("replay %d: %d work items for %s", id, n, p.Selection)})
 	})
 	if err != nil {

@@ -19,7 +19,7 @@ type Retention interface {
 	// effect, so the effect never runs again. Then it examines up to
 	// BatchSize events after AfterEventPK and deletes, with their
 	// deliveries, work rows and loop visits, those that are past their
-	// source's cutoff and that nothing still needs (see PruneKept); then it
+	// source's cutoff and that nothing still needs (see "Why an event past its cutoff is kept"); then it
 	// deletes up to BatchSize audit rows after AfterAuditID that are past
 	// their source's cutoff and do not concern an unfinished event (see
 	// docs/retention.md). On PostgreSQL only one process prunes at a time:
@@ -53,13 +53,13 @@ type RetentionPruneParams struct {
 	BatchSize int
 }
 
-// DefaultPruneBatch is the batch size of a zero RetentionPruneParams.BatchSize.
-const DefaultPruneBatch = 200
+// defaultPruneBatch is the batch size of a zero RetentionPruneParams.BatchSize.
+const defaultPruneBatch = 200
 
 // Batch returns the batch size with its default.
 func (p *RetentionPruneParams) Batch() int {
 	if p.BatchSize <= 0 {
-		return DefaultPruneBatch
+		return defaultPruneBatch
 	}
 	return p.BatchSize
 }
@@ -113,19 +113,18 @@ func (r *RetentionPruneResult) Done() bool {
 	return r.EffectsDone && r.EventsDone && r.AuditDone
 }
 
-// PruneKept documents, for both drivers, why an event past its cutoff is
-// kept. An event is deleted only when none holds:
+// Why an event past its cutoff is kept, for both drivers. An event is
+// deleted only when none holds:
 //   - its disposition is accepted (not processed yet) or dead_lettered
 //     (waiting for a person), or it is not routed yet;
 //   - it has work that is pending (a replay included) or dead-lettered;
 //   - it is the source event of an effect still in the ledger (effects
 //     reference their source event): an effect goes first, when
-//     PruneEffectKept allows, and its event may go in a later batch;
+//     the effect rules below allow, and its event may go in a later batch;
 //   - it is the event an entity's projection was last applied from.
-const PruneKept = "unfinished, dead-lettered, source of a kept effect, or applied to a projection"
 
-// PruneEffectKept documents, for both drivers, why an effect is kept. An
-// effect is deleted, leaving a tombstone, only when all hold:
+// Why an effect is kept, for both drivers. An effect is deleted, leaving
+// a tombstone, only when all hold:
 //   - its state is one of PruneEffectStates: nothing will change it
 //     again but an operator's verification or compensation;
 //   - it last changed (updated_at) before the cutoff of its source
@@ -137,7 +136,6 @@ const PruneKept = "unfinished, dead-lettered, source of a kept effect, or applie
 // so that a resend, a replay or a refetched version that comes back to the
 // key finds it and creates nothing, and a different request under the same
 // key is still reported as a key conflict.
-const PruneEffectKept = "not finished, changed inside the retention, or compensated by an unfinished effect"
 
 // PruneEffectStates are the effect states an effect may be deleted in.
 func PruneEffectStates() []EffectState {
@@ -153,8 +151,8 @@ type EffectTombstone struct {
 	CreatedAt, DeletedAt                          time.Time
 }
 
-// PruneTerminalDispositions are the dispositions an event may be deleted in.
-func PruneTerminalDispositions() []Disposition {
+// pruneTerminalDispositions are the dispositions an event may be deleted in.
+func pruneTerminalDispositions() []Disposition {
 	return []Disposition{DispositionApplied, DispositionDuplicate, DispositionStale, DispositionSuperseded,
 		DispositionUnrouted, DispositionResolved}
 }
@@ -196,7 +194,7 @@ type RetentionTx interface {
 	// Deletable: received before Latest, routed, its disposition one of
 	// Dispositions, no work item pending or dead-lettered, no effect of
 	// which it is the source event, and no entity whose projection it was
-	// last applied from (see PruneKept).
+	// last applied from (see "Why an event past its cutoff is kept").
 	PruneEventScan(ctx context.Context, p *PruneScanParams) ([]PruneRow, error)
 	// PruneEvents deletes events pks with their deliveries, settled work
 	// rows and loop visits, and returns what it deleted.
@@ -270,7 +268,7 @@ func (r *Rules) RetentionPrune(ctx context.Context, p *RetentionPruneParams) (*R
 	}
 	scan := func(after int64) *PruneScanParams {
 		return &PruneScanParams{Latest: latest, After: after, Limit: p.Batch(),
-			States: PruneEffectStates(), Dispositions: PruneTerminalDispositions()}
+			States: PruneEffectStates(), Dispositions: pruneTerminalDispositions()}
 	}
 	// Effects first: an event whose last effect goes in this batch can go
 	// in the events transaction right after it, when the event scan has

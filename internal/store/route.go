@@ -52,7 +52,7 @@ type RouteEvent struct {
 // is what makes concurrent routing safe: the event is claimed before
 // anything else is written.
 func (r *Rules) EventRoute(ctx context.Context, p *EventRouteParams) error {
-	StorableRoutes(p.Decisions)
+	storableRoutes(p.Decisions)
 	byPK := decisionsByPK(p.Decisions)
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		claimed, err := tx.EventsClaim(ctx, slices.Sorted(maps.Keys(byPK)))
@@ -86,7 +86,7 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (in
 			return 0, err
 		}
 		ds := p.Decide(evs)
-		if err := CheckDecisions(evs, ds); err != nil {
+		if err := checkDecisions(evs, ds); err != nil {
 			return 0, fmt.Errorf("route events: %w", err)
 		}
 		if err := r.EventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}); err != nil {
@@ -102,7 +102,7 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (in
 		}
 		n = len(evs)
 		ds := p.Decide(evs)
-		if err := CheckDecisions(evs, ds); err != nil {
+		if err := checkDecisions(evs, ds); err != nil {
 			return err
 		}
 		return routeClaimed(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), claimed)
@@ -140,8 +140,8 @@ func routeClaimed(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int6
 			if err := tx.SetDisposition(ctx, ev.PK, DispositionUnrouted); err != nil {
 				return fmt.Errorf("set unrouted: %w", err)
 			}
-			if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: "router", Action: ActionDisposition,
-				Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: UnroutedDetail("accepted", ev.Type)}); err != nil {
+			if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: "router", Action: actionDisposition,
+				Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: unroutedDetail("accepted", ev.Type)}); err != nil {
 				return err
 			}
 			continue
@@ -174,7 +174,7 @@ func routeClaimed(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int6
 		return fmt.Errorf("find settled events: %w", err)
 	}
 	for _, pk := range settle {
-		if err := SettleEvent(ctx, tx, pk, 0, p.Now, "router"); err != nil {
+		if err := settleEvent(ctx, tx, pk, 0, p.Now, "router"); err != nil {
 			return err
 		}
 	}

@@ -69,7 +69,7 @@ func MeasureSignals(ctx context.Context, r SignalReader, p *SignalSnapshotParams
 	}
 	snap := &SignalSnapshot{At: p.Now.UTC(), Measures: make([]*SignalMeasure, 0, len(reg.defs))}
 	for _, d := range reg.defs {
-		m := NewSignalMeasure(d.Name)
+		m := newSignalMeasure(d.Name)
 		if err := d.Measure(m, read); err != nil {
 			return nil, fmt.Errorf("%s: %w", d.Name, err)
 		}
@@ -88,8 +88,8 @@ var measuredBuiltins = sync.OnceValue(BuiltinSignals)
 // The helpers a signal's Measure folds rows with, so that every signal
 // counts, breaks down and trims alike.
 
-// NewSignalMeasure returns an empty measure of one signal.
-func NewSignalMeasure(name string) *SignalMeasure {
+// newSignalMeasure returns an empty measure of one signal.
+func newSignalMeasure(name string) *SignalMeasure {
 	return &SignalMeasure{Name: name, Breakdown: map[string]map[string]int64{}}
 }
 

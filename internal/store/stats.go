@@ -37,16 +37,16 @@ func ParkedStates() []EffectState {
 	return []EffectState{EffectRetryWait, EffectDead, EffectNeedsReconciliation}
 }
 
-// MaxStatsRows caps the rows one Stats read returns.
-const MaxStatsRows = 10_000
+// maxStatsRows caps the rows one Stats read returns.
+const maxStatsRows = 10_000
 
 // ClampStatsLimit applies a Stats read's default and cap.
 func ClampStatsLimit(n, def int) int {
 	switch {
 	case n <= 0:
 		return def
-	case n > MaxStatsRows:
-		return MaxStatsRows
+	case n > maxStatsRows:
+		return maxStatsRows
 	}
 	return n
 }

@@ -188,11 +188,11 @@ type EventRoute struct {
 	Reason string
 }
 
-// AddEventRoute records one work row's route on its event, for drivers that
+// addEventRoute records one work row's route on its event, for drivers that
 // read an event's work rows in (flow, pass) order: a later pass of a flow
 // replaces the earlier one. A pending row has no disposition yet and reads
 // as accepted.
-func AddEventRoute(e *Event, r EventRoute) {
+func addEventRoute(e *Event, r EventRoute) {
 	if e == nil {
 		return
 	}
@@ -216,7 +216,7 @@ func FillEventRoutes(evs []*Event, read func(pks []int64, add func(pk int64, r E
 		byPK[e.PK] = e
 		pks[i] = e.PK
 	}
-	return read(pks, func(pk int64, r EventRoute) { AddEventRoute(byPK[pk], r) })
+	return read(pks, func(pk int64, r EventRoute) { addEventRoute(byPK[pk], r) })
 }
 
 // EventListParams filters EventList; zero fields do not filter, and an event

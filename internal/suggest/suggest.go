@@ -11,7 +11,7 @@ package suggest
 func Nearest(word string, valid []string) (string, bool) {
 	best, bestD := "", -1
 	for _, v := range valid {
-		if d := Distance(word, v); bestD < 0 || d < bestD {
+		if d := distance(word, v); bestD < 0 || d < bestD {
 			best, bestD = v, d
 		}
 	}
@@ -21,11 +21,11 @@ func Nearest(word string, valid []string) (string, bool) {
 	return best, true
 }
 
-// Distance is the optimal string alignment distance of a and b: the
+// distance is the optimal string alignment distance of a and b: the
 // insertions, deletions, substitutions and swaps of two neighbouring
 // characters that turn one into the other. A swap counts once, since
 // "stauts" for "status" is one slip, not two.
-func Distance(a, b string) int {
+func distance(a, b string) int {
 	x, y := []rune(a), []rune(b)
 	// d[i][j] is the distance of x[:i] and y[:j]; three rows suffice.
 	prev2 := make([]int, len(y)+1)

@@ -11,10 +11,10 @@ func TestDistance(t *testing.T) {
 		{"stauts", "status", 1}, {"sorces", "sources", 1}, {"serv", "serve", 1},
 		{"kitten", "sitting", 3}, {"lnit", "lint", 1}, {"ca", "abc", 3},
 	} {
-		if got := Distance(tc.a, tc.b); got != tc.want {
+		if got := distance(tc.a, tc.b); got != tc.want {
 			t.Errorf("Distance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
-		if got := Distance(tc.b, tc.a); got != tc.want {
+		if got := distance(tc.b, tc.a); got != tc.want {
 			t.Errorf("Distance(%q, %q) = %d, want %d", tc.b, tc.a, got, tc.want)
 		}
 	}

@@ -14,9 +14,9 @@ import (
 	"testing"
 )
 
-// Prefix starts the message of every test stopped by Missing; the summary
+// prefix starts the message of every test stopped by Missing; the summary
 // of scripts/test.sh recognises missing dependencies by it.
-const Prefix = "MISSING DEPENDENCY: "
+const prefix = "MISSING DEPENDENCY: "
 
 // CI reports whether the tests run under CI: the CI variable is set to a
 // value, whatever it is (CI services set CI=true; some set CI=1).
@@ -26,7 +26,7 @@ func CI() bool { return os.Getenv("CI") != "" }
 // say what, and how to get it. It skips t, or fails it under CI.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
-	msg := Prefix + fmt.Sprintf(format, args...)
+	msg := prefix + fmt.Sprintf(format, args...)
 	if CI() {
 		t.Fatal(msg + " (CI is set: a test that cannot run fails)")
 	}

@@ -38,7 +38,7 @@ func TestMissingFailsUnderAnyCI(t *testing.T) {
 		if ci == "" {
 			got, other = r.skipped, r.failed
 		}
-		if other != "" || !strings.HasPrefix(got, Prefix+"no chromium found") {
+		if other != "" || !strings.HasPrefix(got, prefix+"no chromium found") {
 			t.Errorf("CI=%q: skipped %q, failed %q", ci, r.skipped, r.failed)
 		}
 	}

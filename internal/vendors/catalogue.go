@@ -71,7 +71,7 @@ func contracts() []Contract {
 			Source:             "HubSpot knowledge base",
 			Read:               "2026-11-02",
 			RetryWindow:        3 * Day,
-			RetryAfterHonoured: UnitMilliseconds,
+			RetryAfterHonoured: unitMilliseconds,
 			Notes: []string{
 				"Retries start one minute after a failure, with gaps of up to eight hours, for up to three days.",
 				"4xx responses are not retried, except 429.",
@@ -106,7 +106,7 @@ func contracts() []Contract {
 			Read:           "2026-11-02",
 			RetryWindow:    24 * time.Hour,
 			Retries:        17,
-			RetryAfterSent: UnitSeconds,
+			RetryAfterSent: unitSeconds,
 			Notes: []string{
 				"429, 500, 502 and 503 are retried with exponential backoff (shown as Waiting to Retry); any other failure code moves the call to Skipped.",
 			},
@@ -121,7 +121,7 @@ func contracts() []Contract {
 			// webhook has been in error for more than 48 hours.
 			RetryWindow:    48 * time.Hour,
 			AckTimeout:     5 * time.Second,
-			RetryAfterSent: UnitSeconds,
+			RetryAfterSent: unitSeconds,
 			Notes: []string{
 				"Needs 200, 201 or 202 within 5 seconds.",
 				"After more than 48 hours in error the webhook is disabled; re-enabling sends only events processed afterwards, so recover the gap with Get Events filtered by metric.",
@@ -131,7 +131,7 @@ func contracts() []Contract {
 		{
 			Name:         "segment",
 			Title:        "Segment",
-			Kind:         KindPipeline,
+			Kind:         kindPipeline,
 			Source:       "twilio.com/docs/segment",
 			Read:         "2026-11-01",
 			RetryWindow:  4 * time.Hour, // failed cloud-mode destination calls
@@ -146,7 +146,7 @@ func contracts() []Contract {
 		{
 			Name:   "make",
 			Title:  "Make",
-			Kind:   KindIPaaS,
+			Kind:   kindIPaaS,
 			Source: "help.make.com",
 			Read:   "2026-11-01",
 			// Only when "Store incomplete executions" is on; it is off by
@@ -169,7 +169,7 @@ func contracts() []Contract {
 		{
 			Name:         "zapier",
 			Title:        "Zapier",
-			Kind:         KindIPaaS,
+			Kind:         kindIPaaS,
 			Source:       "help.zapier.com and docs.zapier.com",
 			Read:         "2026-11-01",
 			ReplayWindow: 60 * Day,
@@ -189,7 +189,7 @@ func contracts() []Contract {
 		{
 			Name:   "n8n",
 			Title:  "n8n",
-			Kind:   KindIPaaS,
+			Kind:   kindIPaaS,
 			Source: "docs.n8n.io",
 			Read:   "2026-11-01",
 			// maxTries is capped at 5 (four retries) and waitBetweenTries at
@@ -205,7 +205,7 @@ func contracts() []Contract {
 		{
 			Name:   "braze",
 			Title:  "Braze /users/track",
-			Kind:   KindDestination,
+			Kind:   kindDestination,
 			Source: "braze.com docs",
 			Read:   "2026-11-06",
 			Notes: []string{
@@ -219,7 +219,7 @@ func contracts() []Contract {
 			Name:    "ga4-mp",
 			Aliases: []string{"ga4"},
 			Title:   "Google Analytics 4 Measurement Protocol",
-			Kind:    KindDestination,
+			Kind:    kindDestination,
 			Source:  "Google Analytics developer documentation",
 			Read:    "2026-11-01",
 			Notes: []string{
@@ -230,7 +230,7 @@ func contracts() []Contract {
 		{
 			Name:         "meta",
 			Title:        "Meta pixel and Conversions API",
-			Kind:         KindDestination,
+			Kind:         kindDestination,
 			Source:       "Meta developer documentation",
 			Read:         "2026-11-01",
 			DedupeKey:    "event_id plus event_name",
@@ -242,7 +242,7 @@ func contracts() []Contract {
 		{
 			Name:      "google-ads",
 			Title:     "Google Ads click conversion uploads",
-			Kind:      KindDestination,
+			Kind:      kindDestination,
 			Source:    "Google Ads API upload page",
 			Read:      "2026-11-06",
 			DedupeKey: "order_id per conversion action",

@@ -133,7 +133,7 @@ func presets() []Preset {
 		{
 			Name:              "generic",
 			Title:             "Any HTTP API (status codes only)",
-			RetryAfterUnit:    UnitSeconds,
+			RetryAfterUnit:    unitSeconds,
 			Rules:             nil,
 			Notes:             []string{"RFC 9110: Retry-After is an HTTP date or a number of seconds."},
 			Source:            "RFC 9110, RFC 6585",
@@ -145,7 +145,7 @@ func presets() []Preset {
 			Title:                     "Stripe API v1",
 			Source:                    "docs.stripe.com (idempotent requests, error codes)",
 			Read:                      "2026-11-06",
-			RetryAfterUnit:            UnitSeconds,
+			RetryAfterUnit:            unitSeconds,
 			IdempotencyHeader:         "Idempotency-Key",
 			IdempotencyWindow:         24 * time.Hour,
 			IdempotencyReplayedHeader: "Idempotent-Replayed",
@@ -166,7 +166,7 @@ func presets() []Preset {
 			Title:          "HubSpot CRM API",
 			Source:         "developers.hubspot.com",
 			Read:           "2026-11-01",
-			RetryAfterUnit: UnitSeconds,
+			RetryAfterUnit: unitSeconds,
 			Rules: []Rule{
 				// Batch endpoints answer 207 when some records failed.
 				{Status: 207, Class: "hidden_failure", Reason: "HubSpot batch: some records failed (207 Multi-Status)"},
@@ -178,7 +178,7 @@ func presets() []Preset {
 			Title:          "Salesforce REST API",
 			Source:         "reference 000: error classes (RT03)",
 			Read:           "2026-11-01",
-			RetryAfterUnit: UnitSeconds,
+			RetryAfterUnit: unitSeconds,
 			Rules: []Rule{
 				// Quota exhaustion and the concurrency limit arrive as 403.
 				{Status: 403, BodyContains: "REQUEST_LIMIT_EXCEEDED", Class: "quota", Reason: "Salesforce REQUEST_LIMIT_EXCEEDED"},
@@ -190,7 +190,7 @@ func presets() []Preset {
 			Title:          "Marketo REST API",
 			Source:         "reference 000: error classes (RT03)",
 			Read:           "2026-11-01",
-			RetryAfterUnit: UnitSeconds,
+			RetryAfterUnit: unitSeconds,
 			Rules: []Rule{
 				{Status: 200, JSONField: "success", JSONEquals: "false", Class: "hidden_failure", Reason: "Marketo answered 200 with success false"},
 			},
@@ -201,7 +201,7 @@ func presets() []Preset {
 			Title:          "Klaviyo API",
 			Source:         "developers.klaviyo.com",
 			Read:           "2026-11-02",
-			RetryAfterUnit: UnitSeconds,
+			RetryAfterUnit: unitSeconds,
 			Notes:          []string{"Klaviyo returns Retry-After in seconds on 429."},
 		},
 		{
@@ -209,7 +209,7 @@ func presets() []Preset {
 			Title:          "Braze /users/track",
 			Source:         "braze.com/docs (users/track, API rate limits, API errors and responses)",
 			Read:           "2026-11-06",
-			RetryAfterUnit: UnitSeconds,
+			RetryAfterUnit: unitSeconds,
 			// Data-point contracts; MAU contracts add an hourly limit that
 			// is per customer and not catalogued here.
 			Budget:          Budget{Requests: 3000, Per: 3 * time.Second},
@@ -241,7 +241,7 @@ func presets() []Preset {
 			Title:          "Google Analytics 4 Measurement Protocol",
 			Source:         "developers.google.com/analytics/devguides/collection/protocol/ga4 (validating events)",
 			Read:           "2026-11-01",
-			RetryAfterUnit: UnitSeconds,
+			RetryAfterUnit: unitSeconds,
 			Validation:     &Validation{PathFrom: "/mp/collect", PathTo: "/debug/mp/collect", Messages: "validationMessages"},
 			Rules: []Rule{
 				// Only the validation server says what is wrong; the live
@@ -262,7 +262,7 @@ func presets() []Preset {
 			Title:             "Meta Conversions API",
 			Source:            "developers.facebook.com (Conversions API, Graph API error handling)",
 			Read:              "2026-11-01",
-			RetryAfterUnit:    UnitSeconds,
+			RetryAfterUnit:    unitSeconds,
 			DedupeKey:         "event_id + event_name",
 			IdempotencyWindow: 48 * time.Hour,
 			Rules: []Rule{
@@ -288,7 +288,7 @@ func presets() []Preset {
 			Title:          "Google Ads API click conversion uploads",
 			Source:         "developers.google.com/google-ads/api (UploadClickConversions, partial failures, error enums)",
 			Read:           "2026-11-06",
-			RetryAfterUnit: UnitSeconds,
+			RetryAfterUnit: unitSeconds,
 			DedupeKey:      "order_id per conversion action",
 			Rules: []Rule{
 				// Before the partial-failure rule: the same code may come

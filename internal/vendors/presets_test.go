@@ -24,7 +24,7 @@ func TestPresetsAreWellFormed(t *testing.T) {
 		if _, err := time.Parse(time.DateOnly, p.Read); err != nil {
 			t.Errorf("%s: read date %q: %v", p.Name, p.Read, err)
 		}
-		if p.RetryAfterUnit != UnitSeconds && p.RetryAfterUnit != UnitMilliseconds {
+		if p.RetryAfterUnit != unitSeconds && p.RetryAfterUnit != unitMilliseconds {
 			t.Errorf("%s: Retry-After unit %q", p.Name, p.RetryAfterUnit)
 		}
 		if p.IdempotencyHeader != "" && p.IdempotencyWindow <= 0 {

@@ -76,7 +76,7 @@ func TestCatalogueFigures(t *testing.T) {
 			t.Errorf("%s: ack timeout = %s, want %s", tt.name, c.AckTimeout, tt.ack)
 		}
 	}
-	if c, _ := ix.Lookup("hubspot-workflow"); c.RetryAfterHonoured != UnitMilliseconds {
+	if c, _ := ix.Lookup("hubspot-workflow"); c.RetryAfterHonoured != unitMilliseconds {
 		t.Errorf("hubspot-workflow reads Retry-After in %q, want milliseconds", c.RetryAfterHonoured)
 	}
 	if c, _ := ix.Lookup("meta"); c.DedupeWindow != 48*time.Hour {
@@ -131,7 +131,7 @@ func TestNewCatalogueEntries(t *testing.T) {
 			t.Errorf("%s: not in the catalogue", name)
 			continue
 		}
-		if c.Kind != KindDestination {
+		if c.Kind != kindDestination {
 			t.Errorf("%s: kind %s, want destination", name, c.Kind)
 		}
 	}

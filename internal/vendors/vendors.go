@@ -28,12 +28,12 @@ type Kind string
 const (
 	// KindSender sends webhooks to a receiver and retries failed deliveries.
 	KindSender Kind = "webhook sender"
-	// KindIPaaS runs integration steps and can retry or replay them.
-	KindIPaaS Kind = "iPaaS"
-	// KindPipeline collects events and forwards them to destinations.
-	KindPipeline Kind = "event pipeline"
-	// KindDestination receives events and deduplicates them itself.
-	KindDestination Kind = "destination"
+	// kindIPaaS runs integration steps and can retry or replay them.
+	kindIPaaS Kind = "iPaaS"
+	// kindPipeline collects events and forwards them to destinations.
+	kindPipeline Kind = "event pipeline"
+	// kindDestination receives events and deduplicates them itself.
+	kindDestination Kind = "destination"
 )
 
 // Unit is the unit a number in a Retry-After header is read in.
@@ -41,9 +41,9 @@ type Unit string
 
 // Retry-After units. UnitUnstated means the reference gives no unit.
 const (
-	UnitUnstated     Unit = ""
-	UnitSeconds      Unit = "seconds"
-	UnitMilliseconds Unit = "milliseconds"
+	unitUnstated     Unit = ""
+	unitSeconds      Unit = "seconds"
+	unitMilliseconds Unit = "milliseconds"
 )
 
 // Contract is one vendor's delivery contract. A zero duration or count means

@@ -59,7 +59,7 @@ var _ store.Store = (*Store)(nil)
 // transactions in flight fill each WAL flush instead of queueing for a
 // connection. 20 leaves room for several processes under PostgreSQL's
 // default max_connections of 100 (docs/deploy.md counts them).
-const DefaultMaxConns = 20
+const defaultMaxConns = 20
 
 // Open connects with a postgres:// URL. maxConns 0 takes the URL's
 // pool_max_conns, or else DefaultMaxConns.
@@ -74,7 +74,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	case maxConns > 0:
 		cfg.MaxConns = maxConns
 	case !strings.Contains(url, "pool_max_conns"):
-		cfg.MaxConns = DefaultMaxConns
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
