@@ -12,6 +12,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/server"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 var serveCommand = &command{
@@ -71,7 +72,7 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "hookledger serve: cannot listen on %s: %v%s\n", cfg.Listen, err, hint)
 		return exitFail
 	}
-	srv := server.New(cfg, server.Options{Logger: log, HostClock: host, Listener: ln})
+	srv := server.New(cfg, server.Options{Logger: log, HostClock: host, Listener: ln, Version: buildVersion()})
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(env.Stderr, "hookledger serve: %v\n", err)
 		return exitFail
@@ -176,9 +177,9 @@ func (l *logFlags) logger(env *Env) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch *l.format {
 	case "text":
-		return slog.New(slog.NewTextHandler(env.Stderr, opts)), nil
+		return slog.New(tracing.LogHandler(slog.NewTextHandler(env.Stderr, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(env.Stderr, opts)), nil
+		return slog.New(tracing.LogHandler(slog.NewJSONHandler(env.Stderr, opts))), nil
 	}
 	return nil, errors.New("--log-format: want text or json")
 }

@@ -62,6 +62,8 @@ type Config struct {
 	// (docs/publishing.md).
 	Publish   Publish          `yaml:"publish"`
 	Endpoints []EndpointConfig `yaml:"endpoints"`
+	// Tracing configures OpenTelemetry traces (docs/tracing.md).
+	Tracing Tracing `yaml:"tracing"`
 
 	// Path is the file the config was read from (for messages).
 	Path string `yaml:"-"`

@@ -69,6 +69,11 @@ type Destination struct {
 	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 	// Signing, when set, signs every call with Standard Webhooks headers.
 	Signing *Signing `yaml:"signing"`
+	// TracePropagation, unless false, sends the W3C traceparent and
+	// tracestate headers of the attempt's span with every call when
+	// tracing is on (docs/tracing.md). A destination that refuses unknown
+	// headers, or one outside the organisation, turns it off.
+	TracePropagation *bool `yaml:"trace_propagation"`
 
 	Compiled   *CompiledDest   `yaml:"-"`
 	PresetData *vendors.Preset `yaml:"-"`
@@ -211,6 +216,12 @@ type ClassifyRule struct {
 // only when the state changed (send_changes_only, or the preset's).
 func (d *Destination) ChangesOnly() bool {
 	return d.SendChangesOnly != nil && *d.SendChangesOnly
+}
+
+// PropagatesTrace reports whether calls carry the trace context (on unless
+// trace_propagation is false).
+func (d *Destination) PropagatesTrace() bool {
+	return d.TracePropagation == nil || *d.TracePropagation
 }
 
 // CompiledDest holds a destination's compiled expressions.

@@ -113,6 +113,7 @@ func (c *Config) validate() (errs, warns []fieldError) {
 		add("$.receive.commit_timeout", "receive.commit_timeout (%s) must be below receive.write_timeout (%s): a 503 decided after the write deadline never reaches the sender, who sees a dropped connection instead", c.Receive.CommitTimeout.D(), c.Receive.WriteTimeout.D())
 	}
 	c.validateMetrics(add, warn)
+	c.validateTracing(add)
 	for i, tp := range c.Receive.TrustedProxies {
 		if _, err := ParseTrustedProxy(tp); err != nil {
 			add(fmt.Sprintf("$.receive.trusted_proxies[%d]", i), "receive.trusted_proxies[%d]: %v", i, err)

@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -35,6 +37,7 @@ import (
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 // maxSettleGroup bounds the settles written in one transaction: its locks
@@ -88,6 +91,9 @@ type Options struct {
 	// Runtime supplies destinations made while running (one per
 	// publishing endpoint), beside the configured ones.
 	Runtime DestinationSource
+	// Tracing records a span per attempt and propagates its context to
+	// the destination (nil: tracing.Off).
+	Tracing *tracing.Provider
 }
 
 // DestinationSource supplies the destinations made at run time. Each one
@@ -135,6 +141,10 @@ type Worker struct {
 	errs  *logging.Repeats
 	loop  *loop.Loop
 	notes *notifyQueue
+
+	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator
+	traceOn bool
 }
 
 // Wake makes an idle background loop look for due effects now (the
@@ -167,6 +177,9 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
+	if opts.Tracing == nil {
+		opts.Tracing = tracing.Off()
+	}
 	if opts.HTTPClient == nil {
 		// Keep an idle connection per worker: the default transport keeps
 		// two per host, so with more workers calling one destination every
@@ -187,6 +200,9 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		caps:     map[string]int{},
 		inflight: map[string]int{},
 		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
+		tracer:   opts.Tracing.Tracer(),
+		prop:     opts.Tracing.Propagator(),
+		traceOn:  opts.Tracing.Enabled(),
 	}
 	// The poll is how effects coming due (retries, reconciliations) and
 	// effects another process wrote are found: it asks for a claim.
@@ -565,6 +581,8 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		}
 		return w.settleAndNotify(ctx, c, d, p)
 	}
+	ctx, span := w.startAttempt(ctx, c, d, call)
+	defer span.End()
 	started := w.clk.Now()
 	var resp *Response
 	var callErr error
@@ -587,6 +605,7 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 	if resp != nil {
 		att.Status, att.Response = resp.Status, excerpt(resp.Body, 2000)
 	}
+	endAttempt(span, resp, class)
 	if outbound.IsAddressError(callErr) {
 		// Refused at the dial for the address the destination resolved
 		// to: nothing was sent, and every attempt would reach the same
@@ -639,6 +658,7 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 			wait = ra.Wait
 		}
 		att.RetryAfter, att.RetryAfterUnit, att.Wait = ra.Raw, ra.Unit, wait
+		retryOnSpan(ctx, ra, wait)
 		p.State, p.NextAttemptAt = store.EffectRetryWait, now.Add(wait)
 		return w.settle(ctx, c, d, p)
 	case store.ClassUnknown:
@@ -687,7 +707,7 @@ func (w *Worker) die(ctx context.Context, c *store.ClaimedEffect, d *config.Dest
 		if err := w.settle(ctx, c, d, p); err != nil {
 			return err
 		}
-		w.log.Info("effect dead, re-drive scheduled", "episode", c.EpisodeKey, "destination", d.Name,
+		w.log.InfoContext(ctx, "effect dead, re-drive scheduled", "episode", c.EpisodeKey, "destination", d.Name,
 			"class", p.Class, "redrive_at", p.NextAttemptAt.UTC().Format(time.RFC3339), "reason", p.Reason)
 		return nil
 	}
@@ -905,7 +925,7 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 	if errors.Is(err, store.ErrRefused) {
 		// The database refused this attempt's evidence, not the settle:
 		// settled without it, so the effect is never left submitting.
-		w.log.Warn("the store refused an attempt's evidence; settling without it", "episode", c.EpisodeKey, "err", err)
+		w.log.WarnContext(ctx, "the store refused an attempt's evidence; settling without it", "episode", c.EpisodeKey, "err", err)
 		withoutEvidence(p, err)
 		err = w.settler.Do(ctx, p)
 	}
@@ -913,7 +933,7 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return fmt.Errorf("settle: %w", err)
 	}
 	w.opts.Metrics.settled(d.Name, p)
-	w.log.Debug("effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
+	w.log.DebugContext(ctx, "effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
 	return nil
 }
 
@@ -962,7 +982,7 @@ func (w *Worker) settleAndNotify(ctx context.Context, c *store.ClaimedEffect, d 
 	if err := w.settle(ctx, c, d, p); err != nil {
 		return err
 	}
-	w.log.Warn("effect needs a person", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
+	w.log.WarnContext(ctx, "effect needs a person", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
 	if w.notes != nil {
 		// Sent from the notification loop, outside this delivery slot: a
 		// slow chat webhook must not hold a slot another call needs.

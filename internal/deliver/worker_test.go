@@ -22,6 +22,7 @@ import (
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 var t0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
@@ -105,6 +106,8 @@ type setup struct {
 	strictDest, strictHook bool
 	// resolver replaces DNS for the destination's address check.
 	resolver outbound.Resolver
+	// tracing is the worker's tracer provider (nil: off).
+	tracing *tracing.Provider
 }
 
 const flowYAML = `sources:
@@ -207,7 +210,7 @@ func newWorld(t *testing.T, s setup) *world {
 	}
 	logs := &lockedBuffer{}
 	w, err := deliver.New(cfg, st, deliver.Options{Workers: 4, LeaseFor: cfg.Delivery.Lease.D(), Clock: clk,
-		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a", HTTPClient: s.client, Resolver: s.resolver,
+		Rand: func() float64 { return jitter }, Actions: s.actions, Owner: "worker-a", HTTPClient: s.client, Resolver: s.resolver, Tracing: s.tracing,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

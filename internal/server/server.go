@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/hookledger/hookledger/internal/signals"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 // Options are the injected dependencies.
@@ -57,6 +59,12 @@ type Options struct {
 	// StallAfter is how long a stage's rounds may keep failing before
 	// /readyz turns unready (default health.DefaultStallAfter).
 	StallAfter time.Duration
+	// Tracing, when set, is the tracer provider (tests inject one with an
+	// in-memory exporter); nil builds one from the config's tracing block
+	// and the OTEL_* variables. The server shuts down only one it built.
+	Tracing *tracing.Provider
+	// Version is the build's version stamp, recorded in the traces.
+	Version string
 }
 
 // Server is one running hookledger process.
@@ -243,6 +251,8 @@ func (s *Server) closeStore(st store.Store) error {
 // parts are the pieces of a process, built on the open store and not
 // started.
 type parts struct {
+	tracing  *tracing.Provider
+	ownTrace bool       // built here: flushed and shut down at stop
 	clock    *clockSync // nil unless the process follows the database's clock
 	pub      *publish.Service
 	worker   *deliver.Worker
@@ -264,6 +274,15 @@ type parts struct {
 func (p *parts) services(cfg *config.Config) []namedService {
 	var svcs []namedService
 	add := func(name string, svc service) { svcs = append(svcs, namedService{name, svc}) }
+	if p.ownTrace {
+		// First to start, last to stop: the spans of every other
+		// service's last work are flushed before the process ends.
+		add("tracing", serviceFuncs{stop: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, tracing.ShutdownTimeout)
+			defer cancel()
+			return p.tracing.Shutdown(ctx)
+		}})
+	}
 	if p.clock != nil {
 		// The clock keeps its offset once re-measuring stops.
 		add("clock sync", p.clock)
@@ -309,7 +328,17 @@ func (p *parts) services(cfg *config.Config) []namedService {
 func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Driver) (*parts, error) {
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p := &parts{}
+	p := &parts{tracing: s.opts.Tracing}
+	if p.tracing == nil {
+		set, err := tracingSettings(s.cfg.Tracing, s.opts.Version).Resolve(os.LookupEnv)
+		if err != nil {
+			return nil, err
+		}
+		if p.tracing, err = tracing.New(ctx, set, tracing.Options{Logger: s.log}); err != nil {
+			return nil, err
+		}
+		p.ownTrace = p.tracing.Enabled()
+	}
 	// Before anything reads the clock: on PostgreSQL every component of
 	// this process tells time by the database's clock.
 	if s.followDB {
@@ -354,6 +383,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		Metrics:      deliveryMetrics,
 		Runtime:      p.pub,
 		Health:       board,
+		Tracing:      p.tracing,
 	})
 	if err != nil {
 		return nil, err
@@ -534,4 +564,11 @@ func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
 	}
 	defer st.Close()
 	return st.Migrate(ctx)
+}
+
+// tracingSettings are the config's tracing block as the tracing package
+// takes it.
+func tracingSettings(t config.Tracing, version string) tracing.Settings {
+	return tracing.Settings{Enabled: t.Enabled, Endpoint: t.Endpoint, Protocol: t.Protocol,
+		SampleRatio: t.SampleRatio, ServiceName: t.ServiceName, Version: version}
 }

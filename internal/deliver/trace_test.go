@@ -1,0 +1,134 @@
+package deliver_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hookledger/hookledger/internal/deliver/delivertest"
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/tracing"
+)
+
+// traced is a provider recording every span in memory.
+func traced(t *testing.T) (*tracing.Provider, *tracetest.InMemoryExporter) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	p, err := tracing.New(context.Background(), tracing.Settings{ServiceName: "test"}, tracing.Options{Exporter: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	return p, exp
+}
+
+func attrsOf(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// Each attempt is a client span named for the destination, carrying the
+// ledger's identities, the status and the error class; the destination
+// receives the span's own context in traceparent; and no attribute holds
+// the destination's credential, the signing secret or the body.
+func TestAttemptSpansAndTraceparent(t *testing.T) {
+	const secret = "sk_live_tracing_secret_value"
+	p, exp := traced(t)
+	x := newWorld(t, setup{tracing: p, dest: "auth: {bearer: " + secret + "}\nsigning: {secrets: [\"whsec_dHJhY2luZ3Rlc3RzZWNyZXRzaWduaW5na2V5MzJieXQ=\"]}"})
+	e := x.order("o1", 1)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail500)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectRetryWait)
+	x.clk.Advance(x.attempts(e.ID)[0].Wait)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDone)
+
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want one per attempt (2): %+v", len(spans), spans)
+	}
+	reqs := x.dest.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want 2", len(reqs))
+	}
+	for i, s := range spans {
+		if s.Name != "deliver dest" || s.SpanKind != trace.SpanKindClient {
+			t.Fatalf("span %d: name %q kind %v", i, s.Name, s.SpanKind)
+		}
+		a := attrsOf(s)
+		for k, want := range map[attribute.Key]string{
+			tracing.AttrDestination: "dest", tracing.AttrEpisodeKey: e.EpisodeKey, tracing.AttrFlow: "orders",
+			tracing.AttrEntity: "o1", tracing.AttrEffect: "charge", tracing.AttrSource: "shop",
+			"http.request.method": "POST", "server.address": "127.0.0.1",
+		} {
+			if got := a[k].String(); got != want {
+				t.Errorf("span %d: %s = %q, want %q", i, k, got, want)
+			}
+		}
+		if a[tracing.AttrEffectID].AsInt64() != e.ID || a[tracing.AttrAttempt].AsInt64() != int64(i+1) {
+			t.Errorf("span %d: effect id %v attempt %v", i, a[tracing.AttrEffectID].String(), a[tracing.AttrAttempt].String())
+		}
+		// The destination continues this span's trace.
+		got := propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(reqs[i].Header))
+		sc := trace.SpanContextFromContext(got)
+		if !sc.IsValid() || sc.TraceID() != s.SpanContext.TraceID() || sc.SpanID() != s.SpanContext.SpanID() {
+			t.Errorf("request %d: traceparent %q does not name span %d (%s/%s)", i, reqs[i].Header.Get("Traceparent"), i,
+				s.SpanContext.TraceID(), s.SpanContext.SpanID())
+		}
+		for _, kv := range s.Attributes {
+			v := kv.Value.String()
+			if strings.Contains(v, secret) || strings.Contains(v, "whsec_") || strings.Contains(v, `"state"`) {
+				t.Errorf("span %d: attribute %s leaks a secret or the body: %q", i, kv.Key, v)
+			}
+		}
+	}
+	first, second := attrsOf(spans[0]), attrsOf(spans[1])
+	if first["http.response.status_code"].AsInt64() != 500 || first["error.type"].String() != string(store.ClassTransient) ||
+		spans[0].Status.Code != codes.Error || first["hookledger.retry_wait_s"].Type() != attribute.FLOAT64 {
+		t.Errorf("failed attempt: status %v error.type %q span status %v wait %v", first["http.response.status_code"].String(),
+			first["error.type"].String(), spans[0].Status.Code, first["hookledger.retry_wait_s"].String())
+	}
+	if second["http.response.status_code"].AsInt64() != 201 || second["error.type"].String() != "" || spans[1].Status.Code == codes.Error {
+		t.Errorf("successful attempt: status %v error.type %q span status %v", second["http.response.status_code"].String(),
+			second["error.type"].String(), spans[1].Status.Code)
+	}
+}
+
+// trace_propagation: false keeps the span but sends no trace headers; with
+// tracing off nothing is recorded and nothing sent.
+func TestTracePropagationOffAndTracingOff(t *testing.T) {
+	p, exp := traced(t)
+	for _, tc := range []struct {
+		name  string
+		s     setup
+		spans int
+	}{
+		{"propagation off", setup{tracing: p, dest: "trace_propagation: false"}, 1},
+		{"tracing off", setup{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp.Reset()
+			x := newWorld(t, tc.s)
+			e := x.order("o1", 1)
+			x.drain()
+			x.wantState(x.get(e.ID), store.EffectDone)
+			if n := len(exp.GetSpans()); n != tc.spans {
+				t.Fatalf("%d spans, want %d", n, tc.spans)
+			}
+			for _, r := range x.dest.Requests() {
+				if v := r.Header.Get("Traceparent") + r.Header.Get("Tracestate"); v != "" {
+					t.Fatalf("trace headers sent: %q", v)
+				}
+			}
+		})
+	}
+}
