@@ -13,8 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -26,6 +24,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/hookledger/hookledger/internal/clock"
@@ -732,7 +733,7 @@ func (w *Worker) reconcile(ctx context.Context, c *store.ClaimedEffect, d *confi
 		return w.settleAndNotify(ctx, c, d, p)
 	}
 	if d.Lookup != nil && d.Compiled != nil && d.Compiled.LookupPath != nil {
-		found, ref, lookAtt, err := w.lookup(ctx, c, d)
+		found, ref, lookAtt, err := w.lookup(ctx, c, d, lookupReconcile)
 		if lookAtt != nil && att == nil {
 			p.Attempt = lookAtt
 		}
@@ -782,7 +783,7 @@ type lookupRefused struct{ msg, fix string }
 func (e *lookupRefused) Error() string { return e.msg }
 
 // lookup asks the destination whether the effect exists.
-func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.Destination) (found bool, ref string, att *store.Attempt, err error) {
+func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, purpose string) (found bool, ref string, att *store.Attempt, err error) {
 	var req any
 	_ = json.Unmarshal(c.Request, &req)
 	// idempotency_key is the key the calls were sent under: a vendor that
@@ -807,6 +808,8 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return false, "", nil, &lookupRefused{msg: "lookup refused before sending: " + err.Error(),
 			fix: "wrap the values in lookup.path in pathEscape() and pass query parameters in lookup.query"}
 	}
+	ctx, span := w.startCall(ctx, "lookup "+d.Name, c, d, call, attribute.String("hookledger.lookup", purpose))
+	defer func() { endLookup(span, att, found, err); span.End() }()
 	started := w.clk.Now()
 	resp, callErr := w.actions[d.Kind].Do(ctx, call)
 	callErr = outbound.RedactError(callErr)

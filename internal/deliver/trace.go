@@ -28,6 +28,12 @@ import (
 // address: never the query string (it may carry a key), a header value or
 // the body.
 func (w *Worker) startAttempt(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, call *Call) (context.Context, trace.Span) {
+	return w.startCall(ctx, "deliver "+d.Name, c, d, call, tracing.AttrAttempt.Int(c.Attempts+1))
+}
+
+// startCall opens the client span of a call to a destination (an attempt
+// or a lookup) with the effect's identities, and propagates its context.
+func (w *Worker) startCall(ctx context.Context, name string, c *store.ClaimedEffect, d *config.Destination, call *Call, extra ...attribute.KeyValue) (context.Context, trace.Span) {
 	if !w.traceOn {
 		// Not even the attributes are built: tracing off costs nothing.
 		return ctx, noop.Span{}
@@ -42,8 +48,8 @@ func (w *Worker) startAttempt(ctx context.Context, c *store.ClaimedEffect, d *co
 		tracing.AttrEffect.String(c.Effect.Effect),
 		tracing.AttrSource.String(c.Source),
 		tracing.AttrEventID.String(c.SourceEventID),
-		tracing.AttrAttempt.Int(c.Attempts + 1),
 	}
+	attrs = append(attrs, extra...)
 	if call.Method != "" {
 		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(call.Method))
 	}
@@ -53,7 +59,7 @@ func (w *Worker) startAttempt(ctx context.Context, c *store.ClaimedEffect, d *co
 			attrs = append(attrs, semconv.ServerPort(p))
 		}
 	}
-	ctx, span := w.tracer.Start(ctx, "deliver "+d.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := w.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	if d.PropagatesTrace() && call.Header != nil {
 		w.prop.Inject(ctx, propagation.HeaderCarrier(call.Header))
 	}
@@ -85,5 +91,31 @@ func retryOnSpan(ctx context.Context, ra RetryAfter, wait time.Duration) {
 	span.SetAttributes(attribute.Float64("hookledger.retry_wait_s", wait.Seconds()))
 	if ra.OK {
 		span.SetAttributes(tracing.AttrRetryAfter.Float64(ra.Wait.Seconds()))
+	}
+}
+
+// Why a lookup asks: to reconcile an unknown outcome, or to verify that a
+// done effect is still there.
+const (
+	lookupReconcile = "reconcile"
+	lookupVerify    = "verify"
+)
+
+// endLookup records a lookup's answer on its span.
+func endLookup(span trace.Span, att *store.Attempt, found bool, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	if att != nil && att.Status != 0 {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(att.Status))
+	}
+	span.SetAttributes(attribute.Bool("hookledger.found", found))
+	if err != nil {
+		class := store.ClassTransient
+		if att != nil && att.Class != store.ClassNone {
+			class = att.Class
+		}
+		span.SetAttributes(semconv.ErrorTypeKey.String(string(class)))
+		span.SetStatus(codes.Error, string(class))
 	}
 }

@@ -132,3 +132,39 @@ func TestTracePropagationOffAndTracingOff(t *testing.T) {
 		})
 	}
 }
+
+// A reconciliation's lookup is a span of its own under the attempt whose
+// outcome was unknown, named for the destination, saying why it asked and
+// what it found; the attempt's error class is unknown.
+func TestLookupSpans(t *testing.T) {
+	p, exp := traced(t)
+	x := newWorld(t, setup{dest: lookup, tracing: p})
+	e := x.order("o1", 1)
+	x.dest.Script(e.EpisodeKey, delivertest.TimeoutAfterWork)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDone)
+	var names []string
+	var look, attempt tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		names = append(names, s.Name)
+		switch s.Name {
+		case "lookup dest":
+			look = s
+		case "deliver dest":
+			attempt = s
+		}
+	}
+	// The lookup runs while the attempt settles: it is the attempt's
+	// child, and ends first.
+	if len(names) != 2 || look.Parent.SpanID() != attempt.SpanContext.SpanID() || !attempt.SpanContext.IsValid() {
+		t.Fatalf("spans %q; want an attempt and a lookup under it", names)
+	}
+	a := attrsOf(look)
+	if a["hookledger.lookup"].AsString() != "reconcile" || !a["hookledger.found"].AsBool() || a[tracing.AttrEpisodeKey].AsString() != e.EpisodeKey ||
+		look.SpanKind != trace.SpanKindClient {
+		t.Fatalf("lookup span attributes %v kind %v", look.Attributes, look.SpanKind)
+	}
+	if got := attrsOf(attempt)["error.type"].AsString(); got != string(store.ClassUnknown) {
+		t.Fatalf("the timed-out attempt's error.type %q, want unknown", got)
+	}
+}

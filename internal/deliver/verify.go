@@ -252,7 +252,7 @@ func (v *Verifier) verifyEffect(ctx context.Context, vd *verifyDest, e *store.Ef
 	d := vd.d
 	// The worker's own lookup, which reads only the effect's stored
 	// fields (the claim's token and lease play no part in it).
-	found, ref, att, lerr := v.w.lookup(ctx, &store.ClaimedEffect{Effect: *e}, d)
+	found, ref, att, lerr := v.w.lookup(ctx, &store.ClaimedEffect{Effect: *e}, d, lookupVerify)
 	if lerr != nil {
 		if ctx.Err() != nil {
 			return true, nil
