@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
@@ -139,7 +142,9 @@ func (s *Service) Publish(ctx context.Context, key, fingerprint string, m *Messa
 	return s.publish(ctx, id, key, fingerprint, m, actor, "", 0)
 }
 
-func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *Message, actor, causation string, hop int) (*Result, error) {
+func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *Message, actor, causation string, hop int) (res *Result, err error) {
+	ctx, span := s.tracer.Start(ctx, "publish", trace.WithAttributes(attribute.String("hookledger.message_type", m.Type)))
+	defer func() { endPublish(span, res, err) }()
 	s.keysMu.Lock()
 	if s.inflight[key] {
 		s.keysMu.Unlock()
@@ -173,7 +178,7 @@ func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *M
 	if err != nil {
 		return nil, fmt.Errorf("publish message: %w", err)
 	}
-	res := &Result{ID: out.ID, Replayed: out.Replayed, Endpoints: out.Endpoints}
+	res = &Result{ID: out.ID, Replayed: out.Replayed, Endpoints: out.Endpoints}
 	if out.Replayed {
 		if out.Fingerprint != fingerprint {
 			s.m.requests.WithLabelValues("key_mismatch").Inc()
@@ -192,4 +197,20 @@ func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *M
 		s.opts.Wake()
 	}
 	return res, nil
+}
+
+// endPublish records a publish's outcome on its span: the message, how
+// many endpoints it fans out to, whether the Idempotency-Key replayed an
+// earlier one, or the error. Never the payload.
+func endPublish(span trace.Span, res *Result, err error) {
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return
+	}
+	span.SetAttributes(attribute.String("hookledger.message_id", res.ID), attribute.Int("hookledger.fanout", len(res.Endpoints)),
+		attribute.Bool("hookledger.replayed", res.Replayed))
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
@@ -30,6 +31,7 @@ import (
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 // Store is the part of the store publishing uses.
@@ -56,6 +58,8 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Wake makes the delivery worker look for due effects now.
 	Wake func()
+	// Tracing records a span per publish (nil: tracing.Off).
+	Tracing *tracing.Provider
 }
 
 // Service is publishing in one process.
@@ -68,6 +72,8 @@ type Service struct {
 	loop *loop.Loop
 	http *deliver.HTTPAction
 	m    *metrics
+	// tracer records a span per publish.
+	tracer trace.Tracer
 
 	mu      sync.Mutex
 	version uint64
@@ -106,6 +112,9 @@ func New(cfg *config.Config, st Store, opts Options) *Service {
 	if opts.Wake == nil {
 		opts.Wake = func() {}
 	}
+	if opts.Tracing == nil {
+		opts.Tracing = tracing.Off()
+	}
 	if opts.HTTPClient == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 16
@@ -113,7 +122,8 @@ func New(cfg *config.Config, st Store, opts Options) *Service {
 	}
 	s := &Service{st: st, cfg: cfg, opts: opts, log: opts.Logger, clk: opts.Clock,
 		http: &deliver.HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver},
-		m:    newMetrics(opts.Registerer), eps: map[string]*store.Endpoint{}, inflight: map[string]bool{}}
+		m:    newMetrics(opts.Registerer), eps: map[string]*store.Endpoint{}, inflight: map[string]bool{},
+		tracer: opts.Tracing.Tracer()}
 	s.loop = loop.New("endpoints", s.step,
 		loop.Options{PollInterval: cfg.Publish.Refresh.D(), Logger: opts.Logger, Clock: opts.Clock, Stage: opts.Health.Stage("publishing")})
 	return s
