@@ -1,6 +1,10 @@
 package config
 
-import "net/url"
+import (
+	"fmt"
+	"net/url"
+	"slices"
+)
 
 // Tracing configures OpenTelemetry traces (docs/tracing.md). Every key
 // may be left to the standard OTEL_* variables instead; what the block
@@ -19,6 +23,11 @@ type Tracing struct {
 	SampleRatio *float64 `yaml:"sample_ratio"`
 	// ServiceName names the process in the traces (default hookledger).
 	ServiceName string `yaml:"service_name"`
+	// TrustedSources are the sources whose requests' traceparent becomes
+	// the parent of the receive span; any other sender's is only linked,
+	// so that no one outside can choose hookledger's trace ids or force
+	// its sampling.
+	TrustedSources []string `yaml:"trusted_sources"`
 }
 
 func (c *Config) validateTracing(add func(path, format string, args ...any)) {
@@ -30,6 +39,11 @@ func (c *Config) validateTracing(add func(path, format string, args ...any)) {
 	}
 	if r := t.SampleRatio; r != nil && (*r < 0 || *r > 1) {
 		add("$.tracing.sample_ratio", "tracing.sample_ratio: %v is not between 0 and 1", *r)
+	}
+	for i, name := range t.TrustedSources {
+		if !slices.ContainsFunc(c.Sources, func(s Source) bool { return s.Name == name }) {
+			add(fmt.Sprintf("$.tracing.trusted_sources[%d]", i), "tracing.trusted_sources[%d]: no source named %q is configured", i, name)
+		}
 	}
 	if t.Endpoint != "" {
 		u, err := url.Parse(t.Endpoint)

@@ -32,6 +32,7 @@ func TestTracingBadValues(t *testing.T) {
 		{"ratio", "tracing:\n  sample_ratio: 1.5\n", 2, "tracing.sample_ratio: 1.5 is not between 0 and 1"},
 		{"endpoint", "tracing:\n  endpoint: 127.0.0.1:4318\n", 2, `tracing.endpoint: "127.0.0.1:4318" is not an http:// or https:// URL`},
 		{"unknown key", "tracing:\n  exporter: zipkin\n", 2, `unknown field "exporter"`},
+		{"trusted source", "tracing:\n  trusted_sources: [billing]\n", 2, `tracing.trusted_sources[0]: no source named "billing" is configured`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("h.yaml", []byte(tc.src), env(nil))
@@ -71,7 +72,7 @@ func TestTracingDocLoads(t *testing.T) {
 			t.Errorf("example %d does not load: %v", blocks, err)
 		}
 	}
-	if blocks != 2 {
-		t.Fatalf("docs/tracing.md: %d yaml examples, want 2", blocks)
+	if blocks != 3 {
+		t.Fatalf("docs/tracing.md: %d yaml examples, want 3", blocks)
 	}
 }

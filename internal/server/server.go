@@ -14,11 +14,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
@@ -420,15 +422,15 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 	p.stats = NewStatsKeeper(st, s.log, s.clk)
 	// Continuous verification starts only when a destination sets verify:.
 	p.verifier = deliver.NewVerifier(worker, st, deliver.VerifierOptions{})
-	p.web = s.web(st, board, recv, p.engine, worker, p.pub)
+	p.web = s.web(st, board, recv, p.engine, worker, p.pub, p.tracing)
 	return p, nil
 }
 
 // web builds the HTTP side: the receiver, /healthz, /readyz, /metrics,
 // the admin API and the console.
-func (s *Server) web(st store.Store, board *health.Board, recv http.Handler, engine *flow.Engine, worker *deliver.Worker, pub *publish.Service) *httpService {
+func (s *Server) web(st store.Store, board *health.Board, recv http.Handler, engine *flow.Engine, worker *deliver.Worker, pub *publish.Service, tp *tracing.Provider) *httpService {
 	mux := http.NewServeMux()
-	mux.Handle("POST /hooks/{source}", recv)
+	mux.Handle("POST /hooks/{source}", tp.Handler(recv, receiveTracing(s.cfg.Tracing.TrustedSources)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -453,7 +455,7 @@ func (s *Server) web(st store.Store, board *health.Board, recv http.Handler, eng
 	apiHandler.ServePublishing(pub, s.cfg.Publish.MaxPayloadBytes)
 	apiHandler.ServeIdempotencyKeys(deliver.KeyFunc(s.cfg))
 	apiHandler.ServeOwners(s.cfg.Owners())
-	mux.Handle("/api/v1/", apiHandler)
+	mux.Handle("/api/v1/", tp.Handler(apiHandler, tracing.ServerOptions{}))
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals), console.WithGuessLimit(guard))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))
 	mux.Handle("/", cons)
@@ -571,4 +573,15 @@ func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
 func tracingSettings(t config.Tracing, version string) tracing.Settings {
 	return tracing.Settings{Enabled: t.Enabled, Endpoint: t.Endpoint, Protocol: t.Protocol,
 		SampleRatio: t.SampleRatio, ServiceName: t.ServiceName, Version: version}
+}
+
+// receiveTracing names a webhook's source on its span, and trusts the
+// traceparent of the sources the config lists.
+func receiveTracing(trusted []string) tracing.ServerOptions {
+	return tracing.ServerOptions{
+		Trusted: func(r *http.Request) bool { return slices.Contains(trusted, r.PathValue("source")) },
+		Attributes: func(r *http.Request) []attribute.KeyValue {
+			return []attribute.KeyValue{tracing.AttrSource.String(r.PathValue("source"))}
+		},
+	}
 }

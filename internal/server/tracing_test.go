@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -32,7 +33,11 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 		for _, rs := range ex.ResourceSpans {
 			for _, ss := range rs.ScopeSpans {
 				for _, s := range ss.Spans {
-					m := map[string]string{"name": s.Name, "trace_id": fmt.Sprintf("%x", s.TraceId), "span_id": fmt.Sprintf("%x", s.SpanId)}
+					m := map[string]string{"name": s.Name, "trace_id": fmt.Sprintf("%x", s.TraceId), "span_id": fmt.Sprintf("%x", s.SpanId),
+						"parent": fmt.Sprintf("%x", s.ParentSpanId)}
+					for _, l := range s.Links {
+						m["link_trace"], m["link_span"] = fmt.Sprintf("%x", l.TraceId), fmt.Sprintf("%x", l.SpanId)
+					}
 					for _, kv := range s.Attributes {
 						m[kv.Key] = kv.Value.GetStringValue()
 					}
@@ -80,5 +85,79 @@ func TestServerExportsAttemptSpans(t *testing.T) {
 	}
 	if want := "00-" + found["trace_id"] + "-" + found["span_id"] + "-01"; tp != want {
 		t.Fatalf("traceparent %q, want the attempt span's context %q", tp, want)
+	}
+}
+
+// spanNamed returns the exported spans called name.
+func (r *otlpReceiver) spanNamed(name string) []map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]string
+	for _, s := range r.spans {
+		if s["name"] == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// A webhook's request is a server span named for its route, with its
+// source and status. A sender's traceparent parents it only when the
+// source is listed in tracing.trusted_sources; another sender's is a link,
+// the span starting a trace of its own. Admin API calls are spans named
+// for the API's route.
+func TestServerReceiveSpansAndTrust(t *testing.T) {
+	const senderTrace, senderSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, trusted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
+			otlp := newOTLPReceiver(t)
+			app, down, ordered := newReceiver(t), newReceiver(t), newReceiver(t)
+			extra := fmt.Sprintf("tracing:\n  endpoint: %s\n", otlp.srv.URL)
+			if trusted {
+				extra += "  trusted_sources: [billing]\n"
+			}
+			h := startWith(t, forwardConfig(sqliteURL(t), "", app, down, ordered)+extra)
+			body := `{"type":"invoice.paid","timestamp":"2026-11-03T08:59:00Z","data":{"id":"in_1"}}`
+			sig, err := verifier(t, swSecret).Sign("msg_1", t0, []byte(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest("POST", h.base+"/hooks/billing", strings.NewReader(body))
+			req.Header = http.Header{"Webhook-Id": {"msg_1"}, "Webhook-Timestamp": {fmt.Sprint(t0.Unix())}, "Webhook-Signature": {sig},
+				"Content-Type": {"application/json"}, "Traceparent": {"00-" + senderTrace + "-" + senderSpan + "-01"}}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("webhook: %d", resp.StatusCode)
+			}
+			h.effectList("flow=to_app")
+			h.stop()
+
+			recv := otlp.spanNamed("POST /hooks/{source}")
+			if len(recv) != 1 {
+				t.Fatalf("%d receive spans, want 1; all: %v", len(recv), otlp.spans)
+			}
+			s := recv[0]
+			if s["hookledger.source"] != "billing" || s["http.route"] != "/hooks/{source}" {
+				t.Fatalf("receive span %v", s)
+			}
+			if trusted {
+				if s["trace_id"] != senderTrace || s["parent"] != senderSpan || s["link_trace"] != "" {
+					t.Fatalf("trusted sender: span %v, want the sender's trace %s as parent", s, senderTrace)
+				}
+			} else if s["trace_id"] == senderTrace || s["parent"] != "" || s["link_trace"] != senderTrace || s["link_span"] != senderSpan {
+				t.Fatalf("untrusted sender: span %v, want a trace of its own linking to %s/%s", s, senderTrace, senderSpan)
+			}
+			if api := otlp.spanNamed("GET /api/v1/effects"); len(api) != 1 {
+				var names []string
+				for _, s := range otlp.spans {
+					names = append(names, s["name"])
+				}
+				t.Fatalf("admin API spans named %q, want one \"GET /api/v1/effects\"", names)
+			}
+		})
 	}
 }

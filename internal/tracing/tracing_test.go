@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
@@ -171,5 +175,44 @@ func TestExportsOverOTLPHTTP(t *testing.T) {
 	defer mu.Unlock()
 	if len(names) != 1 || names[0] != "deliver dest" || service != "hookledger-test" {
 		t.Fatalf("received spans %q of service %q", names, service)
+	}
+}
+
+// Handler: off, it is the handler itself; on, a request is a server span
+// named for the route, with the status the handler wrote (5xx an error),
+// and the handler sees the span in its context.
+func TestHandler(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !trace.SpanContextFromContext(r.Context()).IsValid() && r.URL.Path != "/off" {
+			t.Error("the handler's context holds no span")
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	if got := tracing.Off().Handler(h, tracing.ServerOptions{}); reflect.ValueOf(got).Pointer() != reflect.ValueOf(h).Pointer() {
+		t.Fatal("tracing off wraps the handler")
+	}
+	exp := tracetest.NewInMemoryExporter()
+	p, err := tracing.New(context.Background(), tracing.Settings{}, tracing.Options{Exporter: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /hooks/{source}", p.Handler(h, tracing.ServerOptions{Attributes: func(r *http.Request) []attribute.KeyValue {
+		return []attribute.KeyValue{tracing.AttrSource.String(r.PathValue("source"))}
+	}}))
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("POST", "/hooks/stripe", nil))
+	spans := exp.GetSpans()
+	if rec.Code != 503 || len(spans) != 1 {
+		t.Fatalf("status %d, %d spans", rec.Code, len(spans))
+	}
+	s := spans[0]
+	a := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes {
+		a[kv.Key] = kv.Value
+	}
+	if s.Name != "POST /hooks/{source}" || s.SpanKind != trace.SpanKindServer || s.Status.Code != codes.Error ||
+		a["http.response.status_code"].AsInt64() != 503 || a["http.route"].AsString() != "/hooks/{source}" || a["hookledger.source"].AsString() != "stripe" {
+		t.Fatalf("span %s kind %v status %v attributes %v", s.Name, s.SpanKind, s.Status, s.Attributes)
 	}
 }
