@@ -115,18 +115,16 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	if !ok {
 		return code
 	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger effects: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "effects", nil, format); !ok {
+		return code
 	}
 	who := operatorActor(env, *actor)
 	var id int64
 	var list *store.EffectListParams
 	switch sub {
 	case "list":
-		if len(ids) != 0 {
-			fmt.Fprintf(env.Stderr, "hookledger effects list: unexpected argument %q\n", ids[0])
-			return exitUsage
+		if code, ok := checkArgs(env, "effects list", ids, nil); !ok {
+			return code
 		}
 		q := url.Values{"limit": {strconv.Itoa(*limit)}, "owner": {*owner}}
 		for name, v := range filters {

@@ -71,13 +71,8 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger replay: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger replay: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "replay", fs.Args(), format); !ok {
+		return code
 	}
 	if *timeout < 0 || (*server != "" && *timeout > remoteReplayWait) {
 		fmt.Fprintf(env.Stderr, "hookledger replay: --timeout %s: want a positive duration (at most %s with --server)\n", *timeout, remoteReplayWait)
