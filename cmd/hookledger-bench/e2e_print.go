@@ -11,7 +11,34 @@ import (
 	"time"
 )
 
+// printE2E prints one round's report and says whether every target
+// called every acknowledged webhook exactly once.
 func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) bool {
+	printE2ESetup(w, f, run)
+	printColumns(w, e2eColumns, results)
+	fmt.Fprintln(w, "send/s: acknowledged webhooks per second of sending; late: sends that found every sender busy (>10 ms behind schedule).")
+	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
+	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
+	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
+	fmt.Fprintln(w, "PG CPU ms/event: the same for the target database's backends, read from /proc when PostgreSQL runs on this\n  machine (- otherwise); PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) not included.")
+	printE2ERatios(w, results)
+	printE2EPostgres(w, results)
+	fmt.Fprintln(w)
+	allOK := true
+	for _, r := range results {
+		printE2EDetails(w, f, r)
+		allOK = allOK && r.ok()
+	}
+	if allOK {
+		fmt.Fprintln(w, "exactly once: every target, every acknowledged webhook called exactly once under one episode key")
+	} else {
+		fmt.Fprintln(w, "exactly once: FAILED (see above)")
+	}
+	return allOK
+}
+
+// printE2ESetup says what ran, on what machine, at what send rate.
+func printE2ESetup(w io.Writer, f *e2eFlags, run *e2eRunInfo) {
 	fmt.Fprintf(w, "hookledger-bench e2e: hookledger serve, Stripe-signed invoice events (~%d B), one effect per event, each event its own entity,\n",
 		len(stripeBody("evt_x", "in_x", time.Now())))
 	fmt.Fprintf(w, "loopback destination in the load generator; %d CPUs shared by all (GOMAXPROCS %d); load average %s before, %s after\n",
@@ -23,43 +50,83 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	} else {
 		fmt.Fprintf(w, "send rate, the same for every target (--rate): %.0f/s for %s; no ingest probe\n\n", run.rate, f.duration)
 	}
+}
 
+// e2eColumn is one column of a results table: its heading and how a
+// result fills its cell. A table's heading and rows are printed from one
+// list of columns, so neither can gain a column the other lacks.
+type e2eColumn struct {
+	head string
+	cell func(r *e2eResult) string
+}
+
+// printColumns prints a right-aligned table of one row per result.
+func printColumns(w io.Writer, cols []e2eColumn, results []*e2eResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tprocs\tsend/s\tacked\tlate\tdone/s sending\tdone/s whole run\tdrain s\tp50 ms\tp99 ms\tmax ms\tpeak RSS MiB\tCPU ms/event\tPG CPU ms/event\texactly once\t")
-	allOK := true
+	for _, c := range cols {
+		fmt.Fprint(tw, c.head, "\t")
+	}
+	fmt.Fprintln(tw)
 	for _, r := range results {
-		verdict := "ok"
-		if !r.ok() {
-			verdict = "FAILED"
-			allOK = false
+		for _, c := range cols {
+			fmt.Fprint(tw, c.cell(r), "\t")
 		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+// e2eColumns are the main table's: throughput, latency, memory, CPU and
+// the exactly-once verdict of each target.
+var e2eColumns = []e2eColumn{
+	{"target", func(r *e2eResult) string { return r.target }},
+	{"procs", func(r *e2eResult) string { return fmt.Sprintf("%d", r.processes) }},
+	{"send/s", func(r *e2eResult) string { return fmt.Sprintf("%.0f", rate(r.acked, r.sendFor)) }},
+	{"acked", func(r *e2eResult) string { return fmt.Sprintf("%d", r.acked) }},
+	{"late", func(r *e2eResult) string { return fmt.Sprintf("%d", r.late) }},
+	{"done/s sending", func(r *e2eResult) string { return fmt.Sprintf("%.0f", r.windowRate()) }},
+	{"done/s whole run", func(r *e2eResult) string { return fmt.Sprintf("%.0f", r.wholeRate()) }},
+	{"drain s", func(r *e2eResult) string {
 		drain := fmt.Sprintf("%.1f", r.drainedIn.Seconds())
 		if r.drainBound {
 			drain = ">" + drain
 		}
+		return drain
+	}},
+	{"p50 ms", func(r *e2eResult) string { return ms(r.lat.pct(0.5)) }},
+	{"p99 ms", func(r *e2eResult) string { return ms(r.lat.pct(0.99)) }},
+	{"max ms", func(r *e2eResult) string { return ms(r.lat.pct(1)) }},
+	{"peak RSS MiB", func(r *e2eResult) string {
 		var rss []string
-		var cpuSum time.Duration
 		for i := range r.samples {
 			rss = append(rss, mib(peakHWM(r.samples[i])))
 		}
+		return strings.Join(rss, " + ")
+	}},
+	{"CPU ms/event", func(r *e2eResult) string {
+		var cpuSum time.Duration
 		for _, c := range r.cpu {
 			cpuSum += c
 		}
-		cpu := float64(cpuSum) / float64(time.Millisecond) / float64(max(r.acked, 1))
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s %d/%d\t\n",
-			r.target, r.processes, rate(r.acked, r.sendFor), r.acked, r.late, r.windowRate(), r.wholeRate(), drain,
-			ms(r.lat.pct(0.5)), ms(r.lat.pct(0.99)), ms(r.lat.pct(1)), strings.Join(rss, " + "), cpu, r.pgCPUPerEvent(),
-			verdict, r.exactlyOne, r.acked)
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "send/s: acknowledged webhooks per second of sending; late: sends that found every sender busy (>10 ms behind schedule).")
-	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
-	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
-	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
-	fmt.Fprintln(w, "PG CPU ms/event: the same for the target database's backends, read from /proc when PostgreSQL runs on this\n  machine (- otherwise); PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) not included.")
+		return fmt.Sprintf("%.2f", float64(cpuSum)/float64(time.Millisecond)/float64(max(r.acked, 1)))
+	}},
+	{"PG CPU ms/event", (*e2eResult).pgCPUPerEvent},
+	{"exactly once", func(r *e2eResult) string { return fmt.Sprintf("%s %d/%d", r.verdict(), r.exactlyOne, r.acked) }},
+}
 
-	// The targets: one PostgreSQL process at least half of SQLite, two
-	// processes at least one (e2eRatios).
+// verdict is the exactly-once verdict of a target, as the table and the
+// details print it.
+func (r *e2eResult) verdict() string {
+	if !r.ok() {
+		return "FAILED"
+	}
+	return "ok"
+}
+
+// printE2ERatios compares the targets against their goals: one PostgreSQL
+// process at least half of SQLite, two processes at least one
+// (e2eRatios).
+func printE2ERatios(w io.Writer, results []*e2eResult) {
 	by := map[string]*e2eResult{}
 	for _, r := range results {
 		by[r.target] = r
@@ -83,84 +150,88 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 		fmt.Fprintf(w, "%s (target >= %.1f): %s; %s\n", q.name, q.goal,
 			line("done/s sending", a.windowRate(), b.windowRate(), q.goal), line("done/s whole run", a.wholeRate(), b.wholeRate(), q.goal))
 	}
+}
 
+// pgCounted formats a figure that only pg_stat_statements gives, "-"
+// without it.
+func pgCounted(c *pgCost, format string, v float64) string {
+	if !c.counted {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// e2ePGColumns are the PostgreSQL work table's, per acknowledged webhook.
+var e2ePGColumns = []e2eColumn{
+	{"target", func(r *e2eResult) string { return r.target }},
+	{"events", func(r *e2eResult) string { return fmt.Sprintf("%d", r.pg.events) }},
+	{"transactions/event", func(r *e2eResult) string { return fmt.Sprintf("%.2f", r.pg.perEvent(r.pg.commits)) }},
+	{"rollbacks", func(r *e2eResult) string { return fmt.Sprintf("%d", r.pg.rollbacks) }},
+	{"statements/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.1f", r.pg.perEvent(r.pg.work.calls)) }},
+	{"of which BEGIN/COMMIT/SAVEPOINT", func(r *e2eResult) string { return pgCounted(r.pg, "%.1f", r.pg.perEvent(r.pg.txControl)) }},
+	{"rows/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.1f", r.pg.perEvent(r.pg.work.rows)) }},
+	{"WAL B/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.perEvent(r.pg.work.walBytes)) }},
+	{"buffers/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.perEvent(r.pg.work.buffers)) }},
+	{"idle transactions/s", func(r *e2eResult) string { return fmt.Sprintf("%.0f", r.pg.idleCommits) }},
+	{"idle statements/s", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.idleStatements) }},
+}
+
+// printE2EPostgres prints the PostgreSQL targets' database work per
+// webhook, and each one's most frequent statements.
+func printE2EPostgres(w io.Writer, results []*e2eResult) {
 	var pgs []*e2eResult
 	for _, r := range results {
 		if r.pg != nil {
 			pgs = append(pgs, r)
 		}
 	}
-	if len(pgs) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "PostgreSQL work per acknowledged webhook, from sending until the servers stopped (the target's database only):")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "target\tevents\ttransactions/event\trollbacks\tstatements/event\tof which BEGIN/COMMIT/SAVEPOINT\trows/event\tWAL B/event\tbuffers/event\tidle transactions/s\tidle statements/s\t")
-		for _, r := range pgs {
-			c := r.pg
-			stmts, ctl, rows, wal, bufs, idle := "-", "-", "-", "-", "-", "-"
-			if c.counted {
-				stmts = fmt.Sprintf("%.1f", c.perEvent(c.work.calls))
-				ctl = fmt.Sprintf("%.1f", c.perEvent(c.txControl))
-				rows = fmt.Sprintf("%.1f", c.perEvent(c.work.rows))
-				wal = fmt.Sprintf("%.0f", c.perEvent(c.work.walBytes))
-				bufs = fmt.Sprintf("%.0f", c.perEvent(c.work.buffers))
-				idle = fmt.Sprintf("%.0f", c.idleStatements)
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%d\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n",
-				r.target, c.events, c.perEvent(c.commits), c.rollbacks, stmts, ctl, rows, wal, bufs, c.idleCommits, idle)
-		}
-		tw.Flush()
-		fmt.Fprintln(w, "transactions: pg_stat_database xact_commit (every autocommit statement is one); statements: pg_stat_statements calls")
-		if !pgs[0].pg.counted {
-			fmt.Fprintln(w, "  (pg_stat_statements is not in the server's shared_preload_libraries: statements not counted; scripts/bench.sh loads it).")
-		} else {
-			fmt.Fprintln(w, "  (top-level, utility statements included); rows returned or changed, WAL bytes written and shared buffers read")
-			fmt.Fprintln(w, "  (hit or read in) by those statements: counts of work that do not move with the machine's load.")
-			fmt.Fprintln(w, "  Idle: the servers' polling before sending, included in the per-event figures.")
-		}
-		for _, r := range pgs {
-			if len(r.pg.top) == 0 {
-				continue
-			}
-			printTopStatements(w, r.target, r.pg)
-		}
+	if len(pgs) == 0 {
+		return
 	}
-
 	fmt.Fprintln(w)
-	for _, r := range results {
-		fmt.Fprintf(w, "%s: sending %s, %d scheduled, %d acknowledged, late %d, non-2xx %d, errors %d; ack p50 %s ms, p99 %s ms\n",
-			r.target, r.sendFor.Round(time.Millisecond), r.scheduled, r.acked, r.late, r.non2xx, r.errs, ms(r.ackLat.pct(0.5)), ms(r.ackLat.pct(0.99)))
-		if r.firstErr != "" {
-			fmt.Fprintf(w, "%s: first failure: %s\n", r.target, r.firstErr)
-		}
-		for i, s := range r.samples {
-			if len(s) == 0 {
-				continue
-			}
-			lo, hi := s[0].rss, s[0].rss
-			for _, x := range s[1:] {
-				lo, hi = min(lo, x.rss), max(hi, x.rss)
-			}
-			fmt.Fprintf(w, "%s: process %d: RSS %s MiB at the start of sending, %s-%s MiB through the run, peak %s MiB; CPU %.1f s from sending until stopped\n",
-				r.target, i+1, mib(s[0].rss), mib(lo), mib(hi), mib(peakHWM(s)), cpuAt(r.cpu, i).Seconds())
-		}
-		fmt.Fprintf(w, "%s: ledger after the servers stopped: %d effects, by state %v\n", r.target, r.ledgerTotal, r.ledger)
-		verdict := "ok"
-		if !r.ok() {
-			verdict = "FAILED"
-		}
-		fmt.Fprintf(w, "%s: exactly once: %s: %d acknowledged webhooks: %d called exactly once, %d not called, %d called more than once; %d calls under a second episode key, %d calls for unknown events\n",
-			r.target, verdict, r.acked, r.exactlyOne, r.missing, r.duplicated, r.keyDiff, r.unknown)
-		if r.drainBound {
-			fmt.Fprintf(w, "%s: the drain stopped at --drain %s with effects still missing\n", r.target, f.drainFor)
-		}
-	}
-	if allOK {
-		fmt.Fprintln(w, "exactly once: every target, every acknowledged webhook called exactly once under one episode key")
+	fmt.Fprintln(w, "PostgreSQL work per acknowledged webhook, from sending until the servers stopped (the target's database only):")
+	printColumns(w, e2ePGColumns, pgs)
+	fmt.Fprintln(w, "transactions: pg_stat_database xact_commit (every autocommit statement is one); statements: pg_stat_statements calls")
+	if !pgs[0].pg.counted {
+		fmt.Fprintln(w, "  (pg_stat_statements is not in the server's shared_preload_libraries: statements not counted; scripts/bench.sh loads it).")
 	} else {
-		fmt.Fprintln(w, "exactly once: FAILED (see above)")
+		fmt.Fprintln(w, "  (top-level, utility statements included); rows returned or changed, WAL bytes written and shared buffers read")
+		fmt.Fprintln(w, "  (hit or read in) by those statements: counts of work that do not move with the machine's load.")
+		fmt.Fprintln(w, "  Idle: the servers' polling before sending, included in the per-event figures.")
 	}
-	return allOK
+	for _, r := range pgs {
+		if len(r.pg.top) == 0 {
+			continue
+		}
+		printTopStatements(w, r.target, r.pg)
+	}
+}
+
+// printE2EDetails prints one target's account in full: sending, failures,
+// each process's memory and CPU, the ledger and the exactly-once count.
+func printE2EDetails(w io.Writer, f *e2eFlags, r *e2eResult) {
+	fmt.Fprintf(w, "%s: sending %s, %d scheduled, %d acknowledged, late %d, non-2xx %d, errors %d; ack p50 %s ms, p99 %s ms\n",
+		r.target, r.sendFor.Round(time.Millisecond), r.scheduled, r.acked, r.late, r.non2xx, r.errs, ms(r.ackLat.pct(0.5)), ms(r.ackLat.pct(0.99)))
+	if r.firstErr != "" {
+		fmt.Fprintf(w, "%s: first failure: %s\n", r.target, r.firstErr)
+	}
+	for i, s := range r.samples {
+		if len(s) == 0 {
+			continue
+		}
+		lo, hi := s[0].rss, s[0].rss
+		for _, x := range s[1:] {
+			lo, hi = min(lo, x.rss), max(hi, x.rss)
+		}
+		fmt.Fprintf(w, "%s: process %d: RSS %s MiB at the start of sending, %s-%s MiB through the run, peak %s MiB; CPU %.1f s from sending until stopped\n",
+			r.target, i+1, mib(s[0].rss), mib(lo), mib(hi), mib(peakHWM(s)), cpuAt(r.cpu, i).Seconds())
+	}
+	fmt.Fprintf(w, "%s: ledger after the servers stopped: %d effects, by state %v\n", r.target, r.ledgerTotal, r.ledger)
+	fmt.Fprintf(w, "%s: exactly once: %s: %d acknowledged webhooks: %d called exactly once, %d not called, %d called more than once; %d calls under a second episode key, %d calls for unknown events\n",
+		r.target, r.verdict(), r.acked, r.exactlyOne, r.missing, r.duplicated, r.keyDiff, r.unknown)
+	if r.drainBound {
+		fmt.Fprintf(w, "%s: the drain stopped at --drain %s with effects still missing\n", r.target, f.drainFor)
+	}
 }
 
 func peakHWM(s []rssSample) int64 {
@@ -192,12 +263,37 @@ func oneLine(q string, n int) string {
 // e2eRatios are the comparisons the report makes, each with its goal: one
 // PostgreSQL process does at least half of what SQLite does, and two
 // processes on one database at least what one does.
-var e2eRatios = []struct {
-	name, num, den string
-	goal           float64
-}{
+var e2eRatios = []e2eRatio{
 	{"pg1/sqlite", e2ePG1, e2eSQLite, 0.5},
 	{"pg2/pg1", e2ePG2, e2ePG1, 1},
+}
+
+// e2eRatio compares target num with target den, against goal.
+type e2eRatio struct {
+	name, num, den string
+	goal           float64
+}
+
+// roundRatios is q's ratio in each round where both targets ran and the
+// second did something: while sending, and over the whole run.
+func roundRatios(rounds [][]*e2eResult, q e2eRatio) (sending, whole []float64) {
+	for _, rs := range rounds {
+		var a, b *e2eResult
+		for _, r := range rs {
+			switch r.target {
+			case q.num:
+				a = r
+			case q.den:
+				b = r
+			}
+		}
+		if a == nil || b == nil || b.windowRate() == 0 || b.wholeRate() == 0 {
+			continue
+		}
+		sending = append(sending, a.windowRate()/b.windowRate())
+		whole = append(whole, a.wholeRate()/b.wholeRate())
+	}
+	return sending, whole
 }
 
 func metOrNot(ratio, goal float64) string {
@@ -233,23 +329,7 @@ func printE2ERounds(w io.Writer, rounds [][]*e2eResult) {
 	}
 	tw.Flush()
 	for _, q := range e2eRatios {
-		var sending, whole []float64
-		for _, rs := range rounds {
-			var a, b *e2eResult
-			for _, r := range rs {
-				switch r.target {
-				case q.num:
-					a = r
-				case q.den:
-					b = r
-				}
-			}
-			if a == nil || b == nil || b.windowRate() == 0 || b.wholeRate() == 0 {
-				continue
-			}
-			sending = append(sending, a.windowRate()/b.windowRate())
-			whole = append(whole, a.wholeRate()/b.wholeRate())
-		}
+		sending, whole := roundRatios(rounds, q)
 		if len(sending) == 0 {
 			continue
 		}
@@ -363,23 +443,7 @@ func e2eHeadlines(run *e2eRunInfo, rounds [][]*e2eResult) []headline {
 		})
 	}
 	for _, q := range e2eRatios {
-		var sending, whole []float64
-		for _, rs := range rounds {
-			var a, b *e2eResult
-			for _, r := range rs {
-				switch r.target {
-				case q.num:
-					a = r
-				case q.den:
-					b = r
-				}
-			}
-			if a == nil || b == nil || b.windowRate() == 0 || b.wholeRate() == 0 {
-				continue
-			}
-			sending = append(sending, a.windowRate()/b.windowRate())
-			whole = append(whole, a.wholeRate()/b.wholeRate())
-		}
+		sending, whole := roundRatios(rounds, q)
 		if len(sending) == 0 {
 			continue
 		}

@@ -58,13 +58,8 @@ func runCheck(ctx context.Context, env *Env, args []string) int {
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger check: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger check: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "check", fs.Args(), format); !ok {
+		return code
 	}
 	if *limit < 1 || *limit > 1000 {
 		fmt.Fprintf(env.Stderr, "hookledger check: --limit %d: want 1 to 1000\n", *limit)

@@ -38,9 +38,8 @@ func runDemo(ctx context.Context, env *Env, args []string) int {
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger demo: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := checkArgs(env, "demo", fs.Args(), nil); !ok {
+		return code
 	}
 	if *speed <= 0 {
 		fmt.Fprintf(env.Stderr, "hookledger demo: --speed %v: want a positive number\n", *speed)

@@ -115,59 +115,20 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	if !ok {
 		return code
 	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger effects: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "effects", nil, format); !ok {
+		return code
 	}
 	who := operatorActor(env, *actor)
 	var id int64
 	var list *store.EffectListParams
-	switch sub {
-	case "list":
-		if len(ids) != 0 {
-			fmt.Fprintf(env.Stderr, "hookledger effects list: unexpected argument %q\n", ids[0])
-			return exitUsage
+	if sub == "list" {
+		if list, code, ok = effectsListFilter(env, ids, filters, *limit, *owner); !ok {
+			return code
 		}
-		q := url.Values{"limit": {strconv.Itoa(*limit)}, "owner": {*owner}}
-		for name, v := range filters {
-			q.Set(name, *v)
-		}
-		p, err := api.EffectFilter(q, api.StateExceptions)
-		var pe *api.ParamError
-		if errors.As(err, &pe) {
-			fmt.Fprintf(env.Stderr, "hookledger effects list: --%s: %s\n", paramFlag(pe.Param), flagWords.Replace(safe(pe.Msg)))
-			return exitUsage
-		}
-		// Neither the table nor the JSON shows requests.
-		p.WithoutRequest = true
-		list = p
-	case "show", "retry", "resolve", "assign", "compensate":
-		if len(ids) != 1 {
-			fmt.Fprintf(env.Stderr, "hookledger effects %s: expected one effect ID\n", sub)
-			return exitUsage
-		}
-		n, err := strconv.ParseInt(ids[0], 10, 64)
-		if err != nil || n <= 0 {
-			fmt.Fprintf(env.Stderr, "hookledger effects %s: %q is not an effect ID (a positive number)\n", sub, ids[0])
-			return exitUsage
-		}
-		id = n
-	default:
-		fmt.Fprintf(env.Stderr, "hookledger effects: unknown action %q (list, show, retry, resolve, assign, compensate)\n", sub)
-		return exitUsage
+	} else if id, code, ok = effectsTarget(env, sub, ids); !ok {
+		return code
 	}
-	if *rawRequest {
-		if msg := requestFlagConflict(sub, *server, flagGiven(fs, "format")); msg != "" {
-			fmt.Fprintf(env.Stderr, "hookledger effects %s: --request %s\n", sub, msg)
-			return exitUsage
-		}
-	}
-	if (sub == "resolve" || sub == "retry" || sub == "compensate") && strings.TrimSpace(*note) == "" {
-		fmt.Fprintf(env.Stderr, "hookledger effects %s: --note is required: say what was checked or repaired\n", sub)
-		return exitUsage
-	}
-	if sub == "assign" && *owner == "" {
-		fmt.Fprintln(env.Stderr, "hookledger effects assign: --owner is required")
+	if !effectsFlagsFit(env, sub, *rawRequest, requestFlagConflict(sub, *server, flagGiven(fs, "format")), *note, *owner) {
 		return exitUsage
 	}
 
@@ -192,10 +153,77 @@ func runEffects(ctx context.Context, env *Env, args []string) int {
 	case "compensate":
 		return effectsCompensate(ctx, env, st, id, who, *note, *format)
 	}
-	action := map[string]string{"retry": store.OperateRetry, "resolve": store.OperateResolve, "assign": store.OperateAssign}[sub]
-	e, err := st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: id, Action: action, Actor: who, Owner: *owner, Note: *note, Now: storeNow(ctx, env, st)})
+	return effectsOperate(ctx, env, st, sub, &store.EffectOperateParams{EffectID: id, Actor: who, Owner: *owner, Note: *note})
+}
+
+// effectsFlagsFit refuses flags the action cannot take with the others
+// (conflict: what --request conflicts with, if anything) and the ones it
+// requires; false means a usage error was printed.
+func effectsFlagsFit(env *Env, sub string, rawRequest bool, conflict, note, owner string) bool {
+	if rawRequest && conflict != "" {
+		fmt.Fprintf(env.Stderr, "hookledger effects %s: --request %s\n", sub, conflict)
+		return false
+	}
+	if (sub == "resolve" || sub == "retry" || sub == "compensate") && strings.TrimSpace(note) == "" {
+		fmt.Fprintf(env.Stderr, "hookledger effects %s: --note is required: say what was checked or repaired\n", sub)
+		return false
+	}
+	if sub == "assign" && owner == "" {
+		fmt.Fprintln(env.Stderr, "hookledger effects assign: --owner is required")
+		return false
+	}
+	return true
+}
+
+// effectsListFilter reads the list's filter flags the way the API reads
+// its query parameters, so that both refuse the same values.
+func effectsListFilter(env *Env, ids []string, filters map[string]*string, limit int, owner string) (*store.EffectListParams, int, bool) {
+	if code, ok := checkArgs(env, "effects list", ids, nil); !ok {
+		return nil, code, false
+	}
+	q := url.Values{"limit": {strconv.Itoa(limit)}, "owner": {owner}}
+	for name, v := range filters {
+		q.Set(name, *v)
+	}
+	p, err := api.EffectFilter(q, api.StateExceptions)
+	var pe *api.ParamError
+	if errors.As(err, &pe) {
+		fmt.Fprintf(env.Stderr, "hookledger effects list: --%s: %s\n", paramFlag(pe.Param), flagWords.Replace(safe(pe.Msg)))
+		return nil, exitUsage, false
+	}
+	// Neither the table nor the JSON shows requests.
+	p.WithoutRequest = true
+	return p, 0, true
+}
+
+// effectsTarget reads the one effect ID that every action but list takes,
+// and refuses an unknown action.
+func effectsTarget(env *Env, sub string, ids []string) (int64, int, bool) {
+	switch sub {
+	case "show", "retry", "resolve", "assign", "compensate":
+		if len(ids) != 1 {
+			fmt.Fprintf(env.Stderr, "hookledger effects %s: expected one effect ID\n", sub)
+			return 0, exitUsage, false
+		}
+		n, err := strconv.ParseInt(ids[0], 10, 64)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(env.Stderr, "hookledger effects %s: %q is not an effect ID (a positive number)\n", sub, ids[0])
+			return 0, exitUsage, false
+		}
+		return n, 0, true
+	}
+	fmt.Fprintf(env.Stderr, "hookledger effects: unknown action %q (list, show, retry, resolve, assign, compensate)\n", sub)
+	return 0, exitUsage, false
+}
+
+// effectsOperate carries out retry, resolve or assign (sub) on one effect
+// and says where the effect stands after it.
+func effectsOperate(ctx context.Context, env *Env, st effectsStore, sub string, p *store.EffectOperateParams) int {
+	p.Action = map[string]string{"retry": store.OperateRetry, "resolve": store.OperateResolve, "assign": store.OperateAssign}[sub]
+	p.Now = storeNow(ctx, env, st)
+	e, err := st.EffectOperate(ctx, p)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "hookledger effects %s %d: %s\n", sub, id, safe(err.Error()))
+		fmt.Fprintf(env.Stderr, "hookledger effects %s %d: %s\n", sub, p.EffectID, safe(err.Error()))
 		return exitFail
 	}
 	if sub == "assign" {

@@ -70,13 +70,8 @@ func runEvents(ctx context.Context, env *Env, args []string) int {
 	if !ok {
 		return code
 	}
-	if len(extra) != 0 {
-		fmt.Fprintf(env.Stderr, "hookledger events resolve: unexpected argument %q\n", extra[0])
-		return exitUsage
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger events resolve: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "events resolve", extra, format); !ok {
+		return code
 	}
 	for _, f := range []struct{ name, value string }{{"source", *source}, {"event-id", *eventID}} {
 		if f.value == "" {

@@ -57,13 +57,8 @@ func runExceptions(ctx context.Context, env *Env, args []string) int {
 	if !ok {
 		return code
 	}
-	if len(extra) != 0 {
-		fmt.Fprintf(env.Stderr, "hookledger exceptions: unexpected argument %q\n", extra[0])
-		return exitUsage
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger exceptions: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "exceptions", extra, format); !ok {
+		return code
 	}
 	// The flags are the API's query parameters, read by the same code.
 	p, err := api.ExceptionFilter(url.Values{"kind": {*kind}, "limit": {strconv.Itoa(*limit)}, "cursor": {*cursor}})

@@ -220,3 +220,19 @@ func parseInterspersed(env *Env, fs *flag.FlagSet, args []string) (positional []
 		rest = fs.Args()[1:]
 	}
 }
+
+// checkArgs refuses positional arguments (extra) to a verb that takes
+// none, and a --format other than text or json (format nil: the verb has
+// no --format). Every verb words these two refusals the same; ok=false
+// means the caller returns code at once.
+func checkArgs(env *Env, verb string, extra []string, format *string) (code int, ok bool) {
+	if len(extra) > 0 {
+		fmt.Fprintf(env.Stderr, "hookledger %s: unexpected argument %q\n", verb, extra[0])
+		return exitUsage, false
+	}
+	if format != nil && *format != "text" && *format != "json" {
+		fmt.Fprintf(env.Stderr, "hookledger %s: --format %q: want text or json\n", verb, *format)
+		return exitUsage, false
+	}
+	return 0, true
+}

@@ -71,13 +71,8 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger replay: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger replay: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "replay", fs.Args(), format); !ok {
+		return code
 	}
 	if *timeout < 0 || (*server != "" && *timeout > remoteReplayWait) {
 		fmt.Fprintf(env.Stderr, "hookledger replay: --timeout %s: want a positive duration (at most %s with --server)\n", *timeout, remoteReplayWait)
@@ -88,19 +83,8 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	sel := replay.Selection{Source: *source, EventID: *eventID, Flow: *flowName, Entity: *entity}
-	for _, t := range []struct {
-		name, v string
-		dst     *time.Time
-	}{{"--from", *from, &sel.From}, {"--to", *to, &sel.To}} {
-		if t.v == "" {
-			continue
-		}
-		parsed, err := time.Parse(time.RFC3339, t.v)
-		if err != nil {
-			fmt.Fprintf(env.Stderr, "hookledger replay: %s %q: want an RFC 3339 time such as 2026-11-03T09:00:00Z\n", t.name, t.v)
-			return exitUsage
-		}
-		*t.dst = parsed
+	if !parseReplayTimes(env, &sel, *from, *to) {
+		return exitUsage
 	}
 	sel.Actor = operatorActor(env, *actor)
 	out := &replayOutput{env: env, format: *format, tty: stderrTerminal(env)}
@@ -120,13 +104,38 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		return replayRemote(ctx, r, out, api.ReplayRequest{Source: *source, EventID: *eventID, Flow: *flowName, Entity: *entity, From: *from, To: *to,
 			Actor: strings.TrimPrefix(sel.Actor, "operator:"), WaitSeconds: int(wait / time.Second)})
 	}
+	return replayLocal(ctx, env, out, sel, *cfgPath, *noWait, *timeout)
+}
 
-	cfg, code := loadOperatorConfig(env, "replay", *cfgPath)
+// parseReplayTimes sets the selection's bounds from --from and --to, and
+// reports a malformed one; false means a usage error was printed.
+func parseReplayTimes(env *Env, sel *replay.Selection, from, to string) bool {
+	for _, t := range []struct {
+		name, v string
+		dst     *time.Time
+	}{{"--from", from, &sel.From}, {"--to", to, &sel.To}} {
+		if t.v == "" {
+			continue
+		}
+		parsed, err := time.Parse(time.RFC3339, t.v)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "hookledger replay: %s %q: want an RFC 3339 time such as 2026-11-03T09:00:00Z\n", t.name, t.v)
+			return false
+		}
+		*t.dst = parsed
+	}
+	return true
+}
+
+// replayLocal enqueues the replay in the configured store and, unless
+// noWait, waits for a running server to process it.
+func replayLocal(ctx context.Context, env *Env, out *replayOutput, sel replay.Selection, cfgPath string, noWait bool, timeout time.Duration) int {
+	cfg, code := loadOperatorConfig(env, "replay", cfgPath)
 	if cfg == nil {
 		return code
 	}
 	if sel.Flow != "" && !hasFlow(cfg, sel.Flow) {
-		fmt.Fprintf(env.Stderr, "hookledger replay: --flow %q: no such flow in %s\n", sel.Flow, *cfgPath)
+		fmt.Fprintf(env.Stderr, "hookledger replay: --flow %q: no such flow in %s\n", sel.Flow, cfgPath)
 		return exitUsage
 	}
 	st, code := openOperatorStore(ctx, env, "replay", cfg, writeStore)
@@ -147,31 +156,38 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 		return exitFail
 	}
 	o := replay.Outcome{ReplayID: res.ReplayID, Events: res.Events, WorkItems: res.WorkItems, Skipped: res.Skipped}
-	if *format == "text" {
+	if out.format == "text" {
 		fmt.Fprintf(env.Stdout, "replay %d enqueued: %d events, %d work items", res.ReplayID, res.Events, res.WorkItems)
 		if res.Skipped > 0 {
 			fmt.Fprintf(env.Stdout, " (%d selected events skipped)", res.Skipped)
 		}
 		fmt.Fprintln(env.Stdout)
 	}
-	if *noWait {
+	if noWait {
 		return out.final(o, false, "")
 	}
 	fmt.Fprintf(env.Stderr, "waiting for 'hookledger serve' on %s to process it (Ctrl-C stops waiting; the replay goes on)\n", storeName(cfg))
+	return watchReplay(ctx, env, out, st, res, timeout)
+}
+
+// watchReplay follows the enqueued replay until every work item settled,
+// the timeout passed or the caller stopped waiting; the replay itself
+// goes on either way.
+func watchReplay(ctx context.Context, env *Env, out *replayOutput, st replay.AuditStore, res *replay.Result, timeout time.Duration) int {
 	waitCtx, cancel := ctx, context.CancelFunc(func() {})
-	if *timeout > 0 {
-		waitCtx, cancel = context.WithTimeout(ctx, *timeout)
+	if timeout > 0 {
+		waitCtx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
 	stall := out.stallHint(replayStallAfter)
-	o, err = replay.Watch(waitCtx, st, res, replay.WatchOptions{Progress: func(p replay.Outcome) { stall.reset(); out.processing(p) }})
+	o, err := replay.Watch(waitCtx, st, res, replay.WatchOptions{Progress: func(p replay.Outcome) { stall.reset(); out.processing(p) }})
 	stall.stop()
 	out.endLine()
 	switch {
 	case err == nil:
 		return out.final(o, true, "")
 	case waitCtx.Err() != nil && ctx.Err() == nil:
-		return out.final(o, false, fmt.Sprintf("still processing after %s", *timeout))
+		return out.final(o, false, fmt.Sprintf("still processing after %s", timeout))
 	case ctx.Err() != nil:
 		return out.final(o, false, "stopped waiting")
 	}

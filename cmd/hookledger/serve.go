@@ -38,9 +38,8 @@ func runServe(ctx context.Context, env *Env, args []string) int {
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger serve: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := checkArgs(env, "serve", fs.Args(), nil); !ok {
+		return code
 	}
 	log, err := lf.logger(env)
 	if err != nil {
@@ -122,9 +121,8 @@ func runMigrate(ctx context.Context, env *Env, args []string) int {
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger migrate: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := checkArgs(env, "migrate", fs.Args(), nil); !ok {
+		return code
 	}
 	cfg, code := loadConfig(env, "migrate", *cfgPath)
 	if cfg == nil {

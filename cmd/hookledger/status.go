@@ -58,13 +58,8 @@ func runStatus(ctx context.Context, env *Env, args []string) int {
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "hookledger status: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger status: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "status", fs.Args(), format); !ok {
+		return code
 	}
 	var report *signals.Report
 	if *server != "" {

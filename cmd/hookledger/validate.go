@@ -59,9 +59,8 @@ func runValidate(ctx context.Context, env *Env, args []string) int {
 	if !ok {
 		return code
 	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(env.Stderr, "hookledger validate: --format %q: want text or json\n", *format)
-		return exitUsage
+	if code, ok := checkArgs(env, "validate", nil, format); !ok {
+		return code
 	}
 	if len(args) == 0 {
 		fmt.Fprintf(env.Stderr, "hookledger validate: expected one or more effect IDs\nUsage: hookledger %s\n", validateUsage)

@@ -18,9 +18,8 @@ var versionCommand = &command{
 		if code, ok := parseFlags(env, fs, args); !ok {
 			return code
 		}
-		if fs.NArg() > 0 {
-			fmt.Fprintf(env.Stderr, "hookledger version: unexpected argument %q\n", fs.Arg(0))
-			return exitUsage
+		if code, ok := checkArgs(env, "version", fs.Args(), nil); !ok {
+			return code
 		}
 		fmt.Fprintf(env.Stdout, "hookledger %s (%s)\n", buildVersion(), goVersion())
 		return exitOK

@@ -330,18 +330,11 @@ func (d *Destination) setIdempotencyDefaults(p vendors.Preset) {
 	}
 }
 
+// validateDestinations checks the notification and delivery settings and
+// every destination, then that each effect names a destination that is
+// configured and that its body fits that destination's object limits.
 func (c *Config) validateDestinations(add, warn func(path, format string, args ...any)) {
-	if c.Notifications.WebhookURL != "" {
-		// Never repeated in a message: in Slack's scheme the URL itself is
-		// the secret.
-		if u, err := url.Parse(c.Notifications.WebhookURL); err != nil || u.Scheme == "" || u.Host == "" {
-			add("$.notifications.webhook_url", "notifications.webhook_url is not an absolute URL")
-		} else if u.User != nil {
-			add("$.notifications.webhook_url", "notifications.webhook_url carries credentials (user:password@), which would show wherever the URL does; use a webhook whose URL alone authorizes it, as Slack's incoming webhooks do")
-		} else if !c.Notifications.AllowPrivateNetworks {
-			warnPrivateHost(warn, "$.notifications.webhook_url", "notifications.webhook_url", "notifications.allow_private_networks", u.Hostname())
-		}
-	}
+	c.validateNotifications(add, warn)
 	if c.Delivery.Workers < 0 || c.Delivery.Workers > 1024 {
 		add("$.delivery.workers", "delivery.workers must be from 1 to 1024")
 	}
@@ -354,144 +347,8 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 		d := &c.Destinations[i]
 		longest = max(longest, d.Timeout.D())
 		p := fmt.Sprintf("$.destinations[%d]", i)
-		switch {
-		case d.Name == "":
-			add(p, "destinations[%d]: name is required", i)
-		case !validSourceName(d.Name):
-			add(p+".name", "destination name %q: use lowercase letters, digits, '-' and '_'", d.Name)
-		case d.Name == publishDestination && !d.Builtin:
-			add(p+".name", "destination name %q is reserved: an effect sent to it publishes a message to the endpoints (docs/publishing.md)", d.Name)
-		default:
-			if j, dup := names[d.Name]; dup {
-				add(p+".name", "duplicate destination name %q (already used by destinations[%d])", d.Name, j)
-			} else {
-				names[d.Name] = i
-			}
-		}
-		if d.PresetData == nil {
-			add(p+".preset", "destination %q: unknown preset %q (one of %s)", d.Name, d.Preset, strings.Join(vendors.PresetNames(), ", "))
-		}
-		if d.Kind == "http" {
-			checkBaseURL(add, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), d.BaseURL,
-				"put them in auth: (bearer, basic or header), which sends them in headers only")
-			if u, err := url.Parse(d.BaseURL); err == nil && !d.AllowPrivateNetworks {
-				warnPrivateHost(warn, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), "allow_private_networks", u.Hostname())
-			}
-		}
-		if a := d.Auth; a != nil {
-			n := 0
-			if a.Bearer != "" {
-				n++
-			}
-			if a.Basic != nil {
-				n++
-			}
-			if a.Bearer != "" {
-				checkStaticHeader(add, p+".auth.bearer", fmt.Sprintf("destination %q: auth.bearer", d.Name), "", a.Bearer)
-			}
-			if a.Header != nil {
-				n++
-				if a.Header.Name == "" {
-					add(p+".auth.header", "destination %q: auth.header needs a name", d.Name)
-				} else {
-					checkStaticHeader(add, p+".auth.header", fmt.Sprintf("destination %q: auth.header", d.Name), a.Header.Name, a.Header.Value)
-				}
-			}
-			if n != 1 {
-				add(p+".auth", "destination %q: auth needs exactly one of bearer, basic or header", d.Name)
-			}
-		}
-		checkSigning(add, p, d)
-		if d.Timeout < 0 {
-			add(p+".timeout", "destination %q: timeout must be positive", d.Name)
-		}
-		if d.MaxInFlight < 0 {
-			add(p+".max_in_flight", "destination %q: max_in_flight must be positive (0 takes the default, a quarter of delivery.workers)", d.Name)
-		}
-		if d.RateLimit.PerSecond < 0 || d.RateLimit.Burst < 0 {
-			add(p+".rate_limit", "destination %q: rate_limit values must be positive", d.Name)
-		} else if pd := d.PresetData; pd != nil && pd.Budget.Requests > 0 && d.RateLimit.PerSecond > 0 {
-			// The worker's default burst is one second of calls.
-			burst := d.RateLimit.Burst
-			if burst <= 0 {
-				burst = max(1, int(d.RateLimit.PerSecond))
-			}
-			if most := d.RateLimit.PerSecond*pd.Budget.Per.Seconds() + float64(burst); most > float64(pd.Budget.Requests) {
-				warn(p+".rate_limit", "destination %q: rate_limit allows up to %.0f calls in %s, above the %d %s documents (leave rate_limit out for a bucket that stays inside it)",
-					d.Name, most, pd.Budget.Per, pd.Budget.Requests, pd.Title)
-			}
-		}
-		if d.DryRun {
-			if pd := d.PresetData; pd == nil || pd.Validation == nil {
-				add(p+".dry_run", "destination %q: dry_run needs a preset with a validation endpoint (%s)", d.Name, strings.Join(validatingPresets(), ", "))
-			} else if d.Kind != "http" {
-				add(p+".dry_run", "destination %q: dry_run needs kind http: a custom action makes its own calls", d.Name)
-			} else {
-				warn(p+".dry_run", "destination %q: dry_run: every call goes to %s instead of %s; nothing reaches %s, and an effect that passes validation is done and never sent for real: use it with a trial store",
-					d.Name, pd.Validation.PathTo, pd.Validation.PathFrom, pd.Title)
-			}
-		}
-		r := d.Retry
-		if r.Base <= 0 || r.Cap < r.Base || r.Factor < 1 || r.Attempts < 1 || r.Attempts > 100 {
-			add(p+".retry", "destination %q: retry needs base > 0, cap >= base, factor >= 1 and attempts from 1 to 100", d.Name)
-		}
-		for k, rd := range r.Redrive {
-			if rd <= 0 {
-				add(fmt.Sprintf("%s.retry.redrive[%d]", p, k), "destination %q: re-drive delays must be positive", d.Name)
-			}
-		}
-		if !slices.Contains([]string{"seconds", "milliseconds"}, d.RetryAfter.Unit) {
-			add(p+".retry_after.unit", "destination %q: retry_after.unit %q is not seconds or milliseconds", d.Name, d.RetryAfter.Unit)
-		}
-		checkIdempotency(add, warn, p, d)
-		cd := &CompiledDest{}
-		compile := func(field, src string, required bool) *expr.Program {
-			if src == "" {
-				if required {
-					add(p, "destination %q: %s is required", d.Name, field)
-				}
-				return nil
-			}
-			prog, err := expr.Compile(src)
-			if err != nil {
-				add(p+"."+field, "destination %q: %s: %v", d.Name, field, err)
-				return nil
-			}
-			return prog
-		}
-		if l := d.Lookup; l != nil {
-			cd.LookupPath = compile("lookup.path", l.Path, true)
-			checkPathExpr(add, p+".lookup.path", fmt.Sprintf("destination %q: lookup.path", d.Name), cd.LookupPath)
-			cd.LookupQuery = compile("lookup.query", l.Query, false)
-			checkQueryExpr(add, p+".lookup.query", fmt.Sprintf("destination %q: lookup.query", d.Name), cd.LookupQuery)
-			cd.LookupFound = compile("lookup.found", l.Found, true)
-			cd.LookupRef = compile("lookup.ref", l.Ref, false)
-			checkLookupKey(add, p, d, cd)
-		}
-		checkVerify(add, p, d)
-		for k, rule := range d.Classify {
-			rp := fmt.Sprintf("%s.classify[%d]", p, k)
-			if !slices.Contains(classes, rule.Class) {
-				add(rp+".class", "destination %q: class %q is not one of %s", d.Name, rule.Class, strings.Join(classes, ", "))
-			}
-			if rule.Repair != "" && rule.Class != "permanent" && rule.Class != "hidden_failure" {
-				// The worker retries every other class; the repair would
-				// never be shown.
-				add(rp+".repair", "destination %q: a repair is shown only with class permanent or hidden_failure, not %s", d.Name, rule.Class)
-			}
-			if rule.Status == 0 && rule.BodyContains == "" && rule.When == "" {
-				add(rp, "destination %q: a classify rule needs status, body_contains or when", d.Name)
-			}
-			var prog *expr.Program
-			if rule.When != "" {
-				var err error
-				if prog, err = expr.Compile(rule.When); err != nil {
-					add(rp+".when", "destination %q: classify when: %v", d.Name, err)
-				}
-			}
-			cd.Rules = append(cd.Rules, prog)
-		}
-		d.Compiled = cd
+		checkDestinationName(add, p, i, d, names)
+		checkDestination(add, warn, p, d)
 	}
 	if longest > 0 && c.Delivery.Lease.D() <= longest {
 		add("$.delivery.lease", "delivery.lease (%s) must exceed the longest destination timeout (%s): otherwise a slow call looks abandoned and is reconciled while still running", c.Delivery.Lease.D(), longest)
@@ -517,6 +374,210 @@ func (c *Config) validateDestinations(add, warn func(path, format string, args .
 				}
 			}
 		}
+	}
+}
+
+// validateNotifications checks the webhook that operator notifications go
+// to.
+func (c *Config) validateNotifications(add, warn addFunc) {
+	if c.Notifications.WebhookURL == "" {
+		return
+	}
+	// Never repeated in a message: in Slack's scheme the URL itself is
+	// the secret.
+	if u, err := url.Parse(c.Notifications.WebhookURL); err != nil || u.Scheme == "" || u.Host == "" {
+		add("$.notifications.webhook_url", "notifications.webhook_url is not an absolute URL")
+	} else if u.User != nil {
+		add("$.notifications.webhook_url", "notifications.webhook_url carries credentials (user:password@), which would show wherever the URL does; use a webhook whose URL alone authorizes it, as Slack's incoming webhooks do")
+	} else if !c.Notifications.AllowPrivateNetworks {
+		warnPrivateHost(warn, "$.notifications.webhook_url", "notifications.webhook_url", "notifications.allow_private_networks", u.Hostname())
+	}
+}
+
+// checkDestinationName checks destinations[i]'s name and records it in
+// names, so that a duplicate names the first and effects can look it up.
+func checkDestinationName(add addFunc, p string, i int, d *Destination, names map[string]int) {
+	switch {
+	case d.Name == "":
+		add(p, "destinations[%d]: name is required", i)
+	case !validSourceName(d.Name):
+		add(p+".name", "destination name %q: use lowercase letters, digits, '-' and '_'", d.Name)
+	case d.Name == publishDestination && !d.Builtin:
+		add(p+".name", "destination name %q is reserved: an effect sent to it publishes a message to the endpoints (docs/publishing.md)", d.Name)
+	default:
+		if j, dup := names[d.Name]; dup {
+			add(p+".name", "duplicate destination name %q (already used by destinations[%d])", d.Name, j)
+		} else {
+			names[d.Name] = i
+		}
+	}
+}
+
+// checkDestination checks one destination's settings and stores its
+// compiled expressions.
+func checkDestination(add, warn addFunc, p string, d *Destination) {
+	if d.PresetData == nil {
+		add(p+".preset", "destination %q: unknown preset %q (one of %s)", d.Name, d.Preset, strings.Join(vendors.PresetNames(), ", "))
+	}
+	if d.Kind == "http" {
+		checkBaseURL(add, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), d.BaseURL,
+			"put them in auth: (bearer, basic or header), which sends them in headers only")
+		if u, err := url.Parse(d.BaseURL); err == nil && !d.AllowPrivateNetworks {
+			warnPrivateHost(warn, p+".base_url", fmt.Sprintf("destination %q: base_url", d.Name), "allow_private_networks", u.Hostname())
+		}
+	}
+	checkDestinationAuth(add, p, d)
+	checkSigning(add, p, d)
+	if d.Timeout < 0 {
+		add(p+".timeout", "destination %q: timeout must be positive", d.Name)
+	}
+	if d.MaxInFlight < 0 {
+		add(p+".max_in_flight", "destination %q: max_in_flight must be positive (0 takes the default, a quarter of delivery.workers)", d.Name)
+	}
+	checkRateLimit(add, warn, p, d)
+	checkDryRun(add, warn, p, d)
+	checkRetry(add, p, d)
+	checkIdempotency(add, warn, p, d)
+	d.Compiled = compileDestination(add, p, d)
+}
+
+// checkDestinationAuth checks the auth block: exactly one way to
+// authenticate, each a valid header.
+func checkDestinationAuth(add addFunc, p string, d *Destination) {
+	a := d.Auth
+	if a == nil {
+		return
+	}
+	n := 0
+	if a.Bearer != "" {
+		n++
+	}
+	if a.Basic != nil {
+		n++
+	}
+	if a.Bearer != "" {
+		checkStaticHeader(add, p+".auth.bearer", fmt.Sprintf("destination %q: auth.bearer", d.Name), "", a.Bearer)
+	}
+	if a.Header != nil {
+		n++
+		if a.Header.Name == "" {
+			add(p+".auth.header", "destination %q: auth.header needs a name", d.Name)
+		} else {
+			checkStaticHeader(add, p+".auth.header", fmt.Sprintf("destination %q: auth.header", d.Name), a.Header.Name, a.Header.Value)
+		}
+	}
+	if n != 1 {
+		add(p+".auth", "destination %q: auth needs exactly one of bearer, basic or header", d.Name)
+	}
+}
+
+// checkRateLimit checks the rate limit and warns when it lets more calls
+// through than the vendor's documented budget.
+func checkRateLimit(add, warn addFunc, p string, d *Destination) {
+	if d.RateLimit.PerSecond < 0 || d.RateLimit.Burst < 0 {
+		add(p+".rate_limit", "destination %q: rate_limit values must be positive", d.Name)
+	} else if pd := d.PresetData; pd != nil && pd.Budget.Requests > 0 && d.RateLimit.PerSecond > 0 {
+		// The worker's default burst is one second of calls.
+		burst := d.RateLimit.Burst
+		if burst <= 0 {
+			burst = max(1, int(d.RateLimit.PerSecond))
+		}
+		if most := d.RateLimit.PerSecond*pd.Budget.Per.Seconds() + float64(burst); most > float64(pd.Budget.Requests) {
+			warn(p+".rate_limit", "destination %q: rate_limit allows up to %.0f calls in %s, above the %d %s documents (leave rate_limit out for a bucket that stays inside it)",
+				d.Name, most, pd.Budget.Per, pd.Budget.Requests, pd.Title)
+		}
+	}
+}
+
+// checkDryRun checks dry_run, which needs a preset with a validation
+// endpoint, and warns that nothing reaches the vendor while it is on.
+func checkDryRun(add, warn addFunc, p string, d *Destination) {
+	if !d.DryRun {
+		return
+	}
+	if pd := d.PresetData; pd == nil || pd.Validation == nil {
+		add(p+".dry_run", "destination %q: dry_run needs a preset with a validation endpoint (%s)", d.Name, strings.Join(validatingPresets(), ", "))
+	} else if d.Kind != "http" {
+		add(p+".dry_run", "destination %q: dry_run needs kind http: a custom action makes its own calls", d.Name)
+	} else {
+		warn(p+".dry_run", "destination %q: dry_run: every call goes to %s instead of %s; nothing reaches %s, and an effect that passes validation is done and never sent for real: use it with a trial store",
+			d.Name, pd.Validation.PathTo, pd.Validation.PathFrom, pd.Title)
+	}
+}
+
+// checkRetry checks the retry schedule, its re-drive delays and the unit
+// of the vendor's Retry-After.
+func checkRetry(add addFunc, p string, d *Destination) {
+	r := d.Retry
+	if r.Base <= 0 || r.Cap < r.Base || r.Factor < 1 || r.Attempts < 1 || r.Attempts > 100 {
+		add(p+".retry", "destination %q: retry needs base > 0, cap >= base, factor >= 1 and attempts from 1 to 100", d.Name)
+	}
+	for k, rd := range r.Redrive {
+		if rd <= 0 {
+			add(fmt.Sprintf("%s.retry.redrive[%d]", p, k), "destination %q: re-drive delays must be positive", d.Name)
+		}
+	}
+	if !slices.Contains([]string{"seconds", "milliseconds"}, d.RetryAfter.Unit) {
+		add(p+".retry_after.unit", "destination %q: retry_after.unit %q is not seconds or milliseconds", d.Name, d.RetryAfter.Unit)
+	}
+}
+
+// compileDestination compiles the destination's lookup, verify and
+// classify expressions.
+func compileDestination(add addFunc, p string, d *Destination) *CompiledDest {
+	cd := &CompiledDest{}
+	compile := func(field, src string, required bool) *expr.Program {
+		if src == "" {
+			if required {
+				add(p, "destination %q: %s is required", d.Name, field)
+			}
+			return nil
+		}
+		prog, err := expr.Compile(src)
+		if err != nil {
+			add(p+"."+field, "destination %q: %s: %v", d.Name, field, err)
+			return nil
+		}
+		return prog
+	}
+	if l := d.Lookup; l != nil {
+		cd.LookupPath = compile("lookup.path", l.Path, true)
+		checkPathExpr(add, p+".lookup.path", fmt.Sprintf("destination %q: lookup.path", d.Name), cd.LookupPath)
+		cd.LookupQuery = compile("lookup.query", l.Query, false)
+		checkQueryExpr(add, p+".lookup.query", fmt.Sprintf("destination %q: lookup.query", d.Name), cd.LookupQuery)
+		cd.LookupFound = compile("lookup.found", l.Found, true)
+		cd.LookupRef = compile("lookup.ref", l.Ref, false)
+		checkLookupKey(add, p, d, cd)
+	}
+	checkVerify(add, p, d)
+	compileClassify(add, p, d, cd)
+	return cd
+}
+
+// compileClassify checks the classify rules, which sort a vendor's answers
+// into classes, and compiles their when expressions into cd.Rules.
+func compileClassify(add addFunc, p string, d *Destination, cd *CompiledDest) {
+	for k, rule := range d.Classify {
+		rp := fmt.Sprintf("%s.classify[%d]", p, k)
+		if !slices.Contains(classes, rule.Class) {
+			add(rp+".class", "destination %q: class %q is not one of %s", d.Name, rule.Class, strings.Join(classes, ", "))
+		}
+		if rule.Repair != "" && rule.Class != "permanent" && rule.Class != "hidden_failure" {
+			// The worker retries every other class; the repair would
+			// never be shown.
+			add(rp+".repair", "destination %q: a repair is shown only with class permanent or hidden_failure, not %s", d.Name, rule.Class)
+		}
+		if rule.Status == 0 && rule.BodyContains == "" && rule.When == "" {
+			add(rp, "destination %q: a classify rule needs status, body_contains or when", d.Name)
+		}
+		var prog *expr.Program
+		if rule.When != "" {
+			var err error
+			if prog, err = expr.Compile(rule.When); err != nil {
+				add(rp+".when", "destination %q: classify when: %v", d.Name, err)
+			}
+		}
+		cd.Rules = append(cd.Rules, prog)
 	}
 }
 

@@ -231,6 +231,18 @@ func (c *Config) setFlowDefaults() {
 // validateFlows checks and compiles every flow. warn records load-time
 // warnings that do not stop the server.
 func (c *Config) validateFlows(add func(path, format string, args ...any), warn func(path, format string, args ...any)) {
+	c.validateProcessing(add)
+	sources := c.validateSourceAPIs(add, warn)
+	names := map[string]int{}
+	for i := range c.Flows {
+		fc := &flowCheck{add: add, warn: warn, f: &c.Flows[i], i: i, p: fmt.Sprintf("$.flows[%d]", i)}
+		fc.check(sources, names)
+	}
+}
+
+// validateProcessing checks the processing and causation settings, which
+// every flow shares.
+func (c *Config) validateProcessing(add addFunc) {
 	if c.Causation.MaxHops < 0 {
 		add("$.causation.max_hops", "causation.max_hops must be positive")
 	}
@@ -248,6 +260,11 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 	for _, h := range []struct{ field, name string }{{"header", c.Causation.Header}, {"hop_header", c.Causation.HopHeader}} {
 		checkStaticHeader(add, "$.causation."+h.field, "causation."+h.field, h.name, "")
 	}
+}
+
+// validateSourceAPIs checks each source's api block, which refetch flows
+// call, and returns the sources by name for the flows to look up.
+func (c *Config) validateSourceAPIs(add, warn addFunc) map[string]*Source {
 	sources := map[string]*Source{}
 	for i := range c.Sources {
 		sources[c.Sources[i].Name] = &c.Sources[i]
@@ -264,213 +281,286 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 			}
 		}
 	}
-	names := map[string]int{}
-	for i := range c.Flows {
-		f := &c.Flows[i]
-		p := fmt.Sprintf("$.flows[%d]", i)
-		expandForward(add, f, p)
-		cf := &CompiledFlow{}
-		compile := func(field, src string, required bool) *expr.Program {
-			if src == "" {
-				if required {
-					add(p, "flow %q: %s is required", f.Name, field)
-				}
-				return nil
-			}
-			prog, err := expr.Compile(src)
-			if err != nil {
-				add(p+"."+field, "flow %q: %s: %v", f.Name, field, err)
-				return nil
-			}
-			return prog
-		}
-		// IP02: the episode key is flow:entity:version:effect, so neither
-		// the entity nor the version may come from arrival data.
-		identity := func(field string, prog *expr.Program) {
-			if prog == nil {
-				return
-			}
-			for _, a := range arrivalData {
-				if prog.Reads(a) {
-					add(p+"."+field, "flow %q: IP02: %s reads %s, which changes with every delivery, so each retry would look like a new effect; build identities from the entity and the business version", f.Name, field, a)
-				}
-			}
-		}
+	return sources
+}
 
-		switch {
-		case f.Name == "":
-			add(p, "flows[%d]: name is required", i)
-		case !validSourceName(f.Name):
-			add(p+".name", "flow name %q: use lowercase letters, digits, '-' and '_'", f.Name)
-		default:
-			if j, dup := names[f.Name]; dup {
-				add(p+".name", "duplicate flow name %q (already used by flows[%d])", f.Name, j)
-			} else {
-				names[f.Name] = i
-			}
-		}
-		src := sources[f.Source]
-		if f.Source == "" {
-			add(p, "flow %q: source is required", f.Name)
-		} else if src == nil {
-			add(p+".source", "flow %q: no source named %q", f.Name, f.Source)
-		}
-		if len(f.Events) == 0 && f.Forward == nil {
-			add(p, "flow %q: events is required: the event types it subscribes to (globs such as \"order.*\")", f.Name)
-		}
-		for k, g := range f.Events {
-			if _, err := path.Match(g, ""); err != nil || g == "" {
-				add(fmt.Sprintf("%s.events[%d]", p, k), "flow %q: %q is not a valid glob", f.Name, g)
-			}
-		}
-		cf.When = compile("when", f.When, false)
-		cf.Entity = compile("entity", f.Entity, true)
-		identity("entity", cf.Entity)
-		cf.State = compile("state", f.State, true)
+// flowCheck checks and compiles one flow; it carries the flow and its
+// path so that each phase (name, source, version, effects) reports under
+// the same prefix.
+type flowCheck struct {
+	add, warn addFunc
+	f         *Flow
+	i         int
+	p         string
+	cf        *CompiledFlow
+}
 
-		v := f.Version
-		vp := p + ".version"
-		switch v.Mode {
-		case ModeRevision:
-			cf.Revision = compile("version.revision", v.Revision, true)
-			identity("version.revision", cf.Revision)
-			for _, other := range []struct{ k, v string }{{"path", v.Path}, {"query", v.Query}, {"field", v.Field}, {"tie_break", v.TieBreak}} {
-				if other.v != "" {
-					add(vp+"."+other.k, "flow %q: version.%s does not apply to mode revision", f.Name, other.k)
-				}
-			}
-		case ModeRefetch:
-			cf.Path = compile("version.path", v.Path, true)
-			checkPathExpr(add, vp+".path", fmt.Sprintf("flow %q: version.path", f.Name), cf.Path)
-			cf.Query = compile("version.query", v.Query, false)
-			checkQueryExpr(add, vp+".query", fmt.Sprintf("flow %q: version.query", f.Name), cf.Query)
-			if (v.Field == "") == (len(v.Hash) == 0) {
-				add(vp, "flow %q: mode refetch needs exactly one of version.field (a monotonic field of the object) or version.hash (fields whose hash is the version)", f.Name)
-			}
-			cf.Field = compile("version.field", v.Field, false)
-			identity("version.field", cf.Field)
-			for k, h := range v.Hash {
-				prog, err := expr.Compile(h)
-				if err != nil {
-					add(fmt.Sprintf("%s.hash[%d]", vp, k), "flow %q: version.hash[%d]: %v", f.Name, k, err)
-					continue
-				}
-				identity(fmt.Sprintf("version.hash[%d]", k), prog)
-				cf.Hash = append(cf.Hash, prog)
-			}
-			if src != nil && (src.API == nil || src.API.BaseURL == "") {
-				add(p+".source", "flow %q: mode refetch reads source %q's API: give that source an api.base_url", f.Name, f.Source)
-			}
-		case ModeOccurredAt:
-			if v.Path != "" || v.Query != "" {
-				add(vp, "flow %q: version.path and version.query apply to mode refetch only", f.Name)
-			}
-			cf.Break = compile("version.tie_break", v.TieBreak, false)
-			if v.TieBreak == "" {
-				add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
-			}
-			identity("version.tie_break", cf.Break)
-			if f.Forward != nil && src != nil && !carriesOccurrence(src) {
-				add(p+".order_by", "flow %q: order_by: occurrence needs each event's occurrence time, and source %q (kind %s) carries none: set the source's fields.occurred_at, or leave order_by out", f.Name, f.Source, src.Kind)
-			}
-			if k, ok := coarseTime(src); ok && f.Forward != nil {
-				warn(p+".order_by", "flow %q: OR01: %s's %s is in seconds, so events in the same second are forwarded in event id order, not in the order they happened", f.Name, k.Title, k.Identity.OccurredAt)
-			} else if ok {
-				warn(vp+".mode", "flow %q: OR01: %s's %s is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name, k.Title, k.Identity.OccurredAt)
-			}
-		case "":
-			add(vp, "flow %q: version.mode is required: revision, refetch or occurred_at", f.Name)
-		default:
-			add(vp+".mode", "flow %q: unknown version.mode %q (revision, refetch or occurred_at)", f.Name, v.Mode)
+// check runs every phase in the order the errors have always come in and
+// stores the compiled flow.
+func (fc *flowCheck) check(sources map[string]*Source, names map[string]int) {
+	f, p, add := fc.f, fc.p, fc.add
+	expandForward(add, f, p)
+	fc.cf = &CompiledFlow{}
+	cf := fc.cf
+	fc.checkName(names)
+	src := sources[f.Source]
+	if f.Source == "" {
+		add(p, "flow %q: source is required", f.Name)
+	} else if src == nil {
+		add(p+".source", "flow %q: no source named %q", f.Name, f.Source)
+	}
+	if len(f.Events) == 0 && f.Forward == nil {
+		add(p, "flow %q: events is required: the event types it subscribes to (globs such as \"order.*\")", f.Name)
+	}
+	for k, g := range f.Events {
+		if _, err := path.Match(g, ""); err != nil || g == "" {
+			add(fmt.Sprintf("%s.events[%d]", p, k), "flow %q: %q is not a valid glob", f.Name, g)
 		}
+	}
+	cf.When = fc.compile("when", f.When, false)
+	cf.Entity = fc.compile("entity", f.Entity, true)
+	fc.identity("entity", cf.Entity)
+	cf.State = fc.compile("state", f.State, true)
+	fc.checkVersion(src)
+	effNames := map[string]bool{}
+	for j := range f.Effects {
+		fc.checkEffect(j, effNames)
+	}
+	if f.Forward != nil {
+		cf.OpaqueBody = true
+		for _, prog := range []*expr.Program{cf.When, cf.Entity} {
+			if prog != nil && prog.Reads(expr.VarEvent) {
+				cf.OpaqueBody = false
+			}
+		}
+	}
+	f.Compiled = cf
+}
 
-		effNames := map[string]bool{}
-		for j := range f.Effects {
-			e := &f.Effects[j]
-			ep := fmt.Sprintf("%s.effects[%d]", p, j)
-			ce := &CompiledEffect{Headers: map[string]*expr.Program{}, Forward: f.Forward != nil}
-			switch {
-			case e.Name == "":
-				add(ep, "flow %q: effects[%d]: name is required", f.Name, j)
-			case strings.ContainsAny(e.Name, ": ") || !validSourceName(e.Name):
-				add(ep+".name", "flow %q: effect name %q: use lowercase letters, digits, '-' and '_'", f.Name, e.Name)
-			case effNames[e.Name]:
-				add(ep+".name", "flow %q: duplicate effect name %q", f.Name, e.Name)
-			}
-			effNames[e.Name] = true
-			if e.Destination == "" {
-				add(ep, "flow %q: effect %q: destination is required", f.Name, e.Name)
-			}
-			if !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, e.Request.Method) {
-				add(ep+".request.method", "flow %q: effect %q: method %q is not GET, POST, PUT, PATCH or DELETE", f.Name, e.Name, e.Request.Method)
-			}
-			if !slices.Contains(operations, e.Operation) {
-				add(ep+".operation", "flow %q: effect %q: operation %q is not one of %s", f.Name, e.Name, e.Operation, strings.Join(operations, ", "))
-			}
-			if e.Operation == "increment" && e.IdempotentBy == "" {
-				add(ep+".operation", "flow %q: effect %q: IP06: an increment is not idempotent (\"add 1\" twice adds 2); set a value instead, or say how it is made idempotent with idempotent_by: %s", f.Name, e.Name, strings.Join(idempotentByAll, " or "))
-			}
-			if e.IdempotentBy != "" && !slices.Contains(idempotentByAll, e.IdempotentBy) {
-				add(ep+".idempotent_by", "flow %q: effect %q: idempotent_by %q is not one of %s", f.Name, e.Name, e.IdempotentBy, strings.Join(idempotentByAll, ", "))
-			}
-			compileE := func(field, src string, required bool) *expr.Program {
-				if src == "" {
-					if required {
-						add(ep, "flow %q: effect %q: %s is required", f.Name, e.Name, field)
-					}
-					return nil
-				}
-				prog, err := expr.Compile(src)
-				if err != nil {
-					add(ep+"."+field, "flow %q: effect %q: %s: %v", f.Name, e.Name, field, err)
-					return nil
-				}
-				return prog
-			}
-			ce.When = compileE("when", e.When, false)
-			if e.Destination == publishDestination {
-				// Publishing: the body is the message; no path, no query.
-				if e.Request.Method == "" {
-					e.Request.Method = "POST"
-				}
-				if e.Request.Path != "" || e.Request.Body != "" || e.Request.Query != "" {
-					add(ep+".request", "flow %q: effect %q: an effect sent to %s takes type and data, not request.path, request.query or request.body", f.Name, e.Name, publishDestination)
-				}
-				e.Request.Path = `""`
-				if e.Data != "" && ValidMessageType(e.Type) {
-					e.Request.Body = publishBody(e.Type, e.Data)
-				}
-			}
-			ce.Path = compileE("request.path", e.Request.Path, true)
-			checkPathExpr(add, ep+".request.path", fmt.Sprintf("flow %q: effect %q: request.path", f.Name, e.Name), ce.Path)
-			ce.Query = compileE("request.query", e.Request.Query, false)
-			checkQueryExpr(add, ep+".request.query", fmt.Sprintf("flow %q: effect %q: request.query", f.Name, e.Name), ce.Query)
-			ce.Body = compileE("request.body", e.Request.Body, false)
-			for h, src := range e.Request.Headers {
-				ce.Headers[h] = compileE("request.headers."+h, src, true)
-				checkHeaderExpr(add, ep+".request.headers."+h, fmt.Sprintf("flow %q: effect %q: request.headers.%s", f.Name, e.Name, h), h, ce.Headers[h])
-			}
-			compileOutcomes(add, compileE, f, e, ep, ce)
-			cf.Effects = append(cf.Effects, ce)
-			for _, prog := range append([]*expr.Program{ce.When, ce.Path, ce.Query, ce.Body}, mapValues(ce.Headers)...) {
-				if prog != nil && prog.Reads(expr.VarPrevious) {
-					cf.ReadsPrevious = true
-				}
-			}
-			if ce.CompensateWhen != nil {
-				// The rule compares the new state with the one before.
-				cf.ReadsPrevious = true
+// compile compiles one of the flow's expressions, reporting it missing
+// when required or malformed.
+func (fc *flowCheck) compile(field, src string, required bool) *expr.Program {
+	if src == "" {
+		if required {
+			fc.add(fc.p, "flow %q: %s is required", fc.f.Name, field)
+		}
+		return nil
+	}
+	prog, err := expr.Compile(src)
+	if err != nil {
+		fc.add(fc.p+"."+field, "flow %q: %s: %v", fc.f.Name, field, err)
+		return nil
+	}
+	return prog
+}
+
+// identity enforces IP02: the episode key is flow:entity:version:effect,
+// so neither the entity nor the version may come from arrival data.
+func (fc *flowCheck) identity(field string, prog *expr.Program) {
+	if prog == nil {
+		return
+	}
+	for _, a := range arrivalData {
+		if prog.Reads(a) {
+			fc.add(fc.p+"."+field, "flow %q: IP02: %s reads %s, which changes with every delivery, so each retry would look like a new effect; build identities from the entity and the business version", fc.f.Name, field, a)
+		}
+	}
+}
+
+// checkName checks the flow's name and records it in names, so that a
+// second flow with the same name names the first.
+func (fc *flowCheck) checkName(names map[string]int) {
+	f, p, i := fc.f, fc.p, fc.i
+	switch {
+	case f.Name == "":
+		fc.add(p, "flows[%d]: name is required", i)
+	case !validSourceName(f.Name):
+		fc.add(p+".name", "flow name %q: use lowercase letters, digits, '-' and '_'", f.Name)
+	default:
+		if j, dup := names[f.Name]; dup {
+			fc.add(p+".name", "duplicate flow name %q (already used by flows[%d])", f.Name, j)
+		} else {
+			names[f.Name] = i
+		}
+	}
+}
+
+// checkVersion checks and compiles the flow's version block, whose fields
+// differ by mode.
+func (fc *flowCheck) checkVersion(src *Source) {
+	f, add, cf := fc.f, fc.add, fc.cf
+	v := f.Version
+	vp := fc.p + ".version"
+	switch v.Mode {
+	case ModeRevision:
+		cf.Revision = fc.compile("version.revision", v.Revision, true)
+		fc.identity("version.revision", cf.Revision)
+		for _, other := range []struct{ k, v string }{{"path", v.Path}, {"query", v.Query}, {"field", v.Field}, {"tie_break", v.TieBreak}} {
+			if other.v != "" {
+				add(vp+"."+other.k, "flow %q: version.%s does not apply to mode revision", f.Name, other.k)
 			}
 		}
-		if f.Forward != nil {
-			cf.OpaqueBody = true
-			for _, prog := range []*expr.Program{cf.When, cf.Entity} {
-				if prog != nil && prog.Reads(expr.VarEvent) {
-					cf.OpaqueBody = false
-				}
-			}
+	case ModeRefetch:
+		fc.checkRefetch(src)
+	case ModeOccurredAt:
+		fc.checkOccurredAt(src)
+	case "":
+		add(vp, "flow %q: version.mode is required: revision, refetch or occurred_at", f.Name)
+	default:
+		add(vp+".mode", "flow %q: unknown version.mode %q (revision, refetch or occurred_at)", f.Name, v.Mode)
+	}
+}
+
+// checkRefetch checks mode refetch: where to fetch the object, and which
+// of its fields (or their hash) is the version.
+func (fc *flowCheck) checkRefetch(src *Source) {
+	f, add, cf := fc.f, fc.add, fc.cf
+	v := f.Version
+	vp := fc.p + ".version"
+	cf.Path = fc.compile("version.path", v.Path, true)
+	checkPathExpr(add, vp+".path", fmt.Sprintf("flow %q: version.path", f.Name), cf.Path)
+	cf.Query = fc.compile("version.query", v.Query, false)
+	checkQueryExpr(add, vp+".query", fmt.Sprintf("flow %q: version.query", f.Name), cf.Query)
+	if (v.Field == "") == (len(v.Hash) == 0) {
+		add(vp, "flow %q: mode refetch needs exactly one of version.field (a monotonic field of the object) or version.hash (fields whose hash is the version)", f.Name)
+	}
+	cf.Field = fc.compile("version.field", v.Field, false)
+	fc.identity("version.field", cf.Field)
+	for k, h := range v.Hash {
+		prog, err := expr.Compile(h)
+		if err != nil {
+			add(fmt.Sprintf("%s.hash[%d]", vp, k), "flow %q: version.hash[%d]: %v", f.Name, k, err)
+			continue
 		}
-		f.Compiled = cf
+		fc.identity(fmt.Sprintf("version.hash[%d]", k), prog)
+		cf.Hash = append(cf.Hash, prog)
+	}
+	if src != nil && (src.API == nil || src.API.BaseURL == "") {
+		add(fc.p+".source", "flow %q: mode refetch reads source %q's API: give that source an api.base_url", f.Name, f.Source)
+	}
+}
+
+// checkOccurredAt checks mode occurred_at, which orders by the sender's
+// timestamp and so needs a tie-break and a source that carries one.
+func (fc *flowCheck) checkOccurredAt(src *Source) {
+	f, p, add, warn, cf := fc.f, fc.p, fc.add, fc.warn, fc.cf
+	v := f.Version
+	vp := p + ".version"
+	if v.Path != "" || v.Query != "" {
+		add(vp, "flow %q: version.path and version.query apply to mode refetch only", f.Name)
+	}
+	cf.Break = fc.compile("version.tie_break", v.TieBreak, false)
+	if v.TieBreak == "" {
+		add(vp, "flow %q: mode occurred_at needs version.tie_break: events at the same instant must still have one order", f.Name)
+	}
+	fc.identity("version.tie_break", cf.Break)
+	if f.Forward != nil && src != nil && !carriesOccurrence(src) {
+		add(p+".order_by", "flow %q: order_by: occurrence needs each event's occurrence time, and source %q (kind %s) carries none: set the source's fields.occurred_at, or leave order_by out", f.Name, f.Source, src.Kind)
+	}
+	if k, ok := coarseTime(src); ok && f.Forward != nil {
+		warn(p+".order_by", "flow %q: OR01: %s's %s is in seconds, so events in the same second are forwarded in event id order, not in the order they happened", f.Name, k.Title, k.Identity.OccurredAt)
+	} else if ok {
+		warn(vp+".mode", "flow %q: OR01: %s's %s is in seconds, so events in the same second are ordered only by the tie-break, not by what happened first; prefer mode refetch", f.Name, k.Title, k.Identity.OccurredAt)
+	}
+}
+
+// effectCheck checks and compiles one effect of a flow, reporting under
+// the effect's path.
+type effectCheck struct {
+	*flowCheck
+	e  *Effect
+	ep string
+}
+
+// compile compiles one of the effect's expressions, reporting it missing
+// when required or malformed.
+func (ec *effectCheck) compile(field, src string, required bool) *expr.Program {
+	if src == "" {
+		if required {
+			ec.add(ec.ep, "flow %q: effect %q: %s is required", ec.f.Name, ec.e.Name, field)
+		}
+		return nil
+	}
+	prog, err := expr.Compile(src)
+	if err != nil {
+		ec.add(ec.ep+"."+field, "flow %q: effect %q: %s: %v", ec.f.Name, ec.e.Name, field, err)
+		return nil
+	}
+	return prog
+}
+
+// checkEffect checks effects[j] and appends its compiled form to the
+// flow's; effNames holds the names seen so far, for duplicates.
+func (fc *flowCheck) checkEffect(j int, effNames map[string]bool) {
+	f, add, cf := fc.f, fc.add, fc.cf
+	e := &f.Effects[j]
+	ep := fmt.Sprintf("%s.effects[%d]", fc.p, j)
+	ec := &effectCheck{flowCheck: fc, e: e, ep: ep}
+	ce := &CompiledEffect{Headers: map[string]*expr.Program{}, Forward: f.Forward != nil}
+	ec.checkFields(j, effNames)
+	ce.When = ec.compile("when", e.When, false)
+	if e.Destination == publishDestination {
+		// Publishing: the body is the message; no path, no query.
+		if e.Request.Method == "" {
+			e.Request.Method = "POST"
+		}
+		if e.Request.Path != "" || e.Request.Body != "" || e.Request.Query != "" {
+			add(ep+".request", "flow %q: effect %q: an effect sent to %s takes type and data, not request.path, request.query or request.body", f.Name, e.Name, publishDestination)
+		}
+		e.Request.Path = `""`
+		if e.Data != "" && ValidMessageType(e.Type) {
+			e.Request.Body = publishBody(e.Type, e.Data)
+		}
+	}
+	ce.Path = ec.compile("request.path", e.Request.Path, true)
+	checkPathExpr(add, ep+".request.path", fmt.Sprintf("flow %q: effect %q: request.path", f.Name, e.Name), ce.Path)
+	ce.Query = ec.compile("request.query", e.Request.Query, false)
+	checkQueryExpr(add, ep+".request.query", fmt.Sprintf("flow %q: effect %q: request.query", f.Name, e.Name), ce.Query)
+	ce.Body = ec.compile("request.body", e.Request.Body, false)
+	for h, src := range e.Request.Headers {
+		ce.Headers[h] = ec.compile("request.headers."+h, src, true)
+		checkHeaderExpr(add, ep+".request.headers."+h, fmt.Sprintf("flow %q: effect %q: request.headers.%s", f.Name, e.Name, h), h, ce.Headers[h])
+	}
+	compileOutcomes(add, ec.compile, f, e, ep, ce)
+	cf.Effects = append(cf.Effects, ce)
+	for _, prog := range append([]*expr.Program{ce.When, ce.Path, ce.Query, ce.Body}, mapValues(ce.Headers)...) {
+		if prog != nil && prog.Reads(expr.VarPrevious) {
+			cf.ReadsPrevious = true
+		}
+	}
+	if ce.CompensateWhen != nil {
+		// The rule compares the new state with the one before.
+		cf.ReadsPrevious = true
+	}
+}
+
+// checkFields checks the effect's plain fields: name, destination, method,
+// operation and how it is idempotent.
+func (ec *effectCheck) checkFields(j int, effNames map[string]bool) {
+	f, e, ep, add := ec.f, ec.e, ec.ep, ec.add
+	switch {
+	case e.Name == "":
+		add(ep, "flow %q: effects[%d]: name is required", f.Name, j)
+	case strings.ContainsAny(e.Name, ": ") || !validSourceName(e.Name):
+		add(ep+".name", "flow %q: effect name %q: use lowercase letters, digits, '-' and '_'", f.Name, e.Name)
+	case effNames[e.Name]:
+		add(ep+".name", "flow %q: duplicate effect name %q", f.Name, e.Name)
+	}
+	effNames[e.Name] = true
+	if e.Destination == "" {
+		add(ep, "flow %q: effect %q: destination is required", f.Name, e.Name)
+	}
+	if !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, e.Request.Method) {
+		add(ep+".request.method", "flow %q: effect %q: method %q is not GET, POST, PUT, PATCH or DELETE", f.Name, e.Name, e.Request.Method)
+	}
+	if !slices.Contains(operations, e.Operation) {
+		add(ep+".operation", "flow %q: effect %q: operation %q is not one of %s", f.Name, e.Name, e.Operation, strings.Join(operations, ", "))
+	}
+	if e.Operation == "increment" && e.IdempotentBy == "" {
+		add(ep+".operation", "flow %q: effect %q: IP06: an increment is not idempotent (\"add 1\" twice adds 2); set a value instead, or say how it is made idempotent with idempotent_by: %s", f.Name, e.Name, strings.Join(idempotentByAll, " or "))
+	}
+	if e.IdempotentBy != "" && !slices.Contains(idempotentByAll, e.IdempotentBy) {
+		add(ep+".idempotent_by", "flow %q: effect %q: idempotent_by %q is not one of %s", f.Name, e.Name, e.IdempotentBy, strings.Join(idempotentByAll, ", "))
 	}
 }
 

@@ -83,6 +83,25 @@ func (c *Config) validate() (errs, warns []fieldError) {
 	warn := func(path, format string, args ...any) {
 		warns = append(warns, fieldError{path: path, msg: "warning: " + fmt.Sprintf(format, args...)})
 	}
+	c.validateServer(add, warn)
+	seen := c.validateSources(add, warn)
+	for i, name := range c.Causation.TrustedSources {
+		if _, ok := seen[name]; !ok {
+			add(fmt.Sprintf("$.causation.trusted_sources[%d]", i), "causation.trusted_sources[%d]: no source named %q is configured", i, name)
+		}
+	}
+	c.validateFlows(add, warn)
+	c.validateDestinations(add, warn)
+	c.validatePublish(add, warn)
+	c.validateSignals(add)
+	c.validateRetention(add)
+	return errs, warns
+}
+
+// validateServer checks what the HTTP server and the store are opened
+// with: the listen address, the store URL, the receive limits and
+// timeouts, metrics and the trusted proxies.
+func (c *Config) validateServer(add, warn addFunc) {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		add("$.listen", "listen: %q is not host:port (for example 127.0.0.1:8080)", c.Listen)
 	}
@@ -119,105 +138,122 @@ func (c *Config) validate() (errs, warns []fieldError) {
 			add(fmt.Sprintf("$.receive.trusted_proxies[%d]", i), "receive.trusted_proxies[%d]: %v", i, err)
 		}
 	}
+}
 
+// validateSources checks every source and returns the index of each name,
+// for the checks that refer to sources.
+func (c *Config) validateSources(add, warn addFunc) map[string]int {
 	kinds := senderkind.Builtin()
 	seen := map[string]int{}
 	for i, s := range c.Sources {
-		kind, known := kinds.Lookup(s.Kind)
-		ks := s.KindSource()
-		before := len(errs)
-		p := fmt.Sprintf("$.sources[%d]", i)
-		switch {
-		case s.Name == "":
-			add(p, "sources[%d]: name is required", i)
-		case !validSourceName(s.Name):
-			add(p+".name", "source name %q: use lowercase letters, digits, '-' and '_' (it becomes the path /hooks/%s)", s.Name, s.Name)
-		default:
-			if j, dup := seen[s.Name]; dup {
-				add(p+".name", "duplicate source name %q (already used by sources[%d])", s.Name, j)
+		checkSource(add, warn, kinds, i, s, seen)
+	}
+	return seen
+}
+
+// checkSource checks sources[i]. Only a source with no error so far gets
+// its scheme built, whose errors would otherwise repeat the ones found.
+func checkSource(add, warn addFunc, kinds *senderkind.Registry, i int, s Source, seen map[string]int) {
+	_, known := kinds.Lookup(s.Kind)
+	p := fmt.Sprintf("$.sources[%d]", i)
+	found := 0
+	counted := func(path, format string, args ...any) {
+		found++
+		add(path, format, args...)
+	}
+	checkSourceName(counted, p, i, s, seen)
+	if s.Kind == "" {
+		counted(p, "source %q: kind is required (one of %s)", s.Name, strings.Join(Kinds, ", "))
+	} else if !known {
+		counted(p+".kind", "source %q: unknown kind %q (one of %s)", s.Name, s.Kind, strings.Join(Kinds, ", "))
+	}
+	if len(s.Secrets) == 0 {
+		counted(p, "source %q: secrets is required: at least one secret (several allow rotation)", s.Name)
+	}
+	for k, sec := range s.Secrets {
+		if sec == "" {
+			counted(fmt.Sprintf("%s.secrets[%d]", p, k), "source %q: secrets[%d] is empty (is its environment variable set to an empty value?)", s.Name, k)
+		}
+	}
+	if s.Tolerance != nil && *s.Tolerance < 0 {
+		counted(p+".tolerance", "source %q: tolerance must be positive", s.Name)
+	}
+	checkSourceKind(counted, warn, kinds, p, s)
+	if s.API != nil && s.API.Timeout < 0 {
+		counted(p+".api.timeout", "source %q: api.timeout must be positive", s.Name)
+	}
+	if found == 0 {
+		// The scheme's own checks (secret formats, HMAC options) run
+		// at load too, so a bad secret stops start-up with its line.
+		if _, err := signature.New(s.schemeOptions(kinds)); err != nil {
+			var oe *signature.OptionError
+			if errors.As(err, &oe) {
+				add(p+"."+oe.Field, "source %q: %s", s.Name, oe.Error())
 			} else {
-				seen[s.Name] = i
-			}
-		}
-		if s.Kind == "" {
-			add(p, "source %q: kind is required (one of %s)", s.Name, strings.Join(Kinds, ", "))
-		} else if !known {
-			add(p+".kind", "source %q: unknown kind %q (one of %s)", s.Name, s.Kind, strings.Join(Kinds, ", "))
-		}
-		if len(s.Secrets) == 0 {
-			add(p, "source %q: secrets is required: at least one secret (several allow rotation)", s.Name)
-		}
-		for k, sec := range s.Secrets {
-			if sec == "" {
-				add(fmt.Sprintf("%s.secrets[%d]", p, k), "source %q: secrets[%d] is empty (is its environment variable set to an empty value?)", s.Name, k)
-			}
-		}
-		if s.Tolerance != nil && *s.Tolerance < 0 {
-			add(p+".tolerance", "source %q: tolerance must be positive", s.Name)
-		}
-		var kindWarns []senderkind.Problem
-		for _, pr := range kind.Problems(ks) {
-			if pr.Warning {
-				kindWarns = append(kindWarns, pr)
-				continue
-			}
-			add(fieldPath(p, pr.Field), "source %q: %s", s.Name, pr.Msg)
-		}
-		if s.Version != "" && len(kind.Scheme.Versions) == 0 {
-			add(p+".version", "source %q: version applies to kind %s only", s.Name, strings.Join(versioned(kinds), ", "))
-		}
-		if s.PublicURL != "" {
-			if u, err := url.Parse(s.PublicURL); err != nil || u.Scheme == "" || u.Host == "" {
-				add(p+".public_url", "source %q: public_url %q is not an absolute URL", s.Name, s.PublicURL)
-			}
-		}
-		if known && kind.Scheme.HMAC && s.HMAC == nil {
-			add(p, "source %q: kind %s needs an hmac: block (header, algorithm, encoding, ...)", s.Name, s.Kind)
-		}
-		if !kind.Scheme.HMAC && s.HMAC != nil {
-			add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
-		}
-		if known && kind.Identity.Params == nil && len(s.ExtraParams) > 0 {
-			add(p+".extra_params", "source %q: extra_params applies to kind %s only, whose sender posts forms of documented parameters", s.Name, strings.Join(withParams(kinds), ", "))
-		}
-		if s.PublicURL == "" && kind.SignsURL(ks) {
-			warn(p+".kind", "source %q: its scheme signs the URL the sender called, but public_url is not set, so the URL is rebuilt from the request's Host header (and http, or X-Forwarded-Proto from receive.trusted_proxies); set public_url to the exact URL configured at the sender", s.Name)
-		}
-		for _, pr := range kindWarns {
-			warn(fieldPath(p, pr.Field), "source %q: %s", s.Name, pr.Msg)
-		}
-		if known && s.Account != "" && kind.Identity.Account == "" && s.Fields.Account == "" {
-			// WH04 refuses a payload that names another tenant; a kind
-			// whose events name none would pass every one.
-			warn(p+".account", "source %q: kind %s carries no account in its events, so account: %q refuses nothing; set fields.account to where the sender names the tenant", s.Name, s.Kind, s.Account)
-		}
-		if s.API != nil && s.API.Timeout < 0 {
-			add(p+".api.timeout", "source %q: api.timeout must be positive", s.Name)
-		}
-		if len(errs) == before {
-			// The scheme's own checks (secret formats, HMAC options) run
-			// at load too, so a bad secret stops start-up with its line.
-			if _, err := signature.New(s.schemeOptions(kinds)); err != nil {
-				var oe *signature.OptionError
-				if errors.As(err, &oe) {
-					add(p+"."+oe.Field, "source %q: %s", s.Name, oe.Error())
-				} else {
-					add(p, "source %q: %v", s.Name, err)
-				}
+				add(p, "source %q: %v", s.Name, err)
 			}
 		}
 	}
-	for i, name := range c.Causation.TrustedSources {
-		if _, ok := seen[name]; !ok {
-			add(fmt.Sprintf("$.causation.trusted_sources[%d]", i), "causation.trusted_sources[%d]: no source named %q is configured", i, name)
+}
+
+// checkSourceName checks sources[i]'s name, which becomes its path, and
+// records it in seen so that a duplicate names the first.
+func checkSourceName(add addFunc, p string, i int, s Source, seen map[string]int) {
+	switch {
+	case s.Name == "":
+		add(p, "sources[%d]: name is required", i)
+	case !validSourceName(s.Name):
+		add(p+".name", "source name %q: use lowercase letters, digits, '-' and '_' (it becomes the path /hooks/%s)", s.Name, s.Name)
+	default:
+		if j, dup := seen[s.Name]; dup {
+			add(p+".name", "duplicate source name %q (already used by sources[%d])", s.Name, j)
+		} else {
+			seen[s.Name] = i
 		}
 	}
-	c.validateFlows(add, warn)
-	c.validateDestinations(add, warn)
-	c.validatePublish(add, warn)
-	c.validateSignals(add)
-	c.validateRetention(add)
-	return errs, warns
+}
+
+// checkSourceKind checks the settings that only some kinds take, and
+// reports the kind's own problems with the source.
+func checkSourceKind(add, warn addFunc, kinds *senderkind.Registry, p string, s Source) {
+	kind, known := kinds.Lookup(s.Kind)
+	ks := s.KindSource()
+	var kindWarns []senderkind.Problem
+	for _, pr := range kind.Problems(ks) {
+		if pr.Warning {
+			kindWarns = append(kindWarns, pr)
+			continue
+		}
+		add(fieldPath(p, pr.Field), "source %q: %s", s.Name, pr.Msg)
+	}
+	if s.Version != "" && len(kind.Scheme.Versions) == 0 {
+		add(p+".version", "source %q: version applies to kind %s only", s.Name, strings.Join(versioned(kinds), ", "))
+	}
+	if s.PublicURL != "" {
+		if u, err := url.Parse(s.PublicURL); err != nil || u.Scheme == "" || u.Host == "" {
+			add(p+".public_url", "source %q: public_url %q is not an absolute URL", s.Name, s.PublicURL)
+		}
+	}
+	if known && kind.Scheme.HMAC && s.HMAC == nil {
+		add(p, "source %q: kind %s needs an hmac: block (header, algorithm, encoding, ...)", s.Name, s.Kind)
+	}
+	if !kind.Scheme.HMAC && s.HMAC != nil {
+		add(p+".hmac", "source %q: the hmac block applies to kind hmac only", s.Name)
+	}
+	if known && kind.Identity.Params == nil && len(s.ExtraParams) > 0 {
+		add(p+".extra_params", "source %q: extra_params applies to kind %s only, whose sender posts forms of documented parameters", s.Name, strings.Join(withParams(kinds), ", "))
+	}
+	if s.PublicURL == "" && kind.SignsURL(ks) {
+		warn(p+".kind", "source %q: its scheme signs the URL the sender called, but public_url is not set, so the URL is rebuilt from the request's Host header (and http, or X-Forwarded-Proto from receive.trusted_proxies); set public_url to the exact URL configured at the sender", s.Name)
+	}
+	for _, pr := range kindWarns {
+		warn(fieldPath(p, pr.Field), "source %q: %s", s.Name, pr.Msg)
+	}
+	if known && s.Account != "" && kind.Identity.Account == "" && s.Fields.Account == "" {
+		// WH04 refuses a payload that names another tenant; a kind
+		// whose events name none would pass every one.
+		warn(p+".account", "source %q: kind %s carries no account in its events, so account: %q refuses nothing; set fields.account to where the sender names the tenant", s.Name, s.Kind, s.Account)
+	}
 }
 
 // fieldPath is the YAML path of a field of the source at p; an empty field

@@ -53,27 +53,12 @@ func Run(ctx context.Context, o Options) (err error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	dir := o.Dir
-	if dir == "" {
-		dir, err = os.MkdirTemp("", "hookledger-demo-")
-		if err != nil {
-			_ = o.Listener.Close()
-			return fmt.Errorf("demo: temporary directory: %w", err)
-		}
-		defer os.RemoveAll(dir)
-	} else {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			_ = o.Listener.Close()
-			return fmt.Errorf("demo: --dir: %w", err)
-		}
-		// The script's event ids are fixed: a second run on the same store
-		// would find every event a duplicate.
-		if _, err := os.Stat(filepath.Join(dir, storeFile)); err == nil {
-			_ = o.Listener.Close()
-			return fmt.Errorf("demo: %s already holds a demo store (%s): pick an empty directory, or serve it with hookledger serve --config %s",
-				dir, storeFile, filepath.Join(dir, configFile))
-		}
+	dir, removeDir, err := demoDir(o.Dir)
+	if err != nil {
+		_ = o.Listener.Close()
+		return err
 	}
+	defer removeDir()
 
 	dest, err := startDestination()
 	if err != nil {
@@ -87,30 +72,17 @@ func Run(ctx context.Context, o Options) (err error) {
 	}()
 
 	durations := durationsAt(o.Speed)
-	addr := o.Listener.Addr().String()
-	yaml := Config(ConfigParams{Listen: addr, StoreURL: "sqlite:" + filepath.Join(dir, storeFile),
-		AdminToken: "demo-" + randomHex(16), DestURL: dest.URL(), Secret: "demo-secret-" + randomHex(8), Durations: durations})
-	cfgPath := filepath.Join(dir, configFile)
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		_ = o.Listener.Close()
-		return fmt.Errorf("demo: write config: %w", err)
-	}
-	cfg, err := config.Load(cfgPath, func(string) (string, bool) { return "", false })
+	cfg, err := writeConfig(dir, o.Listener.Addr().String(), dest, durations)
 	if err != nil {
 		_ = o.Listener.Close()
-		return fmt.Errorf("demo: the demo config does not load: %w", err)
+		return err
 	}
-
-	log := o.Logger
-	if log == nil {
-		f, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			_ = o.Listener.Close()
-			return fmt.Errorf("demo: server log: %w", err)
-		}
-		defer f.Close()
-		log = slog.New(slog.NewTextHandler(f, nil))
+	log, closeLog, err := serverLog(o.Logger, dir)
+	if err != nil {
+		_ = o.Listener.Close()
+		return err
 	}
+	defer closeLog()
 
 	srv := server.New(cfg, server.Options{Logger: log, Listener: o.Listener})
 	srvCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -131,13 +103,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 
 	base := "http://" + srv.Addr()
-	keep := "removed when the demo stops; --dir keeps it"
-	if o.Dir != "" {
-		keep = "kept"
-	}
-	fmt.Fprintf(o.Out, "hookledger demo: a real server on %s with a fake destination on %s\n", base, dest.URL())
-	fmt.Fprintf(o.Out, "  config, SQLite store and server log in %s (%s)\n", dir, keep)
-	fmt.Fprintf(o.Out, "  durations shortened to be watched on a real clock: %s\n\n", durations.describe())
+	printSetup(o.Out, base, dest.URL(), dir, o.Dir != "", durations)
 
 	p, err := newPlayer(cfg, base, dest, o.Out, durations)
 	if err != nil {
@@ -149,7 +115,84 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		return errors.Join(fmt.Errorf("demo: %w", err), stopServer())
 	}
+	printAccess(o, srv, cfg, base)
 
+	<-ctx.Done()
+	fmt.Fprintln(o.Out, "\nstopping...")
+	if err := stopServer(); err != nil {
+		return err
+	}
+	fmt.Fprintln(o.Out, "stopped")
+	return nil
+}
+
+// demoDir makes the demo's directory: dir, which must hold no demo store
+// yet, or a temporary one that remove deletes.
+func demoDir(dir string) (string, func(), error) {
+	if dir == "" {
+		dir, err := os.MkdirTemp("", "hookledger-demo-")
+		if err != nil {
+			return "", nil, fmt.Errorf("demo: temporary directory: %w", err)
+		}
+		return dir, func() { os.RemoveAll(dir) }, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("demo: --dir: %w", err)
+	}
+	// The script's event ids are fixed: a second run on the same store
+	// would find every event a duplicate.
+	if _, err := os.Stat(filepath.Join(dir, storeFile)); err == nil {
+		return "", nil, fmt.Errorf("demo: %s already holds a demo store (%s): pick an empty directory, or serve it with hookledger serve --config %s",
+			dir, storeFile, filepath.Join(dir, configFile))
+	}
+	return dir, func() {}, nil
+}
+
+// serverLog is the logger the server writes to: log when given, else a
+// file in dir that closeLog closes.
+func serverLog(log *slog.Logger, dir string) (_ *slog.Logger, closeLog func(), err error) {
+	if log != nil {
+		return log, func() {}, nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo: server log: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(f, nil)), func() { f.Close() }, nil
+}
+
+// printSetup says what the demo started and where its files are, before
+// the script plays.
+func printSetup(out io.Writer, base, destURL, dir string, kept bool, durations Durations) {
+	keep := "removed when the demo stops; --dir keeps it"
+	if kept {
+		keep = "kept"
+	}
+	fmt.Fprintf(out, "hookledger demo: a real server on %s with a fake destination on %s\n", base, destURL)
+	fmt.Fprintf(out, "  config, SQLite store and server log in %s (%s)\n", dir, keep)
+	fmt.Fprintf(out, "  durations shortened to be watched on a real clock: %s\n\n", durations.describe())
+}
+
+// writeConfig writes the demo's config into dir, with a fresh admin token
+// and secret, and loads it back as the server will read it.
+func writeConfig(dir, addr string, dest *Destination, durations Durations) (*config.Config, error) {
+	yaml := Config(ConfigParams{Listen: addr, StoreURL: "sqlite:" + filepath.Join(dir, storeFile),
+		AdminToken: "demo-" + randomHex(16), DestURL: dest.URL(), Secret: "demo-secret-" + randomHex(8), Durations: durations})
+	cfgPath := filepath.Join(dir, configFile)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		return nil, fmt.Errorf("demo: write config: %w", err)
+	}
+	cfg, err := config.Load(cfgPath, func(string) (string, bool) { return "", false })
+	if err != nil {
+		return nil, fmt.Errorf("demo: the demo config does not load: %w", err)
+	}
+	return cfg, nil
+}
+
+// printAccess prints how to look at the result: the console, a one-time
+// login link, the admin token and an API call; and opens the console when
+// asked.
+func printAccess(o Options, srv *server.Server, cfg *config.Config, base string) {
 	link := srv.ConsoleLoginLink()
 	fmt.Fprintf(o.Out, "\nConsole:     %s/\n", base)
 	fmt.Fprintf(o.Out, "Log in once: %s\n", link)
@@ -162,14 +205,6 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 	}
 	fmt.Fprintf(o.Out, "\nThe server keeps running: press Ctrl-C to stop it.\n")
-
-	<-ctx.Done()
-	fmt.Fprintln(o.Out, "\nstopping...")
-	if err := stopServer(); err != nil {
-		return err
-	}
-	fmt.Fprintln(o.Out, "stopped")
-	return nil
 }
 
 func randomHex(n int) string {

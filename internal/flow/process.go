@@ -113,15 +113,7 @@ const apiBusyDelay = 500 * time.Millisecond
 // left: then nothing of it is ready for a claim.
 func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int, drained bool, err error) {
 	f := e.flows[l.Flow]
-	release := func(retryAt time.Time) {
-		// Releasing on a fresh context: a canceled caller must not leave
-		// the entity leased until expiry.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := e.st.EntityRelease(rctx, &store.EntityReleaseParams{Lease: l, Now: e.clk.Now(), RetryAt: retryAt}); err != nil {
-			e.log.Warn("release entity", "flow", l.Flow, "entity", l.Entity, "err", err)
-		}
-	}
+	release := func(retryAt time.Time) { e.releaseEntity(ctx, l, retryAt) }
 	if f == nil {
 		// Work for a flow no longer in the config stays visible as pending.
 		e.log.Warn("pending work for a flow that is not configured", "flow", l.Flow, "entity", l.Entity)
@@ -162,46 +154,13 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 		// pages by the settler): a hot entity's backlog costs one commit
 		// per page instead of one per event. An item whose
 		// preparation must be retried later ends the batch before it.
-		ps := make([]*store.FlowApplyParams, 0, len(items))
-		deferred := false
-		// Preparing stops at half the lease: the batch is fenced by the
-		// lease, and a page of slow refetches must not outlive it and
-		// roll back every time.
-		prepareUntil := l.Until.Add(-e.opts.LeaseFor / 2)
-		for _, it := range items {
-			if len(ps) > 0 && e.clk.Now().After(prepareUntil) {
-				break
-			}
-			var p *store.FlowApplyParams
-			err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
-				if e.prepareHook != nil {
-					e.prepareHook(it)
-				}
-				var perr error
-				p, perr = e.prepare(ctx, f, l, it)
-				return perr
-			})
-			var tr *errTransient
-			if errors.As(err, &tr) {
-				e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)
-				deferred = true
-				break
-			}
-			if err != nil {
-				p = &store.FlowApplyParams{Fail: err.Error()}
-			}
-			p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
-			ps = append(ps, p)
-		}
+		ps, deferred := e.preparePage(ctx, f, l, items)
 		if len(ps) > 0 {
 			// The last item of a short page is all the work listed: the
 			// apply frees the lease itself if nothing arrived meanwhile.
 			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < page
-			settledPage := e.settler.Do(ctx, ps)
-			results, err := settledPage.Results, settledPage.Err
-			if errors.Is(err, store.ErrRefused) {
-				results, err = e.settleAlone(ctx, ps)
-			}
+			n, released, err := e.settlePage(ctx, l, items, ps)
+			settled += n
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
 				return settled, false, nil
@@ -210,23 +169,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 				release(e.clk.Now().Add(e.opts.RetryDelay))
 				return settled, false, fmt.Errorf("apply %s/%s: %w", l.Flow, l.Entity, err)
 			}
-			for i, res := range results {
-				it := items[i]
-				settled++
-				e.opts.Metrics.applied(res)
-				if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
-					e.opts.OnEffects()
-				}
-				if res.Disposition == store.DispositionDeadLettered {
-					// A person must look at it: say so at the default level.
-					e.log.Warn("event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
-						"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
-				} else {
-					e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
-						"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
-				}
-			}
-			if results[len(results)-1].Released {
+			if released {
 				return settled, true, nil
 			}
 		}
@@ -245,6 +188,86 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 			return settled, false, nil
 		}
 	}
+}
+
+// releaseEntity gives up the lease on l, due again at retryAt (zero: when
+// new work arrives).
+func (e *Engine) releaseEntity(ctx context.Context, l *store.Lease, retryAt time.Time) {
+	// Releasing on a fresh context: a canceled caller must not leave
+	// the entity leased until expiry.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.st.EntityRelease(rctx, &store.EntityReleaseParams{Lease: l, Now: e.clk.Now(), RetryAt: retryAt}); err != nil {
+		e.log.Warn("release entity", "flow", l.Flow, "entity", l.Entity, "err", err)
+	}
+}
+
+// preparePage prepares the page's items in order, as many as fit in half
+// the lease. An item whose expressions fail is settled as a failure;
+// deferred is true when one must be retried later, which ends the batch
+// before it.
+func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease, items []*store.WorkItem) (ps []*store.FlowApplyParams, deferred bool) {
+	ps = make([]*store.FlowApplyParams, 0, len(items))
+	// Preparing stops at half the lease: the batch is fenced by the
+	// lease, and a page of slow refetches must not outlive it and
+	// roll back every time.
+	prepareUntil := l.Until.Add(-e.opts.LeaseFor / 2)
+	for _, it := range items {
+		if len(ps) > 0 && e.clk.Now().After(prepareUntil) {
+			break
+		}
+		var p *store.FlowApplyParams
+		err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
+			if e.prepareHook != nil {
+				e.prepareHook(it)
+			}
+			var perr error
+			p, perr = e.prepare(ctx, f, l, it)
+			return perr
+		})
+		var tr *errTransient
+		if errors.As(err, &tr) {
+			e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)
+			return ps, true
+		}
+		if err != nil {
+			p = &store.FlowApplyParams{Fail: err.Error()}
+		}
+		p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
+		ps = append(ps, p)
+	}
+	return ps, false
+}
+
+// settlePage settles a prepared page in one transaction, or one item at
+// a time when the database refuses a value, and records each result.
+// released is true when the last settle freed the entity's lease.
+func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.WorkItem, ps []*store.FlowApplyParams) (settled int, released bool, err error) {
+	settledPage := e.settler.Do(ctx, ps)
+	results, err := settledPage.Results, settledPage.Err
+	if errors.Is(err, store.ErrRefused) {
+		results, err = e.settleAlone(ctx, ps)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	for i, res := range results {
+		it := items[i]
+		settled++
+		e.opts.Metrics.applied(res)
+		if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
+			e.opts.OnEffects()
+		}
+		if res.Disposition == store.DispositionDeadLettered {
+			// A person must look at it: say so at the default level.
+			e.log.Warn("event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
+				"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
+		} else {
+			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
+				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
+		}
+	}
+	return settled, results[len(results)-1].Released, nil
 }
 
 // settleAlone settles a page that the database refused (store.ErrRefused:
@@ -280,88 +303,12 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 	vars := in.vars()
 	vars[expr.VarEntity] = l.Entity
 	p := &store.FlowApplyParams{Ordered: true}
-
-	switch f.Version.Mode {
-	case config.ModeRevision:
-		rev, err := f.Compiled.Revision.EvalInt(vars)
-		if err != nil {
-			return nil, fmt.Errorf("version.revision: %w", err)
-		}
-		p.Version, p.VersionSort = fmt.Sprintf("r%d", rev), sortInt(rev)
-		vars[expr.VarVersion] = rev
-	case config.ModeOccurredAt:
-		key, err := occurredKey(f, &it.Event, vars)
-		if err != nil {
-			return nil, err
-		}
-		tb := key[strings.IndexByte(key, '|')+1:]
-		p.Version = "t" + it.Event.OccurredAt.UTC().Format(time.RFC3339Nano) + "/" + tb
-		p.VersionSort = key
-		vars[expr.VarVersion] = p.Version
-	case config.ModeRefetch:
-		obj, err := e.refetch(ctx, f, l.Entity, vars)
-		if err != nil {
-			return nil, err
-		}
-		vars[expr.VarObject] = obj
-		if f.Compiled.Field != nil {
-			n, err := f.Compiled.Field.EvalInt(vars)
-			if err != nil {
-				return nil, fmt.Errorf("version.field: %w", err)
-			}
-			p.Version, p.VersionSort = fmt.Sprintf("r%d", n), sortInt(n)
-			vars[expr.VarVersion] = n
-		} else {
-			parts := make([]any, len(f.Compiled.Hash))
-			for i, h := range f.Compiled.Hash {
-				v, err := h.Eval(vars)
-				if err != nil {
-					return nil, fmt.Errorf("version.hash[%d]: %w", i, err)
-				}
-				parts[i] = v
-			}
-			canon, err := expr.Canonical(parts)
-			if err != nil {
-				return nil, fmt.Errorf("version.hash: %w", err)
-			}
-			sum := sha256.Sum256(canon)
-			full := hex.EncodeToString(sum[:])
-			// Equal fields give an equal hash, so a second event for the
-			// same change is a no-op; only equality is meaningful.
-			p.Version, p.VersionSort, p.Ordered = "h"+full[:16], full, false
-			vars[expr.VarVersion] = p.Version
-		}
-	}
-
-	state, err := f.Compiled.State.EvalJSON(vars)
-	if err != nil {
-		return nil, fmt.Errorf("state: %w", err)
-	}
-	if err := store.CheckJSON("state", state); err != nil {
+	if err := e.computeVersion(ctx, f, l, it, vars, p); err != nil {
 		return nil, err
 	}
-	p.State = state
-	stateVal, _ := expr.DecodeJSON(state)
-	vars[expr.VarState] = stateVal
-	changesOnly := e.changesOnly[f.Name]
-	// unchangedSince names the applied version whose state the new one
-	// equals; "" when it differs or nothing was applied before.
-	unchangedSince := ""
-	if f.Compiled.ReadsPrevious || changesOnly != nil {
-		prev, err := e.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: f.Name, Entity: l.Entity})
-		if err != nil {
-			return nil, &errTransient{fmt.Errorf("read projection: %w", err)}
-		}
-		if prev != nil && len(prev.State) > 0 {
-			pv, _ := expr.DecodeJSON(prev.State)
-			vars[expr.VarPrevious] = pv
-			// Compared in canonical form: PostgreSQL gives jsonb back with
-			// its own spacing and key order. An entity routed but never
-			// applied has no version, and its first state is a change.
-			if canon, err := expr.Canonical(pv); err == nil && prev.Version != "" && bytes.Equal(canon, state) {
-				unchangedSince = prev.Version
-			}
-		}
+	unchangedSince, err := e.computeState(ctx, f, l, vars, p)
+	if err != nil {
+		return nil, err
 	}
 
 	// Causation: an inbound chain is guarded and continued; without one the
@@ -374,12 +321,132 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 		causation = it.Event.Source + "/" + it.Event.EventID
 	}
 
+	if err := e.buildEffects(f, l, it, vars, p, unchangedSince, causation, hop); err != nil {
+		return nil, err
+	}
+	if compensates(f) {
+		// Compensations of earlier versions' effects (outcomes.go): only
+		// flows with a compensate_when pay for reading the ledger.
+		comps, err := e.compensations(ctx, f, l.Entity, vars, causation, hop)
+		if err != nil {
+			return nil, err
+		}
+		p.Effects = append(comps, p.Effects...)
+	}
+	return p, nil
+}
+
+// computeVersion sets p's business version and its sort key by the flow's
+// version mode, and makes the version available to later expressions.
+func (e *Engine) computeVersion(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem, vars expr.Vars, p *store.FlowApplyParams) error {
+	switch f.Version.Mode {
+	case config.ModeRevision:
+		rev, err := f.Compiled.Revision.EvalInt(vars)
+		if err != nil {
+			return fmt.Errorf("version.revision: %w", err)
+		}
+		p.Version, p.VersionSort = fmt.Sprintf("r%d", rev), sortInt(rev)
+		vars[expr.VarVersion] = rev
+	case config.ModeOccurredAt:
+		key, err := occurredKey(f, &it.Event, vars)
+		if err != nil {
+			return err
+		}
+		tb := key[strings.IndexByte(key, '|')+1:]
+		p.Version = "t" + it.Event.OccurredAt.UTC().Format(time.RFC3339Nano) + "/" + tb
+		p.VersionSort = key
+		vars[expr.VarVersion] = p.Version
+	case config.ModeRefetch:
+		obj, err := e.refetch(ctx, f, l.Entity, vars)
+		if err != nil {
+			return err
+		}
+		vars[expr.VarObject] = obj
+		if f.Compiled.Field != nil {
+			n, err := f.Compiled.Field.EvalInt(vars)
+			if err != nil {
+				return fmt.Errorf("version.field: %w", err)
+			}
+			p.Version, p.VersionSort = fmt.Sprintf("r%d", n), sortInt(n)
+			vars[expr.VarVersion] = n
+		} else {
+			full, err := hashVersion(f, vars)
+			if err != nil {
+				return err
+			}
+			// Equal fields give an equal hash, so a second event for the
+			// same change is a no-op; only equality is meaningful.
+			p.Version, p.VersionSort, p.Ordered = "h"+full[:16], full, false
+			vars[expr.VarVersion] = p.Version
+		}
+	}
+	return nil
+}
+
+// hashVersion is the hex SHA-256 of the canonical form of the refetched
+// object's version.hash fields.
+func hashVersion(f *config.Flow, vars expr.Vars) (string, error) {
+	parts := make([]any, len(f.Compiled.Hash))
+	for i, h := range f.Compiled.Hash {
+		v, err := h.Eval(vars)
+		if err != nil {
+			return "", fmt.Errorf("version.hash[%d]: %w", i, err)
+		}
+		parts[i] = v
+	}
+	canon, err := expr.Canonical(parts)
+	if err != nil {
+		return "", fmt.Errorf("version.hash: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// computeState sets p's state and, when the flow needs it, reads the
+// state before. unchangedSince names the applied version whose state the
+// new one equals; "" when it differs or nothing was applied before.
+func (e *Engine) computeState(ctx context.Context, f *config.Flow, l *store.Lease, vars expr.Vars, p *store.FlowApplyParams) (unchangedSince string, err error) {
+	state, err := f.Compiled.State.EvalJSON(vars)
+	if err != nil {
+		return "", fmt.Errorf("state: %w", err)
+	}
+	if err := store.CheckJSON("state", state); err != nil {
+		return "", err
+	}
+	p.State = state
+	stateVal, _ := expr.DecodeJSON(state)
+	vars[expr.VarState] = stateVal
+	if f.Compiled.ReadsPrevious || e.changesOnly[f.Name] != nil {
+		prev, err := e.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: f.Name, Entity: l.Entity})
+		if err != nil {
+			return "", &errTransient{fmt.Errorf("read projection: %w", err)}
+		}
+		if prev != nil && len(prev.State) > 0 {
+			pv, _ := expr.DecodeJSON(prev.State)
+			vars[expr.VarPrevious] = pv
+			// Compared in canonical form: PostgreSQL gives jsonb back with
+			// its own spacing and key order. An entity routed but never
+			// applied has no version, and its first state is a change.
+			if canon, err := expr.Canonical(pv); err == nil && prev.Version != "" && bytes.Equal(canon, state) {
+				unchangedSince = prev.Version
+			}
+		}
+	}
+	return unchangedSince, nil
+}
+
+// buildEffects appends to p the effects the flow asks of this version:
+// each whose when holds, built into its stored request, or recorded as
+// skipped when its destination takes changes only and the state has not
+// changed since unchangedSince.
+func (e *Engine) buildEffects(f *config.Flow, l *store.Lease, it *store.WorkItem, vars expr.Vars, p *store.FlowApplyParams, unchangedSince, causation string, hop int) error {
+	changesOnly := e.changesOnly[f.Name]
 	for i, eff := range f.Effects {
 		ce := f.Compiled.Effects[i]
 		if ce.When != nil {
 			ok, err := ce.When.EvalBool(vars)
 			if err != nil {
-				return nil, fmt.Errorf("effect %s: when: %w", eff.Name, err)
+				return fmt.Errorf("effect %s: when: %w", eff.Name, err)
 			}
 			if !ok {
 				continue
@@ -402,7 +469,7 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 			req, err = buildRequest(eff.Request.Method, ce, vars)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
+			return fmt.Errorf("effect %s: %w", eff.Name, err)
 		}
 		ins := &store.EffectInsert{
 			EpisodeKey:  key,
@@ -413,20 +480,11 @@ func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it
 			Hop:         hop + 1,
 		}
 		if err := e.setDeadline(ins, &eff, ce, &it.Event, vars, e.clk.Now()); err != nil {
-			return nil, fmt.Errorf("effect %s: %w", eff.Name, err)
+			return fmt.Errorf("effect %s: %w", eff.Name, err)
 		}
 		p.Effects = append(p.Effects, ins)
 	}
-	if compensates(f) {
-		// Compensations of earlier versions' effects (outcomes.go): only
-		// flows with a compensate_when pay for reading the ledger.
-		comps, err := e.compensations(ctx, f, l.Entity, vars, causation, hop)
-		if err != nil {
-			return nil, err
-		}
-		p.Effects = append(comps, p.Effects...)
-	}
-	return p, nil
+	return nil
 }
 
 // EpisodeKey is the identity of a business effect: flow, entity, business

@@ -255,15 +255,49 @@ func readBody(r io.Reader, declared int64) ([]byte, error) {
 	}
 }
 
+// serve stores one webhook and answers it: 200 only once every event it
+// carries is durably committed.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, start time.Time) int {
 	receivedAt := h.clk.Now()
+	body, code := h.readVerified(w, r, src, receivedAt)
+	if code != 0 {
+		return code
+	}
+
+	// A set-up request (Slack's url_verification) is answered only once
+	// its signature verified, so nobody can use it to probe the endpoint,
+	// and is not stored: it is no event and no flow could act on it.
+	if src.handshake != nil {
+		if rep, ok := src.handshake(body); ok {
+			h.log.Info("handshake answered", "source", src.cfg.Name, "what", rep.What)
+			w.Header().Set("Content-Type", rep.ContentType)
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(rep.Body)
+			return http.StatusOK
+		}
+	}
+
+	events, code := h.acceptEvents(w, r, src, body, receivedAt)
+	if code != 0 {
+		return code
+	}
+	sub, code := h.submission(w, r, src, events, receivedAt)
+	if code != 0 {
+		return code
+	}
+	return h.commit(w, r, src, sub, start)
+}
+
+// readVerified reads the body within the source's limit and verifies its
+// signature. A code other than 0 means the request was answered.
+func (h *Handler) readVerified(w http.ResponseWriter, r *http.Request, src *source, receivedAt time.Time) (body []byte, code int) {
 	body, err := readBody(http.MaxBytesReader(w, r.Body, h.maxBody), r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return reply(w, http.StatusRequestEntityTooLarge, Response{Error: fmt.Sprintf("body exceeds the %d byte limit", h.maxBody)})
+			return nil, reply(w, http.StatusRequestEntityTooLarge, Response{Error: fmt.Sprintf("body exceeds the %d byte limit", h.maxBody)})
 		}
-		return reply(w, http.StatusBadRequest, Response{Error: "request body could not be read"})
+		return nil, reply(w, http.StatusBadRequest, Response{Error: "request body could not be read"})
 	}
 
 	signedURL, urlFrom := h.publicURL(r, src)
@@ -281,33 +315,26 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 			attrs = append(attrs, "signed_url", outbound.RedactURL(signedURL), "url_from", urlFrom)
 		}
 		h.log.Warn("webhook refused", attrs...)
-		return reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
+		return nil, reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
 	}
+	return body, 0
+}
 
-	// A set-up request (Slack's url_verification) is answered only once
-	// its signature verified, so nobody can use it to probe the endpoint,
-	// and is not stored: it is no event and no flow could act on it.
-	if src.handshake != nil {
-		if rep, ok := src.handshake(body); ok {
-			h.log.Info("handshake answered", "source", src.cfg.Name, "what", rep.What)
-			w.Header().Set("Content-Type", rep.ContentType)
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(rep.Body)
-			return http.StatusOK
-		}
-	}
-
+// acceptEvents extracts the events of a verified body and refuses the
+// request when one of them has a malformed identity or names another
+// tenant. A code other than 0 means the request was answered.
+func (h *Handler) acceptEvents(w http.ResponseWriter, r *http.Request, src *source, body []byte, receivedAt time.Time) (events []envelope.Event, code int) {
 	events, err := envelope.ExtractIdentity(src.identity, src.paths, r.Header, body)
 	if err != nil {
 		h.log.Info("malformed webhook", "source", src.cfg.Name, "err", err)
-		return reply(w, http.StatusBadRequest, Response{Error: err.Error()})
+		return nil, reply(w, http.StatusBadRequest, Response{Error: err.Error()})
 	}
 	if len(events) == 0 {
-		return reply(w, http.StatusBadRequest, Response{Error: "payload carries no event"})
+		return nil, reply(w, http.StatusBadRequest, Response{Error: "payload carries no event"})
 	}
 	for i, ev := range events {
 		if err := checkIdentities(ev); err != nil {
-			return reply(w, http.StatusBadRequest, Response{Error: fmt.Sprintf("event %d: %v", i, err)})
+			return nil, reply(w, http.StatusBadRequest, Response{Error: fmt.Sprintf("event %d: %v", i, err)})
 		}
 	}
 
@@ -317,14 +344,20 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 		for _, ev := range events {
 			if ev.Account != "" && ev.Account != want {
 				h.auditTenantMismatch(r.Context(), src, ev, receivedAt)
-				return reply(w, http.StatusForbidden, Response{Error: "payload names an account this source does not serve"})
+				return nil, reply(w, http.StatusForbidden, Response{Error: "payload names an account this source does not serve"})
 			}
 		}
 	}
+	return events, 0
+}
 
+// submission builds one delivery per event, sharing the request's id, its
+// kept headers and its causation. A code other than 0 means the request
+// was answered.
+func (h *Handler) submission(w http.ResponseWriter, r *http.Request, src *source, events []envelope.Event, receivedAt time.Time) (*store.Submission, int) {
 	requestID, err := uuid.NewV7()
 	if err != nil {
-		return h.unavailable(w, src, fmt.Errorf("request id: %w", err))
+		return nil, h.unavailable(w, src, fmt.Errorf("request id: %w", err))
 	}
 	headers := map[string]string{}
 	for _, k := range src.keep {
@@ -336,7 +369,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 	var hop int
 	if src.causation {
 		if causation, hop, err = h.causationOf(r); err != nil {
-			return reply(w, http.StatusBadRequest, Response{Error: err.Error()})
+			return nil, reply(w, http.StatusBadRequest, Response{Error: err.Error()})
 		}
 	}
 	sub := &store.Submission{Deliveries: make([]*store.DeliveryInput, len(events))}
@@ -349,6 +382,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 			Unrouted: h.router != nil && !h.router.Subscribes(src.cfg.Name, ev.Type),
 		}
 	}
+	return sub, 0
+}
+
+// commit submits the deliveries to the group commit and answers: 200 once
+// they are stored, 400 when the store refuses their values, 503 when it
+// cannot commit in time.
+func (h *Handler) commit(w http.ResponseWriter, r *http.Request, src *source, sub *store.Submission, start time.Time) int {
 	// The wait for the commit is bounded so that a busy or locked store
 	// still gets the sender a 503 with Retry-After before the connection's
 	// write deadline, never a dropped connection.
@@ -383,7 +423,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 	if routed && h.onStored != nil {
 		h.onStored()
 	}
-	return reply(w, http.StatusOK, Response{Status: "stored", Events: len(events), Duplicates: dups})
+	return reply(w, http.StatusOK, Response{Status: "stored", Events: len(sub.Deliveries), Duplicates: dups})
 }
 
 // causationOf reads the feedback-loop headers. They are only as trusted as
