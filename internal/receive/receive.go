@@ -26,6 +26,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
@@ -35,6 +37,7 @@ import (
 	"github.com/hookledger/hookledger/internal/senderkind"
 	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 // Submitter is the group-commit writer.
@@ -302,7 +305,14 @@ func (h *Handler) readVerified(w http.ResponseWriter, r *http.Request, src *sour
 
 	signedURL, urlFrom := h.publicURL(r, src)
 	vreq := &signature.Request{Method: r.Method, URL: signedURL, Header: r.Header, Body: body}
-	if err := src.scheme.Verify(vreq, receivedAt); err != nil {
+	_, span := tracing.Child(r.Context(), "verify", attribute.String("hookledger.scheme", src.cfg.Kind))
+	err = src.scheme.Verify(vreq, receivedAt)
+	if err != nil {
+		// The reason names the scheme and header, never a value.
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	if err != nil {
 		// verify errors name the scheme and header, never a secret or a
 		// signature value, so they are safe to return and log. What the
 		// signature was checked over is logged too (never the secret): a
@@ -337,6 +347,7 @@ func (h *Handler) acceptEvents(w http.ResponseWriter, r *http.Request, src *sour
 			return nil, reply(w, http.StatusBadRequest, Response{Error: fmt.Sprintf("event %d: %v", i, err)})
 		}
 	}
+	tracing.Annotate(r.Context(), func() []attribute.KeyValue { return eventAttrs(events) })
 
 	// WH04: the tenant is checked only after the signature, and a payload
 	// field only ever refuses; it never selects secrets or partitions.
@@ -397,7 +408,12 @@ func (h *Handler) commit(w http.ResponseWriter, r *http.Request, src *source, su
 		deadline = start.Add(h.writeBy)
 	}
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	ctx, span := tracing.Child(ctx, "commit", attribute.Int("hookledger.deliveries", len(sub.Deliveries)))
 	res, err := h.w.Submit(ctx, sub)
+	if err != nil {
+		span.SetStatus(codes.Error, logging.OneLine(err))
+	}
+	span.End()
 	cancel()
 	if err == nil {
 		err = res.Err
@@ -583,4 +599,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// eventAttrs names a request's events on its span: the event id, or the
+// ids of a batch, and the type of the first.
+func eventAttrs(events []envelope.Event) []attribute.KeyValue {
+	if len(events) == 1 {
+		return []attribute.KeyValue{tracing.AttrEventID.String(events[0].EventID), attribute.String("hookledger.event_type", events[0].Type)}
+	}
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.EventID
+	}
+	return []attribute.KeyValue{attribute.StringSlice("hookledger.event_ids", ids), attribute.String("hookledger.event_type", events[0].Type)}
 }

@@ -151,6 +151,17 @@ func TestServerReceiveSpansAndTrust(t *testing.T) {
 			} else if s["trace_id"] == senderTrace || s["parent"] != "" || s["link_trace"] != senderTrace || s["link_span"] != senderSpan {
 				t.Fatalf("untrusted sender: span %v, want a trace of its own linking to %s/%s", s, senderTrace, senderSpan)
 			}
+			if s["hookledger.event_id"] != "msg_1" || s["hookledger.event_type"] != "invoice.paid" {
+				t.Fatalf("receive span does not name its event: %v", s)
+			}
+			// Verifying the signature and the durable commit are its
+			// children.
+			for _, name := range []string{"verify", "commit"} {
+				c := otlp.spanNamed(name)
+				if len(c) != 1 || c[0]["parent"] != s["span_id"] || c[0]["trace_id"] != s["trace_id"] {
+					t.Fatalf("%s spans %v, want one under the receive span %s", name, c, s["span_id"])
+				}
+			}
 			if api := otlp.spanNamed("GET /api/v1/effects"); len(api) != 1 {
 				var names []string
 				for _, s := range otlp.spans {

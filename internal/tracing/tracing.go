@@ -257,3 +257,23 @@ func (l logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (l logHandler) WithGroup(name string) slog.Handler {
 	return logHandler{l.Handler.WithGroup(name)}
 }
+
+// Child starts a span under the one ctx holds, from the same provider, so
+// a stage inside a traced request needs no tracer of its own. Without a
+// recording span in ctx (tracing off, or the trace not sampled) it starts
+// nothing and returns a no-op span.
+func Child(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, noop.Span{}
+	}
+	return parent.TracerProvider().Tracer(ScopeName).Start(ctx, name, trace.WithAttributes(attrs...))
+}
+
+// Annotate adds attributes to the span ctx holds, when it records; attrs
+// is called only then, so an unrecorded request builds none.
+func Annotate(ctx context.Context, attrs func() []attribute.KeyValue) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attrs()...)
+	}
+}
