@@ -159,6 +159,11 @@ type ApplyTx interface {
 	// no pending work, and answers in *released whether it did (see
 	// ApplyTx on answers).
 	ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error
+	// EntityLeaseFree frees the lease p.Lease names while its token still
+	// holds it, and defers the entity to p.RetryAt when that is set (its
+	// not_before stays otherwise); a lease another worker holds now is
+	// left alone.
+	EntityLeaseFree(ctx context.Context, p *EntityReleaseParams) error
 	// Flush sends what the driver holds back and fills every answer it
 	// promised.
 	Flush(ctx context.Context) error

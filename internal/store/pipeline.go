@@ -466,3 +466,18 @@ func checkDecisions(evs []*RoutableEvent, ds []*RouteDecision) error {
 	}
 	return nil
 }
+
+// EntityRelease frees a lease that the token still holds; a lease already
+// lost to another worker is left alone and is not an error, because the
+// releasing worker has nothing left to do either way.
+func (r *Rules) EntityRelease(ctx context.Context, p *EntityReleaseParams) error {
+	if p.Lease == nil {
+		return errors.New("release entity: no lease")
+	}
+	if err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		return tx.EntityLeaseFree(ctx, p)
+	}); err != nil {
+		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
+	}
+	return nil
+}

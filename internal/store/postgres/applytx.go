@@ -10,14 +10,6 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// txn is store.Tx on a pipelined transaction: a method that returns only
-// an error queues its statement (pipeTx), or holds it to be sent as one
-// statement with its kind (held); one that answers sends what is queued
-// with its own statement.
-type txn struct{ t *pipeTx }
-
-var _ store.Tx = txn{}
-
 // ReadGroup sends four statements in one round trip, BEGIN among them.
 // The fence is a row lock on each entity, taken in (flow, entity) byte
 // order and only while its token holds an unexpired lease (FOR NO KEY

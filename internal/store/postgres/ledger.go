@@ -88,11 +88,8 @@ func getEffect(ctx context.Context, q interface {
 }, id int64, lock string) (*store.Effect, error) {
 	f := &store.Effect{}
 	err := scanEffect(q.QueryRow(ctx, effectByIDSQL+lock, id), f)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, err
+		return store.NoRow[store.Effect](err, pgx.ErrNoRows, "")
 	}
 	return f, nil
 }
@@ -416,10 +413,7 @@ func (s *Store) EffectNewer(ctx context.Context, id int64) (string, error) {
 	err := s.pool.QueryRow(ctx, `SELECT g.episode_key FROM effects f
 		JOIN effects g ON g.flow = f.flow AND g.entity = f.entity AND g.effect = f.effect AND g.id > f.id AND g.compensates = 0
 		WHERE f.id = $1 AND f.compensates = 0 AND f.flow <> $2 ORDER BY g.id DESC LIMIT 1`, id, store.PublishFlow).Scan(&key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) { // none is newer
 		return "", fmt.Errorf("newer effect than %d: %w", id, err)
 	}
 	return key, nil

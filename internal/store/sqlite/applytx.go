@@ -10,13 +10,6 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// txn is store.Tx on one SQLite transaction: every statement runs when it
-// is called. A write transaction holds the database's only write lock, so
-// nothing it read can change before it commits: no row locks are needed.
-type txn struct{ tx *wtx }
-
-var _ store.Tx = txn{}
-
 // ReadGroup: the fencing read of each entity also fetches its
 // projection, and one more read every work row of the items' events.
 func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {

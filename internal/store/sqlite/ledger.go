@@ -71,11 +71,8 @@ const effectByID = `SELECT ` + effectColumns + effectFrom + ` WHERE f.id = ?`
 func getEffect(row scanner) (*store.Effect, error) {
 	f := &store.Effect{}
 	err := scanEffect(row, f)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, err
+		return store.NoRow[store.Effect](err, sql.ErrNoRows, "")
 	}
 	return f, nil
 }
@@ -298,10 +295,7 @@ func (s *Store) EffectNewer(ctx context.Context, id int64) (string, error) {
 	err := s.readQueryRow(ctx, `SELECT g.episode_key FROM effects f
 		JOIN effects g ON g.flow = f.flow AND g.entity = f.entity AND g.effect = f.effect AND g.id > f.id AND g.compensates = 0
 		WHERE f.id = ? AND f.compensates = 0 AND f.flow <> ? ORDER BY g.id DESC LIMIT 1`, id, store.PublishFlow).Scan(&key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) { // none is newer
 		return "", fmt.Errorf("newer effect than %d: %w", id, err)
 	}
 	return key, nil
