@@ -328,9 +328,10 @@ func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams)
 			ELSE 'retry_wait' END,
 		next_attempt_at = CASE WHEN $1::timestamptz IS NULL AND error_class = 'unknown_outcome' THEN $2
 			ELSE coalesce($1::timestamptz, '-infinity') END,
-		lease_token = '', lease_until = '-infinity', updated_at = $2
+		lease_token = '', lease_until = '-infinity', updated_at = $2,
+		owner = CASE WHEN owner = '' AND error_class = 'unknown_outcome' THEN $5 ELSE owner END
 		WHERE id = $3 AND lease_token = $4 AND state = 'submitting'`,
-		nullTime(p.NotBefore), p.Now, p.EffectID, p.Token); err != nil {
+		nullTime(p.NotBefore), p.Now, p.EffectID, p.Token, p.Owner); err != nil {
 		return fmt.Errorf("release effect %d: %w", p.EffectID, err)
 	}
 	return nil

@@ -243,9 +243,10 @@ func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams)
 			WHEN attempts = 0 AND error_class = '' THEN 'approved'
 			ELSE 'retry_wait' END,
 		next_attempt_at = CASE WHEN ? = 0 AND error_class = 'unknown_outcome' THEN ? ELSE ? END,
-		lease_token = '', lease_until = ?, updated_at = ?
+		lease_token = '', lease_until = ?, updated_at = ?,
+		owner = CASE WHEN owner = '' AND error_class = 'unknown_outcome' THEN ? ELSE owner END
 		WHERE id = ? AND lease_token = ? AND state = 'submitting'`,
-			dueAt(p.NotBefore), p.Now.UnixMicro(), dueAt(p.NotBefore), leaseFree, p.Now.UnixMicro(), p.EffectID, p.Token)
+			dueAt(p.NotBefore), p.Now.UnixMicro(), dueAt(p.NotBefore), leaseFree, p.Now.UnixMicro(), p.Owner, p.EffectID, p.Token)
 		return err
 	}); err != nil {
 		return fmt.Errorf("release effect %d: %w", p.EffectID, err)

@@ -127,6 +127,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"EventResolve", testEventResolve},
 		{"EventResolvePendingReplay", testEventResolvePendingReplay},
 		{"LedgerSettleOwner", testSettleOwner},
+		{"LedgerExceptionOwnerStamped", testExceptionOwnerStamped},
 		{"ExceptionList", testExceptionList},
 		{"LedgerGetAndList", testLedgerGetAndList},
 		{"LedgerListFilters", testEffectListFilters},
