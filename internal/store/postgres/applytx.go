@@ -243,3 +243,9 @@ func (a txn) ReleaseDrained(_ context.Context, flow, entity, token string, relea
 
 // Flush sends the held-back statements (the audit rows wait for COMMIT).
 func (a txn) Flush(ctx context.Context) error { return a.t.flush(ctx) }
+
+func (a txn) EffectAskedBy(_ context.Context, key string, eventPK int64) error {
+	a.t.exec("name event on effect", `UPDATE effects SET later_event_pks = later_event_pks || $2::bigint
+		WHERE episode_key = $1 AND source_event_pk <> $2 AND NOT ($2 = ANY (later_event_pks))`, key, eventPK)
+	return nil
+}

@@ -204,3 +204,10 @@ func (a txn) ReleaseDrained(ctx context.Context, flow, entity, token string, rel
 
 // Flush has nothing to send: every statement ran when it was called.
 func (txn) Flush(context.Context) error { return nil }
+
+func (a txn) EffectAskedBy(ctx context.Context, key string, eventPK int64) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET later_event_pks = json_insert(later_event_pks, '$[#]', ?2)
+		WHERE episode_key = ?1 AND source_event_pk <> ?2
+		AND NOT EXISTS (SELECT 1 FROM json_each(effects.later_event_pks) WHERE value = ?2)`, key, eventPK)
+	return err
+}

@@ -25,7 +25,14 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
-	f.deadline_missed_at, f.mismatch_at`
+	f.deadline_missed_at, f.mismatch_at, ` + laterSourcesSQL
+
+// laterSourcesSQL reads the later source events of effect f as a JSON
+// array of [source, event id] pairs, oldest first; most effects have none
+// and read nothing more.
+const laterSourcesSQL = `CASE WHEN f.later_event_pks = '[]' THEN '[]' ELSE (
+	SELECT json_group_array(json_array(le.source, le.event_id) ORDER BY l.key)
+	FROM json_each(f.later_event_pks) l JOIN events le ON le.pk = l.value) END`
 
 // effectColumnsWithoutRequest is effectColumns with an empty request
 // (EffectListParams.WithoutRequest).
@@ -34,14 +41,17 @@ var effectColumnsWithoutRequest = strings.Replace(effectColumns, "f.request,", "
 const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 
 func scanEffect(sc scanner, f *store.Effect) error {
-	var req string
+	var req, later string
 	var created, updated, next int64
 	var deadline, warn, missed, mismatch sql.NullInt64
 	if err := sc.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &req,
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &created, &updated,
 		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
 		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &deadline, &warn, &f.OnDeadline,
-		&missed, &mismatch); err != nil {
+		&missed, &mismatch, &later); err != nil {
+		return err
+	}
+	if err := store.SetLaterSources(f, later); err != nil {
 		return err
 	}
 	f.DeadlineAt, f.DeadlineWarnAt = fromMicros(deadline), fromMicros(warn)

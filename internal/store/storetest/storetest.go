@@ -103,6 +103,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineAggregateMultiFlow", testAggregateMultiFlow},
 		{"PipelineReplay", testReplay},
 		{"PipelineReplayEpisodeExisting", testReplayEpisodeExisting},
+		{"PipelineEffectSourceEvents", testEffectSourceEvents},
 		{"PipelineReplayKeepsDeadLetter", testReplayKeepsDeadLetter},
 		{"PipelineWorkListPendingOrder", testWorkListPendingOrder},
 		{"PipelineRoutableContentType", testRoutableContentType},
