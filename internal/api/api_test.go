@@ -575,3 +575,74 @@ func TestEffectCarriesItsRequest(t *testing.T) {
 		t.Errorf("non-JSON request: %s %v", b, err)
 	}
 }
+
+// applyKey processes the pending work of flow/entity, each item asking
+// for the effect with episode key key.
+func (f *fixture) applyKey(flow, entity, key string) {
+	f.t.Helper()
+	leases, err := f.st.EntityClaim(f.ctx, &store.EntityClaimParams{Owner: "w", Now: t0, LeaseFor: time.Minute, Limit: 100})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, l := range leases {
+		work, err := f.st.WorkListPending(f.ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, w := range work {
+			if l.Flow != flow || l.Entity != entity {
+				break
+			}
+			if _, err := f.st.FlowApply(f.ctx, &store.FlowApplyParams{Lease: l, Now: t0, WorkID: w.ID, EventPK: w.Event.PK, Actor: "w",
+				Version: "r1", VersionSort: "0000000001", Ordered: true, State: json.RawMessage(`{}`),
+				Effects: []*store.EffectInsert{{EpisodeKey: key, Effect: "notify", Destination: "crm", Request: json.RawMessage(`{}`)}},
+			}); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+		if err := f.st.EntityRelease(f.ctx, &store.EntityReleaseParams{Lease: l, Now: t0}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// source_event_ids names every event that asked for an effect, oldest
+// first, in the list and in the effect alike; an effect that only its
+// source event asked for names that one: the field is always present.
+func TestEffectSourceEventIDs(t *testing.T) {
+	f := newFixture(t)
+	a := f.event("shop", "evt_a", "order.created", "")
+	b := f.event("shop", "evt_b", "order.created", "")
+	c := f.event("shop", "evt_c", "order.created", "")
+	f.route(a, store.Route{Flow: "orders", Entity: "o1", OrderKey: "1"})
+	f.route(b, store.Route{Flow: "orders", Entity: "o2", OrderKey: "1"})
+	f.route(c, store.Route{Flow: "orders", Entity: "o3", OrderKey: "1"})
+	f.applyKey("orders", "o1", "orders:o1:notify")
+	f.applyKey("orders", "o2", "orders:o1:notify") // a duplicate with a new id
+	f.applyKey("orders", "o3", "orders:o3:notify")
+	want := map[string]string{"orders:o1:notify": `["evt_a","evt_b"]`, "orders:o3:notify": `["evt_c"]`}
+	var list struct {
+		Effects []map[string]json.RawMessage `json:"effects"`
+	}
+	if code := f.get("/api/v1/effects?state=any", &list); code != 200 || len(list.Effects) != 2 {
+		t.Fatalf("list: %d %v", code, list)
+	}
+	for _, e := range list.Effects {
+		var key string
+		if err := json.Unmarshal(e["episode_key"], &key); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(e["source_event_ids"]); got != want[key] {
+			t.Errorf("listed %s: source_event_ids = %s, want %s", key, got, want[key])
+		}
+		var one struct {
+			Effect map[string]json.RawMessage `json:"effect"`
+		}
+		if code := f.get("/api/v1/effects/"+string(e["id"]), &one); code != 200 {
+			t.Fatalf("get %s: %d", e["id"], code)
+		}
+		if got := string(one.Effect["source_event_ids"]); got != want[key] {
+			t.Errorf("effect %s: source_event_ids = %s, want %s", key, got, want[key])
+		}
+	}
+}

@@ -51,8 +51,12 @@ type EffectJSON struct {
 	NextAttemptAt   string `json:"next_attempt_at,omitempty"`
 	Source          string `json:"source"`
 	SourceEventID   string `json:"source_event_id"`
-	CausationID     string `json:"causation_id,omitempty"`
-	Hop             int    `json:"hop"`
+	// SourceEventIDs is every event that asked for the effect, oldest
+	// first: source_event_id, then each later one (a replay, a duplicate
+	// with a new id, another flow's route). Always present.
+	SourceEventIDs []string `json:"source_event_ids"`
+	CausationID    string   `json:"causation_id,omitempty"`
+	Hop            int      `json:"hop"`
 	// Compensates is the id of the effect this one undoes (omitted for
 	// an effect that is not a compensation).
 	Compensates int64  `json:"compensates,omitempty"`
@@ -71,7 +75,7 @@ func NewEffectJSON(e *store.Effect) EffectJSON {
 		Destination: e.Destination, State: string(e.State), Attempts: e.Attempts, Redrives: e.Redrives,
 		ErrorClass: string(e.ErrorClass), Reason: e.Reason, SuggestedRepair: e.SuggestedRepair, LastResponse: e.LastResponse,
 		Owner: e.Owner, Note: e.Note, DestinationRef: e.DestinationRef, Source: e.Source, SourceEventID: e.SourceEventID,
-		CausationID: e.CausationID, Hop: e.Hop, Compensates: e.Compensates,
+		SourceEventIDs: e.SourceEventIDs(), CausationID: e.CausationID, Hop: e.Hop, Compensates: e.Compensates,
 		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: e.UpdatedAt.UTC().Format(time.RFC3339Nano),
 	}
 	if !e.NextAttemptAt.IsZero() {

@@ -460,7 +460,10 @@ type effectData struct {
 	Request   shownBody
 	Repair    string
 	EventLink string
-	Entity    string
+	// SourceEvents is every event that asked for the effect, oldest
+	// first, each with the link to its page.
+	SourceEvents []sourceEvent
+	Entity       string
 	// KeyHeader and Key are the idempotency header and the key the
 	// destination was sent (empty for none).
 	KeyHeader, Key string
@@ -471,6 +474,12 @@ type effectData struct {
 	CanAssign   bool
 	// CanCompensate offers the compensate form (compensate.go).
 	CanCompensate bool
+}
+
+// sourceEvent is one event that asked for an effect, with its page.
+type sourceEvent struct {
+	store.EventRef
+	Link string
 }
 
 func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *effectData, bool) {
@@ -498,6 +507,9 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 		Request: shownBody{View: bodyview.Render(e.Request), Label: "Request", Raw: requestLink(e.ID)}}
 	if e.Source != "" && e.SourceEventID != "" {
 		d.EventLink = eventLink(e.Source, e.SourceEventID)
+	}
+	for _, s := range e.SourceEvents {
+		d.SourceEvents = append(d.SourceEvents, sourceEvent{EventRef: s, Link: eventLink(s.Source, s.EventID)})
 	}
 	if c.extra.IdempotencyKey != nil {
 		d.KeyHeader, d.Key = c.extra.IdempotencyKey(e.Destination, e.EpisodeKey)

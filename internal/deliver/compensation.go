@@ -42,7 +42,7 @@ func (w *Worker) gateCompensation(ctx context.Context, c *store.ClaimedEffect, d
 	now := w.clk.Now()
 	waitUntil := func(why string, at time.Time) (bool, error) {
 		w.log.Debug("compensation waits for its original", "episode", c.EpisodeKey, "original", c.Compensates, "why", why, "until", at)
-		if err := w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: at}); err != nil {
+		if err := w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: at, Owner: d.Owner}); err != nil {
 			return true, fmt.Errorf("release compensation: %w", err)
 		}
 		return true, nil

@@ -558,7 +558,7 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 		// that lost the lease would leave the outcome unknown to the
 		// ledger, and the next claim would have to reconcile a call whose
 		// answer was in hand. Give it back instead of calling.
-		return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: now})
+		return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: now, Owner: d.Owner})
 	}
 	if lim != nil {
 		now := w.clk.Now()
@@ -566,7 +566,8 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 			r := lim.ReserveN(now, 1)
 			delay := r.DelayFrom(now)
 			r.CancelAt(now)
-			return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now, NotBefore: now.Add(max(delay, time.Millisecond))})
+			return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: now,
+				NotBefore: now.Add(max(delay, time.Millisecond)), Owner: d.Owner})
 		}
 	}
 	call, err := w.buildCall(c, d)

@@ -296,7 +296,8 @@ func (v *Verifier) verifyEffect(ctx context.Context, vd *verifyDest, e *store.Ef
 // mismatch records a mismatch, logs it and tells a person.
 func (v *Verifier) mismatch(ctx context.Context, vd *verifyDest, e *store.Effect, reason string) error {
 	d := vd.d
-	changed, err := v.st.EffectMismatch(ctx, &store.EffectMismatchParams{EffectID: e.ID, Actor: v.opts.Actor, Reason: reason, Now: v.clk.Now()})
+	changed, err := v.st.EffectMismatch(ctx, &store.EffectMismatchParams{EffectID: e.ID, Actor: v.opts.Actor, Reason: reason, Now: v.clk.Now(),
+		Owner: d.Owner})
 	if err != nil {
 		return fmt.Errorf("verify %s: record the mismatch of effect %d: %w", d.Name, e.ID, err)
 	}

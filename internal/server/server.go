@@ -412,7 +412,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 	// The signals are measured apart from the pipeline; a missed deadline
 	// it escalates is told to a person through the worker's notifier.
 	p.monitor = signals.NewMonitor(st, s.cfg.Signals, signals.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
-		OnEscalated: worker.NotifyEscalated, Gatherer: s.reg})
+		OnEscalated: worker.NotifyEscalated, Gatherer: s.reg, Owners: s.cfg.Owners()})
 	// Retention deletes what is past each source's retention, one short
 	// transaction per batch (docs/retention.md); it needs nothing from
 	// the other loops.

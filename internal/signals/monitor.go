@@ -59,6 +59,9 @@ type Options struct {
 	// Gatherer is the server's metrics registry, read each round for the
 	// rate trends (trends.go); nil records the exception-queue trends only.
 	Gatherer prometheus.Gatherer
+	// Owners are the configured owners: an effect a missed deadline moves
+	// to dead takes its destination's, as a dead settle does.
+	Owners store.Owners
 }
 
 // Monitor measures the signals every signals.interval: it escalates
@@ -152,7 +155,8 @@ func (m *Monitor) step(ctx context.Context) (bool, error) { return m.Round(ctx) 
 func (m *Monitor) Round(ctx context.Context) (more bool, err error) {
 	now := m.clk.Now()
 	var errs []error
-	escalated, err := m.st.EffectDeadlineEscalate(ctx, &store.EffectDeadlineEscalateParams{Now: now, Actor: actor, Limit: escalateBatch})
+	escalated, err := m.st.EffectDeadlineEscalate(ctx, &store.EffectDeadlineEscalateParams{Now: now, Actor: actor, Limit: escalateBatch,
+		Owners: m.opts.Owners})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("escalate missed deadlines: %w", err))
 	} else if len(escalated) > 0 {

@@ -159,6 +159,17 @@ type ApplyTx interface {
 	// no pending work, and answers in *released whether it did (see
 	// ApplyTx on answers).
 	ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error
+	// EffectAskedBy records that event eventPK asked for the effect with
+	// episode key key, which exists already: the event is appended to
+	// the effect's later source events (its later_event_pks) unless it is
+	// the effect's source event or among them already. A key that only a
+	// tombstone holds changes nothing.
+	EffectAskedBy(ctx context.Context, key string, eventPK int64) error
+	// EntityLeaseFree frees the lease p.Lease names while its token still
+	// holds it, and defers the entity to p.RetryAt when that is set (its
+	// not_before stays otherwise); a lease another worker holds now is
+	// left alone.
+	EntityLeaseFree(ctx context.Context, p *EntityReleaseParams) error
 	// Flush sends what the driver holds back and fills every answer it
 	// promised.
 	Flush(ctx context.Context) error
@@ -461,6 +472,11 @@ func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 					Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: e.EpisodeKey})
 			}
 			res.EffectsExisting++
+			// The effect names every event that asked for it, not only
+			// the audit trail.
+			if err := tx.EffectAskedBy(ctx, e.EpisodeKey, w.EventPK); err != nil {
+				return fmt.Errorf("name event %d on effect %s: %w", w.EventPK, e.EpisodeKey, err)
+			}
 			// The unique index swallowed the insert. The same key with
 			// another request is a key built from too little (two
 			// different effects collapsed into one), recorded for

@@ -79,6 +79,7 @@ type Tx interface {
 	PublishTx
 	ReplayTx
 	RouteTx
+	SignalTx
 }
 
 // Rules is the part of a Store written once for every database: each

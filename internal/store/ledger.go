@@ -53,8 +53,10 @@ type Ledger interface {
 	// needs_reconciliation when its error class is unknown_outcome (an
 	// unknown outcome stays one; a zero NotBefore then schedules it at
 	// Now), approved when it has no attempts and no error class, and
-	// retry_wait otherwise. A claim that no longer holds is left alone,
-	// which is not an error.
+	// retry_wait otherwise. An effect without an owner that it leaves in
+	// needs_reconciliation takes Owner, as a settle into the exception
+	// queue does. A claim that no longer holds is left alone, which is
+	// not an error.
 	EffectRelease(ctx context.Context, p *EffectReleaseParams) error
 	// EffectGet returns one effect by id with every field, or nil.
 	EffectGet(ctx context.Context, id int64) (*Effect, error)
@@ -200,6 +202,10 @@ type EffectReleaseParams struct {
 	Token     string
 	Now       time.Time
 	NotBefore time.Time
+	// Owner is the configured owner of the effect's destination: an
+	// effect without an owner that the release leaves in
+	// needs_reconciliation takes it (EffectSettleParams.Owner).
+	Owner string
 }
 
 // Operator actions on the exception queue.

@@ -116,10 +116,18 @@ type SettleWrite struct {
 // else, when it settles into the exception queue, the configured owner
 // the settle carries. An owner a person assigned is never replaced.
 func settleOwner(f *Effect, p *EffectSettleParams) string {
-	if f.Owner == "" && slices.Contains(ExceptionStates(), p.State) {
-		return p.Owner
+	return queueOwner(f.Owner, slices.Contains(ExceptionStates(), p.State), p.Owner)
+}
+
+// queueOwner is the rule of every way into the exception queue (a
+// settle, a deadline's escalation, a verification mismatch, a release to
+// needs_reconciliation): an effect that enters it without an owner takes
+// the configured one; an owner it has is kept.
+func queueOwner(owner string, enters bool, configured string) string {
+	if owner == "" && enters {
+		return configured
 	}
-	return f.Owner
+	return owner
 }
 
 // settleCounts is the rule settles count by: the effect's attempts after

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -64,4 +65,53 @@ func PendingMigrations(migs []Migration, applied map[int]bool) []string {
 		}
 	}
 	return pending
+}
+
+// MigrationTx is the statements of migrating, in one transaction of the
+// driver's that also keeps a second process from migrating at the same
+// moment.
+type MigrationTx interface {
+	// MigrationsApplied returns the versions schema_migrations records
+	// (the driver creates the table first when it has none).
+	MigrationsApplied(ctx context.Context) (map[int]bool, error)
+	// MigrationApply runs m's SQL and records its version.
+	MigrationApply(ctx context.Context, m Migration) error
+}
+
+// Migrate applies, in order, the migrations of fsys (a driver's embedded
+// migrations/*.sql) that tx's database has not applied, and names them.
+func Migrate(ctx context.Context, fsys fs.FS, tx MigrationTx) ([]string, error) {
+	migs, err := LoadMigrations(fsys, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	applied, err := tx.MigrationsApplied(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read versions: %w", err)
+	}
+	var done []string
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		if err := tx.MigrationApply(ctx, m); err != nil {
+			return nil, fmt.Errorf("apply %s: %w", m.Name, err)
+		}
+		done = append(done, m.Name)
+	}
+	return done, nil
+}
+
+// SchemaPending names the migrations of fsys whose versions applied does
+// not return (none for a database without a schema), and applies none.
+func SchemaPending(ctx context.Context, fsys fs.FS, applied func(ctx context.Context) (map[int]bool, error)) ([]string, error) {
+	migs, err := LoadMigrations(fsys, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	versions, err := applied(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return PendingMigrations(migs, versions), nil
 }

@@ -34,8 +34,8 @@ type OutcomesTx interface {
 	EffectDeadlinesDue(ctx context.Context, p *EffectDeadlinesDueParams) ([]DeadlineDue, error)
 	// EffectDeadlineMissed sets effect id's deadline_missed_at to at.
 	EffectDeadlineMissed(ctx context.Context, id int64, at time.Time) error
-	// EffectKill moves effect id to dead with the params' class, reason
-	// and suggested repair, nothing scheduled, updated at Now.
+	// EffectKill moves effect id to dead with the params' class, reason,
+	// suggested repair and owner, nothing scheduled, updated at Now.
 	EffectKill(ctx context.Context, p *EffectKillParams) error
 	// EffectCompensationFind returns the id of effect id's compensation,
 	// made by an operator (its episode key is key) or by a flow
@@ -60,7 +60,7 @@ type OutcomesTx interface {
 	EffectsOfDestination(ctx context.Context, p *EffectsOfDestinationParams, visit func(*Effect) bool) error
 	// EffectMismatchMark moves effect id to needs_reconciliation,
 	// unscheduled, with mismatch_at and updated_at Now, class
-	// unknown_outcome and the params' reason and suggested repair.
+	// unknown_outcome and the params' reason, suggested repair and owner.
 	EffectMismatchMark(ctx context.Context, p *EffectMismatchMarkParams) error
 }
 
@@ -86,6 +86,8 @@ type EffectKillParams struct {
 	Class          ErrorClass
 	Reason, Repair string
 	Now            time.Time
+	// Owner is the effect's owner after (queueOwner).
+	Owner string
 }
 
 // EffectCompensationInsertParams inserts an operator's compensation.
@@ -109,6 +111,8 @@ type EffectMismatchMarkParams struct {
 	ID             int64
 	Reason, Repair string
 	Now            time.Time
+	// Owner is the effect's owner after (queueOwner).
+	Owner string
 }
 
 // effectAudit is an audit row about effect f.
@@ -157,7 +161,7 @@ func escalate(ctx context.Context, tx Tx, p *EffectDeadlineEscalateParams) ([]*E
 		if d.OnDead && d.State != EffectSubmitting {
 			reason := deadlineDeadReason(deadline)
 			if err := tx.EffectKill(ctx, &EffectKillParams{ID: d.ID, Class: ClassPermanent, Reason: reason,
-				Repair: deadlineRepair, Now: p.Now}); err != nil {
+				Repair: deadlineRepair, Now: p.Now, Owner: queueOwner(f.Owner, true, p.Owners.Destinations[f.Destination])}); err != nil {
 				return nil, fmt.Errorf("move effect %d to dead: %w", d.ID, err)
 			}
 			if err := tx.Audit(ctx, effectAudit(f, p.Now, p.Actor, ActionEffectDead, deadlineDeadDetail(f.EpisodeKey, d.State, reason))); err != nil {
@@ -279,7 +283,7 @@ func (r *Rules) EffectMismatch(ctx context.Context, p *EffectMismatchParams) (bo
 			return nil
 		}
 		if err := tx.EffectMismatchMark(ctx, &EffectMismatchMarkParams{ID: p.EffectID, Reason: p.Reason,
-			Repair: mismatchRepair(f), Now: p.Now}); err != nil {
+			Repair: mismatchRepair(f), Now: p.Now, Owner: queueOwner(f.Owner, true, p.Owner)}); err != nil {
 			return fmt.Errorf("update effect: %w", err)
 		}
 		changed = true

@@ -377,11 +377,17 @@ type Effect struct {
 	Request       json.RawMessage
 	Source        string
 	SourceEventID string
-	CausationID   string
-	Hop           int
-	Attempts      int
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// SourceEvents is every event that asked for the effect, oldest
+	// first: the source event (Source, SourceEventID), then each later
+	// event that asked for it while its episode key was held already (a
+	// replay, a duplicate with a new id, another flow's route), each
+	// once. EffectGet and EffectList fill it.
+	SourceEvents []EventRef
+	CausationID  string
+	Hop          int
+	Attempts     int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 
 	// Delivery evidence and the exception queue.
 	NextAttemptAt   time.Time // zero when nothing is scheduled
@@ -463,6 +469,59 @@ func checkDecisions(evs []*RoutableEvent, ds []*RouteDecision) error {
 		if taken[e.PK] {
 			return fmt.Errorf("no routing decision for event %d", e.PK)
 		}
+	}
+	return nil
+}
+
+// EntityRelease frees a lease that the token still holds; a lease already
+// lost to another worker is left alone and is not an error, because the
+// releasing worker has nothing left to do either way.
+func (r *Rules) EntityRelease(ctx context.Context, p *EntityReleaseParams) error {
+	if p.Lease == nil {
+		return errors.New("release entity: no lease")
+	}
+	if err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		return tx.EntityLeaseFree(ctx, p)
+	}); err != nil {
+		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
+	}
+	return nil
+}
+
+// EventRef names one event.
+type EventRef struct {
+	Source  string `json:"source"`
+	EventID string `json:"event_id"`
+}
+
+// SourceEventIDs are the ids of every event that asked for the effect,
+// oldest first (SourceEvents); the source event's alone when no other
+// did.
+func (e *Effect) SourceEventIDs() []string {
+	out := make([]string, 0, max(len(e.SourceEvents), 1))
+	for _, r := range e.SourceEvents {
+		out = append(out, r.EventID)
+	}
+	if len(out) == 0 && e.SourceEventID != "" {
+		out = append(out, e.SourceEventID)
+	}
+	return out
+}
+
+// SetLaterSources fills f.SourceEvents from its source event and the
+// later ones a driver read as a JSON array of [source, event id] pairs,
+// oldest first (an empty text is none).
+func SetLaterSources(f *Effect, later string) error {
+	f.SourceEvents = append(f.SourceEvents[:0], EventRef{Source: f.Source, EventID: f.SourceEventID})
+	if later == "" || later == "[]" {
+		return nil
+	}
+	var pairs [][2]string
+	if err := json.Unmarshal([]byte(later), &pairs); err != nil {
+		return fmt.Errorf("later source events of effect %d: %w", f.ID, err)
+	}
+	for _, p := range pairs {
+		f.SourceEvents = append(f.SourceEvents, EventRef{Source: p[0], EventID: p[1]})
 	}
 	return nil
 }

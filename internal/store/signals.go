@@ -150,6 +150,10 @@ type EffectDeadlineEscalateParams struct {
 	Now   time.Time
 	Actor string
 	Limit int
+	// Owners are the configured owners: an effect the escalation moves
+	// to dead without an owner takes its destination's, as a settle into
+	// the exception queue does (EffectSettleParams.Owner).
+	Owners Owners
 }
 
 // EffectCompensateParams is an operator's compensation of one effect.
@@ -189,6 +193,9 @@ type EffectMismatchParams struct {
 	Actor    string
 	Reason   string
 	Now      time.Time
+	// Owner is the configured owner of the effect's destination, which a
+	// marked effect without an owner takes (EffectSettleParams.Owner).
+	Owner string
 }
 
 // The invariants hookledger check audits.

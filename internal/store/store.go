@@ -206,6 +206,24 @@ func addEventRoute(e *Event, r EventRoute) {
 	e.Routes = append(e.Routes, r)
 }
 
+// EventListPage makes EventList's result of the events read for a page
+// of limit (limit+1 of them when there are more, which sets the cursor),
+// and fills their routes through routes when p asks for them.
+func EventListPage(ctx context.Context, p *EventListParams, events []*Event, limit int,
+	routes func(ctx context.Context, evs []*Event) error) (*EventListResult, error) {
+	out := &EventListResult{Events: events}
+	if len(events) > limit {
+		out.Events = events[:limit]
+		out.NextAfterPK = events[limit-1].PK
+	}
+	if p.WithRoutes && len(out.Events) > 0 {
+		if err := routes(ctx, out.Events); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // FillEventRoutes fills the routes of a page of events from their work
 // rows, which read hands to add, each with its event's pk, in (event pk,
 // flow in byte order, pass) order.

@@ -144,3 +144,17 @@ func (k ErrorKinds) Wrap(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, k.Classify(err))
 }
+
+// NoRow is the answer of a read by key that failed with err: nothing, and
+// no error, when err is noRows (the driver's "no row" error), because
+// such a read answers nil for a key it does not find; otherwise err,
+// wrapped with the context format and args give ("" for none).
+func NoRow[T any](err, noRows error, format string, args ...any) (*T, error) {
+	if errors.Is(err, noRows) {
+		return nil, nil
+	}
+	if format == "" {
+		return nil, err
+	}
+	return nil, fmt.Errorf(format+": %w", append(args, err)...)
+}

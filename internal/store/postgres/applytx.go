@@ -10,14 +10,6 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// txn is store.Tx on a pipelined transaction: a method that returns only
-// an error queues its statement (pipeTx), or holds it to be sent as one
-// statement with its kind (held); one that answers sends what is queued
-// with its own statement.
-type txn struct{ t *pipeTx }
-
-var _ store.Tx = txn{}
-
 // ReadGroup sends four statements in one round trip, BEGIN among them.
 // The fence is a row lock on each entity, taken in (flow, entity) byte
 // order and only while its token holds an unexpired lease (FOR NO KEY
@@ -251,3 +243,9 @@ func (a txn) ReleaseDrained(_ context.Context, flow, entity, token string, relea
 
 // Flush sends the held-back statements (the audit rows wait for COMMIT).
 func (a txn) Flush(ctx context.Context) error { return a.t.flush(ctx) }
+
+func (a txn) EffectAskedBy(_ context.Context, key string, eventPK int64) error {
+	a.t.exec("name event on effect", `UPDATE effects SET later_event_pks = later_event_pks || $2::bigint
+		WHERE episode_key = $1 AND source_event_pk <> $2 AND NOT ($2 = ANY (later_event_pks))`, key, eventPK)
+	return nil
+}

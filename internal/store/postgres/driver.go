@@ -43,3 +43,11 @@ func (s *Store) InTx(ctx context.Context, kind store.TxKind, fn func(ctx context
 	}
 	return s.runPipe(ctx, t, func(t *pipeTx) error { return fn(ctx, txn{t}) })
 }
+
+// txn is store.Tx on a pipelined transaction: a method that returns only
+// an error queues its statement (pipeTx), or holds it to be sent as one
+// statement with its kind (held); one that answers sends what is queued
+// with its own statement.
+type txn struct{ t *pipeTx }
+
+var _ store.Tx = txn{}

@@ -26,7 +26,14 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
-	f.deadline_missed_at, f.mismatch_at`
+	f.deadline_missed_at, f.mismatch_at, ` + laterSourcesSQL
+
+// laterSourcesSQL reads the later source events of effect f as a JSON
+// array of [source, event id] pairs, oldest first; most effects have none
+// and read nothing more.
+const laterSourcesSQL = `CASE WHEN cardinality(f.later_event_pks) = 0 THEN '[]' ELSE (
+	SELECT json_agg(json_build_array(le.source, le.event_id) ORDER BY l.n)::text
+	FROM unnest(f.later_event_pks) WITH ORDINALITY l(pk, n) JOIN events le ON le.pk = l.pk) END`
 
 // effectColumnsWithoutRequest is effectColumns with an empty request
 // (EffectListParams.WithoutRequest).
@@ -37,7 +44,7 @@ const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 // effectScan holds the columns of effectColumns that need converting
 // after the scan.
 type effectScan struct {
-	req                              string
+	req, later                       string
 	next                             pgtype.Timestamptz
 	deadline, warn, missed, mismatch *time.Time
 }
@@ -48,11 +55,11 @@ func (sc *effectScan) dests(f *store.Effect) []any {
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &f.CreatedAt, &f.UpdatedAt,
 		&sc.next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
 		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &sc.deadline, &sc.warn, &f.OnDeadline,
-		&sc.missed, &sc.mismatch}
+		&sc.missed, &sc.mismatch, &sc.later}
 }
 
 // finish converts what dests scanned into f.
-func (sc *effectScan) finish(f *store.Effect) {
+func (sc *effectScan) finish(f *store.Effect) error {
 	f.DeadlineAt, f.DeadlineWarnAt = fromNull(sc.deadline), fromNull(sc.warn)
 	f.DeadlineMissedAt, f.MismatchAt = fromNull(sc.missed), fromNull(sc.mismatch)
 	f.Request = []byte(sc.req)
@@ -62,6 +69,7 @@ func (sc *effectScan) finish(f *store.Effect) {
 	if sc.next.Valid && sc.next.InfinityModifier == pgtype.Finite {
 		f.NextAttemptAt = sc.next.Time.UTC()
 	}
+	return store.SetLaterSources(f, sc.later)
 }
 
 func scanEffect(row pgx.Row, f *store.Effect) error {
@@ -69,8 +77,7 @@ func scanEffect(row pgx.Row, f *store.Effect) error {
 	if err := row.Scan(sc.dests(f)...); err != nil {
 		return err
 	}
-	sc.finish(f)
-	return nil
+	return sc.finish(f)
 }
 
 func collectEffects(rows pgx.Rows) ([]*store.Effect, error) {
@@ -88,11 +95,8 @@ func getEffect(ctx context.Context, q interface {
 }, id int64, lock string) (*store.Effect, error) {
 	f := &store.Effect{}
 	err := scanEffect(q.QueryRow(ctx, effectByIDSQL+lock, id), f)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, err
+		return store.NoRow[store.Effect](err, pgx.ErrNoRows, "")
 	}
 	return f, nil
 }
@@ -131,7 +135,9 @@ func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 				if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.c.PriorAt, &x.c.PriorUntil, &due)...); err != nil {
 					return err
 				}
-				sc.finish(&x.c.Effect)
+				if err := sc.finish(&x.c.Effect); err != nil {
+					return err
+				}
 				x.c.State, x.due = prior, due.Time
 				x.c.PriorAt, x.c.PriorUntil = x.c.PriorAt.UTC(), x.c.PriorUntil.UTC()
 				got = append(got, x)
@@ -331,9 +337,10 @@ func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams)
 			ELSE 'retry_wait' END,
 		next_attempt_at = CASE WHEN $1::timestamptz IS NULL AND error_class = 'unknown_outcome' THEN $2
 			ELSE coalesce($1::timestamptz, '-infinity') END,
-		lease_token = '', lease_until = '-infinity', updated_at = $2
+		lease_token = '', lease_until = '-infinity', updated_at = $2,
+		owner = CASE WHEN owner = '' AND error_class = 'unknown_outcome' THEN $5 ELSE owner END
 		WHERE id = $3 AND lease_token = $4 AND state = 'submitting'`,
-		nullTime(p.NotBefore), p.Now, p.EffectID, p.Token); err != nil {
+		nullTime(p.NotBefore), p.Now, p.EffectID, p.Token, p.Owner); err != nil {
 		return fmt.Errorf("release effect %d: %w", p.EffectID, err)
 	}
 	return nil
@@ -416,10 +423,7 @@ func (s *Store) EffectNewer(ctx context.Context, id int64) (string, error) {
 	err := s.pool.QueryRow(ctx, `SELECT g.episode_key FROM effects f
 		JOIN effects g ON g.flow = f.flow AND g.entity = f.entity AND g.effect = f.effect AND g.id > f.id AND g.compensates = 0
 		WHERE f.id = $1 AND f.compensates = 0 AND f.flow <> $2 ORDER BY g.id DESC LIMIT 1`, id, store.PublishFlow).Scan(&key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) { // none is newer
 		return "", fmt.Errorf("newer effect than %d: %w", id, err)
 	}
 	return key, nil

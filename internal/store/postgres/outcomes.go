@@ -66,8 +66,8 @@ func (a txn) EffectDeadlineMissed(_ context.Context, id int64, at time.Time) err
 
 func (a txn) EffectKill(_ context.Context, p *store.EffectKillParams) error {
 	a.t.exec("move effect to dead", `UPDATE effects SET state = 'dead', error_class = $1, reason = $2,
-		suggested_repair = $3, next_attempt_at = '-infinity', updated_at = $4 WHERE id = $5`,
-		string(p.Class), p.Reason, p.Repair, p.Now, p.ID)
+		suggested_repair = $3, next_attempt_at = '-infinity', updated_at = $4, owner = $6 WHERE id = $5`,
+		string(p.Class), p.Reason, p.Repair, p.Now, p.ID, p.Owner)
 	return nil
 }
 
@@ -138,8 +138,8 @@ func (a txn) EffectsOfDestination(ctx context.Context, p *store.EffectsOfDestina
 
 func (a txn) EffectMismatchMark(_ context.Context, p *store.EffectMismatchMarkParams) error {
 	a.t.exec("update effect", `UPDATE effects SET state = 'needs_reconciliation', next_attempt_at = '-infinity',
-		mismatch_at = $1, error_class = $2, reason = $3, suggested_repair = $4, updated_at = $1 WHERE id = $5`,
-		p.Now, string(store.ClassUnknown), p.Reason, p.Repair, p.ID)
+		mismatch_at = $1, error_class = $2, reason = $3, suggested_repair = $4, updated_at = $1, owner = $6 WHERE id = $5`,
+		p.Now, string(store.ClassUnknown), p.Reason, p.Repair, p.ID, p.Owner)
 	return nil
 }
 

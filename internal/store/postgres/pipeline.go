@@ -344,18 +344,11 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 	return out, nil
 }
 
-// EntityRelease frees a lease that the token still holds; a lease already
-// lost to another worker is left alone and is not an error, because the
-// releasing worker has nothing left to do either way.
-func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams) error {
-	if p.Lease == nil {
-		return errors.New("release entity: no lease")
-	}
-	if _, err := s.pool.Exec(ctx, `UPDATE entities SET lease_token = '', lease_until = '-infinity',
+// EntityLeaseFree frees the lease (store.ApplyTx).
+func (a txn) EntityLeaseFree(_ context.Context, p *store.EntityReleaseParams) error {
+	a.t.exec("release entity", `UPDATE entities SET lease_token = '', lease_until = '-infinity',
 		not_before = coalesce($1::timestamptz, not_before) WHERE flow = $2 AND entity = $3 AND lease_token = $4`,
-		nullTime(p.RetryAt), p.Lease.Flow, p.Lease.Entity, p.Lease.Token); err != nil {
-		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
-	}
+		nullTime(p.RetryAt), p.Lease.Flow, p.Lease.Entity, p.Lease.Token)
 	return nil
 }
 
@@ -413,11 +406,8 @@ func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams)
 	err := s.pool.QueryRow(ctx, `SELECT flow, entity, version, version_sort, state::text, applied_event_pk, updated_at, pending
 		FROM entities WHERE flow = $1 AND entity = $2`, p.Flow, p.Entity).
 		Scan(&pr.Flow, &pr.Entity, &pr.Version, &pr.VersionSort, &state, &applied, &pr.UpdatedAt, &pr.Pending)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("get projection %s/%s: %w", p.Flow, p.Entity, err)
+		return store.NoRow[store.Projection](err, pgx.ErrNoRows, "get projection %s/%s", p.Flow, p.Entity)
 	}
 	pr.State = []byte(state)
 	if applied != nil {

@@ -116,44 +116,14 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 // and then finds nothing left to do. PostgreSQL DDL is transactional, so a
 // failed migration leaves no half-made schema.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	migs, err := store.LoadMigrations(migrationFiles, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrate postgres: %w", err)
-	}
 	var done []string
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return fmt.Errorf("create schema_migrations: %w", err)
-		}
-		rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations`)
-		if err != nil {
-			return fmt.Errorf("read versions: %w", err)
-		}
-		versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return fmt.Errorf("read versions: %w", err)
-		}
-		applied := map[int]bool{}
-		for _, v := range versions {
-			applied[int(v)] = true
-		}
-		for _, m := range migs {
-			if applied[m.Version] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("apply %s: %w", m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-				return fmt.Errorf("record %s: %w", m.Name, err)
-			}
-			done = append(done, m.Name)
-		}
-		return nil
+		var err error
+		done, err = store.Migrate(ctx, migrationFiles, migrationTx{tx})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("migrate postgres: %w", err)
@@ -383,22 +353,6 @@ func (f *filter) sql(limit int) string {
 	return " WHERE " + strings.Join(f.where, " AND ") + " ORDER BY 1 LIMIT $" + strconv.Itoa(len(f.args))
 }
 
-// eventIDAnySource finds an event id without its source through the unique
-// (source, event_id) index: one probe per distinct source, the sources
-// enumerated by skipping through the index from one to the next (a handful,
-// the configured ones), so no index on event_id alone is needed on the
-// ingestion path.
-const eventIDAnySource = `source IN (WITH RECURSIVE src(s) AS (
-		SELECT min(source) FROM events
-		UNION ALL SELECT (SELECT min(source) FROM events WHERE source > src.s) FROM src WHERE src.s IS NOT NULL)
-	SELECT s FROM src WHERE s IS NOT NULL) AND event_id = ?`
-
-// eventEntity matches the envelope entity or any route's entity. Each side
-// reads its own index from the cursor on; the envelope side's index holds
-// only events that have an envelope entity.
-const eventEntity = `pk IN (SELECT pk FROM events WHERE entity = ? AND entity <> '' AND pk > ?
-	UNION SELECT event_pk FROM work WHERE entity = ? AND event_pk > ?)`
-
 // eventDisposition matches one disposition. The two common ones are written
 // as literals so that accepted reads its partial index and applied the pk
 // order; the others repeat the partial index's predicate so that it is
@@ -422,15 +376,9 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	out := &store.EventListResult{Events: events}
-	if len(events) > limit {
-		out.Events = events[:limit]
-		out.NextAfterPK = events[limit-1].PK
-	}
-	if p.WithRoutes && len(out.Events) > 0 {
-		if err := s.eventRoutes(ctx, out.Events); err != nil {
-			return nil, fmt.Errorf("list events: %w", err)
-		}
+	out, err := store.EventListPage(ctx, p, events, limit, s.eventRoutes)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
 	}
 	return out, nil
 }
@@ -479,22 +427,20 @@ func eventListQuery(p *store.EventListParams, limit int, window bool, windowCap 
 	case p.EventID != "" && p.Source != "":
 		f.add("event_id = ?", p.EventID)
 	case p.EventID != "":
-		f.add(eventIDAnySource, p.EventID)
+		f.add(store.EventIDAnySourceSQL, p.EventID)
 	}
 	if p.Entity != "" {
-		f.add(eventEntity, p.Entity, p.AfterPK, p.Entity, p.AfterPK)
+		f.add(store.EventEntitySQL, p.Entity, p.AfterPK, p.Entity, p.AfterPK)
 	}
 	eventDisposition(f, p.Disposition)
 	f.span("received_at", p.ReceivedFrom, p.ReceivedTo)
 	f.span("occurred_at", p.OccurredFrom, p.OccurredTo)
 	timed := window && (!p.ReceivedFrom.IsZero() || !p.ReceivedTo.IsZero() || !p.OccurredFrom.IsZero() || !p.OccurredTo.IsZero())
 	if !timed {
-		return `SELECT ` + eventColumns + ` FROM events` + f.sql(limit), f.args, false
+		return `SELECT ` + store.EventColumnsSQL + ` FROM events` + f.sql(limit), f.args, false
 	}
 	return eventWindowSQL(f, limit, windowCap), f.args, true
 }
-
-const eventColumns = `pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition`
 
 // eventWindowSQL is the query of a page in pk order with a time range.
 // There the planner's estimate fails: it assumes the range's rows are
@@ -516,7 +462,7 @@ func eventWindowSQL(f *filter, limit, windowCap int) string {
 	return `WITH matched AS MATERIALIZED (SELECT pk FROM events WHERE ` + strings.Join(f.where, " AND ") +
 		` LIMIT $` + strconv.Itoa(n-1) + `),
 	page AS (SELECT pk FROM matched ORDER BY pk LIMIT $` + strconv.Itoa(n) + `)
-	SELECT ` + prefixed("e.", eventColumns) + `, (SELECT count(*) FROM matched)
+	SELECT ` + prefixed("e.", store.EventColumnsSQL) + `, (SELECT count(*) FROM matched)
 	FROM events e JOIN page USING (pk) ORDER BY e.pk`
 }
 

@@ -94,11 +94,8 @@ func (a txn) EndpointWriteState(ctx context.Context, ep *store.Endpoint) error {
 // EndpointGet returns the endpoint, deleted or not, or nil.
 func (s *Store) EndpointGet(ctx context.Context, id string) (*store.Endpoint, error) {
 	ep, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("get endpoint %s: %w", id, err)
+		return store.NoRow[store.Endpoint](err, pgx.ErrNoRows, "get endpoint %s", id)
 	}
 	return ep, nil
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -254,11 +253,8 @@ func (s *Store) EffectTombstoneGet(ctx context.Context, episodeKey string) (*sto
 	err := s.pool.QueryRow(ctx, `SELECT episode_key, flow, entity, effect, destination, state, request::text, created_at, deleted_at
 		FROM effect_tombstones WHERE episode_key = $1`, episodeKey).
 		Scan(&t.EpisodeKey, &t.Flow, &t.Entity, &t.Effect, &t.Destination, &t.State, &request, &t.CreatedAt, &t.DeletedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("get tombstone %s: %w", episodeKey, err)
+		return store.NoRow[store.EffectTombstone](err, pgx.ErrNoRows, "get tombstone %s", episodeKey)
 	}
 	t.Request = []byte(request)
 	t.CreatedAt, t.DeletedAt = t.CreatedAt.UTC(), t.DeletedAt.UTC()

@@ -78,17 +78,17 @@ func TestSignalPlans(t *testing.T) {
 		name, sql string
 		args      []any
 	}{
-		{"lag by flow", sqlLagByFlow, nil},
-		{"lag largest gap", sqlLagLargest, nil},
-		{"unfinished", sqlUnfinished, nil},
-		{"deadline", sqlDeadline, []any{at}},
-		{"unknown", sqlUnknown, []any{at}},
-		{"window start", sqlWindowStart, []any{at.Add(-time.Hour)}},
-		{"windowed", sqlWindowed, []any{int64(n / 2), at.Add(-time.Hour)}},
-		{"dead effects", sqlDeadEffects, nil},
-		{"dead events", sqlDeadEvents, nil},
-		{"mismatch", sqlMismatch, nil},
-		{"compensation", sqlCompensation, nil},
+		{"lag by flow", signalSQL[store.SignalQueryLagByFlow], nil},
+		{"lag largest gap", signalSQL[store.SignalQueryLagLargest], nil},
+		{"unfinished", signalSQL[store.SignalQueryUnfinished], nil},
+		{"deadline", signalSQL[store.SignalQueryDeadline], []any{at}},
+		{"unknown", signalSQL[store.SignalQueryUnknown], []any{at}},
+		{"window start", signalSQL[store.SignalQueryWindowStart], []any{at.Add(-time.Hour)}},
+		{"windowed", signalSQL[store.SignalQueryWindowAudit], []any{int64(n / 2), at.Add(-time.Hour)}},
+		{"dead effects", signalSQL[store.SignalQueryDeadEffects], nil},
+		{"dead events", signalSQL[store.SignalQueryDeadEvents], nil},
+		{"mismatch", signalSQL[store.SignalQueryMismatch], nil},
+		{"compensation", signalSQL[store.SignalQueryCompensation], nil},
 	} {
 		got, _, _ := explain(t, h.pool, "", c.sql, c.args...)
 		t.Logf("%s:\n%s", c.name, got)

@@ -83,15 +83,8 @@ func (s *Store) EventRecentCounts(ctx context.Context, p *store.EventRecentParam
 
 // EventRecent returns the newest events by the primary key backwards.
 func (s *Store) EventRecent(ctx context.Context, p *store.EventRecentParams) ([]*store.Event, error) {
-	const cols = `SELECT pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition FROM events`
-	limit := store.ClampStatsLimit(p.Limit, 100)
-	var rows pgx.Rows
-	var err error
-	if p.Source != "" {
-		rows, err = s.pool.Query(ctx, cols+` WHERE source = $1 ORDER BY pk DESC LIMIT $2`, p.Source, limit)
-	} else {
-		rows, err = s.pool.Query(ctx, cols+` ORDER BY pk DESC LIMIT $1`, limit)
-	}
+	q, args := store.EventRecentQuery(postgresDialect, p)
+	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("recent events: %w", err)
 	}

@@ -10,13 +10,6 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// txn is store.Tx on one SQLite transaction: every statement runs when it
-// is called. A write transaction holds the database's only write lock, so
-// nothing it read can change before it commits: no row locks are needed.
-type txn struct{ tx *wtx }
-
-var _ store.Tx = txn{}
-
 // ReadGroup: the fencing read of each entity also fetches its
 // projection, and one more read every work row of the items' events.
 func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
@@ -211,3 +204,10 @@ func (a txn) ReleaseDrained(ctx context.Context, flow, entity, token string, rel
 
 // Flush has nothing to send: every statement ran when it was called.
 func (txn) Flush(context.Context) error { return nil }
+
+func (a txn) EffectAskedBy(ctx context.Context, key string, eventPK int64) error {
+	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET later_event_pks = json_insert(later_event_pks, '$[#]', ?2)
+		WHERE episode_key = ?1 AND source_event_pk <> ?2
+		AND NOT EXISTS (SELECT 1 FROM json_each(effects.later_event_pks) WHERE value = ?2)`, key, eventPK)
+	return err
+}

@@ -57,3 +57,10 @@ func (s *Store) readTx(ctx context.Context, fn func(tx *wtx) error) error {
 	defer tx.Rollback() //nolint:errcheck // read only
 	return fn(&wtx{Tx: tx})
 }
+
+// txn is store.Tx on one SQLite transaction: every statement runs when it
+// is called. A write transaction holds the database's only write lock, so
+// nothing it read can change before it commits: no row locks are needed.
+type txn struct{ tx *wtx }
+
+var _ store.Tx = txn{}

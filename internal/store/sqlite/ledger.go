@@ -25,7 +25,14 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
-	f.deadline_missed_at, f.mismatch_at`
+	f.deadline_missed_at, f.mismatch_at, ` + laterSourcesSQL
+
+// laterSourcesSQL reads the later source events of effect f as a JSON
+// array of [source, event id] pairs, oldest first; most effects have none
+// and read nothing more.
+const laterSourcesSQL = `CASE WHEN f.later_event_pks = '[]' THEN '[]' ELSE (
+	SELECT json_group_array(json_array(le.source, le.event_id) ORDER BY l.key)
+	FROM json_each(f.later_event_pks) l JOIN events le ON le.pk = l.value) END`
 
 // effectColumnsWithoutRequest is effectColumns with an empty request
 // (EffectListParams.WithoutRequest).
@@ -34,14 +41,17 @@ var effectColumnsWithoutRequest = strings.Replace(effectColumns, "f.request,", "
 const effectFrom = ` FROM effects f JOIN events e ON e.pk = f.source_event_pk`
 
 func scanEffect(sc scanner, f *store.Effect) error {
-	var req string
+	var req, later string
 	var created, updated, next int64
 	var deadline, warn, missed, mismatch sql.NullInt64
 	if err := sc.Scan(&f.ID, &f.EpisodeKey, &f.Flow, &f.Entity, &f.Version, &f.Effect, &f.Destination, &f.State, &req,
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &created, &updated,
 		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
 		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &deadline, &warn, &f.OnDeadline,
-		&missed, &mismatch); err != nil {
+		&missed, &mismatch, &later); err != nil {
+		return err
+	}
+	if err := store.SetLaterSources(f, later); err != nil {
 		return err
 	}
 	f.DeadlineAt, f.DeadlineWarnAt = fromMicros(deadline), fromMicros(warn)
@@ -71,11 +81,8 @@ const effectByID = `SELECT ` + effectColumns + effectFrom + ` WHERE f.id = ?`
 func getEffect(row scanner) (*store.Effect, error) {
 	f := &store.Effect{}
 	err := scanEffect(row, f)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, err
+		return store.NoRow[store.Effect](err, sql.ErrNoRows, "")
 	}
 	return f, nil
 }
@@ -246,9 +253,10 @@ func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams)
 			WHEN attempts = 0 AND error_class = '' THEN 'approved'
 			ELSE 'retry_wait' END,
 		next_attempt_at = CASE WHEN ? = 0 AND error_class = 'unknown_outcome' THEN ? ELSE ? END,
-		lease_token = '', lease_until = ?, updated_at = ?
+		lease_token = '', lease_until = ?, updated_at = ?,
+		owner = CASE WHEN owner = '' AND error_class = 'unknown_outcome' THEN ? ELSE owner END
 		WHERE id = ? AND lease_token = ? AND state = 'submitting'`,
-			dueAt(p.NotBefore), p.Now.UnixMicro(), dueAt(p.NotBefore), leaseFree, p.Now.UnixMicro(), p.EffectID, p.Token)
+			dueAt(p.NotBefore), p.Now.UnixMicro(), dueAt(p.NotBefore), leaseFree, p.Now.UnixMicro(), p.Owner, p.EffectID, p.Token)
 		return err
 	}); err != nil {
 		return fmt.Errorf("release effect %d: %w", p.EffectID, err)
@@ -298,10 +306,7 @@ func (s *Store) EffectNewer(ctx context.Context, id int64) (string, error) {
 	err := s.readQueryRow(ctx, `SELECT g.episode_key FROM effects f
 		JOIN effects g ON g.flow = f.flow AND g.entity = f.entity AND g.effect = f.effect AND g.id > f.id AND g.compensates = 0
 		WHERE f.id = ? AND f.compensates = 0 AND f.flow <> ? ORDER BY g.id DESC LIMIT 1`, id, store.PublishFlow).Scan(&key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) { // none is newer
 		return "", fmt.Errorf("newer effect than %d: %w", id, err)
 	}
 	return key, nil

@@ -65,8 +65,8 @@ func (a txn) EffectDeadlineMissed(ctx context.Context, id int64, at time.Time) e
 
 func (a txn) EffectKill(ctx context.Context, p *store.EffectKillParams) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'dead', error_class = ?, reason = ?,
-		suggested_repair = ?, next_attempt_at = ?, updated_at = ? WHERE id = ?`,
-		p.Class, p.Reason, p.Repair, noTime, p.Now.UnixMicro(), p.ID)
+		suggested_repair = ?, next_attempt_at = ?, updated_at = ?, owner = ? WHERE id = ?`,
+		p.Class, p.Reason, p.Repair, noTime, p.Now.UnixMicro(), p.Owner, p.ID)
 	return err
 }
 
@@ -136,8 +136,8 @@ var errStop = errors.New("stop")
 func (a txn) EffectMismatchMark(ctx context.Context, p *store.EffectMismatchMarkParams) error {
 	now := p.Now.UnixMicro()
 	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'needs_reconciliation', next_attempt_at = ?,
-		mismatch_at = ?, error_class = ?, reason = ?, suggested_repair = ?, updated_at = ? WHERE id = ?`,
-		noTime, now, store.ClassUnknown, p.Reason, p.Repair, now, p.ID)
+		mismatch_at = ?, error_class = ?, reason = ?, suggested_repair = ?, updated_at = ?, owner = ? WHERE id = ?`,
+		noTime, now, store.ClassUnknown, p.Reason, p.Repair, now, p.Owner, p.ID)
 	return err
 }
 

@@ -242,26 +242,17 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 	return out, nil
 }
 
-// EntityRelease frees a lease that the token still holds; a lease already
-// lost to another worker is left alone and is not an error, because the
-// releasing worker has nothing left to do either way.
-func (s *Store) EntityRelease(ctx context.Context, p *store.EntityReleaseParams) error {
-	if p.Lease == nil {
-		return errors.New("release entity: no lease")
-	}
-	var retry any // NULL keeps not_before
+// EntityLeaseFree frees the lease (store.ApplyTx); a NULL retry keeps
+// not_before.
+func (a txn) EntityLeaseFree(ctx context.Context, p *store.EntityReleaseParams) error {
+	var retry any
 	if !p.RetryAt.IsZero() {
 		retry = p.RetryAt.UnixMicro()
 	}
-	if err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?,
-			not_before = coalesce(?, not_before) WHERE flow = ? AND entity = ? AND lease_token = ?`,
-			leaseFree, retry, p.Lease.Flow, p.Lease.Entity, p.Lease.Token)
-		return err
-	}); err != nil {
-		return fmt.Errorf("release entity %s/%s: %w", p.Lease.Flow, p.Lease.Entity, err)
-	}
-	return nil
+	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?,
+		not_before = coalesce(?, not_before) WHERE flow = ? AND entity = ? AND lease_token = ?`,
+		leaseFree, retry, p.Lease.Flow, p.Lease.Entity, p.Lease.Token)
+	return err
 }
 
 // WorkListPendingGroup lists each entity's pending work in turn: reads
@@ -313,11 +304,8 @@ func (s *Store) ProjectionGet(ctx context.Context, p *store.ProjectionGetParams)
 	err := s.readQueryRow(ctx, `SELECT flow, entity, version, version_sort, state, applied_event_pk, updated_at, pending
 		FROM entities WHERE flow = ? AND entity = ?`, p.Flow, p.Entity).
 		Scan(&pr.Flow, &pr.Entity, &pr.Version, &pr.VersionSort, &state, &applied, &updated, &pr.Pending)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("get projection %s/%s: %w", p.Flow, p.Entity, err)
+		return store.NoRow[store.Projection](err, sql.ErrNoRows, "get projection %s/%s", p.Flow, p.Entity)
 	}
 	pr.State = []byte(state)
 	pr.AppliedEventPK = applied.Int64

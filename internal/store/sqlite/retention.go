@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -194,11 +192,8 @@ func (s *Store) EffectTombstoneGet(ctx context.Context, episodeKey string) (*sto
 	err := s.readQueryRow(ctx, `SELECT episode_key, flow, entity, effect, destination, state, request, created_at, deleted_at
 		FROM effect_tombstones WHERE episode_key = ?`, episodeKey).
 		Scan(&t.EpisodeKey, &t.Flow, &t.Entity, &t.Effect, &t.Destination, &t.State, &request, &created, &deletedAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("get tombstone %s: %w", episodeKey, err)
+		return store.NoRow[store.EffectTombstone](err, sql.ErrNoRows, "get tombstone %s", episodeKey)
 	}
 	t.Request = []byte(request)
 	t.CreatedAt, t.DeletedAt = time.UnixMicro(created).UTC(), time.UnixMicro(deletedAt).UTC()

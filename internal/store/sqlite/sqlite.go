@@ -161,48 +161,14 @@ func (s *Store) ProbeWrite(ctx context.Context, now time.Time) error {
 // Migrate applies pending migrations in one immediate transaction, which
 // also serialises two processes migrating the same file.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	migs, err := store.LoadMigrations(migrationFiles, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("migrate sqlite: %w", err)
-	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("migrate sqlite: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`); err != nil {
-		return nil, fmt.Errorf("migrate sqlite: create schema_migrations: %w", err)
-	}
-	applied := map[int]bool{}
-	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	done, err := store.Migrate(ctx, migrationFiles, migrationTx{tx})
 	if err != nil {
-		return nil, fmt.Errorf("migrate sqlite: read versions: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("migrate sqlite: read versions: %w", err)
-		}
-		applied[v] = true
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("migrate sqlite: read versions: %w", err)
-	}
-	var done []string
-	for _, m := range migs {
-		if applied[m.Version] {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			return nil, fmt.Errorf("migrate sqlite: apply %s: %w", m.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.Version, m.Name, time.Now().UnixMicro()); err != nil {
-			return nil, fmt.Errorf("migrate sqlite: record %s: %w", m.Name, err)
-		}
-		done = append(done, m.Name)
+		return nil, fmt.Errorf("migrate sqlite: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("migrate sqlite: commit: %w", err)
@@ -478,22 +444,6 @@ func (f *filter) sql(limit int) (string, []any) {
 	return strings.Join(f.where, " AND "), append(f.args, limit)
 }
 
-// eventIDAnySource finds an event id without its source through the unique
-// (source, event_id) index: one probe per distinct source, the sources
-// enumerated by skipping through the index from one to the next (a handful,
-// the configured ones), so no index on event_id alone is needed on the
-// ingestion path.
-const eventIDAnySource = `source IN (WITH RECURSIVE src(s) AS (
-		SELECT min(source) FROM events
-		UNION ALL SELECT (SELECT min(source) FROM events WHERE source > src.s) FROM src WHERE src.s IS NOT NULL)
-	SELECT s FROM src WHERE s IS NOT NULL) AND event_id = ?`
-
-// eventEntity matches the envelope entity or any route's entity. Each side
-// reads its own index from the cursor on; the envelope side's index holds
-// only events that have an envelope entity.
-const eventEntity = `pk IN (SELECT pk FROM events WHERE entity = ? AND entity <> '' AND pk > ?
-	UNION SELECT event_pk FROM work WHERE entity = ? AND event_pk > ?)`
-
 // eventDisposition matches one disposition. The two common ones are written
 // as literals so that accepted reads its partial index and applied the pk
 // order; the others repeat the partial index's predicate so that it is
@@ -516,9 +466,9 @@ func eventListSQL(p *store.EventListParams, limit int) (string, []any) {
 	f := cursor("pk > ?", p.AfterPK)
 	f.narrow = p.Entity != "" || p.EventID != ""
 	f.cond(p.EventID != "" && p.Source != "", "source = ? AND event_id = ?", p.Source, p.EventID).
-		cond(p.EventID != "" && p.Source == "", eventIDAnySource, p.EventID).
+		cond(p.EventID != "" && p.Source == "", store.EventIDAnySourceSQL, p.EventID).
 		cond(p.EventID == "" && p.Source != "", f.broad("source")+" = ?", p.Source).
-		cond(p.Entity != "", eventEntity, p.Entity, p.AfterPK, p.Entity, p.AfterPK).
+		cond(p.Entity != "", store.EventEntitySQL, p.Entity, p.AfterPK, p.Entity, p.AfterPK).
 		eq(f.broad("type"), p.Type).
 		span(f.broad("received_at"), p.ReceivedFrom, p.ReceivedTo).span(f.broad("occurred_at"), p.OccurredFrom, p.OccurredTo)
 	where, args := eventDisposition(f, p.Disposition).sql(limit)
@@ -535,7 +485,7 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 		return nil, fmt.Errorf("list events: %w", err)
 	}
 	defer rows.Close()
-	out := &store.EventListResult{}
+	var events []*store.Event
 	for rows.Next() {
 		e := &store.Event{}
 		var occ sql.NullInt64
@@ -546,19 +496,14 @@ func (s *Store) EventList(ctx context.Context, p *store.EventListParams) (*store
 		}
 		e.OccurredAt = fromMicros(occ)
 		e.ReceivedAt = time.UnixMicro(rec).UTC()
-		out.Events = append(out.Events, e)
+		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
-	if len(out.Events) > limit {
-		out.Events = out.Events[:limit]
-		out.NextAfterPK = out.Events[limit-1].PK
-	}
-	if p.WithRoutes && len(out.Events) > 0 {
-		if err := s.eventRoutes(ctx, out.Events); err != nil {
-			return nil, fmt.Errorf("list events: %w", err)
-		}
+	out, err := store.EventListPage(ctx, p, events, limit, s.eventRoutes)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
 	}
 	return out, nil
 }

@@ -230,18 +230,18 @@ func TestSignalPlans(t *testing.T) {
 		args      []any
 		use       []string
 	}{
-		{"lag by flow", sqlLagByFlow, nil, []string{"entities_behind"}},
-		{"lag largest gap", sqlLagLargest, nil, []string{"entities_behind", "work_pending (flow=? AND entity=? AND order_key>?)",
+		{"lag by flow", signalSQL[store.SignalQueryLagByFlow], nil, []string{"entities_behind"}},
+		{"lag largest gap", signalSQL[store.SignalQueryLagLargest], nil, []string{"entities_behind", "work_pending (flow=? AND entity=? AND order_key>?)",
 			"work_dead (flow=? AND entity=? AND order_key>?)"}},
-		{"unfinished", sqlUnfinished, nil, []string{"events_accepted"}},
-		{"deadline", sqlDeadline, []any{1, 1, 1, 1}, []string{"effects_deadline"}},
-		{"unknown", sqlUnknown, []any{1}, []string{"effects_state (state=?)"}},
-		{"window start", sqlWindowStart, []any{1}, []string{"audit_at (at>?)", "audit_at (at=?)"}},
-		{"windowed", sqlWindowed, []any{1, 1}, []string{"audit_action (action=? AND id>?)"}},
-		{"dead effects", sqlDeadEffects, nil, []string{"effects_state (state=?)"}},
-		{"dead events", sqlDeadEvents, nil, []string{"events_disposition (disposition=?)"}},
-		{"mismatch", sqlMismatch, nil, []string{"effects_mismatch"}},
-		{"compensation", sqlCompensation, nil, []string{"effects_compensation (state=?)"}},
+		{"unfinished", signalSQL[store.SignalQueryUnfinished], nil, []string{"events_accepted"}},
+		{"deadline", signalSQL[store.SignalQueryDeadline], []any{1, 1, 1, 1}, []string{"effects_deadline"}},
+		{"unknown", signalSQL[store.SignalQueryUnknown], []any{1}, []string{"effects_state (state=?)"}},
+		{"window start", signalSQL[store.SignalQueryWindowStart], []any{1}, []string{"audit_at (at>?)", "audit_at (at=?)"}},
+		{"windowed", signalSQL[store.SignalQueryWindowAudit], []any{1, 1}, []string{"audit_action (action=? AND id>?)"}},
+		{"dead effects", signalSQL[store.SignalQueryDeadEffects], nil, []string{"effects_state (state=?)"}},
+		{"dead events", signalSQL[store.SignalQueryDeadEvents], nil, []string{"events_disposition (disposition=?)"}},
+		{"mismatch", signalSQL[store.SignalQueryMismatch], nil, []string{"effects_mismatch"}},
+		{"compensation", signalSQL[store.SignalQueryCompensation], nil, []string{"effects_compensation (state=?)"}},
 	} {
 		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
 		if err != nil {

@@ -98,15 +98,8 @@ func (s *Store) EventRecentCounts(ctx context.Context, p *store.EventRecentParam
 // EventRecent returns the newest events: by the primary key backwards, or
 // by events_source (whose entries end with the rowid) for one source.
 func (s *Store) EventRecent(ctx context.Context, p *store.EventRecentParams) ([]*store.Event, error) {
-	const cols = `SELECT pk, source, event_id, type, entity, account, occurred_at, received_at, deliveries, disposition FROM events`
-	limit := store.ClampStatsLimit(p.Limit, 100)
-	var rows *sql.Rows
-	var err error
-	if p.Source != "" {
-		rows, err = s.readQuery(ctx, cols+` WHERE source = ? ORDER BY pk DESC LIMIT ?`, p.Source, limit)
-	} else {
-		rows, err = s.readQuery(ctx, cols+` ORDER BY pk DESC LIMIT ?`, limit)
-	}
+	q, args := store.EventRecentQuery(sqliteDialect, p)
+	rows, err := s.readQuery(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("recent events: %w", err)
 	}

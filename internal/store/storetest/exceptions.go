@@ -143,3 +143,58 @@ func testExceptionList(t *testing.T, o Opener) {
 		t.Errorf("after resolve the queue holds %+v, want no event", evs.Exceptions)
 	}
 }
+
+// Every way into the exception queue stamps the configured owner on an
+// effect without one, as a settle does: a deadline's escalation to dead,
+// a verification mismatch and a release of an abandoned call to
+// needs_reconciliation. An owner a person assigned is kept, and a release
+// that does not enter the queue stamps none.
+func testExceptionOwnerStamped(t *testing.T, o Opener) {
+	f := newOutc(t, o)
+	es := f.seed("crm", "crm", "crm", "crm", "crm")
+	late, lateAssigned, verified, abandoned, released := es[0], es[1], es[2], es[3], es[4]
+	owners := store.Owners{Destinations: map[string]string{"crm": "team-crm"}}
+	f.deadline(late.ID, t0.Add(time.Hour), "dead")
+	f.deadline(lateAssigned.ID, t0.Add(time.Hour), "dead")
+	if _, err := f.operate(lateAssigned.ID, store.OperateAssign, "", t0); err != nil { // owner bob
+		t.Fatalf("assign: %v", err)
+	}
+	f.into(verified.ID, t0, store.EffectDone, time.Time{})
+	t2 := t0.Add(2 * time.Hour)
+	if _, err := f.s.EffectDeadlineEscalate(f.ctx, &store.EffectDeadlineEscalateParams{Now: t2, Actor: "deadlines",
+		Limit: 10, Owners: owners}); err != nil {
+		t.Fatalf("EffectDeadlineEscalate: %v", err)
+	}
+	if ok, err := f.s.EffectMismatch(f.ctx, &store.EffectMismatchParams{EffectID: verified.ID, Actor: "verifier",
+		Reason: "crm has no deal", Now: t2, Owner: "team-crm"}); !ok || err != nil {
+		t.Fatalf("EffectMismatch: %v %v", ok, err)
+	}
+	// A call abandoned with its lease: the next claim finds its outcome
+	// unknown, and giving that claim back leaves it to reconciliation.
+	f.claimOne(abandoned.ID, t2)
+	t3 := t2.Add(2 * time.Minute)
+	c := f.claimOne(abandoned.ID, t3)
+	release := func(c *store.ClaimedEffect) {
+		if err := f.l.EffectRelease(f.ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: t3,
+			Owner: "team-crm"}); err != nil {
+			t.Fatalf("EffectRelease %d: %v", c.ID, err)
+		}
+	}
+	release(c)
+	release(f.claimOne(released.ID, t3))
+	for _, c := range []struct {
+		e          *store.Effect
+		state      store.EffectState
+		owner, why string
+	}{
+		{late, store.EffectDead, "team-crm", "a deadline's escalation to dead takes the configured owner"},
+		{lateAssigned, store.EffectDead, "bob", "an assigned owner is kept"},
+		{verified, store.EffectNeedsReconciliation, "team-crm", "a mismatch takes the configured owner"},
+		{abandoned, store.EffectNeedsReconciliation, "team-crm", "a release to needs_reconciliation takes the configured owner"},
+		{released, store.EffectApproved, "", "a release outside the exception queue takes none"},
+	} {
+		if g := f.get(c.e.ID); g.State != c.state || g.Owner != c.owner {
+			t.Errorf("effect %d: %s owned by %q, want %s owned by %q: %s", c.e.ID, g.State, g.Owner, c.state, c.owner, c.why)
+		}
+	}
+}

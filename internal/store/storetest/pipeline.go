@@ -1953,3 +1953,38 @@ func testRoutableContentType(t *testing.T, o Opener) {
 		t.Fatalf("group content types %q, %q; want %q, then none", groups[0][0].Event.ContentType, groups[1][0].Event.ContentType, form)
 	}
 }
+
+// Every event that asks for an effect is named on it, oldest first: the
+// source event, then each later event that asks for it when its episode
+// key exists already (a duplicate with a new id, another flow's route),
+// each once however often it asks. EffectGet and EffectList agree.
+func testEffectSourceEvents(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	a, b, c := f.event("evt_a"), f.event("evt_b"), f.event("evt_c")
+	f.route(t0, to(a, rt("sync", "c1", "1"), rt("audit", "c1", "1")), to(b, rt("sync", "c2", "1"), rt("audit", "c2", "1")), to(c, rt("sync", "c3", "1")))
+	key := "sync:c1:r1:mail"
+	f.step("sync", "c1", t0, rev(1, `{"n":1}`, eff(key, "mail"), eff("sync:c1:r1:crm", "crm")))
+	f.step("sync", "c2", t0, rev(1, `{"n":1}`, eff(key, "mail")))  // a duplicate with a new id
+	f.step("audit", "c1", t0, rev(1, `{"n":1}`, eff(key, "mail"))) // the source event again, by another flow
+	f.step("audit", "c2", t0, rev(1, `{"n":1}`, eff(key, "mail"))) // the duplicate again, by another flow
+	f.step("sync", "c3", t0, rev(1, `{"n":1}`, eff(key, "mail")))  // a third event
+	want := map[string][]string{key: {"evt_a", "evt_b", "evt_c"}, "sync:c1:r1:crm": {"evt_a"}}
+	es := f.effects(&store.EffectListParams{})
+	if len(es) != 2 {
+		t.Fatalf("%d effects, want 2", len(es))
+	}
+	for _, e := range es {
+		g, err := f.s.EffectGet(f.ctx, e.ID)
+		if err != nil || g == nil {
+			t.Fatalf("EffectGet %d: %v", e.ID, err)
+		}
+		for _, got := range []*store.Effect{e, g} {
+			if !slices.Equal(got.SourceEventIDs(), want[e.EpisodeKey]) || got.SourceEventID != "evt_a" {
+				t.Errorf("effect %s: source events %v (first %q), want %v", e.EpisodeKey, got.SourceEventIDs(), got.SourceEventID, want[e.EpisodeKey])
+			}
+		}
+		if g.SourceEvents[0].Source != "crm" {
+			t.Errorf("effect %s: source events %+v, want each with its source", e.EpisodeKey, g.SourceEvents)
+		}
+	}
+}
