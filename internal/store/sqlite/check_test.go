@@ -110,7 +110,8 @@ func TestOutcomePlans(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		var plan strings.Builder
+		var plan, outer strings.Builder
+		sub := map[int]bool{} // the nodes of correlated scalar subqueries
 		for rows.Next() {
 			var id, parent, unused int
 			var detail string
@@ -118,10 +119,15 @@ func TestOutcomePlans(t *testing.T) {
 				t.Fatal(err)
 			}
 			plan.WriteString(detail + "\n")
+			if sub[parent] || strings.HasPrefix(detail, "CORRELATED SCALAR SUBQUERY") {
+				sub[id] = true
+				continue
+			}
+			outer.WriteString(detail + "\n")
 		}
 		rows.Close()
 		got := plan.String()
-		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(got, c.avoid)) {
+		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(outer.String(), c.avoid)) {
 			t.Errorf("%s: plan\n%swant %q, not %q", c.name, got, c.use, c.avoid)
 		}
 	}

@@ -202,7 +202,12 @@ func TestListPlans(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		var plan strings.Builder
+		var plan, outer strings.Builder
+		// An effect's later source events are read per effect row by a
+		// correlated subquery, a handful of rows sorted into their
+		// order: no sort of the page, so what to avoid is looked for in
+		// the rest of the plan.
+		sub := map[int]bool{} // the nodes of correlated scalar subqueries
 		for rows.Next() {
 			var id, parent, unused int
 			var detail string
@@ -210,10 +215,15 @@ func TestListPlans(t *testing.T) {
 				t.Fatal(err)
 			}
 			plan.WriteString(detail + "\n")
+			if sub[parent] || strings.HasPrefix(detail, "CORRELATED SCALAR SUBQUERY") {
+				sub[id] = true
+				continue
+			}
+			outer.WriteString(detail + "\n")
 		}
 		rows.Close()
 		got := plan.String()
-		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(got, c.avoid)) {
+		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(outer.String(), c.avoid)) {
 			t.Errorf("%s: plan\n%s\nwant it to use %q and not %q", c.name, got, c.use, c.avoid)
 		}
 	}
