@@ -59,7 +59,15 @@ func (w *Worker) startCall(ctx context.Context, name string, c *store.ClaimedEff
 			attrs = append(attrs, semconv.ServerPort(p))
 		}
 	}
-	ctx, span := w.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	// An attempt continues the trace of the request that brought its event
+	// in; a re-drive, started by the schedule or a person long after, links
+	// to it instead. A lookup inside an attempt stays under the attempt.
+	var cont []trace.SpanStartOption
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx, cont = tracing.Continue(ctx, c.TraceContext, !c.Redrive)
+	}
+	opts := append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}, cont...)
+	ctx, span := w.tracer.Start(ctx, name, opts...)
 	if d.PropagatesTrace() && call.Header != nil {
 		w.prop.Inject(ctx, propagation.HeaderCarrier(call.Header))
 	}

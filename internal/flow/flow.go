@@ -27,6 +27,7 @@ import (
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 // Options tune the engine; zero values take the defaults.
@@ -69,6 +70,9 @@ type Options struct {
 	// Health hears whether routing and processing make progress (nil:
 	// nobody).
 	Health *health.Board
+	// Tracing records a span per processed work item, in the trace of the
+	// request that brought its event in (nil: tracing.Off).
+	Tracing *tracing.Provider
 }
 
 // Engine routes and processes events for the configured flows.
@@ -172,6 +176,9 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Tracing == nil {
+		opts.Tracing = tracing.Off()
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}

@@ -243,11 +243,13 @@ func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease
 // a time when the database refuses a value, and records each result.
 // released is true when the last settle freed the entity's lease.
 func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.WorkItem, ps []*store.FlowApplyParams) (settled int, released bool, err error) {
+	spans := e.processSpans(ctx, l, items)
 	settledPage := e.settler.Do(ctx, ps)
 	results, err := settledPage.Results, settledPage.Err
 	if errors.Is(err, store.ErrRefused) {
 		results, err = e.settleAlone(ctx, ps)
 	}
+	endProcessSpans(spans, ps, results, err)
 	if err != nil {
 		return 0, false, err
 	}

@@ -384,12 +384,13 @@ func (h *Handler) submission(w http.ResponseWriter, r *http.Request, src *source
 		}
 	}
 	sub := &store.Submission{Deliveries: make([]*store.DeliveryInput, len(events))}
+	traceparent := tracing.Traceparent(r.Context())
 	for i, ev := range events {
 		sub.Deliveries[i] = &store.DeliveryInput{
 			RequestID: requestID.String(), BatchIndex: i, Source: src.cfg.Name,
 			EventID: ev.EventID, Type: ev.Type, Entity: ev.Entity, Account: ev.Account,
 			OccurredAt: ev.OccurredAt, ReceivedAt: receivedAt, Headers: headers, Body: ev.Body,
-			CausationID: causation, Hop: hop,
+			CausationID: causation, Hop: hop, TraceContext: traceparent,
 			Unrouted: h.router != nil && !h.router.Subscribes(src.cfg.Name, ev.Type),
 		}
 	}

@@ -403,6 +403,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		// Effects record when deadline_risk starts to warn about them.
 		DeadlineWarnShare: s.cfg.Signals.DeadlineWarnShare,
 		Health:            board,
+		Tracing:           p.tracing,
 	})
 	recv, err := receive.New(s.cfg, receive.Options{Writer: p.writer, Router: p.engine, OnStored: p.engine.WakeRouting,
 		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})

@@ -66,6 +66,10 @@ func TestServerExportsAttemptSpans(t *testing.T) {
 	swPost(t, h, "msg_1", "application/json", `{"type":"invoice.paid","timestamp":"2026-11-03T08:59:00Z","data":{"id":"in_1"}}`)
 	waitFor(t, "the forward", func() bool { return len(app.deliveries()) == 1 })
 	tp := app.deliveries()[0].header.Get("Traceparent")
+	// A replay processes the event again, in a trace of its own.
+	if code, b := h.callReplay(`{"source":"billing","wait_seconds":30}`); code != 200 {
+		t.Fatalf("replay: %d %s", code, b)
+	}
 	h.stop()
 
 	otlp.mu.Lock()
@@ -85,6 +89,30 @@ func TestServerExportsAttemptSpans(t *testing.T) {
 	}
 	if want := "00-" + found["trace_id"] + "-" + found["span_id"] + "-01"; tp != want {
 		t.Fatalf("traceparent %q, want the attempt span's context %q", tp, want)
+	}
+	// One trace for the delivery: the webhook's request, the processing of
+	// its event and the call to the destination, stored with the event
+	// and continued by the stages that came after the acknowledgement.
+	var recv, proc, replayed map[string]string
+	for _, s := range otlp.spans {
+		switch {
+		case s["name"] == "POST /hooks/{source}":
+			recv = s
+		case s["name"] == "process to_app" && s["link_trace"] == "":
+			proc = s
+		case s["name"] == "process to_app":
+			replayed = s
+		}
+	}
+	if recv == nil || proc == nil || replayed == nil {
+		t.Fatalf("receive span %v, process span %v, replayed %v; want all three", recv, proc, replayed)
+	}
+	if replayed["trace_id"] == recv["trace_id"] || replayed["link_trace"] != recv["trace_id"] || replayed["link_span"] != recv["span_id"] {
+		t.Fatalf("replayed processing %v, want a trace of its own linking to the receive span %v", replayed, recv)
+	}
+	if proc["trace_id"] != recv["trace_id"] || proc["parent"] != recv["span_id"] || proc["hookledger.disposition"] != "applied" ||
+		found["trace_id"] != recv["trace_id"] || found["parent"] != recv["span_id"] {
+		t.Fatalf("receive %v\nprocess %v\ndeliver %v\nwant processing and the attempt under the receive span, in its trace", recv, proc, found)
 	}
 }
 

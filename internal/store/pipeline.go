@@ -119,6 +119,9 @@ type RoutableEvent struct {
 	// ContentType is the Content-Type the first delivery came with (kept
 	// beside its body), "" when it had none: a forward sends it on.
 	ContentType string
+	// TraceContext is the traceparent the event was received under, ""
+	// when it was not traced.
+	TraceContext string
 }
 
 // EventRouteParams is a batch of routing decisions.
@@ -377,6 +380,9 @@ type Effect struct {
 	Request       json.RawMessage
 	Source        string
 	SourceEventID string
+	// TraceContext is the traceparent its source event was received
+	// under, "" when it was not traced.
+	TraceContext string
 	// SourceEvents is every event that asked for the effect, oldest
 	// first: the source event (Source, SourceEventID), then each later
 	// event that asked for it while its episode key was held already (a

@@ -136,6 +136,10 @@ type DeliveryInput struct {
 	// feedback-loop guard); empty and 0 when the sender set none.
 	CausationID string
 	Hop         int
+	// TraceContext is the W3C traceparent of the span that received the
+	// event ("" when tracing is off): processing and delivery continue
+	// its trace, days later and in another process.
+	TraceContext string
 	// Headers are the selected request headers worth keeping as evidence
 	// (never signature values or credentials).
 	Headers map[string]string

@@ -277,3 +277,40 @@ func Annotate(ctx context.Context, attrs func() []attribute.KeyValue) {
 		span.SetAttributes(attrs()...)
 	}
 }
+
+// Traceparent is the W3C traceparent of the span ctx holds, stored with
+// an event so that work done later continues its trace; "" without a
+// valid span (tracing off).
+func Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// Remote is the span context a stored traceparent names; not valid when
+// it is empty or malformed (a stored value is never trusted to parse).
+func Remote(traceparent string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return trace.SpanContextFromContext(ctx)
+}
+
+// Continue returns the options that make a span continue the stored
+// trace: its child, or, when asChild is false (a replay, a re-drive,
+// where a parent would claim the first request caused this work), a new
+// trace linking to it. Nothing when traceparent is empty or malformed.
+func Continue(ctx context.Context, traceparent string, asChild bool) (context.Context, []trace.SpanStartOption) {
+	sc := Remote(traceparent)
+	if !sc.IsValid() {
+		return ctx, nil
+	}
+	if asChild {
+		return trace.ContextWithRemoteSpanContext(ctx, sc), nil
+	}
+	return ctx, []trace.SpanStartOption{trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc})}
+}

@@ -46,11 +46,11 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 // for the router in the same statement (0015_route_queue); it is new when
 // its deliveries are the group's alone.
 const upsertEventsSQL = `WITH up AS (INSERT INTO events
-	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
-	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, true, deliveries
+	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
+	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, true, deliveries, trace_context
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
-		$8::text[], $9::int[], $10::text[], $12::int[]) WITH ORDINALITY
-		AS e(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, deliveries, n)
+		$8::text[], $9::int[], $10::text[], $12::int[], $13::text[]) WITH ORDINALITY
+		AS e(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, deliveries, trace_context, n)
 	ORDER BY n
 	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + excluded.deliveries
 	RETURNING source, event_id, pk, deliveries),
@@ -196,6 +196,7 @@ type eventParams struct {
 	disposition []string
 	deliveries  []int32
 	route       []bool
+	trace       []string
 }
 
 func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
@@ -208,11 +209,12 @@ func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
 	// An event unrouted at receipt needs no routing.
 	c.route = append(c.route, !d.Unrouted)
 	c.deliveries = append(c.deliveries, deliveries)
+	c.trace = append(c.trace, d.TraceContext)
 }
 
 func (c *eventParams) args() []any {
 	return []any{c.source, c.eventID, c.typ, c.entity, c.account, c.occurred, c.received,
-		c.causation, c.hop, c.disposition, c.route, c.deliveries}
+		c.causation, c.hop, c.disposition, c.route, c.deliveries, c.trace}
 }
 
 // deliveryParams are the deliveries' insert parameters.

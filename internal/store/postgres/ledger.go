@@ -26,7 +26,7 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
-	f.deadline_missed_at, f.mismatch_at, ` + laterSourcesSQL
+	f.deadline_missed_at, f.mismatch_at, e.trace_context, ` + laterSourcesSQL
 
 // laterSourcesSQL reads the later source events of effect f as a JSON
 // array of [source, event id] pairs, oldest first; most effects have none
@@ -55,7 +55,7 @@ func (sc *effectScan) dests(f *store.Effect) []any {
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &f.CreatedAt, &f.UpdatedAt,
 		&sc.next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
 		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &sc.deadline, &sc.warn, &f.OnDeadline,
-		&sc.missed, &sc.mismatch, &sc.later}
+		&sc.missed, &sc.mismatch, &f.TraceContext, &sc.later}
 }
 
 // finish converts what dests scanned into f.

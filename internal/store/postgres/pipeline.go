@@ -29,7 +29,7 @@ import (
 // delivery d (the lowest delivery id): the body, causation and hop the
 // processor sees are those of the first receipt, whatever the retries sent.
 const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account, e.occurred_at, e.received_at,
-	d.causation_id, d.hop, d.body, d.content_type`
+	d.causation_id, d.hop, d.body, d.content_type, e.trace_context`
 
 // firstDeliveryJoin joins d, an event's first delivery: the first entry of
 // its range of deliveries_event (event_pk, id), written so that no other
@@ -80,7 +80,7 @@ const listPendingGroupSQL = `SELECT ` + routableColumns + `, w.id, w.flow, w.ent
 func scanRoutable(row pgx.Row, e *store.RoutableEvent, extra ...any) error {
 	var occ *time.Time
 	dest := append([]any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt,
-		&e.CausationID, &e.Hop, &e.Body, &e.ContentType}, extra...)
+		&e.CausationID, &e.Hop, &e.Body, &e.ContentType, &e.TraceContext}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}

@@ -157,8 +157,8 @@ func isRefused(err error) bool {
 // upsertEventSQL is upsertEventsSQL for one delivery: a new event that
 // needs routing ($11) is queued for the router.
 const upsertEventSQL = `WITH up AS (INSERT INTO events
-	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, true, 1)
+	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, true, 1, $12)
 	ON CONFLICT (source, event_id) DO UPDATE SET deliveries = events.deliveries + 1
 	RETURNING pk, deliveries),
 	q AS (INSERT INTO route_queue (pk) SELECT pk FROM up WHERE $11::bool AND deliveries = 1)
@@ -233,7 +233,7 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 			disposition = store.DispositionUnrouted
 		}
 		eb.Queue(upsertEventSQL, d.Source, d.EventID, d.Type, d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt,
-			d.CausationID, d.Hop, string(disposition), !d.Unrouted)
+			d.CausationID, d.Hop, string(disposition), !d.Unrouted, d.TraceContext)
 	}
 	items := make([]store.DeliveryOutcome, len(sub.Deliveries))
 	br := tx.SendBatch(ctx, eb)

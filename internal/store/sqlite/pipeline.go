@@ -28,7 +28,7 @@ const leaseFree = 0
 // processor sees are those of the first receipt, whatever the retries sent.
 // The kept headers are a JSON object; only the Content-Type is read.
 const routableColumns = `e.pk, e.source, e.event_id, e.type, e.entity, e.account, e.occurred_at, e.received_at,
-	d.causation_id, d.hop, d.body, coalesce(json_extract(d.headers, '$."Content-Type"'), '')`
+	d.causation_id, d.hop, d.body, coalesce(json_extract(d.headers, '$."Content-Type"'), ''), e.trace_context`
 
 const firstDeliveryJoin = `JOIN deliveries d ON d.id = (SELECT min(id) FROM deliveries WHERE event_pk = e.pk)`
 
@@ -40,7 +40,7 @@ func scanRoutable(sc scanner, e *store.RoutableEvent, extra ...any) error {
 	var occ sql.NullInt64
 	var rec int64
 	dest := append([]any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &rec,
-		&e.CausationID, &e.Hop, &e.Body, &e.ContentType}, extra...)
+		&e.CausationID, &e.Hop, &e.Body, &e.ContentType, &e.TraceContext}, extra...)
 	if err := sc.Scan(dest...); err != nil {
 		return err
 	}

@@ -228,8 +228,8 @@ var errRetryWithSavepoints = errors.New("a submission failed: retry the group wi
 // The statements of an inbox commit.
 const (
 	sqlUpsertEvent = `INSERT INTO events
-		(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+		(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)
 		ON CONFLICT (source, event_id) DO UPDATE SET deliveries = deliveries + 1
 		RETURNING pk, deliveries`
 	sqlInsertDelivery = `INSERT INTO deliveries
@@ -331,7 +331,7 @@ func (s *Store) commitOne(ctx context.Context, upsertEvent, insertDelivery, audi
 			return nil, dbErrors.Wrap("record event", err)
 		}
 		if err := upsertEvent.QueryRowContext(ctx, d.Source, d.EventID, d.Type, d.Entity, d.Account,
-			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, disposition, routed).Scan(&pk, &n); err != nil {
+			micros(d.OccurredAt), d.ReceivedAt.UnixMicro(), d.CausationID, d.Hop, disposition, routed, d.TraceContext).Scan(&pk, &n); err != nil {
 			return nil, dbErrors.Wrap("record event", err)
 		}
 		if err := s.fault(sqlInsertDelivery); err != nil {

@@ -1988,3 +1988,49 @@ func testEffectSourceEvents(t *testing.T, o Opener) {
 		}
 	}
 }
+
+// The traceparent an event was received under is kept with the event: the
+// first delivery's (a later one's does not replace it), read with the
+// event's routable fields (routing, pending work) and with every effect it
+// is the source of, so that processing and delivery continue its trace.
+// An event received without one reads "".
+func testTraceContext(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	a := f.event("tc_a", func(d *store.DeliveryInput) { d.TraceContext = tp })
+	again := delivery("crm", "tc_a", 1)
+	again.Type, again.Entity, again.TraceContext = "deal.updated", "deal_tc_a", "00-11111111111111111111111111111111-2222222222222222-01"
+	b := f.event("tc_b")
+	if res := commit(t, f.s, one(again)); res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	evs, err := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{Limit: 10})
+	if err != nil || len(evs) != 2 || evs[0].TraceContext != tp || evs[1].TraceContext != "" {
+		t.Fatalf("EventListUnrouted: %v %+v; want the first delivery's traceparent, then none", err, evs)
+	}
+	f.route(t0, to(a, rt("sync", "tc_a", "1")), to(b, rt("sync", "tc_b", "1")))
+	if ws := f.pending("sync", "tc_a"); len(ws) != 1 || ws[0].Event.TraceContext != tp {
+		t.Fatalf("WorkListPending gave %+v, want the event's traceparent", ws)
+	}
+	f.step("sync", "tc_a", t0, rev(1, `{"n":1}`, eff("sync:tc_a:r1:crm", "crm")))
+	f.step("sync", "tc_b", t0, rev(1, `{"n":1}`, eff("sync:tc_b:r1:crm", "crm")))
+	for _, e := range f.effects(&store.EffectListParams{}) {
+		want := ""
+		if e.SourceEventID == "tc_a" {
+			want = tp
+		}
+		g, err := f.s.EffectGet(f.ctx, e.ID)
+		if err != nil || e.TraceContext != want || g.TraceContext != want {
+			t.Fatalf("effect %s: list %q get %q (%v), want %q", e.EpisodeKey, e.TraceContext, g.TraceContext, err, want)
+		}
+	}
+	claimed, err := f.s.EffectClaim(f.ctx, &store.EffectClaimParams{Owner: "w", Now: t0, LeaseFor: time.Minute, Limit: 10})
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("EffectClaim: %v %d", err, len(claimed))
+	}
+	for _, c := range claimed {
+		if (c.SourceEventID == "tc_a") != (c.TraceContext == tp) {
+			t.Fatalf("claimed effect of %s carries traceparent %q", c.SourceEventID, c.TraceContext)
+		}
+	}
+}

@@ -107,6 +107,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineReplayKeepsDeadLetter", testReplayKeepsDeadLetter},
 		{"PipelineWorkListPendingOrder", testWorkListPendingOrder},
 		{"PipelineRoutableContentType", testRoutableContentType},
+		{"PipelineTraceContext", testTraceContext},
 		{"PipelineWorkCount", testWorkCount},
 		{"PipelineFlowApplyIdempotent", testFlowApplyIdempotent},
 		{"PipelineProjectionGet", testProjectionGetAbsent},

@@ -1,0 +1,4 @@
+-- The W3C traceparent of the request that brought an event in ('' when
+-- tracing was off): processing and every delivery attempt continue its
+-- trace. Effects read it through their source event.
+ALTER TABLE events ADD COLUMN trace_context TEXT NOT NULL DEFAULT '';
