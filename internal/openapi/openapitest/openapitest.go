@@ -143,10 +143,17 @@ func (v *Validator) checkUndocumented(what string, routeErr error, status int, h
 	return nil
 }
 
+// cloneRequest is r with body, for the validator to read. The API reads
+// every request body as JSON whatever its Content-Type says (the
+// document says so: curl -d sends a form's type), so a body is checked as
+// the application/json the document describes.
 func cloneRequest(r *http.Request, body []byte) *http.Request {
 	c := r.Clone(context.Background())
 	c.Body = io.NopCloser(bytes.NewReader(body))
 	c.ContentLength = int64(len(body))
+	if len(body) > 0 {
+		c.Header.Set("Content-Type", "application/json")
+	}
 	return c
 }
 
