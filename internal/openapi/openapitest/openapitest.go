@@ -98,6 +98,7 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, status int, header 
 		SkipSettingDefaults:   true,
 		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
 	}
+	opts.WithCustomSchemaErrorFunc(shortSchemaError)
 	in := &openapi3filter.RequestValidationInput{Request: cloneRequest(req, reqBody), PathParams: params, Route: route, Options: opts}
 	if status >= 200 && status < 300 {
 		if err := openapi3filter.ValidateRequest(ctx, in); err != nil {
@@ -155,6 +156,15 @@ func cloneRequest(r *http.Request, body []byte) *http.Request {
 		c.Header.Set("Content-Type", "application/json")
 	}
 	return c
+}
+
+// shortSchemaError names where and why a value broke its schema, without
+// the schema's full text.
+func shortSchemaError(err *openapi3.SchemaError) string {
+	if err.Origin != nil {
+		return ""
+	}
+	return "/" + strings.Join(err.JSONPointer(), "/") + ": " + err.Reason
 }
 
 func clip(b []byte) string {
