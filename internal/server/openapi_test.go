@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -94,5 +95,58 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 	if code, _, _ := h.call(http.MethodGet, "/api/v1/openapi.yaml", "", ""); code != http.StatusUnauthorized {
 		t.Fatalf("without the token: %d, want 401", code)
+	}
+}
+
+// Every documented operation refuses a request without the token as the
+// document says (401 with WWW-Authenticate and the error body), and a
+// locked-out address as it says too (429 with Retry-After), the token
+// being checked before any route: each answer goes through the
+// validating transport. Each 401 comes from an address of its own, so
+// that the count of wrong tokens does not turn it into a 429.
+func TestOpenAPIAuthAnswersOfEveryOperation(t *testing.T) {
+	rcv := newReceiver(t)
+	h := startWith(t, publishConfig(sqliteURL(t), rcv.srv.URL+"/hooks/in"))
+	doc := openapitest.Default(t).Doc()
+	type operation struct{ method, url string }
+	var ops []operation
+	for _, path := range doc.Paths.InMatchingOrder() {
+		item := doc.Paths.Value(path)
+		for method, op := range item.Operations() {
+			url := pathParam.ReplaceAllStringFunc(path, func(p string) string {
+				return exampleValue(item, op, strings.Trim(p, "{}"))
+			})
+			ops = append(ops, operation{method, url})
+		}
+	}
+	do := func(c *http.Client, o operation, tok string) int {
+		t.Helper()
+		req, err := http.NewRequest(o.method, h.base+o.url, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		return send(t, c, req).StatusCode
+	}
+	validating := func(ip string) *http.Client {
+		c := from(t, ip)
+		c.Transport = openapitest.Transport(t, c.Transport)
+		return c
+	}
+	for i, o := range ops {
+		if code := do(validating(fmt.Sprintf("127.0.1.%d", i+1)), o, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token: %d, want 401", o.method, o.url, code)
+		}
+	}
+	guesser := validating("127.0.2.1")
+	for range 10 {
+		do(guesser, ops[0], "wrong")
+	}
+	for _, o := range ops {
+		if code := do(guesser, o, adminToken); code != http.StatusTooManyRequests {
+			t.Errorf("%s %s from a locked-out address: %d, want 429", o.method, o.url, code)
+		}
 	}
 }
