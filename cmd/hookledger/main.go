@@ -53,7 +53,7 @@ type command struct {
 var verbs = []*command{
 	serveCommand, migrateCommand, demoCommand, devDestinationCommand, sendCommand, signCommand, tailCommand,
 	statusCommand, checkCommand, effectsCommand, exceptionsCommand, eventsCommand, replayCommand,
-	lintCommand, validateCommand, vendorsCommand, versionCommand,
+	lintCommand, validateCommand, vendorsCommand, openapiCommand, versionCommand,
 }
 
 // lookup finds a verb by name.

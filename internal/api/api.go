@@ -10,9 +10,11 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/authlimit"
+	"github.com/hookledger/hookledger/internal/openapi"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -35,6 +37,9 @@ type Handler struct {
 	// owners are the configured owners the exception queue names
 	// (ServeOwners).
 	owners store.Owners
+	// routes are the patterns registered (handle), in order: what the
+	// OpenAPI document must describe.
+	routes []string
 }
 
 // New returns the API handler. An empty token disables the API (every
@@ -45,17 +50,47 @@ func New(st Store, token string, log *slog.Logger, now func() time.Time) *Handle
 	}
 	h := &Handler{st: st, log: log, mux: http.NewServeMux(), now: now,
 		bearer: NewBearer(token, authlimit.New(authlimit.Options{Now: now}), log, "admin API")}
-	h.mux.HandleFunc("GET /api/v1/events", h.listEvents)
-	h.mux.HandleFunc("POST /api/v1/events/resolve", h.resolveEvent)
-	h.mux.HandleFunc("GET /api/v1/effects", h.listEffects)
-	h.mux.HandleFunc("GET /api/v1/effects/{id}", h.getEffect)
-	h.mux.HandleFunc("POST /api/v1/effects/{id}/{action}", h.operateEffect)
-	h.mux.HandleFunc("GET /api/v1/audit", h.listAudit)
-	h.mux.HandleFunc("GET /api/v1/exceptions", h.listExceptions)
+	h.handle("GET /api/v1/events", http.HandlerFunc(h.listEvents))
+	h.handle("POST /api/v1/events/resolve", http.HandlerFunc(h.resolveEvent))
+	h.handle("GET /api/v1/effects", http.HandlerFunc(h.listEffects))
+	h.handle("GET /api/v1/effects/{id}", http.HandlerFunc(h.getEffect))
+	h.handle("POST /api/v1/effects/{id}/{action}", http.HandlerFunc(h.operateEffect))
+	h.handle("GET /api/v1/audit", http.HandlerFunc(h.listAudit))
+	h.handle("GET /api/v1/exceptions", http.HandlerFunc(h.listExceptions))
+	h.handle("GET /api/v1/openapi.yaml", http.HandlerFunc(serveDocument))
+	// Not a route: the answer to every path the API does not serve.
 	h.mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such resource: "+r.URL.Path)
 	})
 	return h
+}
+
+// handle registers a route and remembers its pattern for Routes.
+func (h *Handler) handle(pattern string, handler http.Handler) {
+	h.mux.Handle(pattern, handler)
+	h.routes = append(h.routes, pattern)
+}
+
+// Routes lists the patterns of the routes registered so far ("GET
+// /api/v1/events", …), in the order they were: the routes the OpenAPI
+// document (package openapi) describes, as a test checks.
+func (h *Handler) Routes() []string { return slices.Clone(h.routes) }
+
+// Route is the pattern of the route r would be served by, or "" when none
+// would (the answer is then a 404, or a 405 for another method).
+func (h *Handler) Route(r *http.Request) string {
+	_, pattern := h.mux.Handler(r)
+	if !slices.Contains(h.routes, pattern) {
+		return ""
+	}
+	return pattern
+}
+
+// serveDocument answers GET /api/v1/openapi.yaml with the OpenAPI document
+// of this API.
+func serveDocument(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", openapi.ContentType)
+	_, _ = w.Write(openapi.Document)
 }
 
 // LimitGuesses replaces the handler's own count of wrong tokens with l,

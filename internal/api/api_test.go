@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
@@ -48,7 +49,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	var log bytes.Buffer
 	h := api.New(st, token, slog.New(slog.NewTextHandler(&log, nil)), func() time.Time { return t0.Add(time.Hour) })
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Wrap(t, h))
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, st: st, srv: srv, h: h, log: &log, ctx: ctx}
 }

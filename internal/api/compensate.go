@@ -31,7 +31,7 @@ type CompensateStore interface {
 // effect definition declares. The server calls it with its flow engine;
 // without it, compensate is not an action of the API.
 func (h *Handler) ServeCompensations(r CompensationRenderer) {
-	h.mux.Handle("POST /api/v1/effects/{id}/compensate", &compensations{h: h, render: r})
+	h.handle("POST /api/v1/effects/{id}/compensate", &compensations{h: h, render: r})
 }
 
 type compensations struct {

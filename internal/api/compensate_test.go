@@ -17,6 +17,7 @@ import (
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/flow"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
@@ -107,7 +108,7 @@ func newCompensateFixture(t *testing.T) *compensateFixture {
 	}
 	h := api.New(st, token, slog.New(slog.DiscardHandler), func() time.Time { return t0.Add(time.Hour) })
 	h.ServeCompensations(eng)
-	f.srv = httptest.NewServer(h)
+	f.srv = httptest.NewServer(openapitest.Wrap(t, h))
 	t.Cleanup(f.srv.Close)
 	return f
 }

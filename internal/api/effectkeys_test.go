@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -35,7 +36,7 @@ func TestEffectsShowTheIdempotencyKeySent(t *testing.T) {
 		}
 		return "Idempotency-Key", "hl1_" + strings.ToUpper(episodeKey)
 	})
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Wrap(t, h))
 	t.Cleanup(srv.Close)
 	call := func(method, path string) map[string]any {
 		t.Helper()

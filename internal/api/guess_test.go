@@ -18,6 +18,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/authlimit"
 	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
 
@@ -59,7 +60,7 @@ func newGuessRig(t *testing.T) *guessRig {
 	}
 	g := &guessRig{clk: clock.NewFake(t0), logs: &lockedBuffer{}}
 	g.h = api.New(st, token, slog.New(slog.NewTextHandler(g.logs, nil)), g.clk.Now)
-	g.srv = httptest.NewServer(g.h)
+	g.srv = httptest.NewServer(openapitest.Wrap(t, g.h))
 	t.Cleanup(g.srv.Close)
 	return g
 }
@@ -188,7 +189,7 @@ func TestNoTokenNothingCounted(t *testing.T) {
 	h := api.New(nil, "", slog.New(slog.NewTextHandler(logs, nil)), time.Now)
 	for range 3 * authlimit.DefaultTries {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/events", nil))
+		openapitest.Wrap(t, h).ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/events", nil))
 		if rec.Code != http.StatusUnauthorized {
 			t.Fatalf("API off: %d, want 401", rec.Code)
 		}

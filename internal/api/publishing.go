@@ -34,14 +34,14 @@ type Publisher interface {
 // maxPayload bounds a publish request's body (413 above it).
 func (h *Handler) ServePublishing(p Publisher, maxPayload int64) {
 	ph := &publishing{h: h, p: p, max: maxPayload}
-	h.mux.HandleFunc("POST /api/v1/messages", ph.postMessage)
-	h.mux.HandleFunc("GET /api/v1/endpoints", ph.listEndpoints)
-	h.mux.HandleFunc("POST /api/v1/endpoints", ph.createEndpoint)
-	h.mux.HandleFunc("GET /api/v1/endpoints/{id}", ph.getEndpoint)
-	h.mux.HandleFunc("PATCH /api/v1/endpoints/{id}", ph.updateEndpoint)
-	h.mux.HandleFunc("DELETE /api/v1/endpoints/{id}", ph.deleteEndpoint)
-	h.mux.HandleFunc("POST /api/v1/endpoints/{id}/rotate", ph.rotate)
-	h.mux.HandleFunc("GET /api/v1/endpoints/{id}/secrets", ph.secrets)
+	h.handle("POST /api/v1/messages", http.HandlerFunc(ph.postMessage))
+	h.handle("GET /api/v1/endpoints", http.HandlerFunc(ph.listEndpoints))
+	h.handle("POST /api/v1/endpoints", http.HandlerFunc(ph.createEndpoint))
+	h.handle("GET /api/v1/endpoints/{id}", http.HandlerFunc(ph.getEndpoint))
+	h.handle("PATCH /api/v1/endpoints/{id}", http.HandlerFunc(ph.updateEndpoint))
+	h.handle("DELETE /api/v1/endpoints/{id}", http.HandlerFunc(ph.deleteEndpoint))
+	h.handle("POST /api/v1/endpoints/{id}/rotate", http.HandlerFunc(ph.rotate))
+	h.handle("GET /api/v1/endpoints/{id}/secrets", http.HandlerFunc(ph.secrets))
 }
 
 type publishing struct {

@@ -67,7 +67,7 @@ type replays struct {
 // nothing. The server calls it with its flow engine; without it the
 // resource does not exist.
 func (h *Handler) ServeReplays(router replay.Router) {
-	h.mux.Handle("POST /api/v1/replays", &replays{h: h, router: router})
+	h.handle("POST /api/v1/replays", &replays{h: h, router: router})
 }
 
 func (rp *replays) ServeHTTP(w http.ResponseWriter, r *http.Request) {

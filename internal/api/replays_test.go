@@ -16,6 +16,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/flow"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
@@ -80,7 +81,7 @@ func replayServer(t *testing.T) string {
 	})
 	h := api.New(st, "tok", slog.New(slog.DiscardHandler), func() time.Time { return now })
 	h.ServeReplays(engine)
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Wrap(t, h))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -27,11 +27,11 @@ const defaultHistorySpan = 24 * time.Hour
 // /api/v1/signals/history. The server calls it with its config; without
 // it the resources do not exist.
 func (h *Handler) ServeSignals(cfg config.Signals) {
-	h.mux.HandleFunc("GET /api/v1/signals", func(w http.ResponseWriter, r *http.Request) { h.getSignals(w, r, &cfg) })
+	h.handle("GET /api/v1/signals", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.getSignals(w, r, &cfg) }))
 	names := cfg.SignalSet().Names()
-	h.mux.HandleFunc("GET /api/v1/signals/history", func(w http.ResponseWriter, r *http.Request) {
+	h.handle("GET /api/v1/signals/history", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.getSignalHistory(w, r, names)
-	})
+	}))
 }
 
 // getSignals measures the signals at the time of the request rather than

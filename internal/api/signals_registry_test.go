@@ -11,6 +11,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -37,7 +38,7 @@ func TestSignalsFollowTheRegistry(t *testing.T) {
 
 	h := api.New(f.st, token, slog.New(slog.DiscardHandler), func() time.Time { return t0.Add(time.Hour) })
 	h.ServeSignals(config.Signals{Registry: reg, Window: config.Duration(time.Hour)})
-	f.srv = httptest.NewServer(h)
+	f.srv = httptest.NewServer(openapitest.Wrap(t, h))
 	t.Cleanup(f.srv.Close)
 	var got signalsAnswer
 	if code := f.get("/api/v1/signals", &got); code != http.StatusOK || len(got.Signals) != len(reg.Names()) {

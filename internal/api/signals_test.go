@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -26,7 +27,7 @@ func signalsFixture(t *testing.T) *fixture {
 	}
 	h := api.New(f.st, token, slog.New(slog.NewTextHandler(f.log, nil)), func() time.Time { return t0.Add(time.Hour) })
 	h.ServeSignals(cfg.Signals)
-	f.srv = httptest.NewServer(h)
+	f.srv = httptest.NewServer(openapitest.Wrap(t, h))
 	t.Cleanup(f.srv.Close)
 	return f
 }

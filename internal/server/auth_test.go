@@ -156,11 +156,12 @@ func startMetrics(t *testing.T, yaml string) (*harness, string) {
 	return h, addr
 }
 
-// getAt is get on another base URL.
+// getAt is get on another base URL, another listener than the admin
+// API's: its answers are not the OpenAPI document's.
 func (h *harness) getAt(base, path, token string) (int, []byte) {
 	h.t.Helper()
-	saved := h.base
-	defer func() { h.base = saved }()
-	h.base = base
+	saved, savedClient := h.base, h.client
+	defer func() { h.base, h.client = saved, savedClient }()
+	h.base, h.client = base, http.DefaultClient
 	return h.get(path, token)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 )
 
@@ -49,7 +50,7 @@ func startOnHostClock(t *testing.T, storeURL string, skew time.Duration) *harnes
 			t.Errorf("server stopped with %v, want a clean stop", err)
 		}
 	})
-	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, logs: logs}
+	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, logs: logs, client: &http.Client{Transport: openapitest.Transport(t, nil)}}
 }
 
 // receivedAt posts one signed event and returns the received_at the

@@ -286,7 +286,7 @@ func testDossierScenario(t *testing.T, storeURL string) {
 	post := func(path, body string) (int, string) {
 		req, _ := http.NewRequest("POST", h.base+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+adminToken)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/testdep"
 )
 
@@ -59,7 +60,7 @@ func testPublishConcurrentDuplicates(t *testing.T, storeURL string) {
 	// a request.
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	client := &http.Client{Transport: tr}
+	client := &http.Client{Transport: openapitest.Transport(t, tr)}
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {

@@ -20,6 +20,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 )
 
 // received is one delivery an endpoint got.
@@ -210,7 +211,8 @@ func startConfig(t *testing.T, cfg *config.Config, now time.Time) *harness {
 		}
 	})
 	t.Cleanup(stop)
-	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs, stop: stop, srv: srv}
+	return &harness{t: t, base: "http://" + srv.Addr(), cfg: cfg, clk: clk, logs: logs, stop: stop, srv: srv,
+		client: &http.Client{Transport: openapitest.Transport(t, nil)}}
 }
 
 // An Idempotency-Key outlives the process: after a restart on the same
@@ -261,7 +263,7 @@ func (h *harness) call(method, path, body, token string) (int, []byte, http.Head
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -87,7 +87,9 @@ type Server struct {
 	addr        string
 	metricsAddr string
 	console     *console.Console
-	ready       chan struct{}
+	// api is the admin API's handler once serving (its routes: tests).
+	api   *api.Handler
+	ready chan struct{}
 }
 
 // New validates nothing further: cfg comes from config.Load.
@@ -460,7 +462,7 @@ func (s *Server) web(st store.Store, board *health.Board, recv http.Handler, eng
 	cons := console.New(st, s.cfg.Admin.Token, s.log, s.clk, console.WithSignals(s.cfg.Signals), console.WithGuessLimit(guard))
 	cons.Attach(consoleAttachments(s.cfg, engine, worker, pub, s.reg))
 	mux.Handle("/", cons)
-	return &httpService{s: s, srv: s.httpServer(mux), metrics: metrics, cons: cons}
+	return &httpService{s: s, srv: s.httpServer(mux), metrics: metrics, cons: cons, api: apiHandler}
 }
 
 // readiness answers /readyz: ready when the store can commit now, which a

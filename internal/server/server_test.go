@@ -88,6 +88,8 @@ type harness struct {
 	clk  *clock.Fake
 	logs *syncBuffer
 	srv  *Server
+	// client checks every admin API answer against the OpenAPI document.
+	client *http.Client
 	// stop stops the server and waits for its clean stop (also run at the
 	// test's end; a second call does nothing).
 	stop func()
@@ -135,7 +137,7 @@ func (h *harness) post(path string, body []byte, hdr http.Header) (int, string, 
 		}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatalf("POST %s: %v", path, err)
 	}
@@ -150,7 +152,7 @@ func (h *harness) get(path, token string) (int, []byte) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatalf("GET %s: %v", path, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/console"
 	"github.com/hookledger/hookledger/internal/deliver"
 )
@@ -130,6 +131,7 @@ type httpService struct {
 	srv     *http.Server
 	metrics http.Handler
 	cons    *console.Console
+	api     *api.Handler
 
 	msrv *http.Server
 	// errs hears each Serve's end; Run stops serving at the first one
@@ -159,6 +161,7 @@ func (h *httpService) Start(context.Context) error {
 		s.metricsAddr = mln.Addr().String()
 	}
 	s.console = h.cons
+	s.api = h.api
 	s.mu.Unlock()
 	h.msrv = msrv
 	h.errs = make(chan error, 2)

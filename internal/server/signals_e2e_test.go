@@ -281,7 +281,7 @@ func testSignalsEndToEnd(t *testing.T, storeURL string) {
 		req, _ := http.NewRequest(http.MethodPost, h.base+path, bytes.NewReader(b))
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
