@@ -513,6 +513,7 @@ func (e *Engine) routePage(ctx context.Context, limit int, refused func(pk int64
 		return 0, nil
 	}
 	e.opts.Metrics.routed(ds)
+	e.routeSpans(ctx, evs, ds)
 	for i, d := range ds {
 		for _, r := range d.Routes {
 			if r.Failed != "" {

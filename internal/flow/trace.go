@@ -56,3 +56,31 @@ func endProcessSpans(spans []trace.Span, ps []*store.FlowApplyParams, results []
 		span.End()
 	}
 }
+
+// routeSpans records, in each routed event's trace, the span of its
+// routing: the flows it was routed into and how many failed. Routing a
+// page is one transaction, so the spans share its time.
+func (e *Engine) routeSpans(ctx context.Context, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
+	if !e.opts.Tracing.Enabled() || len(evs) != len(ds) {
+		return
+	}
+	tracer := e.opts.Tracing.Tracer()
+	for i, ev := range evs {
+		var flows []string
+		failed := 0
+		for _, r := range ds[i].Routes {
+			flows = append(flows, r.Flow)
+			if r.Failed != "" {
+				failed++
+			}
+		}
+		ictx, cont := tracing.Continue(ctx, ev.TraceContext, true)
+		_, span := tracer.Start(ictx, "route", append(cont, trace.WithAttributes(tracing.AttrSource.String(ev.Source),
+			tracing.AttrEventID.String(ev.EventID), attribute.StringSlice("hookledger.flows", flows),
+			attribute.Int("hookledger.routes_failed", failed)))...)
+		if failed > 0 {
+			span.SetStatus(codes.Error, "a route failed")
+		}
+		span.End()
+	}
+}

@@ -104,6 +104,15 @@ func TestServerExportsAttemptSpans(t *testing.T) {
 			replayed = s
 		}
 	}
+	var route []map[string]string // otlp.mu is held: not spanNamed
+	for _, s := range otlp.spans {
+		if s["name"] == "route" {
+			route = append(route, s)
+		}
+	}
+	if len(route) != 1 || route[0]["parent"] != recv["span_id"] || route[0]["trace_id"] != recv["trace_id"] {
+		t.Fatalf("route spans %v, want one under the receive span", route)
+	}
 	if recv == nil || proc == nil || replayed == nil {
 		t.Fatalf("receive span %v, process span %v, replayed %v; want all three", recv, proc, replayed)
 	}
