@@ -75,8 +75,8 @@ func sortKey(n int64) string { return fmt.Sprintf("%020d", uint64(n)^(1<<63)) }
 
 // seedEntity stores one event of entity in flowName and applies it with
 // the flow engine's encoded order key and version sort key; it returns
-// the event's primary key.
-func seedEntity(t *testing.T, f *fixture, flowName, entity, eventID, orderKey, version, versionSort string) int64 {
+// the event's primary key. effects are inserted with the apply.
+func seedEntity(t *testing.T, f *fixture, flowName, entity, eventID, orderKey, version, versionSort string, effects ...*store.EffectInsert) int64 {
 	t.Helper()
 	ctx := context.Background()
 	res, err := f.st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
@@ -100,7 +100,8 @@ func seedEntity(t *testing.T, f *fixture, flowName, entity, eventID, orderKey, v
 		t.Fatalf("pending: %v %v", work, err)
 	}
 	if _, err := f.st.FlowApply(ctx, &store.FlowApplyParams{Lease: leases[0], Now: f.clk.Now(), WorkID: work[0].ID, EventPK: pk,
-		Actor: "worker", Ordered: true, Version: version, VersionSort: versionSort, State: []byte(`{"status":"paid"}`)}); err != nil {
+		Actor: "worker", Ordered: true, Version: version, VersionSort: versionSort, State: []byte(`{"status":"paid"}`),
+		Effects: effects}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.st.EntityRelease(ctx, &store.EntityReleaseParams{Lease: leases[0], Now: f.clk.Now()}); err != nil {
