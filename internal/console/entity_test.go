@@ -131,8 +131,8 @@ func TestEntityPageShowsBusinessVersions(t *testing.T) {
 		{"by_fetch", "o3", "arrival #12", "r7", sortKey(7)},
 	} {
 		_, body := c.get("/entity?flow=" + tc.flow + "&entity=" + tc.entity)
-		order := regexp.MustCompile(`<td class="order-key" title="[^"]*">([^<]*)</td>`).FindStringSubmatch(body)
-		version := regexp.MustCompile(`<td class="version-applied"[^>]*>([^<]*)</td>`).FindStringSubmatch(body)
+		order := regexp.MustCompile(`<td class="order-key long" title="[^"]*">([^<]*)</td>`).FindStringSubmatch(body)
+		version := regexp.MustCompile(`<td class="version-applied long"[^>]*>([^<]*)</td>`).FindStringSubmatch(body)
 		if order == nil || order[1] != tc.order || version == nil || version[1] != tc.version {
 			t.Errorf("%s: order %q, version %q; want %q and %q", tc.flow, order, version, tc.order, tc.version)
 		}
