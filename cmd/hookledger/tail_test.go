@@ -335,3 +335,26 @@ func TestTailFollowsRepairsWithStoredTimes(t *testing.T) {
 		t.Errorf("a line is stamped with the time tail started rather than a stored time:\n%s", s)
 	}
 }
+
+// effectChange names what moved an effect on where its state alone does
+// not: a re-drive, an operator's retry, a resolution's note.
+func TestTailEffectChange(t *testing.T) {
+	dead := effectSeen{state: "dead", attempts: 5, redrives: 1, reason: "HTTP 401"}
+	for _, c := range []struct {
+		was  effectSeen
+		now  api.EffectJSON
+		want string
+	}{
+		{dead, api.EffectJSON{State: "submitting", Attempts: 6, Redrives: 2}, "re-drive 2"},
+		{dead, api.EffectJSON{State: "approved", Attempts: 0, Redrives: 1}, "retried"},
+		{dead, api.EffectJSON{State: "done", Attempts: 1, Redrives: 1}, "retried"},
+		{dead, api.EffectJSON{State: "resolved", Attempts: 5, Redrives: 1, Note: "done by hand"}, "note: done by hand"},
+		{dead, api.EffectJSON{State: "superseded", Attempts: 5, Redrives: 1}, ""},
+		{effectSeen{state: "retry_wait", attempts: 2}, api.EffectJSON{State: "submitting", Attempts: 3}, ""},
+		{effectSeen{state: "retry_wait", attempts: 4}, api.EffectJSON{State: "approved", Attempts: 0}, "retried"},
+	} {
+		if got := effectChange(c.was, c.now); got != c.want {
+			t.Errorf("%+v -> %s/%d/%d: %q, want %q", c.was, c.now.State, c.now.Attempts, c.now.Redrives, got, c.want)
+		}
+	}
+}
