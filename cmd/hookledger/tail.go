@@ -23,8 +23,15 @@ var tailCommand = &command{
 const tailDescription = `Follows a running server's events and effects through its admin API and
 prints one line per new event, per new effect and per change of their
 state (an event going from accepted to applied, an effect from approved to
-done or dead), until Ctrl-C. Text from the senders is printed with its
-control characters escaped.
+done or dead), until Ctrl-C. An effect is followed until it is final (done,
+superseded or resolved): a dead effect's re-drive, retry or resolution is
+printed too, as is a dead-lettered event's replay or resolution. Text from
+the senders is printed with its control characters escaped.
+
+TIME is when the change happened, as the server stored it: an effect's
+last update, an event's receipt, and for an event's later change the time
+of its newest audit row. Rows printed by --last carry their stored times
+too.
 
 The server is --server URL, else the one at the config file's listen
 address; the admin token is read from $` + adminTokenVar + `, else from the
@@ -40,7 +47,11 @@ does not take); when the server does not know a parameter, its answer
 
 Each line:
   TIME  event   SOURCE/EVENT_ID  TYPE  ENTITY  DISPOSITION
-  TIME  effect  ID  EPISODE_KEY  DESTINATION  STATE  [CLASS: REASON]
+  TIME  effect  ID  EPISODE_KEY  DESTINATION  STATE  [CLASS: REASON]  [CHANGE]
+
+CHANGE says what moved a dead effect on: "re-drive N", "retried" (by an
+operator: the console, effects retry or a bulk retry) or "note: TEXT" for
+a resolution.
 
 Exit codes: 0 after Ctrl-C; 1 the server cannot be reached at start or
 refuses the token; 2 usage error, or a filter the server refuses.`
@@ -87,7 +98,7 @@ func runTail(ctx context.Context, env *Env, args []string) int {
 		return code
 	}
 	t := &tailer{r: r, env: env, disposition: *disposition, source: *source, typ: *typ, entity: *entity, flow: *flowName,
-		events: !*onlyEffects, effects: !*onlyEvents, pendingEvents: map[eventRef]string{}, pendingEffects: map[int64]string{}}
+		events: !*onlyEffects, effects: !*onlyEvents, pendingEvents: map[eventRef]string{}, pendingEffects: map[int64]effectSeen{}}
 	if err := t.start(ctx, *last); err != nil {
 		if ctx.Err() != nil {
 			return exitOK
@@ -141,6 +152,7 @@ type tailEvent struct {
 	Type        string `json:"type"`
 	Entity      string `json:"entity"`
 	Disposition string `json:"disposition"`
+	ReceivedAt  string `json:"received_at"`
 	Routes      []struct {
 		Entity string `json:"entity"`
 	} `json:"routes"`
@@ -163,7 +175,7 @@ type tailer struct {
 	// The state last printed of the events and effects whose state may
 	// still change.
 	pendingEvents  map[eventRef]string
-	pendingEffects map[int64]string
+	pendingEffects map[int64]effectSeen
 	dropped        bool
 }
 
@@ -337,7 +349,7 @@ func (t *tailer) event(e tailEvent) {
 		return
 	}
 	ref := eventRef{e.Source, e.EventID}
-	if e.Disposition == "accepted" {
+	if !finalEvent(e.Disposition) {
 		if len(t.pendingEvents) < tailTrack {
 			t.pendingEvents[ref] = e.Disposition
 		} else {
@@ -345,8 +357,15 @@ func (t *tailer) event(e tailEvent) {
 		}
 	}
 	if t.disposition == "" || e.Disposition == t.disposition {
-		t.printEvent(e)
+		t.printEvent(e, e.ReceivedAt)
 	}
+}
+
+// finalEvent says an event's disposition will not change by itself or by
+// a person: accepted events are still being processed, and a dead letter
+// waits for a replay or a resolution.
+func finalEvent(disposition string) bool {
+	return disposition != "accepted" && disposition != "dead_lettered"
 }
 
 // matchEvent filters here too: a server that ignores a parameter it does
@@ -366,8 +385,8 @@ func (t *tailer) matchEvent(e tailEvent) bool {
 	return false
 }
 
-func (t *tailer) printEvent(e tailEvent) {
-	fmt.Fprintf(t.env.Stdout, "%s  event   %s/%s  %s  %s  %s\n", stamp(), termLine(e.Source), termLine(e.EventID),
+func (t *tailer) printEvent(e tailEvent, at string) {
+	fmt.Fprintf(t.env.Stdout, "%s  event   %s/%s  %s  %s  %s\n", stamp(at), termLine(e.Source), termLine(e.EventID),
 		termLine(dash(e.Type)), termLine(dash(e.Entity)), termLine(e.Disposition))
 }
 
@@ -386,26 +405,69 @@ func (t *tailer) recheckEvents(ctx context.Context) error {
 		if e.Disposition == was {
 			continue
 		}
-		if e.Disposition == "accepted" {
-			t.pendingEvents[ref] = e.Disposition
-		} else {
+		if finalEvent(e.Disposition) {
 			delete(t.pendingEvents, ref)
+		} else {
+			t.pendingEvents[ref] = e.Disposition
 		}
 		if t.disposition == "" || e.Disposition == t.disposition {
-			t.printEvent(e)
+			at, err := t.eventChangedAt(ctx, ref)
+			if err != nil {
+				return err
+			}
+			t.printEvent(e, at)
 		}
 	}
 	return nil
 }
 
-// finalEffect says an effect's state will not change by itself; dead
-// effects wait for a person (or a re-drive hours later).
+// eventChangedAt is when an event's disposition last changed: the time of
+// its newest audit row, since every change of disposition writes one. An
+// event has few rows, so reading them all is cheap.
+func (t *tailer) eventChangedAt(ctx context.Context, ref eventRef) (string, error) {
+	q := url.Values{"source": {ref.source}, "event_id": {ref.eventID}, "limit": {"1000"}}
+	at := ""
+	for {
+		var page struct {
+			Audit []struct {
+				At string `json:"at"`
+			} `json:"audit"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if err := t.r.call(ctx, http.MethodGet, "/api/v1/audit", q, nil, &page); err != nil {
+			return "", err
+		}
+		if n := len(page.Audit); n > 0 {
+			at = page.Audit[n-1].At
+		}
+		if page.NextCursor == "" {
+			return at, nil
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+}
+
+// finalEffect says an effect's state will not change any more. A dead
+// effect is not final: a re-drive, an operator's retry or a resolution
+// moves it on, and tail shows that.
 func finalEffect(state string) bool {
 	switch state {
-	case "done", "superseded", "resolved", "dead":
+	case "done", "superseded", "resolved":
 		return true
 	}
 	return false
+}
+
+// effectSeen is what tail last printed of an effect: a change of any of
+// it is a new line.
+type effectSeen struct {
+	state              string
+	attempts, redrives int
+	reason             string
+}
+
+func seenOf(e api.EffectJSON) effectSeen {
+	return effectSeen{state: e.State, attempts: e.Attempts, redrives: e.Redrives, reason: e.Reason}
 }
 
 func (t *tailer) effect(e api.EffectJSON) {
@@ -414,20 +476,43 @@ func (t *tailer) effect(e api.EffectJSON) {
 	}
 	if !finalEffect(e.State) {
 		if len(t.pendingEffects) < tailTrack {
-			t.pendingEffects[e.ID] = e.State
+			t.pendingEffects[e.ID] = seenOf(e)
 		} else {
 			t.dropOne()
 		}
 	}
-	t.printEffect(e)
+	t.printEffect(e, "")
 }
 
-func (t *tailer) printEffect(e api.EffectJSON) {
+// printEffect prints an effect's line; change says what moved it on.
+func (t *tailer) printEffect(e api.EffectJSON, change string) {
 	why := ""
-	if e.State != "done" && (e.ErrorClass != "" || e.Reason != "") {
+	// A retried effect keeps its last error until the next call: it is
+	// no reason for the retry.
+	if e.State != "done" && e.State != "resolved" && change != "retried" && (e.ErrorClass != "" || e.Reason != "") {
 		why = "  " + termLine(strings.TrimPrefix(e.ErrorClass+": "+e.Reason, ": "))
 	}
-	fmt.Fprintf(t.env.Stdout, "%s  effect  %d  %s  %s  %s%s\n", stamp(), e.ID, termLine(e.EpisodeKey), termLine(e.Destination), termLine(e.State), why)
+	if change != "" {
+		change = "  " + termLine(change)
+	}
+	fmt.Fprintf(t.env.Stdout, "%s  effect  %d  %s  %s  %s%s%s\n", stamp(e.UpdatedAt), e.ID, termLine(e.EpisodeKey), termLine(e.Destination),
+		termLine(e.State), why, change)
+}
+
+// effectChange names what moved an effect on from was, where the state
+// alone does not say it: a re-drive, an operator's retry of a dead
+// effect, a resolution's note.
+func effectChange(was effectSeen, e api.EffectJSON) string {
+	switch {
+	case e.State == "resolved":
+		return "note: " + e.Note
+	case e.Redrives > was.redrives:
+		return fmt.Sprintf("re-drive %d", e.Redrives)
+	case was.state == "dead" && e.State != "dead" && e.State != "superseded" || e.Attempts < was.attempts:
+		// An operator's retry starts the attempts again.
+		return "retried"
+	}
+	return ""
 }
 
 func (t *tailer) recheckEffects(ctx context.Context) error {
@@ -444,15 +529,16 @@ func (t *tailer) recheckEffects(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if one.Effect.State == was {
+		now := seenOf(one.Effect)
+		if now == was {
 			continue
 		}
 		if finalEffect(one.Effect.State) {
 			delete(t.pendingEffects, id)
 		} else {
-			t.pendingEffects[id] = one.Effect.State
+			t.pendingEffects[id] = now
 		}
-		t.printEffect(one.Effect)
+		t.printEffect(one.Effect, effectChange(was, one.Effect))
 	}
 	return nil
 }
@@ -464,4 +550,13 @@ func (t *tailer) dropOne() {
 	}
 }
 
-func stamp() string { return time.Now().UTC().Format(time.RFC3339) }
+// stamp renders a stored time (RFC 3339) as tail prints it, to the
+// second in UTC. A time the server did not send is shown as "-": tail
+// never puts its own clock's time in place of when a change happened.
+func stamp(stored string) string {
+	at, err := time.Parse(time.RFC3339Nano, stored)
+	if err != nil {
+		return "-" + strings.Repeat(" ", len("2006-01-02T15:04:05Z")-1)
+	}
+	return at.UTC().Format(time.RFC3339)
+}

@@ -3,12 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/api"
+	"github.com/hookledger/hookledger/internal/clock"
+	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/server"
 )
 
 // lockedBuffer is written by a verb running in another goroutine.
@@ -199,6 +209,152 @@ func TestPositionFollowsAList(t *testing.T) {
 		}
 		if p.skip > 1 {
 			t.Fatalf("position %+v: more than one row counted past the cursor", p)
+		}
+	}
+}
+
+// startServerClock is startServer with the server telling time by clk.
+func startServerClock(t *testing.T, cfgPath string, lookup map[string]string, clk clock.Clock) string {
+	t.Helper()
+	cfg, err := config.Load(cfgPath, func(k string) (string, bool) { v, ok := lookup[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, base := listenLocal(t)
+	srv := server.New(cfg, server.Options{Listener: ln, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("server did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server stopped with %v", err)
+		}
+	})
+	return base
+}
+
+// tail follows a dead effect until it is final, printing its retry and
+// its resolution, and stamps every line, --last's backlog too, with the
+// time the store recorded for the change, never the time tail printed it.
+func TestTailFollowsRepairsWithStoredTimes(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	crm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if refuse.Load() {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer crm.Close()
+	cfgPath, _ := writeOperatorConfigTo(t, crm.URL)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clock.NewFake(t0)
+	base := startServerClock(t, cfgPath, serverSecrets, clk)
+	r := &remote{base: mustURL(t, base), token: "admin-tok", client: http.DefaultClient}
+	sendSigned(t, cfgPath, base, "a", `"order_id":"oa","rev":1`)
+	sendSigned(t, cfgPath, base, "b", `"order_id":"ob","rev":1`)
+	sendSigned(t, cfgPath, base, "c", `"rev":1`) // no order id: dead-lettered
+	waitDisposition(t, base, "c", "dead_lettered")
+	var dead struct {
+		Effects []api.EffectJSON `json:"effects"`
+	}
+	waitUntil(t, "both effects to be dead", func() bool {
+		if err := r.call(context.Background(), http.MethodGet, "/api/v1/effects", url.Values{"state": {"dead"}}, nil, &dead); err != nil {
+			t.Fatal(err)
+		}
+		return len(dead.Effects) == 2
+	})
+	ids := map[string]int64{}
+	for _, e := range dead.Effects {
+		ids[e.Entity] = e.ID
+	}
+
+	clk.Set(t0.Add(time.Hour)) // tail starts an hour later: its backlog keeps the stored times
+	out, errOut, stop := startVerb(t, map[string]string{adminTokenVar: "admin-tok"}, "tail", "--server", base, "--interval", "5ms", "--last", "3")
+	waitUntil(t, "tail to start", func() bool { return strings.Contains(errOut.String(), "following events and effects") })
+	for _, want := range []string{
+		"2026-01-02T03:04:05Z  event   shop/a  order.updated  oa  applied",
+		"2026-01-02T03:04:05Z  event   shop/c  order.updated  -  dead_lettered",
+		fmt.Sprintf("2026-01-02T03:04:05Z  effect  %d  orders:oa:r1:sync  crm  dead  permanent: HTTP 422", ids["oa"]),
+		fmt.Sprintf("2026-01-02T03:04:05Z  effect  %d  orders:ob:r1:sync  crm  dead  permanent: HTTP 422", ids["ob"]),
+	} {
+		if !strings.Contains(out.String(), want+"\n") {
+			t.Fatalf("tail --last 3 printed\n%s\nwant the line %q", out, want)
+		}
+	}
+
+	// An operator's retry of a dead effect, which now succeeds.
+	refuse.Store(false)
+	clk.Set(t0.Add(2 * time.Hour))
+	operate := func(id int64, action, note string) {
+		t.Helper()
+		body := map[string]string{"note": note}
+		if err := r.call(context.Background(), http.MethodPost, fmt.Sprintf("/api/v1/effects/%d/%s", id, action), nil, body, nil); err != nil {
+			t.Fatalf("%s effect %d: %v", action, id, err)
+		}
+	}
+	operate(ids["oa"], "retry", "fixed the CRM's field")
+	// tail may or may not see the effect approved before it is done; the
+	// first line after dead says an operator retried it.
+	retried := fmt.Sprintf("2026-01-02T05:04:05Z  effect  %d  orders:oa:r1:sync  crm  ", ids["oa"])
+	waitUntil(t, "the retried effect done on tail", func() bool {
+		return tailLine(out.String(), retried, "  done") || tailLine(out.String(), retried, "  done  retried")
+	})
+	if !tailLine(out.String(), retried, "  retried") {
+		t.Fatalf("no line marks the retry:\n%s", out)
+	}
+
+	// A resolution, with its note.
+	clk.Set(t0.Add(3 * time.Hour))
+	operate(ids["ob"], "resolve", "created by hand")
+	resolvedLine := fmt.Sprintf("2026-01-02T06:04:05Z  effect  %d  orders:ob:r1:sync  crm  resolved  note: created by hand\n", ids["ob"])
+	waitUntil(t, "the resolution on tail", func() bool { return strings.Contains(out.String(), resolvedLine) })
+
+	// A dead-lettered event is followed too: its resolution is printed
+	// at the time the store recorded it.
+	clk.Set(t0.Add(4 * time.Hour))
+	if err := r.call(context.Background(), http.MethodPost, "/api/v1/events/resolve", nil,
+		map[string]string{"source": "shop", "event_id": "c", "note": "a test order"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the event's resolution on tail", func() bool {
+		return strings.Contains(out.String(), "2026-01-02T07:04:05Z  event   shop/c  order.updated  -  resolved\n")
+	})
+	if code := stop(); code != 0 {
+		t.Fatalf("tail stopped with %d; stderr %q", code, errOut.String())
+	}
+	if s := out.String(); strings.Contains(s, "T04:04:05Z") {
+		t.Errorf("a line is stamped with the time tail started rather than a stored time:\n%s", s)
+	}
+}
+
+// effectChange names what moved an effect on where its state alone does
+// not: a re-drive, an operator's retry, a resolution's note.
+func TestTailEffectChange(t *testing.T) {
+	dead := effectSeen{state: "dead", attempts: 5, redrives: 1, reason: "HTTP 401"}
+	for _, c := range []struct {
+		was  effectSeen
+		now  api.EffectJSON
+		want string
+	}{
+		{dead, api.EffectJSON{State: "submitting", Attempts: 6, Redrives: 2}, "re-drive 2"},
+		{dead, api.EffectJSON{State: "approved", Attempts: 0, Redrives: 1}, "retried"},
+		{dead, api.EffectJSON{State: "done", Attempts: 1, Redrives: 1}, "retried"},
+		{dead, api.EffectJSON{State: "resolved", Attempts: 5, Redrives: 1, Note: "done by hand"}, "note: done by hand"},
+		{dead, api.EffectJSON{State: "superseded", Attempts: 5, Redrives: 1}, ""},
+		{effectSeen{state: "retry_wait", attempts: 2}, api.EffectJSON{State: "submitting", Attempts: 3}, ""},
+		{effectSeen{state: "retry_wait", attempts: 4}, api.EffectJSON{State: "approved", Attempts: 0}, "retried"},
+	} {
+		if got := effectChange(c.was, c.now); got != c.want {
+			t.Errorf("%+v -> %s/%d/%d: %q, want %q", c.was, c.now.State, c.now.Attempts, c.now.Redrives, got, c.want)
 		}
 	}
 }

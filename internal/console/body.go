@@ -113,6 +113,7 @@ func (c *Console) bodyRoutes() {
 	c.handle("GET /deliveries/{id}/body", c.rawDeliveryBody)
 	c.handle("GET /entity/state", c.rawEntityState)
 	c.handle("GET /effects/{id}/request", c.rawEffectRequest)
+	c.handle("GET /effects/{id}/request/body", c.rawEffectRequestBody)
 }
 
 // writeRaw answers stored bytes as a download: an attachment of an opaque

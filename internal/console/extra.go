@@ -45,6 +45,11 @@ type Attachments struct {
 	// Owners are the configured owners of destinations and flows: the
 	// exception queue names them where nobody was assigned.
 	Owners store.Owners
+	// VersionModes are the configured flows' version modes (revision,
+	// occurred_at, refetch) by flow name: the entity page reads a work
+	// item's order key by its flow's mode (a refetching flow orders by
+	// arrival). Without it the key is read by its shape.
+	VersionModes map[string]string
 }
 
 // EndpointControl is what the endpoints page reads and does;

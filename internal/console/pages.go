@@ -455,9 +455,12 @@ func (c *Console) effectRows(w http.ResponseWriter, r *http.Request) {
 
 // effectData is the effect page.
 type effectData struct {
-	Effect    *store.Effect
-	Attempts  []*store.Attempt
-	Request   shownBody
+	Effect   *store.Effect
+	Attempts []*store.Attempt
+	Request  shownBody
+	// Forward is a forward's request, its body decoded (forward.go); nil
+	// for any other request.
+	Forward   *forwardView
 	Repair    string
 	EventLink string
 	// SourceEvents is every event that asked for the effect, oldest
@@ -504,7 +507,8 @@ func (c *Console) loadEffect(w http.ResponseWriter, r *http.Request) (int64, *ef
 	}
 	c.queueOwner([]*store.Effect{e})
 	d := &effectData{Effect: e, Attempts: atts, Repair: store.EffectRepair(e), Entity: entityLink(e.Flow, e.Entity),
-		Request: shownBody{View: bodyview.Render(e.Request), Label: "Request", Raw: requestLink(e.ID)}}
+		Request: shownBody{View: bodyview.Render(e.Request), Label: "Request", Raw: requestLink(e.ID)},
+		Forward: newForwardView(e.ID, e.Request)}
 	if e.Source != "" && e.SourceEventID != "" {
 		d.EventLink = eventLink(e.Source, e.SourceEventID)
 	}

@@ -30,5 +30,9 @@ func consoleAttachments(cfg *config.Config, engine *flow.Engine, worker *deliver
 	for _, d := range cfg.Destinations {
 		a.Destinations = append(a.Destinations, d.Name)
 	}
+	a.VersionModes = make(map[string]string, len(cfg.Flows))
+	for _, f := range cfg.Flows {
+		a.VersionModes[f.Name] = f.Version.Mode
+	}
 	return a
 }

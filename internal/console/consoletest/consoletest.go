@@ -59,11 +59,11 @@ type Browser struct {
 	closed   bool
 }
 
-// allocatorOptions are the flags every browser of the tests and of the
+// AllocatorOptions are the flags every browser of the tests and of the
 // screenshot script runs with: headless Debian chromium as root in a
 // sandbox-less container, nothing fetched from the network, a fresh
 // profile in userDataDir, 1280×800. extra adds to them.
-func allocatorOptions(bin, userDataDir string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
+func AllocatorOptions(bin, userDataDir string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),
 		chromedp.Flag("headless", true),
@@ -87,7 +87,7 @@ func Start(t testing.TB, limit time.Duration) *Browser {
 	t.Helper()
 	bin := Chromium(t)
 	bound, cancel := context.WithTimeout(context.Background(), limit)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bound, allocatorOptions(bin, t.TempDir())...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(bound, AllocatorOptions(bin, t.TempDir())...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	b := &Browser{Ctx: bctx, t: t, bound: bound, cancel: []context.CancelFunc{cancelBrowser, cancelAlloc, cancel},
 		console: make(chan struct{})}
