@@ -385,9 +385,16 @@ type Effect struct {
 	SourceEvents []EventRef
 	CausationID  string
 	Hop          int
-	Attempts     int
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Attempts counts the calls the retry policy reads: an operator's
+	// retry and a re-drive restart it. Calls counts every attempts row
+	// the effect has (they are numbered 1 to Calls), and Restart says what
+	// restarted Attempts since the last call (RestartOperatorRetry,
+	// RestartRedrive), "" when nothing did: the next call's row says so.
+	Attempts  int
+	Calls     int
+	Restart   string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 
 	// Delivery evidence and the exception queue.
 	NextAttemptAt   time.Time // zero when nothing is scheduled
