@@ -528,7 +528,9 @@ func SetLaterSources(f *Effect, later string) error {
 		return fmt.Errorf("later source events of effect %d: %w", f.ID, err)
 	}
 	for _, p := range pairs {
-		f.SourceEvents = append(f.SourceEvents, EventRef{Source: p[0], EventID: p[1]})
+		if p[1] != "" { // an event pruned since is no longer named
+			f.SourceEvents = append(f.SourceEvents, EventRef{Source: p[0], EventID: p[1]})
+		}
 	}
 	return nil
 }

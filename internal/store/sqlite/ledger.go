@@ -29,10 +29,11 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 
 // laterSourcesSQL reads the later source events of effect f as a JSON
 // array of [source, event id] pairs, oldest first; most effects have none
-// and read nothing more.
+// and read nothing more. json_each yields the array in order, and the
+// aggregate takes its rows as the one scan yields them: no sort.
 const laterSourcesSQL = `CASE WHEN f.later_event_pks = '[]' THEN '[]' ELSE (
-	SELECT json_group_array(json_array(le.source, le.event_id) ORDER BY l.key)
-	FROM json_each(f.later_event_pks) l JOIN events le ON le.pk = l.value) END`
+	SELECT json_group_array(json((SELECT json_array(le.source, le.event_id) FROM events le WHERE le.pk = l.value)))
+	FROM json_each(f.later_event_pks) l) END`
 
 // effectColumnsWithoutRequest is effectColumns with an empty request
 // (EffectListParams.WithoutRequest).

@@ -5,7 +5,7 @@
 -- next call's row keeps it. Existing effects continue from the rows they
 -- have.
 ALTER TABLE effects ADD COLUMN calls integer NOT NULL DEFAULT 0;
-ALTER TABLE effects ADD COLUMN restart text NOT NULL DEFAULT '';
-ALTER TABLE effect_attempts ADD COLUMN restart text NOT NULL DEFAULT '';
+ALTER TABLE effects ADD COLUMN restart text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE effect_attempts ADD COLUMN restart text COLLATE "C" NOT NULL DEFAULT '';
 UPDATE effects f SET calls = a.n
 FROM (SELECT effect_id, count(*) AS n FROM effect_attempts GROUP BY effect_id) a WHERE f.id = a.effect_id;
