@@ -59,3 +59,35 @@ func TestEffectPageSourceEvents(t *testing.T) {
 		t.Errorf("asked for by: %s, want evt_1 then evt_9, each linking to its event page", row)
 	}
 }
+
+// The attempt timeline numbers calls across an operator's retry, and the
+// first call after it says the retry restarted the count; the effect's
+// facts count every call.
+func TestEffectPageAttemptsAcrossRetry(t *testing.T) {
+	f, _, srv := startConsole(t, 0)
+	ctx := context.Background()
+	if _, err := f.st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: f.deadID, Action: store.OperateRetry,
+		Actor: "operator:alice", Note: "seats fixed", Now: f.clk.Now()}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	cs, err := f.st.EffectClaim(ctx, &store.EffectClaimParams{Owner: "d", Now: f.clk.Now(), LeaseFor: time.Minute, Limit: 10})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("claim: %v %v", cs, err)
+	}
+	if err := f.st.EffectSettle(ctx, &store.EffectSettleParams{EffectID: cs[0].ID, Token: cs[0].Token, Now: f.clk.Now(),
+		Actor: "worker", Attempt: &store.Attempt{Status: 200, StartedAt: f.clk.Now()}, State: store.EffectDone, AddAttempt: true}); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	c := newClient(t, srv)
+	c.login()
+	_, body := c.get("/effects/" + strconv.FormatInt(f.deadID, 10))
+	for _, want := range []string{`<td class="num">3</td>`, "call, restarted by operator retry",
+		`<dd id="effect-attempts">3 (1 since the last restart)</dd>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("effect page lacks %q", want)
+		}
+	}
+	if strings.Count(body, `<td class="num">1</td>`) > 1 {
+		t.Errorf("attempt #1 shown twice: %s", body)
+	}
+}

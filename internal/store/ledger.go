@@ -164,7 +164,17 @@ type Attempt struct {
 	Wait           time.Duration
 	// Reconcile marks a lookup call made to settle an unknown outcome.
 	Reconcile bool
+	// Restart is what restarted the retry policy's count before this
+	// call (RestartOperatorRetry, RestartRedrive), "" when nothing did.
+	Restart string
 }
+
+// What restarts the retry policy's count of an effect's calls (its
+// attempts) while the numbers of its calls go on.
+const (
+	RestartOperatorRetry = "operator retry"
+	RestartRedrive       = "re-drive"
+)
 
 // EffectSettleParams settles one claimed effect.
 type EffectSettleParams struct {

@@ -76,19 +76,22 @@ type LeasedEffect struct {
 
 // LeaseTransition is what a claim does to an effect claimed from its
 // State, beside leasing it: a dead effect is re-driven (attempts restart,
-// redrives+1), and one still submitting after its lease ran out was
-// abandoned during its call, whose outcome is therefore unknown: it is
-// counted (attempts+1) and the effect takes class unknown_outcome with
-// reason, so that giving this claim back without a call leaves it
-// awaiting reconciliation, never a blind resend (IP04).
+// redrives+1, the next call's row marked RestartRedrive), and one still
+// submitting after its lease ran out was abandoned during its call,
+// whose outcome is therefore unknown: it is counted (attempts+1, and
+// calls+1 for its attempts row) and the effect takes class
+// unknown_outcome with reason, so that giving this claim back without a
+// call leaves it awaiting reconciliation, never a blind resend (IP04).
 func LeaseTransition(f *Effect, reason string) {
 	switch f.State {
 	case EffectDead:
 		f.Attempts = 0
 		f.Redrives++
+		f.Restart = RestartRedrive
 	case EffectSubmitting:
 		f.ErrorClass, f.Reason = ClassUnknown, reason
 		f.Attempts++
+		f.Calls++
 	}
 }
 
@@ -104,8 +107,11 @@ func abandonedDetail(leaseUntil time.Time) string {
 // SettleWrite is one settle as EffectsSettle writes it.
 type SettleWrite struct {
 	*EffectSettleParams
-	// Attempts is the effect's attempts after the settle.
+	// Attempts is the effect's attempts after the settle; Calls and
+	// Restart its calls and restart mark (a call clears it).
 	Attempts int
+	Calls    int
+	Restart  string
 	// Call is the attempts row, numbered, with its start, or nil.
 	Call *Attempt
 	// Owner is the effect's owner after the settle (SettleOwner).
@@ -131,14 +137,15 @@ func queueOwner(owner string, enters bool, configured string) string {
 }
 
 // settleCounts is the rule settles count by: the effect's attempts after
-// this settle, and the attempts row's number (0: no call).
+// this settle, and the attempts row's number (0: no call), which follows
+// the effect's calls whatever restarted its attempts.
 func settleCounts(f *Effect, p *EffectSettleParams) (attempts, number int) {
 	attempts = f.Attempts
 	if p.AddAttempt {
 		attempts++
 	}
 	if p.Attempt != nil {
-		number = max(attempts, 1)
+		number = f.Calls + 1
 	}
 	return attempts, number
 }
@@ -171,7 +178,7 @@ func (r *Rules) EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*Claim
 				return err
 			}
 			if c.State == EffectSubmitting {
-				if err := tx.AttemptInsert(ctx, &Attempt{EffectID: c.ID, Number: c.Attempts, StartedAt: l.PriorAt,
+				if err := tx.AttemptInsert(ctx, &Attempt{EffectID: c.ID, Number: c.Calls, StartedAt: l.PriorAt,
 					Duration: l.PriorUntil.Sub(l.PriorAt), Class: ClassUnknown, Error: abandonedDetail(l.PriorUntil)}); err != nil {
 					return fmt.Errorf("record abandoned call of effect %d: %w", c.ID, err)
 				}
@@ -265,9 +272,11 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 		w := &SettleWrite{EffectSettleParams: p, Owner: settleOwner(f, p)}
 		var number int
 		w.Attempts, number = settleCounts(f, p)
+		w.Calls, w.Restart = f.Calls, f.Restart
 		if p.Attempt != nil {
 			a := *p.Attempt
-			a.EffectID, a.Number = p.EffectID, number
+			a.EffectID, a.Number, a.Restart = p.EffectID, number, f.Restart
+			w.Calls, w.Restart = number, ""
 			if a.StartedAt.IsZero() {
 				a.StartedAt = p.Now
 			}

@@ -391,9 +391,16 @@ type Effect struct {
 	SourceEvents []EventRef
 	CausationID  string
 	Hop          int
-	Attempts     int
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Attempts counts the calls the retry policy reads: an operator's
+	// retry and a re-drive restart it. Calls counts every attempts row
+	// the effect has (they are numbered 1 to Calls), and Restart says what
+	// restarted Attempts since the last call (RestartOperatorRetry,
+	// RestartRedrive), "" when nothing did: the next call's row says so.
+	Attempts  int
+	Calls     int
+	Restart   string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 
 	// Delivery evidence and the exception queue.
 	NextAttemptAt   time.Time // zero when nothing is scheduled
@@ -527,7 +534,9 @@ func SetLaterSources(f *Effect, later string) error {
 		return fmt.Errorf("later source events of effect %d: %w", f.ID, err)
 	}
 	for _, p := range pairs {
-		f.SourceEvents = append(f.SourceEvents, EventRef{Source: p[0], EventID: p[1]})
+		if p[1] != "" { // an event pruned since is no longer named
+			f.SourceEvents = append(f.SourceEvents, EventRef{Source: p[0], EventID: p[1]})
+		}
 	}
 	return nil
 }

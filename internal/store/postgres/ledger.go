@@ -26,7 +26,7 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
-	f.deadline_missed_at, f.mismatch_at, e.trace_context, ` + laterSourcesSQL
+	f.deadline_missed_at, f.mismatch_at, f.calls, f.restart, e.trace_context, ` + laterSourcesSQL
 
 // laterSourcesSQL reads the later source events of effect f as a JSON
 // array of [source, event id] pairs, oldest first; most effects have none
@@ -55,7 +55,7 @@ func (sc *effectScan) dests(f *store.Effect) []any {
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &f.CreatedAt, &f.UpdatedAt,
 		&sc.next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
 		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &sc.deadline, &sc.warn, &f.OnDeadline,
-		&sc.missed, &sc.mismatch, &f.TraceContext, &sc.later}
+		&sc.missed, &sc.mismatch, &f.Calls, &f.Restart, &f.TraceContext, &sc.later}
 }
 
 // finish converts what dests scanned into f.
@@ -161,10 +161,10 @@ func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 // AttemptInsert queues the insert of one attempts row.
 func (a txn) AttemptInsert(_ context.Context, at *store.Attempt) error {
 	a.t.exec("record attempt", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-		class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		class, error, response, retry_after, retry_after_unit, wait_us, reconcile, restart)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		at.EffectID, at.Number, at.StartedAt, at.Duration.Microseconds(), at.Status, string(at.Class), at.Error, at.Response,
-		at.RetryAfter, at.RetryAfterUnit, at.Wait.Microseconds(), at.Reconcile)
+		at.RetryAfter, at.RetryAfterUnit, at.Wait.Microseconds(), at.Reconcile, at.Restart)
 	return nil
 }
 
@@ -194,7 +194,9 @@ func effectClaimSQL(destFilter string) string {
 			attempts = CASE WHEN c.state = 'dead' THEN 0 WHEN c.state = 'submitting' THEN f.attempts + 1 ELSE f.attempts END,
 			redrives = CASE WHEN c.state = 'dead' THEN f.redrives + 1 ELSE f.redrives END,
 			error_class = CASE WHEN c.state = 'submitting' THEN 'unknown_outcome' ELSE f.error_class END,
-			reason = CASE WHEN c.state = 'submitting' THEN $7 ELSE f.reason END
+			reason = CASE WHEN c.state = 'submitting' THEN $7 ELSE f.reason END,
+			calls = CASE WHEN c.state = 'submitting' THEN f.calls + 1 ELSE f.calls END,
+			restart = CASE WHEN c.state = 'dead' THEN '` + store.RestartRedrive + `' ELSE f.restart END
 		FROM c, events e WHERE f.id = c.id AND e.pk = f.source_event_pk
 		RETURNING ` + effectColumns + `, f.lease_token, c.state, c.updated_at, c.lease_until, c.next_attempt_at`
 }
@@ -288,42 +290,44 @@ func (w *settleWrites) queue(t *pipeTx) {
 	if n := len(w.attempts); n > 0 {
 		ids, numbers, started, dur, status := make([]int64, n), make([]int32, n), make([]time.Time, n), make([]int64, n), make([]int32, n)
 		class, errText, resp, ra, raUnit := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		wait, reconcile := make([]int64, n), make([]bool, n)
+		wait, reconcile, restart := make([]int64, n), make([]bool, n), make([]string, n)
 		for i, a := range w.attempts {
 			ids[i], numbers[i], started[i], dur[i], status[i] = a.EffectID, int32(a.Number), a.StartedAt, a.Duration.Microseconds(), int32(a.Status)
 			class[i], errText[i], resp[i], ra[i], raUnit[i] = string(a.Class), a.Error, a.Response, a.RetryAfter, a.RetryAfterUnit
-			wait[i], reconcile[i] = a.Wait.Microseconds(), a.Reconcile
+			wait[i], reconcile[i], restart[i] = a.Wait.Microseconds(), a.Reconcile, a.Restart
 		}
 		t.exec("record attempts", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-			class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
+			class, error, response, retry_after, retry_after_unit, wait_us, reconcile, restart)
 			SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::text[],
-				$8::text[], $9::text[], $10::text[], $11::bigint[], $12::bool[])`,
-			ids, numbers, started, dur, status, class, errText, resp, ra, raUnit, wait, reconcile)
+				$8::text[], $9::text[], $10::text[], $11::bigint[], $12::bool[], $13::text[])`,
+			ids, numbers, started, dur, status, class, errText, resp, ra, raUnit, wait, reconcile, restart)
 	}
 	if n := len(w.updates); n > 0 {
 		ids, states, attempts := make([]int64, n), make([]string, n), make([]int64, n)
 		next := make([]pgtype.Timestamptz, n)
 		class, reason, repair, ref, resp, at := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
-		owner := make([]string, n)
+		owner, calls, restart := make([]string, n), make([]int64, n), make([]string, n)
 		for i, p := range w.updates {
 			ids[i], states[i], attempts[i], owner[i] = p.EffectID, string(p.State), int64(p.Attempts), p.Owner
+			calls[i], restart[i] = int64(p.Calls), p.Restart
 			next[i] = pgtype.Timestamptz{Time: p.NextAttemptAt, Valid: !p.NextAttemptAt.IsZero()}
 			class[i], reason[i], repair[i], ref[i], resp[i], at[i] = string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef, p.LastResponse, p.Now
 		}
-		t.exec("update effects", settleEffectsSQL, ids, states, next, attempts, class, reason, repair, ref, resp, at, owner)
+		t.exec("update effects", settleEffectsSQL, ids, states, next, attempts, class, reason, repair, ref, resp, at, owner, calls, restart)
 	}
 }
 
-// settleEffectsSQL moves effects $1 on (arrays $1-$11, one element per
+// settleEffectsSQL moves effects $1 on (arrays $1-$13, one element per
 // effect), as settleEffect's update does for one; f.id = ANY($1) names the
 // primary key lookups outright.
 const settleEffectsSQL = `UPDATE effects f SET state = u.state, next_attempt_at = coalesce(u.next_at, '-infinity'),
 		attempts = u.attempts, error_class = u.class, reason = u.reason, suggested_repair = u.repair,
 		destination_ref = CASE WHEN u.ref = '' THEN f.destination_ref ELSE u.ref END,
 		last_response = u.resp, lease_token = '', lease_until = '-infinity', updated_at = u.at, owner = u.owner,
-		mismatch_at = CASE WHEN u.state = 'done' THEN NULL ELSE f.mismatch_at END
+		mismatch_at = CASE WHEN u.state = 'done' THEN NULL ELSE f.mismatch_at END, calls = u.calls, restart = u.restart
 	FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
-		$9::text[], $10::timestamptz[], $11::text[]) AS u(id, state, next_at, attempts, class, reason, repair, ref, resp, at, owner)
+		$9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
+		AS u(id, state, next_at, attempts, class, reason, repair, ref, resp, at, owner, calls, restart)
 	WHERE f.id = u.id AND f.id = ANY($1)`
 
 // EffectRelease gives a claim back without a call; see store.Ledger for
@@ -356,8 +360,9 @@ func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) 
 }
 
 func (a txn) EffectRetry(_ context.Context, p *store.EffectOperateParams) error {
-	a.t.exec("retry effect", `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = '-infinity',
-		note = CASE WHEN $1::text = '' THEN note ELSE $1::text END, updated_at = $2 WHERE id = $3`, p.Note, p.Now, p.EffectID)
+	a.t.exec("retry effect", `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = '-infinity', restart = $4,
+		note = CASE WHEN $1::text = '' THEN note ELSE $1::text END, updated_at = $2 WHERE id = $3`, p.Note, p.Now, p.EffectID,
+		store.RestartOperatorRetry)
 	return nil
 }
 
@@ -376,7 +381,7 @@ func (a txn) EffectAssign(_ context.Context, p *store.EffectOperateParams) error
 // AttemptList returns an effect's attempts in order.
 func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, effect_id, number, started_at, duration_us, status, class, error,
-		response, retry_after, retry_after_unit, wait_us, reconcile FROM effect_attempts WHERE effect_id = $1 ORDER BY id`, effectID)
+		response, retry_after, retry_after_unit, wait_us, reconcile, restart FROM effect_attempts WHERE effect_id = $1 ORDER BY id`, effectID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
 	}
@@ -384,7 +389,7 @@ func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attem
 		a := &store.Attempt{}
 		var dur, wait int64
 		if err := r.Scan(&a.ID, &a.EffectID, &a.Number, &a.StartedAt, &dur, &a.Status, &a.Class, &a.Error,
-			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &a.Reconcile); err != nil {
+			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &a.Reconcile, &a.Restart); err != nil {
 			return nil, err
 		}
 		a.StartedAt = a.StartedAt.UTC()

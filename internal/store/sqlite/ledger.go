@@ -25,14 +25,15 @@ const effectColumns = `f.id, f.episode_key, f.flow, f.entity, f.version, f.effec
 	e.source, e.event_id, f.causation_id, f.hop, f.attempts, f.created_at, f.updated_at,
 	f.next_attempt_at, f.redrives, f.error_class, f.reason, f.suggested_repair, f.destination_ref,
 	f.last_response, f.owner, f.note, f.compensates, f.deadline_at, f.deadline_warn_at, f.on_deadline,
-	f.deadline_missed_at, f.mismatch_at, e.trace_context, ` + laterSourcesSQL
+	f.deadline_missed_at, f.mismatch_at, f.calls, f.restart, e.trace_context, ` + laterSourcesSQL
 
 // laterSourcesSQL reads the later source events of effect f as a JSON
 // array of [source, event id] pairs, oldest first; most effects have none
-// and read nothing more.
+// and read nothing more. json_each yields the array in order, and the
+// aggregate takes its rows as the one scan yields them: no sort.
 const laterSourcesSQL = `CASE WHEN f.later_event_pks = '[]' THEN '[]' ELSE (
-	SELECT json_group_array(json_array(le.source, le.event_id) ORDER BY l.key)
-	FROM json_each(f.later_event_pks) l JOIN events le ON le.pk = l.value) END`
+	SELECT json_group_array(json((SELECT json_array(le.source, le.event_id) FROM events le WHERE le.pk = l.value)))
+	FROM json_each(f.later_event_pks) l) END`
 
 // effectColumnsWithoutRequest is effectColumns with an empty request
 // (EffectListParams.WithoutRequest).
@@ -48,7 +49,7 @@ func scanEffect(sc scanner, f *store.Effect) error {
 		&f.Source, &f.SourceEventID, &f.CausationID, &f.Hop, &f.Attempts, &created, &updated,
 		&next, &f.Redrives, &f.ErrorClass, &f.Reason, &f.SuggestedRepair, &f.DestinationRef,
 		&f.LastResponse, &f.Owner, &f.Note, &f.Compensates, &deadline, &warn, &f.OnDeadline,
-		&missed, &mismatch, &f.TraceContext, &later); err != nil {
+		&missed, &mismatch, &f.Calls, &f.Restart, &f.TraceContext, &later); err != nil {
 		return err
 	}
 	if err := store.SetLaterSources(f, later); err != nil {
@@ -157,8 +158,10 @@ func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 		// would otherwise read through and pass over.
 		c.NextAttemptAt = p.Until.UTC()
 		if _, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'submitting', lease_token = ?, lease_until = ?,
-			next_attempt_at = ?, attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ? WHERE id = ?`,
-			c.Token, p.Until.UnixMicro(), p.Until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.ID); err != nil {
+			next_attempt_at = ?, attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ?, calls = ?, restart = ?
+			WHERE id = ?`,
+			c.Token, p.Until.UnixMicro(), p.Until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.Calls, c.Restart,
+			c.ID); err != nil {
 			return nil, fmt.Errorf("lease effect %d: %w", c.ID, err)
 		}
 	}
@@ -167,12 +170,12 @@ func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 
 // insertAttemptSQL records one call.
 const insertAttemptSQL = `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-	class, error, response, retry_after, retry_after_unit, wait_us, reconcile)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	class, error, response, retry_after, retry_after_unit, wait_us, reconcile, restart)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (a txn) AttemptInsert(ctx context.Context, at *store.Attempt) error {
 	_, err := a.tx.ExecContext(ctx, insertAttemptSQL, at.EffectID, at.Number, at.StartedAt.UnixMicro(), at.Duration.Microseconds(),
-		at.Status, at.Class, at.Error, at.Response, at.RetryAfter, at.RetryAfterUnit, at.Wait.Microseconds(), at.Reconcile)
+		at.Status, at.Class, at.Error, at.Response, at.RetryAfter, at.RetryAfterUnit, at.Wait.Microseconds(), at.Reconcile, at.Restart)
 	return err
 }
 
@@ -215,9 +218,9 @@ func (a txn) EffectsSettle(ctx context.Context, ws []*store.SettleWrite) error {
 		if _, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = ?, next_attempt_at = ?, attempts = ?, error_class = ?,
 		reason = ?, suggested_repair = ?, destination_ref = CASE WHEN ? = '' THEN destination_ref ELSE ? END,
 		last_response = ?, lease_token = '', lease_until = ?, updated_at = ?, owner = ?,
-		mismatch_at = CASE WHEN ? = 'done' THEN NULL ELSE mismatch_at END WHERE id = ?`,
+		mismatch_at = CASE WHEN ? = 'done' THEN NULL ELSE mismatch_at END, calls = ?, restart = ? WHERE id = ?`,
 			w.State, dueAt(w.NextAttemptAt), w.Attempts, w.Class, w.Reason, w.SuggestedRepair, w.DestinationRef, w.DestinationRef,
-			w.LastResponse, leaseFree, w.Now.UnixMicro(), w.Owner, w.State, w.EffectID); err != nil {
+			w.LastResponse, leaseFree, w.Now.UnixMicro(), w.Owner, w.State, w.Calls, w.Restart, w.EffectID); err != nil {
 			return err
 		}
 	}
@@ -225,8 +228,9 @@ func (a txn) EffectsSettle(ctx context.Context, ws []*store.SettleWrite) error {
 }
 
 func (a txn) EffectRetry(ctx context.Context, p *store.EffectOperateParams) error {
-	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = ?,
-		note = CASE WHEN ? = '' THEN note ELSE ? END, updated_at = ? WHERE id = ?`, noTime, p.Note, p.Note, p.Now.UnixMicro(), p.EffectID)
+	_, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'approved', attempts = 0, next_attempt_at = ?, restart = ?,
+		note = CASE WHEN ? = '' THEN note ELSE ? END, updated_at = ? WHERE id = ?`,
+		noTime, store.RestartOperatorRetry, p.Note, p.Note, p.Now.UnixMicro(), p.EffectID)
 	return err
 }
 
@@ -276,7 +280,7 @@ func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) 
 // AttemptList returns an effect's attempts in order.
 func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attempt, error) {
 	rows, err := s.readQuery(ctx, `SELECT id, effect_id, number, started_at, duration_us, status, class, error,
-		response, retry_after, retry_after_unit, wait_us, reconcile FROM effect_attempts WHERE effect_id = ? ORDER BY id`, effectID)
+		response, retry_after, retry_after_unit, wait_us, reconcile, restart FROM effect_attempts WHERE effect_id = ? ORDER BY id`, effectID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
 	}
@@ -286,7 +290,7 @@ func (s *Store) AttemptList(ctx context.Context, effectID int64) ([]*store.Attem
 		a := &store.Attempt{}
 		var started, dur, wait int64
 		if err := rows.Scan(&a.ID, &a.EffectID, &a.Number, &started, &dur, &a.Status, &a.Class, &a.Error,
-			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &a.Reconcile); err != nil {
+			&a.Response, &a.RetryAfter, &a.RetryAfterUnit, &wait, &a.Reconcile, &a.Restart); err != nil {
 			return nil, fmt.Errorf("list attempts of effect %d: %w", effectID, err)
 		}
 		a.StartedAt = time.UnixMicro(started).UTC()

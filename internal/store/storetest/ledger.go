@@ -925,3 +925,43 @@ func testLedgerSettleGroup(t *testing.T, o Opener) {
 		t.Fatalf("after the group with a bad state: %s and %s", g0.State, g1.State)
 	}
 }
+
+// Attempts are numbered across the effect's whole life: an operator's
+// retry and a re-drive restart the count the retry policy reads
+// (attempts), never the numbers of the calls, and the first call after
+// each restart says what restarted it.
+func testAttemptNumbersAcrossRestarts(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	e := f.seed("crm")[0]
+	call := func(p *store.EffectSettleParams) {
+		p.Attempt = &store.Attempt{Status: 503, Class: store.ClassTransient}
+	}
+	f.settle(f.claimOne(e.ID, t0), t0, store.EffectRetryWait, t0, call)
+	f.settle(f.claimOne(e.ID, t0), t0, store.EffectDead, time.Time{}, call)
+	t1 := t0.Add(time.Minute)
+	if _, err := f.operate(e.ID, store.OperateRetry, "fixed the mapping", t1); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	f.settle(f.claimOne(e.ID, t1), t1, store.EffectDead, t1.Add(time.Hour), call)
+	t2 := t1.Add(time.Hour)
+	cs := f.claimP(store.EffectClaimParams{Now: t2, Limit: 10, MaxRedrives: 3})
+	if len(cs) != 1 || !cs[0].Redrive {
+		t.Fatalf("re-drive: %+v", cs)
+	}
+	f.settle(cs[0], t2, store.EffectDone, time.Time{}, func(p *store.EffectSettleParams) { p.Attempt = &store.Attempt{Status: 200} })
+	atts, err := f.l.AttemptList(f.ctx, e.ID)
+	if err != nil {
+		t.Fatalf("AttemptList: %v", err)
+	}
+	var got []string
+	for _, a := range atts {
+		got = append(got, fmt.Sprintf("#%d %s", a.Number, a.Restart))
+	}
+	want := []string{"#1 ", "#2 ", "#3 " + store.RestartOperatorRetry, "#4 " + store.RestartRedrive}
+	if !slices.Equal(got, want) {
+		t.Errorf("attempts %q, want %q", got, want)
+	}
+	if g := f.get(e.ID); g.Calls != 4 || g.Attempts != 1 || g.Redrives != 1 {
+		t.Errorf("effect: %d calls, %d attempts, %d re-drives; want 4 calls, 1 attempt since the re-drive, 1 re-drive", g.Calls, g.Attempts, g.Redrives)
+	}
+}

@@ -121,6 +121,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerClaimConcurrent", testLedgerClaimConcurrent},
 		{"LedgerFencing", testLedgerFencing},
 		{"LedgerRedrive", testLedgerRedrive},
+		{"LedgerAttemptNumbersAcrossRestarts", testAttemptNumbersAcrossRestarts},
 		{"LedgerAbandonedCallCounted", testLedgerAbandonedCallCounted},
 		{"LedgerSettleEvidence", testLedgerSettleEvidence},
 		{"LedgerSettleGroup", testLedgerSettleGroup},
