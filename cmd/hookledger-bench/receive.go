@@ -79,6 +79,8 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
 	fs.Float64Var(&f.goalRatio, "goal-ratio", 0.8, "product target: sqlite throughput over noop at the smallest client count")
 	fs.DurationVar(&f.goalP99, "goal-p99", 25*time.Millisecond, "product target: sqlite p99 at the smallest client count")
+	tracingRatios := fs.String("tracing", "", "comma-separated sampling `ratios` (e.g. 0.01,1): each hookledger target also runs with tracing on at each,\n"+
+		"exporting OTLP/HTTP to a sink on loopback (targets named sqlite@0.01)")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
@@ -96,6 +98,10 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	}
 	if f.duration <= 0 || f.warmup < 0 || f.maxRequests <= 0 || f.sample < 0 {
 		fmt.Fprintln(stderr, "hookledger-bench receive: --duration and --max-requests must be positive, --warmup and --sample not negative")
+		return exitUsage
+	}
+	if f.targets, err = withTracing(f.targets, *tracingRatios); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench receive: --tracing: %v\n", err)
 		return exitUsage
 	}
 	return benchExit(stderr, "receive")(receiveBench(ctx, stdout, stderr, &f))
@@ -136,6 +142,7 @@ type receiveEnv struct {
 	token      string
 	scheme     signature.Scheme
 	stderr     io.Writer
+	otlp       string // the OTLP sink's URL, for targets with tracing on
 }
 
 func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags) (bool, error) {
@@ -164,6 +171,15 @@ func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags
 	}
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
+	sink, err := startOTLPSink()
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		fmt.Fprintf(stderr, "OTLP sink: %d exports received\n", sink.exports.Load())
+		_ = sink.Close()
+	}()
+	env.otlp = "http://" + sink.Addr().String()
 	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
@@ -244,11 +260,12 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 		defer os.Remove(ring)
 		srv, err = startChild(ctx, "durable floor server", e.self, []string{"noop", "--listen", "127.0.0.1:0", "--durable", ring}, logPath)
 	default:
-		if cs, err = newCellStore(ctx, target, e.dir, e.f.postgres, label); err != nil {
+		driver, ratio, _ := strings.Cut(target, "@")
+		if cs, err = newCellStore(ctx, driver, e.dir, e.f.postgres, label); err != nil {
 			return nil, err
 		}
 		cfgPath := filepath.Join(e.dir, label+".yaml")
-		if err = e.writeConfig(cfgPath, cs.URL); err != nil {
+		if err = e.writeConfig(cfgPath, cs.URL, ratio); err != nil {
 			return nil, err
 		}
 		if e.f.cpuProfile != "" {
@@ -310,7 +327,7 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 
 // writeConfig writes a hookledger.yaml for one cell: loopback on a port the
 // kernel picks, one stripe source, the admin API on.
-func (e *receiveEnv) writeConfig(path, storeURL string) error {
+func (e *receiveEnv) writeConfig(path, storeURL, traceRatio string) error {
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 store: %q
 admin:
@@ -320,6 +337,9 @@ sources:
     kind: stripe
     secrets: [%q]
 `, storeURL, e.token, e.secret)
+	if traceRatio != "" {
+		cfg += fmt.Sprintf("tracing:\n  endpoint: %s\n  sample_ratio: %s\n", e.otlp, traceRatio)
+	}
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}

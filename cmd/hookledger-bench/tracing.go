@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// withTracing adds, for each hookledger target, one target per sampling
+// ratio: "sqlite@0.01" runs the sqlite target with tracing on at 0.01.
+// The baseline noop and floor targets run once.
+func withTracing(targets []string, ratios string) ([]string, error) {
+	if strings.TrimSpace(ratios) == "" {
+		return targets, nil
+	}
+	var rs []string
+	for _, r := range strings.Split(ratios, ",") {
+		r = strings.TrimSpace(r)
+		v, err := strconv.ParseFloat(r, 64)
+		if err != nil || v <= 0 || v > 1 {
+			return nil, fmt.Errorf("%q is not a sampling ratio in (0, 1]", r)
+		}
+		rs = append(rs, r)
+	}
+	var out []string
+	for _, t := range targets {
+		out = append(out, t)
+		if t == targetSQLite || t == targetPostgres {
+			for _, r := range rs {
+				out = append(out, t+"@"+r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// otlpSink is an OTLP/HTTP collector that reads and drops what it is
+// sent: the cost measured is hookledger's, building and exporting spans,
+// not a collector's.
+type otlpSink struct {
+	net.Listener
+	srv     *http.Server
+	exports atomic.Int64
+}
+
+func startOTLPSink() (*otlpSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("OTLP sink: %w", err)
+	}
+	s := &otlpSink{Listener: ln}
+	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		s.exports.Add(1)
+		// An empty ExportTraceServiceResponse: zero bytes of protobuf.
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the sink.
+func (s *otlpSink) Close() error { return s.srv.Close() }
