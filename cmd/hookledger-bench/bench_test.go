@@ -320,3 +320,21 @@ func TestBigbodyBodies(t *testing.T) {
 		t.Errorf("largest accepted body: %d bytes, want %d, cut, nested 9,990 deep", len(b), config.DefaultMaxBodyBytes)
 	}
 }
+
+// --tracing adds a target per ratio after each hookledger target, and
+// refuses what is not a ratio.
+func TestWithTracing(t *testing.T) {
+	got, err := withTracing([]string{targetNoop, targetFloor, targetSQLite, targetPostgres}, "0.01, 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{targetNoop, targetFloor, targetSQLite, "sqlite@0.01", "sqlite@1", targetPostgres, "postgres@0.01", "postgres@1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("targets %q, want %q", got, want)
+	}
+	for _, bad := range []string{"0", "2", "x", "-1"} {
+		if _, err := withTracing([]string{targetSQLite}, bad); err == nil {
+			t.Errorf("--tracing %q accepted", bad)
+		}
+	}
+}

@@ -31,6 +31,8 @@ const (
 )
 
 type e2eFlags struct {
+	// tracing is the sampling ratio every server runs at ("": off).
+	tracing      string
 	postgres     string
 	targets      []string
 	duration     time.Duration
@@ -74,6 +76,7 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"the destination.")
 	var f e2eFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per target (omit to measure SQLite only)")
+	fs.StringVar(&f.tracing, "tracing", "", "run every server with tracing on at this sampling `ratio` (e.g. 0.01 or 1),\nexporting OTLP/HTTP to a sink on loopback (default off)")
 	targets := fs.String("targets", "", "comma-separated `targets`: sqlite, pg1, pg2 (default sqlite, plus pg1 and pg2 when --postgres is set)")
 	fs.DurationVar(&f.duration, "duration", 60*time.Second, "sending `time` per target")
 	fs.Float64Var(&f.rate, "rate", 0, "webhooks per second to send to every target (0: --rate-share of the probed SQLite ingest rate)")
@@ -333,6 +336,20 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 	}
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
+	if f.tracing != "" {
+		if _, err := withTracing(nil, f.tracing); err != nil {
+			return false, fmt.Errorf("--tracing: %w", err)
+		}
+		sink, err := startOTLPSink()
+		if err != nil {
+			return false, err
+		}
+		defer func() {
+			fmt.Fprintf(stderr, "OTLP sink: %d exports received\n", sink.exports.Load())
+			_ = sink.Close()
+		}()
+		env.otlp, env.traceRatio = "http://"+sink.Addr().String(), f.tracing
+	}
 	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
@@ -461,7 +478,7 @@ func loadAvg() string {
 // e2eConfig writes a config whose one flow makes one effect per invoice
 // event (each invoice is its own entity, versioned by its created time),
 // called at the loopback destination with the episode key in a header.
-func e2eConfig(path, storeURL, token, secret, destURL string) error {
+func e2eConfig(path, storeURL, token, secret, destURL, tracing string) error {
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 store: %q
 admin:
@@ -491,7 +508,7 @@ flows:
         request:
           path: '"/payments"'
           body: '{"event": meta.event_id, "invoice": entity, "amount": state.amount}'
-`, storeURL, token, secret, destURL)
+`, storeURL, token, secret, destURL) + tracing
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
@@ -502,7 +519,7 @@ flows:
 // own named by label, and waits until it is ready.
 func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, label string) (*child, error) {
 	cfgPath := filepath.Join(env.dir, label+".yaml")
-	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL); err != nil {
+	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL, env.tracingYAML()); err != nil {
 		return nil, err
 	}
 	bin, args := env.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"}

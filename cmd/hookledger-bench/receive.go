@@ -143,6 +143,7 @@ type receiveEnv struct {
 	scheme     signature.Scheme
 	stderr     io.Writer
 	otlp       string // the OTLP sink's URL, for targets with tracing on
+	traceRatio string // e2e: every server's sampling ratio ("": off)
 }
 
 func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags) (bool, error) {

@@ -66,3 +66,12 @@ func startOTLPSink() (*otlpSink, error) {
 
 // Close stops the sink.
 func (s *otlpSink) Close() error { return s.srv.Close() }
+
+// tracingYAML is the tracing block of an e2e server's config: empty when
+// tracing is off.
+func (e *receiveEnv) tracingYAML() string {
+	if e.traceRatio == "" {
+		return ""
+	}
+	return fmt.Sprintf("tracing:\n  endpoint: %s\n  sample_ratio: %s\n", e.otlp, e.traceRatio)
+}
