@@ -337,7 +337,7 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 		// What the destination's dashboard shows for this effect.
 		fmt.Fprintf(w, "  idem. key    %s\n", safe(key))
 	}
-	fmt.Fprintf(w, "  state        %s\n  destination  %s\n  attempts     %d (re-drives %d)\n", safe(string(e.State)), safe(e.Destination), e.Attempts, e.Redrives)
+	fmt.Fprintf(w, "  state        %s\n  destination  %s\n  attempts     %s\n", safe(string(e.State)), safe(e.Destination), attemptsLine(e, atts))
 	fmt.Fprintf(w, "  source event %s/%s\n", safe(e.Source), safe(e.SourceEventID))
 	for _, kv := range [][2]string{{"class", string(e.ErrorClass)}, {"reason", e.Reason}, {"repair", e.SuggestedRepair},
 		{"owner", e.Owner}, {"note", e.Note}, {"dest. ref", e.DestinationRef}} {
@@ -366,6 +366,9 @@ func effectsShow(ctx context.Context, env *Env, st effectsStore, id int64, forma
 		noteText := a.Error
 		if a.Reconcile {
 			noteText = "lookup: " + noteText
+		}
+		if a.Restart != "" {
+			noteText = strings.TrimSuffix("restarted by "+a.Restart+"; "+noteText, "; ")
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", a.Number, a.StartedAt.Format(time.RFC3339), a.Duration.Milliseconds(),
 			a.Status, attemptClass(a.Class), ra, a.Wait, dash(noteText))
@@ -473,4 +476,23 @@ func dash(s string) string {
 		return "-"
 	}
 	return safe(s)
+}
+
+// attemptsLine counts an effect's calls across every restart of its retry
+// count (an operator's retry, a re-drive), as its attempt rows number
+// them, then the calls since the last restart when they differ, and the
+// re-drives.
+func attemptsLine(e *store.Effect, atts []*store.Attempt) string {
+	calls := e.Calls
+	for _, a := range atts {
+		if !a.Reconcile {
+			calls = max(calls, a.Number)
+		}
+	}
+	calls = max(calls, e.Attempts)
+	out := fmt.Sprint(calls)
+	if calls != e.Attempts {
+		out += fmt.Sprintf(" (%d since the last restart)", e.Attempts)
+	}
+	return out + fmt.Sprintf(", re-drives %d", e.Redrives)
 }

@@ -348,3 +348,18 @@ func TestEffectsShowBoundsTheRequest(t *testing.T) {
 		}
 	}
 }
+
+// effects show counts calls across restarts of the retry count, as the
+// attempt rows number them, whether the effect came from the store (which
+// knows the count) or from the API (whose rows say it).
+func TestAttemptsLineCountsAcrossRestarts(t *testing.T) {
+	atts := []*store.Attempt{{Number: 1}, {Number: 2}, {Number: 2, Reconcile: true}, {Number: 3, Restart: store.RestartOperatorRetry}}
+	for _, e := range []*store.Effect{{Attempts: 1, Calls: 3, Redrives: 1}, {Attempts: 1, Redrives: 1}} {
+		if got, want := attemptsLine(e, atts), "3 (1 since the last restart), re-drives 1"; got != want {
+			t.Errorf("calls %d: %q, want %q", e.Calls, got, want)
+		}
+	}
+	if got, want := attemptsLine(&store.Effect{Attempts: 2}, atts[:2]), "2, re-drives 0"; got != want {
+		t.Errorf("no restart: %q, want %q", got, want)
+	}
+}

@@ -323,7 +323,7 @@ func attemptFromJSON(effectID int64, a api.AttemptJSON) *store.Attempt {
 	return &store.Attempt{
 		EffectID: effectID, Number: a.Number, StartedAt: parseTime(a.StartedAt), Duration: time.Duration(a.DurationMS) * time.Millisecond,
 		Status: a.Status, Class: store.ErrorClass(a.Class), Error: a.Error, Response: a.Response, RetryAfter: a.RetryAfter,
-		RetryAfterUnit: a.RetryAfterUnit, Wait: time.Duration(a.WaitMS) * time.Millisecond, Reconcile: a.Reconcile,
+		RetryAfterUnit: a.RetryAfterUnit, Wait: time.Duration(a.WaitMS) * time.Millisecond, Reconcile: a.Reconcile, Restart: a.Restart,
 	}
 }
 

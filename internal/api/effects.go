@@ -128,13 +128,16 @@ type AttemptJSON struct {
 	RetryAfterUnit string `json:"retry_after_unit,omitempty"`
 	WaitMS         int64  `json:"wait_ms"`
 	Reconcile      bool   `json:"reconcile,omitempty"`
+	// Restart is what restarted the retry policy's count before this call
+	// ("operator retry", "re-drive"); the numbers go on across it.
+	Restart string `json:"restart,omitempty"`
 }
 
 // NewAttemptJSON renders an attempt.
 func NewAttemptJSON(a *store.Attempt) AttemptJSON {
 	return AttemptJSON{Number: a.Number, StartedAt: a.StartedAt.UTC().Format(time.RFC3339Nano), DurationMS: a.Duration.Milliseconds(),
 		Status: a.Status, Class: string(a.Class), Error: a.Error, Response: a.Response, RetryAfter: a.RetryAfter,
-		RetryAfterUnit: a.RetryAfterUnit, WaitMS: a.Wait.Milliseconds(), Reconcile: a.Reconcile}
+		RetryAfterUnit: a.RetryAfterUnit, WaitMS: a.Wait.Milliseconds(), Reconcile: a.Reconcile, Restart: a.Restart}
 }
 
 func (h *Handler) effects() (EffectStore, bool) {
