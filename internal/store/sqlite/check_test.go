@@ -106,28 +106,8 @@ func TestOutcomePlans(t *testing.T) {
 		{"done evidence", doneEvidenceSQL, []any{store.SettleAction(store.EffectDone), ": reconciled"}, "audit_e", "SCAN au"},
 		{"find compensation", findCompensationSQL, []any{"k:compensate", 1}, "effects_compensates", "SCAN effects\n"},
 	} {
-		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var plan, outer strings.Builder
-		sub := map[int]bool{} // the nodes of correlated scalar subqueries
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(detail + "\n")
-			if sub[parent] || strings.HasPrefix(detail, "CORRELATED SCALAR SUBQUERY") {
-				sub[id] = true
-				continue
-			}
-			outer.WriteString(detail + "\n")
-		}
-		rows.Close()
-		got := plan.String()
-		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(outer.String(), c.avoid)) {
+		got, outer := queryPlan(t, s, c.name, c.sql, c.args...)
+		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(outer, c.avoid)) {
 			t.Errorf("%s: plan\n%swant %q, not %q", c.name, got, c.use, c.avoid)
 		}
 	}

@@ -198,32 +198,8 @@ func TestListPlans(t *testing.T) {
 	cases = append(cases, planCase{"delivery claim", q, args,
 		"effects_due_destination (destination=? AND next_attempt_at<?)", "TEMP B-TREE"})
 	for _, c := range cases {
-		rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+c.sql, c.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var plan, outer strings.Builder
-		// An effect's later source events are read per effect row by a
-		// correlated subquery, a handful of rows sorted into their
-		// order: no sort of the page, so what to avoid is looked for in
-		// the rest of the plan.
-		sub := map[int]bool{} // the nodes of correlated scalar subqueries
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(detail + "\n")
-			if sub[parent] || strings.HasPrefix(detail, "CORRELATED SCALAR SUBQUERY") {
-				sub[id] = true
-				continue
-			}
-			outer.WriteString(detail + "\n")
-		}
-		rows.Close()
-		got := plan.String()
-		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(outer.String(), c.avoid)) {
+		got, outer := queryPlan(t, s, c.name, c.sql, c.args...)
+		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(outer, c.avoid)) {
 			t.Errorf("%s: plan\n%s\nwant it to use %q and not %q", c.name, got, c.use, c.avoid)
 		}
 	}
@@ -291,4 +267,34 @@ func TestSignalPlans(t *testing.T) {
 			}
 		}
 	}
+}
+
+// queryPlan is the plan SQLite chooses for q, one step a line, and the
+// same without the steps of correlated scalar subqueries: an effect's
+// later source events are read per effect row by one, a handful of rows,
+// so what a test wants avoided (a sort of the page) is looked for in the
+// rest of the plan.
+func queryPlan(t *testing.T, s *Store, name, q string, args ...any) (plan, outer string) {
+	t.Helper()
+	rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	defer rows.Close()
+	var all, rest strings.Builder
+	sub := map[int]bool{} // the nodes of correlated scalar subqueries
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString(detail + "\n")
+		if sub[parent] || strings.HasPrefix(detail, "CORRELATED SCALAR SUBQUERY") {
+			sub[id] = true
+			continue
+		}
+		rest.WriteString(detail + "\n")
+	}
+	return all.String(), rest.String()
 }
