@@ -86,6 +86,15 @@ func TestBrowserOperatorPages(t *testing.T) {
 	if got := text("#forward-content-type"); got != "application/json; charset=utf-8" {
 		t.Errorf("forwarded content type %q", got)
 	}
+	// The events that asked for the effect, each a link to its page, and
+	// its calls counted across restarts.
+	if got := text("#effect-source-events"); !strings.Contains(got, "evt_fwd") ||
+		!strings.Contains(eval(`document.querySelector("#effect-source-events a").getAttribute("href")`), "evt_fwd") {
+		t.Errorf("asked for by %q, want a link to evt_fwd", got)
+	}
+	if got := text("#effect-attempts"); got != "0" {
+		t.Errorf("attempts %q, want 0 calls made", got)
+	}
 
 	// At 1280 px no page scrolls sideways and no table is wider than its
 	// container: long keys, ids and response bodies wrap.
