@@ -612,8 +612,12 @@ func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
 		if r.target == targetNoop {
 			continue
 		}
+		name := names[r.target]
+		if driver, ratio, traced := strings.Cut(r.target, "@"); traced {
+			name = names[driver] + ", tracing at " + ratio
+		}
 		h := headline{
-			figure: fmt.Sprintf("%s, %d clients", names[r.target], r.clients),
+			figure: fmt.Sprintf("%s, %d clients", name, r.clients),
 			value:  fmt.Sprintf("%s req/s, p99 %s ms", num(r.rate()), ms(r.lat.pct(0.99))),
 		}
 		var base, ratio []string
