@@ -332,6 +332,13 @@ func TestWithTracing(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("targets %q, want %q", got, want)
 	}
+	got, err = withTracing([]string{e2eSQLite, e2ePG1}, "1", e2eSQLite, e2ePG1, e2ePG2)
+	if err != nil || !slices.Equal(got, []string{e2eSQLite, "sqlite@1", e2ePG1, "pg1@1"}) {
+		t.Fatalf("e2e targets %q (%v)", got, err)
+	}
+	if n := targetName(e2eTargetNames, "pg1@1"); n != "one process on PostgreSQL, tracing at 1" {
+		t.Fatalf("target name %q", n)
+	}
 	for _, bad := range []string{"0", "2", "x", "-1"} {
 		if _, err := withTracing([]string{targetSQLite}, bad); err == nil {
 			t.Errorf("--tracing %q accepted", bad)

@@ -31,7 +31,8 @@ const (
 )
 
 type e2eFlags struct {
-	// tracing is the sampling ratio every server runs at ("": off).
+	// tracing lists the sampling ratios each target also runs at
+	// (targets "sqlite@0.01"; "": tracing off only).
 	tracing      string
 	postgres     string
 	targets      []string
@@ -76,7 +77,8 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"the destination.")
 	var f e2eFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per target (omit to measure SQLite only)")
-	fs.StringVar(&f.tracing, "tracing", "", "run every server with tracing on at this sampling `ratio` (e.g. 0.01 or 1),\nexporting OTLP/HTTP to a sink on loopback (default off)")
+	fs.StringVar(&f.tracing, "tracing", "", "comma-separated sampling `ratios` (e.g. 0.01,1): each target also runs with tracing on at each,\n"+
+		"exporting OTLP/HTTP to a sink on loopback (targets named sqlite@0.01)")
 	targets := fs.String("targets", "", "comma-separated `targets`: sqlite, pg1, pg2 (default sqlite, plus pg1 and pg2 when --postgres is set)")
 	fs.DurationVar(&f.duration, "duration", 60*time.Second, "sending `time` per target")
 	fs.Float64Var(&f.rate, "rate", 0, "webhooks per second to send to every target (0: --rate-share of the probed SQLite ingest rate)")
@@ -104,6 +106,10 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	var err error
 	if f.targets, err = chooseE2ETargets(*targets, f.postgres); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench e2e: --targets: %v\n", err)
+		return exitUsage
+	}
+	if f.targets, err = withTracing(f.targets, f.tracing, e2eSQLite, e2ePG1, e2ePG2); err != nil {
+		fmt.Fprintf(stderr, "hookledger-bench e2e: --tracing: %v\n", err)
 		return exitUsage
 	}
 	return benchExit(stderr, "e2e")(e2eBench(ctx, stdout, stderr, &f))
@@ -337,9 +343,6 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
 	if f.tracing != "" {
-		if _, err := withTracing(nil, f.tracing); err != nil {
-			return false, fmt.Errorf("--tracing: %w", err)
-		}
 		sink, err := startOTLPSink()
 		if err != nil {
 			return false, err
@@ -348,7 +351,7 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 			fmt.Fprintf(stderr, "OTLP sink: %d exports received\n", sink.exports.Load())
 			_ = sink.Close()
 		}()
-		env.otlp, env.traceRatio = "http://"+sink.Addr().String(), f.tracing
+		env.otlp = "http://" + sink.Addr().String()
 	}
 	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
@@ -517,9 +520,9 @@ flows:
 
 // startE2EServer starts hookledger serve on storeURL, with a config of its
 // own named by label, and waits until it is ready.
-func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, label string) (*child, error) {
+func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, label, traceRatio string) (*child, error) {
 	cfgPath := filepath.Join(env.dir, label+".yaml")
-	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL, env.tracingYAML()); err != nil {
+	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL, env.tracingYAML(traceRatio)); err != nil {
 		return nil, err
 	}
 	bin, args := env.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"}
@@ -540,7 +543,7 @@ func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, lab
 // config (flow and delivery running) on a SQLite server of its own, so the
 // backlog it leaves does not weigh on the sustained runs.
 func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string) (float64, error) {
-	srv, err := startE2EServer(ctx, env, "sqlite:"+filepath.Join(env.dir, "probe.db"), destURL, "probe")
+	srv, err := startE2EServer(ctx, env, "sqlite:"+filepath.Join(env.dir, "probe.db"), destURL, "probe", "")
 	if err != nil {
 		return 0, err
 	}
@@ -559,8 +562,9 @@ func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string)
 // e2eCell runs one target: a fresh store, its server processes, the
 // open-loop schedule, the drain, and the accounts.
 func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo, target string) (res *e2eResult, err error) {
+	base, ratio, _ := strings.Cut(target, "@")
 	driver := "sqlite"
-	if target != e2eSQLite {
+	if base != e2eSQLite {
 		driver = "postgres"
 	}
 	if driver == "postgres" {
@@ -587,7 +591,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	}
 	defer closeDest()
 
-	res = &e2eResult{target: target, processes: e2eProcesses(target), targetRate: run.rate}
+	res = &e2eResult{target: target, processes: e2eProcesses(base), targetRate: run.rate}
 	var srvs []*child
 	defer func() {
 		for _, s := range srvs {
@@ -597,7 +601,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	// One after the other: the first applies the migrations, and the
 	// second finds them applied, as a second node joining would.
 	for i := range res.processes {
-		srv, err := startE2EServer(ctx, env, cs.URL, destURL, fmt.Sprintf("%s%s-%d", target, run.roundLabel(f.rounds), i+1))
+		srv, err := startE2EServer(ctx, env, cs.URL, destURL, fmt.Sprintf("%s%s-%d", target, run.roundLabel(f.rounds), i+1), ratio)
 		if err != nil {
 			return nil, err
 		}

@@ -436,7 +436,7 @@ func e2eHeadlines(run *e2eRunInfo, rounds [][]*e2eResult) []headline {
 		w, _, _ := medianRange(whole)
 		p, _, _ := medianRange(p99)
 		rows = append(rows, headline{
-			figure:   fmt.Sprintf("%s: effects done%s", e2eTargetNames[first.target], of),
+			figure:   fmt.Sprintf("%s: effects done%s", targetName(e2eTargetNames, first.target), of),
 			value:    fmt.Sprintf("%s/s while sending, %s/s over the whole run; webhook to call p99 %s ms", num(s), num(w), ms(time.Duration(p*float64(time.Millisecond)))),
 			baseline: base,
 			ratio:    ratioOf(s, run.rate) + " of the send rate while sending",

@@ -143,7 +143,6 @@ type receiveEnv struct {
 	scheme     signature.Scheme
 	stderr     io.Writer
 	otlp       string // the OTLP sink's URL, for targets with tracing on
-	traceRatio string // e2e: every server's sampling ratio ("": off)
 }
 
 func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags) (bool, error) {
@@ -612,12 +611,8 @@ func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
 		if r.target == targetNoop {
 			continue
 		}
-		name := names[r.target]
-		if driver, ratio, traced := strings.Cut(r.target, "@"); traced {
-			name = names[driver] + ", tracing at " + ratio
-		}
 		h := headline{
-			figure: fmt.Sprintf("%s, %d clients", name, r.clients),
+			figure: fmt.Sprintf("%s, %d clients", targetName(names, r.target), r.clients),
 			value:  fmt.Sprintf("%s req/s, p99 %s ms", num(r.rate()), ms(r.lat.pct(0.99))),
 		}
 		var base, ratio []string

@@ -5,15 +5,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 )
 
-// withTracing adds, for each hookledger target, one target per sampling
-// ratio: "sqlite@0.01" runs the sqlite target with tracing on at 0.01.
-// The baseline noop and floor targets run once.
-func withTracing(targets []string, ratios string) ([]string, error) {
+// withTracing adds, after each of the targets named in traced (default
+// receive's hookledger targets), one target per sampling ratio:
+// "sqlite@0.01" runs the sqlite target with tracing on at 0.01. Other
+// targets (the no-op server, the floor) run once.
+func withTracing(targets []string, ratios string, traced ...string) ([]string, error) {
 	if strings.TrimSpace(ratios) == "" {
 		return targets, nil
 	}
@@ -29,7 +31,10 @@ func withTracing(targets []string, ratios string) ([]string, error) {
 	var out []string
 	for _, t := range targets {
 		out = append(out, t)
-		if t == targetSQLite || t == targetPostgres {
+		if len(traced) == 0 {
+			traced = []string{targetSQLite, targetPostgres}
+		}
+		if slices.Contains(traced, t) {
 			for _, r := range rs {
 				out = append(out, t+"@"+r)
 			}
@@ -67,11 +72,21 @@ func startOTLPSink() (*otlpSink, error) {
 // Close stops the sink.
 func (s *otlpSink) Close() error { return s.srv.Close() }
 
-// tracingYAML is the tracing block of an e2e server's config: empty when
-// tracing is off.
-func (e *receiveEnv) tracingYAML() string {
-	if e.traceRatio == "" {
+// tracingYAML is the tracing block of a server's config at ratio: empty
+// when tracing is off ("").
+func (e *receiveEnv) tracingYAML(ratio string) string {
+	if ratio == "" {
 		return ""
 	}
-	return fmt.Sprintf("tracing:\n  endpoint: %s\n  sample_ratio: %s\n", e.otlp, e.traceRatio)
+	return fmt.Sprintf("tracing:\n  endpoint: %s\n  sample_ratio: %s\n", e.otlp, ratio)
+}
+
+// targetName names a target for the tables: names' entry for it, with
+// the tracing ratio of a traced variant.
+func targetName(names map[string]string, target string) string {
+	base, ratio, traced := strings.Cut(target, "@")
+	if !traced {
+		return names[target]
+	}
+	return names[base] + ", tracing at " + ratio
 }

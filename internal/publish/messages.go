@@ -18,6 +18,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 // Message is a request to publish.
@@ -174,7 +175,8 @@ func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *M
 	}
 	out, err := s.st.MessagePublish(ctx, &store.MessagePublishParams{ID: id, Key: key, Fingerprint: fingerprint,
 		KeyExpiresAt: now.Add(s.cfg.Publish.IdempotencyWindow.D()), Type: m.Type, Payload: payload,
-		Headers: map[string]string{"idempotency-key": key}, CausationID: causation, Hop: hop, Actor: actor, Now: now})
+		Headers: map[string]string{"idempotency-key": key}, CausationID: causation, Hop: hop, Actor: actor, Now: now,
+		TraceContext: tracing.Traceparent(ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("publish message: %w", err)
 	}

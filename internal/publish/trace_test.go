@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/tracing"
 )
 
@@ -43,6 +44,18 @@ func TestPublishSpans(t *testing.T) {
 	spans := exp.GetSpans()
 	if len(spans) != 2 {
 		t.Fatalf("%d spans, want one per publish", len(spans))
+	}
+	// The deliveries to the endpoints continue the publish's trace: its
+	// traceparent is stored with the message, as a webhook's is.
+	effs, err := e.st.EffectList(e.ctx, &store.EffectListParams{})
+	if err != nil || len(effs) != 2 {
+		t.Fatalf("effects: %v %d", err, len(effs))
+	}
+	want := "00-" + spans[0].SpanContext.TraceID().String() + "-" + spans[0].SpanContext.SpanID().String() + "-01"
+	for _, f := range effs {
+		if f.TraceContext != want {
+			t.Fatalf("endpoint effect %s carries traceparent %q, want the publish's %q", f.EpisodeKey, f.TraceContext, want)
+		}
 	}
 	for i, want := range []struct {
 		fanout   int64

@@ -272,7 +272,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, src *source, sta
 	// and is not stored: it is no event and no flow could act on it.
 	if src.handshake != nil {
 		if rep, ok := src.handshake(body); ok {
-			h.log.Info("handshake answered", "source", src.cfg.Name, "what", rep.What)
+			h.log.InfoContext(r.Context(), "handshake answered", "source", src.cfg.Name, "what", rep.What)
 			w.Header().Set("Content-Type", rep.ContentType)
 			w.WriteHeader(http.StatusOK)
 			_, _ = w.Write(rep.Body)
@@ -324,7 +324,7 @@ func (h *Handler) readVerified(w http.ResponseWriter, r *http.Request, src *sour
 		if urlFrom != "" && src.signsURL {
 			attrs = append(attrs, "signed_url", outbound.RedactURL(signedURL), "url_from", urlFrom)
 		}
-		h.log.Warn("webhook refused", attrs...)
+		h.log.WarnContext(r.Context(), "webhook refused", attrs...)
 		return nil, reply(w, http.StatusUnauthorized, Response{Error: err.Error()})
 	}
 	return body, 0
@@ -336,7 +336,7 @@ func (h *Handler) readVerified(w http.ResponseWriter, r *http.Request, src *sour
 func (h *Handler) acceptEvents(w http.ResponseWriter, r *http.Request, src *source, body []byte, receivedAt time.Time) (events []envelope.Event, code int) {
 	events, err := envelope.ExtractIdentity(src.identity, src.paths, r.Header, body)
 	if err != nil {
-		h.log.Info("malformed webhook", "source", src.cfg.Name, "err", err)
+		h.log.InfoContext(r.Context(), "malformed webhook", "source", src.cfg.Name, "err", err)
 		return nil, reply(w, http.StatusBadRequest, Response{Error: err.Error()})
 	}
 	if len(events) == 0 {
@@ -422,7 +422,7 @@ func (h *Handler) commit(w http.ResponseWriter, r *http.Request, src *source, su
 	if errors.Is(err, store.ErrRefused) {
 		// The values of this delivery, not the store: a retry of the same
 		// bytes cannot succeed, so the answer is a client error.
-		h.log.Warn("webhook refused by the store", "source", src.cfg.Name, "err", logging.OneLine(err))
+		h.log.WarnContext(r.Context(), "webhook refused by the store", "source", src.cfg.Name, "err", logging.OneLine(err))
 		return reply(w, http.StatusBadRequest, Response{Error: "the store refused a value of this event; it cannot be stored as sent"})
 	}
 	if err != nil {
@@ -484,7 +484,7 @@ func (h *Handler) unavailable(w http.ResponseWriter, src *source, err error) int
 }
 
 func (h *Handler) auditTenantMismatch(ctx context.Context, src *source, ev envelope.Event, at time.Time) {
-	h.log.Warn("tenant mismatch", "source", src.cfg.Name, "event_id", ev.EventID, "payload_account", ev.Account)
+	h.log.WarnContext(ctx, "tenant mismatch", "source", src.cfg.Name, "event_id", ev.EventID, "payload_account", ev.Account)
 	// The audit row is best effort: the request is refused either way.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

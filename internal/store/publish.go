@@ -255,8 +255,11 @@ type MessagePublishParams struct {
 	// CausationID and Hop carry a flow's chain onto the effects.
 	CausationID string
 	Hop         int
-	Actor       string
-	Now         time.Time
+	// TraceContext is the traceparent of the publish's span ("" when
+	// tracing is off): the deliveries to the endpoints continue its trace.
+	TraceContext string
+	Actor        string
+	Now          time.Time
 }
 
 // MessagePublishResult is what MessagePublish did.

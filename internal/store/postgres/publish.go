@@ -148,9 +148,9 @@ func (a txn) IdempotencyKeyGet(ctx context.Context, key string) (*store.MessageP
 func (a txn) MessageInsert(ctx context.Context, p *store.MessagePublishParams) (int64, error) {
 	var pk int64
 	err := a.t.query(ctx, "event", `INSERT INTO events
-		(source, event_id, type, entity, account, received_at, causation_id, hop, disposition, routed, deliveries)
-		VALUES ($1, $2, $3, '', '', $4, $5, $6, 'applied', true, 1) RETURNING pk`,
-		[]any{store.PublishSource, p.ID, p.Type, p.Now, p.CausationID, p.Hop}, func(rows pgx.Rows) error {
+		(source, event_id, type, entity, account, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
+		VALUES ($1, $2, $3, '', '', $4, $5, $6, 'applied', true, 1, $7) RETURNING pk`,
+		[]any{store.PublishSource, p.ID, p.Type, p.Now, p.CausationID, p.Hop, p.TraceContext}, func(rows pgx.Rows) error {
 			if !rows.Next() {
 				return errors.New("no pk returned")
 			}

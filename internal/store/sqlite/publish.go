@@ -150,9 +150,9 @@ func (a txn) MessageInsert(ctx context.Context, p *store.MessagePublishParams) (
 	now := p.Now.UnixMicro()
 	var pk int64
 	if err := a.tx.QueryRowContext(ctx, `INSERT INTO events
-		(source, event_id, type, entity, account, received_at, causation_id, hop, disposition, routed, deliveries)
-		VALUES (?, ?, ?, '', '', ?, ?, ?, 'applied', 1, 1) RETURNING pk`,
-		store.PublishSource, p.ID, p.Type, now, p.CausationID, p.Hop).Scan(&pk); err != nil {
+		(source, event_id, type, entity, account, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
+		VALUES (?, ?, ?, '', '', ?, ?, ?, 'applied', 1, 1, ?) RETURNING pk`,
+		store.PublishSource, p.ID, p.Type, now, p.CausationID, p.Hop, p.TraceContext).Scan(&pk); err != nil {
 		return 0, dbErrors.Wrap("event", err)
 	}
 	if _, err := a.tx.ExecContext(ctx, `INSERT INTO deliveries
