@@ -343,15 +343,11 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
 	if f.tracing != "" {
-		sink, err := startOTLPSink()
+		stop, err := env.startOTLPSink(stderr)
 		if err != nil {
 			return false, err
 		}
-		defer func() {
-			fmt.Fprintf(stderr, "OTLP sink: %d exports received\n", sink.exports.Load())
-			_ = sink.Close()
-		}()
-		env.otlp = "http://" + sink.Addr().String()
+		defer stop()
 	}
 	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -171,15 +172,13 @@ func receiveBench(ctx context.Context, stdout, stderr io.Writer, f *receiveFlags
 	}
 	env.secret = "whsec_" + randomHex(24)
 	env.token = randomHex(24)
-	sink, err := startOTLPSink()
-	if err != nil {
-		return false, err
+	if slices.ContainsFunc(f.targets, func(t string) bool { return strings.Contains(t, "@") }) {
+		stop, err := env.startOTLPSink(stderr)
+		if err != nil {
+			return false, err
+		}
+		defer stop()
 	}
-	defer func() {
-		fmt.Fprintf(stderr, "OTLP sink: %d exports received\n", sink.exports.Load())
-		_ = sink.Close()
-	}()
-	env.otlp = "http://" + sink.Addr().String()
 	if env.scheme, err = signature.New(signature.Options{Kind: signature.KindStripe, Secrets: []string{env.secret}}); err != nil {
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}

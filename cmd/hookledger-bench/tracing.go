@@ -69,8 +69,19 @@ func startOTLPSink() (*otlpSink, error) {
 	return s, nil
 }
 
-// Close stops the sink.
-func (s *otlpSink) Close() error { return s.srv.Close() }
+// startOTLPSink serves the sink for e's traced servers (e.otlp) until
+// the returned stop, which says how many exports it received.
+func (e *receiveEnv) startOTLPSink(stderr io.Writer) (stop func(), err error) {
+	sink, err := startOTLPSink()
+	if err != nil {
+		return nil, err
+	}
+	e.otlp = "http://" + sink.Addr().String()
+	return func() {
+		fmt.Fprintf(stderr, "OTLP sink: %d exports received\n", sink.exports.Load())
+		_ = sink.srv.Close()
+	}, nil
+}
 
 // tracingYAML is the tracing block of a server's config at ratio: empty
 // when tracing is off ("").

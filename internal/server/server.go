@@ -338,7 +338,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		if err != nil {
 			return nil, err
 		}
-		if p.tracing, err = tracing.New(ctx, set, tracing.Options{Logger: s.log}); err != nil {
+		if p.tracing, err = tracing.New(ctx, set, tracing.Options{}); err != nil {
 			return nil, err
 		}
 		p.ownTrace = p.tracing.Enabled()

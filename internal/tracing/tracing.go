@@ -128,7 +128,6 @@ type Options struct {
 	// Exporter, when set, receives the spans instead of an OTLP exporter
 	// (tests: tracetest.InMemoryExporter). Spans go to it synchronously.
 	Exporter sdktrace.SpanExporter
-	Logger   *slog.Logger
 }
 
 // Off is a provider that records nothing.
