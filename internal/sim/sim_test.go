@@ -212,6 +212,7 @@ func runSeeds(t *testing.T, b backend, n int) {
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		failures int
+		failed   []string // each failing seed's first violations
 		total    stats
 	)
 	start := time.Now()
@@ -248,12 +249,13 @@ func runSeeds(t *testing.T, b backend, n int) {
 					}
 					continue
 				}
-				mu.Lock()
-				failures++
-				mu.Unlock()
 				if err != nil {
 					errs = append(errs, err.Error())
 				}
+				mu.Lock()
+				failures++
+				failed = append(failed, fmt.Sprintf("seed %d: %s", seed, strings.Join(errs[:min(len(errs), 3)], "; ")))
+				mu.Unlock()
 				report(t, b, seed, errs, trace)
 			}
 		})
@@ -282,6 +284,10 @@ func runSeeds(t *testing.T, b backend, n int) {
 	t.Logf("%s: hostile events by field=value:outcome: %v", b.name, total.hostile)
 	t.Logf("%s: %d versions applied again, %d existing episode keys inserted again; %d store faults injected in %d seeds: %v",
 		b.name, total.reappliedVersions, total.reinserted, total.storeFaults, total.storeFaultSeeds, total.storeFaultKinds)
+	// Last, so that a log cut to its tail still names what failed.
+	for _, f := range failed {
+		t.Errorf("%s: %s", b.name, f)
+	}
 }
 
 func runOne(ctx context.Context, t *testing.T, b backend, sl *slot, seed uint64) (*run, error) {
@@ -301,16 +307,10 @@ func runOne(ctx context.Context, t *testing.T, b backend, sl *slot, seed uint64)
 // report prints a failing seed's violations, the end of its schedule and
 // the command that reruns it alone.
 func report(t *testing.T, b backend, seed uint64, errs, trace []string) {
-	const maxErrs, maxTrace = 20, 80
+	const maxTrace = 80
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "seed %d (%s): %d invariant violations\n", seed, b.name, len(errs))
-	for i, e := range errs {
-		if i == maxErrs {
-			fmt.Fprintf(&sb, "  ... and %d more\n", len(errs)-maxErrs)
-			break
-		}
-		fmt.Fprintf(&sb, "  - %s\n", e)
-	}
+	violations(&sb, errs)
 	if len(trace) > maxTrace {
 		fmt.Fprintf(&sb, "schedule (last %d of %d ops):\n", maxTrace, len(trace))
 		trace = trace[len(trace)-maxTrace:]
@@ -320,6 +320,22 @@ func report(t *testing.T, b backend, seed uint64, errs, trace []string) {
 	for _, l := range trace {
 		fmt.Fprintf(&sb, "  %s\n", l)
 	}
+	// The violations again, last: a log that keeps only its tail (a CI
+	// summary) still says what failed, not only the schedule.
+	fmt.Fprintf(&sb, "seed %d (%s) violated:\n", seed, b.name)
+	violations(&sb, errs)
 	fmt.Fprintf(&sb, "rerun this seed alone: "+b.rerun, seed)
 	t.Error(sb.String())
+}
+
+// violations lists at most 20 of a seed's violations.
+func violations(sb *strings.Builder, errs []string) {
+	const maxErrs = 20
+	for i, e := range errs {
+		if i == maxErrs {
+			fmt.Fprintf(sb, "  ... and %d more\n", len(errs)-maxErrs)
+			break
+		}
+		fmt.Fprintf(sb, "  - %s\n", e)
+	}
 }
