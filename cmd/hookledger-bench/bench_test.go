@@ -345,3 +345,34 @@ func TestWithTracing(t *testing.T) {
 		}
 	}
 }
+
+// Each stage's wait and work come from the right pair of stamps, and a
+// stamp the ledger lacks (0) leaves the stage's measure out instead of
+// counting a span from the epoch.
+func TestE2EBreakdown(t *testing.T) {
+	rows := []stampRow{
+		{eventID: "a", received: 1000, routed: 5000, claimed: 8000, applied: 9000, created: 9000, leased: 12000, called: 13000, callUS: 700, settled: 14000},
+		{eventID: "b", received: 1000, routed: 2000},
+	}
+	acks := map[string]int64{"a": 3000, "b": 0}
+	got := breakdown(rows, func(id string) int64 { return acks[id] })
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	want := []struct {
+		name       string
+		wait, work []time.Duration
+	}{
+		{"receive", []time.Duration{us(2000)}, nil},
+		{"route", []time.Duration{us(2000)}, nil},
+		{"process", []time.Duration{us(3000)}, []time.Duration{us(1000)}},
+		{"claim", []time.Duration{us(3000)}, nil},
+		{"call", []time.Duration{us(1000)}, []time.Duration{us(700)}},
+	}
+	for i, w := range want {
+		if e2eStages[i].name != w.name {
+			t.Fatalf("stage %d is %q, want %q", i, e2eStages[i].name, w.name)
+		}
+		if !slices.Equal(got[i].wait, latencies(w.wait)) || !slices.Equal(got[i].work, latencies(w.work)) {
+			t.Errorf("%s: wait %v work %v, want %v and %v", w.name, got[i].wait, got[i].work, w.wait, w.work)
+		}
+	}
+}

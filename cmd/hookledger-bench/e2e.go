@@ -289,6 +289,7 @@ type e2eResult struct {
 
 	// The exactly-once account.
 	ackedIDs   []string
+	ackAt      map[string]int64 // event id -> when the sender saw its 200, unix microseconds
 	exactlyOne int
 	missing    int
 	duplicated int
@@ -298,6 +299,9 @@ type e2eResult struct {
 
 	ledger      map[store.EffectState]int
 	ledgerTotal int
+
+	// stages is where an event's time went, per stage of e2eStages.
+	stages []stageStats
 
 	pg    *pgCost     // PostgreSQL targets only
 	pgCPU *backendCPU // PostgreSQL targets only: the database's backends, from sending started until the servers stopped
@@ -643,6 +647,11 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if err := e2eLedger(ctx, cs.URL, res); err != nil {
 		return nil, err
 	}
+	rows, err := readStamps(ctx, driver, cs.URL)
+	if err != nil {
+		return nil, err
+	}
+	res.stages = breakdown(rows, func(id string) int64 { return res.ackAt[id] })
 	return res, nil
 }
 
@@ -672,6 +681,7 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	var errOnce sync.Once
 	ackedParts := make([][]string, f.senders)
 	latParts := make([]latencies, f.senders)
+	ackParts := make([][]int64, f.senders)
 	var wg sync.WaitGroup
 	for i := range f.senders {
 		wg.Add(1)
@@ -700,6 +710,7 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 					acked.Add(1)
 					ackedParts[i] = append(ackedParts[i], id)
 					latParts[i] = append(latParts[i], lat)
+					ackParts[i] = append(ackParts[i], time.Now().UnixMicro())
 				}
 			}
 		}()
@@ -755,8 +766,12 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	res.scheduled, res.acked, res.non2xx, res.errs, res.late = seq, acked.Load(), non2xx.Load(), errs.Load(), late.Load()
 	res.doneInWindow = dest.doneCount()
 	res.ackLat = mergeLatencies(latParts)
-	for _, p := range ackedParts {
+	res.ackAt = map[string]int64{}
+	for i, p := range ackedParts {
 		res.ackedIDs = append(res.ackedIDs, p...)
+		for j, id := range p {
+			res.ackAt[id] = ackParts[i][j]
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		close(samplerStop)
