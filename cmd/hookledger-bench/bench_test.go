@@ -376,3 +376,25 @@ func TestE2EBreakdown(t *testing.T) {
 		}
 	}
 }
+
+// A saturated target is reported by its capacity against the ingest
+// probe, with the goal and its CPU per effect; one that kept up by its
+// latency against the latency goals.
+func TestPrintE2ECapacity(t *testing.T) {
+	lat := func(ds ...time.Duration) latencies { return mergeLatencies([]latencies{ds}) }
+	slow := &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, scheduled: 10000, acked: 10000,
+		exactlyOne: 6000, cpu: []time.Duration{6 * time.Second}}
+	fast := &e2eResult{target: "pg1", sendFor: 10 * time.Second, drainedIn: 100 * time.Millisecond, scheduled: 1000, acked: 1000,
+		exactlyOne: 1000, cpu: []time.Duration{time.Second}, lat: lat(5*time.Millisecond, 30*time.Millisecond)}
+	var b bytes.Buffer
+	printE2ECapacity(&b, &e2eRunInfo{probeRate: 1000}, []*e2eResult{slow, fast})
+	out := b.String()
+	for _, want := range []string{
+		"sqlite capacity (saturated): 300 effects/s over the whole run = 0.30 x the ingest probe's 1000 durable acks/s (goal >= 0.5: NOT met); CPU 1.00 ms per effect",
+		"pg1 kept up with 100/s: p50 5.00 ms (goal <= 10.0 at half the capacity: met), p99 30.0 ms (goal <= 25.0: NOT met); CPU 1.00 ms per effect",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

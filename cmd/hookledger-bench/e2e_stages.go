@@ -200,3 +200,50 @@ func printE2EStages(w io.Writer, results []*e2eResult) {
 		fmt.Fprintln(w)
 	}
 }
+
+// Goals of the pipeline's capacity and latency on SQLite: effects done
+// per second when overloaded against the ingest probe's durable acks of
+// the same run, and the latency at half of that capacity.
+const (
+	capacityGoal = 0.5
+	p50Goal      = 10 * time.Millisecond
+	p99Goal      = 25 * time.Millisecond
+)
+
+// saturated reports whether the target fell behind the send rate, so that
+// its whole-run rate is its capacity: it needed more than a second to
+// drain, or most sends were late.
+func (r *e2eResult) saturated() bool {
+	return r.drainedIn > time.Second || r.late*2 > r.scheduled
+}
+
+// cpuPerEffect is the serve processes' CPU time per effect done.
+func (r *e2eResult) cpuPerEffect() time.Duration {
+	var sum time.Duration
+	for _, c := range r.cpu {
+		sum += c
+	}
+	return sum / time.Duration(max(r.done(), 1))
+}
+
+// printE2ECapacity prints, per target, its capacity beside the ingest
+// probe's acks with the goal, and the CPU each effect cost; or, for a
+// target that kept up, its latency beside the latency goals.
+func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
+	fmt.Fprintln(w)
+	for _, r := range results {
+		if !r.saturated() {
+			fmt.Fprintf(w, "%s kept up with %.0f/s: p50 %s ms (goal <= %s at half the capacity: %s), p99 %s ms (goal <= %s: %s); CPU %.2f ms per effect\n",
+				r.target, rate(r.acked, r.sendFor), ms(r.lat.pct(0.5)), ms(p50Goal), metOrNot(float64(p50Goal), float64(r.lat.pct(0.5))),
+				ms(r.lat.pct(0.99)), ms(p99Goal), metOrNot(float64(p99Goal), float64(r.lat.pct(0.99))), float64(r.cpuPerEffect())/float64(time.Millisecond))
+			continue
+		}
+		versus := "no ingest probe in this run (--rate given): no ratio"
+		if run.probeRate > 0 {
+			ratio := r.wholeRate() / run.probeRate
+			versus = fmt.Sprintf("%.2f x the ingest probe's %.0f durable acks/s (goal >= %.1f: %s)", ratio, run.probeRate, capacityGoal, metOrNot(ratio, capacityGoal))
+		}
+		fmt.Fprintf(w, "%s capacity (saturated): %.0f effects/s over the whole run = %s; CPU %.2f ms per effect done (serve, user+system)\n",
+			r.target, r.wholeRate(), versus, float64(r.cpuPerEffect())/float64(time.Millisecond))
+	}
+}
