@@ -72,9 +72,13 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"server's RSS (sampled from /proc every --sample) and CPU time, and on PostgreSQL the\n"+
 			"transactions (pg_stat_database), where pg_stat_statements is loaded statements per\n"+
 			"event, and where PostgreSQL runs on this machine its backends' CPU time for the\n"+
-			"target's database (from /proc). After sending, waits up to --drain for the backlog;\n"+
-			"exit 1 unless, in every target, every acknowledged webhook produced exactly one call at\n"+
-			"the destination.")
+			"target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
+			"stopped: for each stage (receive, route, process, claim, call) the p50/p99 time an event\n"+
+			"waited for it and the time the stage worked on it; and a target that fell behind is\n"+
+			"given as its capacity against the ingest probe (goal 0.5) with its CPU per effect, one\n"+
+			"that kept up as its latency against the goals (p50 10 ms, p99 25 ms).\n"+
+			"After sending, waits up to --drain for the backlog; exit 1 unless, in every target, every\n"+
+			"acknowledged webhook produced exactly one call at the destination.")
 	var f e2eFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per target (omit to measure SQLite only)")
 	fs.StringVar(&f.tracing, "tracing", "", "comma-separated sampling `ratios` (e.g. 0.01,1): each target also runs with tracing on at each,\n"+
