@@ -345,3 +345,56 @@ func TestWithTracing(t *testing.T) {
 		}
 	}
 }
+
+// Each stage's wait and work come from the right pair of stamps, and a
+// stamp the ledger lacks (0) leaves the stage's measure out instead of
+// counting a span from the epoch.
+func TestE2EBreakdown(t *testing.T) {
+	rows := []stampRow{
+		{eventID: "a", received: 1000, routed: 5000, claimed: 8000, applied: 9000, created: 9000, leased: 12000, called: 13000, callUS: 700, settled: 14000},
+		{eventID: "b", received: 1000, routed: 2000},
+	}
+	acks := map[string]int64{"a": 3000, "b": 0}
+	got := breakdown(rows, func(id string) int64 { return acks[id] })
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	want := []struct {
+		name       string
+		wait, work []time.Duration
+	}{
+		{"receive", []time.Duration{us(2000)}, nil},
+		{"route", []time.Duration{us(2000)}, nil},
+		{"process", []time.Duration{us(3000)}, []time.Duration{us(1000)}},
+		{"claim", []time.Duration{us(3000)}, nil},
+		{"call", []time.Duration{us(1000)}, []time.Duration{us(700)}},
+	}
+	for i, w := range want {
+		if e2eStages[i].name != w.name {
+			t.Fatalf("stage %d is %q, want %q", i, e2eStages[i].name, w.name)
+		}
+		if !slices.Equal(got[i].wait, latencies(w.wait)) || !slices.Equal(got[i].work, latencies(w.work)) {
+			t.Errorf("%s: wait %v work %v, want %v and %v", w.name, got[i].wait, got[i].work, w.wait, w.work)
+		}
+	}
+}
+
+// A saturated target is reported by its capacity against the ingest
+// probe, with the goal and its CPU per effect; one that kept up by its
+// latency against the latency goals.
+func TestPrintE2ECapacity(t *testing.T) {
+	lat := func(ds ...time.Duration) latencies { return mergeLatencies([]latencies{ds}) }
+	slow := &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, scheduled: 10000, acked: 10000,
+		exactlyOne: 6000, cpu: []time.Duration{6 * time.Second}}
+	fast := &e2eResult{target: "pg1", sendFor: 10 * time.Second, drainedIn: 100 * time.Millisecond, scheduled: 1000, acked: 1000,
+		exactlyOne: 1000, cpu: []time.Duration{time.Second}, lat: lat(5*time.Millisecond, 30*time.Millisecond)}
+	var b bytes.Buffer
+	printE2ECapacity(&b, &e2eRunInfo{probeRate: 1000}, []*e2eResult{slow, fast})
+	out := b.String()
+	for _, want := range []string{
+		"sqlite capacity (saturated): 300 effects/s over the whole run = 0.30 x the ingest probe's 1000 durable acks/s (goal >= 0.5: NOT met); CPU 1.00 ms per effect",
+		"pg1 kept up with 100/s: p50 5.00 ms (goal <= 10.0 at half the capacity: met), p99 30.0 ms (goal <= 25.0: NOT met); CPU 1.00 ms per effect",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -72,9 +72,13 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"server's RSS (sampled from /proc every --sample) and CPU time, and on PostgreSQL the\n"+
 			"transactions (pg_stat_database), where pg_stat_statements is loaded statements per\n"+
 			"event, and where PostgreSQL runs on this machine its backends' CPU time for the\n"+
-			"target's database (from /proc). After sending, waits up to --drain for the backlog;\n"+
-			"exit 1 unless, in every target, every acknowledged webhook produced exactly one call at\n"+
-			"the destination.")
+			"target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
+			"stopped: for each stage (receive, route, process, claim, call) the p50/p99 time an event\n"+
+			"waited for it and the time the stage worked on it; and a target that fell behind is\n"+
+			"given as its capacity against the ingest probe (goal 0.5) with its CPU per effect, one\n"+
+			"that kept up as its latency against the goals (p50 10 ms, p99 25 ms).\n"+
+			"After sending, waits up to --drain for the backlog; exit 1 unless, in every target, every\n"+
+			"acknowledged webhook produced exactly one call at the destination.")
 	var f e2eFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per target (omit to measure SQLite only)")
 	fs.StringVar(&f.tracing, "tracing", "", "comma-separated sampling `ratios` (e.g. 0.01,1): each target also runs with tracing on at each,\n"+
@@ -289,6 +293,7 @@ type e2eResult struct {
 
 	// The exactly-once account.
 	ackedIDs   []string
+	ackAt      map[string]int64 // event id -> when the sender saw its 200, unix microseconds
 	exactlyOne int
 	missing    int
 	duplicated int
@@ -298,6 +303,9 @@ type e2eResult struct {
 
 	ledger      map[store.EffectState]int
 	ledgerTotal int
+
+	// stages is where an event's time went, per stage of e2eStages.
+	stages []stageStats
 
 	pg    *pgCost     // PostgreSQL targets only
 	pgCPU *backendCPU // PostgreSQL targets only: the database's backends, from sending started until the servers stopped
@@ -643,6 +651,13 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if err := e2eLedger(ctx, cs.URL, res); err != nil {
 		return nil, err
 	}
+	// A build from before the claims were stamped (--hookledger) has no
+	// breakdown to give; the rest of its figures stand.
+	if rows, err := readStamps(ctx, driver, cs.URL); err != nil {
+		fmt.Fprintf(env.stderr, "target %s: no stage breakdown: %v\n", target, err)
+	} else {
+		res.stages = breakdown(rows, func(id string) int64 { return res.ackAt[id] })
+	}
 	return res, nil
 }
 
@@ -672,6 +687,7 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	var errOnce sync.Once
 	ackedParts := make([][]string, f.senders)
 	latParts := make([]latencies, f.senders)
+	ackParts := make([][]int64, f.senders)
 	var wg sync.WaitGroup
 	for i := range f.senders {
 		wg.Add(1)
@@ -700,6 +716,7 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 					acked.Add(1)
 					ackedParts[i] = append(ackedParts[i], id)
 					latParts[i] = append(latParts[i], lat)
+					ackParts[i] = append(ackParts[i], time.Now().UnixMicro())
 				}
 			}
 		}()
@@ -755,8 +772,12 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	res.scheduled, res.acked, res.non2xx, res.errs, res.late = seq, acked.Load(), non2xx.Load(), errs.Load(), late.Load()
 	res.doneInWindow = dest.doneCount()
 	res.ackLat = mergeLatencies(latParts)
-	for _, p := range ackedParts {
+	res.ackAt = map[string]int64{}
+	for i, p := range ackedParts {
 		res.ackedIDs = append(res.ackedIDs, p...)
+		for j, id := range p {
+			res.ackAt[id] = ackParts[i][j]
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		close(samplerStop)

@@ -190,7 +190,7 @@ func effectClaimSQL(destFilter string) string {
 			ORDER BY next_attempt_at, id
 			LIMIT $4 FOR UPDATE SKIP LOCKED)
 		UPDATE effects f SET state = 'submitting',
-			lease_token = $5 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $6, next_attempt_at = $6, updated_at = $1,
+			lease_token = $5 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $6, next_attempt_at = $6, updated_at = $1, claimed_at = $1,
 			attempts = CASE WHEN c.state = 'dead' THEN 0 WHEN c.state = 'submitting' THEN f.attempts + 1 ELSE f.attempts END,
 			redrives = CASE WHEN c.state = 'dead' THEN f.redrives + 1 ELSE f.redrives END,
 			error_class = CASE WHEN c.state = 'submitting' THEN 'unknown_outcome' ELSE f.error_class END,

@@ -306,7 +306,7 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 			WHERE pending > 0 AND lease_until <= $1 AND not_before <= $1
 			ORDER BY not_before, flow COLLATE "C", entity COLLATE "C"
 			LIMIT $2 FOR UPDATE SKIP LOCKED)
-		UPDATE entities e SET lease_token = $3 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $4
+		UPDATE entities e SET lease_token = $3 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $4, claimed_at = $1
 		FROM c WHERE e.flow = c.flow AND e.entity = c.entity
 		RETURNING e.not_before, e.flow, e.entity, e.lease_token, e.lease_until`,
 		p.Now, store.ClampLimit(p.Limit), p.Owner, p.Now.Add(p.LeaseFor))

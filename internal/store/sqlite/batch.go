@@ -127,9 +127,6 @@ func (s *Store) runBatch(batch []*txJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.batchDeadline)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	jobCtx := func(j *txJob) (context.Context, context.CancelFunc) {
-		return context.WithDeadline(context.WithoutCancel(j.ctx), deadline)
-	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		for _, j := range live {
@@ -137,55 +134,114 @@ func (s *Store) runBatch(batch []*txJob) {
 		}
 		return
 	}
-	results := make([]error, len(live))
-	single := len(live) == 1
-	shared := &wtx{Tx: tx, s: s, stmts: map[string]*sql.Stmt{}}
-	for i, j := range live {
-		if single {
-			// Alone in the transaction: no savepoint needed, a failure
-			// rolls the whole transaction back.
-			jctx, jcancel := jobCtx(j)
-			results[i] = j.fn(jctx, shared)
-			jcancel()
-			continue
+	b := &batchRun{s: s, ctx: ctx, deadline: deadline, tx: tx, shared: &wtx{Tx: tx, s: s, stmts: map[string]*sql.Stmt{}}}
+	if len(live) == 1 {
+		// Alone in the transaction: no savepoint needed, a failure
+		// rolls the whole transaction back.
+		b.jobs = live
+		b.results = []error{b.call(live[0])}
+		if b.results[0] != nil {
+			_ = tx.Rollback()
+			live[0].done <- b.results[0]
+			return
 		}
-		if _, err := tx.ExecContext(ctx, `SAVEPOINT job`); err != nil {
-			results[i] = fmt.Errorf("savepoint: %w", err)
-			continue
-		}
-		jctx, jcancel := jobCtx(j)
-		results[i] = j.fn(jctx, shared)
-		jcancel()
-		if results[i] != nil {
-			if _, err := tx.ExecContext(ctx, `ROLLBACK TO job`); err != nil {
-				_ = tx.Rollback()
-				for _, j := range live {
-					j.done <- fmt.Errorf("rollback to savepoint: %w: %w", store.ErrUnavailable, err)
-				}
+	} else {
+		for _, j := range live {
+			if !b.runSaved(j) {
 				return
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `RELEASE job`); err != nil {
-			_ = tx.Rollback()
-			for _, j := range live {
-				j.done <- fmt.Errorf("release savepoint: %w: %w", store.ErrUnavailable, err)
-			}
-			return
-		}
 	}
-	if single && results[0] != nil {
-		_ = tx.Rollback()
-		live[0].done <- results[0]
+	if !b.lateJoiners() {
 		return
 	}
 	if err := tx.Commit(); err != nil {
-		for _, j := range live {
-			j.done <- fmt.Errorf("commit: %w: %w", store.ErrUnavailable, err)
-		}
+		b.failAll(fmt.Errorf("commit: %w: %w", store.ErrUnavailable, err))
 		return
 	}
-	for i, j := range live {
-		j.done <- results[i]
+	if s.committed != nil {
+		s.committed(len(b.jobs))
+	}
+	for i, j := range b.jobs {
+		j.done <- b.results[i]
+	}
+}
+
+// batchRun is one shared write transaction in progress: the jobs it has
+// run and their outcomes, answered once it commits.
+type batchRun struct {
+	s        *Store
+	ctx      context.Context
+	deadline time.Time
+	tx       *sql.Tx
+	shared   *wtx
+	jobs     []*txJob
+	results  []error
+}
+
+// call runs one job's function on the shared transaction, under a context
+// that its caller cannot cancel but that ends with the transaction's.
+func (b *batchRun) call(j *txJob) error {
+	jctx, jcancel := context.WithDeadline(context.WithoutCancel(j.ctx), b.deadline)
+	defer jcancel()
+	return j.fn(jctx, b.shared)
+}
+
+// runSaved runs a job under a savepoint of its own, so that its error
+// rolls back its writes only. false: the transaction itself failed, and
+// every job has been answered.
+func (b *batchRun) runSaved(j *txJob) bool {
+	b.jobs = append(b.jobs, j)
+	if _, err := b.tx.ExecContext(b.ctx, `SAVEPOINT job`); err != nil {
+		b.results = append(b.results, fmt.Errorf("savepoint: %w", err))
+		return true
+	}
+	err := b.call(j)
+	b.results = append(b.results, err)
+	if err != nil {
+		if _, err := b.tx.ExecContext(b.ctx, `ROLLBACK TO job`); err != nil {
+			_ = b.tx.Rollback()
+			b.failAll(fmt.Errorf("rollback to savepoint: %w: %w", store.ErrUnavailable, err))
+			return false
+		}
+	}
+	if _, err := b.tx.ExecContext(b.ctx, `RELEASE job`); err != nil {
+		_ = b.tx.Rollback()
+		b.failAll(fmt.Errorf("release savepoint: %w: %w", store.ErrUnavailable, err))
+		return false
+	}
+	return true
+}
+
+// lateJoiners runs, before the commit, the jobs queued while the
+// transaction ran: they share its commit instead of waiting for it and
+// then paying an fsync of their own, which is where a stage's hand-off
+// spent its time (the next stage's claim, a receiver's group, a settle).
+// Only what is queued already joins: nothing waits for more. false: the
+// transaction failed, and every job has been answered.
+func (b *batchRun) lateJoiners() bool {
+	for len(b.jobs) < maxTxBatch {
+		var j *txJob
+		select {
+		case j = <-b.s.jobs:
+		default:
+			return true
+		}
+		if err := j.ctx.Err(); err != nil {
+			j.done <- err
+			continue
+		}
+		if !b.runSaved(j) {
+			return false
+		}
+	}
+	return true
+}
+
+// failAll answers every job of the transaction with err.
+func (b *batchRun) failAll(err error) {
+	for _, j := range b.jobs {
+		j.done <- err
 	}
 }
 

@@ -158,9 +158,9 @@ func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 		// would otherwise read through and pass over.
 		c.NextAttemptAt = p.Until.UTC()
 		if _, err := a.tx.ExecContext(ctx, `UPDATE effects SET state = 'submitting', lease_token = ?, lease_until = ?,
-			next_attempt_at = ?, attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ?, calls = ?, restart = ?
+			next_attempt_at = ?, attempts = ?, redrives = ?, error_class = ?, reason = ?, updated_at = ?, claimed_at = ?, calls = ?, restart = ?
 			WHERE id = ?`,
-			c.Token, p.Until.UnixMicro(), p.Until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, c.Calls, c.Restart,
+			c.Token, p.Until.UnixMicro(), p.Until.UnixMicro(), c.Attempts, c.Redrives, c.ErrorClass, c.Reason, now, now, c.Calls, c.Restart,
 			c.ID); err != nil {
 			return nil, fmt.Errorf("lease effect %d: %w", c.ID, err)
 		}

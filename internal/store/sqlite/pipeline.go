@@ -229,8 +229,8 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 			if l.Token, err = newToken(p.Owner); err != nil {
 				return fmt.Errorf("claim entities: %w", err)
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ? WHERE flow = ? AND entity = ?`,
-				l.Token, until, l.Flow, l.Entity); err != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ?, claimed_at = ? WHERE flow = ? AND entity = ?`,
+				l.Token, until, now, l.Flow, l.Entity); err != nil {
 				return fmt.Errorf("claim entities: lease %s/%s: %w", l.Flow, l.Entity, err)
 			}
 		}

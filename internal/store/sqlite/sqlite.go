@@ -58,6 +58,9 @@ type Store struct {
 
 	// faults is Options.Faults: nil outside tests.
 	faults func(query string) error
+	// committed, set only by tests, hears how many jobs each shared
+	// write transaction committed.
+	committed func(jobs int)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -271,16 +274,34 @@ func (s *Store) prepareInbox(ctx context.Context) error {
 	return nil
 }
 
+// inboxCommit runs the group as one job of the shared write transaction
+// (inTx): a group that arrives while the processor's and the worker's
+// writes are running shares their commit, and theirs its, instead of each
+// paying an fsync of its own on the one writer, one after the other.
 func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, savepoints bool) ([]store.SubmissionResult, error) {
 	s.inboxOnce.Do(func() { s.inboxErr = s.prepareInbox(context.WithoutCancel(ctx)) })
 	if s.inboxErr != nil {
 		return nil, fmt.Errorf("inbox commit: %w: %w", store.ErrUnavailable, s.inboxErr)
 	}
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("inbox commit: begin: %w: %w", store.ErrUnavailable, err)
+	var results []store.SubmissionResult
+	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
+		var err error
+		results, err = s.inboxSubmissions(ctx, tx.Tx, p, savepoints)
+		return err
+	})
+	switch {
+	case errors.Is(err, errRetryWithSavepoints):
+		return nil, errRetryWithSavepoints
+	case err != nil:
+		return nil, fmt.Errorf("inbox commit: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	return results, nil
+}
+
+// inboxSubmissions writes the group's submissions in tx; with savepoints,
+// each under its own, so that a failing one is rolled back and reported
+// alone.
+func (s *Store) inboxSubmissions(ctx context.Context, tx *sql.Tx, p *store.InboxCommitParams, savepoints bool) ([]store.SubmissionResult, error) {
 	bind := func(st *sql.Stmt) *sql.Stmt { return tx.StmtContext(ctx, st) }
 	upsertEvent, insertDelivery, audit := bind(s.inbox.upsertEvent), bind(s.inbox.insertDelivery), bind(s.inbox.insertAudit)
 
@@ -288,7 +309,7 @@ func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, sav
 	for i, sub := range p.Submissions {
 		if savepoints {
 			if _, err := bind(s.inbox.savepoint).ExecContext(ctx); err != nil {
-				return nil, fmt.Errorf("inbox commit: savepoint: %w", err)
+				return nil, fmt.Errorf("savepoint: %w", err)
 			}
 		}
 		items, err := s.commitOne(ctx, upsertEvent, insertDelivery, audit, sub)
@@ -297,7 +318,7 @@ func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, sav
 			return nil, errRetryWithSavepoints
 		case err != nil:
 			if _, rerr := bind(s.inbox.rollbackTo).ExecContext(ctx); rerr != nil {
-				return nil, fmt.Errorf("inbox commit: rollback to savepoint: %w", rerr)
+				return nil, fmt.Errorf("rollback to savepoint: %w", rerr)
 			}
 			results[i].Err = dbErrors.MarkRefused(err)
 		default:
@@ -305,12 +326,9 @@ func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, sav
 		}
 		if savepoints {
 			if _, err := bind(s.inbox.release).ExecContext(ctx); err != nil {
-				return nil, fmt.Errorf("inbox commit: release savepoint: %w", err)
+				return nil, fmt.Errorf("release savepoint: %w", err)
 			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("inbox commit: %w: %w", store.ErrUnavailable, err)
 	}
 	return results, nil
 }

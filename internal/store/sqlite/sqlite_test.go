@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,4 +299,59 @@ func queryPlan(t *testing.T, s *Store, name, q string, args ...any) (plan, outer
 		rest.WriteString(detail + "\n")
 	}
 	return all.String(), rest.String()
+}
+
+// A job that arrives while the shared write transaction runs joins it
+// before the commit, an inbox group too: the two share one commit (one
+// fsync) instead of the newcomer waiting for this commit and then paying
+// its own. Before, the inbox group waited for the writer connection and
+// committed alone.
+func TestLateJobsJoinTheRunningWriteTransaction(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "j.db"))
+	ctx := context.Background()
+	sub := func(id string) *store.InboxCommitParams {
+		return &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
+			Source: "stripe", EventID: id, Type: "invoice.paid", ReceivedAt: time.Unix(1, 0), Body: []byte(`{}`)}}}}}
+	}
+	// The inbox prepares its statements on the writer at its first
+	// commit: done here, before the writer is held.
+	if _, err := s.InboxCommit(ctx, sub("evt_first")); err != nil {
+		t.Fatalf("first inbox commit: %v", err)
+	}
+	var mu sync.Mutex
+	var commits []int
+	s.committed = func(n int) { mu.Lock(); commits = append(commits, n); mu.Unlock() }
+
+	running, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free()
+	held := make(chan error, 1)
+	go func() {
+		held <- s.inTx(ctx, func(context.Context, *wtx) error { close(running); <-release; return nil })
+	}()
+	<-running
+	inbox := make(chan error, 1)
+	go func() { _, err := s.InboxCommit(ctx, sub("evt_late")); inbox <- err }()
+	for i := 0; len(s.jobs) == 0; i++ {
+		if i > 10_000_000 {
+			t.Fatal("the inbox group never queued for the shared write transaction")
+		}
+		runtime.Gosched()
+	}
+	free()
+	if err := <-held; err != nil {
+		t.Fatalf("held job: %v", err)
+	}
+	if err := <-inbox; err != nil {
+		t.Fatalf("late inbox commit: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(commits) != 1 || commits[0] != 2 {
+		t.Fatalf("commits of the held job and the late inbox group: %v, want one commit of 2 jobs", commits)
+	}
+	if ev, err := s.EventList(ctx, &store.EventListParams{EventID: "evt_late"}); err != nil || len(ev.Events) != 1 {
+		t.Fatalf("late event stored: %v %v", ev, err)
+	}
 }

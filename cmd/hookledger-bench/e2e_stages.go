@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// stampRow is one event's way through the pipeline, as the ledger stamped
+// it (unix microseconds; 0 where the ledger has no stamp). Each stage
+// records the time it took the event up (the Now it was given), so the
+// commit of a stage falls in the wait of the next one.
+type stampRow struct {
+	eventID  string
+	received int64 // events.received_at: the receiver read the request
+	routed   int64 // work.created_at: the router took the event's page
+	claimed  int64 // entities.claimed_at: the processor leased the entity
+	applied  int64 // work.done_at: the item was settled (its page prepared)
+	created  int64 // effects.created_at: the effect's row was written
+	leased   int64 // effects.claimed_at: the delivery worker claimed it
+	called   int64 // effect_attempts.started_at: the first call started
+	callUS   int64 // effect_attempts.duration_us
+	settled  int64 // effects.updated_at: the call's settle
+}
+
+// stage is one stage of the breakdown: the time an event waited for it
+// and the time it spent in it, from two pairs of stamps.
+type stage struct {
+	name, wait, work string // the legend of each measure
+	waitOf, workOf   func(r *stampRow, ackUS int64) (time.Duration, bool)
+}
+
+func span(from, to int64) (time.Duration, bool) {
+	if from <= 0 || to <= 0 {
+		return 0, false
+	}
+	return time.Duration(to-from) * time.Microsecond, true
+}
+
+// e2eStages are the stages an event goes through after its
+// acknowledgement, in order.
+var e2eStages = []stage{
+	{name: "receive", wait: "request read -> acknowledged: the inbox's group commit", work: "",
+		waitOf: func(r *stampRow, ack int64) (time.Duration, bool) { return span(r.received, ack) }},
+	{name: "route", wait: "acknowledged -> the router takes its page", work: "",
+		waitOf: func(r *stampRow, ack int64) (time.Duration, bool) { return span(ack, r.routed) }},
+	{name: "process", wait: "routed -> entity claimed (includes the routing commit)", work: "entity claimed -> item settled (listing, preparing)",
+		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.routed, r.claimed) },
+		workOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.claimed, r.applied) }},
+	{name: "claim", wait: "item settled -> effect claimed (includes the settle's group commit)", work: "",
+		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.applied, r.leased) }},
+	{name: "call", wait: "effect claimed -> call started (claim commit, bulkhead, rate)", work: "call started -> answered",
+		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.leased, r.called) },
+		workOf: func(r *stampRow, _ int64) (time.Duration, bool) {
+			if r.called <= 0 {
+				return 0, false
+			}
+			return time.Duration(r.callUS) * time.Microsecond, true
+		}},
+}
+
+// stageStats are the percentiles of one stage over a run.
+type stageStats struct {
+	wait, work latencies
+}
+
+// breakdown computes each stage's waits and works over the rows of
+// acknowledged events; ack gives an event's acknowledgement time (unix
+// microseconds) as the sender saw it, 0 when unknown.
+func breakdown(rows []stampRow, ack func(id string) int64) []stageStats {
+	out := make([]stageStats, len(e2eStages))
+	for i := range rows {
+		r := &rows[i]
+		a := ack(r.eventID)
+		for j, s := range e2eStages {
+			if d, ok := s.waitOf(r, a); ok {
+				out[j].wait = append(out[j].wait, d)
+			}
+			if s.workOf != nil {
+				if d, ok := s.workOf(r, a); ok {
+					out[j].work = append(out[j].work, d)
+				}
+			}
+		}
+	}
+	for j := range out {
+		out[j].wait = mergeLatencies([]latencies{out[j].wait})
+		out[j].work = mergeLatencies([]latencies{out[j].work})
+	}
+	return out
+}
+
+// stampSQL selects every event's stamps, its first pass and its effect's
+// first call; us spells a time column as unix microseconds.
+func stampSQL(us func(col string) string) string {
+	return `SELECT e.event_id, ` + strings.Join([]string{
+		us("e.received_at"), us("w.created_at"), us("n.claimed_at"), us("w.done_at"),
+		us("f.created_at"), us("f.claimed_at"), us("a.started_at"), "coalesce(a.duration_us, 0)", us("f.updated_at"),
+	}, ", ") + `
+		FROM events e
+		JOIN work w ON w.event_pk = e.pk AND w.replay_id = 0
+		JOIN entities n ON n.flow = w.flow AND n.entity = w.entity
+		JOIN effects f ON f.source_event_pk = e.pk
+		LEFT JOIN effect_attempts a ON a.effect_id = f.id AND a.number = 1`
+}
+
+// readStamps reads every event's stamps from a target's store after its
+// servers stopped.
+func readStamps(ctx context.Context, driver, storeURL string) ([]stampRow, error) {
+	var out []stampRow
+	scan := func(sc func(...any) error) error {
+		var r stampRow
+		if err := sc(&r.eventID, &r.received, &r.routed, &r.claimed, &r.applied, &r.created, &r.leased, &r.called, &r.callUS, &r.settled); err != nil {
+			return fmt.Errorf("read stage stamps: %w", err)
+		}
+		out = append(out, r)
+		return nil
+	}
+	switch driver {
+	case "sqlite":
+		db, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(storeURL, "sqlite:")+"?mode=ro&_pragma=busy_timeout(10000)")
+		if err != nil {
+			return nil, fmt.Errorf("read stage stamps: %w", err)
+		}
+		defer db.Close()
+		rows, err := db.QueryContext(ctx, stampSQL(func(c string) string { return "coalesce(" + c + ", 0)" }))
+		if err != nil {
+			return nil, fmt.Errorf("read stage stamps: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows.Scan); err != nil {
+				return nil, err
+			}
+		}
+		return out, rows.Err()
+	case "postgres":
+		conn, err := pgx.Connect(ctx, singleConnURL(storeURL))
+		if err != nil {
+			return nil, fmt.Errorf("read stage stamps: %w", err)
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, stampSQL(func(c string) string {
+			return "CASE WHEN " + c + " IS NULL OR " + c + " = '-infinity' THEN 0 ELSE (extract(epoch FROM " + c + ") * 1000000)::bigint END"
+		}))
+		if err != nil {
+			return nil, fmt.Errorf("read stage stamps: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows.Scan); err != nil {
+				return nil, err
+			}
+		}
+		return out, rows.Err()
+	}
+	return nil, fmt.Errorf("unknown driver %q", driver)
+}
+
+// printE2EStages prints, per target, where an event's time went between
+// its acknowledgement and its call.
+func printE2EStages(w io.Writer, results []*e2eResult) {
+	shown := false
+	for _, r := range results {
+		shown = shown || r.stages != nil
+	}
+	if !shown {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Where the time goes, per stage, from the ledger's own stamps (ms; each stage stamps the moment it takes an event up,")
+	fmt.Fprintln(w, "so a stage's commit is in the next stage's wait; receive's end is the acknowledgement the sender saw):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "target\tstage\twait p50\twait p99\twork p50\twork p99\t\n")
+	for _, r := range results {
+		if r.stages == nil {
+			continue
+		}
+		for j, s := range e2eStages {
+			st := r.stages[j]
+			work50, work99 := "-", "-"
+			if s.workOf != nil {
+				work50, work99 = ms(st.work.pct(0.5)), ms(st.work.pct(0.99))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.target, s.name, ms(st.wait.pct(0.5)), ms(st.wait.pct(0.99)), work50, work99)
+		}
+	}
+	tw.Flush()
+	for _, s := range e2eStages {
+		fmt.Fprintf(w, "  %s: wait = %s", s.name, s.wait)
+		if s.work != "" {
+			fmt.Fprintf(w, "; work = %s", s.work)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// Goals of the pipeline's capacity and latency on SQLite: effects done
+// per second when overloaded against the ingest probe's durable acks of
+// the same run, and the latency at half of that capacity.
+const (
+	capacityGoal = 0.5
+	p50Goal      = 10 * time.Millisecond
+	p99Goal      = 25 * time.Millisecond
+)
+
+// saturated reports whether the target fell behind the send rate, so that
+// its whole-run rate is its capacity: it needed more than a second to
+// drain, or most sends were late.
+func (r *e2eResult) saturated() bool {
+	return r.drainedIn > time.Second || r.late*2 > r.scheduled
+}
+
+// cpuPerEffect is the serve processes' CPU time per effect done.
+func (r *e2eResult) cpuPerEffect() time.Duration {
+	var sum time.Duration
+	for _, c := range r.cpu {
+		sum += c
+	}
+	return sum / time.Duration(max(r.done(), 1))
+}
+
+// printE2ECapacity prints, per target, its capacity beside the ingest
+// probe's acks with the goal, and the CPU each effect cost; or, for a
+// target that kept up, its latency beside the latency goals.
+func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
+	fmt.Fprintln(w)
+	for _, r := range results {
+		if !r.saturated() {
+			fmt.Fprintf(w, "%s kept up with %.0f/s: p50 %s ms (goal <= %s at half the capacity: %s), p99 %s ms (goal <= %s: %s); CPU %.2f ms per effect\n",
+				r.target, rate(r.acked, r.sendFor), ms(r.lat.pct(0.5)), ms(p50Goal), metOrNot(float64(p50Goal), float64(r.lat.pct(0.5))),
+				ms(r.lat.pct(0.99)), ms(p99Goal), metOrNot(float64(p99Goal), float64(r.lat.pct(0.99))), float64(r.cpuPerEffect())/float64(time.Millisecond))
+			continue
+		}
+		versus := "no ingest probe in this run (--rate given): no ratio"
+		if run.probeRate > 0 {
+			ratio := r.wholeRate() / run.probeRate
+			versus = fmt.Sprintf("%.2f x the ingest probe's %.0f durable acks/s (goal >= %.1f: %s)", ratio, run.probeRate, capacityGoal, metOrNot(ratio, capacityGoal))
+		}
+		fmt.Fprintf(w, "%s capacity (saturated): %.0f effects/s over the whole run = %s; CPU %.2f ms per effect done (serve, user+system)\n",
+			r.target, r.wholeRate(), versus, float64(r.cpuPerEffect())/float64(time.Millisecond))
+	}
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/store/pgtest"
+	"github.com/hookledger/hookledger/internal/store/storeopen"
+)
+
+// The stage breakdown reads the stamps the ledger itself writes: an
+// event taken through receive, routing, an entity claim, processing, an
+// effect claim and a call at known times comes back with exactly those
+// times, on both drivers (the claims stamp claimed_at in their own
+// update).
+func TestReadStampsFromTheLedger(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		stampsRoundTrip(t, "sqlite", "sqlite:"+filepath.Join(t.TempDir(), "stamps.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		stampsRoundTrip(t, "postgres", pgtest.NewDatabase(t))
+	})
+}
+
+func stampsRoundTrip(t *testing.T, driver, url string) {
+	ctx := context.Background()
+	st, err := storeopen.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("open %s: %v", driver, err)
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	t0 := time.UnixMicro(1_700_000_000_000_000).UTC()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	res, err := st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
+		RequestID: "req-1", Source: "stripe", EventID: "evt_1", Type: "invoice.paid", Entity: "in_1",
+		ReceivedAt: t0, Body: []byte(`{"id":"evt_1"}`)}}}}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("InboxCommit: %v %+v", err, res)
+	}
+	pk := res[0].Items[0].EventPK
+	if err := st.EventRoute(ctx, &store.EventRouteParams{Now: at(1), Decisions: []*store.RouteDecision{{EventPK: pk,
+		Routes: []store.Route{{Flow: "invoices", Entity: "in_1", OrderKey: "k1"}}}}}); err != nil {
+		t.Fatalf("EventRoute: %v", err)
+	}
+	leases, err := st.EntityClaim(ctx, &store.EntityClaimParams{Owner: "w", Now: at(3), LeaseFor: time.Minute, Limit: 10})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("EntityClaim: %v %d leases", err, len(leases))
+	}
+	items, err := st.WorkListPending(ctx, &store.WorkListPendingParams{Flow: "invoices", Entity: "in_1"})
+	if err != nil || len(items) != 1 {
+		t.Fatalf("WorkListPending: %v %d items", err, len(items))
+	}
+	if _, err := st.FlowApply(ctx, &store.FlowApplyParams{Lease: leases[0], Now: at(4), WorkID: items[0].ID, EventPK: pk, Actor: "w",
+		ReleaseIfDrained: true, Version: "r1", VersionSort: "0000000001", Ordered: true, State: []byte(`{}`),
+		Effects: []*store.EffectInsert{{EpisodeKey: "invoices:in_1:r1:pay", Effect: "pay", Destination: "loopback", Request: []byte(`{}`)}}}); err != nil {
+		t.Fatalf("FlowApply: %v", err)
+	}
+	claims, err := st.EffectClaim(ctx, &store.EffectClaimParams{Owner: "d", Now: at(6), LeaseFor: time.Minute, Limit: 10, MaxRedrives: 3})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("EffectClaim: %v %d claims", err, len(claims))
+	}
+	if err := st.EffectSettle(ctx, &store.EffectSettleParams{EffectID: claims[0].ID, Token: claims[0].Token, Now: at(9), Actor: "d",
+		State: store.EffectDone, AddAttempt: true, Attempt: &store.Attempt{StartedAt: at(7), Duration: 1500 * time.Microsecond, Status: 200}}); err != nil {
+		t.Fatalf("EffectSettle: %v", err)
+	}
+	rows, err := readStamps(ctx, driver, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := func(ms int) int64 { return at(ms).UnixMicro() }
+	want := stampRow{eventID: "evt_1", received: us(0), routed: us(1), claimed: us(3), applied: us(4), created: us(4),
+		leased: us(6), called: us(7), callUS: 1500, settled: us(9)}
+	if len(rows) != 1 || rows[0] != want {
+		t.Fatalf("stamps %+v, want %+v", rows, want)
+	}
+}
