@@ -47,7 +47,8 @@ type receiveFlags struct {
 	sample      int
 	cpuProfile  string
 	dir         string
-	goalRatio   float64
+	goalRatio   float64 // SQLite over the durable floor
+	goalRatioPG float64 // PostgreSQL over the durable floor
 	goalP99     time.Duration
 	table       bool
 }
@@ -78,8 +79,9 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.IntVar(&f.sample, "sample", 200, "acknowledged events per cell looked up through the admin API")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per cell into `dir`")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
-	fs.Float64Var(&f.goalRatio, "goal-ratio", 0.8, "product target: sqlite throughput over noop at the smallest client count")
-	fs.DurationVar(&f.goalP99, "goal-p99", 25*time.Millisecond, "product target: sqlite p99 at the smallest client count")
+	fs.Float64Var(&f.goalRatio, "goal-ratio", 0.8, "product target: sqlite throughput over the durable floor at the smallest client count")
+	fs.Float64Var(&f.goalRatioPG, "goal-ratio-postgres", 0.5, "product target: postgres throughput over the durable floor at the smallest client count")
+	fs.DurationVar(&f.goalP99, "goal-p99", 25*time.Millisecond, "product target: sqlite and postgres p99 at the smallest client count")
 	tracingRatios := fs.String("tracing", "", "comma-separated sampling `ratios` (e.g. 0.01,1): each hookledger target also runs with tracing on at each,\n"+
 		"exporting OTLP/HTTP to a sink on loopback (targets named sqlite@0.01)")
 	table := tableFlag(fs)
@@ -110,14 +112,19 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 
 // receiveResult is one target × clients cell.
 type receiveResult struct {
-	target   string
-	clients  int
-	sent     int64 // requests answered while measuring
-	elapsed  time.Duration
-	lat      latencies
-	non2xx   int64 // answers other than 2xx, whole cell
-	errs     int64 // transport errors, whole cell
-	firstErr string
+	target  string
+	clients int
+	sent    int64 // requests answered while measuring
+	elapsed time.Duration
+	lat     latencies
+	non2xx  int64 // answers other than 2xx, whole cell
+	// CPU time used while measuring: the server process (with its
+	// database's backends on PostgreSQL) and this load generator.
+	// meter reads them (nil: not measured).
+	serverCPU, clientCPU time.Duration
+	meter                *cpuMeter
+	errs                 int64 // transport errors, whole cell
+	firstErr             string
 
 	// The durability account (hookledger targets only).
 	acked         int
@@ -284,6 +291,13 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 		}
 	}
 
+	meter := &cpuMeter{pid: srv.cmd.Process.Pid}
+	if cs != nil && cs.driver == targetPostgres {
+		if u, err := url.Parse(cs.URL); err == nil {
+			meter.pg = newBackendCPU(strings.TrimPrefix(u.Path, "/"))
+		}
+	}
+	res.meter = meter
 	acked := e.load(ctx, base+"/hooks/stripe", res, label)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
@@ -425,11 +439,13 @@ func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, lab
 		}()
 	}
 	sleepCtx(ctx, e.f.warmup)
+	res.meter.start()
 	t0 := time.Now()
 	phase.Store(phaseMeasure)
 	sleepCtx(ctx, e.f.duration)
 	phase.Store(phaseStop)
 	res.elapsed = time.Since(t0)
+	res.serverCPU, res.clientCPU = res.meter.stop()
 	wg.Wait()
 	res.sent, res.non2xx, res.errs = measured.Load(), non2xx.Load(), errs.Load()
 	res.lat = mergeLatencies(parts)
@@ -512,26 +528,18 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 		f.duration, f.warmup, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "Stripe-signed invoice.paid events of ~%d B, keep-alive HTTP/1.1, one connection per client, 127.0.0.1\n\n",
 		len(stripeBody("evt_x", "in_x", time.Now())))
-	noop, floor := map[int]float64{}, map[int]float64{}
-	for _, r := range results {
-		switch r.target {
-		case targetNoop:
-			noop[r.clients] = r.rate()
-		case targetFloor:
-			floor[r.clients] = r.rate()
-		}
-	}
+	noop, floor := baselines(results)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tclients\treq/s\tp50 ms\tp99 ms\tp99.9 ms\tvs noop\tvs floor\tnon-2xx\terrors\tdurability account\t")
+	fmt.Fprintln(tw, "target\tclients\treq/s\tp50 ms\tp99 ms\tp99.9 ms\tvs noop\tvs floor\tserver CPU us/req\tclient CPU us/req\tnon-2xx\terrors\tdurability account\t")
 	allOK := true
 	for _, r := range results {
 		vs := "-"
-		if b, ok := noop[r.clients]; ok && b > 0 && r.target != targetNoop {
-			vs = fmt.Sprintf("%.2f", r.rate()/b)
+		if b, ok := noop[r.clients]; ok && b.rate() > 0 && r.target != targetNoop {
+			vs = fmt.Sprintf("%.2f", r.rate()/b.rate())
 		}
 		vsFloor := "-"
-		if b, ok := floor[r.clients]; ok && b > 0 && r.target != targetNoop && r.target != targetFloor {
-			vsFloor = fmt.Sprintf("%.2f", r.rate()/b)
+		if b, ok := floor[r.clients]; ok && b.rate() > 0 && r.target != targetNoop && r.target != targetFloor {
+			vsFloor = fmt.Sprintf("%.2f", r.rate()/b.rate())
 		}
 		account := "-"
 		if r.storeAccounts {
@@ -540,8 +548,9 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 				allOK = false
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t\n", r.target, r.clients, r.rate(),
-			ms(r.lat.pct(0.50)), ms(r.lat.pct(0.99)), ms(r.lat.pct(0.999)), vs, vsFloor, r.non2xx, r.errs, account)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%d\t%d\t%s\t\n", r.target, r.clients, r.rate(),
+			ms(r.lat.pct(0.50)), ms(r.lat.pct(0.99)), ms(r.lat.pct(0.999)), vs, vsFloor,
+			perRequest(r.serverCPU, r.sent), perRequest(r.clientCPU, r.sent), r.non2xx, r.errs, account)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -556,29 +565,14 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 	fmt.Fprintln(w, "latency: from writing the request to reading the whole answer, measured by the client.")
 	fmt.Fprintln(w, "vs noop: throughput over the no-op net/http server at the same client count.")
 	fmt.Fprintln(w, "vs floor: throughput over the durable floor (no-op handler + body appended to a preallocated file + group fdatasync).")
+	fmt.Fprintln(w, "server CPU: the server process's user+system time while measuring (with its database's backends on PostgreSQL), per answered request;")
+	fmt.Fprintln(w, "client CPU: the same for this load generator (a CPU profile, if taken, is in the server's figure).")
 	fmt.Fprintln(w, "durability account: acknowledged (2xx) events, found in the store after the server stopped; API = admin API sample found/asked.")
 
-	goal := f.clients[0]
-	for _, r := range results {
-		if r.target != targetSQLite || r.clients != goal {
-			continue
-		}
-		ratio := 0.0
-		if b := noop[goal]; b > 0 {
-			ratio = r.rate() / b
-		}
-		p99 := r.lat.pct(0.99)
-		verdict := "MET"
-		if ratio < f.goalRatio || p99 > f.goalP99 {
-			verdict = "NOT MET"
-		}
-		fmt.Fprintf(w, "target (sqlite at %d clients: >= %.2f of noop, p99 <= %s): %.2f of noop, p99 %s ms: %s\n",
-			goal, f.goalRatio, f.goalP99, ratio, ms(p99), verdict)
-		if b, n := floor[goal], noop[goal]; b > 0 && n > 0 {
-			fmt.Fprintf(w, "durable floor at %d clients: %.2f of noop; sqlite reaches %.2f of the floor\n", goal, b/n, r.rate()/b)
-			if b/n < f.goalRatio {
-				fmt.Fprintf(w, "  the floor itself is below %.2f of noop: no receiver that acknowledges only durable data can meet that ratio here\n", f.goalRatio)
-			}
+	for _, g := range receiveGoals(f, results) {
+		fmt.Fprintln(w, g.line())
+		if g.cpuLine != "" {
+			fmt.Fprintln(w, "  "+g.cpuLine)
 		}
 	}
 	if allOK {
@@ -589,19 +583,96 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 	return allOK
 }
 
-// receiveHeadlines are the durable floor and each hookledger target beside
-// the no-op server (and the floor) at the same client count, with the
-// product's target for SQLite at the smallest count, and the durability
-// account of every hookledger cell.
-func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
-	noop, floor := map[int]float64{}, map[int]float64{}
+// baselines are the noop and floor cells by client count.
+func baselines(results []*receiveResult) (noop, floor map[int]*receiveResult) {
+	noop, floor = map[int]*receiveResult{}, map[int]*receiveResult{}
 	for _, r := range results {
 		switch r.target {
 		case targetNoop:
-			noop[r.clients] = r.rate()
+			noop[r.clients] = r
 		case targetFloor:
-			floor[r.clients] = r.rate()
+			floor[r.clients] = r
 		}
+	}
+	return noop, floor
+}
+
+// receiveGoal is a product target of the receive benchmark: a hookledger
+// target's throughput over the durable floor of the same run, and its p99,
+// at the smallest client count.
+type receiveGoal struct {
+	target  string
+	clients int
+	ratio   float64 // wanted
+	p99     time.Duration
+	r       *receiveResult
+	floor   *receiveResult // nil: the floor did not run
+	cpuLine string
+}
+
+func (g *receiveGoal) got() float64 {
+	if g.floor == nil || g.floor.rate() <= 0 {
+		return 0
+	}
+	return g.r.rate() / g.floor.rate()
+}
+
+func (g *receiveGoal) ratioMet() bool { return g.floor != nil && g.got() >= g.ratio }
+func (g *receiveGoal) p99Met() bool   { return g.r.lat.pct(0.99) <= g.p99 }
+
+func (g *receiveGoal) line() string {
+	state := "MET"
+	if !g.ratioMet() || !g.p99Met() {
+		state = "NOT MET"
+	}
+	got := "the floor did not run"
+	if g.floor != nil {
+		got = fmt.Sprintf("%.2f of the floor (%.0f of %.0f req/s)", g.got(), g.r.rate(), g.floor.rate())
+	}
+	return fmt.Sprintf("goal (%s at %d clients: >= %.2f of the durable floor, p99 <= %s): %s, p99 %s ms: %s",
+		g.target, g.clients, g.ratio, g.p99, got, ms(g.r.lat.pct(0.99)), state)
+}
+
+// receiveGoals are the goals of the targets that ran, each with what the
+// processors alone would allow: were the machine's CPUs the only limit,
+// each request of a target would cost its server's and the client's CPU
+// time, and the ratio to the floor could be at most the floor's cost per
+// request over the target's.
+func receiveGoals(f *receiveFlags, results []*receiveResult) []*receiveGoal {
+	_, floor := baselines(results)
+	n := f.clients[0]
+	var goals []*receiveGoal
+	for _, r := range results {
+		if r.clients != n || (r.target != targetSQLite && r.target != targetPostgres) {
+			continue
+		}
+		g := &receiveGoal{target: r.target, clients: n, ratio: f.goalRatio, p99: f.goalP99, r: r, floor: floor[n]}
+		if r.target == targetPostgres {
+			g.ratio = f.goalRatioPG
+		}
+		if fl := g.floor; fl != nil && r.sent > 0 && fl.sent > 0 {
+			fs, fc := perRequest(fl.serverCPU, fl.sent), perRequest(fl.clientCPU, fl.sent)
+			hs, hc := perRequest(r.serverCPU, r.sent), perRequest(r.clientCPU, r.sent)
+			if hs+hc > 0 {
+				g.cpuLine = fmt.Sprintf("CPU per request: floor %.0f us server + %.0f us client, %s %.0f us server + %.0f us client; "+
+					"were the %d CPUs the only limit, %s could reach (%.0f+%.0f)/(%.0f+%.0f) = %.2f of the floor",
+					fs, fc, r.target, hs, hc, runtime.NumCPU(), r.target, fs, fc, hs, hc, (fs+fc)/(hs+hc))
+			}
+		}
+		goals = append(goals, g)
+	}
+	return goals
+}
+
+// receiveHeadlines are the durable floor and each hookledger target beside
+// the no-op server (and the floor) at the same client count, with the
+// product's targets for SQLite and PostgreSQL at the smallest count, and
+// the durability account of every hookledger cell.
+func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
+	noop, floor := baselines(results)
+	goals := map[*receiveResult]*receiveGoal{}
+	for _, g := range receiveGoals(f, results) {
+		goals[g.r] = g
 	}
 	names := map[string]string{targetFloor: "durable floor", targetSQLite: "SQLite", targetPostgres: "PostgreSQL"}
 	var rows []headline
@@ -612,23 +683,23 @@ func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
 		}
 		h := headline{
 			figure: fmt.Sprintf("%s, %d clients", targetName(names, r.target), r.clients),
-			value:  fmt.Sprintf("%s req/s, p99 %s ms", num(r.rate()), ms(r.lat.pct(0.99))),
+			value: fmt.Sprintf("%s req/s, p99 %s ms; server CPU %.0f us/request", num(r.rate()), ms(r.lat.pct(0.99)),
+				perRequest(r.serverCPU, r.sent)),
 		}
 		var base, ratio []string
-		if b := noop[r.clients]; b > 0 {
-			base = append(base, fmt.Sprintf("no-op server %s req/s", num(b)))
-			ratio = append(ratio, ratioOf(r.rate(), b)+" of no-op")
+		if b := noop[r.clients]; b != nil && b.rate() > 0 {
+			base = append(base, fmt.Sprintf("no-op server %s req/s", num(b.rate())))
+			ratio = append(ratio, ratioOf(r.rate(), b.rate())+" of no-op")
 		}
-		if b := floor[r.clients]; b > 0 && r.target != targetFloor {
-			base = append(base, fmt.Sprintf("durable floor %s req/s", num(b)))
-			ratio = append(ratio, ratioOf(r.rate(), b)+" of floor")
+		if b := floor[r.clients]; b != nil && b.rate() > 0 && r.target != targetFloor {
+			base = append(base, fmt.Sprintf("durable floor %s req/s", num(b.rate())))
+			ratio = append(ratio, ratioOf(r.rate(), b.rate())+" of floor")
 		}
 		h.baseline, h.ratio = strings.Join(base, "; "), strings.Join(ratio, ", ")
-		if r.target == targetSQLite && r.clients == f.clients[0] {
-			p99 := r.lat.pct(0.99)
-			h.goal = fmt.Sprintf("p99 <= %s: %s", f.goalP99, verdict(p99 <= f.goalP99))
-			if b := noop[r.clients]; b > 0 {
-				h.goal = fmt.Sprintf(">= %.2f of no-op: %s; %s", f.goalRatio, verdict(r.rate()/b >= f.goalRatio), h.goal)
+		if g := goals[r]; g != nil {
+			h.goal = fmt.Sprintf("p99 <= %s: %s", g.p99, verdict(g.p99Met()))
+			if g.floor != nil {
+				h.goal = fmt.Sprintf(">= %.2f of floor: %s; %s", g.ratio, verdict(g.ratioMet()), h.goal)
 			}
 		}
 		rows = append(rows, h)

@@ -3,9 +3,11 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,5 +163,71 @@ func TestFaultInSettleIsReportedAsItself(t *testing.T) {
 	}
 	if atts, err := s.AttemptList(ctx, cs[0].ID); err != nil || len(atts) != 0 {
 		t.Fatalf("after the failed settle: attempts %v %v, want none", atts, err)
+	}
+}
+
+// inboxGroup is n submissions of one routed event each: two statements
+// per submission, the event's upsert and the delivery's insert.
+func inboxGroup(n int) *store.InboxCommitParams {
+	p := &store.InboxCommitParams{}
+	at := time.Unix(1_700_000_000, 0)
+	for i := range n {
+		p.Submissions = append(p.Submissions, &store.Submission{Deliveries: []*store.DeliveryInput{{
+			RequestID: fmt.Sprintf("req-%d", i), Source: "stripe", EventID: fmt.Sprintf("evt_%d", i),
+			Type: "invoice.paid", Entity: fmt.Sprintf("in_%d", i), ReceivedAt: at, Body: []byte(`{}`),
+		}}})
+	}
+	return p
+}
+
+// cancelAtDelivery opens a store that cancels the returned context just
+// before the nth delivery insert of an inbox commit runs, and counts the
+// event upserts it is asked to run.
+func cancelAtDelivery(t *testing.T, nth int) (*Store, context.Context, *atomic.Int32) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var upserts, deliveries atomic.Int32
+	s := faulty(t, func(q string) bool {
+		switch q {
+		case sqlUpsertEvent:
+			upserts.Add(1)
+		case sqlInsertDelivery:
+			if deliveries.Add(1) == int32(nth) {
+				cancel()
+			}
+		}
+		return false
+	})
+	return s, ctx, &upserts
+}
+
+func storedEvents(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.reader.QueryRow(`SELECT count(*) FROM events`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// An inbox group runs as a job of the shared write transaction, which its
+// caller cannot cancel (others share its commit): a caller whose context
+// ends while its group is being written still hears the group's true
+// outcome, never "unavailable" for events that were stored.
+func TestInboxCommitTellsItsOutcomeOnceItsContextEnds(t *testing.T) {
+	s, ctx, upserts := cancelAtDelivery(t, 1)
+	res, err := s.InboxCommit(ctx, inboxGroup(3))
+	if err != nil {
+		t.Fatalf("InboxCommit = %v, want the group's outcome: it was written and committed", err)
+	}
+	if len(res) != 3 {
+		t.Fatalf("%d results, want 3", len(res))
+	}
+	if n := upserts.Load(); n != 3 {
+		t.Errorf("%d event upserts ran, want 3", n)
+	}
+	if n := storedEvents(t, s); n != 3 {
+		t.Errorf("%d events stored, want the 3 the caller was told of", n)
 	}
 }

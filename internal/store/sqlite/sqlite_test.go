@@ -61,6 +61,15 @@ func TestPragmas(t *testing.T) {
 	if mode != "wal" || sync != 2 {
 		t.Fatalf("journal_mode=%s synchronous=%d, want wal and 2 (FULL)", mode, sync)
 	}
+	// Statement journals stay in memory (no temporary file per group
+	// commit): 2 is MEMORY.
+	var temp int
+	if err := s.writer.QueryRow(`PRAGMA temp_store`).Scan(&temp); err != nil {
+		t.Fatal(err)
+	}
+	if temp != 2 {
+		t.Fatalf("writer temp_store=%d, want 2 (MEMORY)", temp)
+	}
 	if n := s.writer.Stats().MaxOpenConnections; n != 1 {
 		t.Fatalf("writer pool allows %d connections, want exactly 1", n)
 	}
