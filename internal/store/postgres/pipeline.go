@@ -533,7 +533,7 @@ func (a txn) ReplayPlanned(ctx context.Context, id int64) (int64, error) {
 
 // ReplayCounts counts through work_replay, whose condition the query
 // repeats so that a generic plan may use it; the effects after the floor
-// are matched to the replay's work through work_event.
+// are matched to the replay's work through its unique key.
 func (a txn) ReplayCounts(ctx context.Context, id int64) (*store.ReplayProgress, error) {
 	var out *store.ReplayProgress
 	err := a.t.query(ctx, "read replay", `SELECT r.planned, r.items,

@@ -445,8 +445,7 @@ func (a txn) ReplayPlanned(ctx context.Context, id int64) (int64, error) {
 }
 
 // ReplayCounts counts through work_replay, whose condition the query
-// repeats so that SQLite may use it; the effects after the floor are
-// matched to the replay's work through work_event.
+// repeats so that SQLite may use it (replayWorkCountsSQL).
 func (a txn) ReplayCounts(ctx context.Context, id int64) (*store.ReplayProgress, error) {
 	out := &store.ReplayProgress{Settled: map[store.Disposition]int64{}}
 	var floor int64
@@ -457,8 +456,7 @@ func (a txn) ReplayCounts(ctx context.Context, id int64) (*store.ReplayProgress,
 	if err != nil {
 		return nil, err
 	}
-	rows, err := a.tx.QueryContext(ctx, `SELECT disposition, count(*) FROM work
-		WHERE replay_id = ?1 AND replay_id <> 0 AND disposition <> '' GROUP BY disposition`, id)
+	rows, err := a.tx.QueryContext(ctx, replayWorkCountsSQL, id)
 	if err != nil {
 		return nil, err
 	}
@@ -474,10 +472,19 @@ func (a txn) ReplayCounts(ctx context.Context, id int64) (*store.ReplayProgress,
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	err = a.tx.QueryRowContext(ctx, `SELECT count(*) FROM effects f WHERE f.id > ?2 AND EXISTS (SELECT 1 FROM work w
-		WHERE w.event_pk = f.source_event_pk AND w.replay_id = ?1 AND w.flow = f.flow AND w.entity = f.entity)`, id, floor).Scan(&out.EffectsCreated)
+	err = a.tx.QueryRowContext(ctx, replayEffectsCreatedSQL, id, floor).Scan(&out.EffectsCreated)
 	return out, err
 }
+
+// The reads of ReplayCounts (TestListPlans pins their plans): a replay's
+// work rows through work_replay, and the effects after its floor through
+// the primary key, each matched to the replay's work through its unique key.
+const (
+	replayWorkCountsSQL = `SELECT disposition, count(*) FROM work
+		WHERE replay_id = ?1 AND replay_id <> 0 AND disposition <> '' GROUP BY disposition`
+	replayEffectsCreatedSQL = `SELECT count(*) FROM effects f WHERE f.id > ?2 AND EXISTS (SELECT 1 FROM work w
+		WHERE w.event_pk = f.source_event_pk AND w.replay_id = ?1 AND w.flow = f.flow AND w.entity = f.entity)`
+)
 
 // WorkCount counts pending work items plus accepted events not yet routed.
 func (s *Store) WorkCount(ctx context.Context) (int64, error) {
