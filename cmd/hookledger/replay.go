@@ -39,8 +39,9 @@ dead-lettered, effects created, and the selected events skipped (still
 pending their first processing, or whose route cannot be computed).
 Ctrl-C, --timeout or --no-wait stop waiting, not the replay.
 
-The replay is enqueued in batches of 500 events, each in a transaction of
-its own, so the verb's memory does not grow with the selection. Stopped
+The replay is enqueued in batches of at most 5,000 events, each in a
+transaction of its own, so the verb's memory does not grow with the
+selection. Stopped
 while it still reads the stored events, it names the replay: the batches
 already enqueued are processed, the rest of the selection is not.
 

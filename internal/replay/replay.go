@@ -89,14 +89,21 @@ type Progress struct {
 type Options struct {
 	// Progress, when set, is called after each page of stored events.
 	Progress func(Progress)
+	// BatchEvents is the most events one transaction of the replay
+	// enqueues (default and at most store.ReplayBatchMost): pages of
+	// stored events are gathered up to it. Fewer, larger batches take the
+	// store's write lock less often, which matters when another process
+	// (a running server) writes to the same SQLite file.
+	BatchEvents int
 }
 
 // ErrNothingSelected is returned when the selection matches no work.
 var ErrNothingSelected = errors.New("replay: the selection matches no stored event of any flow")
 
-// pageSize is how many events one EventList call reads, and so the most
-// events one batch of a replay enqueues (store.ReplayEnqueue): a replay's
-// memory is one page's, whatever the number of events it selects.
+// pageSize is how many events one EventList call reads: a replay holds
+// one page of events and bodies at a time, and the decisions (routes
+// only) of one batch (Options.BatchEvents), whatever the number of events
+// it selects.
 const pageSize = 500
 
 // Run enqueues a replay of the selection; the flow engine processes it.
@@ -123,26 +130,44 @@ func RunWith(ctx context.Context, st Store, router Router, sel Selection, now ti
 	if actor == "" {
 		actor = "replay"
 	}
+	batch := opts.BatchEvents
+	if batch <= 0 || batch > store.ReplayBatchMost {
+		batch = store.ReplayBatchMost
+	}
 	p := &store.ReplayCreateParams{Now: now, Actor: actor, Selection: string(selJSON)}
 	res := &Result{}
 	var items int64
+	// flush enqueues the decisions gathered so far as one batch.
+	var pending []*store.RouteDecision
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		if res.ReplayID == 0 {
+			id, err := st.ReplayBegin(ctx, p)
+			if err != nil {
+				return err
+			}
+			res.ReplayID = id
+		}
+		p.Decisions = pending
+		n, err := st.ReplayEnqueue(ctx, res.ReplayID, p)
+		items, pending = n, pending[:0]
+		return err
+	}
 	_, err = scanWork(ctx, st, router, sel, opts, 0, &res.Events, &res.WorkItems, &res.Skipped,
 		func(_ []Item, ds []*store.RouteDecision) error {
-			if len(ds) == 0 {
-				return nil
+			// A page is at most pageSize events: gather pages while the
+			// next one still fits.
+			pending = append(pending, ds...)
+			if len(pending)+pageSize > batch {
+				return flush()
 			}
-			if res.ReplayID == 0 {
-				id, err := st.ReplayBegin(ctx, p)
-				if err != nil {
-					return err
-				}
-				res.ReplayID = id
-			}
-			p.Decisions = ds
-			n, err := st.ReplayEnqueue(ctx, res.ReplayID, p)
-			items = n
-			return err
+			return nil
 		})
+	if err == nil {
+		err = flush()
+	}
 	p.Decisions = nil
 	switch {
 	case err != nil && res.ReplayID != 0:

@@ -192,8 +192,8 @@ func (b *batchStore) ReplayEnqueue(ctx context.Context, id int64, p *store.Repla
 	return b.Store.ReplayEnqueue(ctx, id, p)
 }
 
-// A replay is enqueued in batches of one page of events, whatever the
-// size of the selection, so its memory does not grow with it. A replay
+// A replay is enqueued in batches of at most BatchEvents events, whatever
+// the size of the selection, so its memory does not grow with it. A replay
 // stopped between two batches keeps the work enqueued before (it is
 // processed), stays unplanned and is not audited as complete; replaying
 // again enqueues all of it, and the watcher counts the work from the
@@ -216,7 +216,8 @@ func TestRunEnqueuesInBatches(t *testing.T) {
 	}
 
 	bs := &batchStore{Store: f.st, failAt: 2}
-	res, err := replay.Run(ctx, bs, eng, replay.Selection{}, f.clk.Now())
+	opts := replay.Options{BatchEvents: 500}
+	res, err := replay.RunWith(ctx, bs, eng, replay.Selection{}, f.clk.Now(), opts)
 	if err == nil || res == nil || res.ReplayID == 0 {
 		t.Fatalf("replay with its second batch failing: %+v, %v; want the replay so far and the error", res, err)
 	}
@@ -230,12 +231,12 @@ func TestRunEnqueuesInBatches(t *testing.T) {
 	}
 
 	bs.sizes, bs.failAt = nil, 0
-	res, err = replay.Run(ctx, bs, eng, replay.Selection{}, f.clk.Now())
+	res, err = replay.RunWith(ctx, bs, eng, replay.Selection{}, f.clk.Now(), opts)
 	if err != nil || res.Events != n || res.WorkItems != n {
 		t.Fatalf("replay: %+v %v", res, err)
 	}
 	if len(bs.sizes) != 3 || bs.sizes[0] != 500 || bs.sizes[1] != 500 || bs.sizes[2] != 201 {
-		t.Fatalf("batches of %v events; want one page (500) at a time", bs.sizes)
+		t.Fatalf("batches of %v events; want at most 500 at a time", bs.sizes)
 	}
 	if err := eng.Drain(ctx); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // effect twice.
 
 // ReplayBatchMost is the most events ReplayEnqueue takes in one batch.
-const ReplayBatchMost = 1000
+const ReplayBatchMost = 5000
 
 // Audit actions of a replay: actionReplay (effect_rules.go) once it is
 // planned, with its items; actionReplayStarted when it begins.
