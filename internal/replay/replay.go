@@ -90,8 +90,8 @@ type Options struct {
 	// Progress, when set, is called after each page of stored events.
 	Progress func(Progress)
 	// BatchEvents is the most events one transaction of the replay
-	// enqueues (default and at most store.ReplayBatchMost): pages of
-	// stored events are gathered up to it. Fewer, larger batches take the
+	// enqueues (default and at most store.ReplayBatchMost; at least one
+	// page, 500): pages of stored events are gathered up to it. Fewer, larger batches take the
 	// store's write lock less often, which matters when another process
 	// (a running server) writes to the same SQLite file.
 	BatchEvents int
@@ -111,11 +111,11 @@ func Run(ctx context.Context, st Store, router Router, sel Selection, now time.T
 	return RunWith(ctx, st, router, sel, now, Options{})
 }
 
-// RunWith is Run with progress reporting. It reads the selection a page
-// at a time and enqueues each page's work in a transaction of its own
-// (the replay is recorded before the first, and marked planned and
-// audited after the last), so its memory does not grow with the
-// selection. The flow engine may process a batch as soon as it is in:
+// RunWith is Run with options. It reads the selection a page at a time
+// and enqueues the work in batches of at most opts.BatchEvents events,
+// each in a transaction of its own (the replay is recorded before the
+// first, and marked planned and audited after the last), so its memory
+// does not grow with the selection. The flow engine may process a batch as soon as it is in:
 // processing part of a replay is what a replay of a smaller selection
 // would do. When it stops between two batches (ctx ends, the store
 // fails) the work enqueued so far stays and is processed, the replay
@@ -152,8 +152,11 @@ func RunWith(ctx context.Context, st Store, router Router, sel Selection, now ti
 		}
 		p.Decisions = pending
 		n, err := st.ReplayEnqueue(ctx, res.ReplayID, p)
+		if err != nil {
+			return err
+		}
 		items, pending = n, pending[:0]
-		return err
+		return nil
 	}
 	_, err = scanWork(ctx, st, router, sel, opts, 0, &res.Events, &res.WorkItems, &res.Skipped,
 		func(_ []Item, ds []*store.RouteDecision) error {

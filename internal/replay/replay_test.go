@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,8 +219,8 @@ func TestRunEnqueuesInBatches(t *testing.T) {
 	bs := &batchStore{Store: f.st, failAt: 2}
 	opts := replay.Options{BatchEvents: 500}
 	res, err := replay.RunWith(ctx, bs, eng, replay.Selection{}, f.clk.Now(), opts)
-	if err == nil || res == nil || res.ReplayID == 0 {
-		t.Fatalf("replay with its second batch failing: %+v, %v; want the replay so far and the error", res, err)
+	if err == nil || res == nil || res.ReplayID == 0 || !strings.Contains(err.Error(), "stopped after enqueuing 500 work items") {
+		t.Fatalf("replay with its second batch failing: %+v, %v; want the replay so far and the error naming the 500 items in", res, err)
 	}
 	p, err := f.st.ReplayProgress(ctx, res.ReplayID)
 	if err != nil || p == nil || p.Planned || p.Items != 500 {
