@@ -24,8 +24,10 @@
 #            2 KB body and the largest body the console pretty-prints
 #
 # and, when named in BENCH_ONLY (they load stores of a million events, so
-# they take long): bulkhead, signals, console and retention
-# (hookledger-bench --help says what each measures).
+# they take long): bulkhead, signals, console, retention and replay (the
+# replay verb of every stored event on SQLite stores of 10k, 100k and 1M
+# events, to the last work item settled: time per event and the verb's
+# peak RSS) (hookledger-bench --help says what each measures).
 #
 # Extra flags go to commit and receive (e.g. scripts/bench.sh --duration 2s);
 # every other benchmark takes its own from BENCH_<NAME>_ARGS, their flags
@@ -106,7 +108,7 @@ free -h | awk '/^Mem:/ {print "memory: " $2}'
 df -h "${TMPDIR:-/tmp}" | awk 'NR==2 {print "disk: " $1 " " $2 " (" $5 " used), temp dir " $6}'
 go version
 
-all="commit receive pipeline e2e publish bulkhead signals console bigbody retention"
+all="commit receive pipeline e2e publish bulkhead signals console bigbody retention replay"
 only="${BENCH_ONLY:-commit receive pipeline e2e publish bigbody}"
 [ "$only" = all ] && only=$all
 for name in $only; do
@@ -127,7 +129,7 @@ for name in $all; do
 	receive) args=(--postgres "$pgurl" --hookledger "$bindir/hookledger" "$@") ;;
 	pipeline | signals | console | retention) args=(--postgres "$pgurl") ;;
 	e2e | publish) args=(--postgres "$pgurl" --hookledger "$bindir/hookledger") ;;
-	bigbody) args=(--hookledger "$bindir/hookledger") ;;
+	bigbody | replay) args=(--hookledger "$bindir/hookledger") ;;
 	esac
 	own="BENCH_${name^^}_ARGS"
 	if [ "$name" != commit ] && [ "$name" != receive ] && [ -n "${!own:-}" ]; then

@@ -33,6 +33,9 @@
 //	retention one pruning pass on a store of a million events (half past
 //	          retention): its time and rows/s, and ingest p50/p99 beside it
 //	          against ingest alone
+//	replay    the replay verb of every stored event on stores of 10k, 100k
+//	          and 1M events, to the last work item settled: its time per
+//	          event and its peak RSS, beside the smallest size's
 //	noop      the no-op server the receive benchmark measures against
 //	serve     hookledger's server in this process, with an optional CPU
 //	          profile, for finding where the receive time goes
@@ -77,6 +80,7 @@ func subcommands() []subcommand {
 		{"console", "console list pages on a store of a million events and effects", runConsole},
 		{"bigbody", "the console's peak RSS showing the largest body the receiver accepts", runBigbody},
 		{"retention", "a pruning pass on a store of a million events, and ingest p99 beside it", runRetention},
+		{"replay", "the replay verb's time and peak RSS on stores of 10k, 100k and 1M events", runReplayBench},
 		{"noop", "serve a no-op HTTP handler (child process of receive)", runNoop},
 		{"serve", "run hookledger's server in-process, optionally CPU-profiled", runServe},
 	}

@@ -39,6 +39,12 @@ dead-lettered, effects created, and the selected events skipped (still
 pending their first processing, or whose route cannot be computed).
 Ctrl-C, --timeout or --no-wait stop waiting, not the replay.
 
+The replay is enqueued in batches of at most 5,000 events, each in a
+transaction of its own, so the verb's memory does not grow with the
+selection. Stopped
+while it still reads the stored events, it names the replay: the batches
+already enqueued are processed, the rest of the selection is not.
+
 With --server the running server enqueues and watches the replay itself
 (POST /api/v1/replays). Without it the verb opens the configured store; it
 needs none of the config's secrets and never migrates the schema.

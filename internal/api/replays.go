@@ -18,7 +18,7 @@ import (
 // replay's work to settle before it answers.
 const MaxReplayWait = 10 * time.Minute
 
-// replayPoll is how often a waiting request reads the audit trail.
+// replayPoll is how often a waiting request reads the replay's progress.
 const replayPoll = 200 * time.Millisecond
 
 // ReplayStore is what the replays resource needs.
@@ -120,7 +120,9 @@ func (rp *replays) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sel.Actor = "operator:" + in.Actor
 
-	res, err := replay.Run(r.Context(), st, rp.router, sel, h.now())
+	// The replay is enqueued in batches: once begun it is enqueued to its
+	// end even if the client goes, rather than left half enqueued.
+	res, err := replay.Run(context.WithoutCancel(r.Context()), st, rp.router, sel, h.now())
 	switch {
 	case errors.Is(err, replay.ErrNothingSelected):
 		writeError(w, http.StatusUnprocessableEntity, "the selection matches no stored event of any flow")

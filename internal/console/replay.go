@@ -199,8 +199,9 @@ func (c *Console) replayStart(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
 }
 
-// runReplay enqueues the replay (cancellable until then: nothing is
-// enqueued) and follows its work through the audit trail until every item
+// runReplay enqueues the replay (in batches: cancelled halfway, the
+// batches already in are processed and the rest is not enqueued) and
+// follows its work through the store's counts until every item
 // is settled or the job is cancelled; work already enqueued is processed
 // either way, since the flow engine owns it.
 func (c *Console) runReplay(ctx context.Context, j *job, st replayStore, router replay.Router, sel replay.Selection) {
@@ -215,6 +216,16 @@ func (c *Console) runReplay(ctx context.Context, j *job, st replayStore, router 
 	switch {
 	case errors.Is(err, replay.ErrNothingSelected):
 		finish("nothing selected: no stored event of any flow matches")
+		return
+	case err != nil && res != nil:
+		// Stopped between two batches: the batches in are processed.
+		why := "stopped: the store failed"
+		if ctx.Err() != nil {
+			why = j.ended(ctx)
+		}
+		c.log.Error("console: replay stopped while enqueuing", "job", j.ID, "replay", res.ReplayID, "err", err)
+		finish(fmt.Sprintf("%s while replay %d was being enqueued: the work enqueued before is processed, the rest of the selection is not enqueued",
+			why, res.ReplayID))
 		return
 	case err != nil && ctx.Err() != nil:
 		finish(j.ended(ctx) + " before anything was enqueued")
@@ -238,7 +249,7 @@ func (c *Console) runReplay(ctx context.Context, j *job, st replayStore, router 
 			finish(j.ended(ctx) + ": stopped following; the enqueued work is processed anyway")
 			return
 		case err != nil:
-			c.log.Error("console: replay: read the audit trail", "job", j.ID, "err", err)
+			c.log.Error("console: replay: read its progress", "job", j.ID, "err", err)
 			finish("stopped following: the store failed; the enqueued work is processed anyway")
 			return
 		}

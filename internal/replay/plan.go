@@ -70,9 +70,11 @@ type PlanItem struct {
 
 type entityKey struct{ flow, entity string }
 
+type eventKey struct{ source, eventID string }
+
 // MakePlan computes the plan of a replay of sel without enqueuing
-// anything: the same selection as Run, then one ledger read per flow
-// entity. It returns ErrNothingSelected as Run would.
+// anything: the same selection as Run, a page at a time, with one ledger
+// read per flow entity. It returns ErrNothingSelected as Run would.
 func MakePlan(ctx context.Context, st PlanStore, router Router, sel Selection, opts PlanOptions) (*Plan, error) {
 	if opts.MaxEntities <= 0 {
 		opts.MaxEntities = 2000
@@ -80,52 +82,61 @@ func MakePlan(ctx context.Context, st PlanStore, router Router, sel Selection, o
 	if opts.Samples <= 0 {
 		opts.Samples = 50
 	}
-	res, decisions, truncated, err := selectWork(ctx, st, router, sel, Options{Progress: opts.Progress}, opts.MaxScan)
+	p := &Plan{ByState: map[store.EffectState]int{}}
+	// caused[entity][source/event id] lists the states of the effects an
+	// event caused in that flow entity; seen counts the entities past
+	// MaxEntities.
+	caused := map[entityKey]map[eventKey][]store.EffectState{}
+	seen := map[entityKey]bool{}
+	truncated, err := scanWork(ctx, st, router, sel, Options{Progress: opts.Progress}, opts.MaxScan, &p.Events, &p.WorkItems, &p.Skipped,
+		func(items []Item, _ []*store.RouteDecision) error {
+			for _, it := range items {
+				if err := p.count(ctx, st, it, caused, seen, opts); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("replay plan: %w", err)
 	}
-	if len(decisions) == 0 && !truncated {
+	if p.WorkItems == 0 && !truncated {
 		return nil, ErrNothingSelected
 	}
-	p := &Plan{Events: res.Events, WorkItems: res.WorkItems, Skipped: res.Skipped, ByState: map[store.EffectState]int{},
-		Truncated: truncated}
-	// caused[entity][source/event id] lists the states of the effects an
-	// event caused in that flow entity.
-	caused := map[entityKey]map[eventKey][]store.EffectState{}
-	for _, it := range res.Items {
-		k := entityKey{it.Flow, it.Entity}
-		byEvent, read := caused[k]
-		if !read {
-			if len(caused) >= opts.MaxEntities {
-				p.Unchecked++
-				p.sample(it, -1, opts.Samples)
-				continue
-			}
-			byEvent, err = ledgerOf(ctx, st, k)
-			if err != nil {
-				return nil, err
-			}
-			caused[k] = byEvent
-		}
-		states := byEvent[eventKey{it.Source, it.EventID}]
-		if len(states) == 0 {
-			p.MayCreate++
-		}
-		for _, s := range states {
-			p.InLedger++
-			p.ByState[s]++
-		}
-		p.sample(it, len(states), opts.Samples)
-	}
-	p.Entities = len(caused)
-	if p.Unchecked > 0 {
-		seen := map[entityKey]bool{}
-		for _, it := range res.Items {
-			seen[entityKey{it.Flow, it.Entity}] = true
-		}
-		p.Entities = len(seen)
-	}
+	p.Truncated = truncated
+	p.Entities = len(caused) + len(seen)
 	return p, nil
+}
+
+// count adds one work item to the plan, reading its entity's ledger the
+// first time, up to MaxEntities entities.
+func (p *Plan) count(ctx context.Context, st PlanStore, it Item, caused map[entityKey]map[eventKey][]store.EffectState,
+	seen map[entityKey]bool, opts PlanOptions) error {
+	k := entityKey{it.Flow, it.Entity}
+	byEvent, read := caused[k]
+	if !read {
+		if len(caused) >= opts.MaxEntities {
+			seen[k] = true
+			p.Unchecked++
+			p.sample(it, -1, opts.Samples)
+			return nil
+		}
+		var err error
+		if byEvent, err = ledgerOf(ctx, st, k); err != nil {
+			return err
+		}
+		caused[k] = byEvent
+	}
+	states := byEvent[eventKey{it.Source, it.EventID}]
+	if len(states) == 0 {
+		p.MayCreate++
+	}
+	for _, s := range states {
+		p.InLedger++
+		p.ByState[s]++
+	}
+	p.sample(it, len(states), opts.Samples)
+	return nil
 }
 
 func (p *Plan) sample(it Item, inLedger, most int) {
@@ -143,7 +154,7 @@ func ledgerOf(ctx context.Context, st PlanStore, k entityKey) (map[eventKey][]st
 		list, err := st.EffectList(ctx, &store.EffectListParams{Flow: k.flow, Entity: k.entity, AfterID: after, Limit: 1000,
 			WithoutRequest: true})
 		if err != nil {
-			return nil, fmt.Errorf("replay plan: effects of %s %s: %w", k.flow, k.entity, err)
+			return nil, fmt.Errorf("effects of %s %s: %w", k.flow, k.entity, err)
 		}
 		for _, e := range list {
 			ek := eventKey{e.Source, e.SourceEventID}

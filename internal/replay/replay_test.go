@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +99,7 @@ func TestRunReportsProgressAndWatchTheOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Events != 4 || res.WorkItems != 4 || res.Skipped != 3 || len(res.Items) != 4 {
+	if res.Events != 4 || res.WorkItems != 4 || res.Skipped != 3 {
 		t.Fatalf("result %+v; want 4 events and items (e1, e2, e3, estate), 3 skipped (the failed routes of ebad and enone, epending)", res)
 	}
 	if len(progress) != 1 || progress[0] != (replay.Progress{Scanned: 7, Events: 4, WorkItems: 4, Skipped: 3}) {
@@ -173,5 +174,76 @@ func TestNothingSelected(t *testing.T) {
 	_, err := replay.Run(context.Background(), f.st, f.engine("event.rev"), replay.Selection{Source: "shop"}, f.clk.Now())
 	if !errors.Is(err, replay.ErrNothingSelected) {
 		t.Fatalf("empty store: %v", err)
+	}
+}
+
+// batchStore records the size of every batch a replay enqueues and fails
+// the failAt-th one.
+type batchStore struct {
+	*sqlite.Store
+	sizes  []int
+	failAt int
+}
+
+func (b *batchStore) ReplayEnqueue(ctx context.Context, id int64, p *store.ReplayCreateParams) (int64, error) {
+	b.sizes = append(b.sizes, len(p.Decisions))
+	if len(b.sizes) == b.failAt {
+		return 0, errors.New("the store is down")
+	}
+	return b.Store.ReplayEnqueue(ctx, id, p)
+}
+
+// A replay is enqueued in batches of at most BatchEvents events, whatever
+// the size of the selection, so its memory does not grow with it. A replay
+// stopped between two batches keeps the work enqueued before (it is
+// processed), stays unplanned and is not audited as complete; replaying
+// again enqueues all of it, and the watcher counts the work from the
+// store across batches.
+func TestRunEnqueuesInBatches(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	eng := f.engine("event.rev")
+	const n = 1201
+	var ds []*store.DeliveryInput
+	for i := range n {
+		ds = append(ds, &store.DeliveryInput{RequestID: "bulk", BatchIndex: i, Source: "shop", EventID: fmt.Sprint("b", i),
+			Type: "order.updated", ReceivedAt: f.clk.Now(), Body: []byte(fmt.Sprintf(`{"order_id":"o%d","rev":1,"customer":{"name":"a"}}`, i%7))})
+	}
+	if res, err := f.st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: ds}}}); err != nil || res[0].Err != nil {
+		t.Fatal(err, res)
+	}
+	if err := eng.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	bs := &batchStore{Store: f.st, failAt: 2}
+	opts := replay.Options{BatchEvents: 500}
+	res, err := replay.RunWith(ctx, bs, eng, replay.Selection{}, f.clk.Now(), opts)
+	if err == nil || res == nil || res.ReplayID == 0 || !strings.Contains(err.Error(), "stopped after enqueuing 500 work items") {
+		t.Fatalf("replay with its second batch failing: %+v, %v; want the replay so far and the error naming the 500 items in", res, err)
+	}
+	p, err := f.st.ReplayProgress(ctx, res.ReplayID)
+	if err != nil || p == nil || p.Planned || p.Items != 500 {
+		t.Fatalf("stopped replay: %+v %v; want unplanned with its first batch of 500 items", p, err)
+	}
+	rows, err := f.st.AuditList(ctx, &store.AuditListParams{Action: "replay"})
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("a stopped replay audited as complete: %+v %v", rows, err)
+	}
+
+	bs.sizes, bs.failAt = nil, 0
+	res, err = replay.RunWith(ctx, bs, eng, replay.Selection{}, f.clk.Now(), opts)
+	if err != nil || res.Events != n || res.WorkItems != n {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	if len(bs.sizes) != 3 || bs.sizes[0] != 500 || bs.sizes[1] != 500 || bs.sizes[2] != 201 {
+		t.Fatalf("batches of %v events; want at most 500 at a time", bs.sizes)
+	}
+	if err := eng.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err := replay.NewWatcher(f.st, res).Poll(ctx)
+	if err != nil || !out.Done() || out.Settled != n || out.Duplicate+out.Stale != n || out.EffectsCreated != 0 {
+		t.Fatalf("outcome %+v %v; want every item settled, none creating an effect", out, err)
 	}
 }

@@ -3,28 +3,19 @@ package replay
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// AuditStore is what Watch reads: the audit trail, which records every
-// settled work item and every effect created, in the transaction that did
-// it.
+// AuditStore is what Watch reads: the counts of a replay's work the
+// store keeps (its work rows by disposition, the effects they created),
+// and the audit trail, which records every settled work item and every
+// effect created in the transaction that did it.
 type AuditStore interface {
 	AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error)
+	ReplayProgress(ctx context.Context, id int64) (*store.ReplayProgress, error)
 }
-
-// The audit rows Watch reads. Their details are part of the store contract
-// (the conformance suite pins them): "replay N: ..." for a replay,
-// "flow F entity E: applied V" or "flow F entity E: DISPOSITION: reason"
-// for a settled work item, and the episode key for an approved effect.
-const (
-	actionReplay   = "replay"
-	actionSettled  = "work_settled"
-	actionApproved = "effect_approved"
-)
 
 // Outcome is what a replay's work items have come to so far.
 type Outcome struct {
@@ -50,160 +41,52 @@ type Outcome struct {
 // Done reports whether every work item is settled.
 func (o Outcome) Done() bool { return o.Settled >= o.WorkItems }
 
-// lagPolls is how many polls the re-read window spans. On PostgreSQL an
-// audit id is taken when the row is inserted, not when its transaction
-// commits, so a row can become visible after rows with larger ids: each
-// poll reads again from the largest id seen lagPolls polls earlier, and
-// counts every row once.
-const lagPolls = 20
-
-type eventKey struct{ source, eventID string }
-
-// Watcher follows one replay's processing through the audit trail.
+// Watcher follows one replay's processing through the store's counts of
+// its work: each poll is a few aggregate reads, and the watcher holds
+// nothing per work item, whatever the size of the replay.
 type Watcher struct {
-	st      AuditStore
-	res     *Result
-	pending map[eventKey][]Item
-	seen    map[int64]bool
-	floor   int64
-	maxSeen int64
-	marks   []int64 // maxSeen after each poll, for the re-read window
-	out     Outcome
+	st  AuditStore
+	res *Result
+	out Outcome
 }
 
 // NewWatcher returns a watcher of the replay Run enqueued.
 func NewWatcher(st AuditStore, res *Result) *Watcher {
-	w := &Watcher{st: st, res: res, pending: map[eventKey][]Item{}, seen: map[int64]bool{},
+	return &Watcher{st: st, res: res,
 		out: Outcome{ReplayID: res.ReplayID, Events: res.Events, WorkItems: res.WorkItems, Skipped: res.Skipped}}
-	for _, it := range res.Items {
-		k := eventKey{it.Source, it.EventID}
-		w.pending[k] = append(w.pending[k], it)
-	}
-	return w
 }
 
-// Poll reads the audit rows written since the last poll and returns the
-// outcome so far.
+// Poll reads what the replay's work has come to and returns the outcome
+// so far.
 func (w *Watcher) Poll(ctx context.Context) (Outcome, error) {
-	if w.floor == 0 {
-		id, err := w.replayRow(ctx)
-		if err != nil {
-			return w.out, err
-		}
-		w.floor, w.maxSeen = id, id
+	p, err := w.st.ReplayProgress(ctx, w.res.ReplayID)
+	if err != nil {
+		return w.out, fmt.Errorf("replay %d: %w", w.res.ReplayID, err)
 	}
-	for _, action := range []string{actionApproved, actionSettled} {
-		after := w.floor
-		for {
-			rows, err := w.st.AuditList(ctx, &store.AuditListParams{Action: action, AfterID: after, Limit: 1000})
-			if err != nil {
-				return w.out, fmt.Errorf("replay %d: read the audit trail: %w", w.res.ReplayID, err)
-			}
-			for _, a := range rows {
-				after = max(after, a.ID)
-				w.maxSeen = max(w.maxSeen, a.ID)
-				if w.seen[a.ID] {
-					continue
-				}
-				w.seen[a.ID] = true
-				if action == actionSettled {
-					w.settle(a)
-				} else {
-					w.approved(a)
-				}
-			}
-			if len(rows) < 1000 {
-				break
-			}
-		}
+	if p == nil {
+		return w.out, fmt.Errorf("replay %d: no such replay in the store", w.res.ReplayID)
 	}
-	w.marks = append(w.marks, w.maxSeen)
-	if len(w.marks) > lagPolls {
-		w.floor = w.marks[0]
-		w.marks = w.marks[1:]
-		for id := range w.seen {
-			if id <= w.floor {
-				delete(w.seen, id)
-			}
-		}
-	}
-	return w.out, nil
-}
-
-// replayRow finds the audit row ReplayCreate wrote with the replay: every
-// row about the replay's work comes after it.
-func (w *Watcher) replayRow(ctx context.Context) (int64, error) {
-	prefix := fmt.Sprintf("replay %d: ", w.res.ReplayID)
-	after := int64(0)
-	for {
-		rows, err := w.st.AuditList(ctx, &store.AuditListParams{Action: actionReplay, AfterID: after, Limit: 1000})
-		if err != nil {
-			return 0, fmt.Errorf("replay %d: read the audit trail: %w", w.res.ReplayID, err)
-		}
-		for _, a := range rows {
-			if strings.HasPrefix(a.Detail, prefix) {
-				return a.ID, nil
-			}
-			after = a.ID
-		}
-		if len(rows) == 0 {
-			return 0, fmt.Errorf("replay %d: no audit row records it", w.res.ReplayID)
-		}
-	}
-}
-
-// settle counts a work_settled row if it is one of the replay's pending
-// items.
-func (w *Watcher) settle(a *store.AuditEntry) {
-	k := eventKey{a.Source, a.EventID}
-	items := w.pending[k]
-	for i, it := range items {
-		rest, ok := strings.CutPrefix(a.Detail, "flow "+it.Flow+" entity "+it.Entity+": ")
-		if !ok {
-			continue
-		}
-		w.pending[k] = append(items[:i:i], items[i+1:]...)
-		w.out.Settled++
-		d, _, _ := strings.Cut(rest, ": ")
-		if strings.HasPrefix(rest, "applied ") {
-			d = string(store.DispositionApplied)
-		}
-		switch store.Disposition(d) {
+	out := Outcome{ReplayID: w.res.ReplayID, Events: w.res.Events, WorkItems: w.res.WorkItems, Skipped: w.res.Skipped,
+		EffectsCreated: int(p.EffectsCreated)}
+	for d, n := range p.Settled {
+		out.Settled += int(n)
+		switch d {
 		case store.DispositionApplied:
-			w.out.Applied++
+			out.Applied += int(n)
 		case store.DispositionDuplicate:
-			w.out.Duplicate++
+			out.Duplicate += int(n)
 		case store.DispositionStale:
-			w.out.Stale++
+			out.Stale += int(n)
 		case store.DispositionSuperseded:
-			w.out.Superseded++
+			out.Superseded += int(n)
 		case store.DispositionDeadLettered:
-			w.out.DeadLettered++
+			out.DeadLettered += int(n)
 		default:
-			w.out.Other++
-		}
-		return
-	}
-}
-
-// approved counts an effect_approved row of one of the replay's items.
-func (w *Watcher) approved(a *store.AuditEntry) {
-	for _, it := range w.res.itemsOf(a.Source, a.EventID) {
-		if it.Entity == a.Entity && strings.HasPrefix(a.Detail, it.Flow+":") {
-			w.out.EffectsCreated++
-			return
+			out.Other += int(n)
 		}
 	}
-}
-
-func (r *Result) itemsOf(source, eventID string) []Item {
-	var out []Item
-	for _, it := range r.Items {
-		if it.Source == source && it.EventID == eventID {
-			out = append(out, it)
-		}
-	}
-	return out
+	w.out = out
+	return out, nil
 }
 
 // WatchOptions tune Watch.
@@ -233,10 +116,15 @@ func Watch(ctx context.Context, st AuditStore, res *Result, opts WatchOptions) (
 			return w.out, ctx.Err()
 		case <-t.C:
 		}
+		start := time.Now()
 		out, err := w.Poll(ctx)
 		if err != nil {
 			return out, err
 		}
+		// A poll counts the whole replay: on a large one, the reads are
+		// kept to a fifth of the time, so watching costs the store a
+		// bounded share whatever the size.
+		wait := max(opts.Interval, 4*time.Since(start))
 		if opts.Progress != nil && (first || out != last) {
 			opts.Progress(out)
 		}
@@ -244,6 +132,6 @@ func Watch(ctx context.Context, st AuditStore, res *Result, opts WatchOptions) (
 		if out.Done() {
 			return out, nil
 		}
-		t.Reset(opts.Interval)
+		t.Reset(wait)
 	}
 }

@@ -83,6 +83,16 @@ type Pipeline interface {
 	// Failed routes are not replayed; the replay's items count is the number
 	// of work items enqueued.
 	ReplayCreate(ctx context.Context, p *ReplayCreateParams) (int64, error)
+	// ReplayBegin, ReplayEnqueue and ReplayFinish are ReplayCreate in
+	// batches, a transaction each, for a selection of any size (see
+	// replay.go): the replay, then its work at most ReplayBatchMost
+	// events at a time, then its planned mark and audit row.
+	ReplayBegin(ctx context.Context, p *ReplayCreateParams) (int64, error)
+	ReplayEnqueue(ctx context.Context, id int64, p *ReplayCreateParams) (int64, error)
+	ReplayFinish(ctx context.Context, id int64, p *ReplayCreateParams) error
+	// ReplayProgress counts what a replay's work has come to; nil when no
+	// such replay exists.
+	ReplayProgress(ctx context.Context, id int64) (*ReplayProgress, error)
 	// WorkCount reports pending work, for drains and readiness of tests.
 	WorkCount(ctx context.Context) (pending int64, err error)
 }

@@ -490,7 +490,8 @@ func effectListSQL(p *store.EffectListParams) (string, []any) {
 
 func (a txn) ReplayInsert(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
 	var id int64
-	err := a.t.query(ctx, "insert replay", `INSERT INTO replays (created_at, actor, selection, items) VALUES ($1, $2, $3, 0) RETURNING id`,
+	err := a.t.query(ctx, "insert replay", `INSERT INTO replays (created_at, actor, selection, items, planned, effect_floor)
+		VALUES ($1, $2, $3, 0, false, (SELECT coalesce(max(id), 0) FROM effects)) RETURNING id`,
 		[]any{p.Now, p.Actor, p.Selection}, func(rows pgx.Rows) error {
 			if !rows.Next() {
 				return errors.New("no replay id returned")
@@ -508,7 +509,7 @@ func (a txn) WorkEnqueue(ctx context.Context, p *store.EnqueueParams) error {
 // ReplayItems finds the pass's work rows through the events' index.
 func (a txn) ReplayItems(ctx context.Context, id int64, pks []int64) (int64, error) {
 	var n int64
-	err := a.t.query(ctx, "count replay items", `UPDATE replays SET items = (SELECT count(*) FROM work
+	err := a.t.query(ctx, "count replay items", `UPDATE replays SET items = items + (SELECT count(*) FROM work
 			WHERE event_pk = ANY($2) AND replay_id = $1) WHERE id = $1 RETURNING items`, []any{id, pks}, func(rows pgx.Rows) error {
 		if !rows.Next() {
 			return errors.New("replay vanished")
@@ -516,6 +517,51 @@ func (a txn) ReplayItems(ctx context.Context, id int64, pks []int64) (int64, err
 		return rows.Scan(&n)
 	})
 	return n, err
+}
+
+func (a txn) ReplayPlanned(ctx context.Context, id int64) (int64, error) {
+	var n int64
+	err := a.t.query(ctx, "mark replay planned", `UPDATE replays SET planned = true WHERE id = $1 RETURNING items`, []any{id},
+		func(rows pgx.Rows) error {
+			if !rows.Next() {
+				return errors.New("replay vanished")
+			}
+			return rows.Scan(&n)
+		})
+	return n, err
+}
+
+// ReplayCounts counts through work_replay, whose condition the query
+// repeats so that a generic plan may use it; the effects after the floor
+// are matched to the replay's work through its unique key.
+func (a txn) ReplayCounts(ctx context.Context, id int64) (*store.ReplayProgress, error) {
+	var out *store.ReplayProgress
+	err := a.t.query(ctx, "read replay", `SELECT r.planned, r.items,
+			(SELECT count(*) FROM effects f WHERE f.id > r.effect_floor AND EXISTS (SELECT 1 FROM work w
+				WHERE w.event_pk = f.source_event_pk AND w.replay_id = r.id AND w.flow = f.flow AND w.entity = f.entity))
+		FROM replays r WHERE r.id = $1`, []any{id}, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			return nil
+		}
+		out = &store.ReplayProgress{Settled: map[store.Disposition]int64{}}
+		return rows.Scan(&out.Planned, &out.Items, &out.EffectsCreated)
+	})
+	if err != nil || out == nil {
+		return nil, err
+	}
+	err = a.t.query(ctx, "count replay work", `SELECT disposition, count(*) FROM work
+		WHERE replay_id = $1 AND replay_id <> 0 AND disposition <> '' GROUP BY disposition`, []any{id}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var d string
+			var n int64
+			if err := rows.Scan(&d, &n); err != nil {
+				return err
+			}
+			out.Settled[store.Disposition(d)] = n
+		}
+		return rows.Err()
+	})
+	return out, err
 }
 
 // WorkCount counts pending work items plus accepted events not yet routed.

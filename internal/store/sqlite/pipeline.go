@@ -401,7 +401,8 @@ func effectStates(states []store.EffectState) []any {
 
 func (a txn) ReplayInsert(ctx context.Context, p *store.ReplayCreateParams) (int64, error) {
 	var id int64
-	err := a.tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items) VALUES (?, ?, ?, 0) RETURNING id`,
+	err := a.tx.QueryRowContext(ctx, `INSERT INTO replays (created_at, actor, selection, items, planned, effect_floor)
+		VALUES (?, ?, ?, 0, 0, (SELECT coalesce(max(id), 0) FROM effects)) RETURNING id`,
 		p.Now.UnixMicro(), p.Actor, p.Selection).Scan(&id)
 	return id, err
 }
@@ -432,10 +433,58 @@ func (a txn) ReplayItems(ctx context.Context, id int64, pks []int64) (int64, err
 		return 0, err
 	}
 	var n int64
-	err = a.tx.QueryRowContext(ctx, `UPDATE replays SET items = (SELECT count(*) FROM work
+	err = a.tx.QueryRowContext(ctx, `UPDATE replays SET items = items + (SELECT count(*) FROM work
 		WHERE event_pk IN (SELECT value FROM json_each(?2)) AND replay_id = ?1) WHERE id = ?1 RETURNING items`, id, list).Scan(&n)
 	return n, err
 }
+
+func (a txn) ReplayPlanned(ctx context.Context, id int64) (int64, error) {
+	var n int64
+	err := a.tx.QueryRowContext(ctx, `UPDATE replays SET planned = 1 WHERE id = ? RETURNING items`, id).Scan(&n)
+	return n, err
+}
+
+// ReplayCounts counts through work_replay, whose condition the query
+// repeats so that SQLite may use it (replayWorkCountsSQL).
+func (a txn) ReplayCounts(ctx context.Context, id int64) (*store.ReplayProgress, error) {
+	out := &store.ReplayProgress{Settled: map[store.Disposition]int64{}}
+	var floor int64
+	err := a.tx.QueryRowContext(ctx, `SELECT planned, items, effect_floor FROM replays WHERE id = ?`, id).Scan(&out.Planned, &out.Items, &floor)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := a.tx.QueryContext(ctx, replayWorkCountsSQL, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d string
+		var n int64
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, err
+		}
+		out.Settled[store.Disposition(d)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	err = a.tx.QueryRowContext(ctx, replayEffectsCreatedSQL, id, floor).Scan(&out.EffectsCreated)
+	return out, err
+}
+
+// The reads of ReplayCounts (TestListPlans pins their plans): a replay's
+// work rows through work_replay, and the effects after its floor through
+// the primary key, each matched to the replay's work through its unique key.
+const (
+	replayWorkCountsSQL = `SELECT disposition, count(*) FROM work
+		WHERE replay_id = ?1 AND replay_id <> 0 AND disposition <> '' GROUP BY disposition`
+	replayEffectsCreatedSQL = `SELECT count(*) FROM effects f WHERE f.id > ?2 AND EXISTS (SELECT 1 FROM work w
+		WHERE w.event_pk = f.source_event_pk AND w.replay_id = ?1 AND w.flow = f.flow AND w.entity = f.entity)`
+)
 
 // WorkCount counts pending work items plus accepted events not yet routed.
 func (s *Store) WorkCount(ctx context.Context) (int64, error) {

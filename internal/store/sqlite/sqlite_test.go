@@ -208,6 +208,10 @@ func TestListPlans(t *testing.T) {
 	q, args := effectClaimSQL(&store.EffectLeaseParams{Destinations: []string{"crm"}, Limit: 10, MaxRedrives: 3}, t1.UnixMicro())
 	cases = append(cases, planCase{"delivery claim", q, args,
 		"effects_due_destination (destination=? AND next_attempt_at<?)", "TEMP B-TREE"})
+	// A replay's progress reads its own work rows and the effects created
+	// since it began, never the whole work table.
+	cases = append(cases, planCase{"replay work counts", replayWorkCountsSQL, []any{int64(1)}, "COVERING INDEX work_replay", "SCAN"},
+		planCase{"replay effects created", replayEffectsCreatedSQL, []any{int64(1), int64(0)}, "INTEGER PRIMARY KEY (rowid>?)", "SCAN"})
 	for _, c := range cases {
 		got, outer := queryPlan(t, s, c.name, c.sql, c.args...)
 		if !strings.Contains(got, c.use) || (c.avoid != "" && strings.Contains(outer, c.avoid)) {

@@ -105,6 +105,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineReplayEpisodeExisting", testReplayEpisodeExisting},
 		{"PipelineEffectSourceEvents", testEffectSourceEvents},
 		{"PipelineReplayKeepsDeadLetter", testReplayKeepsDeadLetter},
+		{"PipelineReplayInBatches", testReplayInBatches},
 		{"PipelineWorkListPendingOrder", testWorkListPendingOrder},
 		{"PipelineRoutableContentType", testRoutableContentType},
 		{"PipelineTraceContext", testTraceContext},
