@@ -36,6 +36,7 @@ type publishFlags struct {
 	hookledger  string
 	module      string
 	dir         string
+	cpuProfile  string
 	table       bool
 }
 
@@ -65,6 +66,7 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
@@ -180,6 +182,8 @@ type publishEnv struct {
 	hookledger string
 	token      string
 	recv       *receiveEnv // the signed-webhook sender of the baseline
+	// self is this binary, which serves under the profiler (--cpuprofile).
+	self string
 }
 
 // publishResult is one store's figures.
@@ -206,6 +210,14 @@ func publishBench(ctx context.Context, stdout, stderr io.Writer, f *publishFlags
 	}
 	defer os.RemoveAll(dir)
 	env := &publishEnv{f: f, dir: dir, hookledger: f.hookledger, token: randomHex(24)}
+	if f.cpuProfile != "" {
+		if err := os.MkdirAll(f.cpuProfile, 0o750); err != nil {
+			return false, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if env.self, err = os.Executable(); err != nil {
+			return false, fmt.Errorf("--cpuprofile: find own binary: %w", err)
+		}
+	}
 	if env.hookledger == "" {
 		env.hookledger = filepath.Join(dir, "hookledger")
 		fmt.Fprintf(stderr, "building hookledger from %s...\n", f.module)
@@ -273,8 +285,11 @@ func (e *publishEnv) server(ctx context.Context, driver, label, sinkURL string) 
 	if err = e.config(cfgPath, cs.URL, sinkURL); err != nil {
 		return nil, nil, errors.Join(err, cs.Drop())
 	}
-	srv, err = startChild(ctx, "hookledger serve ("+label+")", e.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"},
-		filepath.Join(e.dir, label+".log"))
+	bin, args := e.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"}
+	if e.f.cpuProfile != "" {
+		bin, args = e.self, []string{"serve", "--config", cfgPath, "--cpuprofile", filepath.Join(e.f.cpuProfile, label+".pprof")}
+	}
+	srv, err = startChild(ctx, "hookledger serve ("+label+")", bin, args, filepath.Join(e.dir, label+".log"))
 	if err != nil {
 		return nil, nil, errors.Join(err, cs.Drop())
 	}
