@@ -32,10 +32,12 @@ type publishFlags struct {
 	duration    time.Duration
 	endpoints   int
 	maxInFlight int
+	paced       time.Duration
 	drainFor    time.Duration
 	hookledger  string
 	module      string
 	dir         string
+	cpuProfile  string
 	table       bool
 }
 
@@ -48,10 +50,15 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 			"Idempotency-Key each (202 only after the commit) for --messages messages, or for\n"+
 			"--duration when it is set. Prints messages accepted/s with p50/p99 of the 202, then\n"+
 			"the fan-out: deliveries/s from the first publish until the receivers hold every\n"+
-			"delivery, with p50/p99 of (first receipt - publish sent). Baseline, same run, same\n"+
+			"delivery, with p50/p99 of (first receipt - publish sent). Then, once that fan-out is\n"+
+			"done, an open loop publishes at half the rate the clients reached, for --paced, and\n"+
+			"prints p50/p99 of (first receipt - publish sent) there. Baseline, same run, same\n"+
 			"clients and count, on a fresh server and store of the same kind: Stripe-signed\n"+
 			"webhooks into POST /hooks/stripe (the durable inbound path). Also prints the server's\n"+
-			"RSS at the end and its peak (VmHWM) and CPU time. Exit 1 unless every accepted\n"+
+			"RSS at the end and its peak (VmHWM) and CPU time, and each figure beside its goal:\n"+
+			"publishing at least 0.5 of the baseline, fan-out keeping up (0.9 of the deliveries\n"+
+			"the accepted messages ask for per second), p99 at half capacity at most 1 s, and\n"+
+			"PostgreSQL publishing at least 0.5 of SQLite's. Exit 1 unless every accepted\n"+
 			"message is stored once and reached every endpoint.")
 	var f publishFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to measure SQLite only)")
@@ -60,18 +67,20 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.IntVar(&f.messages, "messages", 500, "messages to publish per store (ignored with --duration)")
 	fs.DurationVar(&f.duration, "duration", 0, "publish for this `time` instead of a fixed count")
 	fs.IntVar(&f.endpoints, "endpoints", 10, "endpoints every message goes to")
-	fs.IntVar(&f.maxInFlight, "max-in-flight", 1, "publish.max_in_flight: deliveries in flight per endpoint (1, the default, keeps publication order)")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 16, "publish.max_in_flight: the ceiling of each endpoint's adaptive deliveries in flight (1 keeps publication order)")
+	fs.DurationVar(&f.paced, "paced", 5*time.Second, "publish at half the measured capacity for this `time` to measure publish → endpoint latency (0: skip)")
 	fs.DurationVar(&f.drainFor, "drain", 5*time.Minute, "upper bound on the `time` waited for every delivery")
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
 	f.table = *table
-	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 {
-		fmt.Fprintln(stderr, "hookledger-bench publish: counts and --drain must be positive, --max-in-flight at most 1024, --duration not negative")
+	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 {
+		fmt.Fprintln(stderr, "hookledger-bench publish: counts and --drain must be positive, --max-in-flight at most 1024, --duration and --paced not negative")
 		return exitUsage
 	}
 	var err error
@@ -143,6 +152,50 @@ func driveClosedLoop(ctx context.Context, clients, count int, duration time.Dura
 	return res
 }
 
+// pacedClients bounds the requests of the open loop in flight at once.
+const pacedClients = 64
+
+// drivePaced sends count requests at perSecond, each at its own time from
+// the start whatever the answers before it (an open loop: a slow answer
+// does not slow the sending), from up to pacedClients connections.
+func drivePaced(ctx context.Context, perSecond float64, count int,
+	do func(client *http.Client, seq int) (time.Duration, error)) *closedLoop {
+	res := &closedLoop{}
+	var issued, okN, failed atomic.Int64
+	var errOnce sync.Once
+	parts := make([]latencies, pacedClients)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range pacedClients {
+		wg.Go(func() {
+			tr := &http.Transport{MaxIdleConns: 1, MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1,
+				DisableCompression: true, IdleConnTimeout: time.Minute}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+			for ctx.Err() == nil {
+				seq := int(issued.Add(1)) - 1
+				if seq >= count {
+					return
+				}
+				sleepCtx(ctx, time.Until(start.Add(time.Duration(float64(seq)/perSecond*float64(time.Second)))))
+				lat, err := do(client, seq)
+				if err != nil {
+					failed.Add(1)
+					errOnce.Do(func() { res.firstErr = err.Error() })
+					continue
+				}
+				okN.Add(1)
+				parts[i] = append(parts[i], lat)
+			}
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.ok, res.failed = okN.Load(), failed.Load()
+	res.lat = mergeLatencies(parts)
+	return res
+}
+
 // fanoutSink is the loopback receiver of every endpoint: the endpoint is
 // the path, the message the webhook-id. It answers 204 at once and keeps
 // the arrival of each first delivery.
@@ -180,6 +233,8 @@ type publishEnv struct {
 	hookledger string
 	token      string
 	recv       *receiveEnv // the signed-webhook sender of the baseline
+	// self is this binary, which serves under the profiler (--cpuprofile).
+	self string
 }
 
 // publishResult is one store's figures.
@@ -187,11 +242,15 @@ type publishResult struct {
 	target   string
 	baseline *closedLoop
 	pub      *closedLoop
-	// Fan-out.
+	// Fan-out of the closed loop's messages.
 	deliveries, calls int
 	fanoutTook        time.Duration // first publish sent -> last first delivery
 	deliveryLat       latencies
 	drained           bool
+	// The open loop at half the closed loop's rate (nil: not run).
+	paced     *closedLoop
+	pacedRate float64 // asked for, per second
+	pacedLat  latencies
 	// Server.
 	rssKiB, hwmKiB int64
 	cpu            time.Duration
@@ -206,6 +265,14 @@ func publishBench(ctx context.Context, stdout, stderr io.Writer, f *publishFlags
 	}
 	defer os.RemoveAll(dir)
 	env := &publishEnv{f: f, dir: dir, hookledger: f.hookledger, token: randomHex(24)}
+	if f.cpuProfile != "" {
+		if err := os.MkdirAll(f.cpuProfile, 0o750); err != nil {
+			return false, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if env.self, err = os.Executable(); err != nil {
+			return false, fmt.Errorf("--cpuprofile: find own binary: %w", err)
+		}
+	}
 	if env.hookledger == "" {
 		env.hookledger = filepath.Join(dir, "hookledger")
 		fmt.Fprintf(stderr, "building hookledger from %s...\n", f.module)
@@ -273,8 +340,11 @@ func (e *publishEnv) server(ctx context.Context, driver, label, sinkURL string) 
 	if err = e.config(cfgPath, cs.URL, sinkURL); err != nil {
 		return nil, nil, errors.Join(err, cs.Drop())
 	}
-	srv, err = startChild(ctx, "hookledger serve ("+label+")", e.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"},
-		filepath.Join(e.dir, label+".log"))
+	bin, args := e.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"}
+	if e.f.cpuProfile != "" {
+		bin, args = e.self, []string{"serve", "--config", cfgPath, "--cpuprofile", filepath.Join(e.f.cpuProfile, label+".pprof")}
+	}
+	srv, err = startChild(ctx, "hookledger serve ("+label+")", bin, args, filepath.Join(e.dir, label+".log"))
 	if err != nil {
 		return nil, nil, errors.Join(err, cs.Drop())
 	}
@@ -329,29 +399,41 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 	}()
 	base := "http://" + srv.addr
 	var sentMu sync.Mutex
-	sent := map[string]time.Time{} // message id -> publish request sent
-	began := time.Now()
-	res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
-		at := time.Now()
-		id, err := e.publishOne(ctx, c, base, fmt.Sprintf("bench-%s-%d", run, seq), seq)
-		lat := time.Since(at)
-		if err != nil {
-			return 0, err
+	sent := map[string]time.Time{}  // message id -> publish request sent
+	paced := map[string]time.Time{} // the same, for the open loop's
+	publish := func(into map[string]time.Time, prefix string) func(c *http.Client, seq int) (time.Duration, error) {
+		return func(c *http.Client, seq int) (time.Duration, error) {
+			at := time.Now()
+			id, err := e.publishOne(ctx, c, base, fmt.Sprintf("%s-%s-%d", prefix, run, seq), seq)
+			lat := time.Since(at)
+			if err != nil {
+				return 0, err
+			}
+			sentMu.Lock()
+			into[id] = at
+			sentMu.Unlock()
+			return lat, nil
 		}
-		sentMu.Lock()
-		sent[id] = at
-		sentMu.Unlock()
-		return lat, nil
-	})
+	}
+	began := time.Now()
+	res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, publish(sent, "bench"))
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
-	want := len(sent) * e.f.endpoints
-	drainBy := time.Now().Add(e.f.drainFor)
-	for sink.distinct() < want && time.Now().Before(drainBy) && ctx.Err() == nil {
-		sleepCtx(ctx, 5*time.Millisecond) // polling the receiver; arrival times come from the receiver
+	res.drained = e.drain(ctx, sink, len(sent))
+	if res.drained && e.f.paced > 0 && res.pub.rate() > 0 {
+		// Half the capacity just measured, once the fan-out of the closed
+		// loop is done: the latency a message sees when the server is not
+		// saturated.
+		fmt.Fprintf(stderr, "%s: publishing at %.0f/s for %s...\n", target, res.pub.rate()/2, e.f.paced)
+		res.pacedRate = res.pub.rate() / 2
+		count := max(1, int(res.pacedRate*e.f.paced.Seconds()))
+		res.paced = drivePaced(ctx, res.pacedRate, count, publish(paced, "paced"))
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("interrupted: %w", err)
+		}
+		res.drained = e.drain(ctx, sink, len(sent)+len(paced))
 	}
-	res.drained = sink.distinct() >= want
 	pid := srv.cmd.Process.Pid
 	if res.rssKiB, res.hwmKiB, err = readRSS(pid); err != nil {
 		return nil, err
@@ -367,18 +449,24 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 
 	sink.mu.Lock()
 	res.calls = sink.calls
-	res.deliveries = len(sink.first)
-	res.fanoutTook = sink.last.Sub(began)
 	reached := map[string]int{}
 	for k, at := range sink.first {
 		_, id, _ := strings.Cut(k, " ")
 		if t, ok := sent[id]; ok {
 			res.deliveryLat = append(res.deliveryLat, at.Sub(t))
-			reached[id]++
+			res.deliveries++
+			res.fanoutTook = max(res.fanoutTook, at.Sub(began))
+		} else if t, ok := paced[id]; ok {
+			res.pacedLat = append(res.pacedLat, at.Sub(t))
 		}
+		reached[id]++
 	}
 	sink.mu.Unlock()
 	slices.Sort(res.deliveryLat)
+	slices.Sort(res.pacedLat)
+	for id := range paced {
+		sent[id] = paced[id] // accounted for below like the others
+	}
 	for id := range sent {
 		if reached[id] != e.f.endpoints {
 			res.unreached++
@@ -405,6 +493,17 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 		}
 	}
 	return res, nil
+}
+
+// drain waits until the receiver holds every endpoint's copy of the
+// messages accepted so far, or --drain has passed; it reports which.
+func (e *publishEnv) drain(ctx context.Context, sink *fanoutSink, messages int) bool {
+	want := messages * e.f.endpoints
+	drainBy := time.Now().Add(e.f.drainFor)
+	for sink.distinct() < want && time.Now().Before(drainBy) && ctx.Err() == nil {
+		sleepCtx(ctx, 5*time.Millisecond) // polling the receiver; arrival times come from the receiver
+	}
+	return sink.distinct() >= want
 }
 
 // publishOne posts one message (~300 B of data) with its own key and
@@ -441,12 +540,66 @@ func (e *publishEnv) publishOne(ctx context.Context, c *http.Client, base, key s
 	return out.ID, nil
 }
 
+// The goals of publishing (the performance issue's goal 4).
+const (
+	goalPublishVsInbound = 0.5         // publish acceptance over the inbound path's rate
+	goalFanoutKeepsUp    = 0.9         // deliveries/s over what the accepted messages ask for
+	goalPacedP99         = time.Second // publish -> endpoint at half the capacity
+	goalPGOverSQLite     = 0.5         // PostgreSQL publishing over SQLite's
+)
+
+// keepUp is the fan-out's deliveries per second over the deliveries per
+// second the accepted messages asked for (their rate times the endpoints).
+func (r *publishResult) keepUp(endpoints int) float64 {
+	want := r.pub.rate() * float64(endpoints)
+	if want == 0 {
+		return 0
+	}
+	return rate(int64(r.deliveries), r.fanoutTook) / want
+}
+
+// accepted counts the messages of both loops answered 202.
+func (r *publishResult) accepted() int64 {
+	n := r.pub.ok
+	if r.paced != nil {
+		n += r.paced.ok
+	}
+	return n
+}
+
+// pgOverSQLite is PostgreSQL's publish rate over SQLite's, when the run
+// measured both.
+func pgOverSQLite(results []*publishResult) (float64, bool) {
+	var sq, pg *publishResult
+	for _, r := range results {
+		switch r.target {
+		case targetSQLite:
+			sq = r
+		case targetPostgres:
+			pg = r
+		}
+	}
+	if sq == nil || pg == nil || sq.pub.rate() == 0 {
+		return 0, false
+	}
+	return pg.pub.rate() / sq.pub.rate(), true
+}
+
+// pacedP99 is the p99 of publish -> endpoint at half capacity, and
+// whether it was measured.
+func (r *publishResult) pacedP99() (time.Duration, bool) {
+	if r.paced == nil || len(r.pacedLat) == 0 {
+		return 0, false
+	}
+	return r.pacedLat.pct(0.99), true
+}
+
 func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	what := fmt.Sprintf("%d messages", f.messages)
 	if f.duration > 0 {
 		what = fmt.Sprintf("%s of publishing", f.duration)
 	}
-	fmt.Fprintf(w, "hookledger-bench publish: %s per store, %d closed-loop clients, %d endpoints per message (max_in_flight %d each); load generator, receiver and server share %d CPUs (GOMAXPROCS %d)\n",
+	fmt.Fprintf(w, "hookledger-bench publish: %s per store, %d closed-loop clients, %d endpoints per message (max_in_flight %d each, adaptive); load generator, receiver and server share %d CPUs (GOMAXPROCS %d)\n",
 		what, f.clients, f.endpoints, f.maxInFlight, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintln(w, "keep-alive HTTP/1.1, one connection per client, 127.0.0.1; the receiver answers 204 at once")
 	fmt.Fprintln(w)
@@ -468,30 +621,50 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "store\tdeliveries\tcalls\tdone in s\tdeliveries/s\tp50 ms\tp99 ms\tserver RSS MiB\tpeak MiB\tCPU s\taccount\t")
+	fmt.Fprintln(tw, "store\tdeliveries\tcalls\tdone in s\tdeliveries/s\tkeeps up\tp50 ms\tp99 ms\tserver RSS MiB\tpeak MiB\tCPU s\taccount\t")
 	allOK := true
 	for _, r := range results {
-		account := fmt.Sprintf("accepted %d, stored once %d, missing %d, not at every endpoint %d", r.pub.ok, r.stored, r.missing, r.unreached)
+		account := fmt.Sprintf("accepted %d, stored once %d, missing %d, not at every endpoint %d", r.accepted(), r.stored, r.missing, r.unreached)
 		if r.missing > 0 || r.unreached > 0 || !r.drained {
 			allOK = false
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.target, r.deliveries, r.calls, r.fanoutTook.Seconds(),
-			rate(int64(r.deliveries), r.fanoutTook), ms(r.deliveryLat.pct(0.50)), ms(r.deliveryLat.pct(0.99)),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%.1f\t%s\t\n", r.target, r.deliveries, r.calls, r.fanoutTook.Seconds(),
+			rate(int64(r.deliveries), r.fanoutTook), r.keepUp(f.endpoints), ms(r.deliveryLat.pct(0.50)), ms(r.deliveryLat.pct(0.99)),
 			mib(r.rssKiB), mib(r.hwmKiB), r.cpu.Seconds(), account)
 	}
 	tw.Flush()
+	if f.paced > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "store\tpaced at /s\tmessages\tfailed\t202 p99 ms\tto endpoint p50 ms\tp99 ms\t")
+		for _, r := range results {
+			if r.paced == nil {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t\n", r.target)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%s\t%s\t%s\t\n", r.target, r.pacedRate, r.paced.ok, r.paced.failed, ms(r.paced.lat.pct(0.99)),
+				ms(r.pacedLat.pct(0.50)), ms(r.pacedLat.pct(0.99)))
+		}
+		tw.Flush()
+	}
 	fmt.Fprintln(w)
 	for _, r := range results {
-		for _, c := range []*closedLoop{r.baseline, r.pub} {
-			if c.firstErr != "" {
+		for _, c := range []*closedLoop{r.baseline, r.pub, r.paced} {
+			if c != nil && c.firstErr != "" {
 				fmt.Fprintf(w, "%s: first failure: %s\n", r.target, c.firstErr)
 			}
 		}
 	}
 	fmt.Fprintln(w, "latency of a request: from writing it to reading the whole answer (the 202 comes after the commit).")
-	fmt.Fprintln(w, "deliveries: distinct (endpoint, message) pairs received; calls: every call, repeats included.")
+	fmt.Fprintln(w, "deliveries: distinct (endpoint, message) pairs of the closed loop's messages received; calls: every call, repeats and the paced messages' included.")
 	fmt.Fprintln(w, "done in: from the first publish sent to the last first delivery; delivery latency: first receipt minus the publish request's send time.")
+	fmt.Fprintln(w, "keeps up: deliveries/s over the deliveries/s the accepted messages asked for (messages/s x endpoints).")
+	fmt.Fprintln(w, "paced: an open loop at half the closed loop's rate, after its fan-out is done; to endpoint = first receipt minus send time.")
 	fmt.Fprintln(w, "server RSS at the end of the fan-out, peak = VmHWM; CPU = the server's user+system time over its whole life.")
+	fmt.Fprintln(w)
+	for _, g := range publishGoals(f, results) {
+		fmt.Fprintf(w, "goal: %s: %s (goal %s): %s\n", g.figure, g.ratio, g.baseline, g.goal)
+	}
 	if allOK {
 		fmt.Fprintln(w, "account: every accepted message is stored once and reached every endpoint")
 	} else {
@@ -500,9 +673,36 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	return allOK
 }
 
+// publishGoals are the goal checks of the run: figure, the measured value
+// (ratio), the goal (baseline) and the verdict (goal).
+func publishGoals(f *publishFlags, results []*publishResult) []headline {
+	var out []headline
+	for _, r := range results {
+		name := driverName(r.target)
+		if r.baseline.rate() > 0 {
+			v := r.pub.rate() / r.baseline.rate()
+			out = append(out, headline{figure: name + ": publishing over inbound", ratio: fmt.Sprintf("%.2f", v),
+				baseline: fmt.Sprintf(">= %.1f", goalPublishVsInbound), goal: verdict(v >= goalPublishVsInbound)})
+		}
+		k := r.keepUp(f.endpoints)
+		out = append(out, headline{figure: name + ": fan-out keeps up", ratio: fmt.Sprintf("%.2f", k),
+			baseline: fmt.Sprintf(">= %.1f", goalFanoutKeepsUp), goal: verdict(k >= goalFanoutKeepsUp)})
+		if p99, ok := r.pacedP99(); ok {
+			out = append(out, headline{figure: name + ": publish -> endpoint p99 at half capacity", ratio: fmt.Sprintf("%.2f s", p99.Seconds()),
+				baseline: fmt.Sprintf("<= %.0f s", goalPacedP99.Seconds()), goal: verdict(p99 <= goalPacedP99)})
+		}
+	}
+	if v, ok := pgOverSQLite(results); ok {
+		out = append(out, headline{figure: "PostgreSQL publishing over SQLite's", ratio: fmt.Sprintf("%.2f", v),
+			baseline: fmt.Sprintf(">= %.1f", goalPGOverSQLite), goal: verdict(v >= goalPGOverSQLite)})
+	}
+	return out
+}
+
 // publishHeadlines are, per store, the publish requests beside signed
 // webhooks into the inbound path of the same store kind, the fan-out
-// deliveries, and the account of every accepted message.
+// deliveries, publish -> endpoint at half capacity, PostgreSQL's
+// publishing beside SQLite's, and the account of every accepted message.
 func publishHeadlines(f *publishFlags, results []*publishResult) []headline {
 	var rows []headline
 	accepted, lost, drained := int64(0), 0, true
@@ -513,14 +713,32 @@ func publishHeadlines(f *publishFlags, results []*publishResult) []headline {
 			value:    fmt.Sprintf("%s requests/s, p99 %s ms", num(r.pub.rate()), ms(r.pub.lat.pct(0.99))),
 			baseline: fmt.Sprintf("signed webhooks into POST /hooks/stripe %s/s", num(r.baseline.rate())),
 			ratio:    ratioOf(r.pub.rate(), r.baseline.rate()) + " of inbound",
+			goal:     fmt.Sprintf(">= %.1f: %s", goalPublishVsInbound, verdict(r.baseline.rate() > 0 && r.pub.rate()/r.baseline.rate() >= goalPublishVsInbound)),
 		}, headline{
-			figure: fmt.Sprintf("%s: fan-out to %d endpoints (max_in_flight %d)", name, f.endpoints, f.maxInFlight),
+			figure: fmt.Sprintf("%s: fan-out to %d endpoints (max_in_flight %d, adaptive)", name, f.endpoints, f.maxInFlight),
 			value: fmt.Sprintf("%s deliveries/s, p99 %.1f s after the publish", num(rate(int64(r.deliveries), r.fanoutTook)),
 				r.deliveryLat.pct(0.99).Seconds()),
+			baseline: fmt.Sprintf("accepted messages x %d endpoints %s/s", f.endpoints, num(r.pub.rate()*float64(f.endpoints))),
+			ratio:    fmt.Sprintf("%.2f", r.keepUp(f.endpoints)),
+			goal:     fmt.Sprintf("keeps up, >= %.1f: %s", goalFanoutKeepsUp, verdict(r.keepUp(f.endpoints) >= goalFanoutKeepsUp)),
 		})
-		accepted += r.pub.ok
+		if p99, ok := r.pacedP99(); ok {
+			rows = append(rows, headline{
+				figure: fmt.Sprintf("%s: publish -> endpoint at half capacity (%s/s)", name, num(r.pacedRate)),
+				value:  fmt.Sprintf("p50 %s ms, p99 %s ms", ms(r.pacedLat.pct(0.50)), ms(p99)),
+				goal:   fmt.Sprintf("p99 <= %.0f s: %s", goalPacedP99.Seconds(), verdict(p99 <= goalPacedP99)),
+			})
+		}
+		accepted += r.accepted()
 		lost += r.missing + r.unreached
 		drained = drained && r.drained
+	}
+	if v, ok := pgOverSQLite(results); ok {
+		rows = append(rows, headline{
+			figure: "PostgreSQL publishing beside SQLite's",
+			value:  fmt.Sprintf("%.2f of SQLite's requests/s", v),
+			goal:   fmt.Sprintf(">= %.1f: %s", goalPGOverSQLite, verdict(v >= goalPGOverSQLite)),
+		})
 	}
 	return append(rows, headline{
 		figure: "accepted messages stored once and delivered to every endpoint",

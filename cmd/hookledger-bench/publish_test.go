@@ -32,3 +32,27 @@ func TestDriveClosedLoopCount(t *testing.T) {
 		}
 	}
 }
+
+// The open loop issues exactly the count asked for, each request once,
+// and counts failures apart from successes.
+func TestDrivePacedCount(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	res := drivePaced(context.Background(), 100000, 50, func(_ *http.Client, seq int) (time.Duration, error) {
+		mu.Lock()
+		seen[seq]++
+		mu.Unlock()
+		if seq%10 == 3 {
+			return 0, errors.New("refused")
+		}
+		return time.Millisecond, nil
+	})
+	if res.ok != 45 || res.failed != 5 || len(res.lat) != 45 {
+		t.Fatalf("ok %d failed %d samples %d, want 45, 5, 45", res.ok, res.failed, len(res.lat))
+	}
+	for seq := range 50 {
+		if seen[seq] != 1 {
+			t.Fatalf("request %d sent %d times, want once", seq, seen[seq])
+		}
+	}
+}

@@ -23,8 +23,9 @@ const (
 	defaultDisableAfter        = 5 * 24 * time.Hour
 	defaultWarnPayloadBytes    = 20 * 1024
 	defaultMaxPayloadBytes     = 256 * 1024
-	DefaultEndpointMaxInFlight = 1
+	DefaultEndpointMaxInFlight = 16
 	defaultEndpointRefresh     = 2 * time.Second
+	defaultSlowAnswer          = time.Second
 )
 
 // DefaultSchedule is the wait before each retry of a message to an
@@ -64,10 +65,14 @@ type Publish struct {
 	WarnPayloadBytes int64 `yaml:"warn_payload_bytes"`
 	// MaxPayloadBytes: a message above it is refused with 413.
 	MaxPayloadBytes int64 `yaml:"max_payload_bytes"`
-	// MaxInFlight is an endpoint's default cap on deliveries in flight;
-	// 1 delivers each endpoint's messages in the order they were
-	// published.
+	// MaxInFlight is an endpoint's default ceiling on deliveries in
+	// flight. Each endpoint starts at one and rises toward it while it
+	// answers fast (aimd); 1 delivers each endpoint's messages one at a
+	// time, in the order they were published.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// SlowAnswer: a success that took this long or longer does not let
+	// an endpoint's deliveries in flight rise.
+	SlowAnswer Duration `yaml:"slow_answer"`
 	// Refresh is how often a process re-reads the endpoints another
 	// process may have changed.
 	Refresh Duration `yaml:"refresh"`
@@ -173,6 +178,7 @@ func (c *Config) setPublishDefaults() {
 	setDur(&p.IdempotencyWindow, defaultIdempotencyWindow)
 	setDur(&p.RotationOverlap, defaultRotationOverlap)
 	setDur(&p.Refresh, defaultEndpointRefresh)
+	setDur(&p.SlowAnswer, defaultSlowAnswer)
 	if p.Schedule == nil {
 		for _, d := range DefaultSchedule {
 			p.Schedule = append(p.Schedule, Duration(d))
@@ -228,6 +234,9 @@ func (c *Config) validatePublish(add, warn func(path, format string, args ...any
 	}
 	if p.MaxInFlight < 1 || p.MaxInFlight > 1024 {
 		add("$.publish.max_in_flight", "publish.max_in_flight must be from 1 to 1024")
+	}
+	if p.SlowAnswer < 0 {
+		add("$.publish.slow_answer", "publish.slow_answer must be positive")
 	}
 	ids := map[string]int{}
 	for i := range c.Endpoints {

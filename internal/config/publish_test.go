@@ -19,7 +19,7 @@ func TestPublishDefaultsAndEndpoints(t *testing.T) {
 	}
 	p := c.Publish
 	if p.Timeout.D() != 15*time.Second || p.DisableAfter.D() != 120*time.Hour || p.IdempotencyWindow.D() != 24*time.Hour ||
-		p.WarnPayloadBytes != 20480 || p.MaxInFlight != 1 || len(p.Schedule) != 6 || p.Schedule[5].D() != 10*time.Hour {
+		p.WarnPayloadBytes != 20480 || p.MaxInFlight != 16 || p.SlowAnswer.D() != time.Second || len(p.Schedule) != 6 || p.Schedule[5].D() != 10*time.Hour {
 		t.Fatalf("defaults %+v", p)
 	}
 	if len(c.Endpoints) != 1 || c.Endpoints[0].ID != "partner.eu" {
@@ -57,6 +57,7 @@ func TestPublishErrors(t *testing.T) {
 		{"not a signing key", "endpoints:\n  - id: a\n    url: https://a.example\n    secrets: [hunter2hunter2]\n", 4, "starts with whsec_"},
 		{"schedule", "publish:\n  schedule: [5s, -1s]\n", 2, "schedule[1] must be positive"},
 		{"timeout over lease", "publish:\n  timeout: 3m\n", 2, "delivery.lease"},
+		{"slow answer", "publish:\n  slow_answer: -1s\n", 2, "publish.slow_answer must be positive"},
 		{"reserved source", "sources:\n  - name: publish\n    kind: stripe\n    secrets: [whsec_x]\n", 2, "reserved"},
 		{"reserved destination", "destinations:\n  - {name: endpoints, base_url: \"https://x.example\"}\n", 2, "reserved"},
 	}

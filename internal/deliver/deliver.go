@@ -104,6 +104,15 @@ type DestinationSource interface {
 	RuntimeDestinations() (version uint64, dests []*config.Destination)
 }
 
+// InFlightLimiter is what a DestinationSource may also be: it sets, from
+// moment to moment, how many calls each of its destinations may have in
+// flight (an adaptive limit, such as publishing keeps per endpoint),
+// never more than the destination's MaxInFlight. 0 means no opinion:
+// MaxInFlight applies.
+type InFlightLimiter interface {
+	InFlightLimit(destination string) int
+}
+
 // Worker delivers due effects. In the background it keeps up to Workers
 // calls in flight, claiming more as each one ends (never waiting for a
 // whole batch), and no destination holds more than its max_in_flight of
@@ -403,7 +412,7 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 			break
 		}
 		d := w.names[(w.next+i)%len(w.names)]
-		room := min(w.caps[d]-w.inflight[d], free)
+		room := min(w.capLocked(d)-w.inflight[d], free)
 		if room <= 0 {
 			// At its max_in_flight: the next of its calls to end claims.
 			w.claimWanted.Store(true)
@@ -454,6 +463,18 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		return out, more, fmt.Errorf("claim effects: %w", err)
 	}
 	return out, more, nil
+}
+
+// capLocked is how many calls destination d may have in flight now: its
+// max_in_flight, or less when the run-time source limits it (w.mu held).
+func (w *Worker) capLocked(d string) int {
+	n := w.caps[d]
+	if l, ok := w.opts.Runtime.(InFlightLimiter); ok {
+		if adaptive := l.InFlightLimit(d); adaptive > 0 {
+			n = min(n, adaptive)
+		}
+	}
+	return n
 }
 
 // release frees a call's slot.

@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
+	"github.com/hookledger/hookledger/internal/aimd"
 	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/outbound"
 	"github.com/hookledger/hookledger/internal/signature"
 	"github.com/hookledger/hookledger/internal/store"
 )
@@ -55,13 +58,35 @@ func (a *endpointAction) Do(ctx context.Context, c *deliver.Call) (*deliver.Resp
 	c.Header.Set("webhook-signature", sig)
 	c.Header.Set("Content-Type", "application/json")
 	c.Header.Set("User-Agent", "hookledger")
+	started := a.s.clk.Now()
 	resp, err := a.s.http.Do(ctx, c)
 	status := 0
 	if resp != nil {
 		status = resp.Status
 	}
+	if l := a.s.limit(c.Destination.Name); l != nil {
+		l.Observe(started, a.s.clk.Now(), loadSignal(ctx, status, err))
+	}
 	a.s.delivered(context.WithoutCancel(ctx), id, status, err != nil || status < 200 || status > 299)
 	return resp, err
+}
+
+// loadSignal is what a delivery's answer says about its endpoint's load
+// (package aimd): a 2xx may let more deliveries in flight; a timeout, a
+// failed connection, 429 or 503 halves them; anything else is an answer
+// about the message, not the load. A call refused before it was sent (a
+// non-public address) or cut short by this process stopping says nothing.
+func loadSignal(ctx context.Context, status int, err error) aimd.Signal {
+	switch {
+	case err != nil && (ctx.Err() != nil || outbound.IsAddressError(err)):
+		return aimd.Neutral
+	case err != nil || status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		return aimd.Overload
+	case status >= 200 && status <= 299:
+		return aimd.Success
+	default:
+		return aimd.Neutral
+	}
 }
 
 // messageOf reads the message id out of a delivery's episode key.

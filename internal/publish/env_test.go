@@ -181,16 +181,20 @@ type receiver struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
 	status int
+	header http.Header // set on every answer
 	got    []received
 }
 
 func newReceiver(t *testing.T) *receiver {
-	r := &receiver{status: http.StatusNoContent}
+	r := &receiver{status: http.StatusNoContent, header: http.Header{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		b, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		r.got = append(r.got, received{header: req.Header.Clone(), body: b})
 		status := r.status
+		for k, v := range r.header {
+			w.Header()[k] = v
+		}
 		r.mu.Unlock()
 		w.WriteHeader(status)
 	}))
@@ -202,6 +206,17 @@ func (r *receiver) setStatus(s int) {
 	r.mu.Lock()
 	r.status = s
 	r.mu.Unlock()
+}
+
+// setHeader sets a header of every answer ("" removes it).
+func (r *receiver) setHeader(k, v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v == "" {
+		r.header.Del(k)
+		return
+	}
+	r.header.Set(k, v)
 }
 
 func (r *receiver) deliveries() []received {

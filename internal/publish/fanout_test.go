@@ -22,7 +22,9 @@ import (
 func TestFanOutByTypeFilter(t *testing.T) { eachStore(t, testFanOutByTypeFilter) }
 
 func testFanOutByTypeFilter(t *testing.T, storeURL string) {
-	e := newEnv(t, storeURL, "{}")
+	// One delivery at a time: each endpoint then receives its messages in
+	// publication order, which this checks.
+	e := newEnv(t, storeURL, "publish:\n  max_in_flight: 1\n")
 	rcv := map[string]*receiver{}
 	for id, types := range map[string][]string{
 		"all":      nil,

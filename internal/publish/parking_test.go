@@ -21,7 +21,8 @@ import (
 func TestGoneParksUntilEnabled(t *testing.T) { eachStore(t, testGoneParksUntilEnabled) }
 
 func testGoneParksUntilEnabled(t *testing.T, storeURL string) {
-	e := newEnv(t, storeURL, "{}")
+	// One delivery at a time: the order is what this checks.
+	e := newEnv(t, storeURL, "publish:\n  max_in_flight: 1\n")
 	rcv, other := newReceiver(t), newReceiver(t)
 	rcv.setStatus(http.StatusGone)
 	owner := "integrations"
@@ -132,7 +133,9 @@ func testFailingEndpointDisabled(t *testing.T, storeURL string) {
 		t.Fatalf("after a success failing_since %v enabled %v, want cleared and enabled", ep.FailingSince, ep.Enabled)
 	}
 
-	rcv.setStatus(http.StatusServiceUnavailable)
+	// 500, not 503: a 503 says the endpoint is overloaded and would keep
+	// one delivery in flight at a time, where this needs two.
+	rcv.setStatus(http.StatusInternalServerError)
 	started := e.clk.Now()
 	e.publish("fail-1", "a.b", `{"n":1}`)
 	e.publish("fail-2", "a.b", `{"n":2}`)

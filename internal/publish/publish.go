@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hookledger/hookledger/internal/aimd"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/deliver"
@@ -87,6 +88,12 @@ type Service struct {
 	// disableMu lets one delivery at a time disable an endpoint.
 	disableMu sync.Mutex
 
+	// limits are the endpoints' adaptive limits on deliveries in flight,
+	// by endpoint id (limMu): the worker reads them at each claim
+	// (InFlightLimit), each delivery's answer moves them.
+	limMu  sync.Mutex
+	limits map[string]*aimd.Limit
+
 	// inflight holds the Idempotency-Keys whose first request this
 	// process is still storing (409 for a second one meanwhile).
 	keysMu   sync.Mutex
@@ -123,7 +130,7 @@ func New(cfg *config.Config, st Store, opts Options) *Service {
 	s := &Service{st: st, cfg: cfg, opts: opts, log: opts.Logger, clk: opts.Clock,
 		http: &deliver.HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver},
 		m:    newMetrics(opts.Registerer), eps: map[string]*store.Endpoint{}, inflight: map[string]bool{},
-		tracer: opts.Tracing.Tracer()}
+		limits: map[string]*aimd.Limit{}, tracer: opts.Tracing.Tracer()}
 	s.loop = loop.New("endpoints", s.step,
 		loop.Options{PollInterval: cfg.Publish.Refresh.D(), Logger: opts.Logger, Clock: opts.Clock, Stage: opts.Health.Stage("publishing")})
 	return s
@@ -220,8 +227,45 @@ func (s *Service) Refresh(ctx context.Context) error {
 	for _, e := range list {
 		s.dests = append(s.dests, s.destination(e))
 	}
+	s.setLimits(s.dests)
 	s.version++
 	return nil
+}
+
+// setLimits gives every endpoint of dests an adaptive limit whose ceiling
+// is its max_in_flight, keeping the limit an endpoint already has (a
+// change of its url or types says nothing of its pace), and drops those
+// of endpoints no longer there.
+func (s *Service) setLimits(dests []*config.Destination) {
+	s.limMu.Lock()
+	defer s.limMu.Unlock()
+	keep := make(map[string]*aimd.Limit, len(dests))
+	for _, d := range dests {
+		l := s.limits[d.Name]
+		if l == nil {
+			l = aimd.New(d.MaxInFlight, s.cfg.Publish.SlowAnswer.D())
+		} else {
+			l.SetCeiling(d.MaxInFlight)
+		}
+		keep[d.Name] = l
+	}
+	s.limits = keep
+}
+
+// limit is the adaptive limit of an endpoint's destination, or nil.
+func (s *Service) limit(dest string) *aimd.Limit {
+	s.limMu.Lock()
+	defer s.limMu.Unlock()
+	return s.limits[dest]
+}
+
+// InFlightLimit implements deliver.InFlightLimiter: how many deliveries
+// an endpoint may have in flight now (0 for a destination not its own).
+func (s *Service) InFlightLimit(dest string) int {
+	if l := s.limit(dest); l != nil {
+		return l.Current()
+	}
+	return 0
 }
 
 // sameEndpoint tells whether a re-read endpoint is the one in the

@@ -185,11 +185,26 @@ func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error)
 	return out, dbErrors.Classify(err)
 }
 
-func (a txn) MessageEffectInsert(_ context.Context, e *store.MessageEffect) error {
-	a.t.exec("insert effect", `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+// MessageEffectsInsert queues one INSERT for a message's effects: what
+// they share (the request, the same for every endpoint, parsed as jsonb
+// once, and the message's fields) is sent once, the episode keys,
+// entities and destinations as arrays.
+func (a txn) MessageEffectsInsert(_ context.Context, es []*store.MessageEffect) error {
+	if len(es) == 0 {
+		return nil
+	}
+	keys, entities, dests := make([]string, len(es)), make([]string, len(es)), make([]string, len(es))
+	for i, e := range es {
+		keys[i], entities[i], dests[i] = e.EpisodeKey, e.Entity, e.Destination
+	}
+	e := es[0]
+	a.t.exec("insert effects", `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 		state, request, source_event_pk, causation_id, hop, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, 'approved', $8::jsonb, $9, $10, $11, $12, $12) ON CONFLICT (episode_key) DO NOTHING`,
-		e.EpisodeKey, e.Flow, e.Entity, e.Version, e.VersionSort, e.Effect, e.Destination, string(e.Request),
+		SELECT u.k, $4, u.e, $5, $6, $7, u.d, 'approved', $8::jsonb, $9, $10, $11, $12, $12
+		FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(k, e, d, n)
+		ORDER BY u.n
+		ON CONFLICT (episode_key) DO NOTHING`,
+		keys, entities, dests, e.Flow, e.Version, e.VersionSort, e.Effect, string(e.Request),
 		e.EventPK, e.CausationID, e.Hop, e.Now)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
@@ -177,13 +178,44 @@ func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error)
 	return out, err
 }
 
-func (a txn) MessageEffectInsert(ctx context.Context, e *store.MessageEffect) error {
+// effectsPerInsert bounds the rows of one multi-row INSERT: 3 parameters
+// a row stay far below SQLite's limit, and a fan-out of any size reuses
+// at most two prepared statements (a full one and the rest).
+const effectsPerInsert = 64
+
+// MessageEffectsInsert writes a message's effects a statement per up to
+// effectsPerInsert of them. What they share (the request, the same for
+// every endpoint, and the message's fields) is bound once as numbered
+// parameters; each row binds only its episode key, entity and
+// destination.
+func (a txn) MessageEffectsInsert(ctx context.Context, es []*store.MessageEffect) error {
+	for len(es) > 0 {
+		n := min(len(es), effectsPerInsert)
+		if err := a.insertEffects(ctx, es[:n]); err != nil {
+			return err
+		}
+		es = es[n:]
+	}
+	return nil
+}
+
+func (a txn) insertEffects(ctx context.Context, es []*store.MessageEffect) error {
+	e := es[0]
 	now := e.Now.UnixMicro()
-	_, err := a.tx.ExecContext(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
-		state, request, source_event_pk, causation_id, hop, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'approved', ?, ?, ?, ?, ?, ?) ON CONFLICT (episode_key) DO NOTHING`,
-		e.EpisodeKey, e.Flow, e.Entity, e.Version, e.VersionSort, e.Effect, e.Destination, string(e.Request),
-		e.EventPK, e.CausationID, e.Hop, now, now)
+	args := []any{e.Flow, e.Version, e.VersionSort, e.Effect, string(e.Request), e.EventPK, e.CausationID, e.Hop, now}
+	var q strings.Builder
+	q.WriteString(`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+		state, request, source_event_pk, causation_id, hop, created_at, updated_at) VALUES `)
+	for i, r := range es {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		k := len(args)
+		fmt.Fprintf(&q, "(?%d, ?1, ?%d, ?2, ?3, ?4, ?%d, 'approved', ?5, ?6, ?7, ?8, ?9, ?9)", k+1, k+2, k+3)
+		args = append(args, r.EpisodeKey, r.Entity, r.Destination)
+	}
+	q.WriteString(` ON CONFLICT (episode_key) DO NOTHING`)
+	_, err := a.tx.ExecContext(ctx, q.String(), args...)
 	return dbErrors.Classify(err)
 }
 

@@ -343,6 +343,38 @@ func testMessagePublishFanOut(t *testing.T, o Opener) {
 	}
 }
 
+// A message for more endpoints than a driver writes in one statement
+// gets one effect per endpoint all the same, each with the message's
+// request, its own destination, in endpoint order.
+func testMessagePublishWideFanOut(t *testing.T, o Opener) {
+	f := newPub(t, o)
+	var want []string
+	for i := range 150 {
+		id := fmt.Sprintf("ep_%03d", i)
+		f.put(&store.EndpointPutParams{ID: id, Spec: spec("https://" + id + ".example/"), Enabled: true})
+		want = append(want, id)
+	}
+	now := t0.Add(time.Hour)
+	p := msg("msg_w", "key-w", "invoice.paid", now)
+	if r := f.publish(p); !slices.Equal(r.Endpoints, want) {
+		t.Fatalf("went to %d endpoints, want 150", len(r.Endpoints))
+	}
+	es := f.effects()
+	if len(es) != 150 {
+		t.Fatalf("%d effects, want 150", len(es))
+	}
+	for i, e := range es {
+		var req publishRequest
+		if err := json.Unmarshal(e.Request, &req); err != nil || !store.JSONEqual(req.Body, p.Payload) || req.Headers["webhook-id"] != "msg_w" {
+			t.Fatalf("effect %d request %s: %v", i, e.Request, err)
+		}
+		if e.Entity != want[i] || e.Destination != store.EndpointDestination(want[i]) || e.EpisodeKey != store.PublishEpisodeKey("msg_w", want[i]) ||
+			e.State != store.EffectApproved || e.Version != "msg_w" || !e.CreatedAt.Equal(now) {
+			t.Fatalf("effect %d: %+v, want endpoint %s", i, e, want[i])
+		}
+	}
+}
+
 func testMessagePublishReplay(t *testing.T, o Opener) {
 	f := newPub(t, o)
 	f.put(&store.EndpointPutParams{ID: "ep_a", Spec: spec("https://a.example/"), Enabled: true})

@@ -171,6 +171,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"EndpointPutGetList", testEndpointPutGetList},
 		{"EndpointSetState", testEndpointSetState},
 		{"MessagePublishFanOut", testMessagePublishFanOut},
+		{"MessagePublishWideFanOut", testMessagePublishWideFanOut},
 		{"MessagePublishReplay", testMessagePublishReplay},
 		{"MessagePublishConcurrent", testMessagePublishConcurrent},
 		{"IdempotencyPrune", testIdempotencyPrune},
