@@ -146,6 +146,9 @@ type Worker struct {
 	// (effects written), the poll, a claim that used all the room it was
 	// given or found none; taken by the round that claims (see fill).
 	claimWanted atomic.Bool
+	// claimLook is the last claim that found every due effect there was
+	// room for: a poll soon after it does not claim again.
+	claimLook loop.Look
 
 	// errs keeps a failing store or destination from filling the log.
 	errs  *logging.Repeats
@@ -162,6 +165,15 @@ type Worker struct {
 func (w *Worker) Wake() {
 	w.claimWanted.Store(true)
 	w.loop.Wake()
+}
+
+// pollWants asks the poll's round to claim unless a claim that found
+// all there was ran just before: at a steady load the wakes claim all
+// the time, and the poll's own claim found nothing.
+func (w *Worker) pollWants() {
+	if !w.loop.Fresh(&w.claimLook) {
+		w.claimWanted.Store(true)
+	}
 }
 
 // New builds a worker for the configured destinations.
@@ -217,7 +229,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 	// The poll is how effects coming due (retries, reconciliations) and
 	// effects another process wrote are found: it asks for a claim.
 	w.loop = loop.New("delivery", w.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
-		OnPoll: func() { w.claimWanted.Store(true) }, Stage: opts.Health.Stage("delivery")})
+		OnPoll: w.pollWants, Stage: opts.Health.Stage("delivery")})
 	for k, a := range opts.Actions {
 		w.actions[k] = a
 	}
@@ -397,6 +409,7 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		dest string
 		room int
 	}
+	began := w.loop.Began()
 	w.mu.Lock()
 	w.refreshLocked()
 	if len(w.names) == 0 {
@@ -461,6 +474,12 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 	w.opts.Metrics.claimed(len(out))
 	if err := errors.Join(errs...); err != nil {
 		return out, more, fmt.Errorf("claim effects: %w", err)
+	}
+	if !more && !partial {
+		// Every destination with room was asked and gave less than the
+		// room: all that was due is taken (a destination at its
+		// max_in_flight claims when one of its calls ends).
+		w.loop.Looked(&w.claimLook, began)
 	}
 	return out, more, nil
 }

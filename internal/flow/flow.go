@@ -121,6 +121,10 @@ type Engine struct {
 	// entity released with work left, a claim that filled every slot),
 	// and by the poll; taken by the round that looks (see fill).
 	routeWanted, claimWanted atomic.Bool
+	// routeLook and claimLook are the last routing take and claim that
+	// found all there was: a poll soon after one does not ask for it
+	// again (see pollWants).
+	routeLook, claimLook loop.Look
 
 	// prepareHook, set only by tests, runs before an item's expressions:
 	// it stands in for an expression that panics.
@@ -150,6 +154,18 @@ func (e *Engine) WakeRouting() {
 func (e *Engine) wantAll() {
 	e.routeWanted.Store(true)
 	e.claimWanted.Store(true)
+}
+
+// pollWants asks the poll's round to look for what no routing take or
+// claim looked for just before: at a steady load the wakes route and
+// claim all the time, and the poll's own take and claim found nothing.
+func (e *Engine) pollWants() {
+	if !e.loop.Fresh(&e.routeLook) {
+		e.routeWanted.Store(true)
+	}
+	if !e.loop.Fresh(&e.claimLook) {
+		e.claimWanted.Store(true)
+	}
 }
 
 // New returns an engine over the store's pipeline.
@@ -205,7 +221,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		routingStage: opts.Health.Stage("routing"), processingStage: opts.Health.Stage("processing"),
 	}
 	e.loop = loop.New("processing", e.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
-		OnPoll: e.wantAll})
+		OnPoll: e.pollWants})
 	dests := map[string]*config.Destination{}
 	for i := range cfg.Destinations {
 		dests[cfg.Destinations[i].Name] = &cfg.Destinations[i]
@@ -303,9 +319,13 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	}
 	e.inflight += free // promised now; given back below when unused
 	e.mu.Unlock()
+	began := e.loop.Began()
 	leases, err := e.st.EntityClaim(ctx, &store.EntityClaimParams{
 		Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: free,
 	})
+	if err == nil && len(leases) < free {
+		e.loop.Looked(&e.claimLook, began) // every ready entity was taken
+	}
 	switch {
 	case err != nil:
 		err = fmt.Errorf("claim entities: %w", err)
@@ -378,7 +398,11 @@ func (e *Engine) route(ctx context.Context) {
 	e.running.Add(1)
 	go func() {
 		defer e.running.Done()
+		began := e.loop.Began()
 		routed, rerr := e.RouteOnce(ctx)
+		if rerr == nil && routed < routePage {
+			e.loop.Looked(&e.routeLook, began) // every routable event was taken
+		}
 		e.routing.Store(false)
 		switch {
 		case rerr == nil:

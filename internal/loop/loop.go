@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hookledger/hookledger/internal/clock"
@@ -45,6 +46,10 @@ type Options struct {
 	// wake or a step's asking for more: a step that is told by its wakers
 	// what to look for (flow.Engine) looks for everything on the poll.
 	OnPoll func()
+	// Monotonic, when set, is the time Look stamps are taken and
+	// compared in (default: the monotonic real time the poll's ticker
+	// follows); tests hold it still.
+	Monotonic func() time.Duration
 	// Stage, when set, hears of every round: a failed one (the step's
 	// error) or one that made progress or found nothing. Rounds that
 	// keep failing make the stage stall, and /readyz unready.
@@ -59,6 +64,8 @@ type Loop struct {
 	log  *slog.Logger
 	errs *logging.Repeats
 	wake chan struct{}
+
+	now func() time.Duration // Options.Monotonic
 
 	mu      sync.Mutex
 	started bool
@@ -77,11 +84,51 @@ func New(name string, step Step, opts Options) *Loop {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
+	if opts.Monotonic == nil {
+		opts.Monotonic = monotonic()
+	}
 	return &Loop{
 		name: name, step: step, opts: opts, log: opts.Logger,
 		errs: logging.NewRepeats(opts.Logger, opts.Clock, name, 0),
 		wake: make(chan struct{}, 1),
+		now:  opts.Monotonic,
 	}
+}
+
+// monotonic returns the time since its call, read from the monotonic
+// clock, which the poll's ticker also follows.
+func monotonic() func() time.Duration {
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
+}
+
+// Look remembers when a step last looked for one kind of work everything
+// the poll would have it look for (all events to route, all ready
+// entities, all due effects). A poll that comes shortly after such a look
+// need not look again: the look found all that was there, and what became
+// ready since either wakes the loop or is found by the next poll. At
+// 100 webhooks a second the wakes alone look for everything many times
+// between two polls, and every poll was one more empty claim
+// (docs/architecture.md, "Background loops and shutdown").
+type Look struct {
+	at atomic.Int64 // the loop's now at the look, plus one; 0: never
+}
+
+// Looked records, for a step that began looking at began (taken from
+// Began) and found what there was without error, that it looked.
+func (l *Loop) Looked(k *Look, began time.Duration) {
+	k.at.Store(int64(began) + 1)
+}
+
+// Began is the moment a look begins, for Looked.
+func (l *Loop) Began() time.Duration { return l.now() }
+
+// Fresh reports whether k looked within the last half poll interval:
+// then a poll need not ask for that kind of work, and it is looked for
+// at most one and a half poll intervals after it became ready.
+func (l *Loop) Fresh(k *Look) bool {
+	at := k.at.Load()
+	return at != 0 && l.now()-time.Duration(at-1) < l.opts.PollInterval/2
 }
 
 // Wake makes an idle loop run its step now. It never blocks: a pending

@@ -252,3 +252,27 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A look is fresh for half a poll interval after it began: a poll then
+// need not look again, and one after that does; a kind never looked for
+// is never fresh.
+func TestLookIsFreshForHalfAPollInterval(t *testing.T) {
+	var now time.Duration
+	l := New("test", func(ctx context.Context) (bool, error) { return false, nil },
+		Options{PollInterval: 200 * time.Millisecond, Monotonic: func() time.Duration { return now }})
+	var k Look
+	if l.Fresh(&k) {
+		t.Fatal("a kind never looked for is fresh")
+	}
+	began := l.Began()
+	now = 50 * time.Millisecond // the look took 50 ms
+	l.Looked(&k, began)
+	now = 99 * time.Millisecond
+	if !l.Fresh(&k) {
+		t.Error("a look 99 ms ago, with a poll interval of 200 ms, is not fresh")
+	}
+	now = 100 * time.Millisecond
+	if l.Fresh(&k) {
+		t.Error("a look that began half a poll interval ago is still fresh")
+	}
+}
