@@ -134,12 +134,10 @@ func readStamps(ctx context.Context, driver, storeURL string) ([]stampRow, error
 			return nil, fmt.Errorf("read stage stamps: %w", err)
 		}
 		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return nil, err
-			}
+		if err := scanAll(rows, scan); err != nil {
+			return nil, err
 		}
-		return out, rows.Err()
+		return out, nil
 	case "postgres":
 		conn, err := pgx.Connect(ctx, singleConnURL(storeURL))
 		if err != nil {
@@ -153,14 +151,26 @@ func readStamps(ctx context.Context, driver, storeURL string) ([]stampRow, error
 			return nil, fmt.Errorf("read stage stamps: %w", err)
 		}
 		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return nil, err
-			}
+		if err := scanAll(rows, scan); err != nil {
+			return nil, err
 		}
-		return out, rows.Err()
+		return out, nil
 	}
 	return nil, fmt.Errorf("unknown driver %q", driver)
+}
+
+// scanAll hands every row to scan; database/sql's and pgx's rows both fit.
+func scanAll(rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}, scan func(func(dest ...any) error) error) error {
+	for rows.Next() {
+		if err := scan(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // printE2EStages prints, per target, where an event's time went between

@@ -108,6 +108,25 @@ func (c *closedLoop) rate() float64 { return rate(c.ok, c.elapsed) }
 // reports its latency and whether it succeeded.
 func driveClosedLoop(ctx context.Context, clients, count int, duration time.Duration,
 	do func(client *http.Client, seq int) (time.Duration, error)) *closedLoop {
+	return drive(ctx, clients, count, duration, 0, do)
+}
+
+// pacedClients bounds the requests of the open loop in flight at once.
+const pacedClients = 64
+
+// drivePaced sends count requests at perSecond, each at its own time from
+// the start whatever the answers before it (an open loop: a slow answer
+// does not slow the sending), from up to pacedClients connections.
+func drivePaced(ctx context.Context, perSecond float64, count int,
+	do func(client *http.Client, seq int) (time.Duration, error)) *closedLoop {
+	return drive(ctx, pacedClients, count, 0, perSecond, do)
+}
+
+// drive is both loops: clients connections take request numbers in turn;
+// with perSecond above 0 each request waits for its own time from the
+// start (open loop), otherwise it goes as soon as its client is free.
+func drive(ctx context.Context, clients, count int, duration time.Duration, perSecond float64,
+	do func(client *http.Client, seq int) (time.Duration, error)) *closedLoop {
 	res := &closedLoop{}
 	var issued, okN, failed atomic.Int64
 	var errOnce sync.Once
@@ -119,9 +138,7 @@ func driveClosedLoop(ctx context.Context, clients, count int, duration time.Dura
 	}
 	var wg sync.WaitGroup
 	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			tr := &http.Transport{MaxIdleConns: 1, MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1,
 				DisableCompression: true, IdleConnTimeout: time.Minute}
 			defer tr.CloseIdleConnections()
@@ -134,50 +151,9 @@ func driveClosedLoop(ctx context.Context, clients, count int, duration time.Dura
 				if deadline.IsZero() && seq >= count {
 					return
 				}
-				lat, err := do(client, seq)
-				if err != nil {
-					failed.Add(1)
-					errOnce.Do(func() { res.firstErr = err.Error() })
-					continue
+				if perSecond > 0 {
+					sleepCtx(ctx, time.Until(start.Add(time.Duration(float64(seq)/perSecond*float64(time.Second)))))
 				}
-				okN.Add(1)
-				parts[i] = append(parts[i], lat)
-			}
-		}()
-	}
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	res.ok, res.failed = okN.Load(), failed.Load()
-	res.lat = mergeLatencies(parts)
-	return res
-}
-
-// pacedClients bounds the requests of the open loop in flight at once.
-const pacedClients = 64
-
-// drivePaced sends count requests at perSecond, each at its own time from
-// the start whatever the answers before it (an open loop: a slow answer
-// does not slow the sending), from up to pacedClients connections.
-func drivePaced(ctx context.Context, perSecond float64, count int,
-	do func(client *http.Client, seq int) (time.Duration, error)) *closedLoop {
-	res := &closedLoop{}
-	var issued, okN, failed atomic.Int64
-	var errOnce sync.Once
-	parts := make([]latencies, pacedClients)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range pacedClients {
-		wg.Go(func() {
-			tr := &http.Transport{MaxIdleConns: 1, MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1,
-				DisableCompression: true, IdleConnTimeout: time.Minute}
-			defer tr.CloseIdleConnections()
-			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-			for ctx.Err() == nil {
-				seq := int(issued.Add(1)) - 1
-				if seq >= count {
-					return
-				}
-				sleepCtx(ctx, time.Until(start.Add(time.Duration(float64(seq)/perSecond*float64(time.Second)))))
 				lat, err := do(client, seq)
 				if err != nil {
 					failed.Add(1)
