@@ -192,20 +192,23 @@ func (b *batchRun) call(j *txJob) error {
 // every job has been answered.
 func (b *batchRun) runSaved(j *txJob) bool {
 	b.jobs = append(b.jobs, j)
-	if _, err := b.tx.ExecContext(b.ctx, `SAVEPOINT job`); err != nil {
+	// Savepoints run on a context that cannot end, for the reason stmtCtx
+	// gives; the job itself is held to the transaction's deadline.
+	sctx := context.WithoutCancel(b.ctx)
+	if _, err := b.tx.ExecContext(sctx, `SAVEPOINT job`); err != nil {
 		b.results = append(b.results, fmt.Errorf("savepoint: %w", err))
 		return true
 	}
 	err := b.call(j)
 	b.results = append(b.results, err)
 	if err != nil {
-		if _, err := b.tx.ExecContext(b.ctx, `ROLLBACK TO job`); err != nil {
+		if _, err := b.tx.ExecContext(sctx, `ROLLBACK TO job`); err != nil {
 			_ = b.tx.Rollback()
 			b.failAll(fmt.Errorf("rollback to savepoint: %w: %w", store.ErrUnavailable, err))
 			return false
 		}
 	}
-	if _, err := b.tx.ExecContext(b.ctx, `RELEASE job`); err != nil {
+	if _, err := b.tx.ExecContext(sctx, `RELEASE job`); err != nil {
 		_ = b.tx.Rollback()
 		b.failAll(fmt.Errorf("release savepoint: %w: %w", store.ErrUnavailable, err))
 		return false
@@ -263,6 +266,25 @@ func (s *Store) fault(q string) error {
 		return nil
 	}
 	return s.faults(q)
+}
+
+// stmtCtx is the context a statement of t runs on. In the shared write
+// transaction it cannot end: the driver watches a cancelable context with a
+// goroutine and a progress handler per statement, a large share of the
+// single writer's time at a few statements per effect, and BEGIN IMMEDIATE
+// has already taken the only lock a statement could wait for. The
+// transaction's deadline still holds between statements: a job past it
+// gets an error before its next statement runs, as the inbox's group does.
+// Other transactions (reads, an operator's) keep their caller's context,
+// whose end should stop a long read.
+func (t *wtx) stmtCtx(ctx context.Context) (context.Context, error) {
+	if t.stmts == nil {
+		return ctx, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return context.WithoutCancel(ctx), nil
 }
 
 // failedRow is the row of a statement that failed before it ran.
@@ -342,6 +364,10 @@ func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Resul
 	if err := t.s.fault(q); err != nil {
 		return nil, err
 	}
+	ctx, err := t.stmtCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if st := t.prepared(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
@@ -351,6 +377,10 @@ func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Resul
 // QueryContext runs q through the transaction's statement cache.
 func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	if err := t.s.fault(q); err != nil {
+		return nil, err
+	}
+	ctx, err := t.stmtCtx(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if st := t.prepared(ctx, q); st != nil {
@@ -363,6 +393,10 @@ func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Row
 // row is a scanner, not a *sql.Row, so that an injected fault can fail it.
 func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) scanner {
 	if err := t.s.fault(q); err != nil {
+		return failedRow{err}
+	}
+	ctx, err := t.stmtCtx(ctx)
+	if err != nil {
 		return failedRow{err}
 	}
 	if st := t.prepared(ctx, q); st != nil {

@@ -152,6 +152,28 @@ func TestSharedWriteTransactionHasADeadline(t *testing.T) {
 	}
 }
 
+// Statements of the shared write transaction run on a context that cannot
+// end (no per-statement cancellation watch), so the transaction's deadline
+// is checked before each: a job past it gets an error from its next
+// statement instead of running it.
+func TestSharedTransactionStatementAfterDeadlineFails(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "d.db"))
+	s.batchDeadline = 200 * time.Millisecond
+	defer func() { s.batchDeadline = defaultBatchDeadline }()
+	var stmtErr error
+	err := s.inTx(context.Background(), func(ctx context.Context, tx *wtx) error {
+		<-ctx.Done()
+		_, stmtErr = tx.ExecContext(ctx, `SELECT 1`)
+		return stmtErr
+	})
+	if !errors.Is(stmtErr, context.DeadlineExceeded) || !errors.Is(stmtErr, store.ErrUnavailable) {
+		t.Fatalf("statement after the deadline: %v, want the deadline as unavailable", stmtErr)
+	}
+	if err == nil {
+		t.Fatal("the job past its deadline committed")
+	}
+}
+
 // Without statistics SQLite chooses indexes by shape alone, so the lists'
 // plans are pinned here: each filter reads its own index (a page stops at
 // its limit instead of reading the table), and a selective filter is never
