@@ -45,7 +45,8 @@ type commitFlags struct {
 func runCommit(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs := newFlagSet(stderr, "commit", "commit [--postgres URL] [--writers 1,32,128] [--duration 5s] [flags]",
 		"Measures durable commits per second of one-delivery submissions, written either one\n"+
-			"per transaction (store.InboxCommit from each writer) or through the group-commit\n"+
+			"per transaction (store.InboxCommit from each writer; on SQLite, whose store shares\n"+
+			"concurrent write transactions, one call at a time) or through the group-commit\n"+
 			"inbox.Writer, at each writer count, on a fresh SQLite file and, with --postgres,\n"+
 			"on a fresh PostgreSQL database per cell. Raw fsync/s on the same disk, measured\n"+
 			"before and after the cells, is printed beside them as the baseline. After each\n"+
@@ -254,7 +255,18 @@ func commitCell(ctx context.Context, f *commitFlags, dir, driver, mode string, w
 	var reg *prometheus.Registry
 	switch mode {
 	case modeSingle:
+		// SQLite's store runs concurrent write transactions inside one
+		// shared commit, which would make this baseline a group commit
+		// too. Its one writer takes one transaction at a time anyway, so
+		// holding the callers to one call at a time measures what a
+		// transaction per row costs there; PostgreSQL's run side by side.
+		var one sync.Mutex
+		serial := driver == "sqlite"
 		submit = func(ctx context.Context, sub *store.Submission) error {
+			if serial {
+				one.Lock()
+				defer one.Unlock()
+			}
 			out, err := st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{sub}})
 			if err != nil {
 				return err
