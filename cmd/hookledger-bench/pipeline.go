@@ -471,7 +471,7 @@ func (t *timedPipeline) EventRoute(ctx context.Context, p *store.EventRouteParam
 
 // EventRouteNext counts the store's time only: the engine's decisions,
 // made inside the call, are left out.
-func (t *timedPipeline) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (int, error) {
+func (t *timedPipeline) EventRouteNext(ctx context.Context, p *store.EventRouteNextParams) (store.RoutedPage, error) {
 	t0 := time.Now()
 	var deciding time.Duration
 	inner := *p
@@ -480,12 +480,12 @@ func (t *timedPipeline) EventRouteNext(ctx context.Context, p *store.EventRouteN
 		defer func() { deciding += time.Since(d0) }()
 		return p.Decide(evs)
 	}
-	n, err := t.Pipeline.EventRouteNext(ctx, &inner)
+	page, err := t.Pipeline.EventRouteNext(ctx, &inner)
 	t.route.Add(int64(time.Since(t0) - deciding))
 	if err == nil {
-		t.routed.Add(int64(n))
+		t.routed.Add(int64(page.Events))
 	}
-	return n, err
+	return page, err
 }
 
 func (t *timedPipeline) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {

@@ -333,37 +333,9 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	case len(leases) == 0:
 		e.processingStage.OK() // nothing waiting
 	}
-	e.mu.Lock()
-	e.inflight -= free - len(leases)
-	e.mu.Unlock()
+	e.giveBack(free - len(leases))
 	for _, l := range leases {
-		e.running.Add(1)
-		go func() {
-			defer e.running.Done()
-			_, drained, perr := e.safeProcess(ctx, l)
-			switch {
-			case perr == nil:
-				e.errs.OK()
-				e.processingStage.OK()
-			case ctx.Err() == nil:
-				e.errs.Fail("processing failed", perr, "flow", l.Flow, "entity", l.Entity)
-				e.processingStage.Fail(perr)
-			}
-			e.mu.Lock()
-			e.inflight--
-			e.mu.Unlock()
-			// An entity released with no work left readies nothing: its
-			// freed slot is worth a claim only when one was asked for
-			// while the slots were busy. Any other end (work routed
-			// while it was processed, a deferral, a lost lease, an
-			// error) may have left it ready.
-			if !drained {
-				e.claimWanted.Store(true)
-			}
-			if e.claimWanted.Load() {
-				e.loop.Wake()
-			}
-		}()
+		e.process(ctx, l)
 	}
 	// Another round at once only when the claim filled every free slot,
 	// so more entities may be ready. A shorter claim found all there was,
@@ -377,6 +349,52 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 		e.claimWanted.Store(true)
 	}
 	return more, err
+}
+
+// reserve promises the free slots to a claim, and returns how many.
+func (e *Engine) reserve() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	free := max(e.opts.Workers-e.inflight, 0)
+	e.inflight += free
+	return free
+}
+
+// giveBack returns n promised slots that a claim did not fill.
+func (e *Engine) giveBack(n int) {
+	e.mu.Lock()
+	e.inflight -= n
+	e.mu.Unlock()
+}
+
+// process works the leased entity on a goroutine of its own, in a slot
+// already counted in inflight, and frees the slot when it ends.
+func (e *Engine) process(ctx context.Context, l *store.Lease) {
+	e.running.Add(1)
+	go func() {
+		defer e.running.Done()
+		_, drained, perr := e.safeProcess(ctx, l)
+		switch {
+		case perr == nil:
+			e.errs.OK()
+			e.processingStage.OK()
+		case ctx.Err() == nil:
+			e.errs.Fail("processing failed", perr, "flow", l.Flow, "entity", l.Entity)
+			e.processingStage.Fail(perr)
+		}
+		e.giveBack(1)
+		// An entity released with no work left readies nothing: its
+		// freed slot is worth a claim only when one was asked for
+		// while the slots were busy. Any other end (work routed
+		// while it was processed, a deferral, a lost lease, an
+		// error) may have left it ready.
+		if !drained {
+			e.claimWanted.Store(true)
+		}
+		if e.claimWanted.Load() {
+			e.loop.Wake()
+		}
+	}()
 }
 
 // routePage is how many events one routing take reads.
@@ -399,7 +417,21 @@ func (e *Engine) route(ctx context.Context) {
 	go func() {
 		defer e.running.Done()
 		began := e.loop.Began()
-		routed, rerr := e.RouteOnce(ctx)
+		// The take also leases, for the free slots, the entities it made
+		// ready (store.EventRouteNextParams.Claim): a claim of their own
+		// was one commit more between a webhook and its effect.
+		claim := e.reserve()
+		routed, leases, rerr := e.routeOnce(ctx, claim)
+		e.giveBack(claim - len(leases))
+		for _, l := range leases {
+			e.process(ctx, l)
+		}
+		// A claim that filled fewer slots than it had took every ready
+		// entity.
+		claimedAll := rerr == nil && routed > 0 && claim > 0 && len(leases) < claim
+		if claimedAll {
+			e.loop.Looked(&e.claimLook, began)
+		}
 		if rerr == nil && routed < routePage {
 			e.loop.Looked(&e.routeLook, began) // every routable event was taken
 		}
@@ -411,7 +443,7 @@ func (e *Engine) route(ctx context.Context) {
 			e.errs.Fail("routing failed", rerr)
 			e.routingStage.Fail(rerr)
 		}
-		if routed > 0 {
+		if routed > 0 && !claimedAll {
 			e.claimWanted.Store(true)
 		}
 		if routed >= routePage {
@@ -466,11 +498,20 @@ func (e *Engine) Drain(ctx context.Context) error {
 // dead-lettered with the database's reason: one event never stops the
 // routing of the others.
 func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
-	n, err := e.routePage(ctx, routePage, nil)
+	n, _, err := e.routeOnce(ctx, 0)
+	return n, err
+}
+
+// routeOnce is RouteOnce, leasing up to claim ready entities with the
+// page. A page routed one event at a time leases none: the loop's claim
+// finds them.
+func (e *Engine) routeOnce(ctx context.Context, claim int) (int, []*store.Lease, error) {
+	page, err := e.routePage(ctx, routePage, claim, nil)
 	if !errors.Is(err, store.ErrRefused) {
-		return n, err
+		return page.Events, page.Leases, err
 	}
-	return e.routeAlone(ctx, routePage)
+	n, err := e.routeAlone(ctx, routePage)
+	return n, nil, err
 }
 
 // routeAlone routes up to limit events one page of one at a time; the one
@@ -479,10 +520,10 @@ func (e *Engine) routeAlone(ctx context.Context, limit int) (int, error) {
 	total := 0
 	for range limit {
 		var taken int64
-		n, err := e.routePage(ctx, 1, func(pk int64) string { taken = pk; return "" })
+		page, err := e.routePage(ctx, 1, 0, func(pk int64) string { taken = pk; return "" })
 		if errors.Is(err, store.ErrRefused) && taken != 0 {
 			reason := refusedReason("routing", err)
-			n, err = e.routePage(ctx, 1, func(pk int64) string {
+			page, err = e.routePage(ctx, 1, 0, func(pk int64) string {
 				if pk == taken {
 					return reason
 				}
@@ -492,10 +533,10 @@ func (e *Engine) routeAlone(ctx context.Context, limit int) (int, error) {
 		if err != nil {
 			return total, err
 		}
-		if n == 0 {
+		if page.Events == 0 {
 			break
 		}
-		total += n
+		total += page.Events
 	}
 	return total, nil
 }
@@ -510,13 +551,19 @@ func refusedReason(stage string, err error) string {
 	return store.Storable(stage + ": the database refused a value of this event: " + s)
 }
 
-// routePage routes one page of up to limit events. refused, when set,
-// names for an event the reason to dead-letter it with instead of routing
-// it ("" routes it); it also tells the caller which events were taken.
-func (e *Engine) routePage(ctx context.Context, limit int, refused func(pk int64) string) (int, error) {
+// routePage routes one page of up to limit events, and leases up to
+// claim ready entities with it. refused, when set, names for an event the
+// reason to dead-letter it with instead of routing it ("" routes it); it
+// also tells the caller which events were taken.
+func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(pk int64) string) (store.RoutedPage, error) {
 	var evs []*store.RoutableEvent
 	var ds []*store.RouteDecision
-	n, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: e.clk.Now(),
+	now := e.clk.Now()
+	var lease *store.EntityClaimParams
+	if claim > 0 {
+		lease = &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: claim}
+	}
+	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
 			for _, ev := range page {
@@ -530,11 +577,8 @@ func (e *Engine) routePage(ctx context.Context, limit int, refused func(pk int64
 			}
 			return ds
 		}})
-	if err != nil {
-		return 0, err
-	}
-	if n == 0 {
-		return 0, nil
+	if err != nil || page.Events == 0 {
+		return page, err
 	}
 	e.opts.Metrics.routed(ds)
 	e.routeSpans(ctx, evs, ds)
@@ -545,7 +589,7 @@ func (e *Engine) routePage(ctx context.Context, limit int, refused func(pk int64
 			}
 		}
 	}
-	return n, nil
+	return page, nil
 }
 
 // safeRoutes is Routes with a panic in an expression turned into a failed

@@ -33,8 +33,9 @@ type Pipeline interface {
 	// records those as EventRoute would. Concurrent callers, in one
 	// process or in several, take disjoint pages: an event another caller
 	// holds is passed over, so no event is read or decided twice. It
-	// returns the number of events taken (0: none was waiting).
-	EventRouteNext(ctx context.Context, p *EventRouteNextParams) (int, error)
+	// returns the number of events taken (0: none was waiting) and the
+	// leases Claim asked for.
+	EventRouteNext(ctx context.Context, p *EventRouteNextParams) (RoutedPage, error)
 	// EntityClaim leases up to Limit entities that have pending work, whose
 	// lease is free or expired and whose not_before has passed, in claim
 	// order (not_before, flow, entity).
@@ -111,6 +112,19 @@ type EventRouteNextParams struct {
 	// them where processes share the database (Driver.Shared), before it
 	// elsewhere.
 	Decide func(evs []*RoutableEvent) []*RouteDecision
+	// Claim, when set with a Limit above zero, also leases up to Limit
+	// ready entities, as EntityClaim would, in the transaction that
+	// records the page (only when the page took an event). The processor
+	// would otherwise claim the entities it just made ready in a
+	// transaction of its own: one commit more between a webhook and its
+	// effect, and on PostgreSQL one transaction more per lone webhook.
+	Claim *EntityClaimParams
+}
+
+// RoutedPage is what EventRouteNext did.
+type RoutedPage struct {
+	Events int      // events taken (0: none was waiting)
+	Leases []*Lease // the leases Claim took, in claim order
 }
 
 // RoutableEvent is an accepted event with what routing and processing need.

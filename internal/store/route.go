@@ -32,6 +32,10 @@ type RouteTx interface {
 	// EventsWithoutPending returns, of the events pks, those without a
 	// pending work item, in pk order.
 	EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error)
+	// EntitiesLease leases up to p.Limit ready entities, in claim order,
+	// as Pipeline.EntityClaim does: the statement of a claim made inside
+	// another transaction (routing's).
+	EntitiesLease(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
 }
 
 // ErrNotShared is the answer of a statement only a database that several
@@ -52,19 +56,45 @@ type RouteEvent struct {
 // is what makes concurrent routing safe: the event is claimed before
 // anything else is written.
 func (r *Rules) EventRoute(ctx context.Context, p *EventRouteParams) error {
+	_, err := r.eventRoute(ctx, p, nil)
+	return err
+}
+
+// eventRoute is EventRoute, leasing ready entities in the same transaction
+// when claim asks for some.
+func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *EntityClaimParams) ([]*Lease, error) {
 	storableRoutes(p.Decisions)
 	byPK := decisionsByPK(p.Decisions)
+	var leases []*Lease
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		leases = nil
 		claimed, err := tx.EventsClaim(ctx, slices.Sorted(maps.Keys(byPK)))
 		if err != nil {
 			return fmt.Errorf("mark routed: %w", err)
 		}
-		return routeClaimed(ctx, tx, p, byPK, claimed)
+		if err := routeClaimed(ctx, tx, p, byPK, claimed); err != nil {
+			return err
+		}
+		leases, err = leaseAfterRouting(ctx, tx, claim)
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("route events: %w", err)
+		return nil, fmt.Errorf("route events: %w", err)
 	}
-	return nil
+	return leases, nil
+}
+
+// leaseAfterRouting takes the leases a routing page's Claim asks for, in
+// the routing transaction.
+func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams) ([]*Lease, error) {
+	if claim == nil || claim.Limit <= 0 {
+		return nil, nil
+	}
+	leases, err := tx.EntitiesLease(ctx, claim)
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	return leases, nil
 }
 
 // EventRouteNext routes the next page of unrouted events (see Pipeline).
@@ -77,40 +107,46 @@ func (r *Rules) EventRoute(ctx context.Context, p *EventRouteParams) error {
 // process instead: the page is read and decided before the write
 // transaction, which decides nothing, so the one writer is held no
 // longer than it writes.
-func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (int, error) {
+func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (RoutedPage, error) {
 	if !r.db.Shared() {
 		r.routeMu.Lock()
 		defer r.routeMu.Unlock()
 		evs, err := r.db.EventListUnrouted(ctx, &EventListUnroutedParams{Limit: p.Limit})
 		if err != nil || len(evs) == 0 {
-			return 0, err
+			return RoutedPage{}, err
 		}
 		ds := p.Decide(evs)
 		if err := checkDecisions(evs, ds); err != nil {
-			return 0, fmt.Errorf("route events: %w", err)
+			return RoutedPage{}, fmt.Errorf("route events: %w", err)
 		}
-		if err := r.EventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}); err != nil {
-			return 0, err
+		leases, err := r.eventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}, p.Claim)
+		if err != nil {
+			return RoutedPage{}, err
 		}
-		return len(evs), nil
+		return RoutedPage{Events: len(evs), Leases: leases}, nil
 	}
-	var n int
+	var page RoutedPage
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		page = RoutedPage{}
 		evs, claimed, err := tx.EventsTake(ctx, ClampLimit(p.Limit))
 		if err != nil || len(evs) == 0 {
 			return err
 		}
-		n = len(evs)
 		ds := p.Decide(evs)
 		if err := checkDecisions(evs, ds); err != nil {
 			return err
 		}
-		return routeClaimed(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), claimed)
+		if err := routeClaimed(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), claimed); err != nil {
+			return err
+		}
+		leases, err := leaseAfterRouting(ctx, tx, p.Claim)
+		page = RoutedPage{Events: len(evs), Leases: leases}
+		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("route events: %w", err)
+		return RoutedPage{}, fmt.Errorf("route events: %w", err)
 	}
-	return n, nil
+	return page, nil
 }
 
 // decisionsByPK indexes decisions by event; a later decision for an event

@@ -301,47 +301,76 @@ const newestKeySet = `behind_since = CASE WHEN newest_key <= settled_key AND $4 
 // the locking select runs exactly once. Tokens come from gen_random_uuid
 // (built in since PostgreSQL 13), one per row.
 func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
-	rows, err := s.pool.Query(ctx, `WITH c AS MATERIALIZED (
-			SELECT flow, entity FROM entities
-			WHERE pending > 0 AND lease_until <= $1 AND not_before <= $1
-			ORDER BY not_before, flow COLLATE "C", entity COLLATE "C"
-			LIMIT $2 FOR UPDATE SKIP LOCKED)
-		UPDATE entities e SET lease_token = $3 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $4, claimed_at = $1
-		FROM c WHERE e.flow = c.flow AND e.entity = c.entity
-		RETURNING e.not_before, e.flow, e.entity, e.lease_token, e.lease_until`,
-		p.Now, store.ClampLimit(p.Limit), p.Owner, p.Now.Add(p.LeaseFor))
+	rows, err := s.pool.Query(ctx, entityClaimSQL, entityClaimArgs(p)...)
 	if err != nil {
 		return nil, fmt.Errorf("claim entities: %w", err)
 	}
-	type claimed struct {
-		notBefore time.Time
-		lease     *store.Lease
+	got, err := pgx.CollectRows(rows, scanClaimedEntity)
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
 	}
-	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimed, error) {
-		c := claimed{lease: &store.Lease{}}
-		// -infinity (never deferred) sorts as the zero time.
-		var nb pgtype.Timestamptz
-		if err := r.Scan(&nb, &c.lease.Flow, &c.lease.Entity, &c.lease.Token, &c.lease.Until); err != nil {
-			return c, err
-		}
-		if nb.InfinityModifier == pgtype.Finite {
-			c.notBefore = nb.Time
-		}
-		c.lease.Until = c.lease.Until.UTC()
-		return c, nil
+	return claimOrder(got), nil
+}
+
+// EntitiesLease is EntityClaim's statement inside another transaction
+// (store.RouteTx): routing's, which leases what it made ready.
+func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
+	var got []claimedEntity
+	err := a.t.query(ctx, "claim entities", entityClaimSQL, entityClaimArgs(p), func(rows pgx.Rows) error {
+		var err error
+		got, err = pgx.CollectRows(rows, scanClaimedEntity)
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
+		return nil, err
 	}
-	// RETURNING keeps no order: restore the claim order.
-	slices.SortFunc(got, func(a, b claimed) int {
+	return claimOrder(got), nil
+}
+
+// entityClaimSQL leases up to $2 ready entities.
+const entityClaimSQL = `WITH c AS MATERIALIZED (
+		SELECT flow, entity FROM entities
+		WHERE pending > 0 AND lease_until <= $1 AND not_before <= $1
+		ORDER BY not_before, flow COLLATE "C", entity COLLATE "C"
+		LIMIT $2 FOR UPDATE SKIP LOCKED)
+	UPDATE entities e SET lease_token = $3 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $4, claimed_at = $1
+	FROM c WHERE e.flow = c.flow AND e.entity = c.entity
+	RETURNING e.not_before, e.flow, e.entity, e.lease_token, e.lease_until`
+
+func entityClaimArgs(p *store.EntityClaimParams) []any {
+	return []any{p.Now, store.ClampLimit(p.Limit), p.Owner, p.Now.Add(p.LeaseFor)}
+}
+
+// claimedEntity is a lease and when its entity was due: the claim order.
+type claimedEntity struct {
+	notBefore time.Time
+	lease     *store.Lease
+}
+
+func scanClaimedEntity(r pgx.CollectableRow) (claimedEntity, error) {
+	c := claimedEntity{lease: &store.Lease{}}
+	// -infinity (never deferred) sorts as the zero time.
+	var nb pgtype.Timestamptz
+	if err := r.Scan(&nb, &c.lease.Flow, &c.lease.Entity, &c.lease.Token, &c.lease.Until); err != nil {
+		return c, err
+	}
+	if nb.InfinityModifier == pgtype.Finite {
+		c.notBefore = nb.Time
+	}
+	c.lease.Until = c.lease.Until.UTC()
+	return c, nil
+}
+
+// claimOrder returns the leases in claim order: RETURNING keeps none.
+func claimOrder(got []claimedEntity) []*store.Lease {
+	slices.SortFunc(got, func(a, b claimedEntity) int {
 		return cmp.Or(a.notBefore.Compare(b.notBefore), cmp.Compare(a.lease.Flow, b.lease.Flow), cmp.Compare(a.lease.Entity, b.lease.Entity))
 	})
 	out := make([]*store.Lease, len(got))
 	for i, c := range got {
 		out[i] = c.lease
 	}
-	return out, nil
+	return out
 }
 
 // EntityLeaseFree frees the lease (store.ApplyTx).

@@ -96,7 +96,8 @@ func TestRouteQueue(t *testing.T) {
 		return ds
 	}
 	for page := 0; ; page++ {
-		n, err := h.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 2, Now: at, Decide: decide})
+		routed, err := h.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 2, Now: at, Decide: decide})
+		n := routed.Events
 		if err != nil {
 			t.Fatal(err)
 		}

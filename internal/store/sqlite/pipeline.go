@@ -200,44 +200,52 @@ func newToken(owner string) (string, error) {
 	return owner + ":" + hex.EncodeToString(b[:]), nil
 }
 
-// EntityClaim leases ready entities. The writer lock makes the select and
-// the updates one atomic step, so two claimers never lease one entity.
+// EntityClaim leases ready entities in a transaction of their own.
 func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
-	now := p.Now.UnixMicro()
-	until := p.Now.Add(p.LeaseFor).UnixMicro()
 	var out []*store.Lease
 	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
-		out = nil
-		rows, err := tx.QueryContext(ctx, `SELECT flow, entity FROM entities
-			WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
-			ORDER BY not_before, flow, entity LIMIT ?`, now, now, store.ClampLimit(p.Limit))
-		if err != nil {
-			return fmt.Errorf("claim entities: %w", err)
-		}
-		for rows.Next() {
-			l := &store.Lease{Until: time.UnixMicro(until).UTC()}
-			if err := rows.Scan(&l.Flow, &l.Entity); err != nil {
-				rows.Close()
-				return fmt.Errorf("claim entities: %w", err)
-			}
-			out = append(out, l)
-		}
-		if err := rows.Close(); err != nil {
-			return fmt.Errorf("claim entities: %w", err)
-		}
-		for _, l := range out {
-			if l.Token, err = newToken(p.Owner); err != nil {
-				return fmt.Errorf("claim entities: %w", err)
-			}
-			if _, err := tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ?, claimed_at = ? WHERE flow = ? AND entity = ?`,
-				l.Token, until, now, l.Flow, l.Entity); err != nil {
-				return fmt.Errorf("claim entities: lease %s/%s: %w", l.Flow, l.Entity, err)
-			}
-		}
-		return nil
+		var err error
+		out, err = txn{tx}.EntitiesLease(ctx, p)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// EntitiesLease leases ready entities (store.RouteTx). The writer lock
+// makes the select and the updates one atomic step, so two claimers never
+// lease one entity.
+func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
+	now := p.Now.UnixMicro()
+	until := p.Now.Add(p.LeaseFor).UnixMicro()
+	rows, err := a.tx.QueryContext(ctx, `SELECT flow, entity FROM entities
+		WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
+		ORDER BY not_before, flow, entity LIMIT ?`, now, now, store.ClampLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	var out []*store.Lease
+	for rows.Next() {
+		l := &store.Lease{Until: time.UnixMicro(until).UTC()}
+		if err := rows.Scan(&l.Flow, &l.Entity); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim entities: %w", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	for _, l := range out {
+		if l.Token, err = newToken(p.Owner); err != nil {
+			return nil, fmt.Errorf("claim entities: %w", err)
+		}
+		if _, err := a.tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ?, claimed_at = ? WHERE flow = ? AND entity = ?`,
+			l.Token, until, now, l.Flow, l.Entity); err != nil {
+			return nil, fmt.Errorf("claim entities: lease %s/%s: %w", l.Flow, l.Entity, err)
+		}
 	}
 	return out, nil
 }

@@ -328,7 +328,7 @@ func testRouteNextDisjoint(t *testing.T, o Opener) {
 	// or for a while if B waits for A (a driver that serialises routers).
 	bDone := make(chan struct{})
 	aHolds := make(chan struct{})
-	var nA, nB int
+	var nA, nB store.RoutedPage
 	var errA, errB error
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -349,18 +349,18 @@ func testRouteNextDisjoint(t *testing.T, o Opener) {
 	if errA != nil || errB != nil {
 		t.Fatalf("EventRouteNext: %v, %v", errA, errB)
 	}
-	if nA != 2 || nB != 2 {
-		t.Fatalf("pages of %d and %d events, want 2 and 2", nA, nB)
+	if nA.Events != 2 || nB.Events != 2 {
+		t.Fatalf("pages of %d and %d events, want 2 and 2", nA.Events, nB.Events)
 	}
 	// The last event, then nothing.
-	if n, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 2, Now: t0, Decide: decide}); err != nil || n != 1 {
-		t.Fatalf("third page: %d events, %v; want 1", n, err)
+	if n, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 2, Now: t0, Decide: decide}); err != nil || n.Events != 1 {
+		t.Fatalf("third page: %d events, %v; want 1", n.Events, err)
 	}
 	if n, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 2, Now: t0, Decide: func([]*store.RoutableEvent) []*store.RouteDecision {
 		t.Error("Decide called with no event waiting")
 		return nil
-	}}); err != nil || n != 0 {
-		t.Fatalf("empty page: %d events, %v", n, err)
+	}}); err != nil || n.Events != 0 {
+		t.Fatalf("empty page: %d events, %v", n.Events, err)
 	}
 	for i, pk := range pks {
 		if decided[pk] != 1 {
@@ -378,6 +378,54 @@ func testRouteNextDisjoint(t *testing.T, o Opener) {
 	}
 	if evs, _ := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{}); len(evs) != 0 {
 		t.Fatalf("%d events still unrouted", len(evs))
+	}
+}
+
+// testRouteNextLeases: a page's Claim leases, in the routing
+// transaction, up to its Limit of ready entities in claim order, as
+// EntityClaim would after it; a later claim finds them leased, and a
+// page that took no event leases nothing.
+func testRouteNextLeases(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	for i := range 3 {
+		f.event(fmt.Sprintf("evt_%d", i))
+	}
+	decide := func(evs []*store.RoutableEvent) []*store.RouteDecision {
+		var ds []*store.RouteDecision
+		for _, e := range evs {
+			ds = append(ds, to(e.PK, rt("deals", "d_"+e.EventID, e.EventID)))
+		}
+		return ds
+	}
+	claim := &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 2}
+	page, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim})
+	if err != nil || page.Events != 3 {
+		t.Fatalf("EventRouteNext = %d events, %v; want the page of 3", page.Events, err)
+	}
+	if len(page.Leases) != 2 {
+		t.Fatalf("the page leased %d entities, want its claim's limit of 2", len(page.Leases))
+	}
+	for i, l := range page.Leases {
+		want := fmt.Sprintf("d_evt_%d", i)
+		if l.Flow != "deals" || l.Entity != want || !strings.HasPrefix(l.Token, "router:") || !l.Until.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("lease %d: %+v, want deals/%s for a minute from router", i, l, want)
+		}
+	}
+	rest, err := f.s.EntityClaim(f.ctx, &store.EntityClaimParams{Owner: "w", Now: t0, LeaseFor: time.Minute, Limit: 10})
+	if err != nil || len(rest) != 1 || rest[0].Entity != "d_evt_2" {
+		t.Fatalf("claim after the page: %+v, %v; want only d_evt_2, the others leased by routing", rest, err)
+	}
+	// The lease holds: the work settles under it.
+	ws := f.pending("deals", "d_evt_0")
+	if len(ws) != 1 {
+		t.Fatalf("pending work of d_evt_0: %+v", ws)
+	}
+	if _, err := f.s.FlowApply(f.ctx, &store.FlowApplyParams{Lease: page.Leases[0], WorkID: ws[0].ID, EventPK: ws[0].Event.PK, Now: t0}); err != nil {
+		t.Fatalf("apply under the routing's lease: %v", err)
+	}
+	page, err = f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim})
+	if err != nil || page.Events != 0 || len(page.Leases) != 0 {
+		t.Fatalf("empty page: %d events, %d leases, %v; want none", page.Events, len(page.Leases), err)
 	}
 }
 
@@ -435,8 +483,8 @@ func testRouteUnstorable(t *testing.T, o Opener) {
 			}
 			return ds
 		}})
-	if err != nil || n != 4 {
-		t.Fatalf("EventRouteNext = %d, %v; want the page of 4 routed", n, err)
+	if err != nil || n.Events != 4 {
+		t.Fatalf("EventRouteNext = %d, %v; want the page of 4 routed", n.Events, err)
 	}
 	for pk, want := range map[int64]string{nul: "entity: holds a NUL character", ctl: "entity: holds the control character U+0085", bad: "order key: is not valid UTF-8"} {
 		if d := f.disposition(pk); d != store.DispositionDeadLettered {

@@ -78,6 +78,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineRouteUnrouted", testRouteUnrouted},
 		{"PipelineRouteTwiceNoDuplicateWork", testRouteTwice},
 		{"PipelineRouteNextDisjointPages", testRouteNextDisjoint},
+		{"PipelineRouteNextLeases", testRouteNextLeases},
 		{"PipelineRouteNextIncompleteDecisions", testRouteNextIncomplete},
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
 		{"PipelineRouteUnstorableDeadLetters", testRouteUnstorable},
