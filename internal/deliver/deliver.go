@@ -141,6 +141,12 @@ type Worker struct {
 	total    int
 	next     int // where the next round of claims starts, for fairness
 	calls    sync.WaitGroup
+	// runCtx is the context of calls handed over by processing (Take),
+	// set by Start and canceled by Stop, as the loop's is for its own;
+	// stopped refuses handoffs once Stop waits for the calls.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	stopped   bool
 
 	// claimWanted says the loop's next round should claim: set by a wake
 	// (effects written), the poll, a claim that used all the room it was
@@ -334,7 +340,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	w.claimWanted.Store(true)
-	return w.loop.Start(ctx)
+	if err := w.loop.Start(ctx); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.runCtx, w.cancelRun = context.WithCancel(ctx)
+	w.mu.Unlock()
+	return nil
 }
 
 // Stop ends the background loop: no more claims, and the calls in flight
@@ -342,6 +354,12 @@ func (w *Worker) Start(ctx context.Context) error {
 // reconciled after its lease, never resent blindly). It waits for them,
 // then for queued notifications, within ctx. Safe to call twice.
 func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	w.stopped = true
+	if w.cancelRun != nil {
+		w.cancelRun()
+	}
+	w.mu.Unlock()
 	err := w.loop.Stop(ctx)
 	done := make(chan struct{})
 	go func() { w.calls.Wait(); close(done) }()

@@ -131,13 +131,7 @@ func (r *rt) orders(t *testing.T, n int) {
 func (r *rt) ordersFrom(t *testing.T, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
-		res, err := r.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
-			Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", i), Source: "shop", EventID: fmt.Sprint("evt-", i),
-				Type: "order.paid", ReceivedAt: t0, Body: []byte(fmt.Sprintf(`{"id":"o%d","rev":1}`, i))}},
-		}}})
-		if err != nil || res[0].Err != nil {
-			t.Fatalf("commit: %v %v", err, res)
-		}
+		commitOrder(t, r, i)
 	}
 	if err := flow.New(r.cfg, r.st, flow.Options{Clock: r.clk}).Drain(context.Background()); err != nil {
 		t.Fatal(err)
@@ -409,6 +403,74 @@ func TestWorkerClaimsOnlyWhenWoken(t *testing.T) {
 	// asks for none.
 	if got := cc.claims.Load(); got > 1+n {
 		t.Errorf("%d claims for %d effects delivered one at a time, want at most %d", got, n, 1+n)
+	}
+}
+
+// Processing with a handoff claims the effects it writes in the
+// transaction that writes them: each call starts with no claim of the
+// worker's own (the start's aside). And at max_in_flight, what the
+// handoff could not take is claimed by the worker when a slot frees.
+func TestProcessingHandsEffectsToTheWorker(t *testing.T) {
+	var calls atomic.Int64
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer dest.Close()
+	r, w, cc := startCountedWorker(t, dest.URL, 4)
+	waitUntil(t, "the start's claim", func() bool { return cc.claims.Load() == 1 })
+	eng := flow.New(r.cfg, r.st, flow.Options{Clock: r.clk, Handoff: w})
+	const n = 5
+	for i := range n {
+		commitOrder(t, r, i)
+		if err := eng.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, fmt.Sprintf("effect %d done", i), func() bool { return r.count(t, "healthy", store.EffectDone) == i+1 })
+	}
+	time.Sleep(20 * time.Millisecond) // any wake the calls' ends sent is taken
+	if got := calls.Load(); got != n {
+		t.Fatalf("%d calls for %d effects", got, n)
+	}
+	if got := cc.claims.Load(); got != 1 {
+		t.Errorf("%d claims of the worker's own for %d effects handed over, want 1 (the start's)", got, n)
+	}
+}
+
+func TestHandoffAtMaxInFlightLeavesTheRestToTheWorker(t *testing.T) {
+	hold := make(chan struct{})
+	var calls atomic.Int64
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-hold
+	}))
+	defer dest.Close()
+	defer close(hold)
+	r, w, cc := startCountedWorker(t, dest.URL, 1)
+	waitUntil(t, "the start's claim", func() bool { return cc.claims.Load() == 1 })
+	for i := range 3 {
+		commitOrder(t, r, i)
+	}
+	// Three effects in one group: the handoff has room for one.
+	if err := flow.New(r.cfg, r.st, flow.Options{Clock: r.clk, Handoff: w, Workers: 4}).Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first call", func() bool { return calls.Load() >= 1 })
+	time.Sleep(20 * time.Millisecond)
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("%d calls at max_in_flight 1, want 1", got)
+	}
+	hold <- struct{}{}
+	hold <- struct{}{}
+	waitUntil(t, "all three called", func() bool { return calls.Load() == 3 })
+}
+
+// commitOrder stores event i of the shop source.
+func commitOrder(t *testing.T, r *rt, i int) {
+	t.Helper()
+	res, err := r.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
+		Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", i), Source: "shop", EventID: fmt.Sprint("evt-", i),
+			Type: "order.paid", ReceivedAt: t0, Body: []byte(fmt.Sprintf(`{"id":"o%d","rev":1}`, i))}},
+	}}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("commit: %v %v", err, res)
 	}
 }
 

@@ -59,7 +59,11 @@ type Options struct {
 	Resolver outbound.Resolver
 	// OnEffects is called after an event created effects (the delivery
 	// worker's Wake), so they are delivered without waiting for a poll.
+	// Unused with a Handoff, which wakes the worker itself when needed.
 	OnEffects func()
+	// Handoff, when set, claims the effects processing writes for this
+	// process's delivery worker in the transaction that writes them.
+	Handoff Handoff
 	// DeadlineWarnShare is the share of the time between an effect's
 	// creation and its business deadline during which deadline_risk
 	// warns (default DefaultDeadlineWarnShare; the server passes
@@ -211,7 +215,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	// says: the source API's credentials would go along. Nor does it
 	// connect to an internal address unless the API allows it.
 	e := &Engine{
-		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, settler: newSettler(st), lister: newLister(st),
+		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock, settler: newSettler(st, opts.Handoff), lister: newLister(st),
 		http:        outbound.Guard(opts.HTTPClient, outbound.GuardOptions{Resolver: opts.Resolver}),
 		httpPrivate: outbound.NoRedirects(opts.HTTPClient),
 		bySource:    map[string][]*config.Flow{}, flows: map[string]*config.Flow{},

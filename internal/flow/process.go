@@ -257,7 +257,7 @@ func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.
 		it := items[i]
 		settled++
 		e.opts.Metrics.applied(res)
-		if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
+		if res.EffectsInserted > 0 && e.opts.OnEffects != nil && e.opts.Handoff == nil {
 			e.opts.OnEffects()
 		}
 		if res.Disposition == store.DispositionDeadLettered {

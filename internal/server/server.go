@@ -400,7 +400,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		PollInterval: s.cfg.Processing.PollInterval.D(),
 		Logger:       s.log,
 		Clock:        s.clk,
-		OnEffects:    worker.Wake,
+		Handoff:      worker,
 		Metrics:      flow.NewMetrics(s.reg, deliveryMetrics.Transitions),
 		// Effects record when deadline_risk starts to warn about them.
 		DeadlineWarnShare: s.cfg.Signals.DeadlineWarnShare,

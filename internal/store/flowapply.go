@@ -53,30 +53,53 @@ func (r *Rules) FlowApplyBatch(ctx context.Context, ps []*FlowApplyParams) ([]*F
 // submission's error, or the database's), each submission is settled
 // alone, so that one cannot fail another.
 func (r *Rules) FlowApplyGroup(ctx context.Context, subs [][]*FlowApplyParams) []FlowApplyOutcome {
-	out := make([]FlowApplyOutcome, len(subs))
+	out, _ := r.FlowApplyGroupClaim(ctx, subs, nil)
+	return out
+}
+
+// FlowApplyGroupClaim is FlowApplyGroup, claiming due effects in the
+// transaction that settles the group, claims[i] as EffectClaim would:
+// the delivery worker of this process would otherwise claim the effects
+// just written in a transaction of its own, one commit more between an
+// event and its call. claimed[i] is what claims[i] took; nothing when the
+// group was settled submission by submission after it failed as a whole.
+func (r *Rules) FlowApplyGroupClaim(ctx context.Context, subs [][]*FlowApplyParams, claims []*EffectClaimParams) (out []FlowApplyOutcome, claimed [][]*ClaimedEffect) {
+	out = make([]FlowApplyOutcome, len(subs))
 	alone := func() []FlowApplyOutcome {
 		for i, ps := range subs {
 			out[i].Results, out[i].Err = r.FlowApplyBatch(ctx, ps)
 		}
 		return out
 	}
-	if len(subs) < 2 {
-		return alone()
+	// A lone submission is a group of one when there are effects to
+	// claim; without, FlowApplyBatch settles it as precisely.
+	if len(subs) == 0 || len(subs) < 2 && len(claims) == 0 {
+		return alone(), nil
 	}
 	for _, ps := range subs {
 		if len(ps) == 0 || ps[0].Lease == nil {
-			return alone() // FlowApplyBatch answers each precisely
+			return alone(), nil // FlowApplyBatch answers each precisely
 		}
 	}
 	var got []FlowApplyOutcome
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		got, err = runFlowApplyGroup(ctx, tx, subs)
-		return err
+		if got, err = runFlowApplyGroup(ctx, tx, subs); err != nil {
+			return err
+		}
+		claimed = make([][]*ClaimedEffect, len(claims))
+		for i, c := range claims {
+			if claimed[i], err = claimEffects(ctx, tx, c); err != nil {
+				return fmt.Errorf("claim effects: %w", err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		r.groupsAlone.Add(1)
-		return alone()
+		if len(subs) > 1 {
+			r.groupsAlone.Add(1)
+		}
+		return alone(), nil
 	}
 	for i, o := range got {
 		if o.Err != nil {
@@ -85,5 +108,5 @@ func (r *Rules) FlowApplyGroup(ctx context.Context, subs [][]*FlowApplyParams) [
 		}
 		out[i] = o
 	}
-	return out
+	return out, claimed
 }

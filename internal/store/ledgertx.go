@@ -155,40 +155,47 @@ func settleCounts(f *Effect, p *EffectSettleParams) (attempts, number int) {
 // an abandoned call its attempts row, started when the dead worker
 // claimed it.
 func (r *Rules) EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*ClaimedEffect, error) {
-	until := p.Now.Add(p.LeaseFor)
 	var out []*ClaimedEffect
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
-		leased, err := tx.EffectLease(ctx, &EffectLeaseParams{Owner: p.Owner, Now: p.Now, Until: until, Limit: ClampLimit(p.Limit),
-			Destinations: p.Destinations, MaxRedrives: p.MaxRedrives, ResumedReason: ResumedReason})
-		if err != nil {
-			return err
-		}
-		out = make([]*ClaimedEffect, 0, len(leased))
-		for _, l := range leased {
-			c := &ClaimedEffect{Effect: l.Effect, Token: l.Token, Until: until.UTC()}
-			c.Redrive = c.State == EffectDead
-			c.Resumed = c.State == EffectSubmitting || c.State == EffectNeedsReconciliation
-			switch {
-			case c.Redrive:
-				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, actionEffectRedrive, redriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)))
-			case c.Resumed:
-				err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, actionEffectResumed, resumedDetail(c.EpisodeKey, c.State)))
-			}
-			if err != nil {
-				return err
-			}
-			if c.State == EffectSubmitting {
-				if err := tx.AttemptInsert(ctx, &Attempt{EffectID: c.ID, Number: c.Calls, StartedAt: l.PriorAt,
-					Duration: l.PriorUntil.Sub(l.PriorAt), Class: ClassUnknown, Error: abandonedDetail(l.PriorUntil)}); err != nil {
-					return fmt.Errorf("record abandoned call of effect %d: %w", c.ID, err)
-				}
-			}
-			out = append(out, c)
-		}
-		return nil
+		var err error
+		out, err = claimEffects(ctx, tx, p)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", err)
+	}
+	return out, nil
+}
+
+// claimEffects is EffectClaim's work inside tx.
+func claimEffects(ctx context.Context, tx Tx, p *EffectClaimParams) ([]*ClaimedEffect, error) {
+	until := p.Now.Add(p.LeaseFor)
+	leased, err := tx.EffectLease(ctx, &EffectLeaseParams{Owner: p.Owner, Now: p.Now, Until: until, Limit: ClampLimit(p.Limit),
+		Destinations: p.Destinations, MaxRedrives: p.MaxRedrives, ResumedReason: ResumedReason})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ClaimedEffect, 0, len(leased))
+	for _, l := range leased {
+		c := &ClaimedEffect{Effect: l.Effect, Token: l.Token, Until: until.UTC()}
+		c.Redrive = c.State == EffectDead
+		c.Resumed = c.State == EffectSubmitting || c.State == EffectNeedsReconciliation
+		switch {
+		case c.Redrive:
+			err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, actionEffectRedrive, redriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)))
+		case c.Resumed:
+			err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, actionEffectResumed, resumedDetail(c.EpisodeKey, c.State)))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if c.State == EffectSubmitting {
+			if err := tx.AttemptInsert(ctx, &Attempt{EffectID: c.ID, Number: c.Calls, StartedAt: l.PriorAt,
+				Duration: l.PriorUntil.Sub(l.PriorAt), Class: ClassUnknown, Error: abandonedDetail(l.PriorUntil)}); err != nil {
+				return nil, fmt.Errorf("record abandoned call of effect %d: %w", c.ID, err)
+			}
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }

@@ -74,6 +74,11 @@ type Pipeline interface {
 	// processing, as InboxCommit is for receiving); one submission's
 	// failure never fails another's.
 	FlowApplyGroup(ctx context.Context, subs [][]*FlowApplyParams) []FlowApplyOutcome
+	// FlowApplyGroupClaim is FlowApplyGroup that also claims due effects,
+	// claims[i] as Ledger.EffectClaim would, in the transaction that
+	// settles the group, and returns what each claim took (nothing when
+	// the group was settled submission by submission).
+	FlowApplyGroupClaim(ctx context.Context, subs [][]*FlowApplyParams, claims []*EffectClaimParams) ([]FlowApplyOutcome, [][]*ClaimedEffect)
 	// ProjectionGet returns the projection of one entity of one flow, or
 	// nil when it has none.
 	ProjectionGet(ctx context.Context, p *ProjectionGetParams) (*Projection, error)

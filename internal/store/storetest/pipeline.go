@@ -1814,6 +1814,60 @@ func testCrossedBatches(t *testing.T, o Opener) {
 	}
 }
 
+// testApplyGroupClaim: FlowApplyGroupClaim settles as FlowApplyGroup
+// would and, in the same transaction, claims due effects as EffectClaim
+// would: a lone submission's effect is leased to the claim's owner when
+// the call returns, a second claim finds nothing, and a claim for a
+// destination with nothing due takes nothing.
+func testApplyGroupClaim(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	a := f.event("evt_a")
+	f.route(t0, to(a, rt("deals", "a", "k1")))
+	b := f.event("evt_b")
+	f.route(t0, to(b, rt("deals", "b", "k1")))
+	at := t0.Add(time.Minute)
+	leases := map[string]*store.Lease{}
+	for _, l := range f.claim("w", at, 10) {
+		leases[l.Entity] = l
+	}
+	sub := func(entity string, pk int64, e *store.EffectInsert) []*store.FlowApplyParams {
+		ws := f.pending("deals", entity)
+		ap := rev(1, `{"s":1}`, e)
+		ap.Lease, ap.Now, ap.WorkID, ap.EventPK, ap.Actor, ap.ReleaseIfDrained = leases[entity], at, ws[0].ID, pk, "worker", true
+		return []*store.FlowApplyParams{&ap}
+	}
+	claim := func(dest string, limit int) *store.EffectClaimParams {
+		return &store.EffectClaimParams{Owner: "deliverer", Now: at, LeaseFor: time.Minute, Limit: limit, Destinations: []string{dest}}
+	}
+	// A lone submission.
+	outs, claimed := f.s.FlowApplyGroupClaim(f.ctx, [][]*store.FlowApplyParams{sub("a", a, eff("ka", "notify"))},
+		[]*store.EffectClaimParams{claim("crm", 2), claim("billing", 2)})
+	if len(outs) != 1 || outs[0].Err != nil || outs[0].Results[0].EffectsInserted != 1 || !outs[0].Results[0].Released {
+		t.Fatalf("lone submission: %+v", outs)
+	}
+	if len(claimed) != 2 || len(claimed[0]) != 1 || claimed[0][0].EpisodeKey != "ka" || claimed[0][0].Token == "" ||
+		!claimed[0][0].Until.Equal(at.Add(time.Minute)) || len(claimed[1]) != 0 {
+		t.Fatalf("claimed with the lone submission: %+v; want ka leased for a minute, nothing for billing", claimed)
+	}
+	if again, err := f.s.EffectClaim(f.ctx, claim("crm", 10)); err != nil || len(again) != 0 {
+		t.Fatalf("EffectClaim after the handoff: %d effects, %v; want none (ka is leased)", len(again), err)
+	}
+	// The claim is a lease like any other: the call settles under it.
+	c := claimed[0][0]
+	if err := f.s.EffectSettle(f.ctx, &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: at, State: store.EffectDone,
+		Attempt: &store.Attempt{EffectID: c.ID, StartedAt: at, Status: 200}}); err != nil {
+		t.Fatalf("settle the handed-off effect: %v", err)
+	}
+	// Without claims it is FlowApplyGroup.
+	outs, claimed = f.s.FlowApplyGroupClaim(f.ctx, [][]*store.FlowApplyParams{sub("b", b, eff("kb", "notify"))}, nil)
+	if len(outs) != 1 || outs[0].Err != nil || claimed != nil {
+		t.Fatalf("without claims: %+v, claimed %v", outs, claimed)
+	}
+	if due, err := f.s.EffectClaim(f.ctx, claim("crm", 10)); err != nil || len(due) != 1 || due[0].EpisodeKey != "kb" {
+		t.Fatalf("EffectClaim after a group without claims: %+v, %v; want kb", due, err)
+	}
+}
+
 // testApplyGroup: several entities' pages settled by one FlowApplyGroup.
 // Each submission gets what FlowApplyBatch would have given it alone: a
 // lost lease fails only its own submission (and writes nothing of it), a

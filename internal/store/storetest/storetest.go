@@ -116,6 +116,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineConcurrentSettle", testConcurrentSettle},
 		{"PipelineCrossedBatches", testCrossedBatches},
 		{"PipelineApplyGroup", testApplyGroup},
+		{"PipelineApplyGroupClaim", testApplyGroupClaim},
 		{"PipelineTwoProcesses", testTwoProcesses},
 		{"LedgerClaimDueKinds", testLedgerClaimDueKinds},
 		{"LedgerClaimOrder", testLedgerClaimOrder},
