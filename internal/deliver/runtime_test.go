@@ -462,6 +462,28 @@ func TestHandoffAtMaxInFlightLeavesTheRestToTheWorker(t *testing.T) {
 	waitUntil(t, "all three called", func() bool { return calls.Load() == 3 })
 }
 
+// A handoff claim that filled its room may have left effects due: Take
+// wakes the worker's own claim for them, or they would wait for the poll.
+func TestTakeWakesTheWorkerWhenAClaimFilledItsRoom(t *testing.T) {
+	var calls atomic.Int64
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer dest.Close()
+	r, w, cc := startCountedWorker(t, dest.URL, 1)
+	waitUntil(t, "the start's claim", func() bool { return cc.claims.Load() == 1 })
+	r.ordersFrom(t, 0, 3) // three effects due, no wake
+	effects := map[string]int{"healthy": 3}
+	claims := w.Reserve(effects)
+	if len(claims) != 1 || claims[0].Limit != 1 || claims[0].Destinations[0] != "healthy" {
+		t.Fatalf("Reserve at max_in_flight 1: %+v, want one claim of 1 for healthy", claims)
+	}
+	claimed, err := r.st.EffectClaim(context.Background(), claims[0])
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %d, %v", len(claimed), err)
+	}
+	w.Take(claims, [][]*store.ClaimedEffect{claimed}, effects)
+	waitUntil(t, "all three called", func() bool { return calls.Load() == 3 })
+}
+
 // commitOrder stores event i of the shop source.
 func commitOrder(t *testing.T, r *rt, i int) {
 	t.Helper()
