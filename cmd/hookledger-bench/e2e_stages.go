@@ -50,12 +50,12 @@ var e2eStages = []stage{
 		waitOf: func(r *stampRow, ack int64) (time.Duration, bool) { return span(r.received, ack) }},
 	{name: "route", wait: "acknowledged -> the router takes its page", work: "",
 		waitOf: func(r *stampRow, ack int64) (time.Duration, bool) { return span(ack, r.routed) }},
-	{name: "process", wait: "routed -> entity claimed (includes the routing commit)", work: "entity claimed -> item settled (listing, preparing)",
+	{name: "process", wait: "routed -> entity claimed (0 when the routing take leased it)", work: "entity claimed -> item settled (then the routing commit; listing, preparing)",
 		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.routed, r.claimed) },
 		workOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.claimed, r.applied) }},
-	{name: "claim", wait: "item settled -> effect claimed (includes the settle's group commit)", work: "",
+	{name: "claim", wait: "item settled -> effect claimed (the wait for the settle's group, which claims for the worker)", work: "",
 		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.applied, r.leased) }},
-	{name: "call", wait: "effect claimed -> call started (claim commit, bulkhead, rate)", work: "call started -> answered",
+	{name: "call", wait: "effect claimed -> call started (the settle's or the claim's commit, bulkhead, rate)", work: "call started -> answered",
 		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.leased, r.called) },
 		workOf: func(r *stampRow, _ int64) (time.Duration, bool) {
 			if r.called <= 0 {
