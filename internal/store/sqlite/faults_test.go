@@ -122,7 +122,7 @@ func TestFaultFailsOneInboxSubmission(t *testing.T) {
 // effect that vanished, and writes nothing.
 func TestFaultInSettleIsReportedAsItself(t *testing.T) {
 	failRead := false
-	s := faulty(t, func(q string) bool { return failRead && q == effectByID })
+	s := faulty(t, func(q string) bool { return failRead && q == effectFencedByID })
 	ctx, now := context.Background(), time.Unix(1000, 0).UTC()
 	res, err := s.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
 		RequestID: "req-1", Source: "shop", EventID: "evt_1", Type: "order.created", Entity: "o1", Body: []byte(`{}`), ReceivedAt: now}}}}})

@@ -179,34 +179,28 @@ func (a txn) AttemptInsert(ctx context.Context, at *store.Attempt) error {
 	return err
 }
 
-// EffectsFence fences each settle with a no-op UPDATE: a worker whose
-// lease expired or was re-claimed writes nothing.
+// EffectsFence reads each settle's effect if its lease still holds: a
+// worker whose lease expired or was re-claimed writes nothing. A read is
+// enough here, unlike PostgreSQL's row lock: the transaction holds the
+// database's only write lock, so nothing can take the lease between this
+// read and the settle's writes (a no-op UPDATE as the fence wrote the row
+// for nothing).
 func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (map[int64]*store.Effect, error) {
 	held := make(map[int64]*store.Effect, len(ps))
 	for _, p := range ps {
-		now := p.Now.UnixMicro()
-		r, err := a.tx.ExecContext(ctx, `UPDATE effects SET lease_until = lease_until
-		WHERE id = ? AND lease_token = ? AND state = 'submitting' AND lease_until > ?`, p.EffectID, p.Token, now)
-		if err != nil {
-			return nil, err
-		}
-		if n, err := r.RowsAffected(); err != nil || n == 0 {
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		f, err := getEffect(a.tx.QueryRowContext(ctx, effectByID, p.EffectID))
+		f, err := getEffect(a.tx.QueryRowContext(ctx, effectFencedByID, p.EffectID, p.Token, p.Now.UnixMicro()))
 		if err != nil {
 			return nil, fmt.Errorf("read effect: %w", err)
 		}
-		if f == nil {
-			return nil, errors.New("read effect: effect vanished")
+		if f != nil {
+			held[f.ID] = f
 		}
-		held[f.ID] = f
 	}
 	return held, nil
 }
+
+// effectFencedByID is effectByID when its lease, by that token, holds.
+const effectFencedByID = effectByID + ` AND f.lease_token = ? AND f.state = 'submitting' AND f.lease_until > ?`
 
 func (a txn) EffectsSettle(ctx context.Context, ws []*store.SettleWrite) error {
 	for _, w := range ws {
