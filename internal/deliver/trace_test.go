@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -166,5 +167,37 @@ func TestLookupSpans(t *testing.T) {
 	}
 	if got := attrsOf(attempt)["error.type"].AsString(); got != string(store.ClassUnknown) {
 		t.Fatalf("the timed-out attempt's error.type %q, want unknown", got)
+	}
+}
+
+// An attempt continues the trace its event was received in: the child of
+// the stored receive span. A re-drive of a dead effect, which the
+// schedule started long after, is a trace of its own that links to it.
+func TestRedriveLinksToTheReceiveTrace(t *testing.T) {
+	const receiveTrace, receiveSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	p, exp := traced(t)
+	x := newWorld(t, setup{tracing: p, dest: "retry: {base: 1s, cap: 10s, factor: 2, attempts: 1, redrive: [15m]}"})
+	x.traceparent = "00-" + receiveTrace + "-" + receiveSpan + "-01"
+	e := x.order("o1", 1)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail500)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDead)
+	x.clk.Advance(15 * time.Minute)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDone)
+
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want the attempt and the re-drive", len(spans))
+	}
+	first, redrive := spans[0], spans[1]
+	if first.SpanContext.TraceID().String() != receiveTrace || first.Parent.SpanID().String() != receiveSpan || len(first.Links) != 0 {
+		t.Fatalf("first attempt: trace %s parent %s links %v, want the child of %s/%s", first.SpanContext.TraceID(),
+			first.Parent.SpanID(), first.Links, receiveTrace, receiveSpan)
+	}
+	if redrive.SpanContext.TraceID().String() == receiveTrace || redrive.Parent.IsValid() || len(redrive.Links) != 1 ||
+		redrive.Links[0].SpanContext.TraceID().String() != receiveTrace || redrive.Links[0].SpanContext.SpanID().String() != receiveSpan {
+		t.Fatalf("re-drive: trace %s parent %v links %v, want a new trace linking to %s/%s", redrive.SpanContext.TraceID(),
+			redrive.Parent.SpanID(), redrive.Links, receiveTrace, receiveSpan)
 	}
 }
