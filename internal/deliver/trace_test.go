@@ -201,3 +201,35 @@ func TestRedriveLinksToTheReceiveTrace(t *testing.T) {
 			redrive.Parent.SpanID(), redrive.Links, receiveTrace, receiveSpan)
 	}
 }
+
+// Continuous verification's lookup of a done effect is a client span
+// saying why it asked and what it found. The schedule started it, days
+// after the delivery, not the sender: it is a trace of its own linking to
+// the receive span, not one more child of the delivery's trace.
+func TestVerifyLookupSpanLinksToTheReceiveTrace(t *testing.T) {
+	const receiveTrace, receiveSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	p, exp := traced(t)
+	x := newTracedVerifyWorld(t, "{sample: 1.0, after: 5m}", p)
+	x.traceparent = "00-" + receiveTrace + "-" + receiveSpan + "-01"
+	e := x.done(1)[0]
+	exp.Reset()
+	x.clk.Advance(5*time.Minute + time.Second)
+	if n := x.step(); n != 1 {
+		t.Fatalf("%d lookups, want 1", n)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "lookup dest" || spans[0].SpanKind != trace.SpanKindClient {
+		t.Fatalf("spans %+v, want one client span \"lookup dest\"", spans)
+	}
+	s := spans[0]
+	a := attrsOf(s)
+	if a["hookledger.lookup"].AsString() != "verify" || !a["hookledger.found"].AsBool() || a[tracing.AttrEffectID].AsInt64() != e.ID ||
+		a["http.response.status_code"].AsInt64() != 200 {
+		t.Fatalf("verification span attributes %v", s.Attributes)
+	}
+	if s.SpanContext.TraceID().String() == receiveTrace || s.Parent.IsValid() || len(s.Links) != 1 ||
+		s.Links[0].SpanContext.TraceID().String() != receiveTrace || s.Links[0].SpanContext.SpanID().String() != receiveSpan {
+		t.Fatalf("verification: trace %s parent %s links %v, want a new trace linking to %s/%s", s.SpanContext.TraceID(),
+			s.Parent.SpanID(), s.Links, receiveTrace, receiveSpan)
+	}
+}
