@@ -199,6 +199,17 @@ func TestServerReceiveSpansAndTrust(t *testing.T) {
 					t.Fatalf("%s spans %v, want one under the receive span %s", name, c, s["span_id"])
 				}
 			}
+			// No span holds the source's secret, the request's signature
+			// or its body.
+			otlp.mu.Lock()
+			for _, sp := range otlp.spans {
+				for k, v := range sp {
+					if strings.Contains(v, swSecret) || strings.Contains(v, sig) || strings.Contains(v, `"data"`) || strings.Contains(v, body) {
+						t.Errorf("span %s: %s = %q holds a secret, the signature or the body", sp["name"], k, v)
+					}
+				}
+			}
+			otlp.mu.Unlock()
 			if api := otlp.spanNamed("GET /api/v1/effects"); len(api) != 1 {
 				var names []string
 				for _, s := range otlp.spans {
