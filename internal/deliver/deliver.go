@@ -979,6 +979,7 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return fmt.Errorf("settle: %w", err)
 	}
 	w.opts.Metrics.settled(d.Name, p)
+	stateOnSpan(ctx, p.State)
 	w.log.DebugContext(ctx, "effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
 	return nil
 }

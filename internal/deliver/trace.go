@@ -105,6 +105,15 @@ func retryOnSpan(ctx context.Context, ra RetryAfter, wait time.Duration) {
 	}
 }
 
+// stateOnSpan records, on the attempt's span that ctx holds, the state
+// the attempt left the effect in (done, retry_wait, dead,
+// needs_reconciliation, …).
+func stateOnSpan(ctx context.Context, state store.EffectState) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(tracing.AttrState.String(string(state)))
+	}
+}
+
 // Why a lookup asks: to reconcile an unknown outcome, or to verify that a
 // done effect is still there.
 const (

@@ -98,6 +98,10 @@ func TestAttemptSpansAndTraceparent(t *testing.T) {
 		t.Errorf("failed attempt: status %v error.type %q span status %v wait %v", first["http.response.status_code"].String(),
 			first["error.type"].String(), spans[0].Status.Code, first["hookledger.retry_wait_s"].String())
 	}
+	// Each attempt names the state it left the effect in.
+	if a, b := first[tracing.AttrState].AsString(), second[tracing.AttrState].AsString(); a != string(store.EffectRetryWait) || b != string(store.EffectDone) {
+		t.Errorf("states on the attempts: %q then %q, want retry_wait then done", a, b)
+	}
 	if second["http.response.status_code"].AsInt64() != 201 || second["error.type"].String() != "" || spans[1].Status.Code == codes.Error {
 		t.Errorf("successful attempt: status %v error.type %q span status %v", second["http.response.status_code"].String(),
 			second["error.type"].String(), spans[1].Status.Code)
