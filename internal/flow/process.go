@@ -268,12 +268,17 @@ func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.
 		if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
 			e.opts.OnEffects()
 		}
+		// Logged in the item's trace, so a line leads to it.
+		ictx := ctx
+		if i < len(traces) {
+			ictx = traces[i].ctx
+		}
 		if res.Disposition == store.DispositionDeadLettered {
 			// A person must look at it: say so at the default level.
-			e.log.Warn("event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
+			e.log.WarnContext(ictx, "event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
 				"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
 		} else {
-			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
+			e.log.DebugContext(ictx, "settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
 				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
 		}
 	}

@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -37,14 +38,18 @@ func TestProcessSpansPrepareAndSettle(t *testing.T) {
         destination: crm
         request: {path: '"/deals/" + entity', body: '{"state": state}'}
 `)
-	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second, Tracing: p})
+	var logs strings.Builder
+	log := slog.New(tracing.LogHandler(slog.NewTextHandler(&logs, nil)))
+	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second, Tracing: p, Logger: log})
 	receive := map[string]string{ // event id -> the receive span's trace and span ids
-		"e2": "4bf92f3577b34da6a3ce929d0e0e4736/00f067aa0ba902b7",
-		"e1": "5bf92f3577b34da6a3ce929d0e0e4736/10f067aa0ba902b7",
+		"e2":   "4bf92f3577b34da6a3ce929d0e0e4736/00f067aa0ba902b7",
+		"e1":   "5bf92f3577b34da6a3ce929d0e0e4736/10f067aa0ba902b7",
+		"ebad": "6bf92f3577b34da6a3ce929d0e0e4736/20f067aa0ba902b7",
 	}
 	for i, ev := range []struct{ id, body string }{
 		{"e2", `{"order_id":"o1","rev":2,"state":"PAID"}`},
 		{"e1", `{"order_id":"o1","rev":1,"state":"CREATED"}`}, // behind r2: the revision guard refuses it
+		{"ebad", `{"order_id":"o1","rev":3}`},                 // no state: its preparation fails
 	} {
 		tid, sid := receive[ev.id][:32], receive[ev.id][33:]
 		res, err := f.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
@@ -63,7 +68,7 @@ func TestProcessSpansPrepareAndSettle(t *testing.T) {
 		byID[s.SpanContext.SpanID().String()] = s
 		// The payload's values (the state) never reach a span.
 		for _, kv := range s.Attributes {
-			if v := kv.Value.Emit(); strings.Contains(v, "PAID") || strings.Contains(v, "CREATED") {
+			if v := kv.Value.String(); strings.Contains(v, "PAID") || strings.Contains(v, "CREATED") {
 				t.Errorf("%s span: %s = %q holds the payload", s.Name, kv.Key, v)
 			}
 		}
@@ -78,7 +83,7 @@ func TestProcessSpansPrepareAndSettle(t *testing.T) {
 	want := map[string]struct {
 		version, disposition string
 		inserted             int64
-	}{"e2": {"r2", "applied", 1}, "e1": {"r1", "stale", 0}}
+	}{"e2": {"r2", "applied", 1}, "e1": {"r1", "stale", 0}, "ebad": {"", "dead_lettered", 0}}
 	seen := map[string]bool{}
 	for _, s := range spans {
 		if s.Name != "prepare" && s.Name != "settle" {
@@ -110,7 +115,17 @@ func TestProcessSpansPrepareAndSettle(t *testing.T) {
 		}
 		seen[ev+" "+s.Name] = true
 	}
-	if len(seen) != 4 {
-		t.Fatalf("prepare and settle spans of %v, want both for e1 and e2", seen)
+	if len(seen) != 6 {
+		t.Fatalf("prepare and settle spans of %v, want both for e1, e2 and ebad", seen)
+	}
+	// The warning of a dead letter leads to its trace.
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `msg="event dead-lettered"`) {
+			line = l
+		}
+	}
+	if want := "trace_id=" + receive["ebad"][:32]; !strings.Contains(line, want) {
+		t.Fatalf("dead-letter log line %q lacks %s", line, want)
 	}
 }
