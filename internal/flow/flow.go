@@ -537,11 +537,16 @@ func (e *Engine) routePage(ctx context.Context, limit int, refused func(pk int64
 		return 0, nil
 	}
 	e.opts.Metrics.routed(ds)
-	e.routeSpans(ctx, evs, ds)
+	traced := e.routeSpans(ctx, evs, ds)
 	for i, d := range ds {
+		// Logged in the event's trace, so the line leads to it.
+		ictx := ctx
+		if i < len(traced) {
+			ictx = traced[i]
+		}
 		for _, r := range d.Routes {
 			if r.Failed != "" {
-				e.log.Warn("event dead-lettered", "source", evs[i].Source, "event_id", evs[i].EventID, "flow", r.Flow, "reason", r.Failed)
+				e.log.WarnContext(ictx, "event dead-lettered", "source", evs[i].Source, "event_id", evs[i].EventID, "flow", r.Flow, "reason", r.Failed)
 			}
 		}
 	}

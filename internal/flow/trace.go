@@ -118,12 +118,15 @@ func endProcessSpans(traces []*itemTrace, settles []trace.Span, ps []*store.Flow
 
 // routeSpans records, in each routed event's trace, the span of its
 // routing: the flows it was routed into and how many failed. Routing a
-// page is one transaction, so the spans share its time.
-func (e *Engine) routeSpans(ctx context.Context, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
+// page is one transaction, so the spans share its time. It returns each
+// event's context in its trace, for the lines logged about it (nil when
+// tracing is off).
+func (e *Engine) routeSpans(ctx context.Context, evs []*store.RoutableEvent, ds []*store.RouteDecision) []context.Context {
 	if !e.opts.Tracing.Enabled() || len(evs) != len(ds) {
-		return
+		return nil
 	}
 	tracer := e.opts.Tracing.Tracer()
+	ctxs := make([]context.Context, len(evs))
 	for i, ev := range evs {
 		var flows []string
 		failed := 0
@@ -134,12 +137,14 @@ func (e *Engine) routeSpans(ctx context.Context, evs []*store.RoutableEvent, ds 
 			}
 		}
 		ictx, cont := tracing.Continue(ctx, ev.TraceContext, true)
-		_, span := tracer.Start(ictx, "route", append(cont, trace.WithAttributes(tracing.AttrSource.String(ev.Source),
+		ictx, span := tracer.Start(ictx, "route", append(cont, trace.WithAttributes(tracing.AttrSource.String(ev.Source),
 			tracing.AttrEventID.String(ev.EventID), attribute.StringSlice("hookledger.flows", flows),
 			attribute.Int("hookledger.routes_failed", failed)))...)
 		if failed > 0 {
 			span.SetStatus(codes.Error, "a route failed")
 		}
 		span.End()
+		ctxs[i] = ictx
 	}
+	return ctxs
 }

@@ -42,14 +42,16 @@ func TestProcessSpansPrepareAndSettle(t *testing.T) {
 	log := slog.New(tracing.LogHandler(slog.NewTextHandler(&logs, nil)))
 	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second, Tracing: p, Logger: log})
 	receive := map[string]string{ // event id -> the receive span's trace and span ids
-		"e2":   "4bf92f3577b34da6a3ce929d0e0e4736/00f067aa0ba902b7",
-		"e1":   "5bf92f3577b34da6a3ce929d0e0e4736/10f067aa0ba902b7",
-		"ebad": "6bf92f3577b34da6a3ce929d0e0e4736/20f067aa0ba902b7",
+		"e2":     "4bf92f3577b34da6a3ce929d0e0e4736/00f067aa0ba902b7",
+		"e1":     "5bf92f3577b34da6a3ce929d0e0e4736/10f067aa0ba902b7",
+		"ebad":   "6bf92f3577b34da6a3ce929d0e0e4736/20f067aa0ba902b7",
+		"eroute": "7bf92f3577b34da6a3ce929d0e0e4736/30f067aa0ba902b7",
 	}
 	for i, ev := range []struct{ id, body string }{
 		{"e2", `{"order_id":"o1","rev":2,"state":"PAID"}`},
-		{"e1", `{"order_id":"o1","rev":1,"state":"CREATED"}`}, // behind r2: the revision guard refuses it
-		{"ebad", `{"order_id":"o1","rev":3}`},                 // no state: its preparation fails
+		{"e1", `{"order_id":"o1","rev":1,"state":"CREATED"}`},        // behind r2: the revision guard refuses it
+		{"ebad", `{"order_id":"o1","rev":3}`},                        // no state: its preparation fails
+		{"eroute", `{"order_id":"o1","rev":"three","state":"PAID"}`}, // no revision to order it by: its routing fails
 	} {
 		tid, sid := receive[ev.id][:32], receive[ev.id][33:]
 		res, err := f.st.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{
@@ -118,14 +120,17 @@ func TestProcessSpansPrepareAndSettle(t *testing.T) {
 	if len(seen) != 6 {
 		t.Fatalf("prepare and settle spans of %v, want both for e1, e2 and ebad", seen)
 	}
-	// The warning of a dead letter leads to its trace.
-	var line string
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, `msg="event dead-lettered"`) {
-			line = l
+	// The warning of a dead letter, in processing or in routing, leads to
+	// its trace.
+	for _, ev := range []string{"ebad", "eroute"} {
+		var line string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, `msg="event dead-lettered"`) && strings.Contains(l, "event_id="+ev+" ") {
+				line = l
+			}
 		}
-	}
-	if want := "trace_id=" + receive["ebad"][:32]; !strings.Contains(line, want) {
-		t.Fatalf("dead-letter log line %q lacks %s", line, want)
+		if want := "trace_id=" + receive[ev][:32]; !strings.Contains(line, want) {
+			t.Errorf("dead-letter log line of %s %q lacks %s", ev, line, want)
+		}
 	}
 }
