@@ -237,3 +237,24 @@ func TestVerifyLookupSpanLinksToTheReceiveTrace(t *testing.T) {
 			s.Parent.SpanID(), s.Links, receiveTrace, receiveSpan)
 	}
 }
+
+// A 429's Retry-After is on the attempt's span: the destination's wait,
+// the wait taken (the same), the quota class and the status.
+func TestAttemptSpanRecordsRetryAfter(t *testing.T) {
+	p, exp := traced(t)
+	x := newWorld(t, setup{tracing: p, srv: delivertest.Options{RetryAfter: 7 * time.Second}})
+	e := x.order("o1", 1)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail429Seconds)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectRetryWait)
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	a := attrsOf(spans[0])
+	if a["http.response.status_code"].AsInt64() != 429 || a["error.type"].AsString() != string(store.ClassQuota) ||
+		a[tracing.AttrRetryAfter].AsFloat64() != 7 || a["hookledger.retry_wait_s"].AsFloat64() != 7 ||
+		a[tracing.AttrState].AsString() != string(store.EffectRetryWait) {
+		t.Fatalf("attempt span %v, want 429, quota, Retry-After 7 s taken, retry_wait", spans[0].Attributes)
+	}
+}
