@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"regexp"
@@ -37,6 +38,11 @@ type Env struct {
 	Getenv func(string) string
 	// LookupEnv reports whether a variable is set at all.
 	LookupEnv func(string) (string, bool)
+	// Transport carries the admin API calls of --server (nil:
+	// http.DefaultTransport). The tests check every exchange against the
+	// OpenAPI document through it, so the verbs ask only what the
+	// document allows and read only what it promises.
+	Transport http.RoundTripper
 }
 
 // command is one verb of the binary.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/signature"
 )
 
@@ -27,6 +28,7 @@ func run(t *testing.T, stdin string, env map[string]string, args ...string) (int
 			v, ok := env[k]
 			return v, ok
 		},
+		Transport: openapitest.Transport(t, nil),
 	})
 	return code, out.String(), errb.String()
 }

@@ -79,6 +79,7 @@ func newRemote(env *Env, verb, server, cfgPath string, cfgExplicit bool) (*remot
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	return &remote{verb: verb, base: u, token: token, client: &http.Client{
+		Transport: env.Transport,
 		// The admin API never redirects; following one could hand the
 		// token to another host.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -18,6 +18,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/config"
+	"github.com/hookledger/hookledger/internal/openapi/openapitest"
 	"github.com/hookledger/hookledger/internal/server"
 )
 
@@ -51,6 +52,7 @@ func startVerb(t *testing.T, env map[string]string, args ...string) (stdout, std
 			Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
 			Getenv:    func(k string) string { return env[k] },
 			LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+			Transport: openapitest.Transport(t, nil),
 		})
 	}()
 	var code *int

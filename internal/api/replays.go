@@ -36,8 +36,10 @@ type ReplayRequest struct {
 	EventID string `json:"event_id,omitempty"`
 	Flow    string `json:"flow"`
 	Entity  string `json:"entity"`
-	From    string `json:"from"`
-	To      string `json:"to"`
+	// From and To are RFC 3339 times; a client leaves an open end out
+	// (the document allows no empty string there).
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
 	// Actor names who replays in the audit trail, as operator:ACTOR.
 	Actor string `json:"actor"`
 	// WaitSeconds is how long to wait for the replay's work to settle

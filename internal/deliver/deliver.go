@@ -867,7 +867,9 @@ func (w *Worker) lookup(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return false, "", nil, &lookupRefused{msg: "lookup refused before sending: " + err.Error(),
 			fix: "wrap the values in lookup.path in pathEscape() and pass query parameters in lookup.query"}
 	}
-	ctx, span := w.startCall(ctx, "lookup "+d.Name, c, d, call, attribute.String("hookledger.lookup", purpose))
+	// Verification is the schedule's work, days after the delivery: a
+	// trace of its own linking to the receive span, as a re-drive is.
+	ctx, span := w.startCall(ctx, "lookup "+d.Name, c, d, call, purpose != lookupVerify && !c.Redrive, attribute.String("hookledger.lookup", purpose))
 	defer func() { endLookup(span, att, found, err); span.End() }()
 	started := w.clk.Now()
 	resp, callErr := w.actions[d.Kind].Do(ctx, call)
@@ -995,6 +997,7 @@ func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.D
 		return fmt.Errorf("settle: %w", err)
 	}
 	w.opts.Metrics.settled(d.Name, p)
+	stateOnSpan(ctx, p.State)
 	w.log.DebugContext(ctx, "effect settled", "episode", c.EpisodeKey, "destination", d.Name, "state", p.State, "class", p.Class, "reason", p.Reason)
 	return nil
 }

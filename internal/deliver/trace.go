@@ -28,12 +28,17 @@ import (
 // address: never the query string (it may carry a key), a header value or
 // the body.
 func (w *Worker) startAttempt(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, call *Call) (context.Context, trace.Span) {
-	return w.startCall(ctx, "deliver "+d.Name, c, d, call, tracing.AttrAttempt.Int(c.Attempts+1))
+	// A re-drive, started by the schedule or a person long after, links
+	// to the receive span instead of continuing its trace.
+	return w.startCall(ctx, "deliver "+d.Name, c, d, call, !c.Redrive, tracing.AttrAttempt.Int(c.Attempts+1))
 }
 
 // startCall opens the client span of a call to a destination (an attempt
 // or a lookup) with the effect's identities, and propagates its context.
-func (w *Worker) startCall(ctx context.Context, name string, c *store.ClaimedEffect, d *config.Destination, call *Call, extra ...attribute.KeyValue) (context.Context, trace.Span) {
+// Outside a span, it continues the trace the effect's event was received
+// in: as the receive span's child when asChild, else as a new trace
+// linking to it.
+func (w *Worker) startCall(ctx context.Context, name string, c *store.ClaimedEffect, d *config.Destination, call *Call, asChild bool, extra ...attribute.KeyValue) (context.Context, trace.Span) {
 	if !w.traceOn {
 		// Not even the attributes are built: tracing off costs nothing.
 		return ctx, noop.Span{}
@@ -59,12 +64,10 @@ func (w *Worker) startCall(ctx context.Context, name string, c *store.ClaimedEff
 			attrs = append(attrs, semconv.ServerPort(p))
 		}
 	}
-	// An attempt continues the trace of the request that brought its event
-	// in; a re-drive, started by the schedule or a person long after, links
-	// to it instead. A lookup inside an attempt stays under the attempt.
+	// A lookup inside an attempt stays under the attempt.
 	var cont []trace.SpanStartOption
 	if !trace.SpanContextFromContext(ctx).IsValid() {
-		ctx, cont = tracing.Continue(ctx, c.TraceContext, !c.Redrive)
+		ctx, cont = tracing.Continue(ctx, c.TraceContext, asChild)
 	}
 	opts := append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}, cont...)
 	ctx, span := w.tracer.Start(ctx, name, opts...)
@@ -99,6 +102,15 @@ func retryOnSpan(ctx context.Context, ra RetryAfter, wait time.Duration) {
 	span.SetAttributes(attribute.Float64("hookledger.retry_wait_s", wait.Seconds()))
 	if ra.OK {
 		span.SetAttributes(tracing.AttrRetryAfter.Float64(ra.Wait.Seconds()))
+	}
+}
+
+// stateOnSpan records, on the attempt's span that ctx holds, the state
+// the attempt left the effect in (done, retry_wait, dead,
+// needs_reconciliation, …).
+func stateOnSpan(ctx context.Context, state store.EffectState) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(tracing.AttrState.String(string(state)))
 	}
 }
 

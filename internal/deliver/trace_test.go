@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -97,6 +98,10 @@ func TestAttemptSpansAndTraceparent(t *testing.T) {
 		t.Errorf("failed attempt: status %v error.type %q span status %v wait %v", first["http.response.status_code"].String(),
 			first["error.type"].String(), spans[0].Status.Code, first["hookledger.retry_wait_s"].String())
 	}
+	// Each attempt names the state it left the effect in.
+	if a, b := first[tracing.AttrState].AsString(), second[tracing.AttrState].AsString(); a != string(store.EffectRetryWait) || b != string(store.EffectDone) {
+		t.Errorf("states on the attempts: %q then %q, want retry_wait then done", a, b)
+	}
 	if second["http.response.status_code"].AsInt64() != 201 || second["error.type"].String() != "" || spans[1].Status.Code == codes.Error {
 		t.Errorf("successful attempt: status %v error.type %q span status %v", second["http.response.status_code"].String(),
 			second["error.type"].String(), spans[1].Status.Code)
@@ -166,5 +171,90 @@ func TestLookupSpans(t *testing.T) {
 	}
 	if got := attrsOf(attempt)["error.type"].AsString(); got != string(store.ClassUnknown) {
 		t.Fatalf("the timed-out attempt's error.type %q, want unknown", got)
+	}
+}
+
+// An attempt continues the trace its event was received in: the child of
+// the stored receive span. A re-drive of a dead effect, which the
+// schedule started long after, is a trace of its own that links to it.
+func TestRedriveLinksToTheReceiveTrace(t *testing.T) {
+	const receiveTrace, receiveSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	p, exp := traced(t)
+	x := newWorld(t, setup{tracing: p, dest: "retry: {base: 1s, cap: 10s, factor: 2, attempts: 1, redrive: [15m]}"})
+	x.traceparent = "00-" + receiveTrace + "-" + receiveSpan + "-01"
+	e := x.order("o1", 1)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail500)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDead)
+	x.clk.Advance(15 * time.Minute)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectDone)
+
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want the attempt and the re-drive", len(spans))
+	}
+	first, redrive := spans[0], spans[1]
+	if first.SpanContext.TraceID().String() != receiveTrace || first.Parent.SpanID().String() != receiveSpan || len(first.Links) != 0 {
+		t.Fatalf("first attempt: trace %s parent %s links %v, want the child of %s/%s", first.SpanContext.TraceID(),
+			first.Parent.SpanID(), first.Links, receiveTrace, receiveSpan)
+	}
+	if redrive.SpanContext.TraceID().String() == receiveTrace || redrive.Parent.IsValid() || len(redrive.Links) != 1 ||
+		redrive.Links[0].SpanContext.TraceID().String() != receiveTrace || redrive.Links[0].SpanContext.SpanID().String() != receiveSpan {
+		t.Fatalf("re-drive: trace %s parent %v links %v, want a new trace linking to %s/%s", redrive.SpanContext.TraceID(),
+			redrive.Parent.SpanID(), redrive.Links, receiveTrace, receiveSpan)
+	}
+}
+
+// Continuous verification's lookup of a done effect is a client span
+// saying why it asked and what it found. The schedule started it, days
+// after the delivery, not the sender: it is a trace of its own linking to
+// the receive span, not one more child of the delivery's trace.
+func TestVerifyLookupSpanLinksToTheReceiveTrace(t *testing.T) {
+	const receiveTrace, receiveSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	p, exp := traced(t)
+	x := newTracedVerifyWorld(t, "{sample: 1.0, after: 5m}", p)
+	x.traceparent = "00-" + receiveTrace + "-" + receiveSpan + "-01"
+	e := x.done(1)[0]
+	exp.Reset()
+	x.clk.Advance(5*time.Minute + time.Second)
+	if n := x.step(); n != 1 {
+		t.Fatalf("%d lookups, want 1", n)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Name != "lookup dest" || spans[0].SpanKind != trace.SpanKindClient {
+		t.Fatalf("spans %+v, want one client span \"lookup dest\"", spans)
+	}
+	s := spans[0]
+	a := attrsOf(s)
+	if a["hookledger.lookup"].AsString() != "verify" || !a["hookledger.found"].AsBool() || a[tracing.AttrEffectID].AsInt64() != e.ID ||
+		a["http.response.status_code"].AsInt64() != 200 {
+		t.Fatalf("verification span attributes %v", s.Attributes)
+	}
+	if s.SpanContext.TraceID().String() == receiveTrace || s.Parent.IsValid() || len(s.Links) != 1 ||
+		s.Links[0].SpanContext.TraceID().String() != receiveTrace || s.Links[0].SpanContext.SpanID().String() != receiveSpan {
+		t.Fatalf("verification: trace %s parent %s links %v, want a new trace linking to %s/%s", s.SpanContext.TraceID(),
+			s.Parent.SpanID(), s.Links, receiveTrace, receiveSpan)
+	}
+}
+
+// A 429's Retry-After is on the attempt's span: the destination's wait,
+// the wait taken (the same), the quota class and the status.
+func TestAttemptSpanRecordsRetryAfter(t *testing.T) {
+	p, exp := traced(t)
+	x := newWorld(t, setup{tracing: p, srv: delivertest.Options{RetryAfter: 7 * time.Second}})
+	e := x.order("o1", 1)
+	x.dest.Script(e.EpisodeKey, delivertest.Fail429Seconds)
+	x.drain()
+	x.wantState(x.get(e.ID), store.EffectRetryWait)
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	a := attrsOf(spans[0])
+	if a["http.response.status_code"].AsInt64() != 429 || a["error.type"].AsString() != string(store.ClassQuota) ||
+		a[tracing.AttrRetryAfter].AsFloat64() != 7 || a["hookledger.retry_wait_s"].AsFloat64() != 7 ||
+		a[tracing.AttrState].AsString() != string(store.EffectRetryWait) {
+		t.Fatalf("attempt span %v, want 429, quota, Retry-After 7 s taken, retry_wait", spans[0].Attributes)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/hookledger/hookledger/internal/loop"
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
+	"github.com/hookledger/hookledger/internal/tracing"
 )
 
 // ledgerDest is a destination on loopback that keeps what it was sent by
@@ -172,9 +173,18 @@ type verifyWorld struct {
 	hook *hookRecorder
 	logs *lockedBuffer
 	n    int
+	// traceparent is stored with each event done commits.
+	traceparent string
 }
 
 func newVerifyWorld(t *testing.T, verify string) *verifyWorld {
+	t.Helper()
+	return newTracedVerifyWorld(t, verify, nil)
+}
+
+// newTracedVerifyWorld is newVerifyWorld whose worker records spans with
+// p (nil: tracing off).
+func newTracedVerifyWorld(t *testing.T, verify string, p *tracing.Provider) *verifyWorld {
 	t.Helper()
 	clk := clock.NewFake(t0)
 	dest := newLedgerDest(t, clk)
@@ -206,7 +216,7 @@ func newVerifyWorld(t *testing.T, verify string) *verifyWorld {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w, err := deliver.New(cfg, st, deliver.Options{Workers: 4, LeaseFor: cfg.Delivery.Lease.D(), Clock: clk,
-		Rand: func() float64 { return jitter }, Owner: "worker-a", Logger: log})
+		Rand: func() float64 { return jitter }, Owner: "worker-a", Logger: log, Tracing: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +234,8 @@ func (x *verifyWorld) done(n int) []*store.Effect {
 		x.n++
 		body := fmt.Sprintf(`{"order_id":"o%d","rev":1,"state":"PAID"}`, x.n)
 		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", x.n), Source: "shop",
-			EventID: fmt.Sprintf("evt_%d", x.n), Type: "order.paid", OccurredAt: x.clk.Now(), ReceivedAt: x.clk.Now(), Body: []byte(body)}}})
+			EventID: fmt.Sprintf("evt_%d", x.n), Type: "order.paid", OccurredAt: x.clk.Now(), ReceivedAt: x.clk.Now(), Body: []byte(body),
+			TraceContext: x.traceparent}}})
 	}
 	res, err := x.st.InboxCommit(x.ctx, &store.InboxCommitParams{Submissions: subs})
 	if err != nil {

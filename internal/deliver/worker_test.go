@@ -46,6 +46,9 @@ type world struct {
 	hook   *hookRecorder
 	logs   *lockedBuffer
 	events int
+	// traceparent is stored with each event commit stores, as the
+	// receive span's context is.
+	traceparent string
 }
 
 // lockedBuffer collects the worker's log records.
@@ -242,7 +245,7 @@ func (x *world) commit(id string, rev int) {
 	res, err := x.st.InboxCommit(x.ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{
 		Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprint("req-", x.events), Source: "shop",
 			EventID: fmt.Sprintf("evt_%s_%d", id, rev), Type: "order.paid", OccurredAt: x.clk.Now(),
-			ReceivedAt: x.clk.Now(), Body: []byte(body)}},
+			ReceivedAt: x.clk.Now(), TraceContext: x.traceparent, Body: []byte(body)}},
 	}}})
 	if err != nil || res[0].Err != nil {
 		x.t.Fatalf("commit: %v %v", err, res)

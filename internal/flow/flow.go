@@ -585,11 +585,16 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 		return page, err
 	}
 	e.opts.Metrics.routed(ds)
-	e.routeSpans(ctx, evs, ds)
+	traced := e.routeSpans(ctx, evs, ds)
 	for i, d := range ds {
+		// Logged in the event's trace, so the line leads to it.
+		ictx := ctx
+		if i < len(traced) {
+			ictx = traced[i]
+		}
 		for _, r := range d.Routes {
 			if r.Failed != "" {
-				e.log.Warn("event dead-lettered", "source", evs[i].Source, "event_id", evs[i].EventID, "flow", r.Flow, "reason", r.Failed)
+				e.log.WarnContext(ictx, "event dead-lettered", "source", evs[i].Source, "event_id", evs[i].EventID, "flow", r.Flow, "reason", r.Failed)
 			}
 		}
 	}

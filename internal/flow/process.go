@@ -154,12 +154,12 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 		// pages by the settler): a hot entity's backlog costs one commit
 		// per page instead of one per event. An item whose
 		// preparation must be retried later ends the batch before it.
-		ps, deferred := e.preparePage(ctx, f, l, items)
+		ps, traces, deferred := e.preparePage(ctx, f, l, items)
 		if len(ps) > 0 {
 			// The last item of a short page is all the work listed: the
 			// apply frees the lease itself if nothing arrived meanwhile.
 			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < page
-			n, released, err := e.settlePage(ctx, l, items, ps)
+			n, released, err := e.settlePage(ctx, l, items, ps, traces)
 			settled += n
 			if errors.Is(err, store.ErrLeaseLost) {
 				e.log.Info("lease lost; leaving the entity to its new owner", "flow", l.Flow, "entity", l.Entity)
@@ -205,8 +205,9 @@ func (e *Engine) releaseEntity(ctx context.Context, l *store.Lease, retryAt time
 // preparePage prepares the page's items in order, as many as fit in half
 // the lease. An item whose expressions fail is settled as a failure;
 // deferred is true when one must be retried later, which ends the batch
-// before it.
-func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease, items []*store.WorkItem) (ps []*store.FlowApplyParams, deferred bool) {
+// before it. traces holds each prepared item's processing span (nil when
+// tracing is off).
+func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease, items []*store.WorkItem) (ps []*store.FlowApplyParams, traces []*itemTrace, deferred bool) {
 	ps = make([]*store.FlowApplyParams, 0, len(items))
 	// Preparing stops at half the lease: the batch is fenced by the
 	// lease, and a page of slow refetches must not outlive it and
@@ -217,6 +218,8 @@ func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease
 			break
 		}
 		var p *store.FlowApplyParams
+		tr := e.startProcess(ctx, l, it)
+		span := tr.startPrepare()
 		err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
 			if e.prepareHook != nil {
 				e.prepareHook(it)
@@ -225,31 +228,36 @@ func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease
 			p, perr = e.prepare(ctx, f, l, it)
 			return perr
 		})
-		var tr *errTransient
-		if errors.As(err, &tr) {
+		var transient *errTransient
+		deferred := errors.As(err, &transient)
+		tr.endPrepare(span, p, err, deferred)
+		if deferred {
 			e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)
-			return ps, true
+			return ps, traces, true
 		}
 		if err != nil {
 			p = &store.FlowApplyParams{Fail: err.Error()}
 		}
 		p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
 		ps = append(ps, p)
+		if tr != nil {
+			traces = append(traces, tr)
+		}
 	}
-	return ps, false
+	return ps, traces, false
 }
 
 // settlePage settles a prepared page in one transaction, or one item at
 // a time when the database refuses a value, and records each result.
 // released is true when the last settle freed the entity's lease.
-func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.WorkItem, ps []*store.FlowApplyParams) (settled int, released bool, err error) {
-	spans := e.processSpans(ctx, l, items)
+func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.WorkItem, ps []*store.FlowApplyParams, traces []*itemTrace) (settled int, released bool, err error) {
+	settles := startSettles(traces)
 	settledPage := e.settler.Do(ctx, ps)
 	results, err := settledPage.Results, settledPage.Err
 	if errors.Is(err, store.ErrRefused) {
 		results, err = e.settleAlone(ctx, ps)
 	}
-	endProcessSpans(spans, ps, results, err)
+	endProcessSpans(traces, settles, ps, results, err)
 	if err != nil {
 		return 0, false, err
 	}
@@ -260,12 +268,17 @@ func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.
 		if res.EffectsInserted > 0 && e.opts.OnEffects != nil && e.opts.Handoff == nil {
 			e.opts.OnEffects()
 		}
+		// Logged in the item's trace, so a line leads to it.
+		ictx := ctx
+		if i < len(traces) {
+			ictx = traces[i].ctx
+		}
 		if res.Disposition == store.DispositionDeadLettered {
 			// A person must look at it: say so at the default level.
-			e.log.Warn("event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
+			e.log.WarnContext(ictx, "event dead-lettered", "source", it.Event.Source, "event_id", it.Event.EventID,
 				"flow", l.Flow, "entity", l.Entity, "reason", res.Reason)
 		} else {
-			e.log.Debug("settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
+			e.log.DebugContext(ictx, "settled", "flow", l.Flow, "entity", l.Entity, "event_id", it.Event.EventID,
 				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
 		}
 	}

@@ -199,6 +199,17 @@ func TestServerReceiveSpansAndTrust(t *testing.T) {
 					t.Fatalf("%s spans %v, want one under the receive span %s", name, c, s["span_id"])
 				}
 			}
+			// No span holds the source's secret, the request's signature
+			// or its body.
+			otlp.mu.Lock()
+			for _, sp := range otlp.spans {
+				for k, v := range sp {
+					if strings.Contains(v, swSecret) || strings.Contains(v, sig) || strings.Contains(v, `"data"`) || strings.Contains(v, body) {
+						t.Errorf("span %s: %s = %q holds a secret, the signature or the body", sp["name"], k, v)
+					}
+				}
+			}
+			otlp.mu.Unlock()
 			if api := otlp.spanNamed("GET /api/v1/effects"); len(api) != 1 {
 				var names []string
 				for _, s := range otlp.spans {
@@ -207,5 +218,39 @@ func TestServerReceiveSpansAndTrust(t *testing.T) {
 				t.Fatalf("admin API spans named %q, want one \"GET /api/v1/effects\"", names)
 			}
 		})
+	}
+}
+
+// A publish is a span whose context is stored with the message: the
+// delivery to each endpoint is an attempt span in its trace, and the
+// endpoint receives that attempt's context in traceparent.
+func TestServerPublishTraceReachesTheEndpoint(t *testing.T) {
+	otlp := newOTLPReceiver(t)
+	rcv := newReceiver(t)
+	h := startWith(t, publishConfig(sqliteURL(t), rcv.srv.URL+"/hooks/in")+fmt.Sprintf("tracing:\n  endpoint: %s\n", otlp.srv.URL))
+	if code, body, _ := h.publish("k1", `{"type":"invoice.paid","data":{"id":"in_1"}}`); code != 202 {
+		t.Fatalf("publish: %d %s", code, body)
+	}
+	waitFor(t, "the delivery to the endpoint", func() bool { return len(rcv.deliveries()) == 1 })
+	tp := rcv.deliveries()[0].header.Get("Traceparent")
+	h.stop()
+
+	pub := otlp.spanNamed("publish")
+	if len(pub) != 1 {
+		t.Fatalf("%d publish spans, want 1", len(pub))
+	}
+	var attempt map[string]string
+	otlp.mu.Lock()
+	for _, s := range otlp.spans {
+		if strings.HasPrefix(s["name"], "deliver ") && s["hookledger.destination"] != "" {
+			attempt = s
+		}
+	}
+	otlp.mu.Unlock()
+	if attempt == nil || attempt["trace_id"] != pub[0]["trace_id"] || attempt["parent"] != pub[0]["span_id"] {
+		t.Fatalf("attempt span %v, want one under the publish span %v", attempt, pub[0])
+	}
+	if want := "00-" + attempt["trace_id"] + "-" + attempt["span_id"] + "-01"; tp != want {
+		t.Fatalf("the endpoint received traceparent %q, want the attempt's %q", tp, want)
 	}
 }

@@ -216,3 +216,42 @@ func TestHandler(t *testing.T) {
 		t.Fatalf("span %s kind %v status %v attributes %v", s.Name, s.SpanKind, s.Status, s.Attributes)
 	}
 }
+
+// A request's own traceparent becomes the span's parent only when Trusted
+// says so; with no Trusted (the admin API) or a false one, it is a link
+// and the span starts a trace of its own.
+func TestHandlerTrustsOnlyWhenTold(t *testing.T) {
+	const inTrace, inSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, tc := range []struct {
+		name    string
+		trusted func(*http.Request) bool
+		parent  bool
+	}{
+		{"no Trusted", nil, false},
+		{"untrusted", func(*http.Request) bool { return false }, false},
+		{"trusted", func(*http.Request) bool { return true }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			p, err := tracing.New(context.Background(), tracing.Settings{}, tracing.Options{Exporter: exp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := p.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), tracing.ServerOptions{Trusted: tc.trusted})
+			req := httptest.NewRequest("POST", "/api/v1/messages", nil)
+			req.Header.Set("Traceparent", "00-"+inTrace+"-"+inSpan+"-01")
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			spans := exp.GetSpans()
+			if len(spans) != 1 {
+				t.Fatalf("%d spans, want 1", len(spans))
+			}
+			s := spans[0]
+			isChild := s.SpanContext.TraceID().String() == inTrace && s.Parent.SpanID().String() == inSpan && len(s.Links) == 0
+			isLinked := s.SpanContext.TraceID().String() != inTrace && !s.Parent.IsValid() && len(s.Links) == 1 &&
+				s.Links[0].SpanContext.SpanID().String() == inSpan
+			if (tc.parent && !isChild) || (!tc.parent && !isLinked) {
+				t.Fatalf("span trace %s parent %s links %v; want parent %v", s.SpanContext.TraceID(), s.Parent.SpanID(), s.Links, tc.parent)
+			}
+		})
+	}
+}
