@@ -135,7 +135,11 @@ func TestPublishGoneDisablesAndParks(t *testing.T) { stores(t, testPublishGoneDi
 func testPublishGoneDisablesAndParks(t *testing.T, storeURL string) {
 	rcv := newReceiver(t)
 	rcv.setStatus(410)
-	h := startWith(t, publishConfig(storeURL, rcv.srv.URL)+fastPoll)
+	// One delivery at a time to the partner: the order its parked
+	// messages are re-driven in is only kept then (publishing.md, Order).
+	cfg := strings.Replace(publishConfig(storeURL, rcv.srv.URL), "    allow_private_networks: true\n",
+		"    allow_private_networks: true\n    max_in_flight: 1\n", 1)
+	h := startWith(t, cfg+fastPoll)
 	// Another endpoint for the same types keeps receiving meanwhile.
 	healthy := newReceiver(t)
 	h.createEndpoint(fmt.Sprintf(`{"id":"healthy","url":%q,"allow_private_networks":true,"types":["invoice.*"]}`, healthy.srv.URL))
