@@ -62,6 +62,10 @@ func TestExceptionQueueListsDeadEvents(t *testing.T) {
 			t.Errorf("the queue's effects lack %q:\n%s", s, effects)
 		}
 	}
+	// Each dead effect carries its suggested repair too.
+	if !strings.Contains(page, `<th scope="col">Reason</th><th scope="col">Suggested repair</th>`) || !strings.Contains(effects, "then retry") {
+		t.Errorf("the queue's effects lack a suggested repair:\n%s", effects)
+	}
 	// Another state than the queue lists effects only.
 	if _, body := e.c.get("/effects?state=done"); strings.Contains(body, "dead-event-rows") {
 		t.Error("the done effects list shows dead-lettered events")

@@ -52,6 +52,9 @@ var funcs = template.FuncMap{
 	"eventURL":  eventLink,
 	"bulkURL":   bulkRetryLink,
 	"pct":       percent,
+	// An effect's suggested repair: empty outside the exception queue's
+	// states, the worker's own words or its class's suggestion inside.
+	"effectRepair": store.EffectRepair,
 }
 
 func mustParsePages() *pages {
