@@ -185,13 +185,13 @@ func TestConsoleBrowser(t *testing.T) {
 	if !regexp.MustCompile(`^/effects/\d+$`).MatchString(invoice) {
 		t.Fatalf("the exception queue has no export_invoice row (got %q): %s", invoice, b.Text("#effect-rows"))
 	}
-	// Each dead effect's row names its reason, its suggested repair and the owner its
+	// Each dead effect's row names its reason, its suggested repair, its age and the owner its
 	// destination's config gives it; the dead-lettered events stand
 	// beside them with their reason, suggested repair and owner.
 	if row := b.Eval(`(() => { for (const r of document.querySelectorAll("#effect-rows tr")) {
 		if (/\bexport_invoice\b/.test(r.innerText)) { return r.innerText; } } return ""; })()`); !strings.Contains(row, "HTTP 422") ||
-		!strings.Contains(row, "team-data") || !strings.Contains(row, "then retry the effect") {
-		t.Errorf("the queue's export_invoice row lacks its reason, suggested repair or owner: %q", row)
+		!strings.Contains(row, "team-data") || !strings.Contains(row, "then retry the effect") || !regexp.MustCompile(`\d+s ago`).MatchString(row) {
+		t.Errorf("the queue's export_invoice row lacks its reason, suggested repair, owner or age: %q", row)
 	}
 	if row := b.Eval(`(() => { for (const r of document.querySelectorAll("#dead-event-rows tr")) {
 		if (r.innerText.includes("evt-1010-r1-other")) { return r.innerText; } } return ""; })()`); !strings.Contains(row, "version_conflict") ||
