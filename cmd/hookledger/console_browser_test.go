@@ -26,8 +26,10 @@ import (
 // binary: it builds hookledger, plays the demo (a real server, SQLite, the
 // fake destination, the dossier's webhooks), and drives the console the
 // demo prints a login link for in headless Chromium: the overview's nine
-// signals, the stale event and its entity's history in business order, a
-// dead effect retried to done once its cause is repaired, a bulk retry of
+// signals, the stale event and its entity's history in business order, what
+// unrouted means, the exception queue's reasons and owners for dead effects
+// and dead-lettered events, a dead effect retried to done once its cause is
+// repaired with its calls counted on across the retry, a bulk retry of
 // the exception queue, a replay of one entity, and no page error
 // anywhere. Then, without a browser, a page without the session cookie
 // leads to the login page and a state change with a wrong or no CSRF token
@@ -149,6 +151,20 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("main table")),
 	)
 	checkEntityHistory(t, b)
+	// The events page says what unrouted means where it shows it: the
+	// customer.updated event no flow subscribes to.
+	b.Step("list the unrouted events",
+		chromedp.Navigate(base+"/events?disposition=unrouted"),
+		chromedp.WaitVisible(chromedp.CSS("#unrouted-note")),
+	)
+	if note := b.Text("#unrouted-note"); !strings.Contains(note, "no flow subscribes to its type") {
+		t.Errorf("the events page explains unrouted as %q", note)
+	}
+	if tip := b.Eval(`(() => { for (const r of document.querySelectorAll("#event-rows tr")) {
+		if (r.innerText.includes("evt-cus-1")) { const s = r.querySelector(".badge"); return s ? s.title : "no badge"; } }
+		return "no row"; })()`); !strings.Contains(tip, "no flow subscribes") {
+		t.Errorf("the unrouted badge of evt-cus-1 explains itself as %q", tip)
+	}
 
 	// 3. A dead effect retried once its cause is repaired: the warehouse
 	// refused the invoice for a missing VAT number (422, permanent, never
@@ -168,6 +184,19 @@ func TestConsoleBrowser(t *testing.T) {
 		return ""; })()`)
 	if !regexp.MustCompile(`^/effects/\d+$`).MatchString(invoice) {
 		t.Fatalf("the exception queue has no export_invoice row (got %q): %s", invoice, b.Text("#effect-rows"))
+	}
+	// Each dead effect's row names its reason, its suggested repair, its age and the owner its
+	// destination's config gives it; the dead-lettered events stand
+	// beside them with their reason, suggested repair and owner.
+	if row := b.Eval(`(() => { for (const r of document.querySelectorAll("#effect-rows tr")) {
+		if (/\bexport_invoice\b/.test(r.innerText)) { return r.innerText; } } return ""; })()`); !strings.Contains(row, "HTTP 422") ||
+		!strings.Contains(row, "team-data") || !strings.Contains(row, "then retry the effect") || !regexp.MustCompile(`\d+s ago`).MatchString(row) {
+		t.Errorf("the queue's export_invoice row lacks its reason, suggested repair, owner or age: %q", row)
+	}
+	if row := b.Eval(`(() => { for (const r of document.querySelectorAll("#dead-event-rows tr")) {
+		if (r.innerText.includes("evt-1010-r1-other")) { return r.innerText; } } return ""; })()`); !strings.Contains(row, "version_conflict") ||
+		!strings.Contains(row, "resolve the event with a note") || !strings.Contains(row, "team-orders") {
+		t.Errorf("the queue's dead-lettered evt-1010-r1-other row lacks its reason, repair or owner: %q", row)
 	}
 	b.Step("open the dead invoice export", chromedp.Click(chromedp.CSS(`#effect-rows a[href="`+invoice+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#effect-state")))
@@ -197,6 +226,13 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	if attempts := b.Eval(`[...document.querySelectorAll("main tbody tr")].map(r => r.innerText).join("\n")`); !regexp.MustCompile(`\b201\b`).MatchString(attempts) {
 		t.Errorf("the attempt timeline shows no 201 after the retry:\n%s", attempts)
+	}
+	// The call after the retry goes on counting (#2, not #1 again) and
+	// says the operator's retry restarted the attempts.
+	if second := b.Eval(`(() => { for (const r of document.querySelectorAll("main tbody tr")) {
+		if (/\b201\b/.test(r.innerText)) { return r.innerText; } } return ""; })()`); !regexp.MustCompile(`^2\s`).MatchString(second) ||
+		!strings.Contains(second, "restarted by operator retry") {
+		t.Errorf("the call after the retry reads %q, want #2, restarted by operator retry", second)
 	}
 
 	// 4. Bulk retry of the exception queue: the dry run counts, then the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,12 @@ selection. Stopped
 while it still reads the stored events, it names the replay: the batches
 already enqueued are processed, the rest of the selection is not.
 
+--plan prints the replay's dry run instead: the events and work items it
+would select, the effects they caused that the ledger holds (by state;
+none is created again) and the work items that may create effects. It
+reads the configured store read-only, enqueues nothing, and has no
+--server form.
+
 With --server the running server enqueues and watches the replay itself
 (POST /api/v1/replays). Without it the verb opens the configured store; it
 needs none of the config's secrets and never migrates the schema.
@@ -60,7 +67,7 @@ const remoteReplayWait = api.MaxReplayWait
 func runReplay(ctx context.Context, env *Env, args []string) int {
 	fs := newFlagSet(env, "replay",
 		"replay [--config FILE | --server URL] [--source S [--event-id ID]] [--flow F] [--entity E] [--from TIME] [--to TIME]\n"+
-			"                         [--actor NAME] [--no-wait] [--timeout DURATION] [--format text|json]",
+			"                         [--actor NAME] [--no-wait] [--timeout DURATION] [--plan] [--format text|json]",
 		replayDescription)
 	cfgPath := fs.String("config", config.DefaultPath, "configuration `file`")
 	source := fs.String("source", "", "only events of this `source`")
@@ -74,11 +81,16 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 	noWait := fs.Bool("no-wait", false, "enqueue the replay and exit without waiting for its outcome")
 	timeout := fs.Duration("timeout", 0, "stop waiting after this `duration` (default: until done; with --server at most 10m)")
 	format := fs.String("format", "text", "output `format`: text or json")
+	plan := fs.Bool("plan", false, "print the replay's dry run from the configured store, read-only, and enqueue nothing")
 	if code, ok := parseFlags(env, fs, args); !ok {
 		return code
 	}
 	if code, ok := checkArgs(env, "replay", fs.Args(), format); !ok {
 		return code
+	}
+	if *plan && *server != "" {
+		fmt.Fprintln(env.Stderr, "hookledger replay: --plan reads the configured store, not a server: give --config (the console's Replay page plans through a running server)")
+		return exitUsage
 	}
 	if *timeout < 0 || (*server != "" && *timeout > remoteReplayWait) {
 		fmt.Fprintf(env.Stderr, "hookledger replay: --timeout %s: want a positive duration (at most %s with --server)\n", *timeout, remoteReplayWait)
@@ -94,6 +106,9 @@ func runReplay(ctx context.Context, env *Env, args []string) int {
 	}
 	sel.Actor = operatorActor(env, *actor)
 	out := &replayOutput{env: env, format: *format, tty: stderrTerminal(env)}
+	if *plan {
+		return replayPlan(ctx, env, out, sel, *cfgPath)
+	}
 
 	if *server != "" {
 		r, code := newRemote(env, "replay", *server, *cfgPath, flagGiven(fs, "config"))
@@ -174,6 +189,105 @@ func replayLocal(ctx context.Context, env *Env, out *replayOutput, sel replay.Se
 	}
 	fmt.Fprintf(env.Stderr, "waiting for 'hookledger serve' on %s to process it (Ctrl-C stops waiting; the replay goes on)\n", storeName(cfg))
 	return watchReplay(ctx, env, out, st, res, timeout)
+}
+
+// replayPlan prints the plan of a replay of sel: the work it would
+// enqueue and what the ledger holds of it. It opens the store read-only,
+// like the other verbs that only read: planning never writes, and never
+// creates or migrates a database.
+func replayPlan(ctx context.Context, env *Env, out *replayOutput, sel replay.Selection, cfgPath string) int {
+	cfg, code := loadOperatorConfig(env, "replay", cfgPath)
+	if cfg == nil {
+		return code
+	}
+	if sel.Flow != "" && !hasFlow(cfg, sel.Flow) {
+		fmt.Fprintf(env.Stderr, "hookledger replay: --flow %q: no such flow in %s\n", sel.Flow, cfgPath)
+		return exitUsage
+	}
+	st, code := openOperatorStore(ctx, env, "replay", cfg, readStore)
+	if st == nil {
+		return code
+	}
+	defer st.Close()
+	// The engine only computes routes here; it never starts processing.
+	p, err := replay.MakePlan(ctx, st, flow.New(cfg, st, flow.Options{}), sel, replay.PlanOptions{Progress: out.selecting})
+	out.endLine()
+	if errors.Is(err, replay.ErrNothingSelected) {
+		fmt.Fprintln(env.Stderr, "hookledger replay: the selection matches no stored event of any flow")
+		return exitFail
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "hookledger replay: %v\n", err)
+		return exitFail
+	}
+	if out.format == "json" {
+		return writeJSONOut(env.Stdout, planJSONOf(p))
+	}
+	printPlan(env, p)
+	return exitOK
+}
+
+// planJSON is a plan as --format json prints it, its samples in the
+// API's snake case.
+type planJSON struct {
+	*replay.Plan
+	Samples []planSampleJSON `json:"samples"`
+}
+
+type planSampleJSON struct {
+	Source   string `json:"source"`
+	EventID  string `json:"event_id"`
+	Flow     string `json:"flow"`
+	Entity   string `json:"entity"`
+	InLedger int    `json:"in_ledger"`
+}
+
+func planJSONOf(p *replay.Plan) planJSON {
+	j := planJSON{Plan: p, Samples: make([]planSampleJSON, 0, len(p.Samples))}
+	for _, s := range p.Samples {
+		j.Samples = append(j.Samples, planSampleJSON{Source: s.Source, EventID: s.EventID, Flow: s.Flow, Entity: s.Entity, InLedger: s.InLedger})
+	}
+	return j
+}
+
+// planSamplesShown bounds the work items the text plan lists.
+const planSamplesShown = 10
+
+// printPlan writes a plan as text, the counts the console's Replay page
+// shows.
+func printPlan(env *Env, p *replay.Plan) {
+	w := env.Stdout
+	fmt.Fprintf(w, "plan: %d events, %d work items on %d entities", p.Events, p.WorkItems, p.Entities)
+	if p.Skipped > 0 {
+		fmt.Fprintf(w, " (%d selected events skipped)", p.Skipped)
+	}
+	fmt.Fprintln(w)
+	states := make([]string, 0, len(p.ByState))
+	for s, n := range p.ByState {
+		states = append(states, fmt.Sprintf("%s %d", s, n))
+	}
+	sort.Strings(states)
+	fmt.Fprintf(w, "  effects in the ledger: %d", p.InLedger)
+	if len(states) > 0 {
+		fmt.Fprintf(w, " (%s)", strings.Join(states, ", "))
+	}
+	fmt.Fprintln(w, ", not created again")
+	fmt.Fprintf(w, "  work items that may create effects: %d (the flow decides when it processes them)\n", p.MayCreate)
+	if p.Unchecked > 0 {
+		fmt.Fprintf(w, "  work items whose ledger was not read: %d\n", p.Unchecked)
+	}
+	for i, it := range p.Samples {
+		if i == planSamplesShown {
+			fmt.Fprintf(w, "  ... %d more work items\n", p.WorkItems-planSamplesShown)
+			break
+		}
+		ledger := "ledger not read"
+		if it.InLedger >= 0 {
+			ledger = fmt.Sprintf("%d in the ledger", it.InLedger)
+		}
+		fmt.Fprintf(w, "  %s/%s -> %s %s (%s)\n", termLine(it.Source), termLine(it.EventID), termLine(it.Flow), termLine(it.Entity), ledger)
+	}
+	fmt.Fprintln(w, "nothing was enqueued: run the same command without --plan to replay")
 }
 
 // watchReplay follows the enqueued replay until every work item settled,

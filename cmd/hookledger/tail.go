@@ -25,8 +25,10 @@ prints one line per new event, per new effect and per change of their
 state (an event going from accepted to applied, an effect from approved to
 done or dead), until Ctrl-C. An effect is followed until it is final (done,
 superseded or resolved): a dead effect's re-drive, retry or resolution is
-printed too, as is a dead-lettered event's replay or resolution. Text from
-the senders is printed with its control characters escaped.
+printed too, as is a dead-lettered event's replay or resolution. What is
+pending when tail starts (the newest 100 pending events and effects) is
+followed from then on as well, though only --last prints its line. Text
+from the senders is printed with its control characters escaped.
 
 TIME is when the change happened, as the server stored it: an effect's
 last update, an event's receipt, and for an event's later change the time
@@ -213,43 +215,80 @@ func (t *tailer) effectQuery() url.Values {
 }
 
 // start walks to the end of both lists, printing the last n entries, so
-// that following begins with what happens from now on.
+// that following begins with what happens from now on. What is pending
+// already (an event being processed or dead-lettered, an effect not yet
+// final) is followed from here too, printed or not: an operator who starts
+// tail and then repairs what waits sees the repair. The newest half of
+// tailTrack of each are, so that room is left for what arrives later.
 func (t *tailer) start(ctx context.Context, n int) error {
 	if t.events {
-		var recent []tailEvent
+		recent, pending := newest[tailEvent]{n: n}, newest[tailEvent]{n: tailTrack / 2}
 		err := t.pageEvents(ctx, func(e tailEvent) {
-			if n > 0 {
-				recent = append(recent, e)
-				if len(recent) > n {
-					recent = recent[1:]
+			if t.matchEvent(e) {
+				recent.add(e)
+				if !finalEvent(e.Disposition) {
+					pending.add(e)
 				}
 			}
 		})
 		if err != nil {
 			return err
 		}
-		for _, e := range recent {
-			t.event(e)
+		for _, p := range pending.rows {
+			t.trackEvent(p)
 		}
+		for _, row := range recent.rows {
+			t.printMatching(row)
+		}
+		t.droppedAtStart(pending.over)
 	}
 	if t.effects {
-		var recent []api.EffectJSON
+		recent, pending := newest[api.EffectJSON]{n: n}, newest[api.EffectJSON]{n: tailTrack / 2}
 		err := t.pageEffects(ctx, func(e api.EffectJSON) {
-			if n > 0 {
-				recent = append(recent, e)
-				if len(recent) > n {
-					recent = recent[1:]
+			if t.matchEffect(e) {
+				recent.add(e)
+				if !finalEffect(e.State) {
+					pending.add(e)
 				}
 			}
 		})
 		if err != nil {
 			return err
 		}
-		for _, e := range recent {
-			t.effect(e)
+		for _, p := range pending.rows {
+			t.trackEffect(p)
 		}
+		for _, row := range recent.rows {
+			t.printEffect(row, "")
+		}
+		t.droppedAtStart(pending.over)
 	}
 	return nil
+}
+
+// newest keeps the last n rows it is given.
+type newest[T any] struct {
+	n    int
+	rows []T
+	// over says rows were given beyond the n kept.
+	over bool
+}
+
+func (k *newest[T]) add(row T) {
+	if k.n <= 0 {
+		return
+	}
+	k.rows = append(k.rows, row)
+	if len(k.rows) > k.n {
+		k.rows = k.rows[1:]
+		k.over = true
+	}
+}
+
+func (t *tailer) droppedAtStart(over bool) {
+	if over {
+		fmt.Fprintf(t.env.Stderr, "hookledger tail: more than %d events or effects were pending when tail started; the state changes of the oldest are not followed\n", tailTrack/2)
+	}
 }
 
 // poll prints what is new: events and effects past the cursors, and the
@@ -348,14 +387,25 @@ func (t *tailer) event(e tailEvent) {
 	if !t.matchEvent(e) {
 		return
 	}
-	ref := eventRef{e.Source, e.EventID}
-	if !finalEvent(e.Disposition) {
-		if len(t.pendingEvents) < tailTrack {
-			t.pendingEvents[ref] = e.Disposition
-		} else {
-			t.dropOne()
-		}
+	t.trackEvent(e)
+	t.printMatching(e)
+}
+
+// trackEvent keeps asking about an event while it is pending.
+func (t *tailer) trackEvent(e tailEvent) {
+	if finalEvent(e.Disposition) {
+		return
 	}
+	if len(t.pendingEvents) < tailTrack {
+		t.pendingEvents[eventRef{e.Source, e.EventID}] = e.Disposition
+	} else {
+		t.dropOne()
+	}
+}
+
+// printMatching prints an event at its receipt, unless --disposition
+// asks for another.
+func (t *tailer) printMatching(e tailEvent) {
 	if t.disposition == "" || e.Disposition == t.disposition {
 		t.printEvent(e, e.ReceivedAt)
 	}
@@ -471,17 +521,27 @@ func seenOf(e api.EffectJSON) effectSeen {
 }
 
 func (t *tailer) effect(e api.EffectJSON) {
-	if (t.source != "" && e.Source != t.source) || (t.flow != "" && e.Flow != t.flow) || (t.entity != "" && e.Entity != t.entity) {
+	if !t.matchEffect(e) {
 		return
 	}
-	if !finalEffect(e.State) {
-		if len(t.pendingEffects) < tailTrack {
-			t.pendingEffects[e.ID] = seenOf(e)
-		} else {
-			t.dropOne()
-		}
-	}
+	t.trackEffect(e)
 	t.printEffect(e, "")
+}
+
+func (t *tailer) matchEffect(e api.EffectJSON) bool {
+	return (t.source == "" || e.Source == t.source) && (t.flow == "" || e.Flow == t.flow) && (t.entity == "" || e.Entity == t.entity)
+}
+
+// trackEffect keeps asking about an effect until it is final.
+func (t *tailer) trackEffect(e api.EffectJSON) {
+	if finalEffect(e.State) {
+		return
+	}
+	if len(t.pendingEffects) < tailTrack {
+		t.pendingEffects[e.ID] = seenOf(e)
+	} else {
+		t.dropOne()
+	}
 }
 
 // printEffect prints an effect's line; change says what moved it on.

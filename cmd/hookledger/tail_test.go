@@ -360,3 +360,69 @@ func TestTailEffectChange(t *testing.T) {
 		}
 	}
 }
+
+// tail follows the dead effects and dead-lettered events already stored
+// when it starts, though it prints none of them without --last: an
+// operator who starts tail and then repairs what waits sees the repair.
+func TestTailFollowsWhatWaitedBeforeItStarted(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	crm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if refuse.Load() {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer crm.Close()
+	cfgPath, _ := writeOperatorConfigTo(t, crm.URL)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clock.NewFake(t0)
+	base := startServerClock(t, cfgPath, serverSecrets, clk)
+	r := &remote{base: mustURL(t, base), token: "admin-tok", client: http.DefaultClient}
+	sendSigned(t, cfgPath, base, "a", `"order_id":"oa","rev":1`)
+	sendSigned(t, cfgPath, base, "c", `"rev":1`) // no order id: dead-lettered
+	waitDisposition(t, base, "c", "dead_lettered")
+	var dead struct {
+		Effects []api.EffectJSON `json:"effects"`
+	}
+	waitUntil(t, "the effect to be dead", func() bool {
+		if err := r.call(context.Background(), http.MethodGet, "/api/v1/effects", url.Values{"state": {"dead"}}, nil, &dead); err != nil {
+			t.Fatal(err)
+		}
+		return len(dead.Effects) == 1
+	})
+	id := dead.Effects[0].ID
+
+	out, errOut, stop := startVerb(t, map[string]string{adminTokenVar: "admin-tok"}, "tail", "--server", base, "--interval", "5ms")
+	waitUntil(t, "tail to start", func() bool { return strings.Contains(errOut.String(), "following events and effects") })
+	if s := out.String(); s != "" {
+		t.Fatalf("tail without --last printed the stored rows:\n%s", s)
+	}
+
+	refuse.Store(false)
+	clk.Set(t0.Add(time.Hour))
+	if err := r.call(context.Background(), http.MethodPost, fmt.Sprintf("/api/v1/effects/%d/retry", id), nil,
+		map[string]string{"note": "fixed the CRM's field"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	retried := fmt.Sprintf("2026-01-02T04:04:05Z  effect  %d  orders:oa:r1:sync  crm  ", id)
+	waitUntil(t, "the retry of the effect that was dead before tail started", func() bool {
+		return tailLine(out.String(), retried, "  done") || tailLine(out.String(), retried, "  done  retried")
+	})
+	if !tailLine(out.String(), retried, "  retried") {
+		t.Fatalf("no line marks the retry:\n%s", out)
+	}
+
+	clk.Set(t0.Add(2 * time.Hour))
+	if err := r.call(context.Background(), http.MethodPost, "/api/v1/events/resolve", nil,
+		map[string]string{"source": "shop", "event_id": "c", "note": "a test order"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the resolution of the event dead-lettered before tail started", func() bool {
+		return strings.Contains(out.String(), "2026-01-02T05:04:05Z  event   shop/c  order.updated  -  resolved\n")
+	})
+	if code := stop(); code != 0 {
+		t.Fatalf("tail stopped with %d; stderr %q", code, errOut.String())
+	}
+}

@@ -62,6 +62,17 @@ func TestExceptionQueueListsDeadEvents(t *testing.T) {
 			t.Errorf("the queue's effects lack %q:\n%s", s, effects)
 		}
 	}
+	// Each dead effect carries its suggested repair too, and how long it
+	// has waited since its last change.
+	if !strings.Contains(page, `<th scope="col">Reason and suggested repair</th>`) ||
+		!strings.Contains(effects, `422 from destination<span class="row-repair">The destination refused the request as it is: correct the data or the destination's configuration, then retry`) {
+		t.Errorf("the queue's effects lack a suggested repair:\n%s", effects)
+	}
+	// (The effect last changed at 09:02:04 on the fixture's clock, which
+	// now reads 10:33:04.)
+	if !strings.Contains(effects, `<td>2026-11-03 09:02:04Z <span class="effect-age">1h31m0s ago</span></td>`) {
+		t.Errorf("the queue's effects lack their age:\n%s", effects)
+	}
 	// Another state than the queue lists effects only.
 	if _, body := e.c.get("/effects?state=done"); strings.Contains(body, "dead-event-rows") {
 		t.Error("the done effects list shows dead-lettered events")

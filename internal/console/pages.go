@@ -127,6 +127,8 @@ type listData struct {
 	Poll        string
 	Events      []eventRow
 	Effects     []*store.Effect
+	// Now is when the effects were read, for each one's age.
+	Now time.Time
 	// DeadEvents are the exception queue's dead-lettered events (its
 	// first page); MoreEvents lists all of them when there are more.
 	DeadEvents []exceptionRow
@@ -418,7 +420,7 @@ func (c *Console) listEffects(r *http.Request) (*listData, int, string, error) {
 		d.Next = "/effects?" + first.Encode()
 	}
 	c.queueOwner(list)
-	d.Effects = list
+	d.Effects, d.Now = list, c.clk.Now()
 	return d, http.StatusOK, "", nil
 }
 

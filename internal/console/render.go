@@ -52,6 +52,16 @@ var funcs = template.FuncMap{
 	"eventURL":  eventLink,
 	"bulkURL":   bulkRetryLink,
 	"pct":       percent,
+	// An effect's suggested repair: empty outside the exception queue's
+	// states, the worker's own words or its class's suggestion inside.
+	"effectRepair": store.EffectRepair,
+	"since":        since,
+}
+
+// since is how long ago t was at now, to the second: an effect's age in
+// the exception queue.
+func since(now, t time.Time) string {
+	return now.Sub(t).Truncate(time.Second).String()
 }
 
 func mustParsePages() *pages {
