@@ -44,6 +44,9 @@ type Signals struct {
 	// (store.BuiltinSignals), which is what a loaded config has. Tests
 	// set another; no file can.
 	Registry *store.SignalRegistry `yaml:"-"`
+	// FlowOwners are the flows' configured owners, by flow: dead_letters
+	// breaks its dead-lettered events down by them. Set when loading.
+	FlowOwners map[string]string `yaml:"-"`
 }
 
 // SignalSet returns the registry of the signals: Registry, else the
@@ -123,6 +126,7 @@ func (s *Signals) limits(d store.SignalDef) SignalLimits {
 
 func (c *Config) setSignalDefaults() {
 	s := &c.Signals
+	s.FlowOwners = c.Owners().Flows
 	setDur(&s.Interval, DefaultSignalsInterval)
 	setDur(&s.Window, DefaultSignalsWindow)
 	if s.DeadlineWarnShare == 0 {

@@ -55,7 +55,12 @@ func TestBrowserOperatorPages(t *testing.T) {
 	if eval(`String(document.querySelector("#f-deadline-missed").checked)`) != "true" {
 		t.Fatal("the deadline filter the link applied is not shown checked")
 	}
-	step("press Filter", chromedp.Click(chromedp.CSS("#apply-filters")), chromedp.WaitVisible(chromedp.CSS("#f-deadline-missed")))
+	// The old page is marked, so the wait below ends on the page the
+	// form loads and not on the one it leaves: a navigation still in
+	// flight would abort the next one.
+	eval(`String(window.beforeFilter = true)`)
+	step("press Filter", chromedp.Click(chromedp.CSS("#apply-filters")))
+	poll("the filtered page", `!window.beforeFilter && document.readyState === "complete" && !!document.querySelector("#f-deadline-missed")`)
 	if q := eval("location.search"); !strings.Contains(q, "deadline_missed=true") {
 		t.Fatalf("after Filter the address is %q: the deadline filter was dropped", q)
 	}

@@ -163,7 +163,8 @@ func Compute(ctx context.Context, st Store, c *config.Signals, now time.Time) (*
 	reg := c.SignalSet()
 	// c.Registry, not reg: nil lets the store measure the built-in
 	// signals without building their registry again.
-	snap, err := st.SignalSnapshot(ctx, &store.SignalSnapshotParams{Now: now, Window: c.Window.D(), Signals: c.Registry})
+	snap, err := st.SignalSnapshot(ctx, &store.SignalSnapshotParams{Now: now, Window: c.Window.D(), Signals: c.Registry,
+		FlowOwners: c.FlowOwners})
 	if err != nil {
 		return nil, nil, fmt.Errorf("measure signals: %w", err)
 	}

@@ -70,6 +70,7 @@ func MeasureSignals(ctx context.Context, r SignalReader, p *SignalSnapshotParams
 	snap := &SignalSnapshot{At: p.Now.UTC(), Measures: make([]*SignalMeasure, 0, len(reg.defs))}
 	for _, d := range reg.defs {
 		m := newSignalMeasure(d.Name)
+		m.flowOwners = p.FlowOwners
 		if err := d.Measure(m, read); err != nil {
 			return nil, fmt.Errorf("%s: %w", d.Name, err)
 		}
@@ -103,6 +104,14 @@ func (m *SignalMeasure) Count(n int64, oldest time.Time) {
 	if !oldest.IsZero() && (m.Oldest.IsZero() || oldest.Before(m.Oldest)) {
 		m.Oldest = oldest
 	}
+}
+
+// flowOwner is the configured owner of a flow, or "unassigned".
+func (m *SignalMeasure) flowOwner(flow string) string {
+	if o := m.flowOwners[flow]; o != "" {
+		return o
+	}
+	return "unassigned"
 }
 
 // Break adds n to one key of one breakdown dimension.

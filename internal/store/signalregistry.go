@@ -159,6 +159,9 @@ const (
 	// SignalQueryDeadEvents: dead-lettered events, one row: Key "events",
 	// Oldest the earliest received_at.
 	SignalQueryDeadEvents SignalQuery = "dead_events"
+	// SignalQueryDeadEventsByFlow: dead-lettered events by the flow that
+	// dead-lettered them, a row per flow: Key the flow, N its events.
+	SignalQueryDeadEventsByFlow SignalQuery = "dead_events_by_flow"
 	// SignalQueryMismatch: effects with a mismatch mark: Key the
 	// destination, Oldest the earliest mismatch_at.
 	SignalQueryMismatch SignalQuery = "mismatch"
@@ -170,7 +173,7 @@ const (
 // SignalQueries returns every signal query, for a driver's tests.
 func SignalQueries() []SignalQuery {
 	return []SignalQuery{SignalQueryLagByFlow, SignalQueryLagLargest, SignalQueryUnfinished, SignalQueryDeadline,
-		SignalQueryUnknown, SignalQueryWindowAudit, SignalQueryWindowStart, SignalQueryDeadEffects, SignalQueryDeadEvents, SignalQueryMismatch,
+		SignalQueryUnknown, SignalQueryWindowAudit, SignalQueryWindowStart, SignalQueryDeadEffects, SignalQueryDeadEvents, SignalQueryDeadEventsByFlow, SignalQueryMismatch,
 		SignalQueryCompensation}
 }
 
@@ -427,7 +430,9 @@ func keyConflicts() SignalDef {
 }
 
 // deadLetters: dead effects plus dead-lettered events; breakdown "owner"
-// (effects) and "kind" (effects, events). Each waits for a person (warn);
+// (an effect's, else its destination's; an event's flows' owners, the
+// event counted once under each owner of a flow that dead-lettered it)
+// and "kind" (effects, events). Each waits for a person (warn);
 // one left for a day means the exception queue is not being worked
 // (alert).
 func deadLetters() SignalDef {
@@ -455,6 +460,16 @@ func deadLetters() SignalDef {
 			for _, r := range rows {
 				m.Count(r.N, r.Oldest)
 				m.Break("kind", "events", r.N)
+			}
+			if rows, err = read(SignalQueryDeadEventsByFlow); err != nil {
+				return err
+			}
+			owners := map[string]int64{}
+			for _, r := range rows {
+				owners[m.flowOwner(r.Key)] += r.N
+			}
+			for o, n := range owners {
+				m.Break("owner", o, n)
 			}
 			return nil
 		},

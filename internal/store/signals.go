@@ -87,6 +87,9 @@ type SignalSnapshotParams struct {
 	BreakdownLimit int
 	// Signals are the signals to measure; nil means BuiltinSignals.
 	Signals *SignalRegistry
+	// FlowOwners are the flows' configured owners: a dead-lettered event
+	// is its flows' owners' to repair (Owners.Event).
+	FlowOwners map[string]string
 }
 
 // SignalSnapshot is one measurement of every signal.
@@ -110,6 +113,8 @@ type SignalMeasure struct {
 	// warn, passed ones alert); both are zero for a signal whose whole
 	// value is compared.
 	Near, Passed int64
+
+	flowOwners map[string]string // SignalSnapshotParams.FlowOwners, for Measure
 }
 
 // SignalHistoryRecordParams is one computation of the signals.

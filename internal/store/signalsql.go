@@ -73,6 +73,11 @@ var signalSQL = map[SignalQuery]string{
 		FROM effects {index effects_state} WHERE state = 'dead' GROUP BY 1`,
 	SignalQueryDeadEvents: `SELECT 'events', '', count(*), min(received_at) FROM events {index events_disposition}
 		WHERE disposition = 'dead_lettered' AND disposition NOT IN ('accepted', 'applied')`,
+	// work_dead holds the dead-lettered work rows only; a resolved event
+	// keeps its rows but leaves the events' dead_lettered range.
+	SignalQueryDeadEventsByFlow: `SELECT w.flow, '', count(DISTINCT w.event_pk), min(e.received_at)
+		FROM work w {index work_dead} JOIN events e ON e.pk = w.event_pk
+		WHERE w.disposition = 'dead_lettered' AND e.disposition = 'dead_lettered' GROUP BY w.flow`,
 	// Marked effects: effects_mismatch holds them only.
 	SignalQueryMismatch: `SELECT destination, '', count(*), min(mismatch_at) FROM effects {index effects_mismatch}
 		WHERE mismatch_at IS NOT NULL GROUP BY destination`,

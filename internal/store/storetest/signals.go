@@ -329,13 +329,22 @@ func testSignalDeadLetters(t *testing.T, o Opener) {
 	pk := f.event("dl_evt", func(d *store.DeliveryInput) { d.ReceivedAt = t0.Add(-time.Hour) })
 	f.route(t2, to(pk, rt("orders", "o9", "1")))
 	f.step("orders", "o9", t2, store.FlowApplyParams{Fail: "refetch: 410 gone"})
+	// The event is its flow's owner's, unassigned while the flow has none.
 	want(t, "two effects one event", f.snap(t2)[store.SignalDeadLetters], 3, t0.Add(-time.Hour),
-		bd{"owner": {"unassigned": 1, "bob": 1}, "kind": {"effects": 2, "events": 1}})
+		bd{"owner": {"unassigned": 2, "bob": 1}, "kind": {"effects": 2, "events": 1}})
+	owned := store.SignalSnapshotParams{Now: t2, Window: time.Hour, FlowOwners: map[string]string{"orders": "team-orders"}}
+	want(t, "the flow's owner", f.snapP(owned)[store.SignalDeadLetters], 3, t0.Add(-time.Hour),
+		bd{"owner": {"unassigned": 1, "bob": 1, "team-orders": 1}, "kind": {"effects": 2, "events": 1}})
 	if _, err := f.operate(es[0].ID, store.OperateResolve, "sent by hand", t2); err != nil {
 		t.Fatalf("resolve: %v", err)
 	}
-	want(t, "one resolved", f.snap(t2)[store.SignalDeadLetters], 2, t0.Add(-time.Hour),
-		bd{"owner": {"bob": 1}, "kind": {"effects": 1, "events": 1}})
+	want(t, "one resolved", f.snapP(owned)[store.SignalDeadLetters], 2, t0.Add(-time.Hour),
+		bd{"owner": {"bob": 1, "team-orders": 1}, "kind": {"effects": 1, "events": 1}})
+	if _, err := f.s.EventResolve(f.ctx, &store.EventResolveParams{Source: "crm", EventID: "dl_evt", Now: t2, Actor: "operator:ann", Note: "fixed upstream"}); err != nil {
+		t.Fatalf("resolve the event: %v", err)
+	}
+	want(t, "the event resolved", f.snapP(owned)[store.SignalDeadLetters], 1, t2,
+		bd{"owner": {"bob": 1}, "kind": {"effects": 1}})
 }
 
 func testSignalLoopBlocks(t *testing.T, o Opener) {
@@ -644,7 +653,7 @@ func testSignalRegistry(t *testing.T, o Opener) {
 		t.Errorf("every query answered: %d of %d (%v)", m.Value, len(store.SignalQueries()), m.Breakdown)
 	}
 	want(t, "built-in entry", got[store.SignalDeadLetters], 3, t0.Add(-time.Hour),
-		bd{"owner": {"unassigned": 2}, "kind": {"effects": 2, "events": 1}})
+		bd{"owner": {"unassigned": 3}, "kind": {"effects": 2, "events": 1}})
 
 	bad, err := store.NewSignalRegistry(deadEffects, def("bogus", func(_ *store.SignalMeasure, read store.SignalRead) error {
 		_, err := read("no_such_query")
