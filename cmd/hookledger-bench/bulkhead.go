@@ -132,31 +132,7 @@ func bulkheadRun(ctx context.Context, f *bulkheadFlags, path string, hanging int
 	}))
 	defer stuck.Close()
 
-	yaml := fmt.Sprintf(`destinations:
-  - name: healthy
-    base_url: %s
-    allow_private_networks: true          # the simulated destinations listen on loopback
-    idempotency: {header: Idempotency-Key, window: 24h}
-  - name: hanging
-    base_url: %s
-    allow_private_networks: true          # the simulated destinations listen on loopback
-    timeout: %s
-sources:
-  - name: shop
-    kind: hmac
-    secrets: [bench]
-    hmac: {header: X-Sig}
-flows:
-  - name: orders
-    source: shop
-    events: ["*"]
-    entity: event.id
-    version: {mode: revision, revision: "1"}
-    effects:
-      - {name: push, when: 'event.to == "healthy"', destination: healthy, request: {path: '"/push"'}}
-      - {name: push_slow, when: 'event.to == "hanging"', destination: hanging, request: {path: '"/push"'}}
-`, healthy.URL, stuck.URL, f.timeout)
-	cfg, err := config.Parse("bulkhead.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+	cfg, err := bulkheadConfig(healthy.URL, stuck.URL, f.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -168,33 +144,8 @@ flows:
 	if _, err := st.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	var subs []*store.Submission
-	add := func(i int, to string) {
-		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{
-			RequestID: fmt.Sprint("r", i), Source: "shop", EventID: fmt.Sprintf("evt-%s-%d", to, i), Type: "order.paid",
-			ReceivedAt: time.Now(), Body: []byte(fmt.Sprintf(`{"id":"%s-%d","to":%q}`, to, i, to)),
-		}}})
-	}
-	// The hanging destination's effects come first, so an engine that
-	// claimed in batches would meet them first.
-	for i := range hanging {
-		add(i, "hanging")
-	}
-	for i := range f.healthy {
-		add(i, "healthy")
-	}
-	for len(subs) > 0 {
-		n := min(len(subs), 256)
-		res, err := st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs[:n]})
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range res {
-			if r.Err != nil {
-				return nil, r.Err
-			}
-		}
-		subs = subs[n:]
+	if err := bulkheadEnqueue(ctx, st, hanging, f.healthy); err != nil {
+		return nil, err
 	}
 	if err := flow.New(cfg, st, flow.Options{}).Drain(ctx); err != nil {
 		return nil, fmt.Errorf("process: %w", err)
@@ -241,4 +192,69 @@ flows:
 	l := latencies(done)
 	slices.Sort(l)
 	return &bulkheadResult{took: took, p50: l.pct(0.50), p99: l.pct(0.99), hangingCalls: hangingCalls}, nil
+}
+
+// bulkheadConfig is the run's configuration: one flow whose effects go to
+// the healthy destination or to the hanging one, which answers nothing
+// before the client's timeout.
+func bulkheadConfig(healthyURL, hangingURL string, timeout time.Duration) (*config.Config, error) {
+	yaml := fmt.Sprintf(`destinations:
+  - name: healthy
+    base_url: %s
+    allow_private_networks: true          # the simulated destinations listen on loopback
+    idempotency: {header: Idempotency-Key, window: 24h}
+  - name: hanging
+    base_url: %s
+    allow_private_networks: true          # the simulated destinations listen on loopback
+    timeout: %s
+sources:
+  - name: shop
+    kind: hmac
+    secrets: [bench]
+    hmac: {header: X-Sig}
+flows:
+  - name: orders
+    source: shop
+    events: ["*"]
+    entity: event.id
+    version: {mode: revision, revision: "1"}
+    effects:
+      - {name: push, when: 'event.to == "healthy"', destination: healthy, request: {path: '"/push"'}}
+      - {name: push_slow, when: 'event.to == "hanging"', destination: hanging, request: {path: '"/push"'}}
+`, healthyURL, hangingURL, timeout)
+	return config.Parse("bulkhead.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
+}
+
+// bulkheadEnqueue commits the run's webhooks: hanging for the hanging
+// destination, then healthy for the healthy one.
+func bulkheadEnqueue(ctx context.Context, st *sqlite.Store, hanging, healthy int) error {
+	var subs []*store.Submission
+	add := func(i int, to string) {
+		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{
+			RequestID: fmt.Sprint("r", i), Source: "shop", EventID: fmt.Sprintf("evt-%s-%d", to, i), Type: "order.paid",
+			ReceivedAt: time.Now(), Body: []byte(fmt.Sprintf(`{"id":"%s-%d","to":%q}`, to, i, to)),
+		}}})
+	}
+	// The hanging destination's effects come first, so an engine that
+	// claimed in batches would meet them first.
+	for i := range hanging {
+		add(i, "hanging")
+	}
+	for i := range healthy {
+		add(i, "healthy")
+	}
+	for len(subs) > 0 {
+		n := min(len(subs), 256)
+		res, err := st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs[:n]})
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+		subs = subs[n:]
+	}
+	return nil
 }

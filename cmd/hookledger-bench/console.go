@@ -178,63 +178,11 @@ func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags,
 	srv := httptest.NewServer(mux) // binds 127.0.0.1
 	defer srv.Close()
 
-	jar, err := cookiejar.New(nil)
+	c, err := newConsoleClient(srv.URL, token, f.requests)
 	if err != nil {
 		return false, nil, err
 	}
-	client := &http.Client{Jar: jar, Timeout: time.Minute,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.PostForm(srv.URL+"/login", url.Values{"token": {token}, "next": {"/"}})
-	if err != nil {
-		return false, nil, fmt.Errorf("log in: %w", err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		return false, nil, fmt.Errorf("log in: status %d", resp.StatusCode)
-	}
-
-	get := func(path string, bearer bool) (time.Duration, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
-		if err != nil {
-			return 0, err
-		}
-		if bearer {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		t := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		d := time.Since(t)
-		_ = resp.Body.Close()
-		if err != nil {
-			return 0, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("GET %s: status %d", path, resp.StatusCode)
-		}
-		return d, nil
-	}
-	measure := func(path string, bearer bool) (latencies, error) {
-		// One unmeasured request warms the statement cache and the pages.
-		if _, err := get(path, bearer); err != nil {
-			return nil, err
-		}
-		var l latencies
-		for range f.requests {
-			d, err := get(path, bearer)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, d)
-		}
-		slices.Sort(l)
-		return l, nil
-	}
-
-	health, err := measure("/healthz", false)
+	health, err := c.measure(ctx, "/healthz", false)
 	if err != nil {
 		return false, nil, err
 	}
@@ -243,14 +191,14 @@ func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags,
 	var slowest, other headline
 	var slowestP99 time.Duration
 	for _, p := range consolePages(f, now) {
-		page, err := measure(p.page, false)
+		page, err := c.measure(ctx, p.page, false)
 		if err != nil {
 			return false, nil, fmt.Errorf("%s: %w", p.name, err)
 		}
 		apiP50, apiP99 := "-", "-"
 		var apiLat latencies
 		if p.api != "" {
-			apiLat, err = measure(p.api, true)
+			apiLat, err = c.measure(ctx, p.api, true)
 			if err != nil {
 				return false, nil, fmt.Errorf("%s (api): %w", p.name, err)
 			}
@@ -292,6 +240,80 @@ func consoleCell(ctx context.Context, stdout, stderr io.Writer, f *consoleFlags,
 		rows = append(rows, other)
 	}
 	return ok, rows, nil
+}
+
+// consoleClient requests the console's pages and the API behind one
+// server, logged in.
+type consoleClient struct {
+	client   *http.Client
+	base     string
+	token    string
+	requests int
+}
+
+// newConsoleClient logs in to the console at base with token; the client
+// then measures each page with requests requests.
+func newConsoleClient(base, token string, requests int) (*consoleClient, error) {
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Jar: jar, Timeout: time.Minute,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.PostForm(base+"/login", url.Values{"token": {token}, "next": {"/"}})
+	if err != nil {
+		return nil, fmt.Errorf("log in: %w", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		return nil, fmt.Errorf("log in: status %d", resp.StatusCode)
+	}
+	return &consoleClient{client: client, base: base, token: token, requests: requests}, nil
+}
+
+// get reads path whole, with the bearer token or the session's cookie,
+// and returns how long that took.
+func (c *consoleClient) get(ctx context.Context, path string, bearer bool) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	if bearer {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	t := time.Now()
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	d := time.Since(t)
+	_ = resp.Body.Close()
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: status %d", path, resp.StatusCode)
+	}
+	return d, nil
+}
+
+// measure is the sorted latencies of the client's requests for path.
+func (c *consoleClient) measure(ctx context.Context, path string, bearer bool) (latencies, error) {
+	// One unmeasured request warms the statement cache and the pages.
+	if _, err := c.get(ctx, path, bearer); err != nil {
+		return nil, err
+	}
+	var l latencies
+	for range c.requests {
+		d, err := c.get(ctx, path, bearer)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, d)
+	}
+	slices.Sort(l)
+	return l, nil
 }
 
 // loadConsoleAttempts adds n calls (one to each of the first n effects,

@@ -674,63 +674,120 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	fmt.Fprintf(env.stderr, "target %s: %.0f webhooks/s for %s, open loop over %d sender connections; server pids %v\n",
 		res.target, res.targetRate, f.duration, f.senders, pids)
 
-	// Open loop: a scheduler hands each send to a free sender at its
-	// time. A send that finds every sender busy waits and is counted
-	// late, so a slow server shows up as lateness, not as a lower rate
-	// that looks healthy.
-	type job struct {
-		seq int64
-		due time.Time
-	}
-	jobs := make(chan job, f.senders)
-	var acked, non2xx, errs, late atomic.Int64
-	var errOnce sync.Once
-	ackedParts := make([][]string, f.senders)
-	latParts := make([]latencies, f.senders)
-	ackParts := make([][]int64, f.senders)
-	var wg sync.WaitGroup
-	for i := range f.senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// One connection per server: a send goes to the server its
-			// sequence number picks.
-			tr := &http.Transport{MaxIdleConns: len(urls), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableCompression: true, IdleConnTimeout: time.Minute}
-			defer tr.CloseIdleConnections()
-			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-			for j := range jobs {
-				if time.Since(j.due) > 10*time.Millisecond {
-					late.Add(1)
-				}
-				id := fmt.Sprintf("evt_e2e_%d", j.seq)
-				dest.sent.Store(id, time.Now())
-				status, lat, err := env.post(ctx, client, urls[j.seq%int64(len(urls))], id)
-				switch {
-				case err != nil:
-					errs.Add(1)
-					errOnce.Do(func() { res.firstErr = err.Error() })
-				case status/100 != 2:
-					non2xx.Add(1)
-					errOnce.Do(func() { res.firstErr = fmt.Sprintf("HTTP %d", status) })
-				default:
-					acked.Add(1)
-					ackedParts[i] = append(ackedParts[i], id)
-					latParts[i] = append(latParts[i], lat)
-					ackParts[i] = append(ackParts[i], time.Now().UnixMicro())
-				}
-			}
-		}()
+	senders := startE2ESenders(ctx, env, f.senders, urls, dest, res)
+	t0, stopSampler := startE2ESampler(pids, f.sampleEvery, res)
+	seq := e2eSchedule(ctx, senders.jobs, t0, t0.Add(f.duration), res.targetRate)
+	senders.wg.Wait()
+	res.sendFor = time.Since(t0)
+	res.scheduled, res.acked, res.non2xx, res.errs, res.late = seq, senders.acked.Load(), senders.non2xx.Load(), senders.errs.Load(), senders.late.Load()
+	res.doneInWindow = dest.doneCount()
+	senders.collect(res)
+	if err := ctx.Err(); err != nil {
+		stopSampler(false)
+		return fmt.Errorf("interrupted: %w", err)
 	}
 
-	samplerStop := make(chan struct{})
-	samplerDone := make(chan struct{})
+	e2eDrain(ctx, env, f.drainFor, dest, res)
+	stopSampler(true)
+	e2eAccount(dest, res)
+	return nil
+}
+
+// e2eJob is one send the schedule hands to a sender: its sequence number
+// and when it was due.
+type e2eJob struct {
+	seq int64
+	due time.Time
+}
+
+// e2eSenders is the open loop's pool of sender connections and what they
+// counted.
+type e2eSenders struct {
+	jobs                      chan e2eJob
+	wg                        sync.WaitGroup
+	acked, non2xx, errs, late atomic.Int64
+	errOnce                   sync.Once
+	ackedParts                [][]string
+	latParts                  []latencies
+	ackParts                  [][]int64
+}
+
+// startE2ESenders starts n senders. Open loop: a scheduler hands each send
+// to a free sender at its time. A send that finds every sender busy waits
+// and is counted late, so a slow server shows up as lateness, not as a
+// lower rate that looks healthy.
+func startE2ESenders(ctx context.Context, env *receiveEnv, n int, urls []string, dest *sink, res *e2eResult) *e2eSenders {
+	s := &e2eSenders{
+		jobs:       make(chan e2eJob, n),
+		ackedParts: make([][]string, n),
+		latParts:   make([]latencies, n),
+		ackParts:   make([][]int64, n),
+	}
+	for i := range n {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.send(ctx, env, i, urls, dest, res)
+		}()
+	}
+	return s
+}
+
+// send is sender i: it posts every job it takes until the schedule closes
+// the jobs.
+func (s *e2eSenders) send(ctx context.Context, env *receiveEnv, i int, urls []string, dest *sink, res *e2eResult) {
+	// One connection per server: a send goes to the server its
+	// sequence number picks.
+	tr := &http.Transport{MaxIdleConns: len(urls), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableCompression: true, IdleConnTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	for j := range s.jobs {
+		if time.Since(j.due) > 10*time.Millisecond {
+			s.late.Add(1)
+		}
+		id := fmt.Sprintf("evt_e2e_%d", j.seq)
+		dest.sent.Store(id, time.Now())
+		status, lat, err := env.post(ctx, client, urls[j.seq%int64(len(urls))], id)
+		switch {
+		case err != nil:
+			s.errs.Add(1)
+			s.errOnce.Do(func() { res.firstErr = err.Error() })
+		case status/100 != 2:
+			s.non2xx.Add(1)
+			s.errOnce.Do(func() { res.firstErr = fmt.Sprintf("HTTP %d", status) })
+		default:
+			s.acked.Add(1)
+			s.ackedParts[i] = append(s.ackedParts[i], id)
+			s.latParts[i] = append(s.latParts[i], lat)
+			s.ackParts[i] = append(s.ackParts[i], time.Now().UnixMicro())
+		}
+	}
+}
+
+// collect writes into res, once every sender ended, which webhooks were
+// acknowledged, when, and how long each took.
+func (s *e2eSenders) collect(res *e2eResult) {
+	res.ackLat = mergeLatencies(s.latParts)
+	res.ackAt = map[string]int64{}
+	for i, p := range s.ackedParts {
+		res.ackedIDs = append(res.ackedIDs, p...)
+		for j, id := range p {
+			res.ackAt[id] = s.ackParts[i][j]
+		}
+	}
+}
+
+// startE2ESampler reads each server's CPU time so far (startup and idle
+// polling are not the events' cost), then samples the servers' memory (and
+// the database's CPU) every interval from t0, which it returns. stop ends
+// the sampling; with final it takes one last sample.
+func startE2ESampler(pids []int, every time.Duration, res *e2eResult) (t0 time.Time, stop func(final bool)) {
 	res.samples = make([][]rssSample, len(pids))
-	// Startup and idle polling are not the events' cost.
 	for _, pid := range pids {
 		c, _ := readCPU(pid)
 		res.cpuStart = append(res.cpuStart, c)
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	sample := func() {
 		for i, pid := range pids {
 			if rss, hwm, err := readRSS(pid); err == nil {
@@ -741,9 +798,11 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 			res.pgCPU.sample()
 		}
 	}
+	samplerStop := make(chan struct{})
+	samplerDone := make(chan struct{})
 	go func() {
 		defer close(samplerDone)
-		t := time.NewTicker(f.sampleEvery)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		sample()
 		for {
@@ -755,42 +814,38 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 			}
 		}
 	}()
+	return t0, func(final bool) {
+		close(samplerStop)
+		<-samplerDone
+		if final {
+			sample()
+		}
+	}
+}
 
-	interval := time.Duration(float64(time.Second) / res.targetRate)
-	end := t0.Add(f.duration)
+// e2eSchedule hands jobs their sends at rate per second from t0 until end
+// (or ctx ends), closes jobs and returns how many it scheduled.
+func e2eSchedule(ctx context.Context, jobs chan<- e2eJob, t0, end time.Time, rate float64) int64 {
+	interval := time.Duration(float64(time.Second) / rate)
 	var seq int64
 	for due := t0; due.Before(end) && ctx.Err() == nil; due = t0.Add(time.Duration(seq) * interval) {
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
-		jobs <- job{seq: seq, due: due}
+		jobs <- e2eJob{seq: seq, due: due}
 		seq++
 	}
 	close(jobs)
-	wg.Wait()
-	res.sendFor = time.Since(t0)
-	res.scheduled, res.acked, res.non2xx, res.errs, res.late = seq, acked.Load(), non2xx.Load(), errs.Load(), late.Load()
-	res.doneInWindow = dest.doneCount()
-	res.ackLat = mergeLatencies(latParts)
-	res.ackAt = map[string]int64{}
-	for i, p := range ackedParts {
-		res.ackedIDs = append(res.ackedIDs, p...)
-		for j, id := range p {
-			res.ackAt[id] = ackParts[i][j]
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		close(samplerStop)
-		<-samplerDone
-		return fmt.Errorf("interrupted: %w", err)
-	}
+	return seq
+}
 
-	// Wait, bounded, for the backlog: the exactly-once check needs every
-	// acknowledged webhook's effect to have had its chance.
+// e2eDrain waits, bounded by drainFor, for the backlog: the exactly-once
+// check needs every acknowledged webhook's effect to have had its chance.
+func e2eDrain(ctx context.Context, env *receiveEnv, drainFor time.Duration, dest *sink, res *e2eResult) {
 	fmt.Fprintf(env.stderr, "target %s: sent %d, acknowledged %d, effects done %d; waiting up to %s for the rest...\n",
-		res.target, res.scheduled, res.acked, res.doneInWindow, f.drainFor)
+		res.target, res.scheduled, res.acked, res.doneInWindow, drainFor)
 	drainStart := time.Now()
-	for dest.doneCount() < int(res.acked) && time.Since(drainStart) < f.drainFor && ctx.Err() == nil {
+	for dest.doneCount() < int(res.acked) && time.Since(drainStart) < drainFor && ctx.Err() == nil {
 		sleepCtx(ctx, 50*time.Millisecond)
 	}
 	res.drainedIn = time.Since(drainStart)
@@ -798,10 +853,11 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	// A moment more, so a second call for an effect just done (there
 	// should be none) is seen before counting; not part of the drain time.
 	sleepCtx(ctx, time.Second)
-	close(samplerStop)
-	<-samplerDone
-	sample()
+}
 
+// e2eAccount counts, for every acknowledged webhook, the calls its effect
+// had at the destination: the exactly-once account.
+func e2eAccount(dest *sink, res *e2eResult) {
 	dest.mu.Lock()
 	defer dest.mu.Unlock()
 	for _, id := range res.ackedIDs {
@@ -816,7 +872,6 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 	}
 	res.keyDiff, res.unknown = dest.keyDiff, dest.unknown
 	res.lat = mergeLatencies([]latencies{dest.lat})
-	return nil
 }
 
 // e2eLedger counts the effect ledger by state after the server stopped.

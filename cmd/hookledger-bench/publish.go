@@ -342,28 +342,13 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 	defer hs.Close()
 	sinkURL := "http://" + ln.Addr().String()
 
-	// Baseline: the inbound path, same clients and count, on its own
-	// server and store so that neither run weighs on the other.
-	fmt.Fprintf(stderr, "%s: baseline, signed webhooks into /hooks/stripe...\n", target)
-	srv, cs, err := e.server(ctx, target, target+"-inbound", sinkURL)
-	if err != nil {
-		return nil, err
-	}
-	hooks := "http://" + srv.addr + "/hooks/stripe"
 	run := randomHex(4)
-	res.baseline = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
-		status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
-		if err == nil && status/100 != 2 {
-			err = fmt.Errorf("HTTP %d", status)
-		}
-		return lat, err
-	})
-	if err := errors.Join(srv.stop(), cs.Drop()); err != nil {
+	if res.baseline, err = e.baseline(ctx, stderr, target, sinkURL, run); err != nil {
 		return nil, err
 	}
 
 	fmt.Fprintf(stderr, "%s: publishing to %d endpoints...\n", target, e.f.endpoints)
-	srv, cs, err = e.server(ctx, target, target+"-publish", sinkURL)
+	srv, cs, err := e.server(ctx, target, target+"-publish", sinkURL)
 	if err != nil {
 		return nil, err
 	}
@@ -423,6 +408,40 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 		return nil, err
 	}
 
+	e.tally(sink, sent, paced, began, res)
+	if err := countStored(ctx, cs.URL, sent, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// baseline measures the inbound path, same clients and count, on its own
+// server and store so that neither run weighs on the other.
+func (e *publishEnv) baseline(ctx context.Context, stderr io.Writer, target, sinkURL, run string) (*closedLoop, error) {
+	fmt.Fprintf(stderr, "%s: baseline, signed webhooks into /hooks/stripe...\n", target)
+	srv, cs, err := e.server(ctx, target, target+"-inbound", sinkURL)
+	if err != nil {
+		return nil, err
+	}
+	hooks := "http://" + srv.addr + "/hooks/stripe"
+	loop := driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
+		status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
+		if err == nil && status/100 != 2 {
+			err = fmt.Errorf("HTTP %d", status)
+		}
+		return lat, err
+	})
+	if err := errors.Join(srv.stop(), cs.Drop()); err != nil {
+		return nil, err
+	}
+	return loop, nil
+}
+
+// tally reads from the receiver each message's first arrival at each
+// endpoint: the latencies from its publish request (sent by the closed
+// loop at or after began, or by the paced one), and the messages that did
+// not reach every endpoint. It adds paced's messages to sent.
+func (e *publishEnv) tally(sink *fanoutSink, sent, paced map[string]time.Time, began time.Time, res *publishResult) {
 	sink.mu.Lock()
 	res.calls = sink.calls
 	reached := map[string]int{}
@@ -448,18 +467,21 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 			res.unreached++
 		}
 	}
+}
 
-	// The account: every accepted message is in the store, once.
-	st, err := storeopen.Open(ctx, cs.URL)
+// countStored is the account: every accepted message (sent) is in the
+// store at storeURL, once.
+func countStored(ctx context.Context, storeURL string, sent map[string]time.Time, res *publishResult) error {
+	st, err := storeopen.Open(ctx, storeURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	stored, err := storedEvents(ctx, st, "publish")
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close store: %w", cerr)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for id := range sent {
 		if stored[id] == 1 {
@@ -468,7 +490,7 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 			res.missing++
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // drain waits until the receiver holds every endpoint's copy of the

@@ -29,9 +29,9 @@ const (
 	Overload
 )
 
-// Start is the limit of a receiver nothing is known about yet: one call
+// start is the limit of a receiver nothing is known about yet: one call
 // at a time, as a careful sender begins.
-const Start = 1
+const start = 1
 
 // Limit is one receiver's adaptive limit. It is safe for concurrent use.
 type Limit struct {
@@ -54,7 +54,7 @@ type Limit struct {
 // slow raise.
 func New(ceiling int, slow time.Duration) *Limit {
 	ceiling = max(ceiling, 1)
-	return &Limit{ceiling: ceiling, slow: slow, limit: min(Start, ceiling)}
+	return &Limit{ceiling: ceiling, slow: slow, limit: min(start, ceiling)}
 }
 
 // Current is how many calls may be in flight now.

@@ -243,8 +243,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
 }
 
-// AuditStore is what the audit resource needs.
-type AuditStore interface {
+// auditStore is what the audit resource needs.
+type auditStore interface {
 	AuditList(ctx context.Context, p *store.AuditListParams) ([]*store.AuditEntry, error)
 }
 
@@ -262,7 +262,7 @@ type AuditJSON struct {
 
 // listAudit serves GET /api/v1/audit (parameters: AuditParams).
 func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) {
-	as, ok := h.st.(AuditStore)
+	as, ok := h.st.(auditStore)
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store has no audit trail")
 		return

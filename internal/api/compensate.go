@@ -20,8 +20,8 @@ type CompensationRenderer interface {
 	CompensationRequest(ctx context.Context, o *store.Effect) (json.RawMessage, error)
 }
 
-// CompensateStore is what POST /api/v1/effects/{id}/compensate needs.
-type CompensateStore interface {
+// compensateStore is what POST /api/v1/effects/{id}/compensate needs.
+type compensateStore interface {
 	EffectGet(ctx context.Context, id int64) (*store.Effect, error)
 	EffectCompensate(ctx context.Context, p *store.EffectCompensateParams) (*store.Effect, error)
 }
@@ -56,7 +56,7 @@ func (c *compensations) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	cs, ok := es.(CompensateStore)
+	cs, ok := es.(compensateStore)
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store cannot compensate effects")
 		return

@@ -16,9 +16,9 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// EffectStore is what the effects resources need; a store without a ledger
+// effectStore is what the effects resources need; a store without a ledger
 // answers 404 for them.
-type EffectStore interface {
+type effectStore interface {
 	EffectList(ctx context.Context, p *store.EffectListParams) ([]*store.Effect, error)
 	EffectGet(ctx context.Context, id int64) (*store.Effect, error)
 	EffectOperate(ctx context.Context, p *store.EffectOperateParams) (*store.Effect, error)
@@ -140,8 +140,8 @@ func NewAttemptJSON(a *store.Attempt) AttemptJSON {
 		RetryAfterUnit: a.RetryAfterUnit, WaitMS: a.Wait.Milliseconds(), Reconcile: a.Reconcile, Restart: a.Restart}
 }
 
-func (h *Handler) effects() (EffectStore, bool) {
-	es, ok := h.st.(EffectStore)
+func (h *Handler) effects() (effectStore, bool) {
+	es, ok := h.st.(effectStore)
 	return es, ok
 }
 
@@ -179,7 +179,7 @@ func (h *Handler) listEffects(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) effectID(w http.ResponseWriter, r *http.Request) (EffectStore, int64, bool) {
+func (h *Handler) effectID(w http.ResponseWriter, r *http.Request) (effectStore, int64, bool) {
 	es, ok := h.effects()
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store has no effect ledger")

@@ -14,9 +14,9 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// EventResolveStore is what POST /api/v1/events/resolve needs; a store
+// eventResolveStore is what POST /api/v1/events/resolve needs; a store
 // without it answers 404 for the resource.
-type EventResolveStore interface {
+type eventResolveStore interface {
 	EventResolve(ctx context.Context, p *store.EventResolveParams) (*store.Event, error)
 }
 
@@ -41,7 +41,7 @@ type EventResolveJSON struct {
 // naming the event's disposition when it is not dead_lettered (or a replay
 // of it is still pending).
 func (h *Handler) resolveEvent(w http.ResponseWriter, r *http.Request) {
-	rs, ok := h.st.(EventResolveStore)
+	rs, ok := h.st.(eventResolveStore)
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store cannot resolve events")
 		return

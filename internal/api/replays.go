@@ -21,8 +21,8 @@ const MaxReplayWait = 10 * time.Minute
 // replayPoll is how often a waiting request reads the replay's progress.
 const replayPoll = 200 * time.Millisecond
 
-// ReplayStore is what the replays resource needs.
-type ReplayStore interface {
+// replayStore is what the replays resource needs.
+type replayStore interface {
 	replay.Store
 	replay.AuditStore
 }
@@ -74,7 +74,7 @@ func (h *Handler) ServeReplays(router replay.Router) {
 
 func (rp *replays) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := rp.h
-	st, ok := h.st.(ReplayStore)
+	st, ok := h.st.(replayStore)
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store cannot replay")
 		return

@@ -13,8 +13,8 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// SignalHistoryStore is what the history resource reads.
-type SignalHistoryStore interface {
+// signalHistoryStore is what the history resource reads.
+type signalHistoryStore interface {
 	SignalHistoryList(ctx context.Context, p *store.SignalHistoryListParams) ([]*store.SignalPoint, error)
 }
 
@@ -127,7 +127,7 @@ func signalHistoryFilter(v url.Values, now time.Time, names []string) (*store.Si
 // getSignalHistory serves GET /api/v1/signals/history for the signals
 // named.
 func (h *Handler) getSignalHistory(w http.ResponseWriter, r *http.Request, names []string) {
-	st, ok := h.st.(SignalHistoryStore)
+	st, ok := h.st.(signalHistoryStore)
 	if !ok {
 		writeError(w, http.StatusNotFound, "this store has no signal history")
 		return

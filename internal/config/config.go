@@ -39,8 +39,8 @@ const (
 	defaultCommitTimeout     = 5 * time.Second
 )
 
-// Kinds are the sender kinds a source may name, in the registry's order.
-var Kinds = senderkind.Builtin().Names()
+// kindNames are the sender kinds a source may name, in the registry's order.
+var kindNames = senderkind.Builtin().Names()
 
 // Config is the whole file.
 type Config struct {

@@ -163,9 +163,9 @@ func checkSource(add, warn addFunc, kinds *senderkind.Registry, i int, s Source,
 	}
 	checkSourceName(counted, p, i, s, seen)
 	if s.Kind == "" {
-		counted(p, "source %q: kind is required (one of %s)", s.Name, strings.Join(Kinds, ", "))
+		counted(p, "source %q: kind is required (one of %s)", s.Name, strings.Join(kindNames, ", "))
 	} else if !known {
-		counted(p+".kind", "source %q: unknown kind %q (one of %s)", s.Name, s.Kind, strings.Join(Kinds, ", "))
+		counted(p+".kind", "source %q: unknown kind %q (one of %s)", s.Name, s.Kind, strings.Join(kindNames, ", "))
 	}
 	if len(s.Secrets) == 0 {
 		counted(p, "source %q: secrets is required: at least one secret (several allow rotation)", s.Name)

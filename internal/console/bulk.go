@@ -230,7 +230,7 @@ func (c *Console) bulkRetryStart(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusServiceUnavailable, "The console is shutting down: no job starts now.")
 		return
 	}
-	c.log.Info("console: bulk retry started", "job", j.ID, "filter", query, "planned", planned, "actor", Actor)
+	c.log.Info("console: bulk retry started", "job", j.ID, "filter", query, "planned", planned, "actor", actor)
 	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
 }
 
@@ -266,7 +266,7 @@ loop:
 				continue
 			}
 			_, err := c.st.EffectOperate(ctx, &store.EffectOperateParams{EffectID: e.ID, Action: store.OperateRetry,
-				Actor: Actor, Now: c.clk.Now()})
+				Actor: actor, Now: c.clk.Now()})
 			switch {
 			case err == nil:
 				j.update(func(p *jobProgress) { p.Done++ })
@@ -314,7 +314,7 @@ func (c *Console) auditJob(j *job, action, detail string) {
 		c.log.Error("console: job's audit row not written: the store cannot write audit rows", "job", j.ID, "detail", detail)
 		return
 	}
-	if _, err := aw.AuditInsert(ctx, &store.AuditInsertParams{At: c.clk.Now(), Actor: Actor,
+	if _, err := aw.AuditInsert(ctx, &store.AuditInsertParams{At: c.clk.Now(), Actor: actor,
 		Action: action, Detail: detail}); err != nil {
 		c.log.Error("console: job's audit row not written", "job", j.ID, "detail", detail, "err", err)
 	}

@@ -66,7 +66,7 @@ func (c *Console) compensate(w http.ResponseWriter, r *http.Request) {
 			strconv.FormatInt(d.Effect.Compensates, 10)+": it is not compensated in turn.")
 		return
 	}
-	e, err := flow.Compensate(r.Context(), cs, c.extra.Compensations.CompensationRequest, d.Effect, Actor, note, c.clk.Now())
+	e, err := flow.Compensate(r.Context(), cs, c.extra.Compensations.CompensationRequest, d.Effect, actor, note, c.clk.Now())
 	switch {
 	case errors.Is(err, flow.ErrNoCompensation):
 		refuse(http.StatusUnprocessableEntity, "This effect cannot be compensated: "+err.Error()+".")
@@ -91,6 +91,6 @@ func (c *Console) compensate(w http.ResponseWriter, r *http.Request) {
 	if c.extra.Wake != nil {
 		c.extra.Wake()
 	}
-	c.log.Info("console: operator action", "effect", id, "action", "compensate", "compensation", e.ID, "actor", Actor)
+	c.log.Info("console: operator action", "effect", id, "action", "compensate", "compensation", e.ID, "actor", actor)
 	http.Redirect(w, r, "/effects/"+strconv.FormatInt(e.ID, 10)+"?done=compensate", http.StatusSeeOther)
 }

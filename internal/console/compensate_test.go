@@ -77,12 +77,12 @@ func TestCompensate(t *testing.T) {
 	}
 	var noted bool
 	for _, a := range audit {
-		if a.Actor == Actor && strings.Contains(a.Detail, "order refunded by phone") {
+		if a.Actor == actor && strings.Contains(a.Detail, "order refunded by phone") {
 			noted = true
 		}
 	}
 	if !noted {
-		t.Errorf("no audit entry by %s with the note", Actor)
+		t.Errorf("no audit entry by %s with the note", actor)
 	}
 
 	// Refusals come back inline on the effect page, with the note kept.

@@ -29,9 +29,9 @@ type Store interface {
 	EntityHistory(ctx context.Context, p *store.EntityHistoryParams) ([]*store.EntityHistoryItem, error)
 }
 
-// Actor is who the audit trail names for an operator's action taken in the
+// actor is who the audit trail names for an operator's action taken in the
 // console.
-const Actor = "operator:console"
+const actor = "operator:console"
 
 // Console is the console's handler; mount it at "/".
 type Console struct {

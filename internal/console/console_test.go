@@ -269,8 +269,8 @@ func TestCSRF(t *testing.T) {
 		t.Fatalf("after retry: %s, want approved", st)
 	}
 	rows, err := f.st.AuditList(context.Background(), &store.AuditListParams{Action: "effect_retry", Limit: 10})
-	if err != nil || len(rows) != 1 || rows[0].Actor != Actor {
-		t.Fatalf("audit of the retry: %+v %v, want one row by %s", rows, err, Actor)
+	if err != nil || len(rows) != 1 || rows[0].Actor != actor {
+		t.Fatalf("audit of the retry: %+v %v, want one row by %s", rows, err, actor)
 	}
 	_, body := c.get(resp.Header.Get("Location"))
 	if !strings.Contains(body, "Retry requested") || !strings.Contains(body, `id="effect-state">approved<`) {

@@ -85,8 +85,8 @@ func (c *Console) endpointAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	enable := action == "enable"
-	reason := "by " + Actor + " at " + c.clk.Now().UTC().Format(time.RFC3339)
-	_, err := c.extra.Endpoints.SetEnabled(r.Context(), id, enable, reason, Actor)
+	reason := "by " + actor + " at " + c.clk.Now().UTC().Format(time.RFC3339)
+	_, err := c.extra.Endpoints.SetEnabled(r.Context(), id, enable, reason, actor)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		c.fail(w, r, http.StatusNotFound, "No endpoint "+id+".")
@@ -95,6 +95,6 @@ func (c *Console) endpointAction(w http.ResponseWriter, r *http.Request) {
 		c.storeFailed(w, r, action+" endpoint", err)
 		return
 	}
-	c.log.Info("console: endpoint "+action+"d", "endpoint", id, "actor", Actor)
+	c.log.Info("console: endpoint "+action+"d", "endpoint", id, "actor", actor)
 	http.Redirect(w, r, "/endpoints?done="+action, http.StatusSeeOther)
 }

@@ -53,11 +53,11 @@ func TestEndpointsPage(t *testing.T) {
 		t.Fatalf("disable: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	e, err := f.st.EndpointGet(ctx, "partner")
-	if err != nil || e.Enabled || !strings.Contains(e.DisabledReason, Actor) {
+	if err != nil || e.Enabled || !strings.Contains(e.DisabledReason, actor) {
 		t.Fatalf("after disabling: %+v %v", e, err)
 	}
 	rows, err := f.st.AuditList(ctx, &store.AuditListParams{Action: store.ActionEndpointDisabled, Limit: 10})
-	if err != nil || len(rows) != 1 || rows[0].Actor != Actor {
+	if err != nil || len(rows) != 1 || rows[0].Actor != actor {
 		t.Fatalf("audit of the disable: %+v %v", rows, err)
 	}
 	_, body = c.get("/endpoints?done=disable")

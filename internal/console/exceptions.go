@@ -102,7 +102,7 @@ func (c *Console) resolveEvent(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "Resolve needs a note: say why no replay will repair this event.")
 		return
 	}
-	_, err := rs.EventResolve(r.Context(), &store.EventResolveParams{Source: source, EventID: eventID, Actor: Actor,
+	_, err := rs.EventResolve(r.Context(), &store.EventResolveParams{Source: source, EventID: eventID, Actor: actor,
 		Note: note, Now: c.clk.Now()})
 	var se *store.EventStateError
 	switch {
@@ -119,7 +119,7 @@ func (c *Console) resolveEvent(w http.ResponseWriter, r *http.Request) {
 		c.storeFailed(w, r, "resolve event", err)
 		return
 	}
-	c.log.Info("console: operator action", "event", source+"/"+eventID, "action", "resolve", "actor", Actor)
+	c.log.Info("console: operator action", "event", source+"/"+eventID, "action", "resolve", "actor", actor)
 	http.Redirect(w, r, eventLink(source, eventID)+"&done=resolve", http.StatusSeeOther)
 }
 

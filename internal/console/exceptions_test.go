@@ -125,7 +125,7 @@ func TestEventPageRepairsADeadLetter(t *testing.T) {
 		strings.Contains(body, `action="/event/resolve"`) {
 		t.Errorf("after resolve the page shows no resolved event, no flash, or still a form")
 	}
-	if rows := e.audit(t, store.ActionEventResolved); len(rows) != 1 || rows[0].Actor != Actor ||
+	if rows := e.audit(t, store.ActionEventResolved); len(rows) != 1 || rows[0].Actor != actor ||
 		!strings.Contains(rows[0].Detail, "the sender will not correct it") {
 		t.Errorf("audit = %+v", rows)
 	}

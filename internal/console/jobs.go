@@ -278,7 +278,7 @@ func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j.cancelByOperator()
-	c.log.Info("console: job cancelled", "job", j.ID, "kind", j.Kind, "actor", Actor)
+	c.log.Info("console: job cancelled", "job", j.ID, "kind", j.Kind, "actor", actor)
 	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
 }
 

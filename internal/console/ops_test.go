@@ -241,11 +241,11 @@ func TestBulkRetryDryRunThenRun(t *testing.T) {
 	if st := f.effect(t, done).State; st != store.EffectDone {
 		t.Errorf("the done effect: %s", st)
 	}
-	if rows := e.audit(t, "effect_retry"); len(rows) != 3 || rows[0].Actor != Actor {
-		t.Errorf("effect_retry rows: %d, want 3 by %s", len(rows), Actor)
+	if rows := e.audit(t, "effect_retry"); len(rows) != 3 || rows[0].Actor != actor {
+		t.Errorf("effect_retry rows: %d, want 3 by %s", len(rows), actor)
 	}
 	rows := e.audit(t, "bulk_retry")
-	if len(rows) != 1 || rows[0].Actor != Actor || !strings.Contains(rows[0].Detail, "finished: 3 retried, 0 failed, 1 skipped of 4 planned") ||
+	if len(rows) != 1 || rows[0].Actor != actor || !strings.Contains(rows[0].Detail, "finished: 3 retried, 0 failed, 1 skipped of 4 planned") ||
 		!strings.Contains(rows[0].Detail, "filter state=any") {
 		t.Fatalf("bulk_retry audit: %+v; want one row with the filter and the counts", rows)
 	}
@@ -376,8 +376,8 @@ func TestReplayPlanThenRun(t *testing.T) {
 		t.Errorf("job page while the replay waits: %s", page)
 	}
 	rows := e.audit(t, "replay")
-	if len(rows) != 1 || rows[0].Actor != Actor {
-		t.Fatalf("replay audit: %+v, want one row by %s", rows, Actor)
+	if len(rows) != 1 || rows[0].Actor != actor {
+		t.Fatalf("replay audit: %+v, want one row by %s", rows, actor)
 	}
 	e.f.processReplay(t)
 	resume <- struct{}{}
@@ -386,8 +386,8 @@ func TestReplayPlanThenRun(t *testing.T) {
 		t.Fatalf("replay outcome %+v %+v; want evt_1 duplicate, evt_2 stale, no effect created", p, p.Replay)
 	}
 	_, hist := e.c.get("/replay")
-	if want := fmt.Sprintf("replay %d: 2 work items", p.Replay.ReplayID); !strings.Contains(hist, want) || !strings.Contains(hist, Actor) {
-		t.Errorf("replay history lacks %q by %s", want, Actor)
+	if want := fmt.Sprintf("replay %d: 2 work items", p.Replay.ReplayID); !strings.Contains(hist, want) || !strings.Contains(hist, actor) {
+		t.Errorf("replay history lacks %q by %s", want, actor)
 	}
 }
 

@@ -25,9 +25,9 @@ func WithSignals(cfg config.Signals) Option {
 	return func(c *Console) { c.signals = cfg }
 }
 
-// OverviewStore is what the overview reads besides Store; store.Store
+// overviewStore is what the overview reads besides Store; store.Store
 // implements it. A store without it shows the overview's links only.
-type OverviewStore interface {
+type overviewStore interface {
 	signals.Store
 	SignalHistoryList(ctx context.Context, p *store.SignalHistoryListParams) ([]*store.SignalPoint, error)
 }
@@ -170,7 +170,7 @@ func (c *Console) signalsConfig() *config.Signals {
 // it on the next refresh), and reads the trends' newest minute.
 func (c *Console) overviewNow(r *http.Request) (*overviewData, error) {
 	d := &overviewData{Trends: trendCharts()}
-	st, ok := c.st.(OverviewStore)
+	st, ok := c.st.(overviewStore)
 	if !ok {
 		return d, nil
 	}
@@ -326,7 +326,7 @@ type seriesJSON struct {
 // their display unit (rates per second). It is behind the session like
 // every console address.
 func (c *Console) overviewSeries(w http.ResponseWriter, r *http.Request) {
-	st, ok := c.st.(OverviewStore)
+	st, ok := c.st.(overviewStore)
 	if !ok {
 		http.Error(w, "this store has no signal history", http.StatusNotFound)
 		return

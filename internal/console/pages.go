@@ -580,7 +580,7 @@ func (c *Console) operate(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "Assign needs an owner: who repairs this effect.")
 		return
 	}
-	_, err := c.st.EffectOperate(r.Context(), &store.EffectOperateParams{EffectID: id, Action: action, Actor: Actor,
+	_, err := c.st.EffectOperate(r.Context(), &store.EffectOperateParams{EffectID: id, Action: action, Actor: actor,
 		Owner: owner, Note: note, Now: c.clk.Now()})
 	switch {
 	case errors.Is(err, store.ErrInvalidTransition):
@@ -597,6 +597,6 @@ func (c *Console) operate(w http.ResponseWriter, r *http.Request) {
 		c.storeFailed(w, r, "operate on effect", err)
 		return
 	}
-	c.log.Info("console: operator action", "effect", id, "action", action, "actor", Actor)
+	c.log.Info("console: operator action", "effect", id, "action", action, "actor", actor)
 	http.Redirect(w, r, "/effects/"+strconv.FormatInt(id, 10)+"?done="+action, http.StatusSeeOther)
 }

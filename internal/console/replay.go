@@ -66,7 +66,7 @@ func readSelection(in url.Values) (replay.Selection, replayForm, url.Values, str
 			v.Set(k, s)
 		}
 	}
-	sel := replay.Selection{Source: v.Get("source"), EventID: v.Get("event_id"), Flow: v.Get("flow"), Entity: v.Get("entity"), Actor: Actor}
+	sel := replay.Selection{Source: v.Get("source"), EventID: v.Get("event_id"), Flow: v.Get("flow"), Entity: v.Get("entity"), Actor: actor}
 	form := replayForm{Source: sel.Source, EventID: sel.EventID, Flow: sel.Flow, Entity: sel.Entity, From: v.Get("from"), To: v.Get("to")}
 	for _, f := range []struct {
 		name string
@@ -195,7 +195,7 @@ func (c *Console) replayStart(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusServiceUnavailable, "The console is shutting down: no job starts now.")
 		return
 	}
-	c.log.Info("console: replay started", "job", j.ID, "selection", query, "actor", Actor)
+	c.log.Info("console: replay started", "job", j.ID, "selection", query, "actor", actor)
 	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
 }
 

@@ -54,8 +54,8 @@ func (b Backoff) Wait(attempt int, r func() float64) time.Duration {
 	return time.Duration(r() * float64(b.Ceiling(attempt)))
 }
 
-// RetryAfter is a parsed Retry-After header, kept with its evidence (RT05).
-type RetryAfter struct {
+// retryAfter is a parsed Retry-After header, kept with its evidence (RT05).
+type retryAfter struct {
 	Raw  string        // the header as received
 	Unit string        // the unit applied to a number: seconds or milliseconds; "date" for an HTTP date
 	Wait time.Duration // the wait taken after bounds
@@ -66,9 +66,9 @@ type RetryAfter struct {
 // (seconds unless it is a receiver behind a HubSpot workflow, which speaks
 // milliseconds), or an HTTP date relative to now. The wait is bounded to
 // [0, max] so a unit mistake cannot park an effect for days.
-func parseRetryAfter(h http.Header, unit string, maxWait time.Duration, now time.Time) RetryAfter {
+func parseRetryAfter(h http.Header, unit string, maxWait time.Duration, now time.Time) retryAfter {
 	raw := strings.TrimSpace(h.Get("Retry-After"))
-	ra := RetryAfter{Raw: raw}
+	ra := retryAfter{Raw: raw}
 	if raw == "" {
 		return ra
 	}

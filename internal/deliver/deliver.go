@@ -104,12 +104,12 @@ type DestinationSource interface {
 	RuntimeDestinations() (version uint64, dests []*config.Destination)
 }
 
-// InFlightLimiter is what a DestinationSource may also be: it sets, from
+// inFlightLimiter is what a DestinationSource may also be: it sets, from
 // moment to moment, how many calls each of its destinations may have in
 // flight (an adaptive limit, such as publishing keeps per endpoint),
 // never more than the destination's MaxInFlight. 0 means no opinion:
 // MaxInFlight applies.
-type InFlightLimiter interface {
+type inFlightLimiter interface {
 	InFlightLimit(destination string) int
 }
 
@@ -506,7 +506,7 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 // max_in_flight, or less when the run-time source limits it (w.mu held).
 func (w *Worker) capLocked(d string) int {
 	n := w.caps[d]
-	if l, ok := w.opts.Runtime.(InFlightLimiter); ok {
+	if l, ok := w.opts.Runtime.(inFlightLimiter); ok {
 		if adaptive := l.InFlightLimit(d); adaptive > 0 {
 			n = min(n, adaptive)
 		}
@@ -709,7 +709,7 @@ func (w *Worker) decide(ctx context.Context, c *store.ClaimedEffect, d *config.D
 			return w.die(ctx, c, d, p, fmt.Sprintf("%s; %d attempts made", reason, attempt),
 				"the destination kept failing: check its status and credentials; the effect is re-driven on schedule, or retry it by hand")
 		}
-		var ra RetryAfter
+		var ra retryAfter
 		if resp != nil {
 			ra = parseRetryAfter(resp.Header, d.RetryAfter.Unit, d.RetryAfter.Max.D(), now)
 		}

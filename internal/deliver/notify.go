@@ -38,9 +38,9 @@ type Notifier interface {
 	Notify(ctx context.Context, n Notification) error
 }
 
-// WebhookNotifier posts a Slack-compatible message ({"text": ...}) to a
+// webhookNotifier posts a Slack-compatible message ({"text": ...}) to a
 // configured incoming-webhook URL.
-type WebhookNotifier struct {
+type webhookNotifier struct {
 	url    string
 	cfg    config.Notifications
 	client *http.Client
@@ -57,7 +57,7 @@ func newWebhookNotifier(cfg config.Notifications, client *http.Client) Notifier 
 	if !cfg.AllowPrivateNetworks {
 		c = outbound.Guard(client, outbound.GuardOptions{})
 	}
-	return &WebhookNotifier{url: cfg.WebhookURL, cfg: cfg, client: c}
+	return &webhookNotifier{url: cfg.WebhookURL, cfg: cfg, client: c}
 }
 
 // Text renders the message.
@@ -76,7 +76,7 @@ func (n Notification) Text() string {
 
 // Notify posts the message; the URL (which embeds a secret token in Slack's
 // scheme) never appears in errors.
-func (w *WebhookNotifier) Notify(ctx context.Context, n Notification) error {
+func (w *webhookNotifier) Notify(ctx context.Context, n Notification) error {
 	body, err := json.Marshal(map[string]string{"text": n.Text()})
 	if err != nil {
 		return fmt.Errorf("encode notification: %w", err)

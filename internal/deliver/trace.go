@@ -94,7 +94,7 @@ func endAttempt(span trace.Span, resp *Response, class store.ErrorClass) {
 
 // retryOnSpan records the wait before the next attempt, and whether the
 // destination's Retry-After chose it.
-func retryOnSpan(ctx context.Context, ra RetryAfter, wait time.Duration) {
+func retryOnSpan(ctx context.Context, ra retryAfter, wait time.Duration) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return

@@ -18,20 +18,20 @@ const (
 	minDuration     = 50 * time.Millisecond
 )
 
-// Durations are the config's durations at one speed.
-type Durations struct {
+// demoDurations are the config's demoDurations at one speed.
+type demoDurations struct {
 	Deadline, VerifyAfter, CallTimeout, Retry, Signals time.Duration
 }
 
 // durationsAt divides the demo's durations by speed (1 when speed <= 0).
-func durationsAt(speed float64) Durations {
+func durationsAt(speed float64) demoDurations {
 	if speed <= 0 {
 		speed = 1
 	}
 	scale := func(d time.Duration) time.Duration {
 		return max(time.Duration(float64(d)/speed).Round(time.Millisecond), minDuration)
 	}
-	return Durations{
+	return demoDurations{
 		Deadline:    scale(baseDeadline),
 		VerifyAfter: scale(baseVerifyAfter),
 		// A timeout shorter than a loopback round trip under load would
@@ -42,21 +42,21 @@ func durationsAt(speed float64) Durations {
 	}
 }
 
-// ConfigParams are what the demo config is made of.
-type ConfigParams struct {
+// configParams are what the demo config is made of.
+type configParams struct {
 	Listen     string // the listen address written to the file
 	StoreURL   string // sqlite:DIR/hookledger.db
 	AdminToken string
 	DestURL    string // the fake destination's base URL
 	Secret     string // every source's signing secret
-	Durations  Durations
+	Durations  demoDurations
 }
 
-// Config returns the demo's configuration file: the dossier's order flow
+// demoConfig returns the demo's configuration file: the dossier's order flow
 // with one effect per misbehaving destination, a refetch flow whose source
 // API is down, and two systems that echo each other (as in the server's
 // end-to-end signals test).
-func Config(p ConfigParams) string {
+func demoConfig(p configParams) string {
 	d := p.Durations
 	r := strings.NewReplacer(
 		"LISTEN", p.Listen,
@@ -236,7 +236,7 @@ flows:
 `
 
 // describe says, for the demo's banner, which durations were shortened.
-func (d Durations) describe() string {
+func (d demoDurations) describe() string {
 	return fmt.Sprintf("deadline %s (a real one: 30m), verification %s after a mail (default 5m), retries from %s",
 		d.Deadline, d.VerifyAfter, d.Retry)
 }

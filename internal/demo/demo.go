@@ -163,7 +163,7 @@ func serverLog(log *slog.Logger, dir string) (_ *slog.Logger, closeLog func(), e
 
 // printSetup says what the demo started and where its files are, before
 // the script plays.
-func printSetup(out io.Writer, base, destURL, dir string, kept bool, durations Durations) {
+func printSetup(out io.Writer, base, destURL, dir string, kept bool, durations demoDurations) {
 	keep := "removed when the demo stops; --dir keeps it"
 	if kept {
 		keep = "kept"
@@ -175,8 +175,8 @@ func printSetup(out io.Writer, base, destURL, dir string, kept bool, durations D
 
 // writeConfig writes the demo's config into dir, with a fresh admin token
 // and secret, and loads it back as the server will read it.
-func writeConfig(dir, addr string, dest *Destination, durations Durations) (*config.Config, error) {
-	yaml := Config(ConfigParams{Listen: addr, StoreURL: "sqlite:" + filepath.Join(dir, storeFile),
+func writeConfig(dir, addr string, dest *Destination, durations demoDurations) (*config.Config, error) {
+	yaml := demoConfig(configParams{Listen: addr, StoreURL: "sqlite:" + filepath.Join(dir, storeFile),
 		AdminToken: "demo-" + randomHex(16), DestURL: dest.URL(), Secret: "demo-secret-" + randomHex(8), Durations: durations})
 	cfgPath := filepath.Join(dir, configFile)
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {

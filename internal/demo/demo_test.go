@@ -15,7 +15,7 @@ import (
 func TestConfigLoadsAtEverySpeed(t *testing.T) {
 	for _, speed := range []float64{0, 0.5, 1, 20, 1e6} {
 		d := durationsAt(speed)
-		yaml := Config(ConfigParams{Listen: "127.0.0.1:0", StoreURL: "sqlite:" + t.TempDir() + "/d.db",
+		yaml := demoConfig(configParams{Listen: "127.0.0.1:0", StoreURL: "sqlite:" + t.TempDir() + "/d.db",
 			AdminToken: "tok", DestURL: "http://127.0.0.1:1", Secret: "s", Durations: d})
 		cfg, err := config.Parse("demo.yaml", []byte(yaml), func(string) (string, bool) { return "", false })
 		if err != nil {

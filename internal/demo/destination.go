@@ -26,7 +26,7 @@ const (
 // records every call, answers first by its fail rules (Rule), then either
 // by the demo's script or, for `hookledger dev-destination`, with 200.
 //
-// The demo's script goes by path (see Config for which destination calls
+// The demo's script goes by path (see demoConfig for which destination calls
 // which path):
 //
 //	POST /notify/...          201

@@ -14,8 +14,8 @@
 // after a mail instead of 5 min, retries of seconds); Speed divides them
 // further for tests.
 //
-// Run is what `hookledger demo` calls; Config and Destination are exported
-// for the tests and the screenshot program that drive the same scenario.
+// Run is what `hookledger demo` calls; the tests and the screenshot test
+// drive the same scenario through demoConfig and Destination.
 //
 // The same Destination, without the script, is what `hookledger
 // dev-destination` serves for trying flows out (StartDevDestination): it

@@ -26,13 +26,13 @@ type player struct {
 	dest    *Destination
 	out     io.Writer
 	client  *http.Client
-	d       Durations
+	d       demoDurations
 	poll    time.Duration     // between two reads of a state being waited for
 	wait    time.Duration     // the longest a step waits for its outcome
 	sent    map[string]string // the first body sent per event id, for the repeats
 }
 
-func newPlayer(cfg *config.Config, base string, dest *Destination, out io.Writer, d Durations) (*player, error) {
+func newPlayer(cfg *config.Config, base string, dest *Destination, out io.Writer, d demoDurations) (*player, error) {
 	p := &player{base: base, token: cfg.Admin.Token, schemes: map[string]signature.Scheme{}, sent: map[string]string{}, dest: dest, out: out,
 		client: &http.Client{Timeout: 30 * time.Second}, d: d, poll: 20 * time.Millisecond,
 		// A step waits for a few call timeouts and retries at most; a

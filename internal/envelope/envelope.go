@@ -37,9 +37,6 @@ type Paths = senderkind.Fields
 // registry's type, so that a kind's identity rules can refuse a body too.
 type MalformedError = senderkind.MalformedError
 
-// Kinds returns the kinds Extract understands, in a fresh slice.
-func Kinds() []string { return senderkind.Builtin().Names() }
-
 // validatePaths checks the syntax of every non-empty override, so that a bad
 // path is refused when the config loads rather than on the first delivery.
 func validatePaths(p Paths) error {
@@ -57,7 +54,7 @@ func validatePaths(p Paths) error {
 }
 
 // Extract returns the events in body, which must already be verified. kind
-// is one of Kinds(); an unknown kind is a configuration error, not a
+// is one of the registry's kinds (senderkind.Builtin); an unknown kind is a configuration error, not a
 // *MalformedError. For single-event kinds Event.Body is body itself.
 func Extract(kind string, paths Paths, header http.Header, body []byte) ([]Event, error) {
 	k, ok := senderkind.Builtin().Lookup(kind)

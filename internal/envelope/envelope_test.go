@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -303,8 +302,10 @@ func TestConfigErrors(t *testing.T) {
 	}
 	// Extract understands exactly the registry's kinds (senderkind's
 	// TestBuiltinNames pins that list).
-	if !slices.Equal(Kinds(), senderkind.Builtin().Names()) {
-		t.Fatal(Kinds())
+	for _, k := range senderkind.Builtin().Names() {
+		if _, err := Extract(k, Paths{}, nil, nil); err != nil && strings.Contains(err.Error(), "unknown kind") {
+			t.Errorf("Extract(%q): %v", k, err)
+		}
 	}
 }
 

@@ -33,7 +33,7 @@ func reportRows(b *testing.B) {
 func BenchmarkLint100k(b *testing.B) {
 	data := benchInventory(b)
 	for b.Loop() {
-		inv, err := ReadCSV(bytes.NewReader(data), "bench.csv")
+		inv, err := readInventoryCSV(bytes.NewReader(data), "bench.csv")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func BenchmarkLint100k(b *testing.B) {
 func BenchmarkLint100kText(b *testing.B) {
 	data := benchInventory(b)
 	for b.Loop() {
-		inv, err := ReadCSV(bytes.NewReader(data), "bench.csv")
+		inv, err := readInventoryCSV(bytes.NewReader(data), "bench.csv")
 		if err != nil {
 			b.Fatal(err)
 		}

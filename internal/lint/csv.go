@@ -9,12 +9,12 @@ import (
 	"strings"
 )
 
-// ReadCSV reads an inventory with a header row. It returns an error only
+// readInventoryCSV reads an inventory with a header row. It returns an error only
 // when the file cannot be read as an inventory at all (no header, a broken
 // header, no flow_id column); bad values, duplicate flows and missing
 // columns are collected in Inventory.Problems so that the other rows can
 // still be checked.
-func ReadCSV(r io.Reader, path string) (*Inventory, error) {
+func readInventoryCSV(r io.Reader, path string) (*Inventory, error) {
 	br := bufio.NewReader(r)
 	// Spreadsheet exports often start with a UTF-8 byte order mark, which
 	// would otherwise become part of the first column's name.

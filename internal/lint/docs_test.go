@@ -36,7 +36,7 @@ func TestDocsExamplesLintAlike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	csvInv, err := ReadCSV(strings.NewReader(docsBlock(t, "csv")), "inventory.csv")
+	csvInv, err := readInventoryCSV(strings.NewReader(docsBlock(t, "csv")), "inventory.csv")
 	if err != nil {
 		t.Fatal(err)
 	}

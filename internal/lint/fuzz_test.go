@@ -59,7 +59,7 @@ func FuzzReadCSV(f *testing.F) {
 	f.Add([]byte("flow_id,retry_layers,sources\na,\"sdk:3;\nworker:5\",stripe\nb,none,unknown\n"))
 	f.Add([]byte("\xef\xbb\xbfflow_id,method\na,custom\na,ipaas\n,\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		inv, err := ReadCSV(bytes.NewReader(data), "fuzz.csv")
+		inv, err := readInventoryCSV(bytes.NewReader(data), "fuzz.csv")
 		if err != nil {
 			if inv != nil {
 				t.Fatal("an error with an inventory")

@@ -4,9 +4,9 @@
 // come back, nested retries that multiply load, Retry-After read in the
 // wrong unit and receivers too slow for their sender's timeout.
 //
-// An inventory is a CSV file with a header row or a YAML list of flows (see
-// ReadCSV and ReadYAML). Check runs every rule on every flow and returns a
-// Report that the Write functions render as text, JSON, SARIF or Markdown.
+// An inventory is a CSV file with a header row or a YAML list of flows
+// (ReadFile reads either). Check runs every rule on every flow and returns
+// a Report that the Write functions render as text, JSON, SARIF or Markdown.
 // The rules and their wording follow the delivery-reliability rule set
 // (IP01-IP03, RT01-RT02, WH01); docs/lint.md describes them with examples.
 package lint
@@ -86,7 +86,7 @@ func CheckFlows(flows []Flow) *Report {
 }
 
 func check(flows []Flow, present column, out []Finding) []Finding {
-	rules := Rules()
+	rules := allRules()
 	env := &checkEnv{vendors: senderkind.Builtin().Index(), hasSource: present&cSources != 0}
 	if out == nil {
 		// Most flows get four to six findings; sizing once avoids
@@ -143,7 +143,7 @@ func (inv *Inventory) reportMissingColumns() {
 			continue
 		}
 		var ids []string
-		for _, r := range Rules() {
+		for _, r := range allRules() {
 			if r.needs&bit != 0 {
 				ids = append(ids, r.ID)
 			}
@@ -178,7 +178,7 @@ func ReadFile(path string) (*Inventory, error) {
 			return nil, fmt.Errorf("read inventory: %w", err)
 		}
 		defer f.Close()
-		return ReadCSV(f, path)
+		return readInventoryCSV(f, path)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

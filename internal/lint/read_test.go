@@ -10,9 +10,9 @@ const header = "flow_id,method,creates_records,side_effect,idempotency_key,ledge
 
 func readCSV(t *testing.T, src string) *Inventory {
 	t.Helper()
-	inv, err := ReadCSV(strings.NewReader(src), "inventory.csv")
+	inv, err := readInventoryCSV(strings.NewReader(src), "inventory.csv")
 	if err != nil {
-		t.Fatalf("ReadCSV: %v", err)
+		t.Fatalf("readInventoryCSV: %v", err)
 	}
 	return inv
 }
@@ -102,7 +102,7 @@ func TestReadCSVBadValues(t *testing.T) {
 				case "bad":
 					badRow++
 				}
-				for _, r := range Rules() {
+				for _, r := range allRules() {
 					if r.ID == f.Rule && f.Flow == "bad" && r.needs&columnBit(tt.column) != 0 {
 						t.Errorf("rule %s ran on a row whose %s did not parse", r.ID, tt.column)
 					}
@@ -190,9 +190,9 @@ func TestReadCSVFatal(t *testing.T) {
 		"flow_id,\"method\n":        "header",
 	}
 	for src, want := range tests {
-		_, err := ReadCSV(strings.NewReader(src), "inv.csv")
+		_, err := readInventoryCSV(strings.NewReader(src), "inv.csv")
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "read inv.csv: ") {
-			t.Errorf("ReadCSV(%q) error = %v, want one containing %q", src, err, want)
+			t.Errorf("readInventoryCSV(%q) error = %v, want one containing %q", src, err, want)
 		}
 	}
 }

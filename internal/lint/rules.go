@@ -9,8 +9,8 @@ import (
 	"github.com/hookledger/hookledger/internal/vendors"
 )
 
-// Rule is one linter rule.
-type Rule struct {
+// rule is one linter rule.
+type rule struct {
 	// ID is the rule id, such as IP01.
 	ID string
 	// Title says in one line what the rule checks.
@@ -23,12 +23,12 @@ type Rule struct {
 }
 
 // Needs lists the inventory columns the rule reads.
-func (r Rule) Needs() []string { return r.needs.names() }
+func (r rule) Needs() []string { return r.needs.names() }
 
-// Rules returns the rules in the order findings are reported.
-func Rules() []Rule {
+// allRules returns the allRules in the order findings are reported.
+func allRules() []rule {
 	effect := cCreatesRecords | cSideEffect
-	return []Rule{
+	return []rule{
 		{
 			ID:    "IP01",
 			Title: "A flow that creates records or has a side effect needs an idempotency key",

@@ -112,7 +112,7 @@ func sarifLevel(l Level) string {
 }
 
 func writeSARIF(w io.Writer, rep *Report, toolVersion string) error {
-	rules := Rules()
+	rules := allRules()
 	index := map[string]int{}
 	driver := sarifDriver{Name: "hookledger", Version: toolVersion}
 	for i, r := range rules {

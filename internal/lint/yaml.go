@@ -24,7 +24,7 @@ import (
 // the column left empty. sources and retry_layers may also be written as
 // lists.
 //
-// As with ReadCSV, an error means the file is not an inventory at all;
+// As with readInventoryCSV, an error means the file is not an inventory at all;
 // problems with single values are collected in Inventory.Problems.
 func readYAML(data []byte, path string) (inv *Inventory, err error) {
 	file, err := parseYAML(data)

@@ -218,21 +218,21 @@ func (l *Loop) Stop(ctx context.Context) error {
 	}
 }
 
-// PanicError is a panic recovered from code run under Safe.
-type PanicError struct {
+// panicError is a panic recovered from code run under Safe.
+type panicError struct {
 	Value any
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
-// Safe runs fn and turns a panic into a *PanicError, logging the stack at
+// Safe runs fn and turns a panic into a *panicError, logging the stack at
 // ERROR (the stack goes to the log only: it is evidence for a developer,
 // not text for an effect's reason).
 func Safe(log *slog.Logger, what string, fn func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			pe := &panicError{Value: v, Stack: debug.Stack()}
 			if log != nil {
 				log.Error("recovered from a panic", "in", what, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
 			}

@@ -217,9 +217,9 @@ func TestPanicInStepKeepsTheLoopRunning(t *testing.T) {
 
 func TestSafe(t *testing.T) {
 	err := Safe(nil, "x", func() error { panic(errors.New("boom")) })
-	var pe *PanicError
+	var pe *panicError
 	if !errors.As(err, &pe) || err.Error() != "panic: boom" || len(pe.Stack) == 0 {
-		t.Fatalf("Safe = %v, want a PanicError with a stack", err)
+		t.Fatalf("Safe = %v, want a panicError with a stack", err)
 	}
 	if err := Safe(nil, "x", func() error { return nil }); err != nil {
 		t.Fatal(err)

@@ -81,15 +81,15 @@ func DecodeMessage(body []byte) (*Message, string, error) {
 	if err := store.CheckJSON("data", m.Data); err != nil {
 		return nil, "", invalid("%v", err)
 	}
-	fp, err := Fingerprint(body)
+	fp, err := fingerprint(body)
 	if err != nil {
 		return nil, "", invalid("body: %v", err)
 	}
 	return &m, fp, nil
 }
 
-// Fingerprint is the SHA-256 (hex) of the canonical form of a JSON body.
-func Fingerprint(body []byte) (string, error) {
+// fingerprint is the SHA-256 (hex) of the canonical form of a JSON body.
+func fingerprint(body []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var v any

@@ -259,8 +259,8 @@ func (s *Service) limit(dest string) *aimd.Limit {
 	return s.limits[dest]
 }
 
-// InFlightLimit implements deliver.InFlightLimiter: how many deliveries
-// an endpoint may have in flight now (0 for a destination not its own).
+// InFlightLimit is what deliver's Worker asks its runtime destinations for:
+// how many deliveries an endpoint may have in flight now (0 for a destination not its own).
 func (s *Service) InFlightLimit(dest string) int {
 	if l := s.limit(dest); l != nil {
 		return l.Current()

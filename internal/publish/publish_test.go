@@ -55,7 +55,7 @@ func TestDecodeMessage(t *testing.T) {
 func TestFingerprint(t *testing.T) {
 	fp := func(s string) string {
 		t.Helper()
-		f, err := Fingerprint([]byte(s))
+		f, err := fingerprint([]byte(s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Fatalf("accepted %q with data no store holds: %v", body, err)
 		}
 		// Accepted bodies fingerprint the same when decoded again.
-		if fp2, err := Fingerprint(body); err != nil || fp2 != fp {
+		if fp2, err := fingerprint(body); err != nil || fp2 != fp {
 			t.Fatalf("fingerprint unstable: %v", err)
 		}
 	})

@@ -74,12 +74,12 @@ func (r *Report) Worst() string {
 	return worst
 }
 
-// Limits are the effective thresholds by signal name.
-type Limits map[string]config.SignalLimits
+// signalLimits are the effective thresholds by signal name.
+type signalLimits map[string]config.SignalLimits
 
 // limitsFrom reads the thresholds of a loaded config (defaults applied)
 // for every signal of its registry.
-func limitsFrom(c *config.Signals) Limits { return c.AllLimits() }
+func limitsFrom(c *config.Signals) signalLimits { return c.AllLimits() }
 
 // statusOf applies one signal's thresholds to its measurement at now. A
 // threshold of 0 is off. A measure whose Near and Passed split its value
@@ -110,7 +110,7 @@ func statusOf(m *store.SignalMeasure, l config.SignalLimits, now time.Time) stri
 
 // evaluate renders a snapshot of the built-in signals as the report
 // (EvaluateSet).
-func evaluate(snap *store.SignalSnapshot, limits Limits) *Report {
+func evaluate(snap *store.SignalSnapshot, limits signalLimits) *Report {
 	return evaluateSet(snap, store.BuiltinSignals(), limits)
 }
 
@@ -118,7 +118,7 @@ func evaluate(snap *store.SignalSnapshot, limits Limits) *Report {
 // in its order (a signal the snapshot lacks reads 0 and ok). Ages are
 // measured from the snapshot's own time, so a report read later still
 // says what was true when it was measured.
-func evaluateSet(snap *store.SignalSnapshot, reg *store.SignalRegistry, limits Limits) *Report {
+func evaluateSet(snap *store.SignalSnapshot, reg *store.SignalRegistry, limits signalLimits) *Report {
 	byName := map[string]*store.SignalMeasure{}
 	for _, m := range snap.Measures {
 		if m != nil {

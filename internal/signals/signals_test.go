@@ -52,7 +52,7 @@ func TestStatusOf(t *testing.T) {
 
 // The built-in thresholds do what docs/signals.md says they do.
 func TestDefaultThresholds(t *testing.T) {
-	d := Limits(config.DefaultSignalLimits())
+	d := signalLimits(config.DefaultSignalLimits())
 	for _, tc := range []struct {
 		m    store.SignalMeasure
 		want string
@@ -86,7 +86,7 @@ func TestEvaluateRendersThePinnedShape(t *testing.T) {
 			Breakdown: map[string]map[string]int64{"owner": {"unassigned": 2, "billing": 1}, "kind": {"effects": 3}, "empty": {}}},
 		{Name: store.SignalRevisionLag},
 	}}
-	r := evaluate(snap, Limits(config.DefaultSignalLimits()))
+	r := evaluate(snap, signalLimits(config.DefaultSignalLimits()))
 	if r.At != "2026-12-01T10:00:00Z" {
 		t.Errorf("at = %q", r.At)
 	}

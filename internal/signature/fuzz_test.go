@@ -48,7 +48,7 @@ func FuzzParseWebhookSignatures(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		sigs, err := ParseWebhookSignatures(v)
+		sigs, err := parseWebhookSignatures(v, WebhookSignatureHeader)
 		if err != nil {
 			return
 		}

@@ -49,8 +49,8 @@ func newPaddle(secrets []string, tol time.Duration) *paddle {
 	return &paddle{secrets: secretKeys(secrets), tol: tol}
 }
 
-// PaddleSignature is a parsed Paddle-Signature header.
-type PaddleSignature struct {
+// paddleSignature is a parsed Paddle-Signature header.
+type paddleSignature struct {
 	// TS is the ts= value exactly as sent: Paddle signs this text.
 	TS        string
 	Timestamp int64
@@ -63,8 +63,8 @@ type PaddleSignature struct {
 // separated by ";" and written key=value; unknown keys are skipped. A
 // missing or repeated ts=, a ts that is not unix seconds, an h1 that is not
 // hex, no h1 at all, and more than 16 signature entries are errors.
-func parsePaddleSignature(v string) (PaddleSignature, error) {
-	var sig PaddleSignature
+func parsePaddleSignature(v string) (paddleSignature, error) {
+	var sig paddleSignature
 	seenTS := false
 	n := 0
 	for item := range strings.SplitSeq(v, ";") {
@@ -75,15 +75,15 @@ func parsePaddleSignature(v string) (PaddleSignature, error) {
 		switch k {
 		case "ts":
 			if seenTS {
-				return PaddleSignature{}, failf(reasonMalformed, "paddle: %s has more than one ts=", paddleSignatureHeader)
+				return paddleSignature{}, failf(reasonMalformed, "paddle: %s has more than one ts=", paddleSignatureHeader)
 			}
 			seenTS = true
 			if !isDigits(val) || len(val) > 12 {
-				return PaddleSignature{}, failf(reasonTimestamp, "paddle: %s ts= is not a unix time in seconds", paddleSignatureHeader)
+				return paddleSignature{}, failf(reasonTimestamp, "paddle: %s ts= is not a unix time in seconds", paddleSignatureHeader)
 			}
 			t, err := strconv.ParseInt(val, 10, 64)
 			if err != nil {
-				return PaddleSignature{}, failf(reasonTimestamp, "paddle: %s ts= is not a unix time in seconds", paddleSignatureHeader)
+				return paddleSignature{}, failf(reasonTimestamp, "paddle: %s ts= is not a unix time in seconds", paddleSignatureHeader)
 			}
 			sig.TS, sig.Timestamp = val, t
 		default:
@@ -91,23 +91,23 @@ func parsePaddleSignature(v string) (PaddleSignature, error) {
 			// costs no more than maxSignatures decodes.
 			n++
 			if n > maxSignatures {
-				return PaddleSignature{}, failf(reasonMalformed, "paddle: %s holds more than %d signature entries", paddleSignatureHeader, maxSignatures)
+				return paddleSignature{}, failf(reasonMalformed, "paddle: %s holds more than %d signature entries", paddleSignatureHeader, maxSignatures)
 			}
 			if k != "h1" {
 				continue
 			}
 			b, err := hex.DecodeString(val)
 			if err != nil || len(b) == 0 {
-				return PaddleSignature{}, failf(reasonMalformed, "paddle: %s has an h1 value that is not hex", paddleSignatureHeader)
+				return paddleSignature{}, failf(reasonMalformed, "paddle: %s has an h1 value that is not hex", paddleSignatureHeader)
 			}
 			sig.H1 = append(sig.H1, b)
 		}
 	}
 	if !seenTS {
-		return PaddleSignature{}, failf(reasonMalformed, "paddle: %s has no ts= timestamp", paddleSignatureHeader)
+		return paddleSignature{}, failf(reasonMalformed, "paddle: %s has no ts= timestamp", paddleSignatureHeader)
 	}
 	if len(sig.H1) == 0 {
-		return PaddleSignature{}, failf(ReasonMissing, "paddle: %s has no h1 signature", paddleSignatureHeader)
+		return paddleSignature{}, failf(ReasonMissing, "paddle: %s has no h1 signature", paddleSignatureHeader)
 	}
 	return sig, nil
 }

@@ -197,24 +197,19 @@ func newStandardWebhooks(secrets []string, tol time.Duration) (*standardWebhooks
 	return s, nil
 }
 
-// WebhookSignature is one entry of a webhook-signature list.
-type WebhookSignature struct {
+// webhookSignature is one entry of a webhook-signature list.
+type webhookSignature struct {
 	Version string // v1 or v1a; other versions are kept but never trusted
 	Sig     []byte // decoded signature bytes
 }
 
-// ParseWebhookSignatures parses a space-separated webhook-signature list of
-// "<version>,<base64>" entries. Entries without a comma are skipped, as the
-// reference libraries do; an entry of a known version whose signature is not
-// base64 is an error, and so is a list of more than 16 entries of any kind
-// (see maxSignatures).
-func ParseWebhookSignatures(v string) ([]WebhookSignature, error) {
-	return parseWebhookSignatures(v, WebhookSignatureHeader)
-}
-
-// parseWebhookSignatures is ParseWebhookSignatures with the header's name
-// as the request spelt it, for messages.
-func parseWebhookSignatures(v, name string) ([]WebhookSignature, error) {
+// parseWebhookSignatures parses a space-separated webhook-signature list
+// of "<version>,<base64>" entries; name is the header's name as the request
+// spelt it, for messages. Entries without a comma are skipped, as the
+// reference libraries do; an entry of a known version whose signature is
+// not base64 is an error, and so is a list of more than 16 entries of any
+// kind (see maxSignatures).
+func parseWebhookSignatures(v, name string) ([]webhookSignature, error) {
 	// Counted before anything is decoded, so an oversized list costs one
 	// scan of the header and nothing more.
 	n := 0
@@ -224,21 +219,21 @@ func parseWebhookSignatures(v, name string) ([]WebhookSignature, error) {
 	if n > maxSignatures {
 		return nil, failf(reasonMalformed, "standard-webhooks: %s holds %d entries; at most %d are accepted", name, n, maxSignatures)
 	}
-	out := make([]WebhookSignature, 0, n)
+	out := make([]webhookSignature, 0, n)
 	for _, item := range strings.Fields(v) {
 		ver, b64, ok := strings.Cut(item, ",")
 		if !ok {
 			continue
 		}
 		if ver != "v1" && ver != "v1a" {
-			out = append(out, WebhookSignature{Version: ver})
+			out = append(out, webhookSignature{Version: ver})
 			continue
 		}
 		sig, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
 			return nil, failf(reasonMalformed, "standard-webhooks: %s has a %s entry that is not base64", name, ver)
 		}
-		out = append(out, WebhookSignature{Version: ver, Sig: sig})
+		out = append(out, webhookSignature{Version: ver, Sig: sig})
 	}
 	return out, nil
 }

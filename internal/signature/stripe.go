@@ -40,8 +40,8 @@ func newStripe(secrets []string, tol time.Duration) *stripe {
 	return s
 }
 
-// StripeSignature is a parsed Stripe-Signature header.
-type StripeSignature struct {
+// stripeSignature is a parsed Stripe-Signature header.
+type stripeSignature struct {
 	Timestamp int64
 	// V1 holds the decoded v1 signatures; Stripe sends one per active
 	// secret while a secret is being rolled. Other schemes (v0) are ignored.
@@ -52,7 +52,7 @@ type StripeSignature struct {
 // does not know are skipped, as Stripe asks; a missing or repeated t=, a v1
 // value that is not hex, and more than 16 signature entries of any scheme
 // (see maxSignatures) are errors.
-func parseStripeSignature(v string) (StripeSignature, error) {
+func parseStripeSignature(v string) (stripeSignature, error) {
 	// Counted before anything is decoded. Stripe sends one v1 per active
 	// secret while a secret is rolled, and may add a signature of another
 	// scheme next to each; every key other than t counts.
@@ -63,9 +63,9 @@ func parseStripeSignature(v string) (StripeSignature, error) {
 		}
 	}
 	if n > maxSignatures {
-		return StripeSignature{}, failf(reasonMalformed, "stripe: %s holds %d signature entries; at most %d are accepted", stripeSignatureHeader, n, maxSignatures)
+		return stripeSignature{}, failf(reasonMalformed, "stripe: %s holds %d signature entries; at most %d are accepted", stripeSignatureHeader, n, maxSignatures)
 	}
-	var sig StripeSignature
+	var sig stripeSignature
 	seenT := false
 	for _, item := range strings.Split(v, ",") {
 		k, val, ok := strings.Cut(strings.TrimSpace(item), "=")
@@ -75,24 +75,24 @@ func parseStripeSignature(v string) (StripeSignature, error) {
 		switch k {
 		case "t":
 			if seenT {
-				return StripeSignature{}, failf(reasonMalformed, "stripe: %s has more than one t=", stripeSignatureHeader)
+				return stripeSignature{}, failf(reasonMalformed, "stripe: %s has more than one t=", stripeSignatureHeader)
 			}
 			seenT = true
 			t, err := strconv.ParseInt(val, 10, 64)
 			if err != nil || t < 0 {
-				return StripeSignature{}, failf(reasonTimestamp, "stripe: %s t= is not a unix time in seconds", stripeSignatureHeader)
+				return stripeSignature{}, failf(reasonTimestamp, "stripe: %s t= is not a unix time in seconds", stripeSignatureHeader)
 			}
 			sig.Timestamp = t
 		case "v1":
 			b, err := hex.DecodeString(val)
 			if err != nil {
-				return StripeSignature{}, failf(reasonMalformed, "stripe: %s has a v1 value that is not hex", stripeSignatureHeader)
+				return stripeSignature{}, failf(reasonMalformed, "stripe: %s has a v1 value that is not hex", stripeSignatureHeader)
 			}
 			sig.V1 = append(sig.V1, b)
 		}
 	}
 	if !seenT {
-		return StripeSignature{}, failf(reasonMalformed, "stripe: %s has no t= timestamp", stripeSignatureHeader)
+		return stripeSignature{}, failf(reasonMalformed, "stripe: %s has no t= timestamp", stripeSignatureHeader)
 	}
 	return sig, nil
 }

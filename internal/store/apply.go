@@ -404,7 +404,7 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 	}
 	bw.Done, bw.Disposition, bw.Reason = true, res.Disposition, res.Reason
 	if res.Disposition != DispositionApplied { // WriteProjection counted it down
-		if err := tx.CountDown(ctx, w, SettledKey(res, w.OrderKey)); err != nil {
+		if err := tx.CountDown(ctx, w, settledKey(res, w.OrderKey)); err != nil {
 			return nil, fmt.Errorf("count pending: %w", err)
 		}
 	}

@@ -17,10 +17,10 @@ type Migration struct {
 	SQL     string
 }
 
-// LoadMigrations reads every *.sql file in dir of fsys (a driver's
+// loadMigrations reads every *.sql file in dir of fsys (a driver's
 // embedded migrations), ordered by the version number that starts its
 // name.
-func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+func loadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	fsys, err := fs.Sub(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("read migrations: %w", err)
@@ -55,9 +55,9 @@ func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	return out, nil
 }
 
-// PendingMigrations names the migrations whose version applied does not
+// pendingMigrations names the migrations whose version applied does not
 // hold, in order: all of them for a database without a schema.
-func PendingMigrations(migs []Migration, applied map[int]bool) []string {
+func pendingMigrations(migs []Migration, applied map[int]bool) []string {
 	var pending []string
 	for _, m := range migs {
 		if !applied[m.Version] {
@@ -81,7 +81,7 @@ type MigrationTx interface {
 // Migrate applies, in order, the migrations of fsys (a driver's embedded
 // migrations/*.sql) that tx's database has not applied, and names them.
 func Migrate(ctx context.Context, fsys fs.FS, tx MigrationTx) ([]string, error) {
-	migs, err := LoadMigrations(fsys, "migrations")
+	migs, err := loadMigrations(fsys, "migrations")
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func Migrate(ctx context.Context, fsys fs.FS, tx MigrationTx) ([]string, error) 
 // SchemaPending names the migrations of fsys whose versions applied does
 // not return (none for a database without a schema), and applies none.
 func SchemaPending(ctx context.Context, fsys fs.FS, applied func(ctx context.Context) (map[int]bool, error)) ([]string, error) {
-	migs, err := LoadMigrations(fsys, "migrations")
+	migs, err := loadMigrations(fsys, "migrations")
 	if err != nil {
 		return nil, err
 	}
@@ -113,5 +113,5 @@ func SchemaPending(ctx context.Context, fsys fs.FS, applied func(ctx context.Con
 	if err != nil {
 		return nil, err
 	}
-	return PendingMigrations(migs, versions), nil
+	return pendingMigrations(migs, versions), nil
 }

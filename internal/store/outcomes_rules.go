@@ -13,11 +13,11 @@ import (
 // that the drivers decide alike and the audit texts the signals parse stay
 // in one place.
 
-// SettledKey is the order key a settled work item catches its entity up
+// settledKey is the order key a settled work item catches its entity up
 // to: every disposition that leaves the projection at (or past) the item's
 // version, but not a dead letter, whose newer version the projection lacks
 // and must keep showing as revision_lag. "" leaves the key as it is.
-func SettledKey(res *FlowApplyResult, orderKey string) string {
+func settledKey(res *FlowApplyResult, orderKey string) string {
 	switch res.Disposition {
 	case DispositionApplied, DispositionDuplicate, DispositionStale, DispositionSuperseded:
 		return orderKey
@@ -46,17 +46,17 @@ func versionConflictDetail(subject, version string) string {
 	return fmt.Sprintf("version %s: %s: already applied with a different state", version, subject)
 }
 
-// Compensation is what becomes of a compensate_when insert, decided from
+// compensation is what becomes of a compensate_when insert, decided from
 // the original's state (see EffectInsert.Compensates).
-type Compensation int
+type compensation int
 
 const (
-	compensateInsert    Compensation = iota // it may have happened: undo it
+	compensateInsert    compensation = iota // it may have happened: undo it
 	compensateSupersede                     // never sent: do not send it
 	compensateNothing                       // superseded or dead: nothing happened to undo
 )
 
-func compensationDecision(original EffectState) Compensation {
+func compensationDecision(original EffectState) compensation {
 	switch original {
 	case EffectApproved, EffectRetryWait:
 		return compensateSupersede

@@ -369,11 +369,11 @@ func endpointStateDetail(reason, fallback string) string {
 	return fallback
 }
 
-// EndpointChange is what a driver writes for EndpointPut or
+// endpointChange is what a driver writes for EndpointPut or
 // EndpointSetState: the endpoint row as it must be stored, and the audit
 // rows that go with it in the same transaction. The rules live here once;
 // the drivers only run the statements.
-type EndpointChange struct {
+type endpointChange struct {
 	Endpoint *Endpoint
 	Audit    []*AuditInsertParams
 }
@@ -382,10 +382,10 @@ type EndpointChange struct {
 // is none). A deleted row is revived only with Undelete, which starts it
 // over as a new endpoint; replacing it without Undelete is ErrConflict
 // (its id stays taken by the effects that name it).
-func planEndpointPut(cur *Endpoint, p *EndpointPutParams) (*EndpointChange, error) {
+func planEndpointPut(cur *Endpoint, p *EndpointPutParams) (*endpointChange, error) {
 	now := p.Now.UTC()
 	ep := &Endpoint{ID: p.ID, EndpointSpec: p.Spec, UpdatedAt: now}
-	ch := &EndpointChange{Endpoint: ep}
+	ch := &endpointChange{Endpoint: ep}
 	audit := func(action, detail string) {
 		ch.Audit = append(ch.Audit, &AuditInsertParams{At: now, Actor: p.Actor, Action: action, Entity: p.ID, Detail: detail})
 	}
@@ -425,14 +425,14 @@ func planEndpointPut(cur *Endpoint, p *EndpointPutParams) (*EndpointChange, erro
 
 // planEndpointState decides EndpointSetState from the stored row (nil when
 // there is none): ErrNotFound for a missing or deleted endpoint.
-func planEndpointState(cur *Endpoint, p *EndpointStateParams) (*EndpointChange, error) {
+func planEndpointState(cur *Endpoint, p *EndpointStateParams) (*endpointChange, error) {
 	if cur == nil || cur.Deleted {
 		return nil, fmt.Errorf("endpoint %s: %w", p.ID, ErrNotFound)
 	}
 	now := p.Now.UTC()
 	ep := *cur
 	ep.UpdatedAt = now
-	ch := &EndpointChange{Endpoint: &ep}
+	ch := &endpointChange{Endpoint: &ep}
 	audit := func(action, detail string) {
 		ch.Audit = append(ch.Audit, &AuditInsertParams{At: now, Actor: p.Actor, Action: action, Entity: p.ID, Detail: detail})
 	}

@@ -43,7 +43,7 @@ const (
 // buckets and prunes the expired ones, in one write transaction.
 func (r *Rules) SignalHistoryRecord(ctx context.Context, p *SignalHistoryRecordParams) error {
 	for _, pt := range p.Points {
-		if StatusRank(pt.Status) < 0 {
+		if statusRank(pt.Status) < 0 {
 			return fmt.Errorf("record signal history: %s: %w: status %q", pt.Name, ErrInvalidArgument, pt.Status)
 		}
 	}
@@ -76,7 +76,7 @@ func (r *Rules) SignalHistoryRecord(ctx context.Context, p *SignalHistoryRecordP
 	return nil
 }
 
-// StatusRankSQL is StatusRank in SQL, of the column col.
+// StatusRankSQL is statusRank in SQL, of the column col.
 func StatusRankSQL(col string) string {
 	return `CASE ` + col + ` WHEN 'alert' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END`
 }

@@ -152,9 +152,9 @@ func (m *SignalMeasure) TrimBreakdown(limit int) {
 	}
 }
 
-// StatusRank orders history statuses: ok < warn < alert; -1 for anything
+// statusRank orders history statuses: ok < warn < alert; -1 for anything
 // else.
-func StatusRank(status string) int {
+func statusRank(status string) int {
 	switch status {
 	case "ok":
 		return 0

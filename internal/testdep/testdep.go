@@ -18,16 +18,16 @@ import (
 // of scripts/test.sh recognises missing dependencies by it.
 const prefix = "MISSING DEPENDENCY: "
 
-// CI reports whether the tests run under CI: the CI variable is set to a
-// value, whatever it is (CI services set CI=true; some set CI=1).
-func CI() bool { return os.Getenv("CI") != "" }
+// underCI reports whether the tests run under underCI: the underCI variable is set to a
+// value, whatever it is (underCI services set underCI=true; some set underCI=1).
+func underCI() bool { return os.Getenv("CI") != "" }
 
 // Missing stops t because something it needs is missing: format and args
 // say what, and how to get it. It skips t, or fails it under CI.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
 	msg := prefix + fmt.Sprintf(format, args...)
-	if CI() {
+	if underCI() {
 		t.Fatal(msg + " (CI is set: a test that cannot run fails)")
 	}
 	t.Skip(msg)

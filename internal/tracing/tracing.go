@@ -32,9 +32,9 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// ScopeName is the instrumentation scope every hookledger span is
+// scopeName is the instrumentation scope every hookledger span is
 // recorded under.
-const ScopeName = "github.com/hookledger/hookledger"
+const scopeName = "github.com/hookledger/hookledger"
 
 // Protocols an exporter speaks (OTEL_EXPORTER_OTLP_PROTOCOL's values).
 const (
@@ -193,7 +193,7 @@ func newExporter(ctx context.Context, s Settings) (sdktrace.SpanExporter, error)
 }
 
 // Tracer is the tracer every stage records its spans with.
-func (p *Provider) Tracer() trace.Tracer { return p.tp.Tracer(ScopeName) }
+func (p *Provider) Tracer() trace.Tracer { return p.tp.Tracer(scopeName) }
 
 // Propagator writes and reads the W3C traceparent and tracestate headers.
 func (p *Provider) Propagator() propagation.TextMapPropagator { return p.prop }
@@ -227,7 +227,6 @@ const (
 	AttrDestination = attribute.Key("hookledger.destination")
 	AttrAttempt     = attribute.Key("hookledger.attempt")
 	AttrDisposition = attribute.Key("hookledger.disposition")
-	AttrState       = attribute.Key("hookledger.state")
 	AttrRetryAfter  = attribute.Key("hookledger.retry_after_s")
 )
 
@@ -266,7 +265,7 @@ func Child(ctx context.Context, name string, attrs ...attribute.KeyValue) (conte
 	if !parent.IsRecording() {
 		return ctx, noop.Span{}
 	}
-	return parent.TracerProvider().Tracer(ScopeName).Start(ctx, name, trace.WithAttributes(attrs...))
+	return parent.TracerProvider().Tracer(scopeName).Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
 // Annotate adds attributes to the span ctx holds, when it records; attrs
@@ -289,9 +288,9 @@ func Traceparent(ctx context.Context) string {
 	return c["traceparent"]
 }
 
-// Remote is the span context a stored traceparent names; not valid when
+// remote is the span context a stored traceparent names; not valid when
 // it is empty or malformed (a stored value is never trusted to parse).
-func Remote(traceparent string) trace.SpanContext {
+func remote(traceparent string) trace.SpanContext {
 	if traceparent == "" {
 		return trace.SpanContext{}
 	}
@@ -304,7 +303,7 @@ func Remote(traceparent string) trace.SpanContext {
 // where a parent would claim the first request caused this work), a new
 // trace linking to it. Nothing when traceparent is empty or malformed.
 func Continue(ctx context.Context, traceparent string, asChild bool) (context.Context, []trace.SpanStartOption) {
-	sc := Remote(traceparent)
+	sc := remote(traceparent)
 	if !sc.IsValid() {
 		return ctx, nil
 	}

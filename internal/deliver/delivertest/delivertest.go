@@ -107,10 +107,6 @@ var faultNames = [...]string{"success", "500", "500_saved", "429_seconds", "429_
 	"timeout_before_work", "timeout_after_work", "hidden_failure", "batch_partial", "400",
 	"reset_before_work", "reset_after_work"}
 
-// Faults is every fault, in order.
-var Faults = []Fault{Success, Fail500, Fail500Saved, Fail429Seconds, Fail429Millis, Fail429Date,
-	TimeoutBeforeWork, TimeoutAfterWork, HiddenFailure, BatchPartial, Fail400, ResetBeforeWork, ResetAfterWork}
-
 func (f Fault) String() string {
 	if int(f) < len(faultNames) {
 		return faultNames[f]
