@@ -227,6 +227,7 @@ const (
 	AttrDestination = attribute.Key("hookledger.destination")
 	AttrAttempt     = attribute.Key("hookledger.attempt")
 	AttrDisposition = attribute.Key("hookledger.disposition")
+	AttrState       = attribute.Key("hookledger.state")
 	AttrRetryAfter  = attribute.Key("hookledger.retry_after_s")
 )
 
