@@ -76,6 +76,10 @@ type Publish struct {
 	// Refresh is how often a process re-reads the endpoints another
 	// process may have changed.
 	Refresh Duration `yaml:"refresh"`
+	// TracePropagation, unless false, sends the W3C traceparent and
+	// tracestate of each delivery's attempt to the endpoints when tracing
+	// is on, as a destination's trace_propagation does for its calls.
+	TracePropagation *bool `yaml:"trace_propagation"`
 }
 
 // Attempts is how many deliveries of one message the schedule makes before

@@ -72,7 +72,7 @@ func TestTracingDocLoads(t *testing.T) {
 			t.Errorf("example %d does not load: %v", blocks, err)
 		}
 	}
-	if blocks != 3 {
-		t.Fatalf("docs/tracing.md: %d yaml examples, want 3", blocks)
+	if blocks != 4 {
+		t.Fatalf("docs/tracing.md: %d yaml examples, want 4", blocks)
 	}
 }

@@ -306,6 +306,7 @@ func (s *Service) destination(e *store.Endpoint) *config.Destination {
 		Idem:                 &config.Idempotency{Header: "webhook-id", Window: p.DisableAfter},
 		MaxInFlight:          e.MaxInFlight,
 		AllowPrivateNetworks: e.AllowPrivateNetworks,
+		TracePropagation:     p.TracePropagation,
 		Schedule:             p.ScheduleDurations(),
 		ParkRepair: fmt.Sprintf("enable endpoint %s once it accepts messages again (PATCH /api/v1/endpoints/%s with {\"enabled\": true}): "+
 			"its parked messages are then delivered in the order they were published", e.ID, e.ID),

@@ -254,3 +254,24 @@ func TestServerPublishTraceReachesTheEndpoint(t *testing.T) {
 		t.Fatalf("the endpoint received traceparent %q, want the attempt's %q", tp, want)
 	}
 }
+
+// publish.trace_propagation: false keeps the trace context from the
+// endpoints; the attempt is still traced.
+func TestServerPublishTracePropagationOff(t *testing.T) {
+	otlp := newOTLPReceiver(t)
+	rcv := newReceiver(t)
+	h := startWith(t, publishConfig(sqliteURL(t), rcv.srv.URL+"/hooks/in")+
+		fmt.Sprintf("tracing:\n  endpoint: %s\npublish:\n  trace_propagation: false\n", otlp.srv.URL))
+	if code, body, _ := h.publish("k1", `{"type":"invoice.paid","data":{"id":"in_1"}}`); code != 202 {
+		t.Fatalf("publish: %d %s", code, body)
+	}
+	waitFor(t, "the delivery to the endpoint", func() bool { return len(rcv.deliveries()) == 1 })
+	hdr := rcv.deliveries()[0].header
+	h.stop()
+	if tp, ts := hdr.Get("Traceparent"), hdr.Get("Tracestate"); tp != "" || ts != "" {
+		t.Fatalf("the endpoint received traceparent %q, tracestate %q with publish.trace_propagation false", tp, ts)
+	}
+	if len(otlp.spanNamed("publish")) != 1 {
+		t.Fatal("the publish was not traced")
+	}
+}
