@@ -18,6 +18,7 @@ import (
 	"github.com/hookledger/hookledger/internal/config"
 	"github.com/hookledger/hookledger/internal/flow"
 	"github.com/hookledger/hookledger/internal/replay"
+	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
@@ -148,18 +149,29 @@ func parseReplayTimes(env *Env, sel *replay.Selection, from, to string) bool {
 	return true
 }
 
-// replayLocal enqueues the replay in the configured store and, unless
-// noWait, waits for a running server to process it.
-func replayLocal(ctx context.Context, env *Env, out *replayOutput, sel replay.Selection, cfgPath string, noWait bool, timeout time.Duration) int {
+// openReplayStore loads the config, checks the selection's flow against
+// it and opens the store as mode asks; a nil store comes with the exit
+// code, its reason already printed.
+func openReplayStore(ctx context.Context, env *Env, sel replay.Selection, cfgPath string, mode storeAccess) (*config.Config, store.Store, int) {
 	cfg, code := loadOperatorConfig(env, "replay", cfgPath)
 	if cfg == nil {
-		return code
+		return nil, nil, code
 	}
 	if sel.Flow != "" && !hasFlow(cfg, sel.Flow) {
 		fmt.Fprintf(env.Stderr, "hookledger replay: --flow %q: no such flow in %s\n", sel.Flow, cfgPath)
-		return exitUsage
+		return nil, nil, exitUsage
 	}
-	st, code := openOperatorStore(ctx, env, "replay", cfg, writeStore)
+	st, code := openOperatorStore(ctx, env, "replay", cfg, mode)
+	if st == nil {
+		return nil, nil, code
+	}
+	return cfg, st, 0
+}
+
+// replayLocal enqueues the replay in the configured store and, unless
+// noWait, waits for a running server to process it.
+func replayLocal(ctx context.Context, env *Env, out *replayOutput, sel replay.Selection, cfgPath string, noWait bool, timeout time.Duration) int {
+	cfg, st, code := openReplayStore(ctx, env, sel, cfgPath, writeStore)
 	if st == nil {
 		return code
 	}
@@ -196,15 +208,7 @@ func replayLocal(ctx context.Context, env *Env, out *replayOutput, sel replay.Se
 // like the other verbs that only read: planning never writes, and never
 // creates or migrates a database.
 func replayPlan(ctx context.Context, env *Env, out *replayOutput, sel replay.Selection, cfgPath string) int {
-	cfg, code := loadOperatorConfig(env, "replay", cfgPath)
-	if cfg == nil {
-		return code
-	}
-	if sel.Flow != "" && !hasFlow(cfg, sel.Flow) {
-		fmt.Fprintf(env.Stderr, "hookledger replay: --flow %q: no such flow in %s\n", sel.Flow, cfgPath)
-		return exitUsage
-	}
-	st, code := openOperatorStore(ctx, env, "replay", cfg, readStore)
+	cfg, st, code := openReplayStore(ctx, env, sel, cfgPath, readStore)
 	if st == nil {
 		return code
 	}

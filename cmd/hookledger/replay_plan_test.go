@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,31 +20,7 @@ import (
 // opened read-only: it writes nothing, enqueues nothing, creates no
 // missing database and has no --server form.
 func TestReplayPlan(t *testing.T) {
-	dir := t.TempDir()
-	db := filepath.Join(dir, "r.db")
-	cfgPath := filepath.Join(dir, "hookledger.yaml")
-	yaml := fmt.Sprintf(`store: sqlite:%s
-sources:
-  - name: shop
-    kind: hmac
-    secrets: [x]
-    hmac: {header: X-Sig}
-flows:
-  - name: orders
-    source: shop
-    events: ["order.*"]
-    entity: event.order_id
-    version: {mode: revision, revision: event.rev}
-    effects:
-      - name: sync
-        destination: crm
-        request: {path: '"/x"'}
-destinations:
-  - {name: crm, base_url: "http://127.0.0.1:1", allow_private_networks: true}
-`, db)
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	db, cfgPath := writeReplayConfig(t)
 
 	// A missing database is named, not created.
 	if code, _, errOut := run(t, "", nil, "replay", "--plan", "--config", cfgPath, "--source", "shop"); code != 2 ||

@@ -16,31 +16,7 @@ import (
 )
 
 func TestReplayVerb(t *testing.T) {
-	dir := t.TempDir()
-	db := filepath.Join(dir, "r.db")
-	cfgPath := filepath.Join(dir, "hookledger.yaml")
-	yaml := fmt.Sprintf(`store: sqlite:%s
-sources:
-  - name: shop
-    kind: hmac
-    secrets: [x]
-    hmac: {header: X-Sig}
-flows:
-  - name: orders
-    source: shop
-    events: ["order.*"]
-    entity: event.order_id
-    version: {mode: revision, revision: event.rev}
-    effects:
-      - name: sync
-        destination: crm
-        request: {path: '"/x"'}
-destinations:
-  - {name: crm, base_url: "http://127.0.0.1:1", allow_private_networks: true}
-`, db)
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	db, cfgPath := writeReplayConfig(t)
 	// Process one event through the real engine first.
 	ctx := context.Background()
 	cfg, err := config.Load(cfgPath, func(string) (string, bool) { return "", false })
@@ -112,4 +88,36 @@ destinations:
 	if code, _, errOut := run(t, "", nil, "replay", "--config", cfgPath, "--entity", "nobody"); code != 1 || !strings.Contains(errOut, "matches no stored event") {
 		t.Errorf("empty selection: %d %q", code, errOut)
 	}
+}
+
+// writeReplayConfig writes the replay tests' config (one flow, orders,
+// with one effect) over a SQLite file in a fresh directory.
+func writeReplayConfig(t *testing.T) (db, cfgPath string) {
+	t.Helper()
+	dir := t.TempDir()
+	db = filepath.Join(dir, "r.db")
+	cfgPath = filepath.Join(dir, "hookledger.yaml")
+	yaml := fmt.Sprintf(`store: sqlite:%s
+sources:
+  - name: shop
+    kind: hmac
+    secrets: [x]
+    hmac: {header: X-Sig}
+flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.rev}
+    effects:
+      - name: sync
+        destination: crm
+        request: {path: '"/x"'}
+destinations:
+  - {name: crm, base_url: "http://127.0.0.1:1", allow_private_networks: true}
+`, db)
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return db, cfgPath
 }
