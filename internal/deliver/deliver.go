@@ -397,16 +397,9 @@ func (w *Worker) fill(ctx context.Context) (more bool, err error) {
 		return false, loop.ErrIdle
 	}
 	claims, more, err := w.claim(ctx)
+	w.calls.Add(len(claims))
 	for _, c := range claims {
-		w.calls.Add(1)
-		go func() {
-			defer w.calls.Done()
-			w.run(ctx, c)
-			w.release(c)
-			if w.claimWanted.Load() {
-				w.loop.Wake()
-			}
-		}()
+		go w.call(ctx, c)
 	}
 	if more {
 		w.claimWanted.Store(true)
@@ -512,6 +505,18 @@ func (w *Worker) capLocked(d string) int {
 		}
 	}
 	return n
+}
+
+// call makes one claimed effect's call in its slot (counted in w.calls
+// by the caller), frees the slot, and wakes the loop when a claim waits
+// for one.
+func (w *Worker) call(ctx context.Context, c *store.ClaimedEffect) {
+	defer w.calls.Done()
+	w.run(ctx, c)
+	w.release(c)
+	if w.claimWanted.Load() {
+		w.loop.Wake()
+	}
 }
 
 // release frees a call's slot.

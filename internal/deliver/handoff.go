@@ -93,14 +93,7 @@ func (w *Worker) Take(claims []*store.EffectClaimParams, claimed [][]*store.Clai
 	}
 	w.opts.Metrics.claimed(len(run))
 	for _, c := range run {
-		go func() {
-			defer w.calls.Done()
-			w.run(ctx, c)
-			w.release(c)
-			if w.claimWanted.Load() {
-				w.loop.Wake()
-			}
-		}()
+		go w.call(ctx, c)
 	}
 	if wake {
 		w.Wake()

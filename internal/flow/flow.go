@@ -186,6 +186,9 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 200 * time.Millisecond
 	}
+	if opts.Handoff != nil {
+		opts.OnEffects = nil // the handoff wakes the worker where needed
+	}
 	if opts.DeadlineWarnShare <= 0 || opts.DeadlineWarnShare > 1 {
 		opts.DeadlineWarnShare = defaultDeadlineWarnShare
 	}
@@ -313,16 +316,12 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	if !e.claimWanted.Swap(false) {
 		return false, loop.ErrIdle
 	}
-	e.mu.Lock()
-	free := e.opts.Workers - e.inflight
-	if free <= 0 {
-		e.mu.Unlock()
+	free := e.reserve() // promised now; given back below when unused
+	if free == 0 {
 		// Every slot is busy: the next entity to finish claims.
 		e.claimWanted.Store(true)
 		return false, loop.ErrIdle
 	}
-	e.inflight += free // promised now; given back below when unused
-	e.mu.Unlock()
 	began := e.loop.Began()
 	leases, err := e.st.EntityClaim(ctx, &store.EntityClaimParams{
 		Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: free,

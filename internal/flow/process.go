@@ -265,7 +265,7 @@ func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.
 		it := items[i]
 		settled++
 		e.opts.Metrics.applied(res)
-		if res.EffectsInserted > 0 && e.opts.OnEffects != nil && e.opts.Handoff == nil {
+		if res.EffectsInserted > 0 && e.opts.OnEffects != nil {
 			e.opts.OnEffects()
 		}
 		// Logged in the item's trace, so a line leads to it.
