@@ -246,34 +246,14 @@ func startServerClock(t *testing.T, cfgPath string, lookup map[string]string, cl
 // its resolution, and stamps every line, --last's backlog too, with the
 // time the store recorded for the change, never the time tail printed it.
 func TestTailFollowsRepairsWithStoredTimes(t *testing.T) {
-	var refuse atomic.Bool
-	refuse.Store(true)
-	crm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if refuse.Load() {
-			w.WriteHeader(http.StatusUnprocessableEntity)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer crm.Close()
-	cfgPath, _ := writeOperatorConfigTo(t, crm.URL)
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	clk := clock.NewFake(t0)
-	base := startServerClock(t, cfgPath, serverSecrets, clk)
-	r := &remote{base: mustURL(t, base), token: "admin-tok", client: http.DefaultClient}
+	tf := startTailFixture(t)
+	refuse, cfgPath, t0, clk, base, r := tf.refuse, tf.cfgPath, tf.t0, tf.clk, tf.base, tf.r
 	sendSigned(t, cfgPath, base, "a", `"order_id":"oa","rev":1`)
 	sendSigned(t, cfgPath, base, "b", `"order_id":"ob","rev":1`)
 	sendSigned(t, cfgPath, base, "c", `"rev":1`) // no order id: dead-lettered
 	waitDisposition(t, base, "c", "dead_lettered")
-	var dead struct {
-		Effects []api.EffectJSON `json:"effects"`
-	}
-	waitUntil(t, "both effects to be dead", func() bool {
-		if err := r.call(context.Background(), http.MethodGet, "/api/v1/effects", url.Values{"state": {"dead"}}, nil, &dead); err != nil {
-			t.Fatal(err)
-		}
-		return len(dead.Effects) == 2
-	})
+	var dead struct{ Effects []api.EffectJSON }
+	dead.Effects = waitDeadEffects(t, r, 2)
 	ids := map[string]int64{}
 	for _, e := range dead.Effects {
 		ids[e.Entity] = e.ID
@@ -365,33 +345,13 @@ func TestTailEffectChange(t *testing.T) {
 // when it starts, though it prints none of them without --last: an
 // operator who starts tail and then repairs what waits sees the repair.
 func TestTailFollowsWhatWaitedBeforeItStarted(t *testing.T) {
-	var refuse atomic.Bool
-	refuse.Store(true)
-	crm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if refuse.Load() {
-			w.WriteHeader(http.StatusUnprocessableEntity)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer crm.Close()
-	cfgPath, _ := writeOperatorConfigTo(t, crm.URL)
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	clk := clock.NewFake(t0)
-	base := startServerClock(t, cfgPath, serverSecrets, clk)
-	r := &remote{base: mustURL(t, base), token: "admin-tok", client: http.DefaultClient}
+	tf := startTailFixture(t)
+	refuse, cfgPath, t0, clk, base, r := tf.refuse, tf.cfgPath, tf.t0, tf.clk, tf.base, tf.r
 	sendSigned(t, cfgPath, base, "a", `"order_id":"oa","rev":1`)
 	sendSigned(t, cfgPath, base, "c", `"rev":1`) // no order id: dead-lettered
 	waitDisposition(t, base, "c", "dead_lettered")
-	var dead struct {
-		Effects []api.EffectJSON `json:"effects"`
-	}
-	waitUntil(t, "the effect to be dead", func() bool {
-		if err := r.call(context.Background(), http.MethodGet, "/api/v1/effects", url.Values{"state": {"dead"}}, nil, &dead); err != nil {
-			t.Fatal(err)
-		}
-		return len(dead.Effects) == 1
-	})
+	var dead struct{ Effects []api.EffectJSON }
+	dead.Effects = waitDeadEffects(t, r, 1)
 	id := dead.Effects[0].ID
 
 	out, errOut, stop := startVerb(t, map[string]string{adminTokenVar: "admin-tok"}, "tail", "--server", base, "--interval", "5ms")
@@ -425,4 +385,49 @@ func TestTailFollowsWhatWaitedBeforeItStarted(t *testing.T) {
 	if code := stop(); code != 0 {
 		t.Fatalf("tail stopped with %d; stderr %q", code, errOut.String())
 	}
+}
+
+// tailFixture is a server whose crm destination refuses (422) until
+// refuse is cleared, on a fake clock at t0, with an admin API client.
+type tailFixture struct {
+	refuse  *atomic.Bool
+	cfgPath string
+	t0      time.Time
+	clk     *clock.Fake
+	base    string
+	r       *remote
+}
+
+func startTailFixture(t *testing.T) *tailFixture {
+	t.Helper()
+	tf := &tailFixture{refuse: &atomic.Bool{}, t0: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	tf.refuse.Store(true)
+	crm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if tf.refuse.Load() {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(crm.Close)
+	tf.cfgPath, _ = writeOperatorConfigTo(t, crm.URL)
+	tf.clk = clock.NewFake(tf.t0)
+	tf.base = startServerClock(t, tf.cfgPath, serverSecrets, tf.clk)
+	tf.r = &remote{base: mustURL(t, tf.base), token: "admin-tok", client: http.DefaultClient}
+	return tf
+}
+
+// waitDeadEffects waits until n effects are dead and returns them.
+func waitDeadEffects(t *testing.T, r *remote, n int) []api.EffectJSON {
+	t.Helper()
+	var dead struct {
+		Effects []api.EffectJSON `json:"effects"`
+	}
+	waitUntil(t, fmt.Sprintf("%d effects to be dead", n), func() bool {
+		if err := r.call(context.Background(), http.MethodGet, "/api/v1/effects", url.Values{"state": {"dead"}}, nil, &dead); err != nil {
+			t.Fatal(err)
+		}
+		return len(dead.Effects) == n
+	})
+	return dead.Effects
 }
