@@ -46,7 +46,7 @@ func (c *Console) queueEvents(ctx context.Context, d *listData) error {
 	}
 	now := c.clk.Now()
 	for _, x := range res.Exceptions {
-		row := exceptionRow{Exception: x, Link: eventLink(x.Event.Source, x.Event.EventID), Age: now.Sub(x.Since).Truncate(time.Second)}
+		row := exceptionRow{Exception: x, Link: eventLink(x.Event.Source, x.Event.EventID), Age: age(now, x.Since)}
 		row.Flows = api.NewExceptionJSON(x, now).Flows
 		d.DeadEvents = append(d.DeadEvents, row)
 	}

@@ -58,10 +58,15 @@ var funcs = template.FuncMap{
 	"since":        since,
 }
 
-// since is how long ago t was at now, to the second: an effect's age in
+// since is how long ago t was at now, to the second: an entry's age in
 // the exception queue.
 func since(now, t time.Time) string {
-	return now.Sub(t).Truncate(time.Second).String()
+	return age(now, t).String()
+}
+
+// age is how long ago t was at now, to the second.
+func age(now, t time.Time) time.Duration {
+	return now.Sub(t).Truncate(time.Second)
 }
 
 func mustParsePages() *pages {
