@@ -310,13 +310,19 @@ func (e *Engine) Stop(ctx context.Context) error {
 // did both again (docs/benchmarks-history.md, "What a lone webhook asks
 // of the database"). The poll asks for both.
 func (e *Engine) fill(ctx context.Context) (more bool, err error) {
+	// The claim asked for reserves its slots before a routing take
+	// starts beside it, which leases for what is left: the take's
+	// goroutine must not take the slots this round was asked to fill.
+	claim, free := e.claimWanted.Swap(false), 0
+	if claim {
+		free = e.reserve() // promised now; given back below when unused
+	}
 	if e.routeWanted.Swap(false) {
 		e.route(ctx)
 	}
-	if !e.claimWanted.Swap(false) {
+	if !claim {
 		return false, loop.ErrIdle
 	}
-	free := e.reserve() // promised now; given back below when unused
 	if free == 0 {
 		// Every slot is busy: the next entity to finish claims.
 		e.claimWanted.Store(true)

@@ -15,13 +15,25 @@ import (
 func execOn(t *testing.T, storeURL string, ddl string) {
 	t.Helper()
 	if path, ok := strings.CutPrefix(storeURL, "sqlite:"); ok {
-		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+		// An immediate transaction takes the write lock first, waiting
+		// for it (busy_timeout): a plain statement begins as a reader and
+		// fails at once with SQLITE_BUSY when the running server commits
+		// before it upgrades to a writer.
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_txlock=immediate")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		if _, err := db.Exec(ddl); err != nil {
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		if _, err := tx.Exec(ddl); err != nil {
+			_ = tx.Rollback()
 			t.Fatalf("%s: %v", ddl, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("%s: commit: %v", ddl, err)
 		}
 		return
 	}
