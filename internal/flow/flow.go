@@ -570,7 +570,10 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 	now := e.clk.Now()
 	var lease *store.EntityClaimParams
 	if claim > 0 {
-		lease = &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: claim}
+		// With the leases, their first page of work, where the database
+		// reads it in the routing transaction (PostgreSQL): the
+		// processor's listing was a transaction more per webhook.
+		lease = &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: claim, List: workPage}
 	}
 	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {

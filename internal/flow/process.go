@@ -108,6 +108,22 @@ func (e *errTransient) Unwrap() error { return e.err }
 // apiBusyDelay defers an entity whose source API is at its max_in_flight.
 const apiBusyDelay = 500 * time.Millisecond
 
+// workPage is how many of an entity's pending items are listed, prepared
+// and settled together.
+const workPage = 50
+
+// listWork is the leased entity's next page of pending work: the page
+// routing read with the lease, once (store.Lease.Pending), then the
+// lister's.
+func (e *Engine) listWork(ctx context.Context, l *store.Lease) ([]*store.WorkItem, error) {
+	if items := l.Pending; items != nil {
+		l.Pending = nil
+		return items, nil
+	}
+	listed := e.lister.Do(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: workPage})
+	return listed.items, listed.err
+}
+
 // processEntity settles the leased entity's pending work in order.
 // drained is true when the last settle released the entity with no work
 // left: then nothing of it is ready for a claim.
@@ -133,10 +149,8 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 			return 0, false, nil
 		}
 	}
-	const page = 50
 	for {
-		listed := e.lister.Do(ctx, &store.WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: page})
-		items, err := listed.items, listed.err
+		items, err := e.listWork(ctx, l)
 		if err != nil {
 			release(time.Time{})
 			return settled, false, fmt.Errorf("list work of %s/%s: %w", l.Flow, l.Entity, err)
@@ -158,7 +172,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 		if len(ps) > 0 {
 			// The last item of a short page is all the work listed: the
 			// apply frees the lease itself if nothing arrived meanwhile.
-			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < page
+			ps[len(ps)-1].ReleaseIfDrained = !deferred && len(ps) == len(items) && len(items) < workPage
 			n, released, err := e.settlePage(ctx, l, items, ps, traces)
 			settled += n
 			if errors.Is(err, store.ErrLeaseLost) {
@@ -180,7 +194,7 @@ func (e *Engine) processEntity(ctx context.Context, l *store.Lease) (settled int
 		if len(ps) < len(items) {
 			continue // the rest of the page, under the lease check above
 		}
-		if len(items) < page {
+		if len(items) < workPage {
 			// A short page was all the work there was; anything routed
 			// since keeps the entity pending, so a later claim finds it.
 			// Releasing now saves listing again to learn it is empty.

@@ -185,6 +185,11 @@ type EntityClaimParams struct {
 	Now      time.Time
 	LeaseFor time.Duration
 	Limit    int
+	// List, above zero, asks a claim made inside routing's transaction
+	// (EventRouteNextParams.Claim) for the first List pending items of
+	// each entity it leases, read in that transaction where the driver
+	// reads there (RouteTx.WorkListLeased): Lease.Pending.
+	List int
 }
 
 // Lease is a worker's exclusive right to process one entity until Until.
@@ -193,6 +198,10 @@ type Lease struct {
 	Entity string
 	Token  string
 	Until  time.Time
+	// Pending is the entity's first page of pending work in business
+	// order, read in the transaction that took the lease
+	// (EntityClaimParams.List); nil when it was not read there.
+	Pending []*WorkItem
 }
 
 // EntityReleaseParams gives a lease back.

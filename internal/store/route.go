@@ -36,6 +36,14 @@ type RouteTx interface {
 	// as Pipeline.EntityClaim does: the statement of a claim made inside
 	// another transaction (routing's).
 	EntitiesLease(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
+	// WorkListLeased is Pipeline.WorkListPendingGroup inside the
+	// transaction: routing's, which lists the work of the entities it
+	// leased so that the processor need not read it again. Only a shared
+	// database (Driver.Shared) lists there, where the read is one
+	// transaction less per webhook; a driver whose database one process
+	// owns answers ErrNotShared, since its one writer would hold the
+	// read, and its processor lists without a transaction of the writer.
+	WorkListLeased(ctx context.Context, ps []*WorkListPendingParams) ([][]*WorkItem, error)
 }
 
 // ErrNotShared is the answer of a statement only a database that several
@@ -93,6 +101,25 @@ func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams) ([]
 	leases, err := tx.EntitiesLease(ctx, claim)
 	if err != nil {
 		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	if claim.List <= 0 || len(leases) == 0 {
+		return leases, nil
+	}
+	ps := make([]*WorkListPendingParams, len(leases))
+	for i, l := range leases {
+		ps[i] = &WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: claim.List}
+	}
+	items, err := tx.WorkListLeased(ctx, ps)
+	switch {
+	case errors.Is(err, ErrNotShared):
+		return leases, nil
+	case err != nil:
+		return nil, fmt.Errorf("list leased work: %w", err)
+	}
+	for i, l := range leases {
+		if i < len(items) && len(items[i]) > 0 {
+			l.Pending = items[i]
+		}
 	}
 	return leases, nil
 }

@@ -383,31 +383,54 @@ func (a txn) EntityLeaseFree(_ context.Context, p *store.EntityReleaseParams) er
 
 // WorkListPendingGroup reads several entities' pending work in one query.
 func (s *Store) WorkListPendingGroup(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
-	flows, entities, limits := make([]string, len(ps)), make([]string, len(ps)), make([]int32, len(ps))
-	for i, p := range ps {
-		flows[i], entities[i], limits[i] = p.Flow, p.Entity, int32(store.ClampLimit(p.Limit))
-	}
-	rows, err := s.pool.Query(ctx, listPendingGroupSQL, flows, entities, limits)
+	rows, err := s.pool.Query(ctx, listPendingGroupSQL, listPendingGroupArgs(ps)...)
 	if err != nil {
 		return nil, fmt.Errorf("list pending work: %w", err)
 	}
 	defer rows.Close()
-	out := make([][]*store.WorkItem, len(ps))
-	for rows.Next() {
-		w := &store.WorkItem{}
-		var n int64 // WITH ORDINALITY counts from 1
-		if err := scanRoutable(rows, &w.Event, &w.ID, &w.Flow, &w.Entity, &w.OrderKey, &w.ReplayID, &n); err != nil {
-			return nil, fmt.Errorf("list pending work: %w", err)
-		}
-		if n < 1 || int(n) > len(ps) {
-			return nil, fmt.Errorf("list pending work: row for entity %d of %d", n, len(ps))
-		}
-		out[n-1] = append(out[n-1], w)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanPendingGroup(rows, len(ps))
+	if err != nil {
 		return nil, fmt.Errorf("list pending work: %w", err)
 	}
 	return out, nil
+}
+
+// WorkListLeased is WorkListPendingGroup in routing's transaction
+// (store.RouteTx), which reads the work of the entities it leased.
+func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
+	var out [][]*store.WorkItem
+	err := a.t.query(ctx, "list leased work", listPendingGroupSQL, listPendingGroupArgs(ps), func(rows pgx.Rows) error {
+		var err error
+		out, err = scanPendingGroup(rows, len(ps))
+		return err
+	})
+	return out, err
+}
+
+func listPendingGroupArgs(ps []*store.WorkListPendingParams) []any {
+	flows, entities, limits := make([]string, len(ps)), make([]string, len(ps)), make([]int32, len(ps))
+	for i, p := range ps {
+		flows[i], entities[i], limits[i] = p.Flow, p.Entity, int32(store.ClampLimit(p.Limit))
+	}
+	return []any{flows, entities, limits}
+}
+
+// scanPendingGroup reads listPendingGroupSQL's rows into each of the n
+// entities' pages.
+func scanPendingGroup(rows pgx.Rows, n int) ([][]*store.WorkItem, error) {
+	out := make([][]*store.WorkItem, n)
+	for rows.Next() {
+		w := &store.WorkItem{}
+		var i int64 // WITH ORDINALITY counts from 1
+		if err := scanRoutable(rows, &w.Event, &w.ID, &w.Flow, &w.Entity, &w.OrderKey, &w.ReplayID, &i); err != nil {
+			return nil, err
+		}
+		if i < 1 || int(i) > n {
+			return nil, fmt.Errorf("row for entity %d of %d", i, n)
+		}
+		out[i-1] = append(out[i-1], w)
+	}
+	return out, rows.Err()
 }
 
 // WorkListPending returns one entity's unsettled work in business order

@@ -214,6 +214,13 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 	return out, nil
 }
 
+// WorkListLeased: a SQLite store's processor lists its entities' work on
+// a reader, without holding the one writer for the read
+// (store.RouteTx).
+func (txn) WorkListLeased(context.Context, []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
+	return nil, store.ErrNotShared
+}
+
 // EntitiesLease leases ready entities (store.RouteTx). The writer lock
 // makes the select and the updates one atomic step, so two claimers never
 // lease one entity.

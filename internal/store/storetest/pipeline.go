@@ -397,7 +397,7 @@ func testRouteNextLeases(t *testing.T, o Opener) {
 		}
 		return ds
 	}
-	claim := &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 2}
+	claim := &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 2, List: 5}
 	page, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim})
 	if err != nil || page.Events != 3 {
 		t.Fatalf("EventRouteNext = %d events, %v; want the page of 3", page.Events, err)
@@ -409,6 +409,18 @@ func testRouteNextLeases(t *testing.T, o Opener) {
 		want := fmt.Sprintf("d_evt_%d", i)
 		if l.Flow != "deals" || l.Entity != want || !strings.HasPrefix(l.Token, "router:") || !l.Until.Equal(t0.Add(time.Minute)) {
 			t.Fatalf("lease %d: %+v, want deals/%s for a minute from router", i, l, want)
+		}
+		// A shared database reads each leased entity's work in the
+		// routing transaction (RouteTx.WorkListLeased); the others leave
+		// it to the processor's listing.
+		shared, _ := f.s.(interface{ Shared() bool })
+		switch {
+		case shared == nil || !shared.Shared():
+			if l.Pending != nil {
+				t.Fatalf("lease %d carries %d items; a database one process owns lists none in routing", i, len(l.Pending))
+			}
+		case len(l.Pending) != 1 || l.Pending[0].Entity != want || l.Pending[0].Event.EventID != fmt.Sprintf("evt_%d", i) || l.Pending[0].ID == 0:
+			t.Fatalf("lease %d carries %+v, want its one pending item, evt_%d's", i, l.Pending, i)
 		}
 	}
 	rest, err := f.s.EntityClaim(f.ctx, &store.EntityClaimParams{Owner: "w", Now: t0, LeaseFor: time.Minute, Limit: 10})
