@@ -77,6 +77,11 @@ const listPendingGroupSQL = `SELECT ` + routableColumns + `, w.id, w.flow, w.ent
 	` + firstDeliveryJoin + `
 	ORDER BY l.n, w.order_key, w.id`
 
+// listLeasedSQL is listPendingGroupSQL as routing's pipe runs it
+// (WorkListLeased): a statement of its own text, so that the generic plan
+// the pipe keeps for it is never one made outside a pipe (pipePlanSettings).
+const listLeasedSQL = `/* routing's pipe */ ` + listPendingGroupSQL
+
 func scanRoutable(row pgx.Row, e *store.RoutableEvent, extra ...any) error {
 	var occ *time.Time
 	dest := append([]any{&e.PK, &e.Source, &e.EventID, &e.Type, &e.Entity, &e.Account, &occ, &e.ReceivedAt,
@@ -399,7 +404,7 @@ func (s *Store) WorkListPendingGroup(ctx context.Context, ps []*store.WorkListPe
 // (store.RouteTx), which reads the work of the entities it leased.
 func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
 	var out [][]*store.WorkItem
-	err := a.t.query(ctx, "list leased work", listPendingGroupSQL, listPendingGroupArgs(ps), func(rows pgx.Rows) error {
+	err := a.t.query(ctx, "list leased work", listLeasedSQL, listPendingGroupArgs(ps), func(rows pgx.Rows) error {
 		var err error
 		out, err = scanPendingGroup(rows, len(ps))
 		return err

@@ -163,6 +163,7 @@ func TestPipelinePlans(t *testing.T) {
 			{"take a page shorter than the waiting events", takeUnroutedSQL, []any{15}, "events_unrouted route_queue_pkey", 15},
 			{"pending work", listPendingSQL, []any{"orders", "ord-hot", 50}, "deliveries_event", 20},
 			{"pending work of a group", listPendingGroupSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
+			{"pending work of leased entities", listLeasedSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
 			{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},
 			{"lock a page's events", lockBatchEventsSQL, []any{pendingIDs}, "events_pkey", 20},
 			{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20},
