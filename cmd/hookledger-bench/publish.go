@@ -51,7 +51,8 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 			"--duration when it is set. Prints messages accepted/s with p50/p99 of the 202, then\n"+
 			"the fan-out: deliveries/s from the first publish until the receivers hold every\n"+
 			"delivery, with p50/p99 of (first receipt - publish sent). Then, once that fan-out is\n"+
-			"done, an open loop publishes at half the rate the clients reached, for --paced, and\n"+
+			"done, an open loop publishes at half the publishing capacity (the lesser of the rate\n"+
+			"the clients reached and the rate their messages reached every endpoint), for --paced, and\n"+
 			"prints p50/p99 of (first receipt - publish sent) there. Baseline, same run, same\n"+
 			"clients and count, on a fresh server and store of the same kind: Stripe-signed\n"+
 			"webhooks into POST /hooks/stripe (the durable inbound path). Also prints the server's\n"+
@@ -223,7 +224,7 @@ type publishResult struct {
 	fanoutTook        time.Duration // first publish sent -> last first delivery
 	deliveryLat       latencies
 	drained           bool
-	// The open loop at half the closed loop's rate (nil: not run).
+	// The open loop at half the publishing capacity (nil: not run).
 	paced     *closedLoop
 	pacedRate float64 // asked for, per second
 	pacedLat  latencies
@@ -382,12 +383,21 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
 	res.drained = e.drain(ctx, sink, len(sent))
-	if res.drained && e.f.paced > 0 && res.pub.rate() > 0 {
+	// Publishing's capacity is the lesser of the rate messages were
+	// accepted and the rate they were delivered whole (every endpoint
+	// reached): paced above what the fan-out sustains, a backlog grows
+	// for as long as the loop runs and its latency measures the loop's
+	// length, not the server.
+	capacity := res.pub.rate()
+	if took := time.Since(began).Seconds(); took > 0 {
+		capacity = min(capacity, float64(len(sent))/took)
+	}
+	if res.drained && e.f.paced > 0 && capacity > 0 {
 		// Half the capacity just measured, once the fan-out of the closed
 		// loop is done: the latency a message sees when the server is not
 		// saturated.
-		fmt.Fprintf(stderr, "%s: publishing at %.0f/s for %s...\n", target, res.pub.rate()/2, e.f.paced)
-		res.pacedRate = res.pub.rate() / 2
+		res.pacedRate = capacity / 2
+		fmt.Fprintf(stderr, "%s: publishing at %.0f/s for %s...\n", target, res.pacedRate, e.f.paced)
 		count := max(1, int(res.pacedRate*e.f.paced.Seconds()))
 		res.paced = drivePaced(ctx, res.pacedRate, count, publish(paced, "paced"))
 		if err := ctx.Err(); err != nil {
@@ -657,7 +667,7 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	fmt.Fprintln(w, "deliveries: distinct (endpoint, message) pairs of the closed loop's messages received; calls: every call, repeats and the paced messages' included.")
 	fmt.Fprintln(w, "done in: from the first publish sent to the last first delivery; delivery latency: first receipt minus the publish request's send time.")
 	fmt.Fprintln(w, "keeps up: deliveries/s over the deliveries/s the accepted messages asked for (messages/s x endpoints).")
-	fmt.Fprintln(w, "paced: an open loop at half the closed loop's rate, after its fan-out is done; to endpoint = first receipt minus send time.")
+	fmt.Fprintln(w, "paced: an open loop at half the publishing capacity (the lesser of the closed loop's rate and the rate its messages reached every endpoint), after its fan-out is done; to endpoint = first receipt minus send time.")
 	fmt.Fprintln(w, "server RSS at the end of the fan-out, peak = VmHWM; CPU = the server's user+system time over its whole life.")
 	fmt.Fprintln(w)
 	for _, g := range publishGoals(f, results) {
