@@ -430,14 +430,14 @@ func (e *Engine) route(ctx context.Context) {
 		// ready (store.EventRouteNextParams.Claim): a claim of their own
 		// was one commit more between a webhook and its effect.
 		claim := e.reserve()
-		routed, leases, rerr := e.routeOnce(ctx, claim)
-		e.giveBack(claim - len(leases))
+		routed, leased, leases, rerr := e.routeOnce(ctx, claim)
+		e.giveBack(claim - leased)
 		for _, l := range leases {
 			e.process(ctx, l)
 		}
 		// A claim that filled fewer slots than it had took every ready
 		// entity.
-		claimedAll := rerr == nil && routed > 0 && claim > 0 && len(leases) < claim
+		claimedAll := rerr == nil && routed > 0 && claim > 0 && leased < claim
 		if claimedAll {
 			e.loop.Looked(&e.claimLook, began)
 		}
@@ -507,20 +507,26 @@ func (e *Engine) Drain(ctx context.Context) error {
 // dead-lettered with the database's reason: one event never stops the
 // routing of the others.
 func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
-	n, _, err := e.routeOnce(ctx, 0)
+	n, _, _, err := e.routeOnce(ctx, 0)
 	return n, err
 }
 
 // routeOnce is RouteOnce, leasing up to claim ready entities with the
-// page. A page routed one event at a time leases none: the loop's claim
-// finds them.
-func (e *Engine) routeOnce(ctx context.Context, claim int) (int, []*store.Lease, error) {
-	page, err := e.routePage(ctx, routePage, claim, nil)
+// page: leased is how many it leased, and leases those the processor is
+// to work on (the others' work was settled in the routing transaction,
+// and their slots given back: see routeSettle). A page routed one event
+// at a time leases none: the loop's claim finds them.
+func (e *Engine) routeOnce(ctx context.Context, claim int) (routed, leased int, leases []*store.Lease, err error) {
+	var rs *routeSettle
+	if claim > 0 {
+		rs = &routeSettle{}
+	}
+	page, err := e.routePage(ctx, routePage, claim, nil, rs)
 	if !errors.Is(err, store.ErrRefused) {
-		return page.Events, page.Leases, err
+		return page.Events, len(page.Leases), rs.finish(ctx, e, page), err
 	}
 	n, err := e.routeAlone(ctx, routePage)
-	return n, nil, err
+	return n, 0, nil, err
 }
 
 // routeAlone routes up to limit events one page of one at a time; the one
@@ -529,7 +535,7 @@ func (e *Engine) routeAlone(ctx context.Context, limit int) (int, error) {
 	total := 0
 	for range limit {
 		var taken int64
-		page, err := e.routePage(ctx, 1, 0, func(pk int64) string { taken = pk; return "" })
+		page, err := e.routePage(ctx, 1, 0, func(pk int64) string { taken = pk; return "" }, nil)
 		if errors.Is(err, store.ErrRefused) && taken != 0 {
 			reason := refusedReason("routing", err)
 			page, err = e.routePage(ctx, 1, 0, func(pk int64) string {
@@ -537,7 +543,7 @@ func (e *Engine) routeAlone(ctx context.Context, limit int) (int, error) {
 					return reason
 				}
 				return ""
-			})
+			}, nil)
 		}
 		if err != nil {
 			return total, err
@@ -563,8 +569,9 @@ func refusedReason(stage string, err error) string {
 // routePage routes one page of up to limit events, and leases up to
 // claim ready entities with it. refused, when set, names for an event the
 // reason to dead-letter it with instead of routing it ("" routes it); it
-// also tells the caller which events were taken.
-func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(pk int64) string) (store.RoutedPage, error) {
+// also tells the caller which events were taken. rs, when set, settles
+// in the routing transaction what it can of the leased entities' work.
+func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(pk int64) string, rs *routeSettle) (store.RoutedPage, error) {
 	var evs []*store.RoutableEvent
 	var ds []*store.RouteDecision
 	now := e.clk.Now()
@@ -575,7 +582,11 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 		// processor's listing was a transaction more per webhook.
 		lease = &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: claim, List: workPage}
 	}
-	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease,
+	var settle func(context.Context, []*store.Lease) store.RouteSettle
+	if rs != nil && lease != nil {
+		settle = func(ctx context.Context, leases []*store.Lease) store.RouteSettle { return rs.prepare(ctx, e, leases) }
+	}
+	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
 			for _, ev := range page {

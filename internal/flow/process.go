@@ -275,6 +275,11 @@ func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.
 	if err != nil {
 		return 0, false, err
 	}
+	return e.recordSettled(ctx, l, items, results, traces), results[len(results)-1].Released, nil
+}
+
+// recordSettled counts, logs and hands on what a settled page came to.
+func (e *Engine) recordSettled(ctx context.Context, l *store.Lease, items []*store.WorkItem, results []*store.FlowApplyResult, traces []*itemTrace) (settled int) {
 	for i, res := range results {
 		it := items[i]
 		settled++
@@ -296,7 +301,7 @@ func (e *Engine) settlePage(ctx context.Context, l *store.Lease, items []*store.
 				"disposition", res.Disposition, "reason", res.Reason, "effects", res.EffectsInserted, "skipped", res.EffectsSkipped)
 		}
 	}
-	return settled, results[len(results)-1].Released, nil
+	return settled
 }
 
 // settleAlone settles a page that the database refused (store.ErrRefused:

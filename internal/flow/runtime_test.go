@@ -139,7 +139,17 @@ flows:
 // and routing takes.
 type claimCounter struct {
 	store.Store
-	claims, takes, lists atomic.Int64
+	claims, takes, lists, settles atomic.Int64
+}
+
+func (c *claimCounter) FlowApplyGroup(ctx context.Context, subs [][]*store.FlowApplyParams) []store.FlowApplyOutcome {
+	c.settles.Add(int64(len(subs)))
+	return c.Store.FlowApplyGroup(ctx, subs)
+}
+
+func (c *claimCounter) FlowApplyBatch(ctx context.Context, ps []*store.FlowApplyParams) ([]*store.FlowApplyResult, error) {
+	c.settles.Add(1)
+	return c.Store.FlowApplyBatch(ctx, ps)
 }
 
 func (c *claimCounter) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
@@ -158,9 +168,10 @@ func (c *claimCounter) WorkListPendingGroup(ctx context.Context, ps []*store.Wor
 }
 
 // On PostgreSQL an entity leased by the routing take comes with its
-// pending work, read in the routing transaction: processing a lone event
-// lists nothing of its own, where the listing was a transaction more per
-// webhook. SQLite's processor lists on a reader, without its writer.
+// pending work, read in the routing transaction, and that work is settled
+// there: processing a lone event lists and settles nothing of its own,
+// where each was a transaction more per webhook. SQLite's processor lists
+// on a reader, without its writer, and settles in its own group.
 func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 	for name, open := range stores() {
 		t.Run(name, func(t *testing.T) {
@@ -178,12 +189,59 @@ func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 				waitApplied(t, f, id)
 			}
 			// The loop's first claim may take the first entity before
-			// routing leases it: that entity is listed.
-			lists, claims := cc.lists.Load(), cc.claims.Load()
+			// routing leases it: that entity is listed, and settled by
+			// the processor.
+			lists, claims, settles := cc.lists.Load(), cc.claims.Load(), cc.settles.Load()
 			if shared := name == "postgres"; shared && lists > min(claims, 1) {
 				t.Errorf("%d entities' work listed by the processor (%d claims of its own) for %d events each leased by routing, want at most the first", lists, claims, n)
 			} else if !shared && lists < n {
 				t.Errorf("%d entities' work listed for %d events on SQLite, want one each at least", lists, n)
+			}
+			// On PostgreSQL the routing transaction settles the work it
+			// leased and read: no transaction of the processor's.
+			if shared := name == "postgres"; shared && settles > min(claims, 1) {
+				t.Errorf("%d pages settled by the processor (%d claims of its own) for %d events each leased with its work by routing, want at most the first", settles, claims, n)
+			} else if !shared && settles < n {
+				t.Errorf("%d pages settled by the processor for %d events on SQLite, want one each at least", settles, n)
+			}
+		})
+	}
+}
+
+// A routing take settles at most inlineMax of the entities it leased with
+// their work; the processor settles the others from the work the lease
+// carries, without listing it again.
+func TestRoutingSettlesAtMostInlineMax(t *testing.T) {
+	for name, open := range stores() {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
+			f.st = open(t)
+			if _, err := f.st.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			cc := startCounted(t, f, 16)
+			// The start's round first: its claim holds every slot while
+			// its routing take runs, which could lease nothing.
+			for cc.takes.Load() == 0 || cc.claims.Load() == 0 || f.eng.routing.Load() || f.eng.inFlight() > 0 {
+				time.Sleep(time.Millisecond)
+			}
+			startClaims := cc.claims.Load()
+			const n = inlineMax + 4
+			for i := range n {
+				f.send("shop", fmt.Sprint("evt-", i), fmt.Sprintf(`{"order_id":"o%d","rev":1}`, i))
+			}
+			f.eng.WakeRouting()
+			for i := range n {
+				waitApplied(t, f, fmt.Sprint("evt-", i))
+			}
+			lists, claims, settles := cc.lists.Load(), cc.claims.Load()-startClaims, cc.settles.Load()
+			if name == "postgres" {
+				if want := int64(n - inlineMax); settles != want || lists != 0 || claims != 0 {
+					t.Errorf("the processor settled %d pages and listed %d entities' work (%d claims of its own) after one routing take of %d events; want %d settled from the work the leases carried, none listed",
+						settles, lists, claims, n, want)
+				}
+			} else if settles < n || lists < n {
+				t.Errorf("the processor settled %d pages and listed %d entities' work for %d events on SQLite, want each at least once", settles, lists, n)
 			}
 		})
 	}

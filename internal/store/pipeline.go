@@ -124,12 +124,37 @@ type EventRouteNextParams struct {
 	// transaction of its own: one commit more between a webhook and its
 	// effect, and on PostgreSQL one transaction more per lone webhook.
 	Claim *EntityClaimParams
+	// Settle, when set, settles work of the entities Claim leased in the
+	// routing transaction itself, where the driver read their work there
+	// (Lease.Pending, on a shared database): it is called inside the
+	// transaction with those leases, prepares what it chooses to settle,
+	// and the submissions and claims it returns are settled and run there
+	// as FlowApplyGroupClaim would. A lone webhook then costs the routing
+	// transaction and no processing transaction of its own. Should the
+	// transaction fail with them, the page is routed again without
+	// Settle, and RoutedPage.Settled is nil: the caller settles those
+	// entities' work itself.
+	Settle func(ctx context.Context, leases []*Lease) RouteSettle
+}
+
+// RouteSettle is what EventRouteNextParams.Settle asks the routing
+// transaction to settle: one submission per leased entity, each under
+// that entity's lease, and the effect claims to run after them.
+type RouteSettle struct {
+	Subs   [][]*FlowApplyParams
+	Claims []*EffectClaimParams
 }
 
 // RoutedPage is what EventRouteNext did.
 type RoutedPage struct {
 	Events int      // events taken (0: none was waiting)
 	Leases []*Lease // the leases Claim took, in claim order
+	// Settled is, in RouteSettle.Subs' order, what each submission came
+	// to, and Claimed what each of its claims took; both nil when the
+	// page settled nothing (Settle was not called, returned nothing, or
+	// the transaction failed with it and the page was routed without).
+	Settled []FlowApplyOutcome
+	Claimed [][]*ClaimedEffect
 }
 
 // RoutableEvent is an accepted event with what routing and processing need.

@@ -153,8 +153,9 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		return RoutedPage{Events: len(evs), Leases: leases}, nil
 	}
 	var page RoutedPage
+	settling := false
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
-		page = RoutedPage{}
+		page, settling = RoutedPage{}, false
 		evs, claimed, err := tx.EventsTake(ctx, ClampLimit(p.Limit))
 		if err != nil || len(evs) == 0 {
 			return err
@@ -168,12 +169,61 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		}
 		leases, err := leaseAfterRouting(ctx, tx, p.Claim)
 		page = RoutedPage{Events: len(evs), Leases: leases}
+		if err != nil || p.Settle == nil {
+			return err
+		}
+		settling = true
+		page.Settled, page.Claimed, err = settleInRouting(ctx, tx, p.Settle, leases)
 		return err
 	})
+	if err != nil && settling {
+		// The settle must not cost the page its routing: routed again
+		// without it, the processor settles those entities as it would
+		// have. The failure is the settle's or the database's; if the
+		// latter, the second try says so.
+		q := *p
+		q.Settle = nil
+		return r.EventRouteNext(ctx, &q)
+	}
 	if err != nil {
 		return RoutedPage{}, fmt.Errorf("route events: %w", err)
 	}
 	return page, nil
+}
+
+// settleInRouting settles, in the routing transaction, what settle asks
+// of the leases that came with their work (EventRouteNextParams.Settle).
+func settleInRouting(ctx context.Context, tx Tx, settle func(context.Context, []*Lease) RouteSettle, leases []*Lease) ([]FlowApplyOutcome, [][]*ClaimedEffect, error) {
+	var listed []*Lease
+	for _, l := range leases {
+		if len(l.Pending) > 0 {
+			listed = append(listed, l)
+		}
+	}
+	if len(listed) == 0 {
+		return nil, nil, nil
+	}
+	want := settle(ctx, listed)
+	if len(want.Subs) == 0 {
+		return nil, nil, nil
+	}
+	got, err := runFlowApplyGroup(ctx, tx, want.Subs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("settle in routing: %w", err)
+	}
+	for i, o := range got {
+		if o.Err != nil {
+			l := want.Subs[i][0].Lease
+			got[i].Results, got[i].Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
+		}
+	}
+	claimed := make([][]*ClaimedEffect, len(want.Claims))
+	for i, c := range want.Claims {
+		if claimed[i], err = claimEffects(ctx, tx, c); err != nil {
+			return nil, nil, fmt.Errorf("claim effects: %w", err)
+		}
+	}
+	return got, claimed, nil
 }
 
 // decisionsByPK indexes decisions by event; a later decision for an event

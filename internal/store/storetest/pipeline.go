@@ -441,6 +441,71 @@ func testRouteNextLeases(t *testing.T, o Opener) {
 	}
 }
 
+// testRouteNextSettles: on a shared database the routing transaction
+// settles what Settle prepares of the leased entities' work, in the same
+// commit; a settle that fails the transaction costs the page nothing but
+// the settle (it is routed again without it). A database one process owns
+// reads no work in routing, and never calls Settle.
+func testRouteNextSettles(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	pks := []int64{f.event("evt_0"), f.event("evt_1")}
+	decide := func(evs []*store.RoutableEvent) []*store.RouteDecision {
+		var ds []*store.RouteDecision
+		for _, e := range evs {
+			ds = append(ds, to(e.PK, rt("deals", "d_"+e.EventID, e.EventID)))
+		}
+		return ds
+	}
+	claim := &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 2, List: 5}
+	called := 0
+	// Settles the first entity's work, and leaves the second's.
+	settle := func(_ context.Context, leases []*store.Lease) store.RouteSettle {
+		called++
+		l := leases[0]
+		it := l.Pending[0]
+		return store.RouteSettle{Subs: [][]*store.FlowApplyParams{{{Lease: l, WorkID: it.ID, EventPK: it.Event.PK, Now: t0,
+			Version: "1", VersionSort: "1", State: []byte(`{}`), ReleaseIfDrained: true}}}}
+	}
+	page, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim, Settle: settle})
+	if err != nil || page.Events != 2 || len(page.Leases) != 2 {
+		t.Fatalf("EventRouteNext = %d events, %d leases, %v; want 2 and 2", page.Events, len(page.Leases), err)
+	}
+	shared, _ := f.s.(interface{ Shared() bool })
+	if shared == nil || !shared.Shared() {
+		if called != 0 || page.Settled != nil {
+			t.Fatalf("Settle called %d times, settled %+v; a database one process owns lists no work in routing, so settles none there", called, page.Settled)
+		}
+		return
+	}
+	if called != 1 || len(page.Settled) != 1 || page.Settled[0].Err != nil || len(page.Settled[0].Results) != 1 {
+		t.Fatalf("Settle called %d times, settled %+v; want one submission of one item settled", called, page.Settled)
+	}
+	if res := page.Settled[0].Results[0]; res.Disposition != store.DispositionApplied || !res.Released {
+		t.Fatalf("settled in routing: %+v; want applied, the lease freed with nothing left", res)
+	}
+	if d := f.disposition(pks[0]); d != store.DispositionApplied {
+		t.Fatalf("evt_0 is %s after its routing commit, want applied", d)
+	}
+	if d := f.disposition(pks[1]); d != store.DispositionAccepted || len(f.pending("deals", "d_evt_1")) != 1 {
+		t.Fatalf("evt_1 is %s with %d pending items; want accepted, its work left to the processor", d, len(f.pending("deals", "d_evt_1")))
+	}
+
+	// A settle that fails: the transaction rolls back and the page is
+	// routed again, without it.
+	f.event("evt_2")
+	page, err = f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide,
+		Claim: &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 1, List: 5},
+		Settle: func(context.Context, []*store.Lease) store.RouteSettle {
+			return store.RouteSettle{Subs: [][]*store.FlowApplyParams{{{}}}}
+		}})
+	if err != nil || page.Events != 1 || len(page.Leases) != 1 || page.Settled != nil {
+		t.Fatalf("after a failed settle: %d events, %d leases, settled %+v, %v; want the page routed and leased, nothing settled", page.Events, len(page.Leases), page.Settled, err)
+	}
+	if ws := f.pending("deals", "d_evt_2"); len(ws) != 1 {
+		t.Fatalf("evt_2 has %d pending items after its page was routed again, want 1", len(ws))
+	}
+}
+
 func testRouteFailed(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	both := f.event("evt_both")

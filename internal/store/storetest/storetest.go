@@ -79,6 +79,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineRouteTwiceNoDuplicateWork", testRouteTwice},
 		{"PipelineRouteNextDisjointPages", testRouteNextDisjoint},
 		{"PipelineRouteNextLeases", testRouteNextLeases},
+		{"PipelineRouteNextSettles", testRouteNextSettles},
 		{"PipelineRouteNextIncompleteDecisions", testRouteNextIncomplete},
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
 		{"PipelineRouteUnstorableDeadLetters", testRouteUnstorable},
