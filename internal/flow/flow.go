@@ -584,7 +584,15 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 	}
 	var settle func(context.Context, []*store.Lease) store.RouteSettle
 	if rs != nil && lease != nil {
-		settle = func(ctx context.Context, leases []*store.Lease) store.RouteSettle { return rs.prepare(ctx, e, leases) }
+		settle = func(ctx context.Context, leases []*store.Lease) store.RouteSettle {
+			if len(evs) > inlineMax {
+				// A full page is a busy pipeline: the processor's groups
+				// settle its entities in fewer statements than small
+				// groups in routing would.
+				return store.RouteSettle{}
+			}
+			return rs.prepare(ctx, e, leases)
+		}
 	}
 	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {

@@ -24,9 +24,14 @@ import (
 // a transaction that holds the page's row locks. The processor settles
 // those as before.
 
-// inlineMax bounds the entities one routing take settles itself: each is
-// prepared one after another while the routing transaction is open, where
-// the processor prepares them side by side in its slots.
+// inlineMax bounds the routing pages that settle their entities' work
+// themselves, and the entities one page settles: each is prepared one
+// after another while the routing transaction is open, where the
+// processor prepares them side by side in its slots. A larger page is a
+// busy pipeline, where the processor's groups settle many entities in
+// shared statements; settling them in small groups in routing cost a
+// third more buffers per event at saturation
+// (docs/benchmarks-history.md, "Settling in routing").
 const inlineMax = 8
 
 // routeSettle is what one routing take was asked to settle, kept between
