@@ -278,10 +278,10 @@ func TestBackendCPU(t *testing.T) {
 }
 
 // TestPrintTopStatements: each listed statement shows its calls per
-// webhook and the buffers one call read, on one line.
+// webhook, the buffers one call read and its time, on one line.
 func TestPrintTopStatements(t *testing.T) {
 	c := &pgCost{events: 200, top: []pgStatement{
-		{calls: 300, buffers: 4500, query: "SELECT 1\n  FROM entities"},
+		{calls: 300, buffers: 4500, ms: 12, query: "SELECT 1\n  FROM entities"},
 		{calls: 0, buffers: 0, query: "COMMIT"},
 	}}
 	var b strings.Builder
@@ -289,8 +289,8 @@ func TestPrintTopStatements(t *testing.T) {
 	got := b.String()
 	for _, want := range []string{
 		"pg2: statements by calls per event:",
-		"1.50          15.0  SELECT 1 FROM entities",
-		"0.00           0.0  COMMIT",
+		"1.50          15.0     40.0  SELECT 1 FROM entities",
+		"0.00           0.0      0.0  COMMIT",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)

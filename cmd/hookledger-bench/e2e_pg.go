@@ -34,7 +34,13 @@ type pgCost struct {
 // machine's load, so they compare runs on a busy machine.
 type pgStatement struct {
 	calls, rows, walBytes, buffers int64
-	query                          string
+	// ms is the time PostgreSQL spent planning and executing the calls:
+	// unlike the counts it moves with the machine's load, but beside the
+	// backends' CPU it shows how much of that CPU the statements
+	// themselves are, and how much the rest (commits, the protocol,
+	// waking up).
+	ms    float64
+	query string
 }
 
 func (c *pgCost) perEvent(n int64) float64 {
@@ -148,12 +154,13 @@ func (c pgCounters) delta(base pgCounters) (pgStatement, []pgStatement) {
 	for id, st := range c.calls {
 		b := base.calls[id]
 		d := pgStatement{calls: st.calls - b.calls, rows: st.rows - b.rows, walBytes: st.walBytes - b.walBytes,
-			buffers: st.buffers - b.buffers, query: st.query}
+			buffers: st.buffers - b.buffers, ms: st.ms - b.ms, query: st.query}
 		if d.calls > 0 {
 			total.calls += d.calls
 			total.rows += d.rows
 			total.walBytes += d.walBytes
 			total.buffers += d.buffers
+			total.ms += d.ms
 			out = append(out, d)
 		}
 	}
@@ -187,7 +194,7 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 		return out, nil
 	}
 	rows, err := conn.Query(ctx, `SELECT queryid, sum(calls)::bigint, sum(rows)::bigint, sum(wal_bytes)::bigint,
-			sum(shared_blks_hit + shared_blks_read)::bigint, min(query)
+			sum(shared_blks_hit + shared_blks_read)::bigint, sum(total_exec_time + total_plan_time)::float8, min(query)
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND queryid IS NOT NULL
 		GROUP BY queryid`, s.db)
@@ -197,7 +204,7 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 	for rows.Next() {
 		var id int64
 		var st pgStatement
-		if err := rows.Scan(&id, &st.calls, &st.rows, &st.walBytes, &st.buffers, &st.query); err != nil {
+		if err := rows.Scan(&id, &st.calls, &st.rows, &st.walBytes, &st.buffers, &st.ms, &st.query); err != nil {
 			return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
 		}
 		out.calls[id] = st

@@ -174,6 +174,7 @@ var e2ePGColumns = []e2eColumn{
 	{"rows/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.1f", r.pg.perEvent(r.pg.work.rows)) }},
 	{"WAL B/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.perEvent(r.pg.work.walBytes)) }},
 	{"buffers/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.perEvent(r.pg.work.buffers)) }},
+	{"statement ms/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.2f", r.pg.work.ms/float64(max(r.pg.events, 1))) }},
 	{"idle transactions/s", func(r *e2eResult) string { return fmt.Sprintf("%.0f", r.pg.idleCommits) }},
 	{"idle statements/s", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.idleStatements) }},
 }
@@ -199,6 +200,8 @@ func printE2EPostgres(w io.Writer, results []*e2eResult) {
 	} else {
 		fmt.Fprintln(w, "  (top-level, utility statements included); rows returned or changed, WAL bytes written and shared buffers read")
 		fmt.Fprintln(w, "  (hit or read in) by those statements: counts of work that do not move with the machine's load.")
+		fmt.Fprintln(w, "  Statement ms: PostgreSQL's planning and execution time of those statements (it moves with the load;")
+		fmt.Fprintln(w, "  beside PG CPU ms/event, the rest is commits, the protocol and waking up).")
 		fmt.Fprintln(w, "  Idle: the servers' polling before sending, included in the per-event figures.")
 	}
 	for _, r := range pgs {
@@ -389,13 +392,14 @@ func (r *e2eResult) pgCPUPerEvent() string {
 // that only ran slower on a busier machine.
 func printTopStatements(w io.Writer, target string, c *pgCost) {
 	fmt.Fprintf(w, "\n%s: statements by calls per event:\n", target)
-	fmt.Fprintf(w, "  %11s  %12s  %s\n", "calls/event", "buffers/call", "statement")
+	fmt.Fprintf(w, "  %11s  %12s  %7s  %s\n", "calls/event", "buffers/call", "us/call", "statement")
 	for _, st := range c.top {
-		perCall := 0.0
+		perCall, usPerCall := 0.0, 0.0
 		if st.calls > 0 {
 			perCall = float64(st.buffers) / float64(st.calls)
+			usPerCall = st.ms * 1000 / float64(st.calls)
 		}
-		fmt.Fprintf(w, "  %11.2f  %12.1f  %s\n", c.perEvent(st.calls), perCall, oneLine(st.query, 100))
+		fmt.Fprintf(w, "  %11.2f  %12.1f  %7.1f  %s\n", c.perEvent(st.calls), perCall, usPerCall, oneLine(st.query, 100))
 	}
 }
 
