@@ -175,12 +175,7 @@ func (c *claimCounter) WorkListPendingGroup(ctx context.Context, ps []*store.Wor
 func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 	for name, open := range stores() {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
-			f.st = open(t)
-			if _, err := f.st.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			cc := startCounted(t, f, 4)
+			f, cc := countedOn(t, open, 4)
 			const n = 5
 			for i := range n {
 				id := fmt.Sprint("evt-", i)
@@ -214,12 +209,7 @@ func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 func TestRoutingSettlesOnlySmallPages(t *testing.T) {
 	for name, open := range stores() {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
-			f.st = open(t)
-			if _, err := f.st.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			cc := startCounted(t, f, 16)
+			f, cc := countedOn(t, open, 16)
 			// The start's round first: its claim holds every slot while
 			// its routing take runs, which could lease nothing.
 			for cc.takes.Load() == 0 || cc.claims.Load() == 0 || f.eng.routing.Load() || f.eng.inFlight() > 0 {
@@ -245,6 +235,18 @@ func TestRoutingSettlesOnlySmallPages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countedOn is an orders fixture on the store open returns, its engine
+// started over a counting store (startCounted) with workers slots.
+func countedOn(t *testing.T, open func(t *testing.T) store.Store, workers int) (*fixture, *claimCounter) {
+	t.Helper()
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
+	f.st = open(t)
+	if _, err := f.st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f, startCounted(t, f, workers)
 }
 
 // startCounted starts f's engine in the background over a store that

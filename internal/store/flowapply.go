@@ -84,16 +84,8 @@ func (r *Rules) FlowApplyGroupClaim(ctx context.Context, subs [][]*FlowApplyPara
 	var got []FlowApplyOutcome
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		if got, err = runFlowApplyGroup(ctx, tx, subs); err != nil {
-			return err
-		}
-		claimed = make([][]*ClaimedEffect, len(claims))
-		for i, c := range claims {
-			if claimed[i], err = claimEffects(ctx, tx, c); err != nil {
-				return fmt.Errorf("claim effects: %w", err)
-			}
-		}
-		return nil
+		got, claimed, err = applyGroupClaim(ctx, tx, subs, claims)
+		return err
 	})
 	if err != nil {
 		if len(subs) > 1 {
@@ -101,12 +93,30 @@ func (r *Rules) FlowApplyGroupClaim(ctx context.Context, subs [][]*FlowApplyPara
 		}
 		return alone(), nil
 	}
+	copy(out, got)
+	return out, claimed
+}
+
+// applyGroupClaim settles the submissions in tx (runFlowApplyGroup), each
+// submission's own error naming its entity, then runs the claims after
+// them: the body of FlowApplyGroupClaim's transaction, and of a routing
+// transaction that settles what it leased (settleInRouting).
+func applyGroupClaim(ctx context.Context, tx Tx, subs [][]*FlowApplyParams, claims []*EffectClaimParams) ([]FlowApplyOutcome, [][]*ClaimedEffect, error) {
+	got, err := runFlowApplyGroup(ctx, tx, subs)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i, o := range got {
 		if o.Err != nil {
 			l := subs[i][0].Lease
-			o.Results, o.Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
+			got[i].Results, got[i].Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
 		}
-		out[i] = o
 	}
-	return out, claimed
+	claimed := make([][]*ClaimedEffect, len(claims))
+	for i, c := range claims {
+		if claimed[i], err = claimEffects(ctx, tx, c); err != nil {
+			return nil, nil, fmt.Errorf("claim effects: %w", err)
+		}
+	}
+	return got, claimed, nil
 }

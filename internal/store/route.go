@@ -207,21 +207,9 @@ func settleInRouting(ctx context.Context, tx Tx, settle func(context.Context, []
 	if len(want.Subs) == 0 {
 		return nil, nil, nil
 	}
-	got, err := runFlowApplyGroup(ctx, tx, want.Subs)
+	got, claimed, err := applyGroupClaim(ctx, tx, want.Subs, want.Claims)
 	if err != nil {
 		return nil, nil, fmt.Errorf("settle in routing: %w", err)
-	}
-	for i, o := range got {
-		if o.Err != nil {
-			l := want.Subs[i][0].Lease
-			got[i].Results, got[i].Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
-		}
-	}
-	claimed := make([][]*ClaimedEffect, len(want.Claims))
-	for i, c := range want.Claims {
-		if claimed[i], err = claimEffects(ctx, tx, c); err != nil {
-			return nil, nil, fmt.Errorf("claim effects: %w", err)
-		}
 	}
 	return got, claimed, nil
 }

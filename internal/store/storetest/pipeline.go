@@ -385,18 +385,22 @@ func testRouteNextDisjoint(t *testing.T, o Opener) {
 // transaction, up to its Limit of ready entities in claim order, as
 // EntityClaim would after it; a later claim finds them leased, and a
 // page that took no event leases nothing.
+// decideDeals routes each event to its own entity of the deals flow,
+// d_<event id>, ordered by its event id.
+func decideDeals(evs []*store.RoutableEvent) []*store.RouteDecision {
+	var ds []*store.RouteDecision
+	for _, e := range evs {
+		ds = append(ds, to(e.PK, rt("deals", "d_"+e.EventID, e.EventID)))
+	}
+	return ds
+}
+
 func testRouteNextLeases(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	for i := range 3 {
 		f.event(fmt.Sprintf("evt_%d", i))
 	}
-	decide := func(evs []*store.RoutableEvent) []*store.RouteDecision {
-		var ds []*store.RouteDecision
-		for _, e := range evs {
-			ds = append(ds, to(e.PK, rt("deals", "d_"+e.EventID, e.EventID)))
-		}
-		return ds
-	}
+	decide := decideDeals
 	claim := &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 2, List: 5}
 	page, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim})
 	if err != nil || page.Events != 3 {
@@ -449,13 +453,7 @@ func testRouteNextLeases(t *testing.T, o Opener) {
 func testRouteNextSettles(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	pks := []int64{f.event("evt_0"), f.event("evt_1")}
-	decide := func(evs []*store.RoutableEvent) []*store.RouteDecision {
-		var ds []*store.RouteDecision
-		for _, e := range evs {
-			ds = append(ds, to(e.PK, rt("deals", "d_"+e.EventID, e.EventID)))
-		}
-		return ds
-	}
+	decide := decideDeals
 	claim := &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 2, List: 5}
 	called := 0
 	// Settles the first entity's work, and leaves the second's.
