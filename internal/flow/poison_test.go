@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // a second connection that installs the refusing rules
@@ -264,6 +265,52 @@ func TestRefusedValuesIsolateTheirEvent(t *testing.T) {
 			}
 			if got := sortedWords(strings.Join(f.effects("orders"), " ")); got != "orders:o1:r1:sync=superseded orders:o1:r2:sync=approved orders:o2:r1:sync=approved" {
 				t.Fatalf("effects: %s", got)
+			}
+		})
+	}
+}
+
+// A lone event whose value the database refuses, found by a routing take
+// that settles its entity's work itself (PostgreSQL): the settle fails the
+// routing transaction, the page is routed again without it, and the
+// processor dead-letters the event with the database's reason, as it
+// would have without the settle in routing.
+func TestRefusedValueSettledInRoutingDeadLetters(t *testing.T) {
+	rules := map[string]string{
+		"sqlite": `CREATE TRIGGER refuse_state BEFORE UPDATE ON entities WHEN NEW.state LIKE '%refused-state%'
+			BEGIN SELECT RAISE(ABORT, 'refused by rule'); END`,
+		"postgres": `ALTER TABLE entities ADD CONSTRAINT refuse_state CHECK (state::text NOT LIKE '%refused-state%') NOT VALID`,
+	}
+	openers := map[string]func(t *testing.T) (store.Store, func(ddl ...string)){"sqlite": openSQLite, "postgres": openPostgres}
+	for name, open := range openers {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := config.Parse("flow.yaml", []byte(poisonFlows), func(string) (string, bool) { return "", false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, exec := open(t)
+			if _, err := st.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			exec(rules[name])
+			clk := clock.NewFake(t0)
+			f := &fixture{t: t, st: st, clk: clk, cfg: cfg}
+			startCounted(t, f, 4)
+			f.send("shop", "e-bad", `{"order_id":"o9","ticket":"t-o9","seq":"1","revision":1,"note":"refused-state","status":"paid","tag":"a"}`)
+			f.eng.WakeRouting()
+			deadline := time.Now().Add(30 * time.Second)
+			for f.disposition("shop", "e-bad") != string(store.DispositionDeadLettered) {
+				if time.Now().After(deadline) {
+					t.Fatalf("e-bad is %s after 30 s, want dead_lettered", f.disposition("shop", "e-bad"))
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			found := false
+			for _, r := range f.event("shop", "e-bad").Routes {
+				found = found || (r.Flow == "orders" && strings.Contains(r.Reason, "processing: the database refused a value of this event"))
+			}
+			if !found {
+				t.Errorf("routes %+v, want the orders route's reason to name the database's refusal", f.event("shop", "e-bad").Routes)
 			}
 		})
 	}
