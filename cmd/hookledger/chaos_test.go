@@ -136,6 +136,15 @@ func TestChaosDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-p.done
+	// The destination may read a call the dead process wrote just before
+	// it died after the process is gone: wait until the dead process's
+	// connections are closed, so every call it made is counted before
+	// the next process starts.
+	quietCtx, cancelQuiet := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelQuiet()
+	if err := dest.Quiet(quietCtx); err != nil {
+		t.Fatalf("the destination after the kill: %v", err)
+	}
 	callsAtKill := len(dest.Requests())
 
 	p = startBinary(t, bin, cfg)

@@ -43,6 +43,7 @@ package delivertest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -217,6 +218,11 @@ type Server struct {
 	lookups  map[string]int
 	log      []Request
 	nextID   int
+
+	// open counts the connections accepted and not yet closed; quiet is
+	// closed when it falls to zero.
+	open  int
+	quiet chan struct{}
 }
 
 // New starts a server on 127.0.0.1; Close stops it (tests register
@@ -224,8 +230,53 @@ type Server struct {
 func New(opts Options) *Server {
 	s := &Server{}
 	s.reset(opts)
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.Config.ConnState = s.connState
+	s.Start()
 	return s
+}
+
+func (s *Server) connState(_ net.Conn, state http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		if s.open++; s.open == 1 {
+			s.quiet = make(chan struct{})
+		}
+	case http.StateClosed, http.StateHijacked:
+		if s.open--; s.open == 0 {
+			close(s.quiet)
+		}
+	}
+}
+
+// OpenConns is how many client connections are open.
+func (s *Server) OpenConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open
+}
+
+// Quiet waits until no client connection is open. Every request a client
+// sent before it closed its connections, or died, is in Requests by then:
+// the server reads what the kernel buffered before it sees the close. A
+// crash test uses it to tell the killed process's calls from the next
+// one's, which a count taken as the process exits cannot do.
+func (s *Server) Quiet(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		n, quiet := s.open, s.quiet
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-quiet:
+		case <-ctx.Done():
+			return fmt.Errorf("%d connections still open: %w", n, ctx.Err())
+		}
+	}
 }
 
 // Reset forgets every key, script, count and request, and takes opts as

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -240,5 +241,47 @@ func TestReset(t *testing.T) {
 	}
 	if get(t, s, "/effects/k") != 404 {
 		t.Fatal("lookup after Reset found the forgotten work")
+	}
+}
+
+// Quiet waits until every connection a client opened is closed: a request
+// the client wrote before it died is logged by then, however late the
+// server gets to read it.
+func TestQuiet(t *testing.T) {
+	s := New(Options{Stall: time.Minute})
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Quiet(ctx); err != nil {
+		t.Fatalf("Quiet with no connection: %v", err)
+	}
+
+	// A client that writes its request and vanishes without reading the
+	// answer: the server logs it whenever it reads it.
+	conn, err := net.Dial("tcp", s.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s.OpenConns() == 0 {
+		time.Sleep(time.Millisecond) // the accept lags the dial
+	}
+	req := "POST /charges HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	// Held open: Quiet does not return while it is.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := s.Quiet(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Quiet with an open connection = %v, want the deadline", err)
+	}
+	_ = conn.Close()
+	if err := s.Quiet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Requests()); n != 1 {
+		t.Fatalf("%d requests logged once quiet, want 1", n)
+	}
+	if n := s.OpenConns(); n != 0 {
+		t.Fatalf("%d connections open once quiet", n)
 	}
 }
