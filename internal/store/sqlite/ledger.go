@@ -117,8 +117,7 @@ func effectClaimSQL(p *store.EffectLeaseParams, now int64) (string, []any) {
 			args = append(args, d)
 		}
 	}
-	args = append(args, p.Limit)
-	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.next_attempt_at, f.id LIMIT ?`, args
+	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.next_attempt_at, f.id` + limitSQL(p.Limit), args
 }
 
 // EffectLease reads the due effects and leases each in turn: the writer
@@ -128,7 +127,7 @@ func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 	now := p.Now.UnixMicro()
 	q, args := effectClaimSQL(p, now)
 	var out []*store.LeasedEffect
-	err := a.each(ctx, q, args, func(sc scanner) error {
+	err := a.eachN(ctx, q, args, p.Limit, func(sc scanner) error {
 		c := &store.LeasedEffect{}
 		if err := scanEffect(sc, &c.Effect); err != nil {
 			return err

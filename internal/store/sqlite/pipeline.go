@@ -227,22 +227,15 @@ func (txn) WorkListLeased(context.Context, []*store.WorkListPendingParams) ([][]
 func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
 	now := p.Now.UnixMicro()
 	until := p.Now.Add(p.LeaseFor).UnixMicro()
-	rows, err := a.tx.QueryContext(ctx, `SELECT flow, entity FROM entities
-		WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
-		ORDER BY not_before, flow, entity LIMIT ?`, now, now, store.ClampLimit(p.Limit))
-	if err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
-	}
 	var out []*store.Lease
-	for rows.Next() {
+	err := a.eachN(ctx, `SELECT flow, entity FROM entities
+		WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
+		ORDER BY not_before, flow, entity`+limitSQL(p.Limit), []any{now, now}, p.Limit, func(sc scanner) error {
 		l := &store.Lease{Until: time.UnixMicro(until).UTC()}
-		if err := rows.Scan(&l.Flow, &l.Entity); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("claim entities: %w", err)
-		}
 		out = append(out, l)
-	}
-	if err := rows.Close(); err != nil {
+		return sc.Scan(&l.Flow, &l.Entity)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("claim entities: %w", err)
 	}
 	for _, l := range out {

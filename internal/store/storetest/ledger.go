@@ -263,6 +263,15 @@ func testLedgerClaimOrder(t *testing.T, o Opener) {
 		t.Fatalf("claim order %v, want %v", got, want)
 	}
 
+	// A limit that is not a power of two bounds the claim as well: a
+	// store may round the limit it gives its database up, and must still
+	// stop at the caller's.
+	f = newLed(t, o)
+	es = f.seed("crm", "crm", "crm", "crm", "crm")
+	if cs := f.claimP(store.EffectClaimParams{Now: t0.Add(time.Hour), Limit: 3}); !slices.Equal(ids(cs), idsOf(es[0], es[1], es[2])) {
+		t.Fatalf("Limit 3 of 5 due claimed %v, want the oldest three %v", ids(cs), idsOf(es[0], es[1], es[2]))
+	}
+
 	// One claim of all four returns them in the same order, and each
 	// call in flight is next due when its lease ends: the claim moves it
 	// out of the due effects that later claims read through.

@@ -633,7 +633,19 @@ func testClaimExclusive(t *testing.T, o Opener) {
 }
 
 func testClaimNotBefore(t *testing.T, o Opener) {
+	// Limit bounds a claim whatever its value: three of five ready
+	// entities, then the other two (a store may round the limit it gives
+	// its database up, and must still stop at the caller's).
 	f := newPipe(t, o)
+	f.seedEntities("deals", 5)
+	if ls := f.claim("w", t0, 3); len(ls) != 3 {
+		t.Fatalf("Limit 3 of 5 ready entities leased %d", len(ls))
+	}
+	if ls := f.claim("w", t0, 3); len(ls) != 2 {
+		t.Fatalf("Limit 3 of the 2 left leased %d", len(ls))
+	}
+
+	f = newPipe(t, o)
 	f.seedEntities("deals", 2)
 	ls := f.claim("w", t0, 10)
 	if len(ls) != 2 {
