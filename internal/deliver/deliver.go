@@ -209,15 +209,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		opts.Tracing = tracing.Off()
 	}
 	if opts.HTTPClient == nil {
-		// Keep an idle connection per worker: the default transport keeps
-		// two per host, so with more workers calling one destination every
-		// call beyond the second dialled a fresh connection and closed it
-		// afterwards (4% of the server's CPU under load, and a TIME_WAIT
-		// socket per call).
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = max(opts.Workers, 2)
-		tr.MaxIdleConns = max(tr.MaxIdleConns, 4*opts.Workers)
-		opts.HTTPClient = &http.Client{Transport: tr}
+		opts.HTTPClient = outbound.Client(opts.Workers)
 	}
 	w := &Worker{
 		cfg: cfg, st: st, opts: opts, log: opts.Logger, clk: opts.Clock,

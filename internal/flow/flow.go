@@ -209,10 +209,7 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 	if opts.HTTPClient == nil {
 		// No client-side retries: refetch failures go back through the
 		// entity's own deferral (RT01: one retry layer).
-		// One idle connection per worker, as the deliver package does.
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = max(opts.Workers, 2)
-		opts.HTTPClient = &http.Client{Transport: tr}
+		opts.HTTPClient = outbound.Client(opts.Workers)
 	}
 	// A refetch never follows a redirect, whatever the injected client
 	// says: the source API's credentials would go along. Nor does it

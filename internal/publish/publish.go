@@ -123,9 +123,8 @@ func New(cfg *config.Config, st Store, opts Options) *Service {
 		opts.Tracing = tracing.Off()
 	}
 	if opts.HTTPClient == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 16
-		opts.HTTPClient = &http.Client{Transport: tr}
+		// The endpoints' calls run on the delivery workers.
+		opts.HTTPClient = outbound.Client(cfg.Delivery.Workers)
 	}
 	s := &Service{st: st, cfg: cfg, opts: opts, log: opts.Logger, clk: opts.Clock,
 		http: &deliver.HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver},
