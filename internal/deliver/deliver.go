@@ -504,11 +504,9 @@ func (w *Worker) capLocked(d string) int {
 // for one.
 func (w *Worker) call(ctx context.Context, c *store.ClaimedEffect) {
 	defer w.calls.Done()
-	w.run(ctx, c)
-	w.release(c)
-	if w.claimWanted.Load() {
-		w.loop.Wake()
-	}
+	sl := &slot{w: w, c: c, wake: true}
+	w.run(ctx, c, sl)
+	sl.free()
 }
 
 // release frees a call's slot.
@@ -519,11 +517,37 @@ func (w *Worker) release(c *store.ClaimedEffect) {
 	w.mu.Unlock()
 }
 
+// slot is a claimed effect's place among its destination's calls in
+// flight and the worker's. It is freed once: as soon as a successful call
+// has its answer, or else when the effect's handling ends. A slot bounds
+// calls at the receiver (max_in_flight, delivery.workers); the settle that
+// records the answer waits for the one writer's commit, which took most of
+// a slot's time when the ledger was busy, and the receiver has nothing to
+// do with it.
+type slot struct {
+	w    *Worker
+	c    *store.ClaimedEffect
+	wake bool // wake the loop when a claim waits for a slot
+	once sync.Once
+}
+
+func (s *slot) free() {
+	if s == nil {
+		return
+	}
+	s.once.Do(func() {
+		s.w.release(s.c)
+		if s.wake && s.w.claimWanted.Load() {
+			s.w.loop.Wake()
+		}
+	})
+}
+
 // run handles one claimed effect; a panic in code the user supplied has
 // already been turned into the effect's outcome by handle, and anything
 // else that escapes is logged, never fatal to the process.
-func (w *Worker) run(ctx context.Context, c *store.ClaimedEffect) {
-	err := loop.Safe(w.log, "delivery of "+c.EpisodeKey, func() error { return w.handle(ctx, c) })
+func (w *Worker) run(ctx context.Context, c *store.ClaimedEffect, sl *slot) {
+	err := loop.Safe(w.log, "delivery of "+c.EpisodeKey, func() error { return w.handle(ctx, c, sl) })
 	switch {
 	case err == nil:
 		w.errs.OK()
@@ -544,8 +568,9 @@ func (w *Worker) Step(ctx context.Context) (int, error) {
 	var wg sync.WaitGroup
 	for _, c := range claims {
 		wg.Go(func() {
-			defer w.release(c)
-			herr := loop.Safe(w.log, "delivery of "+c.EpisodeKey, func() error { return w.handle(ctx, c) })
+			sl := &slot{w: w, c: c}
+			defer sl.free()
+			herr := loop.Safe(w.log, "delivery of "+c.EpisodeKey, func() error { return w.handle(ctx, c, sl) })
 			if herr != nil && !errors.Is(herr, store.ErrLeaseLost) {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("effect %d (%s): %w", c.ID, c.EpisodeKey, herr))
@@ -573,7 +598,9 @@ func (w *Worker) Drain(ctx context.Context) error {
 	}
 }
 
-func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
+// handle carries out one claimed effect; sl is its slot, freed early once
+// a call succeeds (nil: freed by the caller only).
+func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect, sl *slot) error {
 	d, lim := w.dest(c.Destination)
 	if d == nil {
 		return w.st.EffectRelease(ctx, &store.EffectReleaseParams{EffectID: c.ID, Token: c.Token, Now: w.clk.Now(), NotBefore: w.clk.Now().Add(time.Hour)})
@@ -658,6 +685,10 @@ func (w *Worker) handle(ctx context.Context, c *store.ClaimedEffect) error {
 	att := &store.Attempt{StartedAt: started, Duration: w.clk.Now().Sub(started), Class: class, Error: reason}
 	if class == classSuccess {
 		att.Class, att.Error = store.ClassNone, ""
+		// Nothing more goes to the receiver for this effect: its slot is
+		// the next call's while the settle waits for its commit. Any other
+		// answer may still look the outcome up, and keeps its slot.
+		sl.free() // answered: the receiver is done with this effect
 	}
 	if resp != nil {
 		att.Status, att.Response = resp.Status, excerpt(resp.Body, 2000)
