@@ -195,6 +195,24 @@ func (f *fixture) event(source, eventID string) *store.Event {
 	return r.Events[0]
 }
 
+// ruledFixture is the poison flows on a fresh store of driver ("sqlite"
+// or "postgres") with rules planted in its database by ddl; its engine is
+// the caller's to make.
+func ruledFixture(t *testing.T, driver string, ddl ...string) *fixture {
+	t.Helper()
+	open := map[string]func(t *testing.T) (store.Store, func(ddl ...string)){"sqlite": openSQLite, "postgres": openPostgres}[driver]
+	cfg, err := config.Parse("flow.yaml", []byte(poisonFlows), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, exec := open(t)
+	if _, err := st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	exec(ddl...)
+	return &fixture{t: t, st: st, clk: clock.NewFake(t0), cfg: cfg}
+}
+
 // A value the database refuses that no check foresaw (here a rule planted
 // in the database: a work row for entity "refused-entity", a state
 // holding "refused-state") fails its page's transaction. The engine then
@@ -215,20 +233,10 @@ func TestRefusedValuesIsolateTheirEvent(t *testing.T) {
 			`ALTER TABLE entities ADD CONSTRAINT refuse_state CHECK (state::text NOT LIKE '%refused-state%') NOT VALID`,
 		},
 	}
-	openers := map[string]func(t *testing.T) (store.Store, func(ddl ...string)){"sqlite": openSQLite, "postgres": openPostgres}
-	for name, open := range openers {
+	for name := range rules {
 		t.Run(name, func(t *testing.T) {
-			cfg, err := config.Parse("flow.yaml", []byte(poisonFlows), func(string) (string, bool) { return "", false })
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, exec := open(t)
-			if _, err := st.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			exec(rules[name]...)
-			clk := clock.NewFake(t0)
-			f := &fixture{t: t, st: st, clk: clk, cfg: cfg, eng: New(cfg, st, Options{Clock: clk})}
+			f := ruledFixture(t, name, rules[name]...)
+			f.eng = New(f.cfg, f.st, Options{Clock: f.clk})
 			ev := func(order string, rev int, note string) string {
 				return `{"order_id":"` + order + `","ticket":"t-` + order + `","seq":"1","revision":` + string(rune('0'+rev)) +
 					`,"note":"` + note + `","status":"paid","tag":"a"}`
@@ -281,20 +289,9 @@ func TestRefusedValueSettledInRoutingDeadLetters(t *testing.T) {
 			BEGIN SELECT RAISE(ABORT, 'refused by rule'); END`,
 		"postgres": `ALTER TABLE entities ADD CONSTRAINT refuse_state CHECK (state::text NOT LIKE '%refused-state%') NOT VALID`,
 	}
-	openers := map[string]func(t *testing.T) (store.Store, func(ddl ...string)){"sqlite": openSQLite, "postgres": openPostgres}
-	for name, open := range openers {
+	for name := range rules {
 		t.Run(name, func(t *testing.T) {
-			cfg, err := config.Parse("flow.yaml", []byte(poisonFlows), func(string) (string, bool) { return "", false })
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, exec := open(t)
-			if _, err := st.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			exec(rules[name])
-			clk := clock.NewFake(t0)
-			f := &fixture{t: t, st: st, clk: clk, cfg: cfg}
+			f := ruledFixture(t, name, rules[name])
 			startCounted(t, f, 4)
 			f.send("shop", "e-bad", `{"order_id":"o9","ticket":"t-o9","seq":"1","revision":1,"note":"refused-state","status":"paid","tag":"a"}`)
 			f.eng.WakeRouting()
