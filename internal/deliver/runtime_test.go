@@ -341,7 +341,21 @@ func (c *effectClaimCounter) EffectClaim(ctx context.Context, p *store.EffectCla
 // claims, with the poll out of the way; it is stopped when the test ends.
 func startCountedWorker(t *testing.T, destURL string, maxInFlight int) (*rt, *deliver.Worker, *effectClaimCounter) {
 	t.Helper()
-	r := newRuntime(t, "", "", 4, nil, fmt.Sprintf(`destinations:
+	r := oneDestRuntime(t, destURL, maxInFlight)
+	cc := &effectClaimCounter{Store: r.st}
+	w, err := deliver.New(r.cfg, cc, deliver.Options{Workers: 4, LeaseFor: time.Hour, Clock: r.clk, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, w)
+	return r, w, cc
+}
+
+// oneDestRuntime is one flow whose effects go to destURL, destination
+// "healthy" (at most maxInFlight at once).
+func oneDestRuntime(t *testing.T, destURL string, maxInFlight int) *rt {
+	t.Helper()
+	return newRuntime(t, "", "", 4, nil, fmt.Sprintf(`destinations:
   - name: healthy
     base_url: %s
     allow_private_networks: true
@@ -360,11 +374,11 @@ flows:
     effects:
       - {name: to_healthy, destination: healthy, request: {path: '"/y"'}}
 `, destURL, maxInFlight))
-	cc := &effectClaimCounter{Store: r.st}
-	w, err := deliver.New(r.cfg, cc, deliver.Options{Workers: 4, LeaseFor: time.Hour, Clock: r.clk, PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+}
+
+// startWorker starts w's background loop and stops it when the test ends.
+func startWorker(t *testing.T, w *deliver.Worker) {
+	t.Helper()
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +389,6 @@ flows:
 			t.Error(err)
 		}
 	})
-	return r, w, cc
 }
 
 // The background loop claims only when asked to. With the poll out of the

@@ -2,7 +2,6 @@ package deliver_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -48,41 +47,14 @@ func TestSlotFreesWhenTheCallSucceeds(t *testing.T) {
 		}
 	}))
 	defer dest.Close()
-	r := newRuntime(t, "", "", 4, nil, fmt.Sprintf(`destinations:
-  - name: healthy
-    base_url: %s
-    allow_private_networks: true
-    max_in_flight: 1
-sources:
-  - name: shop
-    kind: hmac
-    secrets: [x]
-    hmac: {header: X-Sig}
-flows:
-  - name: orders
-    source: shop
-    events: ["*"]
-    entity: event.id
-    version: {mode: revision, revision: event.rev}
-    effects:
-      - {name: to_healthy, destination: healthy, request: {path: '"/y"'}}
-`, dest.URL))
+	r := oneDestRuntime(t, dest.URL, 1)
 	held := &heldSettles{Store: r.st, release: make(chan struct{})}
 	w, err := deliver.New(r.cfg, held, deliver.Options{Workers: 4, LeaseFor: time.Hour, Clock: r.clk, PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.orders(t, 3)
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	startWorker(t, w)
 	waitUntil(t, "all three effects called while the first settle is held", func() bool { return calls.Load() == 3 })
 	if n := r.count(t, "healthy", store.EffectDone); n != 0 {
 		t.Fatalf("%d effects done while every settle is held", n)
