@@ -522,6 +522,7 @@ func (e *Engine) routeOnce(ctx context.Context, claim int) (routed, leased int, 
 	if !errors.Is(err, store.ErrRefused) {
 		return page.Events, len(page.Leases), rs.finish(ctx, e, page), err
 	}
+	rs.finish(ctx, e, store.RoutedPage{}) // nothing settled: slots and spans back
 	n, err := e.routeAlone(ctx, routePage)
 	return n, 0, nil, err
 }
@@ -582,16 +583,13 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 	var settle func(context.Context, []*store.Lease) store.RouteSettle
 	if rs != nil && lease != nil {
 		settle = func(ctx context.Context, leases []*store.Lease) store.RouteSettle {
-			if len(evs) > inlineMax {
-				// A full page is a busy pipeline: the processor's groups
-				// settle its entities in fewer statements than small
-				// groups in routing would.
-				return store.RouteSettle{}
-			}
 			return rs.prepare(ctx, e, leases)
 		}
 	}
-	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle,
+	// A page of more than inlineMax events is a busy pipeline: the
+	// processor's groups settle its entities in fewer statements than
+	// small groups in routing would.
+	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle, SettleMax: inlineMax,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
 			for _, ev := range page {
@@ -602,6 +600,9 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 					}
 				}
 				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: e.safeRoutes(ev)})
+			}
+			if settle != nil && len(page) <= inlineMax {
+				rs.ahead(ctx, e, evs, ds)
 			}
 			return ds
 		}})

@@ -11,38 +11,63 @@ import (
 )
 
 // Settling in routing. Where routing's transaction leases the entities it
-// made ready and reads their work (PostgreSQL: store.Lease.Pending), the
-// processor's transaction that settles that work can be the same one: the
-// work is prepared inside the routing transaction, between its reads and
-// its commit, and settled there (store.EventRouteNextParams.Settle). A
-// lone webhook then costs three transactions (inbox, routing with
-// processing, the call's settle) instead of four.
+// made ready and reads their work (store.Lease.Pending), the processor's
+// transaction that settles that work can be the same one
+// (store.EventRouteNextParams.Settle). A lone webhook then costs one
+// commit (SQLite) or one transaction (PostgreSQL) fewer between its
+// acknowledgement and its call: inbox, routing with processing, the
+// call's settle.
 //
-// Only work that needs nothing but its expressions is prepared so: a
-// refetch calls the source's API, and a flow that reads the entity's
-// previous state reads it on another connection; neither belongs inside
-// a transaction that holds the page's row locks. The processor settles
-// those as before.
+// The work is prepared as the page is decided, before the leases are
+// taken (ahead): on SQLite that is before the write transaction, so the
+// one writer, which every stage waits for, runs no expression; the
+// settle inside the transaction only places what was prepared under the
+// lease and the work row the routing wrote (prepare). Only work that
+// needs nothing but its event and the flow's expressions is prepared so:
+// a refetch calls the source's API, a flow that reads the entity's
+// previous state or compensates reads the database, and what it read
+// before the lease could be stale by the time the lease is taken. Where
+// the database is shared (PostgreSQL) the decision is itself inside the
+// routing transaction, and work not prepared ahead is prepared in place
+// after the lease, as before; on SQLite such an entity is left to the
+// processor, which prepares it beside the writer.
 
 // inlineMax bounds the routing pages that settle their entities' work
 // themselves, and the entities one page settles: each is prepared one
-// after another while the routing transaction is open, where the
-// processor prepares them side by side in its slots. A larger page is a
-// busy pipeline, where the processor's groups settle many entities in
-// shared statements; settling them in small groups in routing cost a
-// third more buffers per event at saturation
-// (docs/benchmarks-history.md, "Settling in routing").
+// after another by the router, where the processor prepares them side
+// by side in its slots. A larger page is a busy pipeline, where the
+// processor's groups settle many entities in shared statements; settling
+// them in small groups in routing cost a third more buffers per event at
+// saturation (docs/benchmarks-history.md, "Settling in routing").
 const inlineMax = 8
 
 // routeSettle is what one routing take was asked to settle, kept between
-// the preparation inside the transaction and its outcome after it.
+// the preparation (ahead, prepare) and its outcome after the transaction
+// (finish).
 type routeSettle struct {
+	ready   map[readyKey]*readyItem
 	pages   []*inlinePage
 	claims  []*store.EffectClaimParams
 	effects map[string]int
 }
 
-// inlinePage is one entity's page prepared in the routing transaction.
+// readyKey names the work item a route of the page will be: the event's
+// first pass through the flow.
+type readyKey struct {
+	pk   int64
+	flow string
+}
+
+// readyItem is one route's work prepared ahead, for the entity it routes
+// to; used once placed in a settled page.
+type readyItem struct {
+	entity string
+	p      *store.FlowApplyParams
+	tr     *itemTrace
+	used   bool
+}
+
+// inlinePage is one entity's page settled in the routing transaction.
 type inlinePage struct {
 	l       *store.Lease
 	items   []*store.WorkItem
@@ -51,12 +76,20 @@ type inlinePage struct {
 	settles []trace.Span
 }
 
-// errNotInline ends the spans of a page prepared in a routing transaction
+// errNotInline ends the spans of work prepared for a routing transaction
 // that did not settle it: the processor prepares it again.
 var errNotInline = errors.New("not settled in routing")
 
+// preparedAhead reports whether f's work needs nothing but the event and
+// the flow's expressions, so that it can be prepared before the entity's
+// lease is taken.
+func (e *Engine) preparedAhead(f *config.Flow) bool {
+	return f != nil && f.Version.Mode != config.ModeRefetch && !f.Compiled.ReadsPrevious &&
+		e.changesOnly[f.Name] == nil && !compensates(f)
+}
+
 // inlineable reports whether the leased entity's listed work can be
-// prepared inside the routing transaction.
+// settled in the routing transaction.
 func (e *Engine) inlineable(l *store.Lease) *config.Flow {
 	f := e.flows[l.Flow]
 	switch {
@@ -71,9 +104,48 @@ func (e *Engine) inlineable(l *store.Lease) *config.Flow {
 	return f
 }
 
-// prepare prepares, inside the routing transaction, the listed work of up
-// to inlineMax of the leases, and promises the delivery worker's slots
-// for the effects it would write (Handoff): the settle claims them.
+// ahead prepares the work of a decided page (evs, decided as ds, in the
+// same order) for the routes whose flow allows it (preparedAhead). A
+// transaction that decides again (retried) prepares again.
+func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
+	rs.drop()
+	rs.ready = make(map[readyKey]*readyItem)
+	for i, d := range ds {
+		if i >= len(evs) || evs[i].PK != d.EventPK {
+			return // not the page's order: nothing more is prepared
+		}
+		for _, r := range d.Routes {
+			f := e.flows[r.Flow]
+			if r.Failed != "" || !e.preparedAhead(f) {
+				continue
+			}
+			l := &store.Lease{Flow: r.Flow, Entity: r.Entity}
+			it := &store.WorkItem{Flow: r.Flow, Entity: r.Entity, OrderKey: r.OrderKey, Event: *evs[i]}
+			p, tr, deferred := e.prepareItem(ctx, f, l, it)
+			if deferred {
+				continue
+			}
+			rs.ready[readyKey{d.EventPK, r.Flow}] = &readyItem{entity: r.Entity, p: p, tr: tr}
+		}
+	}
+}
+
+// drop ends the spans of the work prepared ahead that no settle used.
+func (rs *routeSettle) drop() {
+	for _, r := range rs.ready {
+		if !r.used && r.tr != nil {
+			traces := []*itemTrace{r.tr}
+			endProcessSpans(traces, startSettles(traces), []*store.FlowApplyParams{r.p}, nil, errNotInline)
+		}
+	}
+	rs.ready = nil
+}
+
+// prepare assembles, inside the routing transaction, the listed work of
+// up to inlineMax of the leases from what was prepared ahead (preparing
+// in place what was not, where the database is shared), and promises the
+// delivery worker's slots for the effects it would write (Handoff): the
+// settle claims them.
 func (rs *routeSettle) prepare(ctx context.Context, e *Engine, leases []*store.Lease) store.RouteSettle {
 	var out store.RouteSettle
 	for _, l := range leases {
@@ -84,16 +156,16 @@ func (rs *routeSettle) prepare(ctx context.Context, e *Engine, leases []*store.L
 		if f == nil {
 			continue
 		}
-		ps, traces, deferred := e.preparePage(ctx, f, l, l.Pending)
-		if deferred || len(ps) < len(l.Pending) {
-			endProcessSpans(traces, startSettles(traces), ps, nil, errNotInline)
+		pg := rs.assemble(ctx, e, f, l)
+		if pg == nil {
 			continue
 		}
 		// The whole of the entity's work is listed: the apply frees the
 		// lease itself if nothing arrived meanwhile.
-		ps[len(ps)-1].ReleaseIfDrained = true
-		rs.pages = append(rs.pages, &inlinePage{l: l, items: l.Pending, ps: ps, traces: traces, settles: startSettles(traces)})
-		out.Subs = append(out.Subs, ps)
+		pg.ps[len(pg.ps)-1].ReleaseIfDrained = true
+		pg.settles = startSettles(pg.traces)
+		rs.pages = append(rs.pages, pg)
+		out.Subs = append(out.Subs, pg.ps)
 	}
 	if h := e.opts.Handoff; h != nil && len(out.Subs) > 0 {
 		if rs.effects = effectsByDestination(out.Subs); len(rs.effects) > 0 {
@@ -104,6 +176,44 @@ func (rs *routeSettle) prepare(ctx context.Context, e *Engine, leases []*store.L
 	return out
 }
 
+// assemble is the page of l's listed work, each item placed under l: as
+// prepared ahead, or prepared now where the database is shared; nil when
+// an item can be neither (or must be deferred), which leaves the entity
+// to the processor.
+func (rs *routeSettle) assemble(ctx context.Context, e *Engine, f *config.Flow, l *store.Lease) *inlinePage {
+	pg := &inlinePage{l: l, items: l.Pending}
+	var ahead []*readyItem
+	var inPlace []*itemTrace
+	for _, it := range l.Pending {
+		var p *store.FlowApplyParams
+		var tr *itemTrace
+		if r := rs.ready[readyKey{it.Event.PK, l.Flow}]; r != nil && !r.used && it.ReplayID == 0 && r.entity == l.Entity {
+			p, tr = r.p, r.tr
+			ahead = append(ahead, r)
+		} else if e.st.Shared() {
+			var deferred bool
+			if p, tr, deferred = e.prepareItem(ctx, f, l, it); deferred {
+				p = nil
+			} else if tr != nil {
+				inPlace = append(inPlace, tr)
+			}
+		}
+		if p == nil {
+			endProcessSpans(inPlace, startSettles(inPlace), make([]*store.FlowApplyParams, len(inPlace)), nil, errNotInline)
+			return nil
+		}
+		e.place(p, l, it)
+		pg.ps = append(pg.ps, p)
+		if tr != nil {
+			pg.traces = append(pg.traces, tr)
+		}
+	}
+	for _, r := range ahead {
+		r.used = true
+	}
+	return pg
+}
+
 // finish takes the routing page's outcome: the calls of the effects its
 // claims took start, and each entity settled there is recorded. It
 // returns the leases still to process: those not settled in routing, and
@@ -111,7 +221,11 @@ func (rs *routeSettle) prepare(ctx context.Context, e *Engine, leases []*store.L
 // meanwhile, or the settle failed), which the processor works on as it
 // would any lease. A lease settled and freed gives its slot back.
 func (rs *routeSettle) finish(ctx context.Context, e *Engine, page store.RoutedPage) []*store.Lease {
-	if rs == nil || len(rs.pages) == 0 {
+	if rs == nil {
+		return page.Leases
+	}
+	defer rs.drop()
+	if len(rs.pages) == 0 {
 		return page.Leases
 	}
 	if h := e.opts.Handoff; h != nil && len(rs.effects) > 0 {

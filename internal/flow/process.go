@@ -231,34 +231,51 @@ func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease
 		if len(ps) > 0 && e.clk.Now().After(prepareUntil) {
 			break
 		}
-		var p *store.FlowApplyParams
-		tr := e.startProcess(ctx, l, it)
-		span := tr.startPrepare()
-		err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
-			if e.prepareHook != nil {
-				e.prepareHook(it)
-			}
-			var perr error
-			p, perr = e.prepare(ctx, f, l, it)
-			return perr
-		})
-		var transient *errTransient
-		deferred := errors.As(err, &transient)
-		tr.endPrepare(span, p, err, deferred)
+		p, tr, deferred := e.prepareItem(ctx, f, l, it)
 		if deferred {
-			e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)
 			return ps, traces, true
 		}
-		if err != nil {
-			p = &store.FlowApplyParams{Fail: err.Error()}
-		}
-		p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
+		e.place(p, l, it)
 		ps = append(ps, p)
 		if tr != nil {
 			traces = append(traces, tr)
 		}
 	}
 	return ps, traces, false
+}
+
+// prepareItem prepares one item under its processing span (tr, nil when
+// tracing is off): an item whose expressions fail (or panic) is to settle
+// as a failure; deferred is true when it must be retried later, and its
+// span has then ended. p is not placed yet (place).
+func (e *Engine) prepareItem(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem) (p *store.FlowApplyParams, tr *itemTrace, deferred bool) {
+	tr = e.startProcess(ctx, l, it)
+	span := tr.startPrepare()
+	err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
+		if e.prepareHook != nil {
+			e.prepareHook(it)
+		}
+		var perr error
+		p, perr = e.prepare(ctx, f, l, it)
+		return perr
+	})
+	var transient *errTransient
+	deferred = errors.As(err, &transient)
+	tr.endPrepare(span, p, err, deferred)
+	if deferred {
+		e.log.Warn("deferring entity", "flow", l.Flow, "entity", l.Entity, "err", err)
+		return nil, nil, true
+	}
+	if err != nil {
+		p = &store.FlowApplyParams{Fail: err.Error()}
+	}
+	return p, tr, false
+}
+
+// place makes a prepared item's settle one of the work item it, under the
+// lease l.
+func (e *Engine) place(p *store.FlowApplyParams, l *store.Lease, it *store.WorkItem) {
+	p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
 }
 
 // settlePage settles a prepared page in one transaction, or one item at

@@ -21,6 +21,10 @@ type Pipeline interface {
 	// EventListUnrouted returns accepted events not yet routed to flows, in
 	// pk order, each with the body of its first delivery.
 	EventListUnrouted(ctx context.Context, p *EventListUnroutedParams) ([]*RoutableEvent, error)
+	// Shared reports whether several processes may share the database
+	// (PostgreSQL) rather than one process owning it (SQLite), whose one
+	// writer the routing transaction holds (EventRouteNextParams.Settle).
+	Shared() bool
 	// EventRoute records routing decisions: a work item per (event, flow),
 	// an entity row per (flow, entity), and marks the events routed. An
 	// event with no route ends unrouted. Routing an event twice creates no
@@ -125,16 +129,32 @@ type EventRouteNextParams struct {
 	// effect, and on PostgreSQL one transaction more per lone webhook.
 	Claim *EntityClaimParams
 	// Settle, when set, settles work of the entities Claim leased in the
-	// routing transaction itself, where the driver read their work there
-	// (Lease.Pending, on a shared database): it is called inside the
-	// transaction with those leases, prepares what it chooses to settle,
-	// and the submissions and claims it returns are settled and run there
-	// as FlowApplyGroupClaim would. A lone webhook then costs the routing
-	// transaction and no processing transaction of its own. Should the
-	// transaction fail with them, the page is routed again without
-	// Settle, and RoutedPage.Settled is nil: the caller settles those
-	// entities' work itself.
+	// routing transaction itself: it is called inside the transaction
+	// with the leases that carry their work (Lease.Pending, read there),
+	// chooses what to settle, and the submissions and claims it returns
+	// are settled and run there as FlowApplyGroupClaim would. A lone
+	// webhook then costs the routing transaction and no processing
+	// transaction of its own. Should the transaction fail with them, the
+	// page is routed again without Settle, and RoutedPage.Settled is nil:
+	// the caller settles those entities' work itself.
+	//
+	// On a database one process owns, the transaction holds the one
+	// writer while Settle runs: Settle should assemble what Decide
+	// prepared rather than compute there, and only the work of the page's
+	// own events is carried (the driver lists keys, the page has the
+	// events).
 	Settle func(ctx context.Context, leases []*Lease) RouteSettle
+	// SettleMax, when above zero, settles in routing only pages of at
+	// most that many events: a larger page is a busy pipeline, whose
+	// processor settles many entities in shared statements. On a
+	// database one process owns a larger page lists no work in routing
+	// either.
+	SettleMax int
+}
+
+// settles reports whether a page of n events settles in routing.
+func (p *EventRouteNextParams) settles(n int) bool {
+	return p.Settle != nil && p.Claim != nil && p.Claim.Limit > 0 && p.Claim.List > 0 && (p.SettleMax <= 0 || n <= p.SettleMax)
 }
 
 // RouteSettle is what EventRouteNextParams.Settle asks the routing

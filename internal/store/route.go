@@ -38,11 +38,13 @@ type RouteTx interface {
 	EntitiesLease(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
 	// WorkListLeased is Pipeline.WorkListPendingGroup inside the
 	// transaction: routing's, which lists the work of the entities it
-	// leased so that the processor need not read it again. Only a shared
-	// database (Driver.Shared) lists there, where the read is one
-	// transaction less per webhook; a driver whose database one process
-	// owns answers ErrNotShared, since its one writer would hold the
-	// read, and its processor lists without a transaction of the writer.
+	// leased so that the processor need not read it again. A shared
+	// database (Driver.Shared) lists the items whole, where the read is
+	// one transaction less per webhook. A driver whose database one
+	// process owns lists their keys only (ID, Flow, Entity, OrderKey,
+	// ReplayID and Event.PK): its one writer holds the read, and routing
+	// read the page's events before the write transaction, so the rules
+	// fill the events in from the page (leaseAfterRouting).
 	WorkListLeased(ctx context.Context, ps []*WorkListPendingParams) ([][]*WorkItem, error)
 }
 
@@ -64,18 +66,22 @@ type RouteEvent struct {
 // is what makes concurrent routing safe: the event is claimed before
 // anything else is written.
 func (r *Rules) EventRoute(ctx context.Context, p *EventRouteParams) error {
-	_, err := r.eventRoute(ctx, p, nil)
+	_, err := r.eventRoute(ctx, p, nil, nil)
 	return err
 }
 
 // eventRoute is EventRoute, leasing ready entities in the same transaction
-// when claim asks for some.
-func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *EntityClaimParams) ([]*Lease, error) {
+// when claim asks for some. With settle (a database one process owns,
+// whose page was read before the transaction), it also lists the leased
+// entities' work, fills in their events from the page, and settles there
+// what settle asks of them (settleInRouting); should that fail the
+// transaction, the page is routed again without it.
+func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *EntityClaimParams, settle *pageSettle) (RoutedPage, error) {
 	storableRoutes(p.Decisions)
 	byPK := decisionsByPK(p.Decisions)
-	var leases []*Lease
+	var page RoutedPage
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
-		leases = nil
+		page = RoutedPage{}
 		claimed, err := tx.EventsClaim(ctx, slices.Sorted(maps.Keys(byPK)))
 		if err != nil {
 			return fmt.Errorf("mark routed: %w", err)
@@ -83,18 +89,52 @@ func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *Enti
 		if err := routeClaimed(ctx, tx, p, byPK, claimed); err != nil {
 			return err
 		}
-		leases, err = leaseAfterRouting(ctx, tx, claim)
+		if settle == nil {
+			// Listed only for a settle: the processor lists on a reader
+			// what it settles itself.
+			page.Leases, err = leaseAfterRouting(ctx, tx, unlisted(claim), nil)
+			return err
+		}
+		if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.events); err != nil {
+			return err
+		}
+		page.Settled, page.Claimed, err = settleInRouting(ctx, tx, settle.fn, page.Leases)
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("route events: %w", err)
+	if err != nil && settle != nil {
+		return r.eventRoute(ctx, p, claim, nil)
 	}
-	return leases, nil
+	if err != nil {
+		return RoutedPage{}, fmt.Errorf("route events: %w", err)
+	}
+	return page, nil
+}
+
+// pageSettle is what a routing transaction on a database one process owns
+// needs to settle its leased entities' work: the settle, and the page's
+// events, read before the transaction, by pk.
+type pageSettle struct {
+	fn     func(context.Context, []*Lease) RouteSettle
+	events map[int64]*RoutableEvent
+}
+
+// unlisted is claim without a listing of the leased work.
+func unlisted(claim *EntityClaimParams) *EntityClaimParams {
+	if claim == nil || claim.List == 0 {
+		return claim
+	}
+	c := *claim
+	c.List = 0
+	return &c
 }
 
 // leaseAfterRouting takes the leases a routing page's Claim asks for, in
-// the routing transaction.
-func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams) ([]*Lease, error) {
+// the routing transaction, with their first page of work when Claim.List
+// asks for it. page, when set, is the routing page's events: the driver
+// listed the work's keys only (RouteTx.WorkListLeased), and a lease
+// carries its work only when every item is one of the page's events,
+// filled in from there.
+func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams, page map[int64]*RoutableEvent) ([]*Lease, error) {
 	if claim == nil || claim.Limit <= 0 {
 		return nil, nil
 	}
@@ -110,18 +150,34 @@ func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams) ([]
 		ps[i] = &WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: claim.List}
 	}
 	items, err := tx.WorkListLeased(ctx, ps)
-	switch {
-	case errors.Is(err, ErrNotShared):
-		return leases, nil
-	case err != nil:
+	if err != nil {
 		return nil, fmt.Errorf("list leased work: %w", err)
 	}
 	for i, l := range leases {
-		if i < len(items) && len(items[i]) > 0 {
+		if i < len(items) && len(items[i]) > 0 && fillEvents(items[i], page) {
 			l.Pending = items[i]
 		}
 	}
 	return leases, nil
+}
+
+// fillEvents fills in each listed item's event from the routing page
+// (nothing to do when page is nil: the items were listed whole), and
+// reports whether every item's event was there. An item of an event
+// routed before is not the page's: its entity's work is then left to the
+// processor's listing.
+func fillEvents(items []*WorkItem, page map[int64]*RoutableEvent) bool {
+	if page == nil {
+		return true
+	}
+	for _, it := range items {
+		ev := page[it.Event.PK]
+		if ev == nil {
+			return false // older work: not the page's
+		}
+		it.Event = *ev
+	}
+	return true
 }
 
 // EventRouteNext routes the next page of unrouted events (see Pipeline).
@@ -146,11 +202,16 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		if err := checkDecisions(evs, ds); err != nil {
 			return RoutedPage{}, fmt.Errorf("route events: %w", err)
 		}
-		leases, err := r.eventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}, p.Claim)
-		if err != nil {
-			return RoutedPage{}, err
+		var settle *pageSettle
+		if p.settles(len(evs)) {
+			settle = &pageSettle{fn: p.Settle, events: make(map[int64]*RoutableEvent, len(evs))}
+			for _, ev := range evs {
+				settle.events[ev.PK] = ev
+			}
 		}
-		return RoutedPage{Events: len(evs), Leases: leases}, nil
+		page, err := r.eventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}, p.Claim, settle)
+		page.Events = len(evs)
+		return page, err
 	}
 	var page RoutedPage
 	settling := false
@@ -167,9 +228,9 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		if err := routeClaimed(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), claimed); err != nil {
 			return err
 		}
-		leases, err := leaseAfterRouting(ctx, tx, p.Claim)
+		leases, err := leaseAfterRouting(ctx, tx, p.Claim, nil)
 		page = RoutedPage{Events: len(evs), Leases: leases}
-		if err != nil || p.Settle == nil {
+		if err != nil || !p.settles(len(evs)) {
 			return err
 		}
 		settling = true

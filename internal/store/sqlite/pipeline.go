@@ -214,11 +214,25 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 	return out, nil
 }
 
-// WorkListLeased: a SQLite store's processor lists its entities' work on
-// a reader, without holding the one writer for the read
-// (store.RouteTx).
-func (txn) WorkListLeased(context.Context, []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
-	return nil, store.ErrNotShared
+// WorkListLeased lists the keys of the leased entities' work on the
+// writer (store.RouteTx): the events are the routing page's, read on a
+// reader before the write transaction, and their bodies are not read
+// again while the one writer is held.
+func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingParams) ([][]*store.WorkItem, error) {
+	out := make([][]*store.WorkItem, len(ps))
+	for i, p := range ps {
+		err := a.eachN(ctx, `SELECT id, flow, entity, order_key, replay_id, event_pk FROM work
+			WHERE flow = ? AND entity = ? AND done_at IS NULL
+			ORDER BY order_key, id`+limitSQL(store.ClampLimit(p.Limit)), []any{p.Flow, p.Entity}, store.ClampLimit(p.Limit), func(sc scanner) error {
+			w := &store.WorkItem{}
+			out[i] = append(out[i], w)
+			return sc.Scan(&w.ID, &w.Flow, &w.Entity, &w.OrderKey, &w.ReplayID, &w.Event.PK)
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // EntitiesLease leases ready entities (store.RouteTx). The writer lock

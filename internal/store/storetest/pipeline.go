@@ -445,11 +445,13 @@ func testRouteNextLeases(t *testing.T, o Opener) {
 	}
 }
 
-// testRouteNextSettles: on a shared database the routing transaction
-// settles what Settle prepares of the leased entities' work, in the same
-// commit; a settle that fails the transaction costs the page nothing but
-// the settle (it is routed again without it). A database one process owns
-// reads no work in routing, and never calls Settle.
+// testRouteNextSettles: the routing transaction settles what Settle
+// prepares of the leased entities' work, in the same commit; a settle
+// that fails the transaction costs the page nothing but the settle (it is
+// routed again without it). A page of more than SettleMax events settles
+// nothing. A database one process owns carries, and settles, only the
+// work of the page's own events: an entity with older work is left to the
+// processor.
 func testRouteNextSettles(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	pks := []int64{f.event("evt_0"), f.event("evt_1")}
@@ -461,19 +463,15 @@ func testRouteNextSettles(t *testing.T, o Opener) {
 		called++
 		l := leases[0]
 		it := l.Pending[0]
+		if it.Event.EventID != "evt_0" || len(it.Event.Body) == 0 || it.ID == 0 {
+			t.Errorf("Settle got %+v, want evt_0's work item with its event and body", it)
+		}
 		return store.RouteSettle{Subs: [][]*store.FlowApplyParams{{{Lease: l, WorkID: it.ID, EventPK: it.Event.PK, Now: t0,
 			Version: "1", VersionSort: "1", State: []byte(`{}`), ReleaseIfDrained: true}}}}
 	}
-	page, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim, Settle: settle})
+	page, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim, Settle: settle, SettleMax: 2})
 	if err != nil || page.Events != 2 || len(page.Leases) != 2 {
 		t.Fatalf("EventRouteNext = %d events, %d leases, %v; want 2 and 2", page.Events, len(page.Leases), err)
-	}
-	shared, _ := f.s.(interface{ Shared() bool })
-	if shared == nil || !shared.Shared() {
-		if called != 0 || page.Settled != nil {
-			t.Fatalf("Settle called %d times, settled %+v; a database one process owns lists no work in routing, so settles none there", called, page.Settled)
-		}
-		return
 	}
 	if called != 1 || len(page.Settled) != 1 || page.Settled[0].Err != nil || len(page.Settled[0].Results) != 1 {
 		t.Fatalf("Settle called %d times, settled %+v; want one submission of one item settled", called, page.Settled)
@@ -486,6 +484,10 @@ func testRouteNextSettles(t *testing.T, o Opener) {
 	}
 	if d := f.disposition(pks[1]); d != store.DispositionAccepted || len(f.pending("deals", "d_evt_1")) != 1 {
 		t.Fatalf("evt_1 is %s with %d pending items; want accepted, its work left to the processor", d, len(f.pending("deals", "d_evt_1")))
+	}
+	// The lease of evt_1's entity carries its work, for the processor.
+	if l := page.Leases[1]; len(l.Pending) != 1 || l.Pending[0].Event.EventID != "evt_1" || len(l.Pending[0].Event.Body) == 0 {
+		t.Fatalf("lease of d_evt_1 carries %+v, want evt_1's work with its event", l.Pending)
 	}
 
 	// A settle that fails: the transaction rolls back and the page is
@@ -501,6 +503,55 @@ func testRouteNextSettles(t *testing.T, o Opener) {
 	}
 	if ws := f.pending("deals", "d_evt_2"); len(ws) != 1 {
 		t.Fatalf("evt_2 has %d pending items after its page was routed again, want 1", len(ws))
+	}
+
+	// A page of more than SettleMax events settles nothing.
+	f.event("evt_3")
+	f.event("evt_4")
+	f.event("evt_5")
+	called = 0
+	page, err = f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Decide: decide, Claim: claim, Settle: settle, SettleMax: 2})
+	if err != nil || page.Events != 3 || called != 0 || page.Settled != nil {
+		t.Fatalf("a page of 3 with SettleMax 2: %d events, Settle called %d times, settled %+v, %v; want the page routed, nothing settled", page.Events, called, page.Settled, err)
+	}
+
+	// An entity whose work is not all the page's: on a database one
+	// process owns its lease carries nothing (the older event's body is
+	// not read on the writer), so Settle never sees it; a shared database
+	// lists it whole.
+	older := f.event("evt_6")
+	f.route(t0, to(older, rt("deals", "d_shared", "a")))
+	f.event("evt_7")
+	var got []*store.Lease
+	page, err = f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0, Claim: claim, SettleMax: 2,
+		Decide: func(evs []*store.RoutableEvent) []*store.RouteDecision {
+			var ds []*store.RouteDecision
+			for _, e := range evs {
+				ds = append(ds, to(e.PK, rt("deals", "d_shared", "b")))
+			}
+			return ds
+		},
+		Settle: func(_ context.Context, leases []*store.Lease) store.RouteSettle {
+			got = leases
+			return store.RouteSettle{}
+		}})
+	if err != nil || page.Events != 1 {
+		t.Fatalf("EventRouteNext = %d events, %v; want evt_7's page", page.Events, err)
+	}
+	var shared bool
+	for _, l := range page.Leases {
+		if l.Entity == "d_shared" {
+			shared = len(l.Pending) == 2
+			if !f.s.Shared() && l.Pending != nil {
+				t.Fatalf("lease of d_shared carries %+v on a database one process owns, want nothing: evt_6 is not the page's", l.Pending)
+			}
+		}
+	}
+	if f.s.Shared() && (!shared || len(got) == 0) {
+		t.Fatalf("leases %+v (Settle saw %d); want d_shared leased with both items, evt_6's and evt_7's, on a shared database", page.Leases, len(got))
+	}
+	if !f.s.Shared() && len(got) != 0 {
+		t.Fatalf("Settle saw %d leases on a database one process owns, want none", len(got))
 	}
 }
 
