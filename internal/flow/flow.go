@@ -601,7 +601,7 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 				}
 				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: e.safeRoutes(ev)})
 			}
-			if settle != nil && len(page) <= inlineMax {
+			if settle != nil && !e.st.Shared() && len(page) <= inlineMax {
 				rs.ahead(ctx, e, evs, ds)
 			}
 			return ds

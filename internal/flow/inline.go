@@ -18,19 +18,24 @@ import (
 // acknowledgement and its call: inbox, routing with processing, the
 // call's settle.
 //
-// The work is prepared as the page is decided, before the leases are
-// taken (ahead): on SQLite that is before the write transaction, so the
-// one writer, which every stage waits for, runs no expression; the
-// settle inside the transaction only places what was prepared under the
-// lease and the work row the routing wrote (prepare). Only work that
-// needs nothing but its event and the flow's expressions is prepared so:
-// a refetch calls the source's API, a flow that reads the entity's
-// previous state or compensates reads the database, and what it read
-// before the lease could be stale by the time the lease is taken. Where
-// the database is shared (PostgreSQL) the decision is itself inside the
-// routing transaction, and work not prepared ahead is prepared in place
-// after the lease, as before; on SQLite such an entity is left to the
-// processor, which prepares it beside the writer.
+// On SQLite, whose one writer every stage waits for, the work is
+// prepared as the page is decided, before the write transaction (ahead):
+// the writer runs no expression, and the settle inside the transaction
+// only places what was prepared under the lease and the work row the
+// routing wrote (prepare). Only work that needs nothing but its event
+// and the flow's expressions is prepared so: a refetch calls the
+// source's API, a flow that reads the entity's previous state or
+// compensates reads the database, and what it read before the lease
+// could be stale by the time the lease is taken; such an entity is left
+// to the processor, which prepares it beside the writer. A route whose
+// entity the transaction does not lease (held by a slot, or past the
+// free slots) was prepared for nothing, and is prepared again by the
+// processor: at the light loads where pages are small, rare.
+//
+// Where the database is shared (PostgreSQL) the decision is itself
+// inside the routing transaction, so preparing ahead would gain nothing
+// and waste the work of routes not leased: the work is prepared there
+// after the lease (in place).
 
 // inlineMax bounds the routing pages that settle their entities' work
 // themselves, and the entities one page settles: each is prepared one
@@ -106,7 +111,7 @@ func (e *Engine) inlineable(l *store.Lease) *config.Flow {
 
 // ahead prepares the work of a decided page (evs, decided as ds, in the
 // same order) for the routes whose flow allows it (preparedAhead). A
-// transaction that decides again (retried) prepares again.
+// page decided again (routed again without its settle) prepares again.
 func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
 	rs.drop()
 	rs.ready = make(map[readyKey]*readyItem)
