@@ -210,8 +210,11 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 			}
 		}
 		page, err := r.eventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}, p.Claim, settle)
+		if err != nil {
+			return RoutedPage{}, err
+		}
 		page.Events = len(evs)
-		return page, err
+		return page, nil
 	}
 	var page RoutedPage
 	settling := false
