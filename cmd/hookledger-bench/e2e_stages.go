@@ -50,12 +50,12 @@ var e2eStages = []stage{
 		waitOf: func(r *stampRow, ack int64) (time.Duration, bool) { return span(r.received, ack) }},
 	{name: "route", wait: "acknowledged -> the router takes its page", work: "",
 		waitOf: func(r *stampRow, ack int64) (time.Duration, bool) { return span(ack, r.routed) }},
-	{name: "process", wait: "routed -> entity claimed (0 when the routing take leased it)", work: "entity claimed -> item settled (then the routing commit; listing, preparing)",
+	{name: "process", wait: "routed -> entity claimed (0 when the routing take leased it)", work: "entity claimed -> item settled (in the routing transaction for a small page, then its commit; else the processor's listing, preparing and settle)",
 		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.routed, r.claimed) },
 		workOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.claimed, r.applied) }},
-	{name: "claim", wait: "item settled -> effect claimed (the wait for the settle's group, which claims for the worker)", work: "",
+	{name: "claim", wait: "item settled -> effect claimed (in the same transaction when routing or a settle's group claims for the worker)", work: "",
 		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.applied, r.leased) }},
-	{name: "call", wait: "effect claimed -> call started (the settle's or the claim's commit, bulkhead, rate)", work: "call started -> answered",
+	{name: "call", wait: "effect claimed -> call started (the commit of the transaction that claimed it, bulkhead, rate)", work: "call started -> answered",
 		waitOf: func(r *stampRow, _ int64) (time.Duration, bool) { return span(r.leased, r.called) },
 		workOf: func(r *stampRow, _ int64) (time.Duration, bool) {
 			if r.called <= 0 {
