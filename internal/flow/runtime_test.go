@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -196,6 +197,66 @@ func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 		})
 	}
 }
+
+// A flow whose effects read the entity's previous state reads the
+// database while it is prepared: prepared before the lease (SQLite's
+// routing prepares before its transaction) it could read a state another
+// slot was about to replace, and inside PostgreSQL's routing transaction
+// the read would wait with the page's row locks held. Its lone events are
+// settled by the processor, under the lease, and the read sees the state
+// the earlier event left.
+func TestRoutingLeavesFlowsReadingPreviousToTheProcessor(t *testing.T) {
+	for name, open := range stores() {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+previousFlow)
+			f.st = open(t)
+			if _, err := f.st.Migrate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			cc := startCounted(t, f, 4)
+			for i, id := range []string{"evt-1", "evt-2"} {
+				f.send("shop", id, fmt.Sprintf(`{"order_id":"o1","rev":%d}`, i+1))
+				f.eng.WakeRouting()
+				waitApplied(t, f, id)
+			}
+			if got := cc.settles.Load(); got < 2 {
+				t.Errorf("the processor settled %d pages for two events of a flow reading previous, want both: none is settled in routing", got)
+			}
+			var seen []string
+			was := -1.0
+			for _, e := range f.effectRows() {
+				if e.Version == "r2" {
+					seen = append(seen, string(e.Request))
+					var req struct {
+						Body struct {
+							Was float64 `json:"was"`
+						} `json:"body"`
+					}
+					if err := json.Unmarshal(e.Request, &req); err != nil {
+						t.Fatal(err)
+					}
+					was = req.Body.Was
+				}
+			}
+			if len(seen) != 1 || was != 1 {
+				t.Errorf("r2's effect requests %q, want one whose body saw r1's state (was 1)", seen)
+			}
+		})
+	}
+}
+
+const previousFlow = `flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.rev}
+    state: '{"rev": event.rev}'
+    effects:
+      - name: sync
+        destination: crm
+        request: {path: '"/deals/" + entity', body: '{"rev": event.rev, "was": previous != null ? previous.rev : 0}'}
+`
 
 // A routing page of more than inlineMax events is a busy pipeline: it
 // settles nothing itself, and the processor settles its entities; on
