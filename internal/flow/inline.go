@@ -85,12 +85,13 @@ type inlinePage struct {
 // that did not settle it: the processor prepares it again.
 var errNotInline = errors.New("not settled in routing")
 
-// preparedAhead reports whether f's work needs nothing but the event and
-// the flow's expressions, so that it can be prepared before the entity's
-// lease is taken.
-func (e *Engine) preparedAhead(f *config.Flow) bool {
-	return f != nil && f.Version.Mode != config.ModeRefetch && !f.Compiled.ReadsPrevious &&
-		e.changesOnly[f.Name] == nil && !compensates(f)
+// expressionsOnly reports whether f's work needs nothing but the event
+// and the flow's expressions: no refetch, no read of the entity's
+// previous state (which a compensating flow reads too), no destination
+// taking changes only. Only such work is settled in routing, and on
+// SQLite prepared before the entity's lease is taken.
+func (e *Engine) expressionsOnly(f *config.Flow) bool {
+	return f != nil && f.Version.Mode != config.ModeRefetch && !f.Compiled.ReadsPrevious && e.changesOnly[f.Name] == nil
 }
 
 // inlineable reports whether the leased entity's listed work can be
@@ -98,10 +99,8 @@ func (e *Engine) preparedAhead(f *config.Flow) bool {
 func (e *Engine) inlineable(l *store.Lease) *config.Flow {
 	f := e.flows[l.Flow]
 	switch {
-	case f == nil, len(l.Pending) == 0, len(l.Pending) >= workPage:
+	case !e.expressionsOnly(f), len(l.Pending) == 0, len(l.Pending) >= workPage:
 		// A full page may not be all the work: the processor pages.
-		return nil
-	case f.Version.Mode == config.ModeRefetch, f.Compiled.ReadsPrevious, e.changesOnly[f.Name] != nil:
 		return nil
 	case e.clk.Now().After(l.Until):
 		return nil
@@ -110,7 +109,7 @@ func (e *Engine) inlineable(l *store.Lease) *config.Flow {
 }
 
 // ahead prepares the work of a decided page (evs, decided as ds, in the
-// same order) for the routes whose flow allows it (preparedAhead). A
+// same order) for the routes whose flow allows it (expressionsOnly). A
 // page decided again (routed again without its settle) prepares again.
 func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
 	rs.drop()
@@ -121,7 +120,7 @@ func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.Routab
 		}
 		for _, r := range d.Routes {
 			f := e.flows[r.Flow]
-			if r.Failed != "" || !e.preparedAhead(f) {
+			if r.Failed != "" || !e.expressionsOnly(f) {
 				continue
 			}
 			l := &store.Lease{Flow: r.Flow, Entity: r.Entity}
