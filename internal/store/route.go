@@ -95,7 +95,7 @@ func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *Enti
 			page.Leases, err = leaseAfterRouting(ctx, tx, unlisted(claim), nil)
 			return err
 		}
-		if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.events); err != nil {
+		if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.page); err != nil {
 			return err
 		}
 		page.Settled, page.Claimed, err = settleInRouting(ctx, tx, settle.fn, page.Leases)
@@ -114,8 +114,8 @@ func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *Enti
 // needs to settle its leased entities' work: the settle, and the page's
 // events, read before the transaction, by pk.
 type pageSettle struct {
-	fn     func(context.Context, []*Lease) RouteSettle
-	events map[int64]*RoutableEvent
+	fn   func(context.Context, []*Lease) RouteSettle
+	page *routedPage
 }
 
 // unlisted is claim without a listing of the leased work.
@@ -130,11 +130,12 @@ func unlisted(claim *EntityClaimParams) *EntityClaimParams {
 
 // leaseAfterRouting takes the leases a routing page's Claim asks for, in
 // the routing transaction, with their first page of work when Claim.List
-// asks for it. page, when set, is the routing page's events: the driver
-// listed the work's keys only (RouteTx.WorkListLeased), and a lease
+// asks for it. page, when set, is the routing page read before the
+// transaction: only the entities it routed to are listed, the driver
+// lists the work's keys only (RouteTx.WorkListLeased), and a lease
 // carries its work only when every item is one of the page's events,
 // filled in from there.
-func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams, page map[int64]*RoutableEvent) ([]*Lease, error) {
+func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams, page *routedPage) ([]*Lease, error) {
 	if claim == nil || claim.Limit <= 0 {
 		return nil, nil
 	}
@@ -145,15 +146,27 @@ func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams, pag
 	if claim.List <= 0 || len(leases) == 0 {
 		return leases, nil
 	}
-	ps := make([]*WorkListPendingParams, len(leases))
-	for i, l := range leases {
+	// With the page's events, only the entities the page routed to can
+	// carry their work: the others' is older than the page, and listing
+	// it would hold the one writer for nothing.
+	listed := leases[:0:0]
+	for _, l := range leases {
+		if page == nil || page.routed[entityKey{l.Flow, l.Entity}] {
+			listed = append(listed, l)
+		}
+	}
+	if len(listed) == 0 {
+		return leases, nil
+	}
+	ps := make([]*WorkListPendingParams, len(listed))
+	for i, l := range listed {
 		ps[i] = &WorkListPendingParams{Flow: l.Flow, Entity: l.Entity, Limit: claim.List}
 	}
 	items, err := tx.WorkListLeased(ctx, ps)
 	if err != nil {
 		return nil, fmt.Errorf("list leased work: %w", err)
 	}
-	for i, l := range leases {
+	for i, l := range listed {
 		if i < len(items) && len(items[i]) > 0 && fillEvents(items[i], page) {
 			l.Pending = items[i]
 		}
@@ -161,17 +174,43 @@ func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams, pag
 	return leases, nil
 }
 
+// entityKey is one flow's entity.
+type entityKey struct{ flow, entity string }
+
+// routedPage is a routing page read before its transaction (a database
+// one process owns): its events by pk, and the entities it routes to.
+type routedPage struct {
+	events map[int64]*RoutableEvent
+	routed map[entityKey]bool
+}
+
+// newRoutedPage indexes the page evs, decided as ds.
+func newRoutedPage(evs []*RoutableEvent, ds []*RouteDecision) *routedPage {
+	pg := &routedPage{events: make(map[int64]*RoutableEvent, len(evs)), routed: make(map[entityKey]bool, len(ds))}
+	for _, ev := range evs {
+		pg.events[ev.PK] = ev
+	}
+	for _, d := range ds {
+		for _, r := range d.Routes {
+			if r.Failed == "" {
+				pg.routed[entityKey{r.Flow, r.Entity}] = true
+			}
+		}
+	}
+	return pg
+}
+
 // fillEvents fills in each listed item's event from the routing page
 // (nothing to do when page is nil: the items were listed whole), and
 // reports whether every item's event was there. An item of an event
 // routed before is not the page's: its entity's work is then left to the
 // processor's listing.
-func fillEvents(items []*WorkItem, page map[int64]*RoutableEvent) bool {
+func fillEvents(items []*WorkItem, page *routedPage) bool {
 	if page == nil {
 		return true
 	}
 	for _, it := range items {
-		ev := page[it.Event.PK]
+		ev := page.events[it.Event.PK]
 		if ev == nil {
 			return false // older work: not the page's
 		}
@@ -204,10 +243,7 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		}
 		var settle *pageSettle
 		if p.settles(len(evs)) {
-			settle = &pageSettle{fn: p.Settle, events: make(map[int64]*RoutableEvent, len(evs))}
-			for _, ev := range evs {
-				settle.events[ev.PK] = ev
-			}
+			settle = &pageSettle{fn: p.Settle, page: newRoutedPage(evs, ds)}
 		}
 		page, err := r.eventRoute(ctx, &EventRouteParams{Now: p.Now, Decisions: ds}, p.Claim, settle)
 		if err != nil {
