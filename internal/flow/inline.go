@@ -108,16 +108,12 @@ func (e *Engine) inlineable(l *store.Lease) *config.Flow {
 	return f
 }
 
-// ahead prepares the work of a decided page (evs, decided as ds, in the
-// same order) for the routes whose flow allows it (expressionsOnly). A
-// page decided again (routed again without its settle) prepares again.
+// ahead prepares the work of a decided page (evs, decided as ds, one
+// decision per event in the same order) for the routes whose flow allows
+// it (expressionsOnly).
 func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
-	rs.drop()
 	rs.ready = make(map[readyKey]*readyItem)
 	for i, d := range ds {
-		if i >= len(evs) || evs[i].PK != d.EventPK {
-			return // not the page's order: nothing more is prepared
-		}
 		for _, r := range d.Routes {
 			f := e.flows[r.Flow]
 			if r.Failed != "" || !e.expressionsOnly(f) {

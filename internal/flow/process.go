@@ -272,8 +272,7 @@ func (e *Engine) prepareItem(ctx context.Context, f *config.Flow, l *store.Lease
 	return p, tr, false
 }
 
-// place makes a prepared item's settle one of the work item it, under the
-// lease l.
+// place binds a prepared settle to its work item it and the lease l.
 func (e *Engine) place(p *store.FlowApplyParams, l *store.Lease, it *store.WorkItem) {
 	p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor = l, e.clk.Now(), it.ID, it.Event.PK, e.opts.Owner
 }

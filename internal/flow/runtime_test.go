@@ -208,12 +208,7 @@ func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 func TestRoutingLeavesFlowsReadingPreviousToTheProcessor(t *testing.T) {
 	for name, open := range stores() {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+previousFlow)
-			f.st = open(t)
-			if _, err := f.st.Migrate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			cc := startCounted(t, f, 4)
+			f, cc := countedFlowOn(t, open, previousFlow, 4)
 			for i, id := range []string{"evt-1", "evt-2"} {
 				f.send("shop", id, fmt.Sprintf(`{"order_id":"o1","rev":%d}`, i+1))
 				f.eng.WakeRouting()
@@ -245,13 +240,8 @@ func TestRoutingLeavesFlowsReadingPreviousToTheProcessor(t *testing.T) {
 	}
 }
 
-const previousFlow = `flows:
-  - name: orders
-    source: shop
-    events: ["order.*"]
-    entity: event.order_id
-    version: {mode: revision, revision: event.rev}
-    state: '{"rev": event.rev}'
+// previousFlow is ordersFlow with an effect whose body reads previous.
+const previousFlow = ordersFlow + `    state: '{"rev": event.rev}'
     effects:
       - name: sync
         destination: crm
@@ -298,7 +288,13 @@ func TestRoutingSettlesOnlySmallPages(t *testing.T) {
 // started over a counting store (startCounted) with workers slots.
 func countedOn(t *testing.T, open func(t *testing.T) store.Store, workers int) (*fixture, *claimCounter) {
 	t.Helper()
-	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
+	return countedFlowOn(t, open, ordersFlow, workers)
+}
+
+// countedFlowOn is countedOn with the flows config flows.
+func countedFlowOn(t *testing.T, open func(t *testing.T) store.Store, flows string, workers int) (*fixture, *claimCounter) {
+	t.Helper()
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+flows)
 	f.st = open(t)
 	if _, err := f.st.Migrate(context.Background()); err != nil {
 		t.Fatal(err)

@@ -223,7 +223,7 @@ func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingPara
 	for i, p := range ps {
 		err := a.eachN(ctx, `SELECT id, flow, entity, order_key, replay_id, event_pk FROM work
 			WHERE flow = ? AND entity = ? AND done_at IS NULL
-			ORDER BY order_key, id`+limitSQL(store.ClampLimit(p.Limit)), []any{p.Flow, p.Entity}, store.ClampLimit(p.Limit), func(sc scanner) error {
+			ORDER BY order_key, id`+limitSQL(p.Limit), []any{p.Flow, p.Entity}, p.Limit, func(sc scanner) error {
 			w := &store.WorkItem{}
 			out[i] = append(out[i], w)
 			return sc.Scan(&w.ID, &w.Flow, &w.Entity, &w.OrderKey, &w.ReplayID, &w.Event.PK)
