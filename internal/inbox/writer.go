@@ -34,8 +34,8 @@ type Options struct {
 	MaxBatch int
 	// Flushers is how many transactions may be in flight at once (default
 	// 1). hookledger serve takes its store driver's number
-	// (storeopen.Driver.Flushers): SQLite has one writer, so more only
-	// helps PostgreSQL.
+	// (storeopen.Driver.Flushers): two on either database, so that a
+	// group is handed to the store while the previous one commits.
 	Flushers int
 	// CommitTimeout bounds one transaction (default 30 s).
 	CommitTimeout time.Duration
