@@ -51,6 +51,9 @@ type e2eFlags struct {
 	cpuProfile   string
 	rounds       int
 	table        bool
+	// walFrames is the window in which a SQLite target's WAL frames are
+	// counted by table and index (0: not counted).
+	walFrames time.Duration
 }
 
 func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -98,11 +101,18 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
 	fs.IntVar(&f.rounds, "rounds", 1, "`times` every target runs, in an order rotating by round; above 1, a summary gives each target's\nmedian and the median of the per-round ratios, so that one noisy cell does not decide a comparison")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
+	fs.DurationVar(&f.walFrames, "wal-frames", 0, "on SQLite, count for this `window` in the middle of sending the WAL frames the server writes, by table\n"+
+		"and index (a read snapshot held meanwhile keeps them in the WAL and slows the server: the run's latency is then\n"+
+		"not comparable; 0: not counted)")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
 	f.table = *table
+	if f.walFrames < 0 || f.walFrames > f.duration/2 {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: --wal-frames must be between 0 and half of --duration")
+		return exitUsage
+	}
 	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --drain and --top-sql not negative")
 		return exitUsage
@@ -276,6 +286,9 @@ func mib(kib int64) string { return fmt.Sprintf("%.1f", float64(kib)/1024) }
 // e2eResult is one target's figures.
 type e2eResult struct {
 	target     string
+	walPath    string     // the SQLite file whose WAL frames are counted ("": not counted)
+	wal        *walFrames // what they were
+	walWindow  time.Duration
 	processes  int
 	targetRate float64
 	sendFor    time.Duration
@@ -596,6 +609,9 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	defer closeDest()
 
 	res = &e2eResult{target: target, processes: e2eProcesses(base), targetRate: run.rate}
+	if driver == "sqlite" && f.walFrames > 0 {
+		res.walPath = strings.TrimPrefix(cs.URL, "sqlite:")
+	}
 	var srvs []*child
 	defer func() {
 		for _, s := range srvs {
@@ -676,8 +692,17 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 
 	senders := startE2ESenders(ctx, env, f.senders, urls, dest, res)
 	t0, stopSampler := startE2ESampler(pids, f.sampleEvery, res)
+	walDone := make(chan error, 1)
+	if res.walPath != "" {
+		go func() { walDone <- countWALFrames(ctx, res, t0.Add((f.duration-f.walFrames)/2), f.walFrames) }()
+	} else {
+		walDone <- nil
+	}
 	seq := e2eSchedule(ctx, senders.jobs, t0, t0.Add(f.duration), res.targetRate)
 	senders.wg.Wait()
+	if err := <-walDone; err != nil {
+		fmt.Fprintf(env.stderr, "target %s: no WAL frame count: %v\n", res.target, err)
+	}
 	res.sendFor = time.Since(t0)
 	res.scheduled, res.acked, res.non2xx, res.errs, res.late = seq, senders.acked.Load(), senders.non2xx.Load(), senders.errs.Load(), senders.late.Load()
 	res.doneInWindow = dest.doneCount()

@@ -24,6 +24,11 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	printE2ERatios(w, results)
 	printE2ECapacity(w, run, results)
 	printE2EStages(w, results)
+	for _, r := range results {
+		if r.wal != nil {
+			r.wal.print(w, r.target, r.walWindow, 25)
+		}
+	}
 	printE2EPostgres(w, results)
 	fmt.Fprintln(w)
 	allOK := true
