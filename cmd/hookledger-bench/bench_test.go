@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -396,5 +398,36 @@ func TestPrintE2ECapacity(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// The destination sorts each first call by its webhook's sequence number:
+// the warm-up's into their own latencies, the rest into the figures; a
+// second call and an unknown event into neither.
+func TestSinkLeavesTheWarmupOutOfTheLatencies(t *testing.T) {
+	s := newSink()
+	s.warm = 2
+	sent := time.Now().Add(-5 * time.Millisecond)
+	for seq := range int64(5) {
+		s.sent.Store(e2eEventID(seq), sent)
+	}
+	call := func(id string) {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"event": "`+id+`"}`)))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("call for %s: %d", id, rec.Code)
+		}
+	}
+	for seq := range int64(5) {
+		call(e2eEventID(seq))
+	}
+	call(e2eEventID(4))
+	call("evt_other")
+	if len(s.warmLat) != 2 || len(s.lat) != 3 || s.unknown != 1 || s.calls[e2eEventID(4)] != 2 {
+		t.Fatalf("warm-up latencies %d, latencies %d, unknown %d, calls of the fifth %d; want 2, 3, 1, 2",
+			len(s.warmLat), len(s.lat), s.unknown, s.calls[e2eEventID(4)])
+	}
+	if !warmSend("evt_e2e_1", 2) || warmSend("evt_e2e_2", 2) || warmSend("evt_other", 2) {
+		t.Error("warmSend: the first two sequence numbers are the warm-up's, nothing else")
 	}
 }

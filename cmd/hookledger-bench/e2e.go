@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +55,9 @@ type e2eFlags struct {
 	// walFrames is the window in which a SQLite target's WAL frames are
 	// counted by table and index (0: not counted).
 	walFrames time.Duration
+	// warmup is the first part of sending whose webhooks are accounted
+	// for but left out of the latency figures.
+	warmup time.Duration
 }
 
 func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -71,7 +75,7 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"schedule by the pipeline's latency. A --rate above what a target sustains measures its\n"+
 			"capacity: effects done over the whole run, sending and draining.\n"+
 			"Prints side by side effects done/s while sending and over the whole run, latency from\n"+
-			"sending the webhook to the destination receiving the call, the drain time, each\n"+
+			"sending the webhook to the destination receiving the call (after a --warmup), the drain time, each\n"+
 			"server's RSS (sampled from /proc every --sample) and CPU time, and on PostgreSQL the\n"+
 			"transactions (pg_stat_database), where pg_stat_statements is loaded statements per\n"+
 			"event, and where PostgreSQL runs on this machine its backends' CPU time for the\n"+
@@ -101,6 +105,9 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
 	fs.IntVar(&f.rounds, "rounds", 1, "`times` every target runs, in an order rotating by round; above 1, a summary gives each target's\nmedian and the median of the per-round ratios, so that one noisy cell does not decide a comparison")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
+	fs.DurationVar(&f.warmup, "warmup", time.Second, "the first `time` of sending, whose webhooks are sent on the same schedule and accounted for exactly once,\n"+
+		"but left out of the latency figures and the stage breakdown (a server just started runs its first few hundred\n"+
+		"milliseconds slower at every stage); their own latency is printed apart (0: none left out)")
 	fs.DurationVar(&f.walFrames, "wal-frames", 0, "on SQLite, count for this `window` in the middle of sending the WAL frames the server writes, by table\n"+
 		"and index (a read snapshot held meanwhile keeps them in the WAL and slows the server: the run's latency is then\n"+
 		"not comparable; 0: not counted)")
@@ -109,6 +116,10 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return code
 	}
 	f.table = *table
+	if f.warmup < 0 || f.warmup >= f.duration {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: --warmup must be at least 0 and shorter than --duration")
+		return exitUsage
+	}
 	if f.walFrames < 0 || f.walFrames > f.duration/2 {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: --wal-frames must be between 0 and half of --duration")
 		return exitUsage
@@ -166,12 +177,16 @@ func e2eProcesses(target string) int {
 // records, per event, the calls and the time the first one arrived.
 type sink struct {
 	sent sync.Map // event id -> time.Time the webhook was sent
+	// warm is how many webhooks, from sequence number 0, the warm-up sends:
+	// their latencies go to warmLat instead of lat. Set before any send.
+	warm int64
 
 	mu      sync.Mutex
 	calls   map[string]int    // event id -> calls
 	keys    map[string]string // event id -> episode key of its first call
 	keyDiff int               // calls whose episode key differs from the event's first
 	lat     latencies
+	warmLat latencies
 	done    []time.Time // arrival of each first call, for effects/s
 	unknown int         // calls for an event this run never sent
 }
@@ -195,7 +210,9 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.calls[body.Event] == 1 {
 		s.keys[body.Event] = key
 		s.done = append(s.done, now)
-		if t, ok := s.sent.Load(body.Event); ok {
+		if t, ok := s.sent.Load(body.Event); ok && warmSend(body.Event, s.warm) {
+			s.warmLat = append(s.warmLat, now.Sub(t.(time.Time)))
+		} else if ok {
 			s.lat = append(s.lat, now.Sub(t.(time.Time)))
 		} else {
 			s.unknown++
@@ -206,6 +223,16 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"id": "rec_%s"}`, body.Event)
+}
+
+// e2eEventID is the event id of the webhook with sequence number seq.
+func e2eEventID(seq int64) string { return fmt.Sprintf("evt_e2e_%d", seq) }
+
+// warmSend reports whether the webhook of event id was one of the first
+// warm sends.
+func warmSend(id string, warm int64) bool {
+	seq, err := strconv.ParseInt(strings.TrimPrefix(id, "evt_e2e_"), 10, 64)
+	return err == nil && seq < warm
 }
 
 // startSink serves s on a loopback port the kernel picks and returns its
@@ -295,7 +322,9 @@ type e2eResult struct {
 
 	scheduled, acked, non2xx, errs, late int64
 	firstErr                             string
-	ackLat                               latencies
+	ackLat                               latencies // of the webhooks sent after the warm-up
+	warm                                 int64     // the webhooks the warm-up sent
+	warmLat                              latencies // their sent -> called
 
 	doneInWindow int             // effects done while sending
 	drainedIn    time.Duration   // after sending, until every acked effect was done (or the bound)
@@ -602,6 +631,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	}
 	defer func() { err = errors.Join(err, cs.Drop()) }()
 	dest := newSink()
+	dest.warm = int64(math.Ceil(f.warmup.Seconds() * run.rate))
 	destURL, closeDest, err := startSink(dest)
 	if err != nil {
 		return nil, err
@@ -672,6 +702,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if rows, err := readStamps(ctx, driver, cs.URL); err != nil {
 		fmt.Fprintf(env.stderr, "target %s: no stage breakdown: %v\n", target, err)
 	} else {
+		rows = slices.DeleteFunc(rows, func(r stampRow) bool { return warmSend(r.eventID, dest.warm) })
 		res.stages = breakdown(rows, func(id string) int64 { return res.ackAt[id] })
 	}
 	return res, nil
@@ -770,7 +801,7 @@ func (s *e2eSenders) send(ctx context.Context, env *receiveEnv, i int, urls []st
 		if time.Since(j.due) > 10*time.Millisecond {
 			s.late.Add(1)
 		}
-		id := fmt.Sprintf("evt_e2e_%d", j.seq)
+		id := e2eEventID(j.seq)
 		dest.sent.Store(id, time.Now())
 		status, lat, err := env.post(ctx, client, urls[j.seq%int64(len(urls))], id)
 		switch {
@@ -783,7 +814,9 @@ func (s *e2eSenders) send(ctx context.Context, env *receiveEnv, i int, urls []st
 		default:
 			s.acked.Add(1)
 			s.ackedParts[i] = append(s.ackedParts[i], id)
-			s.latParts[i] = append(s.latParts[i], lat)
+			if j.seq >= dest.warm {
+				s.latParts[i] = append(s.latParts[i], lat)
+			}
 			s.ackParts[i] = append(s.ackParts[i], time.Now().UnixMicro())
 		}
 	}
@@ -897,6 +930,8 @@ func e2eAccount(dest *sink, res *e2eResult) {
 	}
 	res.keyDiff, res.unknown = dest.keyDiff, dest.unknown
 	res.lat = mergeLatencies([]latencies{dest.lat})
+	res.warmLat = mergeLatencies([]latencies{dest.warmLat})
+	res.warm = dest.warm
 }
 
 // e2eLedger counts the effect ledger by state after the server stopped.

@@ -19,7 +19,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	fmt.Fprintln(w, "send/s: acknowledged webhooks per second of sending; late: sends that found every sender busy (>10 ms behind schedule).")
 	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
 	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
-	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called. CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
+	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called, for the webhooks sent after the warm-up (--warmup). CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
 	fmt.Fprintln(w, "PG CPU ms/event: the same for the target database's backends, read from /proc when PostgreSQL runs on this\n  machine (- otherwise); PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) not included.")
 	printE2ERatios(w, results)
 	printE2ECapacity(w, run, results)
@@ -224,6 +224,10 @@ func printE2EDetails(w io.Writer, f *e2eFlags, r *e2eResult) {
 		r.target, r.sendFor.Round(time.Millisecond), r.scheduled, r.acked, r.late, r.non2xx, r.errs, ms(r.ackLat.pct(0.5)), ms(r.ackLat.pct(0.99)))
 	if r.firstErr != "" {
 		fmt.Fprintf(w, "%s: first failure: %s\n", r.target, r.firstErr)
+	}
+	if r.warm > 0 {
+		fmt.Fprintf(w, "%s: warm-up: the first %s of sending (%d webhooks) is accounted for below but not in the latency figures; its own sent -> called p50 %s ms, p99 %s ms, max %s ms\n",
+			r.target, f.warmup, r.warm, ms(r.warmLat.pct(0.5)), ms(r.warmLat.pct(0.99)), ms(r.warmLat.pct(1)))
 	}
 	for i, s := range r.samples {
 		if len(s) == 0 {
