@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/sqlite"
+	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
 var t0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
@@ -108,6 +109,58 @@ func TestConcurrentSubmissionsShareCommits(t *testing.T) {
 	r, err := s.EventList(ctx, &store.EventListParams{Limit: 1000})
 	if err != nil || len(r.Events) != 41 {
 		t.Fatalf("stored %d events (%v), want 41", len(r.Events), err)
+	}
+}
+
+// On SQLite the writer hands a group to the store while an earlier
+// group's commit is still under way: the one writer's transaction is
+// shared, so the later group joins it or the next one. With the driver's
+// flushers at one, webhooks arriving meanwhile waited for that commit
+// before they were even handed over, and so for one commit more.
+func TestSQLiteHandsOverAGroupWhileOneCommits(t *testing.T) {
+	d, err := storeopen.For("sqlite:./h.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t)
+	g := &gate{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
+	w := New(g, Options{Flushers: d.Flushers, Registerer: prometheus.NewRegistry()})
+	w.Start()
+	defer w.Stop(context.Background())
+
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	submit := func(id string) {
+		res, err := w.Submit(ctx, sub(id))
+		if err == nil {
+			err = res.Err
+		}
+		errs <- err
+	}
+	go submit("evt_first")
+	<-g.entered
+	go submit("evt_second")
+	// A liveness bound, not a timing: the hand-over takes microseconds.
+	deadline := time.Now().Add(time.Minute)
+	for handed := 1; handed < 2; {
+		if time.Now().After(deadline) {
+			close(g.release)
+			t.Fatalf("the second webhook's group was not handed to the store while the first group's commit was under way (%d flushers)", d.Flushers)
+		}
+		time.Sleep(time.Millisecond) // waiting for a goroutine, not for time to pass
+		g.mu.Lock()
+		handed = len(g.sizes)
+		g.mu.Unlock()
+	}
+	close(g.release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+	}
+	r, err := s.EventList(ctx, &store.EventListParams{Limit: 10})
+	if err != nil || len(r.Events) != 2 {
+		t.Fatalf("stored %d events (%v), want both", len(r.Events), err)
 	}
 }
 

@@ -7,13 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hookledger/hookledger/internal/inbox"
 	"github.com/hookledger/hookledger/internal/store"
-	"github.com/hookledger/hookledger/internal/store/sqlite"
 )
 
 // Each scheme chooses its driver, and the driver says how many group
@@ -147,89 +144,5 @@ func TestResolve(t *testing.T) {
 		if got := Resolve(tc.url, "/srv/hl"); got != tc.want {
 			t.Errorf("Resolve(%q) = %q, want %q", tc.url, got, tc.want)
 		}
-	}
-}
-
-// heldFirstCommit wraps a real store and holds its first inbox commit
-// until released; every commit it is handed is announced on entered.
-type heldFirstCommit struct {
-	store.Store
-	mu      sync.Mutex
-	calls   int
-	entered chan int
-	release chan struct{}
-}
-
-func (h *heldFirstCommit) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
-	h.mu.Lock()
-	h.calls++
-	n := h.calls
-	h.mu.Unlock()
-	h.entered <- n
-	if n == 1 {
-		<-h.release
-	}
-	return h.Store.InboxCommit(ctx, p)
-}
-
-// On SQLite the inbox hands a group to the store while an earlier group's
-// commit is still under way: the one writer's transaction is shared, so
-// the later group joins it or the next one. With the driver's flushers at
-// one, webhooks arriving meanwhile waited for that commit before they
-// were even handed over, and so for one commit more.
-func TestSQLiteInboxHandsOverAGroupWhileOneCommits(t *testing.T) {
-	d, err := For("sqlite:./h.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h := &heldFirstCommit{Store: st, entered: make(chan int, 2), release: make(chan struct{})}
-	w := inbox.New(h, inbox.Options{Flushers: d.Flushers})
-	w.Start()
-	defer w.Stop(ctx)
-
-	sub := func(id string) *store.Submission {
-		return &store.Submission{Deliveries: []*store.DeliveryInput{{
-			RequestID: "r-" + id, Source: "stripe", EventID: id, Type: "invoice.paid",
-			ReceivedAt: time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC), Body: []byte("{}"),
-		}}}
-	}
-	errs := make(chan error, 2)
-	submit := func(id string) {
-		res, err := w.Submit(ctx, sub(id))
-		if err == nil {
-			err = res.Err
-		}
-		errs <- err
-	}
-	go submit("evt_first")
-	<-h.entered
-	go submit("evt_second")
-	select {
-	case n := <-h.entered:
-		if n != 2 {
-			t.Fatalf("commit %d handed over, want the second", n)
-		}
-	case <-time.After(time.Minute): // a liveness bound, not a timing: the hand-over takes microseconds
-		close(h.release)
-		t.Fatalf("the second webhook's group was not handed to the store while the first group's commit was under way (%d flushers)", d.Flushers)
-	}
-	close(h.release)
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatalf("submit: %v", err)
-		}
-	}
-	r, err := st.EventList(ctx, &store.EventListParams{Limit: 10})
-	if err != nil || len(r.Events) != 2 {
-		t.Fatalf("stored %d events (%v), want both", len(r.Events), err)
 	}
 }
