@@ -116,16 +116,16 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return code
 	}
 	f.table = *table
+	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --drain and --top-sql not negative")
+		return exitUsage
+	}
 	if f.warmup < 0 || f.warmup >= f.duration {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: --warmup must be at least 0 and shorter than --duration")
 		return exitUsage
 	}
 	if f.walFrames < 0 || f.walFrames > f.duration/2 {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: --wal-frames must be between 0 and half of --duration")
-		return exitUsage
-	}
-	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
-		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --drain and --top-sql not negative")
 		return exitUsage
 	}
 	var err error
@@ -225,13 +225,17 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"id": "rec_%s"}`, body.Event)
 }
 
+// e2eIDPrefix begins the event id of every webhook e2e sends; its
+// sequence number follows.
+const e2eIDPrefix = "evt_e2e_"
+
 // e2eEventID is the event id of the webhook with sequence number seq.
-func e2eEventID(seq int64) string { return fmt.Sprintf("evt_e2e_%d", seq) }
+func e2eEventID(seq int64) string { return e2eIDPrefix + strconv.FormatInt(seq, 10) }
 
 // warmSend reports whether the webhook of event id was one of the first
 // warm sends.
 func warmSend(id string, warm int64) bool {
-	seq, err := strconv.ParseInt(strings.TrimPrefix(id, "evt_e2e_"), 10, 64)
+	seq, err := strconv.ParseInt(strings.TrimPrefix(id, e2eIDPrefix), 10, 64)
 	return err == nil && seq < warm
 }
 
@@ -315,7 +319,6 @@ type e2eResult struct {
 	target     string
 	walPath    string     // the SQLite file whose WAL frames are counted ("": not counted)
 	wal        *walFrames // what they were
-	walWindow  time.Duration
 	processes  int
 	targetRate float64
 	sendFor    time.Duration

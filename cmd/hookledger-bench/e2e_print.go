@@ -26,7 +26,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	printE2EStages(w, results)
 	for _, r := range results {
 		if r.wal != nil {
-			r.wal.print(w, r.target, r.walWindow, 25)
+			r.wal.print(w, r.target, f.walFrames, 25)
 		}
 	}
 	printE2EPostgres(w, results)

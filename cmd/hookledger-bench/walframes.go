@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -48,7 +47,6 @@ func countWALFrames(ctx context.Context, res *e2eResult, start time.Time, window
 		return ctx.Err()
 	}
 	res.wal, err = w.stop(ctx)
-	res.walWindow = window
 	return err
 }
 
@@ -84,7 +82,7 @@ func openWALWindow(ctx context.Context, path string) (*walWindow, error) {
 	var hdr walHeader
 	if hdr, err = readWALHeader(f); err == nil {
 		w.salt = hdr.salt
-		w.frames0, _, _, err = scanWALFrames(f, hdr, 0, nil)
+		w.frames0, _, err = scanWALFrames(f, hdr, 0, nil)
 	}
 	if err != nil {
 		w.close()
@@ -119,14 +117,14 @@ func (w *walWindow) stop(ctx context.Context) (*walFrames, error) {
 		from = 0
 	}
 	pages := map[uint32]int{}
-	total, _, commits, err := scanWALFrames(f, hdr, from, pages)
+	frames, commits, err := scanWALFrames(f, hdr, from, pages)
 	if err != nil {
 		return nil, err
 	}
 	// The snapshot ends here, so the newest pages are named too.
 	_ = w.snap.Rollback()
 	w.snap = nil
-	out := &walFrames{frames: total - from, commits: commits, byBtree: map[string]int{}}
+	out := &walFrames{frames: frames, commits: commits, byBtree: map[string]int{}}
 	var pk1 int64
 	if err := w.db.QueryRowContext(ctx, `SELECT coalesce(max(pk), 0) FROM events`).Scan(&pk1); err != nil {
 		return nil, fmt.Errorf("wal frames: read events: %w", err)
@@ -200,26 +198,23 @@ func readWALHeader(r io.ReaderAt) (walHeader, error) {
 
 // scanWALFrames reads the frame headers of the WAL's current generation
 // (a frame of an earlier one, left past the end, carries another salt)
-// and returns how many there are, and of those from frame `from` on (0
-// the first), how many were not and were commits; pages, when not nil,
-// counts the latter by page number.
-func scanWALFrames(r io.ReaderAt, h walHeader, from int, pages map[uint32]int) (total, counted, commits int, err error) {
+// from frame `from` on (0 the first), and returns how many there are and
+// how many of them end a commit; pages, when not nil, counts them by page
+// number.
+func scanWALFrames(r io.ReaderAt, h walHeader, from int, pages map[uint32]int) (frames, commits int, err error) {
 	var b [walFrameHeaderSize]byte
-	for i := 0; ; i++ {
+	for i := from; ; i++ {
 		off := walHeaderSize + int64(i)*(walFrameHeaderSize+h.pageSize)
 		if _, err := r.ReadAt(b[:], off); err != nil {
 			if errors.Is(err, io.EOF) {
-				return i, counted, commits, nil
+				return frames, commits, nil
 			}
-			return 0, 0, 0, fmt.Errorf("wal frames: read frame %d: %w", i, err)
+			return 0, 0, fmt.Errorf("wal frames: read frame %d: %w", i, err)
 		}
 		if [8]byte(b[8:16]) != h.salt {
-			return i, counted, commits, nil
+			return frames, commits, nil
 		}
-		if i < from {
-			continue
-		}
-		counted++
+		frames++
 		if binary.BigEndian.Uint32(b[4:8]) != 0 {
 			commits++
 		}
@@ -257,6 +252,6 @@ func (w *walFrames) print(out io.Writer, target string, window time.Duration, to
 	fmt.Fprintf(out, "  %-32s %8s %10s %11s\n", "table or index", "frames", "per event", "per commit")
 	for _, n := range names {
 		c := w.byBtree[n]
-		fmt.Fprintf(out, "  %-32s %8d %10.2f %11.2f\n", strings.TrimSpace(n), c, float64(c)/ev, float64(c)/float64(w.commits))
+		fmt.Fprintf(out, "  %-32s %8d %10.2f %11.2f\n", n, c, float64(c)/ev, float64(c)/float64(w.commits))
 	}
 }
