@@ -335,6 +335,11 @@ type e2eResult struct {
 	samples      [][]rssSample   // per server process
 	cpuStart     []time.Duration // per server process, when sending started
 	cpu          []time.Duration // per server process, from sending started until it stopped
+	// mem is what the servers' Go runtimes allocated and collected from
+	// sending started until the backlog drained (summed over processes);
+	// memErr, when set, why it is not known.
+	mem    goMem
+	memErr error
 
 	// The exactly-once account.
 	ackedIDs   []string
@@ -726,6 +731,7 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 
 	senders := startE2ESenders(ctx, env, f.senders, urls, dest, res)
 	t0, stopSampler := startE2ESampler(pids, f.sampleEvery, res)
+	memStart, memErr := readGoMems(ctx, srvs, env.token)
 	walDone := make(chan error, 1)
 	if res.walPath != "" {
 		go func() { walDone <- countWALFrames(ctx, res, t0.Add((f.duration-f.walFrames)/2), f.walFrames) }()
@@ -748,8 +754,29 @@ func e2eRun(ctx context.Context, env *receiveEnv, f *e2eFlags, dest *sink, srvs 
 
 	e2eDrain(ctx, env, f.drainFor, dest, res)
 	stopSampler(true)
+	if memErr == nil {
+		var memEnd goMem
+		if memEnd, memErr = readGoMems(ctx, srvs, env.token); memErr == nil {
+			res.mem = memEnd.since(memStart)
+		}
+	}
+	res.memErr = memErr
 	e2eAccount(dest, res)
 	return nil
+}
+
+// readGoMems sums readGoMem over the servers.
+func readGoMems(ctx context.Context, srvs []*child, token string) (goMem, error) {
+	var sum goMem
+	for _, s := range srvs {
+		m, err := readGoMem(ctx, http.DefaultClient, s.addr, token)
+		if err != nil {
+			return goMem{}, fmt.Errorf("%s: %w", s.name, err)
+		}
+		sum.alloc += m.alloc
+		sum.gcs += m.gcs
+	}
+	return sum, nil
 }
 
 // e2eJob is one send the schedule hands to a sender: its sequence number

@@ -20,6 +20,7 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
 	fmt.Fprintln(w, "  the capacity when the send rate is above what the target sustains; drain s: after sending until the last effect.")
 	fmt.Fprintln(w, "p50/p99/max: webhook sent -> destination called, for the webhooks sent after the warm-up (--warmup). CPU ms/event: user+system time of the serve process(es)\n  from the start of sending until stopped, per acknowledged webhook (this process and PostgreSQL not included).")
+	fmt.Fprintln(w, "alloc KB/event: what the serve process(es)' Go runtime allocated from the start of sending until the backlog drained,\n  per acknowledged webhook (their /metrics): steadier than CPU on a shared machine, so a change that allocates less shows there first.")
 	fmt.Fprintln(w, "PG CPU ms/event: the same for the target database's backends, read from /proc when PostgreSQL runs on this\n  machine (- otherwise); PostgreSQL's shared processes (WAL writer, checkpointer, autovacuum) not included.")
 	printE2ERatios(w, results)
 	printE2ECapacity(w, run, results)
@@ -116,6 +117,12 @@ var e2eColumns = []e2eColumn{
 			cpuSum += c
 		}
 		return fmt.Sprintf("%.2f", float64(cpuSum)/float64(time.Millisecond)/float64(max(r.acked, 1)))
+	}},
+	{"alloc KB/event", func(r *e2eResult) string {
+		if r.memErr != nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", r.mem.alloc/1024/float64(max(r.acked, 1)))
 	}},
 	{"PG CPU ms/event", (*e2eResult).pgCPUPerEvent},
 	{"exactly once", func(r *e2eResult) string { return fmt.Sprintf("%s %d/%d", r.verdict(), r.exactlyOne, r.acked) }},
@@ -239,6 +246,12 @@ func printE2EDetails(w io.Writer, f *e2eFlags, r *e2eResult) {
 		}
 		fmt.Fprintf(w, "%s: process %d: RSS %s MiB at the start of sending, %s-%s MiB through the run, peak %s MiB; CPU %.1f s from sending until stopped\n",
 			r.target, i+1, mib(s[0].rss), mib(lo), mib(hi), mib(peakHWM(s)), cpuAt(r.cpu, i).Seconds())
+	}
+	if r.memErr != nil {
+		fmt.Fprintf(w, "%s: no Go allocation figures: %v\n", r.target, r.memErr)
+	} else {
+		fmt.Fprintf(w, "%s: Go runtime from sending until drained: %.0f MiB allocated, %.0f collections (%.2f per 1,000 webhooks)\n",
+			r.target, r.mem.alloc/(1<<20), r.mem.gcs, r.mem.gcs*1000/float64(max(r.acked, 1)))
 	}
 	fmt.Fprintf(w, "%s: ledger after the servers stopped: %d effects, by state %v\n", r.target, r.ledgerTotal, r.ledger)
 	fmt.Fprintf(w, "%s: exactly once: %s: %d acknowledged webhooks: %d called exactly once, %d not called, %d called more than once; %d calls under a second episode key, %d calls for unknown events\n",
