@@ -133,6 +133,9 @@ type Engine struct {
 	// prepareHook, set only by tests, runs before an item's expressions:
 	// it stands in for an expression that panics.
 	prepareHook func(*store.WorkItem)
+	// decodeHook, set only by tests, hears each decoding of an event's
+	// body.
+	decodeHook func(*store.RoutableEvent)
 }
 
 // Wake makes an idle background loop look for work now: events to route
@@ -592,17 +595,26 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle, SettleMax: inlineMax,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
-			for _, ev := range page {
-				if refused != nil {
-					if why := refused(ev.PK); why != "" {
-						ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: e.failedRoutes(ev, why)})
-						continue
-					}
-				}
-				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: e.safeRoutes(ev)})
+			ahead := settle != nil && !e.st.Shared() && len(page) <= inlineMax
+			var ins []*input // each event's body as routing decoded it, for ahead
+			if ahead {
+				ins = make([]*input, 0, len(page))
 			}
-			if settle != nil && !e.st.Shared() && len(page) <= inlineMax {
-				rs.ahead(ctx, e, evs, ds)
+			for _, ev := range page {
+				var routes []store.Route
+				var in *input
+				if why := refusedFor(refused, ev.PK); why != "" {
+					routes = e.failedRoutes(ev, why)
+				} else {
+					routes, in = e.safeRoutes(ev)
+				}
+				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: routes})
+				if ahead {
+					ins = append(ins, in)
+				}
+			}
+			if ahead {
+				rs.ahead(ctx, e, evs, ds, ins)
 			}
 			return ds
 		}})
@@ -626,18 +638,28 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 	return page, nil
 }
 
+// refusedFor is refused's reason for the event pk ("" when refused is
+// nil or routes it).
+func refusedFor(refused func(pk int64) string, pk int64) string {
+	if refused == nil {
+		return ""
+	}
+	return refused(pk)
+}
+
 // safeRoutes is Routes with a panic in an expression turned into a failed
 // route of every flow subscribing to the event: the event is dead-lettered
 // with the reason, and routing goes on with the next one.
-func (e *Engine) safeRoutes(ev *store.RoutableEvent) []store.Route {
+func (e *Engine) safeRoutes(ev *store.RoutableEvent) ([]store.Route, *input) {
 	var routes []store.Route
+	var in *input
 	if err := loop.Safe(e.log, "routing of "+ev.Source+"/"+ev.EventID, func() error {
-		routes = e.Routes(ev)
+		routes, in = e.routes(ev)
 		return nil
 	}); err != nil {
-		routes = e.failedRoutes(ev, "routing: "+err.Error())
+		return e.failedRoutes(ev, "routing: "+err.Error()), nil
 	}
-	return routes
+	return routes, in
 }
 
 // failedRoutes is a failed route, with the reason, for every flow that
@@ -655,6 +677,15 @@ func (e *Engine) failedRoutes(ev *store.RoutableEvent, reason string) []store.Ro
 // Routes computes, for one event, the flows and entities it belongs to and
 // its place in each entity's business order.
 func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
+	routes, _ := e.routes(ev)
+	return routes
+}
+
+// routes is Routes, with the event's body as decoded for it (nil when no
+// flow subscribes to the type): the work prepared ahead of a routing
+// transaction evaluates the same body, and decoding it again was a
+// sixth of the bytes a webhook allocated.
+func (e *Engine) routes(ev *store.RoutableEvent) ([]store.Route, *input) {
 	var routes []store.Route
 	var in *input // decoded only when a flow subscribes to the type
 	for _, f := range e.bySource[ev.Source] {
@@ -662,7 +693,7 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 			continue
 		}
 		if in == nil {
-			in = newInput(ev)
+			in = e.decode(ev)
 		}
 		r := store.Route{Flow: f.Name}
 		if in.err != nil && !f.Compiled.OpaqueBody {
@@ -700,7 +731,7 @@ func (e *Engine) Routes(ev *store.RoutableEvent) []store.Route {
 		store.StorableRoute(&r)
 		routes = append(routes, r)
 	}
-	return routes
+	return routes, in
 }
 
 // Subscribes reports whether any flow of the source subscribes to the event

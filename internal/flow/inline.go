@@ -109,9 +109,10 @@ func (e *Engine) inlineable(l *store.Lease) *config.Flow {
 }
 
 // ahead prepares the work of a decided page (evs, decided as ds, one
-// decision per event in the same order) for the routes whose flow allows
+// decision per event in the same order, with ins the bodies routing
+// decoded, nil where it decoded none) for the routes whose flow allows
 // it (expressionsOnly).
-func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
+func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.RoutableEvent, ds []*store.RouteDecision, ins []*input) {
 	rs.ready = make(map[readyKey]*readyItem)
 	for i, d := range ds {
 		for _, r := range d.Routes {
@@ -121,7 +122,7 @@ func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.Routab
 			}
 			l := &store.Lease{Flow: r.Flow, Entity: r.Entity}
 			it := &store.WorkItem{Flow: r.Flow, Entity: r.Entity, OrderKey: r.OrderKey, Event: *evs[i]}
-			p, tr, deferred := e.prepareItem(ctx, f, l, it)
+			p, tr, deferred := e.prepareItem(ctx, f, l, it, ins[i])
 			if deferred {
 				continue
 			}
@@ -192,7 +193,7 @@ func (rs *routeSettle) assemble(ctx context.Context, e *Engine, f *config.Flow, 
 			ahead = append(ahead, r)
 		} else if e.st.Shared() {
 			var deferred bool
-			if p, tr, deferred = e.prepareItem(ctx, f, l, it); deferred {
+			if p, tr, deferred = e.prepareItem(ctx, f, l, it, nil); deferred {
 				p = nil
 			} else if tr != nil {
 				inPlace = append(inPlace, tr)

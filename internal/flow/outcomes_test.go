@@ -63,7 +63,7 @@ func (f *fixture) prepared() (*store.FlowApplyParams, error) {
 	if err != nil || len(items) != 1 {
 		f.t.Fatalf("work: %v %v", items, err)
 	}
-	return f.eng.prepare(ctx, f.eng.flows[l.Flow], l, items[0])
+	return f.eng.prepare(ctx, f.eng.flows[l.Flow], l, items[0], nil)
 }
 
 func deadlineFlow(deadline, onDeadline string) string {

@@ -29,7 +29,11 @@ type input struct {
 	err  error
 }
 
-func newInput(ev *store.RoutableEvent) *input {
+// decode is ev's input, its body decoded.
+func (e *Engine) decode(ev *store.RoutableEvent) *input {
+	if e.decodeHook != nil {
+		e.decodeHook(ev)
+	}
 	in := &input{ev: ev}
 	in.body, in.err = expr.DecodeJSON(ev.Body)
 	return in
@@ -231,7 +235,7 @@ func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease
 		if len(ps) > 0 && e.clk.Now().After(prepareUntil) {
 			break
 		}
-		p, tr, deferred := e.prepareItem(ctx, f, l, it)
+		p, tr, deferred := e.prepareItem(ctx, f, l, it, nil)
 		if deferred {
 			return ps, traces, true
 		}
@@ -247,8 +251,9 @@ func (e *Engine) preparePage(ctx context.Context, f *config.Flow, l *store.Lease
 // prepareItem prepares one item under its processing span (tr, nil when
 // tracing is off): an item whose expressions fail (or panic) is to settle
 // as a failure; deferred is true when it must be retried later, and its
-// span has then ended. p is not placed yet (place).
-func (e *Engine) prepareItem(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem) (p *store.FlowApplyParams, tr *itemTrace, deferred bool) {
+// span has then ended. p is not placed yet (place). in is the item's
+// event as routing decoded it, or nil to decode it here.
+func (e *Engine) prepareItem(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem, in *input) (p *store.FlowApplyParams, tr *itemTrace, deferred bool) {
 	tr = e.startProcess(ctx, l, it)
 	span := tr.startPrepare()
 	err := loop.Safe(e.log, "expressions of flow "+f.Name, func() error {
@@ -256,7 +261,7 @@ func (e *Engine) prepareItem(ctx context.Context, f *config.Flow, l *store.Lease
 			e.prepareHook(it)
 		}
 		var perr error
-		p, perr = e.prepare(ctx, f, l, it)
+		p, perr = e.prepare(ctx, f, l, it, in)
 		return perr
 	})
 	var transient *errTransient
@@ -344,9 +349,11 @@ func (e *Engine) settleAlone(ctx context.Context, ps []*store.FlowApplyParams) (
 
 // prepare computes version, state and effects for one work item. A plain
 // error is permanent (the item is dead-lettered with it); an errTransient
-// defers the entity.
-func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem) (*store.FlowApplyParams, error) {
-	in := newInput(&it.Event)
+// defers the entity. in is the event's decoded body (nil: decode it).
+func (e *Engine) prepare(ctx context.Context, f *config.Flow, l *store.Lease, it *store.WorkItem, in *input) (*store.FlowApplyParams, error) {
+	if in == nil {
+		in = e.decode(&it.Event)
+	}
 	if in.err != nil && !f.Compiled.OpaqueBody {
 		return nil, fmt.Errorf("payload: %w", in.err)
 	}

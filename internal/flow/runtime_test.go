@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,6 +196,40 @@ func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 				t.Errorf("%d pages settled by the processor (%d claims of its own) for %d events each leased with its work by routing, want at most the first", settles, claims, n)
 			}
 		})
+	}
+}
+
+// On a database one process owns, work settled in the routing
+// transaction is prepared before it from the body routing decoded: each
+// event's body is decoded once on its way to its effect, not once to
+// route and again to prepare.
+func TestRoutingDecodesEachBodyOnce(t *testing.T) {
+	open := stores()["sqlite"]
+	f, cc := countedOn(t, open, 4)
+	var mu sync.Mutex
+	decoded := map[string]int{}
+	f.eng.decodeHook = func(ev *store.RoutableEvent) {
+		mu.Lock()
+		decoded[ev.EventID]++
+		mu.Unlock()
+	}
+	const n = 5
+	for i := range n {
+		id := fmt.Sprint("evt-", i)
+		f.send("shop", id, fmt.Sprintf(`{"order_id":"o%d","rev":1}`, i))
+		f.eng.WakeRouting()
+		waitApplied(t, f, id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, c := range decoded {
+		total += c
+	}
+	// The loop's first claim may take the first entity before routing
+	// leases it: the processor then decodes that event again.
+	if settles := int(cc.settles.Load()); total > n+settles || len(decoded) != n {
+		t.Errorf("bodies decoded %v (%d times for %d events, %d pages settled by the processor), want each once", decoded, total, n, settles)
 	}
 }
 
