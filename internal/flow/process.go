@@ -22,11 +22,14 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// input is one event prepared for expressions.
+// input is one event prepared for expressions. Its body and meta are
+// read by every expression of the event (routing's for each flow, then
+// the work's), never written: they are made once.
 type input struct {
 	ev   *store.RoutableEvent
 	body any
 	err  error
+	meta map[string]any
 }
 
 // decode is ev's input, its body decoded.
@@ -34,33 +37,33 @@ func (e *Engine) decode(ev *store.RoutableEvent) *input {
 	if e.decodeHook != nil {
 		e.decodeHook(ev)
 	}
-	in := &input{ev: ev}
+	in := &input{ev: ev, meta: meta(ev)}
 	in.body, in.err = expr.DecodeJSON(ev.Body)
 	return in
 }
 
 // meta exposes the event's identity and times. Receipt data is here for
 // conditions; the config refuses it in identities (IP02).
-func (in *input) meta() map[string]any {
+func meta(ev *store.RoutableEvent) map[string]any {
 	m := map[string]any{
-		"source":          in.ev.Source,
-		"event_id":        in.ev.EventID,
-		"type":            in.ev.Type,
-		"account":         in.ev.Account,
-		"envelope_entity": in.ev.Entity,
-		"received_at":     in.ev.ReceivedAt,
-		"causation_id":    in.ev.CausationID,
-		"hop":             int64(in.ev.Hop),
+		"source":          ev.Source,
+		"event_id":        ev.EventID,
+		"type":            ev.Type,
+		"account":         ev.Account,
+		"envelope_entity": ev.Entity,
+		"received_at":     ev.ReceivedAt,
+		"causation_id":    ev.CausationID,
+		"hop":             int64(ev.Hop),
 		"occurred_at":     nil,
 	}
-	if !in.ev.OccurredAt.IsZero() {
-		m["occurred_at"] = in.ev.OccurredAt
+	if !ev.OccurredAt.IsZero() {
+		m["occurred_at"] = ev.OccurredAt
 	}
 	return m
 }
 
 func (in *input) vars() expr.Vars {
-	return expr.Vars{expr.VarEvent: in.body, expr.VarMeta: in.meta()}
+	return expr.Vars{expr.VarEvent: in.body, expr.VarMeta: in.meta}
 }
 
 // sortInt encodes a signed integer so that byte order is numeric order.
