@@ -76,7 +76,8 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"capacity: effects done over the whole run, sending and draining.\n"+
 			"Prints side by side effects done/s while sending and over the whole run, latency from\n"+
 			"sending the webhook to the destination receiving the call (after a --warmup), the drain time, each\n"+
-			"server's RSS (sampled from /proc every --sample) and CPU time, and on PostgreSQL the\n"+
+			"server's RSS (sampled from /proc every --sample), CPU time and the bytes its Go runtime allocated\n"+
+			"per webhook (from its /metrics), and on PostgreSQL the\n"+
 			"transactions (pg_stat_database), where pg_stat_statements is loaded statements per\n"+
 			"event, and where PostgreSQL runs on this machine its backends' CPU time for the\n"+
 			"target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
