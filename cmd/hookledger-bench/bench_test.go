@@ -204,8 +204,10 @@ func TestMedianRange(t *testing.T) {
 // of three and falls short in the other two.
 func TestE2ERoundsSummary(t *testing.T) {
 	cell := func(target string, done int) *e2eResult {
+		// Allocated: done/1000 KB a webhook (6.0 KB for 6,000 done).
 		return &e2eResult{target: target, sendFor: 10 * time.Second, doneInWindow: done, exactlyOne: done,
-			acked: int64(done), lat: latencies{time.Duration(done) * time.Millisecond}}
+			acked: int64(done), lat: latencies{time.Duration(done) * time.Millisecond},
+			mem: goMem{alloc: float64(done) * float64(done) / 1000 * 1024}}
 	}
 	rounds := [][]*e2eResult{
 		{cell("sqlite", 6000), cell("pg1", 5000), cell("pg2", 5500)}, // pg2/pg1 1.10
@@ -228,6 +230,10 @@ func TestE2ERoundsSummary(t *testing.T) {
 	// The per-target medians: pg2 did 550, 450 and 480 effects/s.
 	if !regexp.MustCompile(`(?m)^\s+pg2\s+480 \(450-550\)\s`).MatchString(out) {
 		t.Errorf("pg2's median and range are not 480 (450-550):\n%s", out)
+	}
+	// And what they allocated: 5.5, 4.5 and 4.8 KB a webhook.
+	if !regexp.MustCompile(`(?m)^\s+pg2\s.*\s4\.8 \(4\.5-5\.5\)\s+ok in 3 of 3 rounds`).MatchString(out) {
+		t.Errorf("pg2's allocation is not 4.8 (4.5-5.5) KB a webhook:\n%s", out)
 	}
 }
 

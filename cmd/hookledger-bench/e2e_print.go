@@ -338,21 +338,28 @@ func metOrNot(ratio, goal float64) string {
 func printE2ERounds(w io.Writer, rounds [][]*e2eResult) {
 	fmt.Fprintf(w, "== summary of %d rounds: median (lowest-highest)\n", len(rounds))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tdone/s sending\tdone/s whole run\tp99 ms\texactly once\t")
+	fmt.Fprintln(tw, "target\tdone/s sending\tdone/s whole run\tp99 ms\talloc KB/event\texactly once\t")
 	for i, first := range rounds[0] {
-		var sending, whole, p99 []float64
+		var sending, whole, p99, alloc []float64
 		ok := 0
 		for _, rs := range rounds {
 			r := rs[i]
 			sending = append(sending, r.windowRate())
 			whole = append(whole, r.wholeRate())
 			p99 = append(p99, float64(r.lat.pct(0.99))/float64(time.Millisecond))
+			if r.memErr == nil {
+				alloc = append(alloc, r.mem.alloc/1024/float64(max(r.acked, 1)))
+			}
 			if r.ok() {
 				ok++
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tok in %d of %d rounds\t\n", first.target,
-			spread(sending, "%.0f"), spread(whole, "%.0f"), spread(p99, "%.0f"), ok, len(rounds))
+		allocs := "-"
+		if len(alloc) > 0 {
+			allocs = spread(alloc, "%.1f")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\tok in %d of %d rounds\t\n", first.target,
+			spread(sending, "%.0f"), spread(whole, "%.0f"), spread(p99, "%.0f"), allocs, ok, len(rounds))
 	}
 	tw.Flush()
 	for _, q := range e2eRatios {
