@@ -179,12 +179,7 @@ func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f, cc := countedOn(t, open, 4)
 			const n = 5
-			for i := range n {
-				id := fmt.Sprint("evt-", i)
-				f.send("shop", id, fmt.Sprintf(`{"order_id":"o%d","rev":1}`, i))
-				f.eng.WakeRouting()
-				waitApplied(t, f, id)
-			}
+			sendOneByOne(t, f, n)
 			// The loop's first claim may take the first entity before
 			// routing leases it: that entity is listed, and settled by
 			// the processor.
@@ -196,6 +191,18 @@ func TestRoutedLeaseCarriesItsWork(t *testing.T) {
 				t.Errorf("%d pages settled by the processor (%d claims of its own) for %d events each leased with its work by routing, want at most the first", settles, claims, n)
 			}
 		})
+	}
+}
+
+// sendOneByOne sends n events of n orders, each routed and applied
+// before the next is sent.
+func sendOneByOne(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	for i := range n {
+		id := fmt.Sprint("evt-", i)
+		f.send("shop", id, fmt.Sprintf(`{"order_id":"o%d","rev":1}`, i))
+		f.eng.WakeRouting()
+		waitApplied(t, f, id)
 	}
 }
 
@@ -214,12 +221,7 @@ func TestRoutingDecodesEachBodyOnce(t *testing.T) {
 		mu.Unlock()
 	}
 	const n = 5
-	for i := range n {
-		id := fmt.Sprint("evt-", i)
-		f.send("shop", id, fmt.Sprintf(`{"order_id":"o%d","rev":1}`, i))
-		f.eng.WakeRouting()
-		waitApplied(t, f, id)
-	}
+	sendOneByOne(t, f, n)
 	mu.Lock()
 	defer mu.Unlock()
 	total := 0
