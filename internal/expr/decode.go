@@ -20,8 +20,9 @@ import (
 // invalid UTF-8 or lone surrogate becomes U+FFFD. FuzzDecodeJSON holds it
 // to that for any input. It is written here, not taken from encoding/json,
 // because decoding into interface values through reflection was the flow
-// engine's largest cost (every event body is decoded for routing and again
-// for processing); encoding/json/v2 is not yet stable, and the faster
+// engine's largest cost (an event body is decoded to route the event and,
+// unless its work is prepared with the routing, again to process it);
+// encoding/json/v2 is not yet stable, and the faster
 // third-party decoders differ from encoding/json on numbers or repeated
 // keys, which would change what an expression sees.
 func DecodeJSON(b []byte) (any, error) {
