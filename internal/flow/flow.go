@@ -595,9 +595,11 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle, SettleMax: inlineMax,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
-			ahead := settle != nil && !e.st.Shared() && len(page) <= inlineMax
-			var ins []*input // each event's body as routing decoded it, for ahead
-			if ahead {
+			// A page routing settles keeps each event's body as the
+			// decision decoded it, for the work prepared from it.
+			keep := settle != nil && len(page) <= inlineMax
+			var ins []*input
+			if keep {
 				ins = make([]*input, 0, len(page))
 			}
 			for _, ev := range page {
@@ -609,11 +611,16 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 					routes, in = e.safeRoutes(ev)
 				}
 				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: routes})
-				if ahead {
+				if keep {
 					ins = append(ins, in)
 				}
 			}
-			if ahead {
+			switch {
+			case !keep:
+			case e.st.Shared():
+				// Prepared inside the routing transaction, after the lease.
+				rs.keep(evs, ins)
+			default:
 				rs.ahead(ctx, e, evs, ds, ins)
 			}
 			return ds

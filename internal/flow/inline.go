@@ -54,6 +54,21 @@ type routeSettle struct {
 	pages   []*inlinePage
 	claims  []*store.EffectClaimParams
 	effects map[string]int
+	// decoded is the page's events as the routing decision decoded them,
+	// by pk, where the work is prepared in the routing transaction
+	// (a shared database).
+	decoded map[int64]*input
+}
+
+// keep notes the bodies the routing decision decoded (ins, one per event
+// of evs, nil where none), for the work prepared in the transaction.
+func (rs *routeSettle) keep(evs []*store.RoutableEvent, ins []*input) {
+	rs.decoded = make(map[int64]*input, len(evs))
+	for i, ev := range evs {
+		if ins[i] != nil {
+			rs.decoded[ev.PK] = ins[i]
+		}
+	}
 }
 
 // readyKey names the work item a route of the page will be: the event's
@@ -193,7 +208,7 @@ func (rs *routeSettle) assemble(ctx context.Context, e *Engine, f *config.Flow, 
 			ahead = append(ahead, r)
 		} else if e.st.Shared() {
 			var deferred bool
-			if p, tr, deferred = e.prepareItem(ctx, f, l, it, nil); deferred {
+			if p, tr, deferred = e.prepareItem(ctx, f, l, it, rs.decoded[it.Event.PK]); deferred {
 				p = nil
 			} else if tr != nil {
 				inPlace = append(inPlace, tr)

@@ -206,32 +206,36 @@ func sendOneByOne(t *testing.T, f *fixture, n int) {
 	}
 }
 
-// On a database one process owns, work settled in the routing
-// transaction is prepared before it from the body routing decoded: each
-// event's body is decoded once on its way to its effect, not once to
-// route and again to prepare.
+// Work settled in the routing transaction is prepared from the body the
+// routing decision decoded (on SQLite before the transaction, on
+// PostgreSQL inside it): each event's body is decoded once on its way to
+// its effect, not once to route and again to prepare.
 func TestRoutingDecodesEachBodyOnce(t *testing.T) {
-	open := stores()["sqlite"]
-	f, cc := countedOn(t, open, 4)
-	var mu sync.Mutex
-	decoded := map[string]int{}
-	f.eng.decodeHook = func(ev *store.RoutableEvent) {
-		mu.Lock()
-		decoded[ev.EventID]++
-		mu.Unlock()
-	}
-	const n = 5
-	sendOneByOne(t, f, n)
-	mu.Lock()
-	defer mu.Unlock()
-	total := 0
-	for _, c := range decoded {
-		total += c
-	}
-	// The loop's first claim may take the first entity before routing
-	// leases it: the processor then decodes that event again.
-	if settles := int(cc.settles.Load()); total > n+settles || len(decoded) != n {
-		t.Errorf("bodies decoded %v (%d times for %d events, %d pages settled by the processor), want each once", decoded, total, n, settles)
+	for name, open := range stores() {
+		t.Run(name, func(t *testing.T) {
+			f, cc := countedOn(t, open, 4)
+			var mu sync.Mutex
+			decoded := map[string]int{}
+			f.eng.decodeHook = func(ev *store.RoutableEvent) {
+				mu.Lock()
+				decoded[ev.EventID]++
+				mu.Unlock()
+			}
+			const n = 5
+			sendOneByOne(t, f, n)
+			mu.Lock()
+			defer mu.Unlock()
+			total := 0
+			for _, c := range decoded {
+				total += c
+			}
+			// The loop's first claim may take the first entity before
+			// routing leases it: the processor then decodes that event
+			// again.
+			if settles := int(cc.settles.Load()); total > n+settles || len(decoded) != n {
+				t.Errorf("bodies decoded %v (%d times for %d events, %d pages settled by the processor), want each once", decoded, total, n, settles)
+			}
+		})
 	}
 }
 
