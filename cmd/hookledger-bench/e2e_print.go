@@ -119,13 +119,22 @@ var e2eColumns = []e2eColumn{
 		return fmt.Sprintf("%.2f", float64(cpuSum)/float64(time.Millisecond)/float64(max(r.acked, 1)))
 	}},
 	{"alloc KB/event", func(r *e2eResult) string {
-		if r.memErr != nil {
-			return "-"
+		if kb, ok := r.allocPerEvent(); ok {
+			return fmt.Sprintf("%.1f", kb)
 		}
-		return fmt.Sprintf("%.1f", r.mem.alloc/1024/float64(max(r.acked, 1)))
+		return "-"
 	}},
 	{"PG CPU ms/event", (*e2eResult).pgCPUPerEvent},
 	{"exactly once", func(r *e2eResult) string { return fmt.Sprintf("%s %d/%d", r.verdict(), r.exactlyOne, r.acked) }},
+}
+
+// allocPerEvent is the KB the servers allocated per acknowledged webhook;
+// false when their /metrics could not be read.
+func (r *e2eResult) allocPerEvent() (float64, bool) {
+	if r.memErr != nil {
+		return 0, false
+	}
+	return r.mem.alloc / 1024 / float64(max(r.acked, 1)), true
 }
 
 // verdict is the exactly-once verdict of a target, as the table and the
@@ -347,8 +356,8 @@ func printE2ERounds(w io.Writer, rounds [][]*e2eResult) {
 			sending = append(sending, r.windowRate())
 			whole = append(whole, r.wholeRate())
 			p99 = append(p99, float64(r.lat.pct(0.99))/float64(time.Millisecond))
-			if r.memErr == nil {
-				alloc = append(alloc, r.mem.alloc/1024/float64(max(r.acked, 1)))
+			if kb, ok := r.allocPerEvent(); ok {
+				alloc = append(alloc, kb)
 			}
 			if r.ok() {
 				ok++
