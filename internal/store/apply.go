@@ -29,6 +29,12 @@ type ApplyRow struct {
 	// The projection as it stands: VersionSort "" when none was applied.
 	Version, VersionSort string
 	State                []byte
+	// Release, when set, is the lease token to free once this item's
+	// count down leaves the entity with no pending work
+	// (FlowApplyParams.ReleaseIfDrained), and Released the answer: the
+	// entity's own update frees it, one write of the row instead of two.
+	Release  string
+	Released *bool
 }
 
 // GroupRead is what ApplyTx.ReadGroup returns: each submission's entity
@@ -93,7 +99,8 @@ type EventHead struct {
 // ApplyTx is one driver transaction as the ledger's rules use it.
 //
 // Some calls promise an answer through a pointer instead of returning it
-// (SupersedeOlder, InsertEffect, ReleaseDrained): a driver may hold such a
+// (SupersedeOlder, InsertEffect, and WriteProjection and CountDown on
+// a release): a driver may hold such a
 // statement back and send it with the next one that must answer at once,
 // or with Flush, and fills the answer by the time that call returns. The
 // statements still run in the order of the calls, so the transaction
@@ -123,6 +130,10 @@ type ApplyTx interface {
 	// WriteProjection sets the entity's version, version_sort, state,
 	// applied_event_pk and updated_at from p, and also counts the settled
 	// item down: pending - 1, settled_key = max(settled_key, w.OrderKey).
+	// With w.Release set, the same write frees the lease that token holds
+	// when pending reaches 0, and answers in *w.Released whether it did
+	// (see ApplyTx on answers). ReadGroup fenced the lease, so a token
+	// still held is this group's.
 	WriteProjection(ctx context.Context, w *ApplyRow, p *FlowApplyParams) error
 	// SupersedeOlder moves the entity's effects named name that are not
 	// compensations, still approved or retry_wait and older than p's
@@ -145,7 +156,9 @@ type ApplyTx interface {
 	// reason and sortKey (AppliedSort).
 	SettleWork(ctx context.Context, p *FlowApplyParams, res *FlowApplyResult, sortKey string) error
 	// CountDown counts a settled item that wrote no projection off the
-	// entity: pending - 1, settled_key = max(settled_key, settledKey).
+	// entity: pending - 1, settled_key = max(settled_key, settledKey),
+	// and frees a drained lease as WriteProjection does when w.Release is
+	// set.
 	CountDown(ctx context.Context, w *ApplyRow, settledKey string) error
 	// Audit appends an audit row.
 	Audit(ctx context.Context, a *AuditInsertParams) error
@@ -155,10 +168,6 @@ type ApplyTx interface {
 	EventWork(ctx context.Context, pk int64) (*EventHead, []EventWorkRow, error)
 	// SetDisposition sets event pk's disposition.
 	SetDisposition(ctx context.Context, pk int64, d Disposition) error
-	// ReleaseDrained frees the lease that token holds when the entity has
-	// no pending work, and answers in *released whether it did (see
-	// ApplyTx on answers).
-	ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error
 	// EffectAskedBy records that event eventPK asked for the effect with
 	// episode key key, which exists already: the event is appended to
 	// the effect's later source events (its later_event_pks) unless it is
@@ -358,6 +367,9 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 		Version: es.version, VersionSort: es.versionSort, State: es.state}
 
 	res := &FlowApplyResult{}
+	if p.ReleaseIfDrained {
+		w.Release, w.Released = p.Lease.Token, &res.Released
+	}
 	audit := func(action, detail string) {
 		g.audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
 			Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: detail})
@@ -411,11 +423,6 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 	audit(actionWorkSettled, settledDetail(subject, res, p.Version))
 	if err := g.settleEvent(ctx, w.EventPK, w.ReplayID, p.Now, p.Actor); err != nil {
 		return nil, err
-	}
-	if p.ReleaseIfDrained {
-		if err := tx.ReleaseDrained(ctx, w.Flow, w.Entity, p.Lease.Token, &res.Released); err != nil {
-			return nil, fmt.Errorf("release drained entity: %w", err)
-		}
 	}
 	return res, nil
 }

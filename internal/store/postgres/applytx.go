@@ -107,7 +107,7 @@ func (a txn) LoopVisit(ctx context.Context, flow, causationID string, eventPK in
 }
 
 func (a txn) WriteProjection(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
-	e := a.t.held.countDown(w.Flow, w.Entity, w.OrderKey)
+	e := a.t.held.countDown(w, w.OrderKey)
 	e.projection = &heldProjection{version: p.Version, versionSort: p.VersionSort, state: string(store.StateJSON(p.State)),
 		eventPK: w.EventPK, at: p.Now}
 	return nil
@@ -181,7 +181,7 @@ func (a txn) SettleWork(_ context.Context, p *store.FlowApplyParams, res *store.
 // CountDown: GREATEST(settled_key, ”) leaves the key alone, so a dead
 // letter does not catch the entity up.
 func (a txn) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) error {
-	a.t.held.countDown(w.Flow, w.Entity, settledKey)
+	a.t.held.countDown(w, settledKey)
 	return nil
 }
 
@@ -233,11 +233,6 @@ func (a txn) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store
 
 func (a txn) SetDisposition(_ context.Context, pk int64, d store.Disposition) error {
 	a.t.held.setDisposition(pk, d)
-	return nil
-}
-
-func (a txn) ReleaseDrained(_ context.Context, flow, entity, token string, released *bool) error {
-	a.t.held.release(heldRelease{flow: flow, entity: entity, token: token, out: released})
 	return nil
 }
 

@@ -10,13 +10,12 @@ import (
 
 // held collects the writes of a settle that nothing in the transaction
 // reads back before the commit: the work rows settled, the events'
-// dispositions, the entities' counters and projections, and the drained
-// releases (which read only the counters). A group of pages settles
+// dispositions, and the entities' counters and projections with their
+// drained releases. A group of pages settles
 // hundreds of items, and one statement per table costs the database far
 // less than one per item (each statement opens every index of its table).
 // They are queued before the next statement that reads (pipeTx.query),
-// at Flush and before COMMIT, the releases after the counters they read,
-// so every read in the transaction sees them as if they had run one by
+// at Flush and before COMMIT, so every read in the transaction sees them as if they had run one by
 // one.
 type held struct {
 	work []heldWork
@@ -24,17 +23,17 @@ type held struct {
 	// replaces the value.
 	dispositions []heldDisposition
 	entities     []*heldEntity
-	releases     []heldRelease
 	// supersedes and effects are the held supersede steps and effect
 	// inserts (heldeffects.go).
 	supersedes []heldSupersede
 	effects    []heldEffect
 }
 
-// heldRelease is a ReleaseDrained waiting for its answer.
+// heldRelease is a drained release waiting for its answer
+// (store.ApplyRow.Release).
 type heldRelease struct {
-	flow, entity, token string
-	out                 *bool
+	token string
+	out   *bool
 }
 
 type heldWork struct {
@@ -56,9 +55,8 @@ type heldEntity struct {
 	settled      int
 	settledKey   string
 	projection   *heldProjection
-	// releases are drained releases of this entity under one token,
-	// answered by the entity's own update (queueEntities) instead of a
-	// second update.
+	// releases are drained releases of this entity under one token (one
+	// submission's lease), answered by the entity's own update.
 	releases []heldRelease
 }
 
@@ -80,8 +78,10 @@ func (h *held) setDisposition(pk int64, d store.Disposition) {
 	h.dispositions = append(h.dispositions, heldDisposition{pk: pk, d: d})
 }
 
-// countDown adds one settled item of flow/entity.
-func (h *held) countDown(flow, entity, settledKey string) *heldEntity {
+// countDown adds one settled item of w's entity, and its drained release
+// when w asks for one.
+func (h *held) countDown(w *store.ApplyRow, settledKey string) *heldEntity {
+	flow, entity := w.Flow, w.Entity
 	var e *heldEntity
 	for _, c := range h.entities {
 		if c.flow == flow && c.entity == entity {
@@ -95,16 +95,16 @@ func (h *held) countDown(flow, entity, settledKey string) *heldEntity {
 	}
 	e.settled++
 	e.settledKey = max(e.settledKey, settledKey)
+	if w.Release != "" {
+		e.releases = append(e.releases, heldRelease{token: w.Release, out: w.Released})
+	}
 	return e
 }
-
-func (h *held) release(r heldRelease) { h.releases = append(h.releases, r) }
 
 // queue queues every held write on t.
 func (h *held) queue(t *pipeTx) {
 	h.queueEffects(t)
 	h.queueEntities(t)
-	h.queueReleases(t)
 	switch n := len(h.work); {
 	case n == 1:
 		w := h.work[0]
@@ -133,11 +133,11 @@ func (h *held) queue(t *pipeTx) {
 }
 
 // queueEntities queues the held entity writes: one UPDATE for one
-// entity, one from unnest for several.
+// entity, one from unnest for several or for one whose lease drains.
 func (h *held) queueEntities(t *pipeTx) {
 	es := h.entities
 	h.entities = nil
-	if len(es) == 1 {
+	if len(es) == 1 && len(es[0].releases) == 0 {
 		e := es[0]
 		if p := e.projection; p != nil {
 			t.exec("update projection", `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
@@ -152,7 +152,6 @@ func (h *held) queueEntities(t *pipeTx) {
 	if len(es) == 0 {
 		return
 	}
-	h.attachReleases(es)
 	n := len(es)
 	flows, entities, versions, sorts, states, keys, tokens := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -196,55 +195,6 @@ func (h *held) queueEntities(t *pipeTx) {
 	})
 }
 
-// attachReleases hands each held release of an entity in es to that
-// entity's update, which frees the lease when the entity drains: one
-// write of the row instead of two. Releases of other entities stay for
-// releaseDrainedSQL.
-func (h *held) attachReleases(es []*heldEntity) {
-	kept := h.releases[:0]
-	for _, r := range h.releases {
-		attached := false
-		for _, e := range es {
-			if e.flow == r.flow && e.entity == r.entity && (len(e.releases) == 0 || e.releases[0].token == r.token) {
-				e.releases, attached = append(e.releases, r), true
-				break
-			}
-		}
-		if !attached {
-			kept = append(kept, r)
-		}
-	}
-	h.releases = kept
-}
-
-// queueReleases queues the held drained releases as one statement whose
-// rows answer them.
-func (h *held) queueReleases(t *pipeTx) {
-	rs := h.releases
-	h.releases = nil
-	if len(rs) == 0 {
-		return
-	}
-	flows, entities, tokens := make([]string, len(rs)), make([]string, len(rs)), make([]string, len(rs))
-	for i, r := range rs {
-		flows[i], entities[i], tokens[i] = r.flow, r.entity, r.token
-	}
-	t.later("release drained entities", releaseDrainedSQL, []any{flows, entities, tokens, distinct(flows)}, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var flow, entity string
-			if err := rows.Scan(&flow, &entity); err != nil {
-				return err
-			}
-			for _, r := range rs {
-				if r.flow == flow && r.entity == entity {
-					*r.out = true
-				}
-			}
-		}
-		return nil
-	})
-}
-
 // settleWorkSQL settles work rows $1 (arrays $1-$5, one element per row);
 // w.id = ANY($1) lets the rows be found by the primary key whatever the
 // planner thinks of the unnest's size.
@@ -259,9 +209,8 @@ const setDispositionsSQL = `UPDATE events e SET disposition = u.d
 // updateEntitiesSQL writes the held counters and projections of several
 // entities: arrays $1-$10 and $12, one element per entity, $11 the
 // distinct flows. An entity whose lease token $12 is set (a drained
-// release, attachReleases) and whose pending count reaches zero has its
-// lease freed by the same write, as releaseDrainedSQL would; each row
-// returns whether it was. The group fenced every entity earlier in the
+// release) and whose pending count reaches zero has its
+// lease freed by the same write; each row returns whether it was. The group fenced every entity earlier in the
 // transaction (fenceEntitiesSQL: token checked, row locked), so a lease
 // found free here was freed by this statement.
 const updateEntitiesSQL = `UPDATE entities e SET
@@ -277,14 +226,6 @@ const updateEntitiesSQL = `UPDATE entities e SET
 			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key, token)
 		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($11) AND e.entity = ANY($2)
 		RETURNING e.flow, e.entity, u.token <> '' AND e.pending = 0 AND e.lease_token = ''`
-
-// releaseDrainedSQL frees the leases ($1, $2, token $3; $4 the distinct
-// flows) of entities with no pending work, and returns those it freed.
-const releaseDrainedSQL = `UPDATE entities e SET lease_token = '', lease_until = '-infinity'
-		FROM unnest($1::text[], $2::text[], $3::text[]) AS u(flow, entity, token)
-		WHERE e.flow = u.flow AND e.entity = u.entity AND e.lease_token = u.token AND e.pending = 0
-			AND e.flow = ANY($4) AND e.entity = ANY($2)
-		RETURNING e.flow, e.entity`
 
 // distinct returns ss without repeats, in first-seen order. A statement
 // that finds rows by primary key names its keys with = ANY of distinct

@@ -251,7 +251,6 @@ func TestEntityPlansWithStatistics(t *testing.T) {
 	}{
 		{"fence", fenceEntitiesSQL, []any{flows, entities, tokens, nows, nums, distinct(flows), distinct(entities)}},
 		{"update counters and projections", updateEntitiesSQL, []any{flows, entities, proj, versions, versions, states, eventPKs, nows, settled, versions, distinct(flows), tokens}},
-		{"release drained", releaseDrainedSQL, []any{flows, entities, tokens, distinct(flows)}},
 	} {
 		got, _, _ := explain(t, h.pool, "(COSTS OFF)", c.sql, c.args...)
 		t.Logf("%s:\n%s", c.name, got)

@@ -69,10 +69,8 @@ func (a txn) LoopVisit(ctx context.Context, flow, causationID string, eventPK in
 }
 
 func (a txn) WriteProjection(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
-	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?,
-		pending = pending - 1, settled_key = max(settled_key, ?) WHERE flow = ? AND entity = ?`,
-		p.Version, p.VersionSort, string(store.StateJSON(p.State)), w.EventPK, p.Now.UnixMicro(), w.OrderKey, w.Flow, w.Entity)
-	return err
+	return a.countDown(ctx, w, `version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?, `, w.OrderKey,
+		p.Version, p.VersionSort, string(store.StateJSON(p.State)), w.EventPK, p.Now.UnixMicro())
 }
 
 func (a txn) SupersedeOlder(ctx context.Context, w *store.ApplyRow, name string, p *store.FlowApplyParams, out *[]store.SupersededEffect) error {
@@ -151,9 +149,26 @@ func (a txn) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *stor
 // CountDown: max(settled_key, ”) leaves the key alone, so a dead letter
 // does not catch the entity up.
 func (a txn) CountDown(ctx context.Context, w *store.ApplyRow, settledKey string) error {
-	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET pending = pending - 1, settled_key = max(settled_key, ?)
-		WHERE flow = ? AND entity = ?`, settledKey, w.Flow, w.Entity)
-	return err
+	return a.countDown(ctx, w, "", settledKey)
+}
+
+// countDown counts an item of w's entity down, after the assignments set
+// (each ending in a comma) with their arguments, and frees a drained
+// lease when w.Release names one (store.ApplyTx.CountDown). Every SET
+// expression reads the row as it was before the UPDATE: pending = 1 is
+// the last item. RETURNING reads it after.
+func (a txn) countDown(ctx context.Context, w *store.ApplyRow, set, settledKey string, args ...any) error {
+	args = append(args, settledKey)
+	if w.Release == "" {
+		_, err := a.tx.ExecContext(ctx, `UPDATE entities SET `+set+`pending = pending - 1, settled_key = max(settled_key, ?)
+			WHERE flow = ? AND entity = ?`, append(args, w.Flow, w.Entity)...)
+		return err
+	}
+	return a.tx.QueryRowContext(ctx, `UPDATE entities SET `+set+`pending = pending - 1, settled_key = max(settled_key, ?),
+			lease_token = CASE WHEN pending = 1 AND lease_token = ? THEN '' ELSE lease_token END,
+			lease_until = CASE WHEN pending = 1 AND lease_token = ? THEN ? ELSE lease_until END
+		WHERE flow = ? AND entity = ? RETURNING pending = 0 AND lease_token = ''`,
+		append(args, w.Release, w.Release, leaseFree, w.Flow, w.Entity)...).Scan(w.Released)
 }
 
 func (a txn) Audit(ctx context.Context, p *store.AuditInsertParams) error {
@@ -188,17 +203,6 @@ func (a txn) EventWork(ctx context.Context, pk int64) (*store.EventHead, []store
 
 func (a txn) SetDisposition(ctx context.Context, pk int64, d store.Disposition) error {
 	_, err := a.tx.ExecContext(ctx, `UPDATE events SET disposition = ? WHERE pk = ?`, d, pk)
-	return err
-}
-
-func (a txn) ReleaseDrained(ctx context.Context, flow, entity, token string, released *bool) error {
-	r, err := a.tx.ExecContext(ctx, `UPDATE entities SET lease_token = '', lease_until = ?
-		WHERE flow = ? AND entity = ? AND lease_token = ? AND pending = 0`, leaseFree, flow, entity, token)
-	if err != nil {
-		return err
-	}
-	n, err := r.RowsAffected()
-	*released = n == 1
 	return err
 }
 

@@ -801,6 +801,22 @@ func testApplyReleasesDrained(t *testing.T, o Opener) {
 	if _, err := f.s.FlowApply(f.ctx, &p); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("apply under the released lease: %v, want ErrLeaseLost", err)
 	}
+	// A last item that writes no projection (a dead letter) counts the
+	// entity down and frees it all the same.
+	e4 := f.event("evt_r4")
+	f.route(t0, to(e4, rt("deals", "d2", "k1")))
+	l2 := f.lease("deals", "d2", t0)
+	ws = f.pending("deals", "d2")
+	p = rev(1, `{"n":1}`)
+	p.Lease, p.Now, p.WorkID, p.EventPK, p.Actor, p.ReleaseIfDrained, p.Fail = l2, t0, ws[0].ID, ws[0].Event.PK, "worker", true, "poison"
+	if res, err := f.s.FlowApply(f.ctx, &p); err != nil || !res.Released || res.Disposition != store.DispositionDeadLettered {
+		t.Fatalf("dead-lettered last item: %+v, %v, want dead_lettered and released", res, err)
+	}
+	e5 := f.event("evt_r5")
+	f.route(t0, to(e5, rt("deals", "d2", "k2")))
+	if got := f.claim("other", t0, 10); len(got) != 1 || got[0].Entity != "d2" {
+		t.Fatalf("after a dead letter drained d2: %d leases, want d2", len(got))
+	}
 }
 
 func testClaimConcurrent(t *testing.T, o Opener) {
