@@ -124,29 +124,33 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev store.RouteEvent, r
 	at := now.UnixMicro()
 	inserted := 0
 	for _, r := range routes {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO entities (flow, entity, updated_at) VALUES (?, ?, ?)
-			ON CONFLICT (flow, entity) DO NOTHING`, r.Flow, r.Entity, at); err != nil {
-			return 0, fmt.Errorf("upsert entity %s/%s: %w", r.Flow, r.Entity, err)
+		disposition, done := "", any(nil)
+		if r.Failed != "" {
+			disposition, done = "dead_lettered", at
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
+			r.Flow, r.Entity, ev.PK, replayID, r.OrderKey, at, done, disposition, r.Failed)
+		if err != nil {
+			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
+		} else if n == 0 {
+			// The item exists, and so does its entity: its first insert
+			// made the row, and entities are never deleted.
+			continue
+		}
+		// A route that failed is still the entity's newest news: it counts
+		// for revision_lag like any other, but not as pending work.
+		pending := 1
+		if r.Failed != "" {
+			pending = 0
+		}
+		if _, err := tx.ExecContext(ctx, entityEnqueueSQL, r.Flow, r.Entity, at, pending, r.OrderKey); err != nil {
+			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
 		}
 		if r.Failed != "" {
-			res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
-				VALUES (?, ?, ?, ?, ?, ?, ?, 'dead_lettered', ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-				r.Flow, r.Entity, ev.PK, replayID, r.OrderKey, at, at, r.Failed)
-			if err != nil {
-				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return 0, fmt.Errorf("insert failed work for %s: %w", r.Flow, err)
-			} else if n == 0 {
-				continue
-			}
-			// A route that failed is still the entity's newest news: it
-			// counts for revision_lag like any other (rare, so a statement
-			// of its own).
-			if _, err := tx.ExecContext(ctx, `UPDATE entities SET `+newestKeySet+` WHERE flow = ? AND entity = ?`,
-				r.OrderKey, at, r.OrderKey, r.Flow, r.Entity); err != nil {
-				return 0, fmt.Errorf("newest key of %s/%s: %w", r.Flow, r.Entity, err)
-			}
 			if _, err := insertAudit(ctx, tx, &store.AuditInsertParams{At: now, Actor: actor, Action: store.ActionDeadLettered,
 				Source: ev.Source, EventID: ev.EventID, Entity: r.Entity,
 				Detail: store.RouteFailedDetail(r.Flow, r.Entity, r.Failed)}); err != nil {
@@ -154,41 +158,28 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev store.RouteEvent, r
 			}
 			continue
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
-			r.Flow, r.Entity, ev.PK, replayID, r.OrderKey, at)
-		if err != nil {
-			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return 0, fmt.Errorf("insert work for %s: %w", r.Flow, err)
-		}
-		if n == 0 {
-			continue
-		}
-		// An entity that becomes ready joins the back of the claim order
-		// (not_before, then keys): claims are first come, first served, so
-		// an entity whose key sorts late is not starved by newer ones. A
-		// retry's later not_before is kept. The same statement advances the
-		// entity's newest routed key for revision_lag.
-		if _, err := tx.ExecContext(ctx, `UPDATE entities SET pending = pending + 1,
-			not_before = CASE WHEN pending = 0 AND not_before < ? THEN ? ELSE not_before END, `+newestKeySet+`
-			WHERE flow = ? AND entity = ?`, at, at, r.OrderKey, at, r.OrderKey, r.Flow, r.Entity); err != nil {
-			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)
-		}
 		inserted++
 	}
 	return inserted, nil
 }
 
-// newestKeySet advances an entity's newest routed order key (arguments:
-// the order key, now, the order key again) and stamps behind_since when
-// that makes an entity that was caught up fall behind. Every SET
-// expression reads the row as it was before the UPDATE, so the CASE sees
-// the old newest_key.
-const newestKeySet = `behind_since = CASE WHEN newest_key <= settled_key AND ? > settled_key THEN ? ELSE behind_since END,
-	newest_key = max(newest_key, ?)`
+// entityEnqueueSQL makes or updates the entity of a work row just
+// inserted (?1 flow, ?2 entity, ?3 now, ?4 pending: 1, or 0 for a route
+// that failed, ?5 the order key), in one statement where an insert and an
+// update were two. Its pending count rises by ?4; an entity that becomes
+// ready joins the back of the claim order (not_before, then keys): claims
+// are first come, first served, so an entity whose key sorts late is not
+// starved by newer ones, and a retry's later not_before is kept. Its
+// newest routed key advances for revision_lag, with behind_since stamped
+// when that makes an entity that was caught up fall behind (a new entity
+// has settled nothing: any key puts it behind). Every expression of DO
+// UPDATE reads the row as it was, so the CASEs see the old values.
+const entityEnqueueSQL = `INSERT INTO entities (flow, entity, updated_at, pending, not_before, newest_key, behind_since)
+	VALUES (?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN ?3 ELSE 0 END, ?5, CASE WHEN ?5 > '' THEN ?3 ELSE 0 END)
+	ON CONFLICT (flow, entity) DO UPDATE SET pending = pending + ?4,
+		not_before = CASE WHEN ?4 > 0 AND pending = 0 AND not_before < ?3 THEN ?3 ELSE not_before END,
+		behind_since = CASE WHEN newest_key <= settled_key AND ?5 > settled_key THEN ?3 ELSE behind_since END,
+		newest_key = max(newest_key, ?5)`
 
 // newToken makes a lease token that names its owner and cannot be guessed
 // or repeated by another claim.

@@ -751,6 +751,9 @@ func testClaimFirstReadyFirst(t *testing.T, o Opener) {
 	}
 	z2 := f.event("evt_z2")
 	f.route(at.Add(time.Second), to(z2, rt("deals", "zz", "k2")))
+	// aa gets more work while it is still pending: it keeps its place.
+	a2 := f.event("evt_a2")
+	f.route(at.Add(2*time.Second), to(a2, rt("deals", "aa", "k2")))
 	got = f.claim("w", at.Add(time.Minute), 10)
 	if len(got) != 3 || got[0].Entity != "aa" || got[1].Entity != "mm" || got[2].Entity != "zz" {
 		t.Fatalf("after zz drained and came back: %d leases, want aa, mm, zz", len(got))
