@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -622,4 +623,25 @@ func SetLaterSources(f *Effect, later string) error {
 		}
 	}
 	return nil
+}
+
+// ClaimedEntity is a lease as a claim statement returns it, with when its
+// entity was due: the claim order.
+type ClaimedEntity struct {
+	NotBefore time.Time
+	Lease     *Lease
+}
+
+// ClaimOrder returns the leases in claim order (not_before, flow,
+// entity, in byte order): a claim that leases with UPDATE ... RETURNING
+// gets its rows in no particular order.
+func ClaimOrder(got []ClaimedEntity) []*Lease {
+	slices.SortFunc(got, func(a, b ClaimedEntity) int {
+		return cmp.Or(a.NotBefore.Compare(b.NotBefore), cmp.Compare(a.Lease.Flow, b.Lease.Flow), cmp.Compare(a.Lease.Entity, b.Lease.Entity))
+	})
+	out := make([]*Lease, len(got))
+	for i, c := range got {
+		out[i] = c.Lease
+	}
+	return out
 }

@@ -314,13 +314,13 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 	if err != nil {
 		return nil, fmt.Errorf("claim entities: %w", err)
 	}
-	return claimOrder(got), nil
+	return store.ClaimOrder(got), nil
 }
 
 // EntitiesLease is EntityClaim's statement inside another transaction
 // (store.RouteTx): routing's, which leases what it made ready.
 func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
-	var got []claimedEntity
+	var got []store.ClaimedEntity
 	err := a.t.query(ctx, "claim entities", entityClaimSQL, entityClaimArgs(p), func(rows pgx.Rows) error {
 		var err error
 		got, err = pgx.CollectRows(rows, scanClaimedEntity)
@@ -329,7 +329,7 @@ func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*
 	if err != nil {
 		return nil, err
 	}
-	return claimOrder(got), nil
+	return store.ClaimOrder(got), nil
 }
 
 // entityClaimSQL leases up to $2 ready entities.
@@ -346,36 +346,18 @@ func entityClaimArgs(p *store.EntityClaimParams) []any {
 	return []any{p.Now, store.ClampLimit(p.Limit), p.Owner, p.Now.Add(p.LeaseFor)}
 }
 
-// claimedEntity is a lease and when its entity was due: the claim order.
-type claimedEntity struct {
-	notBefore time.Time
-	lease     *store.Lease
-}
-
-func scanClaimedEntity(r pgx.CollectableRow) (claimedEntity, error) {
-	c := claimedEntity{lease: &store.Lease{}}
+func scanClaimedEntity(r pgx.CollectableRow) (store.ClaimedEntity, error) {
+	c := store.ClaimedEntity{Lease: &store.Lease{}}
 	// -infinity (never deferred) sorts as the zero time.
 	var nb pgtype.Timestamptz
-	if err := r.Scan(&nb, &c.lease.Flow, &c.lease.Entity, &c.lease.Token, &c.lease.Until); err != nil {
+	if err := r.Scan(&nb, &c.Lease.Flow, &c.Lease.Entity, &c.Lease.Token, &c.Lease.Until); err != nil {
 		return c, err
 	}
 	if nb.InfinityModifier == pgtype.Finite {
-		c.notBefore = nb.Time
+		c.NotBefore = nb.Time
 	}
-	c.lease.Until = c.lease.Until.UTC()
+	c.Lease.Until = c.Lease.Until.UTC()
 	return c, nil
-}
-
-// claimOrder returns the leases in claim order: RETURNING keeps none.
-func claimOrder(got []claimedEntity) []*store.Lease {
-	slices.SortFunc(got, func(a, b claimedEntity) int {
-		return cmp.Or(a.notBefore.Compare(b.notBefore), cmp.Compare(a.lease.Flow, b.lease.Flow), cmp.Compare(a.lease.Entity, b.lease.Entity))
-	})
-	out := make([]*store.Lease, len(got))
-	for i, c := range got {
-		out[i] = c.lease
-	}
-	return out
 }
 
 // EntityLeaseFree frees the lease (store.ApplyTx).

@@ -226,33 +226,47 @@ func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingPara
 	return out, nil
 }
 
-// EntitiesLease leases ready entities (store.RouteTx). The writer lock
-// makes the select and the updates one atomic step, so two claimers never
-// lease one entity.
+// EntitiesLease leases ready entities (store.RouteTx) in one statement:
+// the writer lock makes the choice and the leases one atomic step, so two
+// claimers never lease one entity. The candidates are read in claim order
+// up to limitSQL's literal (see there why the limit is not bound) and
+// numbered, and only the first p.Limit are leased. Each lease's token is
+// the claim's own (newToken) and the row's id: unique per lease and not
+// guessable by another claimer. RETURNING keeps no order, so the leases
+// are sorted back into claim order.
 func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
 	now := p.Now.UnixMicro()
 	until := p.Now.Add(p.LeaseFor).UnixMicro()
-	var out []*store.Lease
-	err := a.eachN(ctx, `SELECT flow, entity FROM entities
-		WHERE pending > 0 AND lease_until <= ? AND not_before <= ?
-		ORDER BY not_before, flow, entity`+limitSQL(p.Limit), []any{now, now}, p.Limit, func(sc scanner) error {
+	token, err := newToken(p.Owner)
+	if err != nil {
+		return nil, fmt.Errorf("claim entities: %w", err)
+	}
+	var got []store.ClaimedEntity
+	err = a.each(ctx, entityLeaseSQL(p.Limit), []any{token, until, now, store.ClampLimit(p.Limit)}, func(sc scanner) error {
+		var nb int64
 		l := &store.Lease{Until: time.UnixMicro(until).UTC()}
-		out = append(out, l)
-		return sc.Scan(&l.Flow, &l.Entity)
+		if err := sc.Scan(&nb, &l.Flow, &l.Entity, &l.Token); err != nil {
+			return err
+		}
+		got = append(got, store.ClaimedEntity{NotBefore: time.UnixMicro(nb), Lease: l})
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim entities: %w", err)
 	}
-	for _, l := range out {
-		if l.Token, err = newToken(p.Owner); err != nil {
-			return nil, fmt.Errorf("claim entities: %w", err)
-		}
-		if _, err := a.tx.ExecContext(ctx, `UPDATE entities SET lease_token = ?, lease_until = ?, claimed_at = ? WHERE flow = ? AND entity = ?`,
-			l.Token, until, now, l.Flow, l.Entity); err != nil {
-			return nil, fmt.Errorf("claim entities: lease %s/%s: %w", l.Flow, l.Entity, err)
-		}
-	}
-	return out, nil
+	return store.ClaimOrder(got), nil
+}
+
+// entityLeaseSQL leases up to ?4 of the first limit ready entities
+// (?1 the claim's token, ?2 the lease's end, ?3 now): the candidates come
+// from entities_ready in claim order.
+func entityLeaseSQL(limit int) string {
+	return `UPDATE entities SET lease_token = ?1 || '.' || rowid, lease_until = ?2, claimed_at = ?3
+		WHERE rowid IN (SELECT r FROM (SELECT r, row_number() OVER (ORDER BY nb, f, e) AS n FROM (
+			SELECT rowid AS r, not_before AS nb, flow AS f, entity AS e FROM entities
+			WHERE pending > 0 AND lease_until <= ?3 AND not_before <= ?3
+			ORDER BY not_before, flow, entity` + limitSQL(limit) + `)) WHERE n <= ?4)
+		RETURNING not_before, flow, entity, lease_token`
 }
 
 // EntityLeaseFree frees the lease (store.ApplyTx); a NULL retry keeps

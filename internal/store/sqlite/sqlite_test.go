@@ -230,6 +230,10 @@ func TestListPlans(t *testing.T) {
 	q, args := effectClaimSQL(&store.EffectLeaseParams{Destinations: []string{"crm"}, Limit: 10, MaxRedrives: 3}, t1.UnixMicro())
 	cases = append(cases, planCase{"delivery claim", q, args,
 		"effects_due_destination (destination=? AND next_attempt_at<?)", "TEMP B-TREE"})
+	// An entity claim reads the ready entities in claim order from their
+	// partial index, never the whole table, and sorts nothing.
+	cases = append(cases, planCase{"entity claim", entityLeaseSQL(10), []any{"w:t", t1.UnixMicro(), t1.UnixMicro(), 10},
+		"SEARCH entities USING INDEX entities_ready (not_before<?)", "TEMP B-TREE"})
 	// A replay's progress reads its own work rows and the effects created
 	// since it began, never the whole work table.
 	cases = append(cases, planCase{"replay work counts", replayWorkCountsSQL, []any{int64(1)}, "COVERING INDEX work_replay", "SCAN"},
