@@ -29,12 +29,11 @@ type ApplyRow struct {
 	// The projection as it stands: VersionSort "" when none was applied.
 	Version, VersionSort string
 	State                []byte
-	// Release, when set, is the lease token to free once this item's
-	// count down leaves the entity with no pending work
-	// (FlowApplyParams.ReleaseIfDrained), and Released the answer: the
-	// entity's own update frees it, one write of the row instead of two.
-	Release  string
-	Released *bool
+	// Release, when set, is the lease token to free with this item's
+	// count down, which leaves the entity with no pending work
+	// (FlowApplyParams.ReleaseIfDrained): the entity's own update frees
+	// it, one write of the row instead of two.
+	Release string
 }
 
 // GroupRead is what ApplyTx.ReadGroup returns: each submission's entity
@@ -52,6 +51,11 @@ type GroupRead struct {
 type EntityRead struct {
 	Version, VersionSort string
 	State                []byte
+	// Pending is the entity's count of pending work items, as read under
+	// the fence: the rules count it down item by item, and nothing else
+	// can change it before the commit (the entity is locked, or the
+	// database has one writer).
+	Pending int64
 }
 
 // BatchWork is one work row with its event. Done is true when the item
@@ -99,8 +103,7 @@ type EventHead struct {
 // ApplyTx is one driver transaction as the ledger's rules use it.
 //
 // Some calls promise an answer through a pointer instead of returning it
-// (SupersedeOlder, InsertEffect, and WriteProjection and CountDown on
-// a release): a driver may hold such a
+// (SupersedeOlder, InsertEffect): a driver may hold such a
 // statement back and send it with the next one that must answer at once,
 // or with Flush, and fills the answer by the time that call returns. The
 // statements still run in the order of the calls, so the transaction
@@ -130,10 +133,9 @@ type ApplyTx interface {
 	// WriteProjection sets the entity's version, version_sort, state,
 	// applied_event_pk and updated_at from p, and also counts the settled
 	// item down: pending - 1, settled_key = max(settled_key, w.OrderKey).
-	// With w.Release set, the same write frees the lease that token holds
-	// when pending reaches 0, and answers in *w.Released whether it did
-	// (see ApplyTx on answers). ReadGroup fenced the lease, so a token
-	// still held is this group's.
+	// With w.Release set (the rules know the count reaches 0), the same
+	// write frees the lease that token holds: ReadGroup fenced it, so the
+	// token is still this group's.
 	WriteProjection(ctx context.Context, w *ApplyRow, p *FlowApplyParams) error
 	// SupersedeOlder moves the entity's effects named name that are not
 	// compensations, still approved or retry_wait and older than p's
@@ -157,8 +159,7 @@ type ApplyTx interface {
 	SettleWork(ctx context.Context, p *FlowApplyParams, res *FlowApplyResult, sortKey string) error
 	// CountDown counts a settled item that wrote no projection off the
 	// entity: pending - 1, settled_key = max(settled_key, settledKey),
-	// and frees a drained lease as WriteProjection does when w.Release is
-	// set.
+	// and frees the lease as WriteProjection does when w.Release is set.
 	CountDown(ctx context.Context, w *ApplyRow, settledKey string) error
 	// Audit appends an audit row.
 	Audit(ctx context.Context, a *AuditInsertParams) error
@@ -279,7 +280,7 @@ func runFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParam
 			out[si].Err = ErrLeaseLost
 			continue
 		}
-		es := &entityState{version: ent.Version, versionSort: ent.VersionSort, state: ent.State}
+		es := &entityState{version: ent.Version, versionSort: ent.VersionSort, state: ent.State, pending: ent.Pending}
 		out[si].Results = make([]*FlowApplyResult, len(ps))
 		for i, p := range ps {
 			res, err := g.apply(ctx, es, p)
@@ -323,6 +324,7 @@ type applyGroup struct {
 type entityState struct {
 	version, versionSort string
 	state                []byte
+	pending              int64
 }
 
 func newApplyGroup(tx ApplyTx, rd *GroupRead) *applyGroup {
@@ -367,8 +369,12 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 		Version: es.version, VersionSort: es.versionSort, State: es.state}
 
 	res := &FlowApplyResult{}
-	if p.ReleaseIfDrained {
-		w.Release, w.Released = p.Lease.Token, &res.Released
+	// Every item settled here counts its entity down once (the
+	// projection's write, or CountDown): the one that leaves nothing
+	// pending frees the lease with that write when asked to.
+	es.pending--
+	if p.ReleaseIfDrained && es.pending == 0 {
+		w.Release, res.Released = p.Lease.Token, true
 	}
 	audit := func(action, detail string) {
 		g.audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,

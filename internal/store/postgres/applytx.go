@@ -38,7 +38,7 @@ func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*s
 			var i int32
 			var state string
 			e := &store.EntityRead{}
-			if err := rows.Scan(&i, &e.Version, &e.VersionSort, &state); err != nil {
+			if err := rows.Scan(&i, &e.Version, &e.VersionSort, &state, &e.Pending); err != nil {
 				return err
 			}
 			e.State = []byte(state)
@@ -84,7 +84,7 @@ const (
 // submission number $5 and projection. The primary key lookups are named
 // outright with the distinct flows $6 and entities $7 (anyKeys), so the
 // plan reads the primary key whatever the planner knows.
-const fenceEntitiesSQL = `SELECT l.n, e.version, e.version_sort, e.state::text
+const fenceEntitiesSQL = `SELECT l.n, e.version, e.version_sort, e.state::text, e.pending
 	FROM entities e JOIN unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[]) AS l(flow, entity, token, now, n)
 		ON e.flow = l.flow AND e.entity = l.entity
 	WHERE e.flow = ANY($6) AND e.entity = ANY($7) AND e.lease_token = l.token AND e.lease_until > l.now

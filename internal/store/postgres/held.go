@@ -3,8 +3,6 @@ package postgres
 import (
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/hookledger/hookledger/internal/store"
 )
 
@@ -29,13 +27,6 @@ type held struct {
 	effects    []heldEffect
 }
 
-// heldRelease is a drained release waiting for its answer
-// (store.ApplyRow.Release).
-type heldRelease struct {
-	token string
-	out   *bool
-}
-
 type heldWork struct {
 	id                               int64
 	at                               time.Time
@@ -55,9 +46,9 @@ type heldEntity struct {
 	settled      int
 	settledKey   string
 	projection   *heldProjection
-	// releases are drained releases of this entity under one token (one
-	// submission's lease), answered by the entity's own update.
-	releases []heldRelease
+	// release is the lease token the entity's update frees, when the
+	// rules' count says its last item drains it (store.ApplyRow.Release).
+	release string
 }
 
 type heldProjection struct {
@@ -96,7 +87,7 @@ func (h *held) countDown(w *store.ApplyRow, settledKey string) *heldEntity {
 	e.settled++
 	e.settledKey = max(e.settledKey, settledKey)
 	if w.Release != "" {
-		e.releases = append(e.releases, heldRelease{token: w.Release, out: w.Released})
+		e.release = w.Release
 	}
 	return e
 }
@@ -137,7 +128,7 @@ func (h *held) queue(t *pipeTx) {
 func (h *held) queueEntities(t *pipeTx) {
 	es := h.entities
 	h.entities = nil
-	if len(es) == 1 && len(es[0].releases) == 0 {
+	if len(es) == 1 && es[0].release == "" {
 		e := es[0]
 		if p := e.projection; p != nil {
 			t.exec("update projection", `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
@@ -156,43 +147,15 @@ func (h *held) queueEntities(t *pipeTx) {
 	flows, entities, versions, sorts, states, keys, tokens := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	proj, eventPKs, at, settled := make([]bool, n), make([]int64, n), make([]time.Time, n), make([]int64, n)
-	var outs map[[2]string][]*bool
 	for i, e := range es {
-		flows[i], entities[i], settled[i], keys[i] = e.flow, e.entity, int64(e.settled), e.settledKey
+		flows[i], entities[i], settled[i], keys[i], tokens[i] = e.flow, e.entity, int64(e.settled), e.settledKey, e.release
 		if p := e.projection; p != nil {
 			proj[i], versions[i], sorts[i], states[i], eventPKs[i], at[i] = true, p.version, p.versionSort, p.state, p.eventPK, p.at
 		} else {
 			states[i], at[i] = "null", time.Unix(0, 0)
 		}
-		if len(e.releases) > 0 {
-			tokens[i] = e.releases[0].token
-			if outs == nil {
-				outs = make(map[[2]string][]*bool)
-			}
-			key := [2]string{e.flow, e.entity}
-			for _, r := range e.releases {
-				outs[key] = append(outs[key], r.out)
-			}
-		}
 	}
-	args := []any{flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys, distinct(flows), tokens}
-	if outs == nil {
-		t.exec("update projections", updateEntitiesSQL, args...)
-		return
-	}
-	t.later("update projections", updateEntitiesSQL, args, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var flow, entity string
-			var released bool
-			if err := rows.Scan(&flow, &entity, &released); err != nil {
-				return err
-			}
-			for _, out := range outs[[2]string{flow, entity}] {
-				*out = *out || released
-			}
-		}
-		return nil
-	})
+	t.exec("update projections", updateEntitiesSQL, flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys, distinct(flows), tokens)
 }
 
 // settleWorkSQL settles work rows $1 (arrays $1-$5, one element per row);
@@ -208,9 +171,9 @@ const setDispositionsSQL = `UPDATE events e SET disposition = u.d
 
 // updateEntitiesSQL writes the held counters and projections of several
 // entities: arrays $1-$10 and $12, one element per entity, $11 the
-// distinct flows. An entity whose lease token $12 is set (a drained
-// release) and whose pending count reaches zero has its
-// lease freed by the same write; each row returns whether it was. The group fenced every entity earlier in the
+// distinct flows. An entity whose lease token $12 is set (its last item
+// drains it, store.ApplyRow.Release) has its lease freed by the same
+// write. The group fenced every entity earlier in the
 // transaction (fenceEntitiesSQL: token checked, row locked), so a lease
 // found free here was freed by this statement.
 const updateEntitiesSQL = `UPDATE entities e SET
@@ -220,12 +183,11 @@ const updateEntitiesSQL = `UPDATE entities e SET
 			applied_event_pk = CASE WHEN u.proj THEN u.event_pk ELSE e.applied_event_pk END,
 			updated_at = CASE WHEN u.proj THEN u.at ELSE e.updated_at END,
 			pending = e.pending - u.n, settled_key = GREATEST(e.settled_key, u.settled_key COLLATE "C"),
-			lease_token = CASE WHEN u.token <> '' AND e.lease_token = u.token AND e.pending = u.n THEN '' ELSE e.lease_token END,
-			lease_until = CASE WHEN u.token <> '' AND e.lease_token = u.token AND e.pending = u.n THEN '-infinity' ELSE e.lease_until END
+			lease_token = CASE WHEN u.token <> '' AND e.lease_token = u.token THEN '' ELSE e.lease_token END,
+			lease_until = CASE WHEN u.token <> '' AND e.lease_token = u.token THEN '-infinity' ELSE e.lease_until END
 		FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[], $10::text[], $12::text[])
 			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key, token)
-		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($11) AND e.entity = ANY($2)
-		RETURNING e.flow, e.entity, u.token <> '' AND e.pending = 0 AND e.lease_token = ''`
+		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($11) AND e.entity = ANY($2)`
 
 // distinct returns ss without repeats, in first-seen order. A statement
 // that finds rows by primary key names its keys with = ANY of distinct

@@ -19,9 +19,9 @@ func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*s
 		l := ps[0].Lease
 		e := &store.EntityRead{}
 		var state string
-		err := a.tx.QueryRowContext(ctx, `SELECT version, version_sort, state FROM entities
+		err := a.tx.QueryRowContext(ctx, `SELECT version, version_sort, state, pending FROM entities
 			WHERE flow = ? AND entity = ? AND lease_token = ? AND lease_until > ?`, l.Flow, l.Entity, l.Token, ps[0].Now.UnixMicro()).
-			Scan(&e.Version, &e.VersionSort, &state)
+			Scan(&e.Version, &e.VersionSort, &state, &e.Pending)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // lease lost: rd.Entities[i] stays nil
 		}
@@ -153,22 +153,17 @@ func (a txn) CountDown(ctx context.Context, w *store.ApplyRow, settledKey string
 }
 
 // countDown counts an item of w's entity down, after the assignments set
-// (each ending in a comma) with their arguments, and frees a drained
-// lease when w.Release names one (store.ApplyTx.CountDown). Every SET
-// expression reads the row as it was before the UPDATE: pending = 1 is
-// the last item. RETURNING reads it after.
+// (each ending in a comma) with their arguments, and frees the lease when
+// w.Release names it (store.ApplyTx.CountDown).
 func (a txn) countDown(ctx context.Context, w *store.ApplyRow, set, settledKey string, args ...any) error {
-	args = append(args, settledKey)
-	if w.Release == "" {
-		_, err := a.tx.ExecContext(ctx, `UPDATE entities SET `+set+`pending = pending - 1, settled_key = max(settled_key, ?)
-			WHERE flow = ? AND entity = ?`, append(args, w.Flow, w.Entity)...)
-		return err
+	if w.Release != "" {
+		set += `lease_token = CASE WHEN lease_token = ? THEN '' ELSE lease_token END,
+			lease_until = CASE WHEN lease_token = ? THEN ? ELSE lease_until END, `
+		args = append(args, w.Release, w.Release, leaseFree)
 	}
-	return a.tx.QueryRowContext(ctx, `UPDATE entities SET `+set+`pending = pending - 1, settled_key = max(settled_key, ?),
-			lease_token = CASE WHEN pending = 1 AND lease_token = ? THEN '' ELSE lease_token END,
-			lease_until = CASE WHEN pending = 1 AND lease_token = ? THEN ? ELSE lease_until END
-		WHERE flow = ? AND entity = ? RETURNING pending = 0 AND lease_token = ''`,
-		append(args, w.Release, w.Release, leaseFree, w.Flow, w.Entity)...).Scan(w.Released)
+	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET `+set+`pending = pending - 1, settled_key = max(settled_key, ?)
+		WHERE flow = ? AND entity = ?`, append(args, settledKey, w.Flow, w.Entity)...)
+	return err
 }
 
 func (a txn) Audit(ctx context.Context, p *store.AuditInsertParams) error {
