@@ -195,25 +195,39 @@ func (b *batchRun) runSaved(j *txJob) bool {
 	// Savepoints run on a context that cannot end, for the reason stmtCtx
 	// gives; the job itself is held to the transaction's deadline.
 	sctx := context.WithoutCancel(b.ctx)
-	if _, err := b.tx.ExecContext(sctx, `SAVEPOINT job`); err != nil {
+	if err := b.savepoint(sctx, `SAVEPOINT job`); err != nil {
 		b.results = append(b.results, fmt.Errorf("savepoint: %w", err))
 		return true
 	}
 	err := b.call(j)
 	b.results = append(b.results, err)
 	if err != nil {
-		if _, err := b.tx.ExecContext(sctx, `ROLLBACK TO job`); err != nil {
+		if err := b.savepoint(sctx, `ROLLBACK TO job`); err != nil {
 			_ = b.tx.Rollback()
 			b.failAll(fmt.Errorf("rollback to savepoint: %w: %w", store.ErrUnavailable, err))
 			return false
 		}
 	}
-	if _, err := b.tx.ExecContext(sctx, `RELEASE job`); err != nil {
+	if err := b.savepoint(sctx, `RELEASE job`); err != nil {
 		_ = b.tx.Rollback()
 		b.failAll(fmt.Errorf("release savepoint: %w: %w", store.ErrUnavailable, err))
 		return false
 	}
 	return true
+}
+
+// savepoint runs q, one of a job's savepoint statements, through the
+// writer's statement cache: two run for every job that shares a
+// transaction, and compiling them each time was the one writer's work for
+// nothing. They bypass Options.Faults, which injects failures into the
+// jobs' own statements.
+func (b *batchRun) savepoint(ctx context.Context, q string) error {
+	if st := b.shared.prepared(ctx, q); st != nil {
+		_, err := st.ExecContext(ctx)
+		return err
+	}
+	_, err := b.tx.ExecContext(ctx, q)
+	return err
 }
 
 // lateJoiners runs, before the commit, the jobs queued while the

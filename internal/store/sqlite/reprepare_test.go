@@ -12,11 +12,12 @@ import (
 	"github.com/hookledger/hookledger/internal/store"
 )
 
-// compilesOnWriter counts the SELECT statements the writer connection
-// compiles from now on: SQLite consults a connection's authorizer while it
-// compiles a statement, never while it runs one, so a statement served
-// from the cache adds nothing and one prepared again adds one.
-func compilesOnWriter(t *testing.T, s *Store) *atomic.Int64 {
+// compilesOnWriter counts the statements of kind action (AuthSelect:
+// SELECTs, AuthSavepoint: savepoints) the writer connection compiles from
+// now on: SQLite consults a connection's authorizer while it compiles a
+// statement, never while it runs one, so a statement served from the
+// cache adds nothing and one prepared again adds one.
+func compilesOnWriter(t *testing.T, s *Store, action sqlite.AuthorizerActionCode) *atomic.Int64 {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := s.writer.Conn(ctx)
@@ -30,8 +31,8 @@ func compilesOnWriter(t *testing.T, s *Store) *atomic.Int64 {
 		if !ok {
 			t.Fatalf("the driver's connection %T has no authorizer", dc)
 		}
-		return a.RegisterAuthorizer(func(action sqlite.AuthorizerActionCode, _, _, _, _ string) sqlite.AuthorizerReturnCode {
-			if action == sqlite.AuthSelect {
+		return a.RegisterAuthorizer(func(got sqlite.AuthorizerActionCode, _, _, _, _ string) sqlite.AuthorizerReturnCode {
+			if got == action {
 				n.Add(1)
 			}
 			return sqlite.AuthorizerOK
@@ -68,7 +69,7 @@ func TestClaimsAreNotCompiledPerLimit(t *testing.T) {
 		}
 	}
 	claim()
-	compiles := compilesOnWriter(t, s)
+	compiles := compilesOnWriter(t, s, sqlite.AuthSelect)
 	claim() // registering the authorizer expired every statement: compiled once more
 	first := compiles.Load()
 	for range 3 {
@@ -80,5 +81,58 @@ func TestClaimsAreNotCompiledPerLimit(t *testing.T) {
 	}
 	if first == 0 {
 		t.Fatal("the authorizer counted no compile: the test counts nothing")
+	}
+}
+
+// Every job that shares a write transaction with others runs under a
+// savepoint of its own: SAVEPOINT before it and RELEASE after, two
+// statements per job on the one writer. They come from the writer's
+// statement cache like the jobs' own statements; compiled per job, they
+// were parsed and planned two times for every write.
+func TestJobSavepointsAreNotCompiledPerJob(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "savepoints.db"))
+	var shared atomic.Int64 // jobs that ran in a transaction with others
+	s.committed = func(jobs int) {
+		if jobs > 1 {
+			shared.Add(int64(jobs))
+		}
+	}
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	// Writers at once, until some shared a transaction: the jobs queue
+	// while one transaction runs and join the next together.
+	round := func() {
+		const writers, each = 8, 40
+		done := make(chan error, writers)
+		for w := range writers {
+			go func() {
+				var err error
+				for i := range each {
+					if err = s.ProbeWrite(ctx, now.Add(time.Duration(w*each+i)*time.Microsecond)); err != nil {
+						break
+					}
+				}
+				done <- err
+			}()
+		}
+		for range writers {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	round()
+	compiles := compilesOnWriter(t, s, sqlite.AuthSavepoint)
+	round() // registering the authorizer expired every statement: compiled once more
+	first, before := compiles.Load(), shared.Load()
+	for range 3 {
+		round()
+	}
+	if shared.Load() == before {
+		t.Fatal("no job shared a transaction: the test counts nothing")
+	}
+	if got := compiles.Load() - first; got != 0 {
+		t.Fatalf("%d jobs in shared transactions compiled %d savepoint statements, want none: they come from the cache",
+			shared.Load()-before, got)
 	}
 }
