@@ -161,8 +161,8 @@ type ApplyTx interface {
 	// entity: pending - 1, settled_key = max(settled_key, settledKey),
 	// and frees the lease as WriteProjection does when w.Release is set.
 	CountDown(ctx context.Context, w *ApplyRow, settledKey string) error
-	// Audit appends an audit row.
-	Audit(ctx context.Context, a *AuditInsertParams) error
+	// Audit appends audit rows, in order.
+	Audit(ctx context.Context, as ...*AuditInsertParams) error
 	// EventWork locks event pk against other settlers (two flows settling
 	// items of one event must not both see the other's item pending) and
 	// returns it with every work row it has.
@@ -301,6 +301,11 @@ func runFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParam
 			return nil, err
 		}
 	}
+	if len(g.audits) > 0 {
+		if err := tx.Audit(ctx, g.audits...); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -316,8 +321,11 @@ type applyGroup struct {
 	work   map[int64]*BatchWork   // by work id
 	events map[int64][]*BatchWork // an event's work rows, by event pk
 	// finish runs after Flush, in order: the audit rows and the counts
-	// that wait for answers.
+	// that wait for answers. The audit rows they emit are written
+	// together at the end, in that order: one statement where a database
+	// takes several rows in one (ApplyTx.Audit).
 	finish []func() error
+	audits []*AuditInsertParams
 }
 
 // entityState is an entity's projection as the items so far left it.
@@ -341,9 +349,13 @@ func newApplyGroup(tx ApplyTx, rd *GroupRead) *applyGroup {
 }
 
 // audit queues an audit row behind the ones before it.
-func (g *applyGroup) audit(ctx context.Context, a *AuditInsertParams) {
-	g.finish = append(g.finish, func() error { return g.tx.Audit(ctx, a) })
+func (g *applyGroup) audit(_ context.Context, a *AuditInsertParams) {
+	g.finish = append(g.finish, func() error { g.emit(a); return nil })
 }
+
+// emit adds an audit row, from a finish step, to the rows written in one
+// call once every step has run.
+func (g *applyGroup) emit(a *AuditInsertParams) { g.audits = append(g.audits, a) }
 
 // later queues f behind the audit rows before it.
 func (g *applyGroup) later(f func() error) { g.finish = append(g.finish, f) }
@@ -455,10 +467,8 @@ func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 			}
 			slices.Sort(keys)
 			for _, k := range keys {
-				if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEffectSuperseded,
-					Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: k}); err != nil {
-					return err
-				}
+				g.emit(&AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEffectSuperseded,
+					Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: k})
 			}
 			res.Superseded += len(keys)
 		}
@@ -481,8 +491,9 @@ func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 		g.later(func() error {
 			if o.Inserted {
 				res.EffectsInserted++
-				return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEffectApproved,
+				g.emit(&AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionEffectApproved,
 					Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: e.EpisodeKey})
+				return nil
 			}
 			res.EffectsExisting++
 			// The effect names every event that asked for it, not only
@@ -498,8 +509,9 @@ func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 			if JSONEqual(o.Existing, StateJSON(e.Request)) {
 				return nil
 			}
-			return tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionKeyConflict,
+			g.emit(&AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionKeyConflict,
 				Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: episodeConflictDetail(e.EpisodeKey)})
+			return nil
 		})
 	}
 	for _, e := range p.Skipped {

@@ -185,8 +185,10 @@ func (a txn) CountDown(_ context.Context, w *store.ApplyRow, settledKey string) 
 	return nil
 }
 
-func (a txn) Audit(_ context.Context, p *store.AuditInsertParams) error {
-	a.t.audit(p)
+func (a txn) Audit(_ context.Context, as ...*store.AuditInsertParams) error {
+	for _, p := range as {
+		a.t.audit(p)
+	}
 	return nil
 }
 
