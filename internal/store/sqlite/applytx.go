@@ -69,7 +69,7 @@ func (a txn) LoopVisit(ctx context.Context, flow, causationID string, eventPK in
 }
 
 func (a txn) WriteProjection(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams) error {
-	return a.countDown(ctx, w, `version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?, `, w.OrderKey,
+	return a.countDown(ctx, w, true, w.OrderKey,
 		p.Version, p.VersionSort, string(store.StateJSON(p.State)), w.EventPK, p.Now.UnixMicro())
 }
 
@@ -146,25 +146,39 @@ func (a txn) SettleWork(ctx context.Context, p *store.FlowApplyParams, res *stor
 	return err
 }
 
-// CountDown: max(settled_key, ”) leaves the key alone, so a dead letter
-// does not catch the entity up.
+// CountDown: the greatest of settled_key and an empty key is settled_key, so
+// a dead letter (settledKey empty) does not catch the entity up.
 func (a txn) CountDown(ctx context.Context, w *store.ApplyRow, settledKey string) error {
-	return a.countDown(ctx, w, "", settledKey)
+	return a.countDown(ctx, w, false, settledKey)
 }
 
-// countDown counts an item of w's entity down, after the assignments set
-// (each ending in a comma) with their arguments, and frees the lease when
-// w.Release names it (store.ApplyTx.CountDown).
-func (a txn) countDown(ctx context.Context, w *store.ApplyRow, set, settledKey string, args ...any) error {
-	if w.Release != "" {
-		set += `lease_token = CASE WHEN lease_token = ? THEN '' ELSE lease_token END,
-			lease_until = CASE WHEN lease_token = ? THEN ? ELSE lease_until END, `
+// countDown counts an item of w's entity down, writing the projection
+// (args: version, version_sort, state, applied_event_pk, updated_at) when
+// projection is set, and frees the lease when w.Release names it
+// (store.ApplyTx.CountDown).
+func (a txn) countDown(ctx context.Context, w *store.ApplyRow, projection bool, settledKey string, args ...any) error {
+	release := w.Release != ""
+	if release {
 		args = append(args, w.Release, w.Release, leaseFree)
 	}
-	_, err := a.tx.ExecContext(ctx, `UPDATE entities SET `+set+`pending = pending - 1, settled_key = max(settled_key, ?)
-		WHERE flow = ? AND entity = ?`, append(args, settledKey, w.Flow, w.Entity)...)
+	_, err := a.tx.ExecContext(ctx, countDownSQL[boolInt(projection)][boolInt(release)], append(args, settledKey, w.Flow, w.Entity)...)
 	return err
 }
+
+// countDownSQL[projection][release] is countDown's statement, made once:
+// built per call, its text was an allocation per settled item.
+var countDownSQL = func() (out [2][2]string) {
+	const projection = `version = ?, version_sort = ?, state = ?, applied_event_pk = ?, updated_at = ?, `
+	const release = `lease_token = CASE WHEN lease_token = ? THEN '' ELSE lease_token END,
+		lease_until = CASE WHEN lease_token = ? THEN ? ELSE lease_until END, `
+	for p, set := range []string{"", projection} {
+		for r, free := range []string{"", release} {
+			out[p][r] = `UPDATE entities SET ` + set + free + `pending = pending - 1, settled_key = max(settled_key, ?)
+		WHERE flow = ? AND entity = ?`
+		}
+	}
+	return out
+}()
 
 // Audit writes the rows in order, up to auditRowsPerInsert in one
 // statement: a settled event's three or four rows cost one statement on
