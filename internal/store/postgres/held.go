@@ -124,20 +124,18 @@ func (h *held) queue(t *pipeTx) {
 }
 
 // queueEntities queues the held entity writes: one UPDATE for one
-// entity, one from unnest for several or for one whose lease drains.
+// entity, one from unnest for several.
 func (h *held) queueEntities(t *pipeTx) {
 	es := h.entities
 	h.entities = nil
-	if len(es) == 1 && es[0].release == "" {
+	if len(es) == 1 {
 		e := es[0]
 		if p := e.projection; p != nil {
-			t.exec("update projection", `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
-				pending = pending - $8, settled_key = GREATEST(settled_key, $9) WHERE flow = $6 AND entity = $7`,
-				p.version, p.versionSort, p.state, p.eventPK, p.at, e.flow, e.entity, e.settled, e.settledKey)
+			t.exec("update projection", updateProjectionSQL,
+				p.version, p.versionSort, p.state, p.eventPK, p.at, e.flow, e.entity, e.settled, e.settledKey, e.release)
 			return
 		}
-		t.exec("count pending", `UPDATE entities SET pending = pending - $3, settled_key = GREATEST(settled_key, $4)
-			WHERE flow = $1 AND entity = $2`, e.flow, e.entity, e.settled, e.settledKey)
+		t.exec("count pending", countPendingSQL, e.flow, e.entity, e.settled, e.settledKey, e.release)
 		return
 	}
 	if len(es) == 0 {
@@ -156,6 +154,24 @@ func (h *held) queueEntities(t *pipeTx) {
 		}
 	}
 	t.exec("update projections", updateEntitiesSQL, flows, entities, proj, versions, sorts, states, eventPKs, at, settled, keys, distinct(flows), tokens)
+}
+
+// updateProjectionSQL and countPendingSQL write one entity's held
+// counter, with its projection or without, and free its lease when the
+// token parameter names it (an entity whose last item drains it,
+// store.ApplyRow.Release; empty: the lease stays).
+var (
+	updateProjectionSQL = `UPDATE entities SET version = $1, version_sort = $2, state = $3::jsonb, applied_event_pk = $4, updated_at = $5,
+		pending = pending - $8, settled_key = GREATEST(settled_key, $9), ` + releaseSet("$10") + ` WHERE flow = $6 AND entity = $7`
+	countPendingSQL = `UPDATE entities SET pending = pending - $3, settled_key = GREATEST(settled_key, $4), ` + releaseSet("$5") + `
+		WHERE flow = $1 AND entity = $2`
+)
+
+// releaseSet is the assignments that free the lease whose token the
+// parameter token names, and leave it alone when that is empty.
+func releaseSet(token string) string {
+	return `lease_token = CASE WHEN ` + token + ` <> '' AND lease_token = ` + token + ` THEN '' ELSE lease_token END,
+		lease_until = CASE WHEN ` + token + ` <> '' AND lease_token = ` + token + ` THEN '-infinity' ELSE lease_until END`
 }
 
 // settleWorkSQL settles work rows $1 (arrays $1-$5, one element per row);
