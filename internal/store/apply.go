@@ -349,7 +349,7 @@ func newApplyGroup(tx ApplyTx, rd *GroupRead) *applyGroup {
 }
 
 // audit queues an audit row behind the ones before it.
-func (g *applyGroup) audit(_ context.Context, a *AuditInsertParams) {
+func (g *applyGroup) audit(a *AuditInsertParams) {
 	g.finish = append(g.finish, func() error { g.emit(a); return nil })
 }
 
@@ -389,7 +389,7 @@ func (g *applyGroup) apply(ctx context.Context, es *entityState, p *FlowApplyPar
 		w.Release, res.Released = p.Lease.Token, true
 	}
 	audit := func(action, detail string) {
-		g.audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
+		g.audit(&AuditInsertParams{At: p.Now, Actor: p.Actor, Action: action,
 			Source: w.Source, EventID: w.EventID, Entity: w.Entity, Detail: detail})
 	}
 	subject := fmt.Sprintf("flow %s entity %s", w.Flow, w.Entity)
@@ -570,7 +570,7 @@ func (g *applyGroup) settleEvent(ctx context.Context, pk, replayID int64, now ti
 	for _, w := range ws {
 		w.Event.Disposition = agg
 	}
-	g.audit(ctx, &AuditInsertParams{At: now, Actor: actor, Action: actionDisposition,
+	g.audit(&AuditInsertParams{At: now, Actor: actor, Action: actionDisposition,
 		Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: fmt.Sprintf("%s -> %s", ev.Disposition, agg)})
 	return nil
 }

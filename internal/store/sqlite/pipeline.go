@@ -124,9 +124,11 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev store.RouteEvent, r
 	at := now.UnixMicro()
 	inserted := 0
 	for _, r := range routes {
-		disposition, done := "", any(nil)
+		// A route that failed is settled at once as a dead letter: still
+		// the entity's newest news (revision_lag), but not pending work.
+		disposition, done, pending := "", any(nil), 1
 		if r.Failed != "" {
-			disposition, done = "dead_lettered", at
+			disposition, done, pending = "dead_lettered", at, 0
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO work (flow, entity, event_pk, replay_id, order_key, created_at, done_at, disposition, reason)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (flow, event_pk, replay_id) DO NOTHING`,
@@ -140,12 +142,6 @@ func enqueue(ctx context.Context, tx *wtx, now time.Time, ev store.RouteEvent, r
 			// The item exists, and so does its entity: its first insert
 			// made the row, and entities are never deleted.
 			continue
-		}
-		// A route that failed is still the entity's newest news: it counts
-		// for revision_lag like any other, but not as pending work.
-		pending := 1
-		if r.Failed != "" {
-			pending = 0
 		}
 		if _, err := tx.ExecContext(ctx, entityEnqueueSQL, r.Flow, r.Entity, at, pending, r.OrderKey); err != nil {
 			return 0, fmt.Errorf("count pending %s/%s: %w", r.Flow, r.Entity, err)

@@ -410,8 +410,7 @@ type execer interface {
 }
 
 func insertAudit(ctx context.Context, db execer, a *store.AuditInsertParams) (int64, error) {
-	res, err := db.ExecContext(ctx, `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
+	res, err := db.ExecContext(ctx, auditInsertSQL[0], a.At.UnixMicro(), a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
 	if err != nil {
 		return 0, dbErrors.Wrap("insert audit", err)
 	}
