@@ -9,11 +9,11 @@ import (
 // held collects the writes of a settle that nothing in the transaction
 // reads back before the commit: the work rows settled, the events'
 // dispositions, and the entities' counters and projections with their
-// drained releases. A group of pages settles
-// hundreds of items, and one statement per table costs the database far
-// less than one per item (each statement opens every index of its table).
-// They are queued before the next statement that reads (pipeTx.query),
-// at Flush and before COMMIT, so every read in the transaction sees them as if they had run one by
+// drained releases. A group of pages settles hundreds of items, and one
+// statement per table costs the database far less than one per item (each
+// statement opens every index of its table). They are queued before the
+// next statement that reads (pipeTx.query), at Flush and before COMMIT,
+// so every read in the transaction sees them as if they had run one by
 // one.
 type held struct {
 	work []heldWork
@@ -189,18 +189,16 @@ const setDispositionsSQL = `UPDATE events e SET disposition = u.d
 // entities: arrays $1-$10 and $12, one element per entity, $11 the
 // distinct flows. An entity whose lease token $12 is set (its last item
 // drains it, store.ApplyRow.Release) has its lease freed by the same
-// write. The group fenced every entity earlier in the
-// transaction (fenceEntitiesSQL: token checked, row locked), so a lease
-// found free here was freed by this statement.
-const updateEntitiesSQL = `UPDATE entities e SET
+// write; the group fenced every entity earlier in the transaction
+// (fenceEntitiesSQL: token checked, row locked).
+var updateEntitiesSQL = `UPDATE entities e SET
 			version = CASE WHEN u.proj THEN u.version ELSE e.version END,
 			version_sort = CASE WHEN u.proj THEN u.version_sort ELSE e.version_sort END,
 			state = CASE WHEN u.proj THEN u.state::jsonb ELSE e.state END,
 			applied_event_pk = CASE WHEN u.proj THEN u.event_pk ELSE e.applied_event_pk END,
 			updated_at = CASE WHEN u.proj THEN u.at ELSE e.updated_at END,
 			pending = e.pending - u.n, settled_key = GREATEST(e.settled_key, u.settled_key COLLATE "C"),
-			lease_token = CASE WHEN u.token <> '' AND e.lease_token = u.token THEN '' ELSE e.lease_token END,
-			lease_until = CASE WHEN u.token <> '' AND e.lease_token = u.token THEN '-infinity' ELSE e.lease_until END
+			` + releaseSet("u.token") + `
 		FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[], $10::text[], $12::text[])
 			AS u(flow, entity, proj, version, version_sort, state, event_pk, at, n, settled_key, token)
 		WHERE e.flow = u.flow AND e.entity = u.entity AND e.flow = ANY($11) AND e.entity = ANY($2)`
