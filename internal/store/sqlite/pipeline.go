@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -255,8 +256,23 @@ func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*
 
 // entityLeaseSQL leases up to ?4 of the first limit ready entities
 // (?1 the claim's token, ?2 the lease's end, ?3 now): the candidates come
-// from entities_ready in claim order.
+// from entities_ready in claim order. Its text for each of limitSQL's
+// size classes is made once: built per claim, it was an allocation on
+// the one writer every time.
 func entityLeaseSQL(limit int) string {
+	return entityLeaseSQLs[bits.Len(uint(store.ClampLimit(limit)-1))]
+}
+
+// entityLeaseSQLs is entityLeaseSQL's text by size class: index i reads
+// up to 1<<i candidates (limitSQL), up to store.ClampLimit's 1,000.
+var entityLeaseSQLs = func() (out [11]string) {
+	for i := range out {
+		out[i] = entityLeaseText(1 << i)
+	}
+	return out
+}()
+
+func entityLeaseText(limit int) string {
 	return `UPDATE entities SET lease_token = ?1 || '.' || rowid, lease_until = ?2, claimed_at = ?3
 		WHERE rowid IN (SELECT r FROM (SELECT r, row_number() OVER (ORDER BY nb, f, e) AS n FROM (
 			SELECT rowid AS r, not_before AS nb, flow AS f, entity AS e FROM entities

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,4 +136,22 @@ func TestJobSavepointsAreNotCompiledPerJob(t *testing.T) {
 		t.Fatalf("%d jobs in shared transactions compiled %d savepoint statements, want none: they come from the cache",
 			shared.Load()-before, got)
 	}
+}
+
+// The entity claim's texts are made once per size class: every limit a
+// caller may pass finds the text limitSQL would give it.
+func TestEntityLeaseTextForEveryLimit(t *testing.T) {
+	for n := -1; n <= 1100; n++ {
+		if got, want := entityLeaseSQL(n), entityLeaseText(store.ClampLimit(n)); got != want {
+			t.Fatalf("limit %d: the claim reads up to %q, want %q", n, limitOf(got), limitOf(want))
+		}
+	}
+}
+
+// limitOf is a statement's LIMIT clause, for a readable failure.
+func limitOf(q string) string {
+	if i := strings.Index(q, " LIMIT "); i >= 0 {
+		return strings.Fields(q[i:])[1]
+	}
+	return "none"
 }
