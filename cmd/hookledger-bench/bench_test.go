@@ -407,6 +407,29 @@ func TestPrintE2ECapacity(t *testing.T) {
 	}
 }
 
+// The CPU bound of a saturated target: the CPUs over what the servers and
+// this process spent per effect, that bound over the probe, the cost per
+// effect the capacity goal needs, and the probe's own cost per ack.
+func TestE2ECPUBound(t *testing.T) {
+	r := &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, exactlyOne: 6000,
+		cpu: []time.Duration{4 * time.Second, 2 * time.Second}, clientCPU: 3 * time.Second}
+	run := &e2eRunInfo{probeRate: 1000, probeCPU: ackCPU{server: 2 * time.Second, client: time.Second, n: 10000}}
+	got := cpuBound(2, run, r)
+	want := "CPU bound: serve 1.00 + load generator and destination 0.50 = 1.50 ms per effect; " +
+		"were the 2 CPUs the only limit, at most 1333 effects/s (measured 300, 0.23 of that); " +
+		"that is 1.33 of the ingest probe's 1000 acks/s (goal >= 0.5 needs at most 4.00 ms per effect); " +
+		"an acknowledgement of the probe cost 0.20 + 0.10 = 0.30 ms (the pipeline behind it included), an effect 5.0 times that"
+	if got != want {
+		t.Errorf("cpuBound:\n got %q\nwant %q", got, want)
+	}
+	if got := cpuBound(2, &e2eRunInfo{}, r); !strings.HasSuffix(got, "(measured 300, 0.23 of that)") {
+		t.Errorf("without a probe the line ends at the bound: %q", got)
+	}
+	if got := cpuBound(2, run, &e2eResult{}); got != "" {
+		t.Errorf("nothing done, yet a bound: %q", got)
+	}
+}
+
 // The destination sorts each first call by its webhook's sequence number:
 // the warm-up's into their own latencies, the rest into the figures; a
 // second call and an unknown event into neither.

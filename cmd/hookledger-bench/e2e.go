@@ -83,8 +83,10 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
 			"stopped: for each stage (receive, route, process, claim, call) the p50/p99 time an event\n"+
 			"waited for it and the time the stage worked on it; and a target that fell behind is\n"+
-			"given as its capacity against the ingest probe (goal 0.5) with its CPU per effect, one\n"+
-			"that kept up as its latency against the goals (p50 10 ms, p99 25 ms).\n"+
+			"given as its capacity against the ingest probe (goal 0.5) with its CPU per effect and the\n"+
+			"bound the machine's CPUs set (the servers' and this process's CPU per effect: were the CPUs\n"+
+			"the only limit, the most effects/s they allow), one that kept up as its latency against the\n"+
+			"goals (p50 10 ms, p99 25 ms).\n"+
 			"After sending, waits up to --drain for the backlog; exit 1 unless, in every target, every\n"+
 			"acknowledged webhook produced exactly one call at the destination.")
 	var f e2eFlags
@@ -336,6 +338,9 @@ type e2eResult struct {
 	samples      [][]rssSample   // per server process
 	cpuStart     []time.Duration // per server process, when sending started
 	cpu          []time.Duration // per server process, from sending started until it stopped
+	// selfStart and clientCPU are this process's CPU time (the load
+	// generator and the destination) over the same span as cpu.
+	selfStart, clientCPU time.Duration
 	// mem is what the servers' Go runtimes allocated and collected from
 	// sending started until the backlog drained (summed over processes);
 	// memErr, when set, why it is not known.
@@ -429,7 +434,7 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 		if err != nil {
 			return false, err
 		}
-		run.probeRate, err = e2eProbe(ctx, env, f, probeURL)
+		run.probeRate, run.probeCPU, err = e2eProbe(ctx, env, f, probeURL)
 		closeProbe()
 		if err != nil {
 			return false, fmt.Errorf("ingest probe: %w", err)
@@ -503,6 +508,7 @@ func pick(list []string, idx []int) []string {
 // e2eRunInfo is what every target of one run shares.
 type e2eRunInfo struct {
 	probeRate  float64
+	probeCPU   ackCPU // what each of the probe's acknowledgements cost
 	rate       float64
 	statements bool // pg_stat_statements is loaded on the PostgreSQL server
 
@@ -597,21 +603,21 @@ func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, lab
 // e2eProbe measures the receiver's closed-loop ingest rate with the same
 // config (flow and delivery running) on a SQLite server of its own, so the
 // backlog it leaves does not weigh on the sustained runs.
-func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string) (float64, error) {
+func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string) (float64, ackCPU, error) {
 	srv, err := startE2EServer(ctx, env, "sqlite:"+filepath.Join(env.dir, "probe.db"), destURL, "probe", "")
 	if err != nil {
-		return 0, err
+		return 0, ackCPU{}, err
 	}
 	env.f = &receiveFlags{warmup: time.Second, duration: f.probeFor, maxRequests: 2_000_000}
-	res := &receiveResult{target: targetSQLite, clients: f.probeClients}
+	res := &receiveResult{target: targetSQLite, clients: f.probeClients, meter: &cpuMeter{pid: srv.cmd.Process.Pid}}
 	env.load(ctx, "http://"+srv.addr+"/hooks/stripe", res, "probe")
 	if err := srv.stop(); err != nil {
-		return 0, err
+		return 0, ackCPU{}, err
 	}
 	if res.errs > 0 || res.non2xx > 0 {
-		return 0, fmt.Errorf("probe: %d errors, %d non-2xx (first: %s)", res.errs, res.non2xx, res.firstErr)
+		return 0, ackCPU{}, fmt.Errorf("probe: %d errors, %d non-2xx (first: %s)", res.errs, res.non2xx, res.firstErr)
 	}
-	return res.rate(), nil
+	return res.rate(), ackCPU{server: res.serverCPU, client: res.clientCPU, n: res.sent}, nil
 }
 
 // e2eCell runs one target: a fresh store, its server processes, the
@@ -697,6 +703,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 		used := s.cmd.ProcessState.UserTime() + s.cmd.ProcessState.SystemTime()
 		res.cpu = append(res.cpu, used-cpuAt(res.cpuStart, len(res.cpu)))
 	}
+	res.clientCPU = selfCPU() - res.selfStart
 	srvs = nil
 	if stats != nil {
 		if err := stats.finish(ctx, res.pg, res.acked, f.topSQL); err != nil {
@@ -876,6 +883,7 @@ func startE2ESampler(pids []int, every time.Duration, res *e2eResult) (t0 time.T
 		c, _ := readCPU(pid)
 		res.cpuStart = append(res.cpuStart, c)
 	}
+	res.selfStart = selfCPU()
 	t0 = time.Now()
 	sample := func() {
 		for i, pid := range pids {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -227,13 +228,18 @@ func (r *e2eResult) saturated() bool {
 	return r.drainedIn > time.Second || r.late*2 > r.scheduled
 }
 
-// cpuPerEffect is the serve processes' CPU time per effect done.
-func (r *e2eResult) cpuPerEffect() time.Duration {
+// serverCPU is the serve processes' CPU time, summed.
+func (r *e2eResult) serverCPU() time.Duration {
 	var sum time.Duration
 	for _, c := range r.cpu {
 		sum += c
 	}
-	return sum / time.Duration(max(r.done(), 1))
+	return sum
+}
+
+// cpuPerEffect is the serve processes' CPU time per effect done.
+func (r *e2eResult) cpuPerEffect() time.Duration {
+	return r.serverCPU() / time.Duration(max(r.done(), 1))
 }
 
 // printE2ECapacity prints, per target, its capacity beside the ingest
@@ -255,5 +261,49 @@ func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
 		}
 		fmt.Fprintf(w, "%s capacity (saturated): %.0f effects/s over the whole run = %s; CPU %.2f ms per effect done (serve, user+system)\n",
 			r.target, r.wholeRate(), versus, float64(r.cpuPerEffect())/float64(time.Millisecond))
+		if line := cpuBound(runtime.NumCPU(), run, r); line != "" {
+			fmt.Fprintln(w, "  "+line)
+		}
 	}
+}
+
+// ackCPU is the CPU time n acknowledgements cost: the server process's
+// and this process's (the load generator's).
+type ackCPU struct {
+	server, client time.Duration
+	n              int64
+}
+
+// cpuBound is the arithmetic that bounds a saturated target when the
+// machine's processors are the limit: the serve processes and this
+// process (the sender and the destination) share them, so effects per
+// second cannot exceed the CPUs over the CPU time both spend per effect.
+// Against the ingest probe of the same run it gives the highest ratio
+// those CPUs allow at this cost, and the cost per effect the capacity
+// goal would need; "" when nothing was done.
+func cpuBound(ncpu int, run *e2eRunInfo, r *e2eResult) string {
+	done := r.done()
+	if done == 0 || ncpu < 1 {
+		return ""
+	}
+	perMs := func(d time.Duration, n int64) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
+	server, client := perMs(r.serverCPU(), int64(done)), perMs(r.clientCPU, int64(done))
+	total := server + client
+	if total <= 0 {
+		return ""
+	}
+	bound := float64(ncpu) * 1000 / total
+	line := fmt.Sprintf("CPU bound: serve %.2f + load generator and destination %.2f = %.2f ms per effect; were the %d CPUs the only limit, at most %.0f effects/s (measured %.0f, %.2f of that)",
+		server, client, total, ncpu, bound, r.wholeRate(), r.wholeRate()/bound)
+	if run.probeRate <= 0 {
+		return line
+	}
+	line += fmt.Sprintf("; that is %.2f of the ingest probe's %.0f acks/s (goal >= %.1f needs at most %.2f ms per effect)",
+		bound/run.probeRate, run.probeRate, capacityGoal, float64(ncpu)*1000/(capacityGoal*run.probeRate))
+	if p := run.probeCPU; p.n > 0 {
+		ps, pc := perMs(p.server, p.n), perMs(p.client, p.n)
+		line += fmt.Sprintf("; an acknowledgement of the probe cost %.2f + %.2f = %.2f ms (the pipeline behind it included), an effect %.1f times that",
+			ps, pc, ps+pc, total/(ps+pc))
+	}
+	return line
 }
