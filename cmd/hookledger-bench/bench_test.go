@@ -430,6 +430,19 @@ func TestE2ECPUBound(t *testing.T) {
 	}
 }
 
+// The writer's share of the run is its busy time over sending and
+// draining; a store that exports no writer time (PostgreSQL) gets no line.
+func TestE2EWriterLine(t *testing.T) {
+	r := &e2eResult{sendFor: 15 * time.Second, drainedIn: 5 * time.Second, mem: goMem{writerBusy: 19, writerCommit: 4.75}}
+	want := "SQLite writer: busy 0.95 of the run (19.0 of 20.0 s, sending and draining), 0.25 of that committing (WAL writes, fsync, checkpoints)"
+	if got := writerLine(r); got != want {
+		t.Errorf("writerLine:\n got %q\nwant %q", got, want)
+	}
+	if got := writerLine(&e2eResult{sendFor: time.Second}); got != "" {
+		t.Errorf("no writer time, yet a line: %q", got)
+	}
+}
+
 // The destination sorts each first call by its webhook's sequence number:
 // the warm-up's into their own latencies, the rest into the figures; a
 // second call and an unknown event into neither.

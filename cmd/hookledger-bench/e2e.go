@@ -783,6 +783,8 @@ func readGoMems(ctx context.Context, srvs []*child, token string) (goMem, error)
 		}
 		sum.alloc += m.alloc
 		sum.gcs += m.gcs
+		sum.writerBusy += m.writerBusy
+		sum.writerCommit += m.writerCommit
 	}
 	return sum, nil
 }

@@ -252,6 +252,9 @@ func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
 			fmt.Fprintf(w, "%s kept up with %.0f/s: p50 %s ms (goal <= %s at half the capacity: %s), p99 %s ms (goal <= %s: %s); CPU %.2f ms per effect\n",
 				r.target, rate(r.acked, r.sendFor), ms(r.lat.pct(0.5)), ms(p50Goal), metOrNot(float64(p50Goal), float64(r.lat.pct(0.5))),
 				ms(r.lat.pct(0.99)), ms(p99Goal), metOrNot(float64(p99Goal), float64(r.lat.pct(0.99))), float64(r.cpuPerEffect())/float64(time.Millisecond))
+			if line := writerLine(r); line != "" {
+				fmt.Fprintln(w, "  "+line)
+			}
 			continue
 		}
 		versus := "no ingest probe in this run (--rate given): no ratio"
@@ -264,7 +267,23 @@ func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
 		if line := cpuBound(runtime.NumCPU(), run, r); line != "" {
 			fmt.Fprintln(w, "  "+line)
 		}
+		if line := writerLine(r); line != "" {
+			fmt.Fprintln(w, "  "+line)
+		}
 	}
+}
+
+// writerLine is the share of the run (sending and draining) SQLite's one
+// writer spent on write transactions, and of that the share committing,
+// from the servers' own counters; "" where the store exports none. A
+// share near 1 says the writer, not the processors, held the target back.
+func writerLine(r *e2eResult) string {
+	span := (r.sendFor + r.drainedIn).Seconds()
+	if r.memErr != nil || r.mem.writerBusy <= 0 || span <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("SQLite writer: busy %.2f of the run (%.1f of %.1f s, sending and draining), %.2f of that committing (WAL writes, fsync, checkpoints)",
+		r.mem.writerBusy/span, r.mem.writerBusy, span, r.mem.writerCommit/r.mem.writerBusy)
 }
 
 // ackCPU is the CPU time n acknowledgements cost: the server process's

@@ -17,9 +17,15 @@ import (
 // allocation per event: on a shared machine CPU time per event varies by
 // a fifth from run to run, while the bytes a build allocates per event
 // hardly move, so a change that allocates less shows there first.
+//
+// The same scrape carries, on SQLite, how long the store's one writer has
+// worked (hookledger_store_writer_*_seconds_total; zero where the store
+// exports none: PostgreSQL, or a build from before the counters).
 type goMem struct {
 	alloc float64 // go_memstats_alloc_bytes_total
 	gcs   float64 // go_gc_duration_seconds's count: completed collections
+
+	writerBusy, writerCommit float64 // seconds
 }
 
 // readGoMem reads addr's /metrics, with token as a bearer token (the
@@ -52,10 +58,19 @@ func readGoMem(ctx context.Context, client *http.Client, addr, token string) (go
 	}
 	m.alloc = alloc.GetMetric()[0].GetCounter().GetValue()
 	m.gcs = float64(gc.GetMetric()[0].GetSummary().GetSampleCount())
+	counter := func(name string) float64 {
+		if mf := mfs[name]; mf != nil && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+		return 0
+	}
+	m.writerBusy = counter("hookledger_store_writer_busy_seconds_total")
+	m.writerCommit = counter("hookledger_store_writer_commit_seconds_total")
 	return m, nil
 }
 
 // since is the allocation and collections from then until m.
 func (m goMem) since(then goMem) goMem {
-	return goMem{alloc: m.alloc - then.alloc, gcs: m.gcs - then.gcs}
+	return goMem{alloc: m.alloc - then.alloc, gcs: m.gcs - then.gcs,
+		writerBusy: m.writerBusy - then.writerBusy, writerCommit: m.writerCommit - then.writerCommit}
 }

@@ -17,10 +17,15 @@ var allocSink [][]byte
 
 // TestReadGoMemCountsWhatTheRuntimeAllocated reads a real Go collector
 // over loopback HTTP twice, with 64 MiB allocated in between, and with
-// the bearer token the servers may ask for.
+// the bearer token the servers may ask for; the SQLite writer's counters
+// come from the same scrape.
 func TestReadGoMemCountsWhatTheRuntimeAllocated(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
+	busy, commit := 2.5, 0.5
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hookledger_store_writer_busy_seconds_total"}, func() float64 { return busy }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "hookledger_store_writer_commit_seconds_total"}, func() float64 { return commit }))
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" || r.Header.Get("Authorization") != "Bearer tok" {
@@ -41,6 +46,7 @@ func TestReadGoMemCountsWhatTheRuntimeAllocated(t *testing.T) {
 		allocSink = append(allocSink, make([]byte, 1<<20))
 	}
 	allocSink = nil
+	busy, commit = 4, 1.25
 	after, err := readGoMem(ctx, srv.Client(), addr, "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +57,9 @@ func TestReadGoMemCountsWhatTheRuntimeAllocated(t *testing.T) {
 	}
 	if d.gcs < 0 {
 		t.Errorf("collections went back: %v", d.gcs)
+	}
+	if d.writerBusy != 1.5 || d.writerCommit != 0.75 {
+		t.Errorf("writer between the readings: busy %v commit %v, want 1.5 and 0.75", d.writerBusy, d.writerCommit)
 	}
 
 	if _, err := readGoMem(ctx, srv.Client(), addr, "wrong"); err == nil || !strings.Contains(err.Error(), "401") {

@@ -355,6 +355,8 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		}
 	}
 
+	registerWriterTime(st, s.reg)
+
 	// Every stage reports its rounds to one board: a stage that keeps
 	// failing with work waiting turns /readyz unready (docs/deploy.md).
 	board := health.NewBoard(health.Options{Logger: s.log, Clock: s.clk, StallAfter: s.opts.StallAfter})

@@ -49,6 +49,7 @@ func (s *Store) startBatcher() {
 				s.failPending()
 				return
 			case j := <-s.jobs:
+				start := time.Now()
 				batch = append(batch[:0], j)
 			drain:
 				for len(batch) < maxTxBatch {
@@ -61,9 +62,22 @@ func (s *Store) startBatcher() {
 				}
 				s.runBatch(batch)
 				s.prepareWanted()
+				s.busyNanos.Add(int64(time.Since(start)))
 			}
 		}
 	}()
+}
+
+// WriterTime is how long the one writer has spent on shared write
+// transactions since Open (running their callers' statements, then
+// committing), and of that, in their commits (the WAL's page writes, its
+// fsync, and a checkpoint when one falls due). Every write on SQLite
+// passes through this one connection: busy growing by about a second a
+// second means each write waits for the commit in progress, and with a
+// growing backlog that the writer, not the processors, bounds what the
+// store takes.
+func (s *Store) WriterTime() (busy, commit time.Duration) {
+	return time.Duration(s.busyNanos.Load()), time.Duration(s.commitNanos.Load())
 }
 
 func (s *Store) failPending() {
@@ -155,7 +169,10 @@ func (s *Store) runBatch(batch []*txJob) {
 	if !b.lateJoiners() {
 		return
 	}
-	if err := tx.Commit(); err != nil {
+	start := time.Now()
+	err = tx.Commit()
+	s.commitNanos.Add(int64(time.Since(start)))
+	if err != nil {
 		b.failAll(fmt.Errorf("commit: %w: %w", store.ErrUnavailable, err))
 		return
 	}

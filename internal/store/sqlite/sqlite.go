@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -61,6 +62,10 @@ type Store struct {
 	// committed, set only by tests, hears how many jobs each shared
 	// write transaction committed.
 	committed func(jobs int)
+
+	// busyNanos and commitNanos are the writer's time on shared write
+	// transactions and, of it, in their commits (see WriterTime).
+	busyNanos, commitNanos atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
