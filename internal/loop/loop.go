@@ -1,7 +1,8 @@
 // Package loop is the one runtime every background activity of hookledger
 // runs on (processing, delivery, notifications): started once, woken when
 // work arrives, polling while idle, stopped idempotently within a deadline,
-// with repeated failures logged once per window, and a panic in code the
+// a failed round retried sooner than the next poll (backing off), with
+// repeated failures logged once per window, and a panic in code the
 // user supplied (a custom destination action, a CEL expression) turned
 // into an error for that item instead of the end of the process.
 package loop
@@ -54,6 +55,12 @@ type Options struct {
 	// error) or one that made progress or found nothing. Rounds that
 	// keep failing make the stage stall, and /readyz unready.
 	Stage *health.Stage
+	// RetryAfter is how soon a failed round is tried again (default 1 s),
+	// doubling with every failure in a row; from the poll interval on,
+	// the poll does it. A loop that polls rarely (retention, hourly)
+	// would otherwise sit on one passing failure until its next poll,
+	// its stage stalled and /readyz unready for as long.
+	RetryAfter time.Duration
 }
 
 // Loop runs a Step in the background.
@@ -86,6 +93,9 @@ func New(name string, step Step, opts Options) *Loop {
 	}
 	if opts.Monotonic == nil {
 		opts.Monotonic = monotonic()
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = time.Second
 	}
 	return &Loop{
 		name: name, step: step, opts: opts, log: opts.Logger,
@@ -159,14 +169,20 @@ func (l *Loop) run(ctx context.Context) {
 	defer close(l.done)
 	t := time.NewTicker(l.opts.PollInterval)
 	defer t.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	failures := 0 // failed rounds in a row
 	for {
 		more, err := l.safeStep(ctx)
 		switch {
 		case errors.Is(err, ErrIdle):
 		case err != nil && ctx.Err() == nil:
+			failures++
 			l.errs.Fail(l.name+" step failed", err)
 			l.opts.Stage.Fail(err)
 		case err == nil:
+			failures = 0
 			l.errs.OK()
 			l.opts.Stage.OK()
 		}
@@ -176,16 +192,49 @@ func (l *Loop) run(ctx context.Context) {
 		if more && err == nil {
 			continue
 		}
+		var retryC <-chan time.Time
+		if d := retryDelay(failures, l.opts.RetryAfter, l.opts.PollInterval); d > 0 && err != nil && !errors.Is(err, ErrIdle) {
+			retry.Reset(d)
+			retryC = retry.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.wake:
+		case <-retryC:
+			// A retry looks for everything, as a poll does: the round
+			// that failed may have been a wake's, asked for less.
+			if l.opts.OnPoll != nil {
+				l.opts.OnPoll()
+			}
 		case <-t.C:
 			if l.opts.OnPoll != nil {
 				l.opts.OnPoll()
 			}
 		}
+		retry.Stop()
 	}
+}
+
+// retryDelay is how long the loop waits before trying again after
+// failures failed rounds in a row: first, doubled for each further
+// failure, or 0 (no retry of its own: the poll comes as soon) once that
+// reaches poll.
+func retryDelay(failures int, first, poll time.Duration) time.Duration {
+	if failures < 1 {
+		return 0
+	}
+	d := first
+	for range failures - 1 {
+		if d >= poll {
+			return 0
+		}
+		d *= 2
+	}
+	if d >= poll {
+		return 0
+	}
+	return d
 }
 
 // safeStep runs the step; a panic the step itself did not contain is an

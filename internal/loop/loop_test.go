@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hookledger/hookledger/internal/health"
 )
 
 func TestStartTwiceStartsOnce(t *testing.T) {
@@ -274,5 +276,73 @@ func TestLookIsFreshForHalfAPollInterval(t *testing.T) {
 	now = 100 * time.Millisecond
 	if l.Fresh(&k) {
 		t.Error("a look that began half a poll interval ago is still fresh")
+	}
+}
+
+// A failed round is tried again soon, backing off while it keeps failing,
+// rather than at the next poll: a loop that polls hourly (retention) would
+// otherwise sit on one passing failure for an hour, its stage stalled and
+// /readyz unready all that time. Once a round succeeds the stage is well
+// again, and the retries stop.
+func TestFailedRoundIsRetriedBeforeThePoll(t *testing.T) {
+	board := health.NewBoard(health.Options{StallAfter: time.Hour})
+	stage := board.Stage("test")
+	var rounds atomic.Int64
+	var polls atomic.Int64
+	ran := make(chan int64, 100)
+	l := New("test", func(ctx context.Context) (bool, error) {
+		n := rounds.Add(1)
+		ran <- n
+		if n <= 3 {
+			return false, errors.New("store briefly away")
+		}
+		return false, nil
+	}, Options{PollInterval: time.Hour, RetryAfter: time.Millisecond, Stage: stage, OnPoll: func() { polls.Add(1) }})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(context.Background())
+	for want := int64(1); want <= 4; want++ {
+		select {
+		case got := <-ran:
+			if got != want {
+				t.Fatalf("round %d, want %d", got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d did not come: a failed round waits for the hourly poll", want)
+		}
+	}
+	select {
+	case n := <-ran:
+		t.Fatalf("round %d ran after a successful one, before the poll", n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if polls.Load() != 3 {
+		t.Errorf("the retries ran %d OnPoll hooks, want 3: a retry looks for everything, as a poll does", polls.Load())
+	}
+	if st := board.Stalled(); len(st) != 0 {
+		t.Errorf("stalled after the successful round: %+v", st)
+	}
+}
+
+// The retry delay doubles with each failure in a row, starting at
+// RetryAfter, and stops at the poll interval, where the poll takes over;
+// no failure, no retry. A long run of failures does not overflow it.
+func TestRetryDelayDoublesUpToThePoll(t *testing.T) {
+	got := []time.Duration{}
+	for failures := range 7 {
+		got = append(got, retryDelay(failures, time.Second, 10*time.Second))
+	}
+	want := []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 0, 0}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("retry delays %v, want %v", got, want)
+		}
+	}
+	if d := retryDelay(200, time.Second, time.Hour); d != 0 {
+		t.Errorf("after 200 failures: %v, want 0 (the poll's turn)", d)
+	}
+	if d := retryDelay(1, time.Second, 200*time.Millisecond); d != 0 {
+		t.Errorf("a poll shorter than the first retry: %v, want 0", d)
 	}
 }

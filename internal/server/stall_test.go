@@ -101,12 +101,22 @@ func testStalledStage(t *testing.T, storeURL string) {
 	}
 
 	execOn(t, storeURL, `ALTER TABLE work_away RENAME TO work`)
+	var lastBody string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last /readyz: %s\nlogs:\n%s", lastBody, h.logs.String())
+		}
+	}()
 	if d := settled(t, h, "shop", "evt-2"); d != "applied" {
 		t.Fatalf("second event after the repair: %s, want applied", d)
 	}
+	// Every stage that failed while the table was away recovers by its
+	// own retry, retention too (hourly polls) when its first pass came
+	// late enough to fail: it tries again within seconds, not an hour.
 	waitFor(t, "/readyz to be ready again", func() bool {
 		h.clk.Advance(2 * time.Second) // past the cached probe
-		code, _ := h.get("/readyz", "")
+		code, body := h.get("/readyz", "")
+		lastBody = string(body)
 		return code == 200
 	})
 	if !strings.Contains(h.logs.String(), `msg="stage making progress again" stage=routing`) {
