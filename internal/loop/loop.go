@@ -221,17 +221,11 @@ func (l *Loop) run(ctx context.Context) {
 // failure, or 0 (no retry of its own: the poll comes as soon) once that
 // reaches poll.
 func retryDelay(failures int, first, poll time.Duration) time.Duration {
-	if failures < 1 {
-		return 0
-	}
 	d := first
-	for range failures - 1 {
-		if d >= poll {
-			return 0
-		}
+	for i := 1; i < failures && d < poll; i++ {
 		d *= 2
 	}
-	if d >= poll {
+	if failures < 1 || d >= poll {
 		return 0
 	}
 	return d
