@@ -60,9 +60,12 @@ func (s *Store) startBatcher() {
 						break drain
 					}
 				}
-				s.runBatch(batch)
+				if !s.runBatch(batch, start) {
+					s.busyNanos.Add(int64(time.Since(start)))
+				}
+				prepared := time.Now()
 				s.prepareWanted()
-				s.busyNanos.Add(int64(time.Since(start)))
+				s.busyNanos.Add(int64(time.Since(prepared)))
 			}
 		}
 	}()
@@ -122,7 +125,12 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *wtx) 
 	}
 }
 
-func (s *Store) runBatch(batch []*txJob) {
+// runBatch runs the jobs of one shared transaction, begun at start (the
+// writer's time for it). Where the transaction reaches its commit, it
+// counts that time in WriterTime before any caller hears the outcome (and
+// the busy time before the commit's, so that a reading never shows more
+// committing than busy) and reports true; otherwise the caller counts it.
+func (s *Store) runBatch(batch []*txJob, start time.Time) (accounted bool) {
 	live := batch[:0:0]
 	for _, j := range batch {
 		if err := j.ctx.Err(); err != nil {
@@ -169,12 +177,14 @@ func (s *Store) runBatch(batch []*txJob) {
 	if !b.lateJoiners() {
 		return
 	}
-	start := time.Now()
+	committing := time.Now()
 	err = tx.Commit()
-	s.commitNanos.Add(int64(time.Since(start)))
+	end := time.Now()
+	s.busyNanos.Add(int64(end.Sub(start)))
+	s.commitNanos.Add(int64(end.Sub(committing)))
 	if err != nil {
 		b.failAll(fmt.Errorf("commit: %w: %w", store.ErrUnavailable, err))
-		return
+		return true
 	}
 	if s.committed != nil {
 		s.committed(len(b.jobs))
@@ -182,6 +192,7 @@ func (s *Store) runBatch(batch []*txJob) {
 	for i, j := range b.jobs {
 		j.done <- b.results[i]
 	}
+	return true
 }
 
 // batchRun is one shared write transaction in progress: the jobs it has

@@ -71,7 +71,7 @@ func TestFaultRollsBackOneCallerWhole(t *testing.T) {
 		{ctx: context.Background(), fn: write("failing", true), done: make(chan error, 1)},
 		{ctx: context.Background(), fn: write("last", false), done: make(chan error, 1)},
 	}
-	s.runBatch(jobs)
+	s.runBatch(jobs, time.Now())
 	for i, want := range []error{nil, errInjected, nil} {
 		if err := <-jobs[i].done; !errors.Is(err, want) {
 			t.Fatalf("job %d: %v, want %v", i, err, want)
