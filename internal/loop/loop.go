@@ -169,9 +169,6 @@ func (l *Loop) run(ctx context.Context) {
 	defer close(l.done)
 	t := time.NewTicker(l.opts.PollInterval)
 	defer t.Stop()
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
 	failures := 0 // failed rounds in a row
 	for {
 		more, err := l.safeStep(ctx)
@@ -194,8 +191,7 @@ func (l *Loop) run(ctx context.Context) {
 		}
 		var retryC <-chan time.Time
 		if d := retryDelay(failures, l.opts.RetryAfter, l.opts.PollInterval); d > 0 && err != nil && !errors.Is(err, ErrIdle) {
-			retry.Reset(d)
-			retryC = retry.C
+			retryC = time.After(d) // a timer only after a failure, collected once unreferenced
 		}
 		select {
 		case <-ctx.Done():
@@ -212,7 +208,6 @@ func (l *Loop) run(ctx context.Context) {
 				l.opts.OnPoll()
 			}
 		}
-		retry.Stop()
 	}
 }
 
