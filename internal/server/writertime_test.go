@@ -1,21 +1,27 @@
 package server
 
 import (
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// metricValue is the value of the unlabelled sample name in a Prometheus
-// exposition, and whether there is one.
-func metricValue(body, name string) (float64, bool) {
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f, err == nil
-		}
+// metricValue is the value of the unlabelled counter name in a Prometheus
+// text exposition, and whether there is one.
+func metricValue(t *testing.T, body, name string) (float64, bool) {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics is not the text exposition: %v", err)
 	}
-	return 0, false
+	mf := mfs[name]
+	if mf == nil || len(mf.GetMetric()) == 0 {
+		return 0, false
+	}
+	return mf.GetMetric()[0].GetCounter().GetValue(), true
 }
 
 // On SQLite, /metrics tells how long the one writer has been busy and, of
@@ -34,8 +40,8 @@ func testWriterTimeMetrics(t *testing.T, storeURL string) {
 	if code != 200 {
 		t.Fatalf("/metrics: %d", code)
 	}
-	busy, hasBusy := metricValue(string(b), "hookledger_store_writer_busy_seconds_total")
-	commit, hasCommit := metricValue(string(b), "hookledger_store_writer_commit_seconds_total")
+	busy, hasBusy := metricValue(t, string(b), "hookledger_store_writer_busy_seconds_total")
+	commit, hasCommit := metricValue(t, string(b), "hookledger_store_writer_commit_seconds_total")
 	if strings.HasPrefix(storeURL, "postgres") {
 		if hasBusy || hasCommit {
 			t.Fatalf("PostgreSQL exports a single writer's time: busy %v commit %v", busy, commit)
