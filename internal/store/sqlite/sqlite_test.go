@@ -394,3 +394,27 @@ func TestLateJobsJoinTheRunningWriteTransaction(t *testing.T) {
 		t.Fatalf("late event stored: %v %v", ev, err)
 	}
 }
+
+// One event's deliveries are read through the event's unique (source,
+// event_id) and deliveries_event, never by scanning deliveries: the
+// console's event page and replay ask for them by the pair, and no index
+// of deliveries holds the pair (0017 dropped it for the receiver's sake).
+func TestDeliveryListReadsThroughTheEvent(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "deliveries.db"))
+	for _, p := range []*store.DeliveryListParams{
+		{Source: "stripe", EventID: "evt_1", Limit: 1},
+		{Source: "stripe", EventID: "evt_1", AfterID: 7, Limit: 100, BodyPrefix: 64},
+	} {
+		q, args := deliveryListQuery(p)
+		plan, _ := queryPlan(t, s, "delivery list", q, args...)
+		for _, want := range []string{"SEARCH deliveries USING INDEX deliveries_event (event_pk=? AND rowid>?)",
+			"SEARCH events USING COVERING INDEX sqlite_autoindex_events_1 (source=? AND event_id=?)"} {
+			if !strings.Contains(plan, want) {
+				t.Errorf("%+v: plan\n%s\nwant %q", p, plan, want)
+			}
+		}
+		if strings.Contains(plan, "SCAN") || strings.Contains(plan, "TEMP B-TREE") {
+			t.Errorf("%+v: plan\n%s\nscans or sorts", p, plan)
+		}
+	}
+}
