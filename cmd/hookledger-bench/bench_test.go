@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -440,6 +441,21 @@ func TestE2EWriterLine(t *testing.T) {
 	}
 	if got := writerLine(&e2eResult{sendFor: time.Second}); got != "" {
 		t.Errorf("no writer time, yet a line: %q", got)
+	}
+}
+
+func TestReceiveWriterLine(t *testing.T) {
+	r := &receiveResult{sent: 40000, elapsed: 10 * time.Second, writerBusy: 9.8, writerCommit: 6.86}
+	want := "SQLite writer: busy 0.98 of the measured time, 0.70 of that committing; 245 us of writer time per request (172 committing)"
+	if got := receiveWriterLine(r); got != want {
+		t.Errorf("receiveWriterLine:\n got %q\nwant %q", got, want)
+	}
+	if got := receiveWriterLine(&receiveResult{sent: 10, elapsed: time.Second}); got != "" {
+		t.Errorf("no writer time (PostgreSQL), yet a line: %q", got)
+	}
+	r.writerErr = errors.New("GET /metrics answered 401 Unauthorized")
+	if got := receiveWriterLine(r); !strings.Contains(got, "not read") || !strings.Contains(got, "401") {
+		t.Errorf("a failed read is not said: %q", got)
 	}
 }
 

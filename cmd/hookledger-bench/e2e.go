@@ -610,7 +610,7 @@ func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string)
 	}
 	env.f = &receiveFlags{warmup: time.Second, duration: f.probeFor, maxRequests: 2_000_000}
 	res := &receiveResult{target: targetSQLite, clients: f.probeClients, meter: &cpuMeter{pid: srv.cmd.Process.Pid}}
-	env.load(ctx, "http://"+srv.addr+"/hooks/stripe", res, "probe")
+	env.load(ctx, "http://"+srv.addr+"/hooks/stripe", res, "probe", nil)
 	if err := srv.stop(); err != nil {
 		return 0, ackCPU{}, err
 	}

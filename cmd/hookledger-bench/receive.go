@@ -64,7 +64,9 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 			"disk and these processors). Each cell gets a fresh\n"+
 			"server and database. After each hookledger cell, a sample of acknowledged events\n"+
 			"is looked up through the admin API, the server is stopped, and every acknowledged\n"+
-			"event is looked for in the store itself. Exit 1 if any acknowledged event is missing.")
+			"event is looked for in the store itself. For a SQLite cell it also prints the one\n"+
+			"writer's share of the measured time, the commits' share of that and the writer time\n"+
+			"per request, from the server's own counters. Exit 1 if any acknowledged event is missing.")
 	var f receiveFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to skip the postgres target)")
 	targets := fs.String("targets", "", "comma-separated `targets`: noop, floor, sqlite, postgres (default noop,floor,sqlite plus postgres with --postgres)")
@@ -135,6 +137,12 @@ type receiveResult struct {
 	stopErr       error
 	profile       string
 	storeAccounts bool
+
+	// The SQLite writer's time while measuring, from the server's own
+	// counters (zero on PostgreSQL, which has no one writer); writerErr
+	// when they could not be read.
+	writerBusy, writerCommit float64 // seconds
+	writerErr                error
 }
 
 func (r *receiveResult) rate() float64 { return rate(r.sent, r.elapsed) }
@@ -298,7 +306,11 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 		}
 	}
 	res.meter = meter
-	acked := e.load(ctx, base+"/hooks/stripe", res, label)
+	var writer func() (goMem, error)
+	if target != targetNoop && target != targetFloor {
+		writer = func() (goMem, error) { return readGoMem(ctx, http.DefaultClient, srv.addr, e.token) }
+	}
+	acked := e.load(ctx, base+"/hooks/stripe", res, label, writer)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
@@ -386,7 +398,10 @@ func waitReady(ctx context.Context, u string) error {
 
 // load runs the clients through warm-up and measurement and returns the
 // event ids that were acknowledged with a 2xx.
-func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, label string) []string {
+// load drives the clients at u for the warm-up and the measured time;
+// writer, when not nil, reads the server's writer counters at the start
+// and the end of the measured time.
+func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, label string, writer func() (goMem, error)) []string {
 	const (
 		phaseWarmup int32 = iota
 		phaseMeasure
@@ -439,6 +454,10 @@ func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, lab
 		}()
 	}
 	sleepCtx(ctx, e.f.warmup)
+	var w0 goMem
+	if writer != nil {
+		w0, res.writerErr = writer()
+	}
 	res.meter.start()
 	t0 := time.Now()
 	phase.Store(phaseMeasure)
@@ -446,6 +465,10 @@ func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, lab
 	phase.Store(phaseStop)
 	res.elapsed = time.Since(t0)
 	res.serverCPU, res.clientCPU = res.meter.stop()
+	if writer != nil && res.writerErr == nil {
+		w1, err := writer()
+		res.writerBusy, res.writerCommit, res.writerErr = w1.writerBusy-w0.writerBusy, w1.writerCommit-w0.writerCommit, err
+	}
 	wg.Wait()
 	res.sent, res.non2xx, res.errs = measured.Load(), non2xx.Load(), errs.Load()
 	res.lat = mergeLatencies(parts)
@@ -560,6 +583,9 @@ func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 		}
 		if r.profile != "" {
 			fmt.Fprintf(w, "%s-%d: CPU profile %s\n", r.target, r.clients, r.profile)
+		}
+		if line := receiveWriterLine(r); line != "" {
+			fmt.Fprintf(w, "%s-%d: %s\n", r.target, r.clients, line)
 		}
 	}
 	fmt.Fprintln(w, "latency: from writing the request to reading the whole answer, measured by the client.")
@@ -717,4 +743,22 @@ func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
 		})
 	}
 	return rows
+}
+
+// receiveWriterLine is a SQLite cell's writer time while measuring: its
+// share of the measured time, the commits' share of that, and the writer
+// time per answered request (which, beside e2e's per event at capacity,
+// bounds the pipeline's capacity over the door's rate where both wait
+// for the one writer). "" without writer time (PostgreSQL, the
+// baselines) and, with the reason, when the counters could not be read.
+func receiveWriterLine(r *receiveResult) string {
+	if r.writerErr != nil {
+		return "SQLite writer time not read: " + r.writerErr.Error()
+	}
+	if r.writerBusy <= 0 || r.elapsed <= 0 || r.sent == 0 {
+		return ""
+	}
+	return fmt.Sprintf("SQLite writer: busy %.2f of the measured time, %.2f of that committing; %.0f us of writer time per request (%.0f committing)",
+		r.writerBusy/r.elapsed.Seconds(), r.writerCommit/r.writerBusy,
+		r.writerBusy*1e6/float64(r.sent), r.writerCommit*1e6/float64(r.sent))
 }
