@@ -93,7 +93,7 @@ func TestScreenshots(t *testing.T) {
 
 	bctxTimeout, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelTimeout()
-	opts := consoletest.AllocatorOptions(bin, t.TempDir(), chromedp.Flag("hide-scrollbars", true))
+	opts := consoletest.AllocatorOptions(bin, consoletest.TempDir(t), chromedp.Flag("hide-scrollbars", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(bctxTimeout, opts...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)

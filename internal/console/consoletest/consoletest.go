@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -59,10 +60,28 @@ type Browser struct {
 	closed   bool
 }
 
+// TempDir is a directory for one browser's profile and temporary files,
+// removed when t ends. Its path is short, unlike t.TempDir's (which
+// carries the test's name): Chromium puts a Unix socket under it, and a
+// socket's path cannot exceed 107 bytes.
+func TempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "chromium")
+	if err != nil {
+		t.Fatalf("browser directory: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // AllocatorOptions are the flags every browser of the tests and of the
 // screenshot script runs with: headless Debian chromium as root in a
 // sandbox-less container, nothing fetched from the network, a fresh
-// profile in userDataDir, 1280×800. extra adds to them.
+// profile in userDataDir, 1280×800. extra adds to them. The browser's
+// temporary files go to userDataDir too: Chromium leaves a directory of
+// its own (org.chromium.Chromium.*, its singleton socket) in TMPDIR at
+// every start, and the system one would collect one per browser a test
+// ever started. userDataDir's path must be short (TempDir).
 func AllocatorOptions(bin, userDataDir string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),
@@ -75,6 +94,7 @@ func AllocatorOptions(bin, userDataDir string, extra ...chromedp.ExecAllocatorOp
 		chromedp.Flag("no-first-run", true),
 		chromedp.Flag("disable-quic", true),
 		chromedp.UserDataDir(userDataDir),
+		chromedp.Env("TMPDIR="+userDataDir),
 		chromedp.WindowSize(1280, 800),
 	)
 	return append(opts, extra...)
@@ -87,7 +107,7 @@ func Start(t testing.TB, limit time.Duration) *Browser {
 	t.Helper()
 	bin := Chromium(t)
 	bound, cancel := context.WithTimeout(context.Background(), limit)
-	actx, cancelAlloc := chromedp.NewExecAllocator(bound, AllocatorOptions(bin, t.TempDir())...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(bound, AllocatorOptions(bin, TempDir(t))...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	b := &Browser{Ctx: bctx, t: t, bound: bound, cancel: []context.CancelFunc{cancelBrowser, cancelAlloc, cancel},
 		console: make(chan struct{})}

@@ -1,9 +1,11 @@
 package consoletest
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +54,27 @@ func TestProblemsAreRecorded(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("no problem mentions %q; recorded:\n%s", want, got)
 		}
+	}
+}
+
+// A browser keeps its temporary files in the test's own directory, which
+// the test removes: Chromium leaves a directory (its singleton socket)
+// in TMPDIR at every start, and in the system's temporary directory one
+// would pile up per browser any test ever started.
+func TestBrowserTemporaryFilesStayInTheTestDirectory(t *testing.T) {
+	bin := Chromium(t)
+	dir := TempDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, AllocatorOptions(bin, dir)...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start the browser: %v", err)
+	}
+	own, err := filepath.Glob(filepath.Join(dir, "org.chromium.Chromium.*"))
+	if err != nil || len(own) == 0 {
+		t.Fatalf("the browser's singleton directory is not in its own TMPDIR %s (%v): it went to the system's", dir, err)
 	}
 }
