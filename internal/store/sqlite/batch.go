@@ -60,9 +60,7 @@ func (s *Store) startBatcher() {
 						break drain
 					}
 				}
-				if !s.runBatch(batch, start) {
-					s.busyNanos.Add(int64(time.Since(start)))
-				}
+				s.runBatch(batch, start)
 				prepared := time.Now()
 				s.prepareWanted()
 				s.busyNanos.Add(int64(time.Since(prepared)))
@@ -125,12 +123,18 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *wtx) 
 	}
 }
 
-// runBatch runs the jobs of one shared transaction, begun at start (the
-// writer's time for it). Where the transaction reaches its commit, it
-// counts that time in WriterTime before any caller hears the outcome (and
+// runBatch runs the jobs of one shared transaction, begun at start, and
+// counts the writer's time for it in WriterTime. Where the transaction
+// reaches its commit, that is before any caller hears the outcome (and
 // the busy time before the commit's, so that a reading never shows more
-// committing than busy) and reports true; otherwise the caller counts it.
-func (s *Store) runBatch(batch []*txJob, start time.Time) (accounted bool) {
+// committing than busy); otherwise as it returns.
+func (s *Store) runBatch(batch []*txJob, start time.Time) {
+	counted := false
+	defer func() {
+		if !counted {
+			s.busyNanos.Add(int64(time.Since(start)))
+		}
+	}()
 	live := batch[:0:0]
 	for _, j := range batch {
 		if err := j.ctx.Err(); err != nil {
@@ -182,9 +186,10 @@ func (s *Store) runBatch(batch []*txJob, start time.Time) (accounted bool) {
 	end := time.Now()
 	s.busyNanos.Add(int64(end.Sub(start)))
 	s.commitNanos.Add(int64(end.Sub(committing)))
+	counted = true
 	if err != nil {
 		b.failAll(fmt.Errorf("commit: %w: %w", store.ErrUnavailable, err))
-		return true
+		return
 	}
 	if s.committed != nil {
 		s.committed(len(b.jobs))
@@ -192,7 +197,6 @@ func (s *Store) runBatch(batch []*txJob, start time.Time) (accounted bool) {
 	for i, j := range b.jobs {
 		j.done <- b.results[i]
 	}
-	return true
 }
 
 // batchRun is one shared write transaction in progress: the jobs it has
