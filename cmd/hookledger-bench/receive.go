@@ -139,8 +139,8 @@ type receiveResult struct {
 	storeAccounts bool
 
 	// The SQLite writer's time while measuring, from the server's own
-	// counters (zero on PostgreSQL, which has no one writer); writerErr
-	// when they could not be read.
+	// counters (SQLite cells only: PostgreSQL has no one writer);
+	// writerErr when they could not be read.
 	writerBusy, writerCommit float64 // seconds
 	writerErr                error
 }
@@ -307,7 +307,7 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 	}
 	res.meter = meter
 	var writer func() (goMem, error)
-	if target != targetNoop && target != targetFloor {
+	if cs != nil && cs.driver == targetSQLite {
 		writer = func() (goMem, error) { return readGoMem(ctx, http.DefaultClient, srv.addr, e.token) }
 	}
 	acked := e.load(ctx, base+"/hooks/stripe", res, label, writer)
@@ -397,10 +397,9 @@ func waitReady(ctx context.Context, u string) error {
 }
 
 // load runs the clients through warm-up and measurement and returns the
-// event ids that were acknowledged with a 2xx.
-// load drives the clients at u for the warm-up and the measured time;
-// writer, when not nil, reads the server's writer counters at the start
-// and the end of the measured time.
+// event ids that were acknowledged with a 2xx. writer, when not nil,
+// reads the server's writer counters at the start and the end of the
+// measured time.
 func (e *receiveEnv) load(ctx context.Context, u string, res *receiveResult, label string, writer func() (goMem, error)) []string {
 	const (
 		phaseWarmup int32 = iota
@@ -749,7 +748,7 @@ func receiveHeadlines(f *receiveFlags, results []*receiveResult) []headline {
 // share of the measured time, the commits' share of that, and the writer
 // time per answered request (which, beside e2e's per event at capacity,
 // bounds the pipeline's capacity over the door's rate where both wait
-// for the one writer). "" without writer time (PostgreSQL, the
+// for the one writer). "" for the cells that read none (PostgreSQL, the
 // baselines) and, with the reason, when the counters could not be read.
 func receiveWriterLine(r *receiveResult) string {
 	if r.writerErr != nil {
