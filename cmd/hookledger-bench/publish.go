@@ -59,7 +59,10 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 			"RSS at the end and its peak (VmHWM) and CPU time, and each figure beside its goal:\n"+
 			"publishing at least 0.5 of the baseline, fan-out keeping up (0.9 of the deliveries\n"+
 			"the accepted messages ask for per second), p99 at half capacity at most 1 s, and\n"+
-			"PostgreSQL publishing at least 0.5 of SQLite's. Exit 1 unless every accepted\n"+
+			"PostgreSQL publishing at least 0.5 of SQLite's. On SQLite, also the one writer's\n"+
+			"time (the server's /metrics) per inbound webhook and per message accepted and\n"+
+			"delivered to every endpoint, and the bound their ratio sets on publishing beside\n"+
+			"the inbound rate while the writer is busy. Exit 1 unless every accepted\n"+
 			"message is stored once and reached every endpoint.")
 	var f publishFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to measure SQLite only)")
@@ -233,6 +236,36 @@ type publishResult struct {
 	cpu            time.Duration
 	// Accounts.
 	stored, missing, unreached int
+	// SQLite's one writer (zero elsewhere): over the baseline's loop, and
+	// over the closed loop's publishing until its fan-out was done.
+	inboundWriter, publishWriter writerSpan
+}
+
+// writerSpan is the writer's time over one loop (writer read, or why
+// not), and how long the loop ran.
+type writerSpan struct {
+	m    goMem
+	err  error
+	took time.Duration
+}
+
+// measureWriter reads the writer's counters of the server at addr before
+// and after do, on SQLite only (PostgreSQL has no one writer to read).
+func measureWriter(ctx context.Context, driver, addr, token string, do func()) writerSpan {
+	if driver != targetSQLite {
+		do()
+		return writerSpan{}
+	}
+	before, err := readGoMem(ctx, http.DefaultClient, addr, token)
+	began := time.Now()
+	do()
+	ws := writerSpan{took: time.Since(began), err: err}
+	if err == nil {
+		var after goMem
+		after, ws.err = readGoMem(ctx, http.DefaultClient, addr, token)
+		ws.m = after.since(before)
+	}
+	return ws
 }
 
 func publishBench(ctx context.Context, stdout, stderr io.Writer, f *publishFlags) (bool, error) {
@@ -344,7 +377,7 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 	sinkURL := "http://" + ln.Addr().String()
 
 	run := randomHex(4)
-	if res.baseline, err = e.baseline(ctx, stderr, target, sinkURL, run); err != nil {
+	if res.baseline, res.inboundWriter, err = e.baseline(ctx, stderr, target, sinkURL, run); err != nil {
 		return nil, err
 	}
 
@@ -378,11 +411,15 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 		}
 	}
 	began := time.Now()
-	res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, publish(sent, "bench"))
+	res.publishWriter = measureWriter(ctx, target, srv.addr, e.token, func() {
+		res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, publish(sent, "bench"))
+		if ctx.Err() == nil {
+			res.drained = e.drain(ctx, sink, len(sent))
+		}
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
-	res.drained = e.drain(ctx, sink, len(sent))
 	// Publishing's capacity is the lesser of the rate messages were
 	// accepted and the rate they were delivered whole (every endpoint
 	// reached): paced above what the fan-out sustains, a backlog grows
@@ -427,24 +464,27 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 
 // baseline measures the inbound path, same clients and count, on its own
 // server and store so that neither run weighs on the other.
-func (e *publishEnv) baseline(ctx context.Context, stderr io.Writer, target, sinkURL, run string) (*closedLoop, error) {
+func (e *publishEnv) baseline(ctx context.Context, stderr io.Writer, target, sinkURL, run string) (*closedLoop, writerSpan, error) {
 	fmt.Fprintf(stderr, "%s: baseline, signed webhooks into /hooks/stripe...\n", target)
 	srv, cs, err := e.server(ctx, target, target+"-inbound", sinkURL)
 	if err != nil {
-		return nil, err
+		return nil, writerSpan{}, err
 	}
 	hooks := "http://" + srv.addr + "/hooks/stripe"
-	loop := driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
-		status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
-		if err == nil && status/100 != 2 {
-			err = fmt.Errorf("HTTP %d", status)
-		}
-		return lat, err
+	var loop *closedLoop
+	ws := measureWriter(ctx, target, srv.addr, e.token, func() {
+		loop = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
+			status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
+			if err == nil && status/100 != 2 {
+				err = fmt.Errorf("HTTP %d", status)
+			}
+			return lat, err
+		})
 	})
 	if err := errors.Join(srv.stop(), cs.Drop()); err != nil {
-		return nil, err
+		return nil, writerSpan{}, err
 	}
-	return loop, nil
+	return loop, ws, nil
 }
 
 // tally reads from the receiver each message's first arrival at each
@@ -657,6 +697,11 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
+		if line := publishWriterLine(r, f.endpoints); line != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.target, line)
+		}
+	}
+	for _, r := range results {
 		for _, c := range []*closedLoop{r.baseline, r.pub, r.paced} {
 			if c != nil && c.firstErr != "" {
 				fmt.Fprintf(w, "%s: first failure: %s\n", r.target, c.firstErr)
@@ -679,6 +724,33 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 		fmt.Fprintln(w, "account: FAILED, see the account column")
 	}
 	return allOK
+}
+
+// publishWriterLine is, on SQLite, the one writer's time per webhook of
+// the baseline and per message of the closed loop (accepted, then
+// delivered to every endpoint), and what that sets: where the writer is
+// busy all the time, publishing whole cannot go faster beside the inbound
+// rate than the inverse of their ratio, and the goals ask for 0.5 of the
+// inbound rate accepted and 0.9 of it delivered. "" where no writer was
+// read (PostgreSQL); the reason when a read failed.
+func publishWriterLine(r *publishResult, endpoints int) string {
+	for _, ws := range []writerSpan{r.inboundWriter, r.publishWriter} {
+		if ws.err != nil {
+			return "SQLite writer time not read: " + ws.err.Error()
+		}
+	}
+	in, pub := r.inboundWriter, r.publishWriter
+	if in.m.writerBusy <= 0 || pub.m.writerBusy <= 0 || r.baseline == nil || r.baseline.ok == 0 || r.pub == nil || r.pub.ok == 0 ||
+		in.took <= 0 || pub.took <= 0 {
+		return ""
+	}
+	perHook := in.m.writerBusy * 1e6 / float64(r.baseline.ok)
+	perMsg := pub.m.writerBusy * 1e6 / float64(r.pub.ok)
+	return fmt.Sprintf("SQLite writer: %.0f us per inbound webhook (busy %.2f of its loop); %.0f us per message accepted and delivered to its %d endpoints "+
+		"(busy %.2f of the loop and its fan-out), %.1f webhooks' worth: with the writer busy throughout, publishing whole reaches at most %.2f of the inbound rate "+
+		"(the goals ask for %.2f: 0.5 accepted, 0.9 of that delivered)",
+		perHook, in.m.writerBusy/in.took.Seconds(), perMsg, endpoints, pub.m.writerBusy/pub.took.Seconds(), perMsg/perHook, perHook/perMsg,
+		goalPublishVsInbound*goalFanoutKeepsUp)
 }
 
 // publishGoals are the goal checks of the run: figure, the measured value

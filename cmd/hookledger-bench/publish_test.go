@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,5 +55,30 @@ func TestDrivePacedCount(t *testing.T) {
 		if seen[seq] != 1 {
 			t.Fatalf("request %d sent %d times, want once", seq, seen[seq])
 		}
+	}
+}
+
+// The publish benchmark's writer line divides each loop's writer time by
+// its own count, and from their ratio says how far publishing whole can
+// go beside the inbound path while the writer is busy throughout.
+func TestPublishWriterLine(t *testing.T) {
+	r := &publishResult{
+		baseline:      &closedLoop{ok: 20000},
+		pub:           &closedLoop{ok: 2000},
+		inboundWriter: writerSpan{m: goMem{writerBusy: 4.9}, took: 5 * time.Second},
+		publishWriter: writerSpan{m: goMem{writerBusy: 4.8}, took: 6 * time.Second},
+	}
+	want := "SQLite writer: 245 us per inbound webhook (busy 0.98 of its loop); 2400 us per message accepted and delivered to its 10 endpoints " +
+		"(busy 0.80 of the loop and its fan-out), 9.8 webhooks' worth: with the writer busy throughout, publishing whole reaches at most 0.10 " +
+		"of the inbound rate (the goals ask for 0.45: 0.5 accepted, 0.9 of that delivered)"
+	if got := publishWriterLine(r, 10); got != want {
+		t.Errorf("publishWriterLine:\n got %q\nwant %q", got, want)
+	}
+	if got := publishWriterLine(&publishResult{baseline: r.baseline, pub: r.pub}, 10); got != "" {
+		t.Errorf("no writer time (PostgreSQL), yet a line: %q", got)
+	}
+	r.publishWriter.err = errors.New("GET /metrics answered 401 Unauthorized")
+	if got := publishWriterLine(r, 10); !strings.Contains(got, "not read") || !strings.Contains(got, "401") {
+		t.Errorf("a failed read is not said: %q", got)
 	}
 }
