@@ -386,48 +386,102 @@ func TestE2EBreakdown(t *testing.T) {
 	}
 }
 
-// A saturated target is reported by its capacity against the ingest
-// probe, with the goal and its CPU per effect; one that kept up by its
-// latency against the latency goals.
+// A saturated SQLite target is reported by its capacity against the
+// door probe (the goal) and the ingest probe, with its CPU and writer
+// time per effect; a saturated PostgreSQL target against the ingest probe
+// alone (the door probe is SQLite's); one that kept up by its latency
+// against the latency goals.
 func TestPrintE2ECapacity(t *testing.T) {
 	lat := func(ds ...time.Duration) latencies { return mergeLatencies([]latencies{ds}) }
 	slow := &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, scheduled: 10000, acked: 10000,
-		exactlyOne: 6000, cpu: []time.Duration{6 * time.Second}}
-	fast := &e2eResult{target: "pg1", sendFor: 10 * time.Second, drainedIn: 100 * time.Millisecond, scheduled: 1000, acked: 1000,
+		exactlyOne: 6000, cpu: []time.Duration{6 * time.Second}, mem: goMem{writerBusy: 19, writerCommit: 5}}
+	slowPG := &e2eResult{target: "pg1", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, scheduled: 10000, acked: 10000,
+		exactlyOne: 8000, cpu: []time.Duration{6 * time.Second}}
+	fast := &e2eResult{target: "pg2", sendFor: 10 * time.Second, drainedIn: 100 * time.Millisecond, scheduled: 1000, acked: 1000,
 		exactlyOne: 1000, cpu: []time.Duration{time.Second}, lat: lat(5*time.Millisecond, 30*time.Millisecond)}
+	door := &receiveResult{sent: 20000, elapsed: 5 * time.Second, writerBusy: 4.9}
 	var b bytes.Buffer
-	printE2ECapacity(&b, &e2eRunInfo{probeRate: 1000}, []*e2eResult{slow, fast})
+	printE2ECapacity(&b, &e2eRunInfo{probeRate: 1000, door: door}, []*e2eResult{slow, slowPG, fast})
 	out := b.String()
 	for _, want := range []string{
-		"sqlite capacity (saturated): 300 effects/s over the whole run = 0.30 x the ingest probe's 1000 durable acks/s (goal >= 0.5: NOT met); CPU 1.00 ms per effect",
-		"pg1 kept up with 100/s: p50 5.00 ms (goal <= 10.0 at half the capacity: met), p99 30.0 ms (goal <= 25.0: NOT met); CPU 1.00 ms per effect",
+		"sqlite capacity (saturated): 300 effects/s over the whole run = 0.07 x the door's 4000 durable acks/s alone (goal >= 0.5: NOT met); " +
+			"0.30 x the ingest probe's 1000 acks/s (its pipeline behind it); CPU 1.00 ms per effect",
+		"SQLite writer: 3167 us per effect done, the door's 245 us per request alone (busy 0.98 of its probe): where both are bound by the writer, " +
+			"capacity over the door's rate is about 0.08 (goal >= 0.5 needs at most 490 us per effect)",
+		"pg1 capacity (saturated): 400 effects/s over the whole run = 0.40 x the ingest probe's 1000 acks/s (its pipeline behind it); CPU 0.75 ms per effect",
+		"pg2 kept up with 100/s: p50 5.00 ms (goal <= 10.0 at half the capacity: met), p99 30.0 ms (goal <= 25.0: NOT met); CPU 1.00 ms per effect",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	b.Reset()
+	printE2ECapacity(&b, &e2eRunInfo{}, []*e2eResult{slow})
+	if !strings.Contains(b.String(), "= no door or ingest probe in this run: no ratio;") || strings.Contains(b.String(), "door's") {
+		t.Errorf("without probes, a ratio or a writer bound:\n%s", b.String())
+	}
 }
 
 // The CPU bound of a saturated target: the CPUs over what the servers and
-// this process spent per effect, that bound over the probe, the cost per
-// effect the capacity goal needs, and the probe's own cost per ack.
+// this process spent per effect, that bound over the door probe, the cost
+// per effect the capacity goal needs, and each probe's own cost per ack.
 func TestE2ECPUBound(t *testing.T) {
 	r := &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, exactlyOne: 6000,
 		cpu: []time.Duration{4 * time.Second, 2 * time.Second}, clientCPU: 3 * time.Second}
-	run := &e2eRunInfo{probeRate: 1000, probeCPU: ackCPU{server: 2 * time.Second, client: time.Second, n: 10000}}
+	door := &receiveResult{sent: 20000, elapsed: 5 * time.Second, serverCPU: 2 * time.Second, clientCPU: 2 * time.Second}
+	run := &e2eRunInfo{probeRate: 1000, probeCPU: ackCPU{server: 2 * time.Second, client: time.Second, n: 10000}, door: door}
 	got := cpuBound(2, run, r)
 	want := "CPU bound: serve 1.00 + load generator and destination 0.50 = 1.50 ms per effect; " +
 		"were the 2 CPUs the only limit, at most 1333 effects/s (measured 300, 0.23 of that); " +
-		"that is 1.33 of the ingest probe's 1000 acks/s (goal >= 0.5 needs at most 4.00 ms per effect); " +
-		"an acknowledgement of the probe cost 0.20 + 0.10 = 0.30 ms (the pipeline behind it included), an effect 5.0 times that"
+		"that is 0.33 of the door's 4000 acks/s alone (goal >= 0.5 needs at most 1.00 ms per effect); " +
+		"an acknowledgement at the door cost 0.10 + 0.10 = 0.20 ms, an effect 7.5 times that; " +
+		"an acknowledgement of the ingest probe cost 0.20 + 0.10 = 0.30 ms (the pipeline behind it included), an effect 5.0 times that"
 	if got != want {
 		t.Errorf("cpuBound:\n got %q\nwant %q", got, want)
 	}
 	if got := cpuBound(2, &e2eRunInfo{}, r); !strings.HasSuffix(got, "(measured 300, 0.23 of that)") {
 		t.Errorf("without a probe the line ends at the bound: %q", got)
 	}
+	pg := *r
+	pg.target = "pg1"
+	if got := cpuBound(2, &e2eRunInfo{door: door}, &pg); strings.Contains(got, "door") {
+		t.Errorf("a PostgreSQL target is set against SQLite's door: %q", got)
+	}
 	if got := cpuBound(2, run, &e2eResult{}); got != "" {
 		t.Errorf("nothing done, yet a bound: %q", got)
+	}
+}
+
+// Goal 2's row of the table: a SQLite target saturated in every round,
+// its median capacity over the door probe, with the writer's time per
+// effect beside the door's per request; none for a target that kept up
+// in some round, nor without a door probe.
+func TestCapacityHeadlines(t *testing.T) {
+	sat := func(done int, busy float64) *e2eResult {
+		return &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, scheduled: 30000, acked: 30000,
+			exactlyOne: done, mem: goMem{writerBusy: busy}}
+	}
+	door := &receiveResult{sent: 20000, elapsed: 5 * time.Second, writerBusy: 4.9}
+	run := &e2eRunInfo{door: door}
+	rounds := [][]*e2eResult{{sat(30000, 19.5)}, {sat(28000, 19.6)}, {sat(32000, 19.2)}}
+	rows := capacityHeadlines(run, rounds, " (median of 3 rounds)")
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1: %+v", len(rows), rows)
+	}
+	want := headline{figure: "one process on SQLite: capacity (saturated) (median of 3 rounds)",
+		value:    "1,500 effects/s over the whole run; writer 650 us per effect",
+		baseline: "the door alone (receive's SQLite cell), same run: 4,000 durable acks/s, writer 245 us per request",
+		ratio:    "0.38", goal: ">= 0.5: not met"}
+	if rows[0] != want {
+		t.Errorf("row:\n got %+v\nwant %+v", rows[0], want)
+	}
+	kept := sat(30000, 10)
+	kept.drainedIn = 0
+	if rows := capacityHeadlines(run, [][]*e2eResult{{sat(30000, 19)}, {kept}}, ""); len(rows) != 0 {
+		t.Errorf("a target that kept up in a round has a capacity row: %+v", rows)
+	}
+	if rows := capacityHeadlines(&e2eRunInfo{}, rounds, ""); len(rows) != 0 {
+		t.Errorf("no door probe, yet a capacity row: %+v", rows)
 	}
 }
 

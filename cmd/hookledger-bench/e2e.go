@@ -43,15 +43,18 @@ type e2eFlags struct {
 	senders      int
 	probeFor     time.Duration
 	probeClients int
-	drainFor     time.Duration
-	sampleEvery  time.Duration
-	topSQL       int
-	hookledger   string
-	module       string
-	dir          string
-	cpuProfile   string
-	rounds       int
-	table        bool
+	// doorFor is the measured time of the door probe: the receive
+	// benchmark's SQLite cell, no flow behind the door (0: not run).
+	doorFor     time.Duration
+	drainFor    time.Duration
+	sampleEvery time.Duration
+	topSQL      int
+	hookledger  string
+	module      string
+	dir         string
+	cpuProfile  string
+	rounds      int
+	table       bool
 	// walFrames is the window in which a SQLite target's WAL frames are
 	// counted by table and index (0: not counted).
 	walFrames time.Duration
@@ -83,10 +86,12 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
 			"stopped: for each stage (receive, route, process, claim, call) the p50/p99 time an event\n"+
 			"waited for it and the time the stage worked on it; and a target that fell behind is\n"+
-			"given as its capacity against the ingest probe (goal 0.5) with its CPU per effect and the\n"+
-			"bound the machine's CPUs set (the servers' and this process's CPU per effect: were the CPUs\n"+
-			"the only limit, the most effects/s they allow), one that kept up as its latency against the\n"+
-			"goals (p50 10 ms, p99 25 ms).\n"+
+			"given as its capacity against the ingest probe and, on SQLite, against the door probe\n"+
+			"(--door: the receive benchmark's SQLite cell, no flow behind the door; goal 0.5), with its\n"+
+			"CPU per effect and the bound the machine's CPUs set (the servers' and this process's CPU per\n"+
+			"effect: were the CPUs the only limit, the most effects/s they allow) and, on SQLite, the\n"+
+			"writer's time per effect beside the door's per request; one that kept up as its latency\n"+
+			"against the goals (p50 10 ms, p99 25 ms).\n"+
 			"After sending, waits up to --drain for the backlog; exit 1 unless, in every target, every\n"+
 			"acknowledged webhook produced exactly one call at the destination.")
 	var f e2eFlags
@@ -100,6 +105,9 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.IntVar(&f.senders, "senders", 64, "sender connections available to the open-loop schedule")
 	fs.DurationVar(&f.probeFor, "probe", 5*time.Second, "measured `time` of the ingest probe (after 1 s warm-up)")
 	fs.IntVar(&f.probeClients, "probe-clients", 32, "closed-loop clients of the ingest probe")
+	fs.DurationVar(&f.doorFor, "door", 5*time.Second, "measured `time` of the door probe, run when a SQLite target is: the receive benchmark's SQLite cell\n"+
+		"(the same source and clients as the ingest probe, no flow behind the door), the baseline of a saturated SQLite\n"+
+		"target's capacity (goal 0.5) and of its writer time per effect (0: not run)")
 	fs.DurationVar(&f.drainFor, "drain", 5*time.Minute, "upper bound on the `time` waited after sending for the remaining effects")
 	fs.DurationVar(&f.sampleEvery, "sample", 5*time.Second, "RSS sampling `interval`")
 	fs.IntVar(&f.topSQL, "top-sql", 10, "statements listed per PostgreSQL target by calls per event, with the buffers each call read, when pg_stat_statements is loaded (0: none)")
@@ -119,8 +127,8 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return code
 	}
 	f.table = *table
-	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
-		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --drain and --top-sql not negative")
+	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.doorFor < 0 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --door, --drain and --top-sql not negative")
 		return exitUsage
 	}
 	if f.warmup < 0 || f.warmup >= f.duration {
@@ -445,6 +453,13 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 	if run.rate < 1 {
 		return false, fmt.Errorf("send rate %.2f/s is below 1/s", run.rate)
 	}
+	if f.doorFor > 0 && slices.ContainsFunc(f.targets, func(t string) bool { base, _, _ := strings.Cut(t, "@"); return base == e2eSQLite }) {
+		fmt.Fprintf(stderr, "door: closed-loop receive on SQLite, no flow behind it, %d clients, 1s warm-up, %s...\n", f.probeClients, f.doorFor)
+		if run.door, err = e2eDoor(ctx, env, f); err != nil {
+			return false, fmt.Errorf("door probe: %w", err)
+		}
+		fmt.Fprintf(stderr, "door: %.0f webhooks/s acknowledged\n", run.door.rate())
+	}
 	allOK := true
 	var rounds [][]*e2eResult
 	for round := range f.rounds {
@@ -507,8 +522,10 @@ func pick(list []string, idx []int) []string {
 
 // e2eRunInfo is what every target of one run shares.
 type e2eRunInfo struct {
-	probeRate  float64
-	probeCPU   ackCPU // what each of the probe's acknowledgements cost
+	probeRate float64
+	probeCPU  ackCPU // what each of the probe's acknowledgements cost
+	// door is the door probe (nil: not run): goal 2's baseline.
+	door       *receiveResult
 	rate       float64
 	statements bool // pg_stat_statements is loaded on the PostgreSQL server
 
@@ -618,6 +635,24 @@ func e2eProbe(ctx context.Context, env *receiveEnv, f *e2eFlags, destURL string)
 		return 0, ackCPU{}, fmt.Errorf("probe: %d errors, %d non-2xx (first: %s)", res.errs, res.non2xx, res.firstErr)
 	}
 	return res.rate(), ackCPU{server: res.serverCPU, client: res.clientCPU, n: res.sent}, nil
+}
+
+// e2eDoor measures the door alone, as the receive benchmark's SQLite
+// cell does (its config: the source, no flow, so nothing behind the door
+// competes for the writer), with the ingest probe's clients: the
+// baseline the issue's goal 2 sets the pipeline's capacity against. Every
+// acknowledged event must be in the store afterwards.
+func e2eDoor(ctx context.Context, env *receiveEnv, f *e2eFlags) (*receiveResult, error) {
+	env.f = &receiveFlags{warmup: time.Second, duration: f.doorFor, maxRequests: 2_000_000}
+	res, err := env.cell(ctx, targetSQLite, f.probeClients, "door")
+	if err != nil {
+		return nil, err
+	}
+	if res.errs > 0 || res.non2xx > 0 || res.missing > 0 || res.sent == 0 {
+		return nil, fmt.Errorf("%d sent, %d errors, %d non-2xx, %d acknowledged events missing from the store (first error: %s)",
+			res.sent, res.errs, res.non2xx, res.missing, res.firstErr)
+	}
+	return res, nil
 }
 
 // e2eCell runs one target: a fresh store, its server processes, the

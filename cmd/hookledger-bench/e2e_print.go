@@ -53,11 +53,16 @@ func printE2ESetup(w io.Writer, f *e2eFlags, run *e2eRunInfo) {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), run.loadBefore, run.loadAfter)
 	fmt.Fprintln(w, "targets: sqlite = 1 process on a SQLite file; pg1 = 1 process on PostgreSQL; pg2 = 2 processes on one PostgreSQL database, webhooks alternating")
 	if run.probeRate > 0 {
-		fmt.Fprintf(w, "send rate, the same for every target: %.2f x the SQLite ingest probe (closed loop, %d clients, own fresh server: %.0f webhooks/s) = %.0f/s for %s\n\n",
+		fmt.Fprintf(w, "send rate, the same for every target: %.2f x the SQLite ingest probe (closed loop, %d clients, own fresh server: %.0f webhooks/s) = %.0f/s for %s\n",
 			f.rateShare, f.probeClients, run.probeRate, run.rate, f.duration)
 	} else {
-		fmt.Fprintf(w, "send rate, the same for every target (--rate): %.0f/s for %s; no ingest probe\n\n", run.rate, f.duration)
+		fmt.Fprintf(w, "send rate, the same for every target (--rate): %.0f/s for %s; no ingest probe\n", run.rate, f.duration)
 	}
+	if d := run.door; d != nil {
+		fmt.Fprintf(w, "door probe, the baseline of SQLite's capacity: the receive benchmark's SQLite cell (closed loop, %d clients, own fresh server, no flow behind the door): %.0f durable acks/s, p99 %s ms, %d of %d acknowledged events in the store\n",
+			d.clients, d.rate(), ms(d.lat.pct(0.99)), d.stored, d.acked)
+	}
+	fmt.Fprintln(w)
 }
 
 // e2eColumn is one column of a results table: its heading and how a
@@ -448,6 +453,52 @@ var e2eTargetNames = map[string]string{
 	e2ePG2:    "two processes on one PostgreSQL",
 }
 
+// capacityHeadlines is goal 2's row for each SQLite target saturated in
+// every round: its capacity (the median over rounds) against the door
+// probe of the same run, with the writer's time per effect beside the
+// door's per request where both were read.
+func capacityHeadlines(run *e2eRunInfo, rounds [][]*e2eResult, of string) []headline {
+	var rows []headline
+	for i, first := range rounds[0] {
+		door := run.doorFor(first)
+		if door == nil {
+			continue
+		}
+		var whole, writer []float64
+		for _, rs := range rounds {
+			r := rs[i]
+			if !r.saturated() {
+				whole = nil
+				break
+			}
+			whole = append(whole, r.wholeRate())
+			if r.memErr == nil && r.mem.writerBusy > 0 && r.done() > 0 {
+				writer = append(writer, r.mem.writerBusy*1e6/float64(r.done()))
+			}
+		}
+		if len(whole) == 0 {
+			continue
+		}
+		w, _, _ := medianRange(whole)
+		value := fmt.Sprintf("%s effects/s over the whole run", num(w))
+		baseline := fmt.Sprintf("the door alone (receive's SQLite cell), same run: %s durable acks/s", num(door.rate()))
+		if len(writer) == len(whole) && door.writerBusy > 0 && door.sent > 0 {
+			m, _, _ := medianRange(writer)
+			value += fmt.Sprintf("; writer %.0f us per effect", m)
+			baseline += fmt.Sprintf(", writer %.0f us per request", door.writerBusy*1e6/float64(door.sent))
+		}
+		ratio := w / door.rate()
+		rows = append(rows, headline{
+			figure:   fmt.Sprintf("%s: capacity (saturated)%s", targetName(e2eTargetNames, first.target), of),
+			value:    value,
+			baseline: baseline,
+			ratio:    fmt.Sprintf("%.2f", ratio),
+			goal:     fmt.Sprintf(">= %.1f: %s", capacityGoal, verdict(ratio >= capacityGoal)),
+		})
+	}
+	return rows
+}
+
 // e2eHeadlines are each target's effects done beside the send rate, the
 // comparisons between targets with their goals, and the exactly-once
 // account. Over several rounds every figure is the median of the rounds
@@ -486,6 +537,7 @@ func e2eHeadlines(run *e2eRunInfo, rounds [][]*e2eResult) []headline {
 			ratio:    ratioOf(s, run.rate) + " of the send rate while sending",
 		})
 	}
+	rows = append(rows, capacityHeadlines(run, rounds, of)...)
 	for _, q := range e2eRatios {
 		sending, whole := roundRatios(rounds, q)
 		if len(sending) == 0 {

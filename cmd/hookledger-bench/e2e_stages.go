@@ -242,9 +242,10 @@ func (r *e2eResult) cpuPerEffect() time.Duration {
 	return r.serverCPU() / time.Duration(max(r.done(), 1))
 }
 
-// printE2ECapacity prints, per target, its capacity beside the ingest
-// probe's acks with the goal, and the CPU each effect cost; or, for a
-// target that kept up, its latency beside the latency goals.
+// printE2ECapacity prints, per target, its capacity beside the door's
+// acks alone with the goal (SQLite) and beside the ingest probe's, the
+// CPU and writer time each effect cost; or, for a target that kept up,
+// its latency beside the latency goals.
 func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
 	fmt.Fprintln(w)
 	for _, r := range results {
@@ -257,17 +258,28 @@ func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
 			}
 			continue
 		}
-		versus := "no ingest probe in this run (--rate given): no ratio"
+		var versus []string
+		door := run.doorFor(r)
+		if door != nil {
+			ratio := r.wholeRate() / door.rate()
+			versus = append(versus, fmt.Sprintf("%.2f x the door's %.0f durable acks/s alone (goal >= %.1f: %s)",
+				ratio, door.rate(), capacityGoal, metOrNot(ratio, capacityGoal)))
+		}
 		if run.probeRate > 0 {
-			ratio := r.wholeRate() / run.probeRate
-			versus = fmt.Sprintf("%.2f x the ingest probe's %.0f durable acks/s (goal >= %.1f: %s)", ratio, run.probeRate, capacityGoal, metOrNot(ratio, capacityGoal))
+			versus = append(versus, fmt.Sprintf("%.2f x the ingest probe's %.0f acks/s (its pipeline behind it)", r.wholeRate()/run.probeRate, run.probeRate))
+		}
+		if len(versus) == 0 {
+			versus = append(versus, "no door or ingest probe in this run: no ratio")
 		}
 		fmt.Fprintf(w, "%s capacity (saturated): %.0f effects/s over the whole run = %s; CPU %.2f ms per effect done (serve, user+system)\n",
-			r.target, r.wholeRate(), versus, float64(r.cpuPerEffect())/float64(time.Millisecond))
+			r.target, r.wholeRate(), strings.Join(versus, "; "), float64(r.cpuPerEffect())/float64(time.Millisecond))
 		if line := cpuBound(runtime.NumCPU(), run, r); line != "" {
 			fmt.Fprintln(w, "  "+line)
 		}
 		if line := writerLine(r); line != "" {
+			fmt.Fprintln(w, "  "+line)
+		}
+		if line := writerBound(r, door); line != "" {
 			fmt.Fprintln(w, "  "+line)
 		}
 	}
@@ -286,6 +298,33 @@ func writerLine(r *e2eResult) string {
 		r.mem.writerBusy/span, r.mem.writerBusy, span, r.mem.writerCommit/r.mem.writerBusy)
 }
 
+// doorFor is the door probe r's capacity is set against: SQLite targets
+// only (the goal is SQLite's), and only a probe that acknowledged
+// something.
+func (run *e2eRunInfo) doorFor(r *e2eResult) *receiveResult {
+	base, _, _ := strings.Cut(r.target, "@")
+	if base != e2eSQLite || run.door == nil || run.door.rate() <= 0 {
+		return nil
+	}
+	return run.door
+}
+
+// writerBound is goal 2 in the writer's time: the SQLite writer's time
+// per effect done beside the door's per request alone. Where both are
+// bound by the one writer, capacity over the door's rate is about the
+// inverse of their ratio, so the goal needs at most 1/capacityGoal of the
+// door's writer time per effect. "" without both figures.
+func writerBound(r *e2eResult, door *receiveResult) string {
+	if door == nil || door.writerBusy <= 0 || door.sent == 0 || r.memErr != nil || r.mem.writerBusy <= 0 || r.done() == 0 {
+		return ""
+	}
+	perEffect := r.mem.writerBusy * 1e6 / float64(r.done())
+	perAck := door.writerBusy * 1e6 / float64(door.sent)
+	return fmt.Sprintf("SQLite writer: %.0f us per effect done, the door's %.0f us per request alone (busy %.2f of its probe): "+
+		"where both are bound by the writer, capacity over the door's rate is about %.2f (goal >= %.1f needs at most %.0f us per effect)",
+		perEffect, perAck, door.writerBusy/door.elapsed.Seconds(), perAck/perEffect, capacityGoal, perAck/capacityGoal)
+}
+
 // ackCPU is the CPU time n acknowledgements cost: the server process's
 // and this process's (the load generator's).
 type ackCPU struct {
@@ -297,9 +336,10 @@ type ackCPU struct {
 // machine's processors are the limit: the serve processes and this
 // process (the sender and the destination) share them, so effects per
 // second cannot exceed the CPUs over the CPU time both spend per effect.
-// Against the ingest probe of the same run it gives the highest ratio
-// those CPUs allow at this cost, and the cost per effect the capacity
-// goal would need; "" when nothing was done.
+// Against the door probe of the same run (SQLite) it gives the highest
+// ratio those CPUs allow at this cost, and the cost per effect the
+// capacity goal would need; beside each probe, what one of its
+// acknowledgements cost. "" when nothing was done.
 func cpuBound(ncpu int, run *e2eRunInfo, r *e2eResult) string {
 	done := r.done()
 	if done == 0 || ncpu < 1 {
@@ -314,14 +354,17 @@ func cpuBound(ncpu int, run *e2eRunInfo, r *e2eResult) string {
 	bound := float64(ncpu) * 1000 / total
 	line := fmt.Sprintf("CPU bound: serve %.2f + load generator and destination %.2f = %.2f ms per effect; were the %d CPUs the only limit, at most %.0f effects/s (measured %.0f, %.2f of that)",
 		server, client, total, ncpu, bound, r.wholeRate(), r.wholeRate()/bound)
-	if run.probeRate <= 0 {
-		return line
+	if door := run.doorFor(r); door != nil {
+		line += fmt.Sprintf("; that is %.2f of the door's %.0f acks/s alone (goal >= %.1f needs at most %.2f ms per effect)",
+			bound/door.rate(), door.rate(), capacityGoal, float64(ncpu)*1000/(capacityGoal*door.rate()))
+		if door.sent > 0 {
+			ds, dc := perMs(door.serverCPU, door.sent), perMs(door.clientCPU, door.sent)
+			line += fmt.Sprintf("; an acknowledgement at the door cost %.2f + %.2f = %.2f ms, an effect %.1f times that", ds, dc, ds+dc, total/(ds+dc))
+		}
 	}
-	line += fmt.Sprintf("; that is %.2f of the ingest probe's %.0f acks/s (goal >= %.1f needs at most %.2f ms per effect)",
-		bound/run.probeRate, run.probeRate, capacityGoal, float64(ncpu)*1000/(capacityGoal*run.probeRate))
 	if p := run.probeCPU; p.n > 0 {
 		ps, pc := perMs(p.server, p.n), perMs(p.client, p.n)
-		line += fmt.Sprintf("; an acknowledgement of the probe cost %.2f + %.2f = %.2f ms (the pipeline behind it included), an effect %.1f times that",
+		line += fmt.Sprintf("; an acknowledgement of the ingest probe cost %.2f + %.2f = %.2f ms (the pipeline behind it included), an effect %.1f times that",
 			ps, pc, ps+pc, total/(ps+pc))
 	}
 	return line
