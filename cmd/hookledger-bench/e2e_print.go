@@ -472,8 +472,8 @@ func capacityHeadlines(run *e2eRunInfo, rounds [][]*e2eResult, of string) []head
 				break
 			}
 			whole = append(whole, r.wholeRate())
-			if r.memErr == nil && r.mem.writerBusy > 0 && r.done() > 0 {
-				writer = append(writer, r.mem.writerBusy*1e6/float64(r.done()))
+			if us, ok := r.writerPerEffect(); ok {
+				writer = append(writer, us)
 			}
 		}
 		if len(whole) == 0 {
@@ -482,10 +482,10 @@ func capacityHeadlines(run *e2eRunInfo, rounds [][]*e2eResult, of string) []head
 		w, _, _ := medianRange(whole)
 		value := fmt.Sprintf("%s effects/s over the whole run", num(w))
 		baseline := fmt.Sprintf("the door alone (receive's SQLite cell), same run: %s durable acks/s", num(door.rate()))
-		if len(writer) == len(whole) && door.writerBusy > 0 && door.sent > 0 {
+		if perAck, ok := door.writerPerRequest(); ok && len(writer) == len(whole) {
 			m, _, _ := medianRange(writer)
 			value += fmt.Sprintf("; writer %.0f us per effect", m)
-			baseline += fmt.Sprintf(", writer %.0f us per request", door.writerBusy*1e6/float64(door.sent))
+			baseline += fmt.Sprintf(", writer %.0f us per request", perAck)
 		}
 		ratio := w / door.rate()
 		rows = append(rows, headline{

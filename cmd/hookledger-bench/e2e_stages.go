@@ -298,6 +298,16 @@ func writerLine(r *e2eResult) string {
 		r.mem.writerBusy/span, r.mem.writerBusy, span, r.mem.writerCommit/r.mem.writerBusy)
 }
 
+// writerPerEffect is the SQLite writer's time per effect done, in
+// microseconds; false where the servers exported none or nothing was
+// done.
+func (r *e2eResult) writerPerEffect() (float64, bool) {
+	if r.memErr != nil || r.mem.writerBusy <= 0 || r.done() == 0 {
+		return 0, false
+	}
+	return r.mem.writerBusy * 1e6 / float64(r.done()), true
+}
+
 // doorFor is the door probe r's capacity is set against: SQLite targets
 // only (the goal is SQLite's), and only a probe that acknowledged
 // something.
@@ -315,11 +325,14 @@ func (run *e2eRunInfo) doorFor(r *e2eResult) *receiveResult {
 // inverse of their ratio, so the goal needs at most 1/capacityGoal of the
 // door's writer time per effect. "" without both figures.
 func writerBound(r *e2eResult, door *receiveResult) string {
-	if door == nil || door.writerBusy <= 0 || door.sent == 0 || r.memErr != nil || r.mem.writerBusy <= 0 || r.done() == 0 {
+	if door == nil {
 		return ""
 	}
-	perEffect := r.mem.writerBusy * 1e6 / float64(r.done())
-	perAck := door.writerBusy * 1e6 / float64(door.sent)
+	perEffect, ok := r.writerPerEffect()
+	perAck, dok := door.writerPerRequest()
+	if !ok || !dok {
+		return ""
+	}
 	return fmt.Sprintf("SQLite writer: %.0f us per effect done, the door's %.0f us per request alone (busy %.2f of its probe): "+
 		"where both are bound by the writer, capacity over the door's rate is about %.2f (goal >= %.1f needs at most %.0f us per effect)",
 		perEffect, perAck, door.writerBusy/door.elapsed.Seconds(), perAck/perEffect, capacityGoal, perAck/capacityGoal)

@@ -754,10 +754,20 @@ func receiveWriterLine(r *receiveResult) string {
 	if r.writerErr != nil {
 		return "SQLite writer time not read: " + r.writerErr.Error()
 	}
-	if r.writerBusy <= 0 || r.elapsed <= 0 || r.sent == 0 {
+	perRequest, ok := r.writerPerRequest()
+	if !ok || r.elapsed <= 0 {
 		return ""
 	}
 	return fmt.Sprintf("SQLite writer: busy %.2f of the measured time, %.2f of that committing; %.0f us of writer time per request (%.0f committing)",
 		r.writerBusy/r.elapsed.Seconds(), r.writerCommit/r.writerBusy,
-		r.writerBusy*1e6/float64(r.sent), r.writerCommit*1e6/float64(r.sent))
+		perRequest, r.writerCommit*1e6/float64(r.sent))
+}
+
+// writerPerRequest is the SQLite writer's time per request sent while
+// measuring, in microseconds; false where none was read or nothing sent.
+func (r *receiveResult) writerPerRequest() (float64, bool) {
+	if r.writerBusy <= 0 || r.sent == 0 {
+		return 0, false
+	}
+	return r.writerBusy * 1e6 / float64(r.sent), true
 }
