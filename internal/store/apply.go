@@ -452,11 +452,20 @@ func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 	if err := tx.WriteProjection(ctx, w, p); err != nil {
 		return fmt.Errorf("update projection: %w", err)
 	}
-	names := effectNames(p.Effects)
-	sups := make([][]SupersededEffect, len(names))
-	for i, name := range names {
-		if err := tx.SupersedeOlder(ctx, w, name, p, &sups[i]); err != nil {
-			return fmt.Errorf("supersede %s: %w", name, err)
+	var sups [][]SupersededEffect
+	// An entity with nothing applied before has no effects to supersede:
+	// effects are inserted only here, after the projection's write, and
+	// no entity's projection is ever cleared (compensations, the only
+	// other effects of a flow's entity, are not superseded). Skipping
+	// the search saves the writer an index read per effect name on every
+	// entity's first event, most of them where each event is an entity.
+	if w.VersionSort != "" {
+		names := effectNames(p.Effects)
+		sups = make([][]SupersededEffect, len(names))
+		for i, name := range names {
+			if err := tx.SupersedeOlder(ctx, w, name, p, &sups[i]); err != nil {
+				return fmt.Errorf("supersede %s: %w", name, err)
+			}
 		}
 	}
 	g.later(func() error {
