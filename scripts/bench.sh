@@ -16,9 +16,9 @@
 #            CPU, PostgreSQL transactions and statements per event, then an
 #            exactly-once count per event at the destination; a SQLite
 #            target sent more than it sustains is given as its capacity
-#            against a door probe of the same run (the receive benchmark's
-#            SQLite cell), with the writer's time per effect beside the
-#            door's per request
+#            against a door probe of the same round (the receive
+#            benchmark's SQLite cell), with the writer's time per effect
+#            beside the door's per request
 #   publish  messages/s through POST /api/v1/messages with an Idempotency-Key
 #            and fan-out deliveries/s to ten loopback endpoints with their
 #            latency, on SQLite and PostgreSQL, beside signed webhooks into

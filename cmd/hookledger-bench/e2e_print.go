@@ -454,40 +454,46 @@ var e2eTargetNames = map[string]string{
 }
 
 // capacityHeadlines is goal 2's row for each SQLite target saturated in
-// every round: its capacity (the median over rounds) against the door
-// probe of the same run, with the writer's time per effect beside the
-// door's per request where both were read.
+// every round: its capacity against the door probe of its round, with
+// the writer's time per effect beside the door's per request where both
+// were read. Over rounds each figure is the median of the rounds', and
+// the ratio the median of the rounds' own ratios (a round's capacity
+// over its own door), not one median over another.
 func capacityHeadlines(run *e2eRunInfo, rounds [][]*e2eResult, of string) []headline {
 	var rows []headline
-	for i, first := range rounds[0] {
-		door := run.doorFor(first)
-		if door == nil {
-			continue
-		}
-		var whole, writer []float64
+	for i := range rounds[0] {
+		var whole, doors, ratios, writer, doorWriter []float64
 		for _, rs := range rounds {
 			r := rs[i]
-			if !r.saturated() {
+			door := run.doorFor(r)
+			if door == nil || !r.saturated() {
 				whole = nil
 				break
 			}
 			whole = append(whole, r.wholeRate())
-			if us, ok := r.writerPerEffect(); ok {
-				writer = append(writer, us)
+			doors = append(doors, door.rate())
+			ratios = append(ratios, r.wholeRate()/door.rate())
+			us, ok := r.writerPerEffect()
+			perAck, doorOK := door.writerPerRequest()
+			if ok && doorOK {
+				writer, doorWriter = append(writer, us), append(doorWriter, perAck)
 			}
 		}
 		if len(whole) == 0 {
 			continue
 		}
 		w, _, _ := medianRange(whole)
+		d, _, _ := medianRange(doors)
 		value := fmt.Sprintf("%s effects/s over the whole run", num(w))
-		baseline := fmt.Sprintf("the door alone (receive's SQLite cell), same run: %s durable acks/s", num(door.rate()))
-		if perAck, ok := door.writerPerRequest(); ok && len(writer) == len(whole) {
+		baseline := fmt.Sprintf("the door alone (receive's SQLite cell), same round: %s durable acks/s", num(d))
+		if len(writer) == len(whole) {
 			m, _, _ := medianRange(writer)
+			md, _, _ := medianRange(doorWriter)
 			value += fmt.Sprintf("; writer %.0f us per effect", m)
-			baseline += fmt.Sprintf(", writer %.0f us per request", perAck)
+			baseline += fmt.Sprintf(", writer %.0f us per request", md)
 		}
-		ratio := w / door.rate()
+		ratio, _, _ := medianRange(ratios)
+		first := rounds[0][i]
 		rows = append(rows, headline{
 			figure:   fmt.Sprintf("%s: capacity (saturated)%s", targetName(e2eTargetNames, first.target), of),
 			value:    value,

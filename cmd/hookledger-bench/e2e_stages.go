@@ -308,15 +308,19 @@ func (r *e2eResult) writerPerEffect() (float64, bool) {
 	return r.mem.writerBusy * 1e6 / float64(r.done()), true
 }
 
-// doorFor is the door probe r's capacity is set against: SQLite targets
-// only (the goal is SQLite's), and only a probe that acknowledged
-// something.
+// doorFor is the door probe r's capacity is set against: its round's
+// (run's when r names none), for SQLite targets only (the goal is
+// SQLite's), and only a probe that acknowledged something.
 func (run *e2eRunInfo) doorFor(r *e2eResult) *receiveResult {
+	door := r.door
+	if door == nil {
+		door = run.door
+	}
 	base, _, _ := strings.Cut(r.target, "@")
-	if base != e2eSQLite || run.door == nil || run.door.rate() <= 0 {
+	if base != e2eSQLite || door == nil || door.rate() <= 0 {
 		return nil
 	}
-	return run.door
+	return door
 }
 
 // writerBound is goal 2 in the writer's time: the SQLite writer's time
