@@ -400,8 +400,10 @@ func TestPrintE2ECapacity(t *testing.T) {
 	fast := &e2eResult{target: "pg2", sendFor: 10 * time.Second, drainedIn: 100 * time.Millisecond, scheduled: 1000, acked: 1000,
 		exactlyOne: 1000, cpu: []time.Duration{time.Second}, lat: lat(5*time.Millisecond, 30*time.Millisecond)}
 	door := &receiveResult{sent: 20000, elapsed: 5 * time.Second, writerBusy: 4.9}
+	bare := *slow // the same result in a run without a door probe
+	slow.door, slowPG.door, fast.door = door, door, door
 	var b bytes.Buffer
-	printE2ECapacity(&b, &e2eRunInfo{probeRate: 1000, door: door}, []*e2eResult{slow, slowPG, fast})
+	printE2ECapacity(&b, &e2eRunInfo{probeRate: 1000}, []*e2eResult{slow, slowPG, fast})
 	out := b.String()
 	for _, want := range []string{
 		"sqlite capacity (saturated): 300 effects/s over the whole run = 0.07 x the door's 4000 durable acks/s alone (goal >= 0.5: NOT met); " +
@@ -416,7 +418,7 @@ func TestPrintE2ECapacity(t *testing.T) {
 		}
 	}
 	b.Reset()
-	printE2ECapacity(&b, &e2eRunInfo{}, []*e2eResult{slow})
+	printE2ECapacity(&b, &e2eRunInfo{}, []*e2eResult{&bare})
 	if !strings.Contains(b.String(), "= no door or ingest probe in this run: no ratio;") || strings.Contains(b.String(), "door's") {
 		t.Errorf("without probes, a ratio or a writer bound:\n%s", b.String())
 	}
@@ -429,7 +431,9 @@ func TestE2ECPUBound(t *testing.T) {
 	r := &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, exactlyOne: 6000,
 		cpu: []time.Duration{4 * time.Second, 2 * time.Second}, clientCPU: 3 * time.Second}
 	door := &receiveResult{sent: 20000, elapsed: 5 * time.Second, serverCPU: 2 * time.Second, clientCPU: 2 * time.Second}
-	run := &e2eRunInfo{probeRate: 1000, probeCPU: ackCPU{server: 2 * time.Second, client: time.Second, n: 10000}, door: door}
+	run := &e2eRunInfo{probeRate: 1000, probeCPU: ackCPU{server: 2 * time.Second, client: time.Second, n: 10000}}
+	bare := *r // the same result in a run without a door probe
+	r.door = door
 	got := cpuBound(2, run, r)
 	want := "CPU bound: serve 1.00 + load generator and destination 0.50 = 1.50 ms per effect; " +
 		"were the 2 CPUs the only limit, at most 1333 effects/s (measured 300, 0.23 of that); " +
@@ -439,12 +443,12 @@ func TestE2ECPUBound(t *testing.T) {
 	if got != want {
 		t.Errorf("cpuBound:\n got %q\nwant %q", got, want)
 	}
-	if got := cpuBound(2, &e2eRunInfo{}, r); !strings.HasSuffix(got, "(measured 300, 0.23 of that)") {
+	if got := cpuBound(2, &e2eRunInfo{}, &bare); !strings.HasSuffix(got, "(measured 300, 0.23 of that)") {
 		t.Errorf("without a probe the line ends at the bound: %q", got)
 	}
 	pg := *r
 	pg.target = "pg1"
-	if got := cpuBound(2, &e2eRunInfo{door: door}, &pg); strings.Contains(got, "door") {
+	if got := cpuBound(2, &e2eRunInfo{}, &pg); strings.Contains(got, "door") {
 		t.Errorf("a PostgreSQL target is set against SQLite's door: %q", got)
 	}
 	if got := cpuBound(2, run, &e2eResult{}); got != "" {
@@ -457,14 +461,13 @@ func TestE2ECPUBound(t *testing.T) {
 // effect beside the door's per request; none for a target that kept up
 // in some round, nor without a door probe.
 func TestCapacityHeadlines(t *testing.T) {
+	door := &receiveResult{sent: 20000, elapsed: 5 * time.Second, writerBusy: 4.9}
 	sat := func(done int, busy float64) *e2eResult {
 		return &e2eResult{target: "sqlite", sendFor: 10 * time.Second, drainedIn: 10 * time.Second, scheduled: 30000, acked: 30000,
-			exactlyOne: done, mem: goMem{writerBusy: busy}}
+			exactlyOne: done, mem: goMem{writerBusy: busy}, door: door}
 	}
-	door := &receiveResult{sent: 20000, elapsed: 5 * time.Second, writerBusy: 4.9}
-	run := &e2eRunInfo{door: door}
 	rounds := [][]*e2eResult{{sat(30000, 19.5)}, {sat(28000, 19.6)}, {sat(32000, 19.2)}}
-	rows := capacityHeadlines(run, rounds, " (median of 3 rounds)")
+	rows := capacityHeadlines(rounds, " (median of 3 rounds)")
 	if len(rows) != 1 {
 		t.Fatalf("%d rows, want 1: %+v", len(rows), rows)
 	}
@@ -489,7 +492,7 @@ func TestCapacityHeadlines(t *testing.T) {
 	for i, rs := range perRound {
 		rs[0].door = doors[i]
 	}
-	rows = capacityHeadlines(&e2eRunInfo{door: doors[2]}, perRound, " (median of 3 rounds)")
+	rows = capacityHeadlines(perRound, " (median of 3 rounds)")
 	if len(rows) != 1 {
 		t.Fatalf("%d rows with a door per round, want 1: %+v", len(rows), rows)
 	}
@@ -502,10 +505,13 @@ func TestCapacityHeadlines(t *testing.T) {
 	}
 	kept := sat(30000, 10)
 	kept.drainedIn = 0
-	if rows := capacityHeadlines(run, [][]*e2eResult{{sat(30000, 19)}, {kept}}, ""); len(rows) != 0 {
+	if rows := capacityHeadlines([][]*e2eResult{{sat(30000, 19)}, {kept}}, ""); len(rows) != 0 {
 		t.Errorf("a target that kept up in a round has a capacity row: %+v", rows)
 	}
-	if rows := capacityHeadlines(&e2eRunInfo{}, rounds, ""); len(rows) != 0 {
+	for _, rs := range rounds {
+		rs[0].door = nil // a run without a door probe
+	}
+	if rows := capacityHeadlines(rounds, ""); len(rows) != 0 {
 		t.Errorf("no door probe, yet a capacity row: %+v", rows)
 	}
 }

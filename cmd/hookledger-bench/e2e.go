@@ -465,13 +465,14 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 		// as the capacity it is the baseline of, so each round's capacity
 		// is set against a door of its own moment, and goal 2's ratio is
 		// the median of the rounds' ratios rather than of one probe.
+		var door *receiveResult
 		if wantDoor {
 			fmt.Fprintf(stderr, "door%s: closed-loop receive on SQLite, no flow behind it, %d clients, 1s warm-up, %s...\n",
 				run.roundLabel(f.rounds), f.probeClients, f.doorFor)
-			if run.door, err = e2eDoor(ctx, env, f); err != nil {
+			if door, err = e2eDoor(ctx, env, f); err != nil {
 				return false, fmt.Errorf("door probe: %w", err)
 			}
-			fmt.Fprintf(stderr, "door%s: %.0f webhooks/s acknowledged\n", run.roundLabel(f.rounds), run.door.rate())
+			fmt.Fprintf(stderr, "door%s: %.0f webhooks/s acknowledged\n", run.roundLabel(f.rounds), door.rate())
 		}
 		run.loadBefore = loadAvg()
 		results := make([]*e2eResult, len(f.targets))
@@ -485,7 +486,7 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 			if err != nil {
 				return false, fmt.Errorf("target %s: %w", target, err)
 			}
-			res.door = run.door
+			res.door = door
 			fmt.Fprintf(stderr, "target %s%s: %.0f effects/s while sending, %.0f/s over the whole run, p99 %s ms\n",
 				target, run.roundLabel(f.rounds), res.windowRate(), res.wholeRate(), ms(res.lat.pct(0.99)))
 			results[i] = res
@@ -532,10 +533,8 @@ func pick(list []string, idx []int) []string {
 
 // e2eRunInfo is what every target of one run shares.
 type e2eRunInfo struct {
-	probeRate float64
-	probeCPU  ackCPU // what each of the probe's acknowledgements cost
-	// door is the door probe (nil: not run): goal 2's baseline.
-	door       *receiveResult
+	probeRate  float64
+	probeCPU   ackCPU // what each of the probe's acknowledgements cost
 	rate       float64
 	statements bool // pg_stat_statements is loaded on the PostgreSQL server
 

@@ -14,7 +14,7 @@ import (
 // printE2E prints one round's report and says whether every target
 // called every acknowledged webhook exactly once.
 func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) bool {
-	printE2ESetup(w, f, run)
+	printE2ESetup(w, f, run, results)
 	printColumns(w, e2eColumns, results)
 	fmt.Fprintln(w, "send/s: acknowledged webhooks per second of sending; late: sends that found every sender busy (>10 ms behind schedule).")
 	fmt.Fprintln(w, "done/s sending: effects called at the destination while sending; done/s whole run: all effects over sending + drain,")
@@ -45,8 +45,9 @@ func printE2E(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) b
 	return allOK
 }
 
-// printE2ESetup says what ran, on what machine, at what send rate.
-func printE2ESetup(w io.Writer, f *e2eFlags, run *e2eRunInfo) {
+// printE2ESetup says what ran, on what machine, at what send rate, and
+// against which door probe (the round's, carried by its results).
+func printE2ESetup(w io.Writer, f *e2eFlags, run *e2eRunInfo, results []*e2eResult) {
 	fmt.Fprintf(w, "hookledger-bench e2e: hookledger serve, Stripe-signed invoice events (~%d B), one effect per event, each event its own entity,\n",
 		len(stripeBody("evt_x", "in_x", time.Now())))
 	fmt.Fprintf(w, "loopback destination in the load generator; %d CPUs shared by all (GOMAXPROCS %d); load average %s before, %s after\n",
@@ -58,7 +59,8 @@ func printE2ESetup(w io.Writer, f *e2eFlags, run *e2eRunInfo) {
 	} else {
 		fmt.Fprintf(w, "send rate, the same for every target (--rate): %.0f/s for %s; no ingest probe\n", run.rate, f.duration)
 	}
-	if d := run.door; d != nil {
+	if i := slices.IndexFunc(results, func(r *e2eResult) bool { return r.door != nil }); i >= 0 {
+		d := results[i].door
 		fmt.Fprintf(w, "door probe, the baseline of SQLite's capacity: the receive benchmark's SQLite cell (closed loop, %d clients, own fresh server, no flow behind the door): %.0f durable acks/s, p99 %s ms, %d of %d acknowledged events in the store\n",
 			d.clients, d.rate(), ms(d.lat.pct(0.99)), d.stored, d.acked)
 	}
@@ -459,13 +461,13 @@ var e2eTargetNames = map[string]string{
 // were read. Over rounds each figure is the median of the rounds', and
 // the ratio the median of the rounds' own ratios (a round's capacity
 // over its own door), not one median over another.
-func capacityHeadlines(run *e2eRunInfo, rounds [][]*e2eResult, of string) []headline {
+func capacityHeadlines(rounds [][]*e2eResult, of string) []headline {
 	var rows []headline
 	for i := range rounds[0] {
 		var whole, doors, ratios, writer, doorWriter []float64
 		for _, rs := range rounds {
 			r := rs[i]
-			door := run.doorFor(r)
+			door := r.goalDoor()
 			if door == nil || !r.saturated() {
 				whole = nil
 				break
@@ -543,7 +545,7 @@ func e2eHeadlines(run *e2eRunInfo, rounds [][]*e2eResult) []headline {
 			ratio:    ratioOf(s, run.rate) + " of the send rate while sending",
 		})
 	}
-	rows = append(rows, capacityHeadlines(run, rounds, of)...)
+	rows = append(rows, capacityHeadlines(rounds, of)...)
 	for _, q := range e2eRatios {
 		sending, whole := roundRatios(rounds, q)
 		if len(sending) == 0 {

@@ -259,7 +259,7 @@ func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
 			continue
 		}
 		var versus []string
-		door := run.doorFor(r)
+		door := r.goalDoor()
 		if door != nil {
 			ratio := r.wholeRate() / door.rate()
 			versus = append(versus, fmt.Sprintf("%.2f x the door's %.0f durable acks/s alone (goal >= %.1f: %s)",
@@ -308,19 +308,15 @@ func (r *e2eResult) writerPerEffect() (float64, bool) {
 	return r.mem.writerBusy * 1e6 / float64(r.done()), true
 }
 
-// doorFor is the door probe r's capacity is set against: its round's
-// (run's when r names none), for SQLite targets only (the goal is
-// SQLite's), and only a probe that acknowledged something.
-func (run *e2eRunInfo) doorFor(r *e2eResult) *receiveResult {
-	door := r.door
-	if door == nil {
-		door = run.door
-	}
+// goalDoor is the door probe r's capacity is set against (goal 2): its
+// round's, for SQLite targets only (the goal is SQLite's), and only a
+// probe that acknowledged something.
+func (r *e2eResult) goalDoor() *receiveResult {
 	base, _, _ := strings.Cut(r.target, "@")
-	if base != e2eSQLite || door == nil || door.rate() <= 0 {
+	if base != e2eSQLite || r.door == nil || r.door.rate() <= 0 {
 		return nil
 	}
-	return door
+	return r.door
 }
 
 // writerBound is goal 2 in the writer's time: the SQLite writer's time
@@ -371,7 +367,7 @@ func cpuBound(ncpu int, run *e2eRunInfo, r *e2eResult) string {
 	bound := float64(ncpu) * 1000 / total
 	line := fmt.Sprintf("CPU bound: serve %.2f + load generator and destination %.2f = %.2f ms per effect; were the %d CPUs the only limit, at most %.0f effects/s (measured %.0f, %.2f of that)",
 		server, client, total, ncpu, bound, r.wholeRate(), r.wholeRate()/bound)
-	if door := run.doorFor(r); door != nil {
+	if door := r.goalDoor(); door != nil {
 		line += fmt.Sprintf("; that is %.2f of the door's %.0f acks/s alone (goal >= %.1f needs at most %.2f ms per effect)",
 			bound/door.rate(), door.rate(), capacityGoal, float64(ncpu)*1000/(capacityGoal*door.rate()))
 		if door.sent > 0 {
