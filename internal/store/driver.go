@@ -63,6 +63,14 @@ type Driver interface {
 	EventListUnrouted(ctx context.Context, p *EventListUnroutedParams) ([]*RoutableEvent, error)
 }
 
+// QueuedDriver is a Driver whose writes queue for one writer (SQLite).
+// InTxQueued runs fn as InTx(ctx, TxProcess, fn) does, and calls queued
+// once fn is queued, callers in the order of the queue: a write queued
+// after that runs after fn, in its transaction or a later one.
+type QueuedDriver interface {
+	InTxQueued(ctx context.Context, fn func(ctx context.Context, tx Tx) error, queued func()) error
+}
+
 // Tx is the statements of one open transaction. What each must do is
 // written on its method; the SQL is the driver's. As in ApplyTx, a
 // statement that answers through a pointer may be held back and sent

@@ -41,6 +41,13 @@ type Pipeline interface {
 	// returns the number of events taken (0: none was waiting) and the
 	// leases Claim asked for.
 	EventRouteNext(ctx context.Context, p *EventRouteNextParams) (RoutedPage, error)
+	// EventRouteStored routes events decided from the requests that
+	// carried them, before anything read them back: each is found by the
+	// delivery that stored it and routed, with what Claim and Settle ask,
+	// as EventRouteNext would route a page holding it. An event is routed
+	// only when that delivery is its only one and it is stored exactly as
+	// it was decided; the others are left to EventRouteNext.
+	EventRouteStored(ctx context.Context, p *EventRouteStoredParams) (RoutedPage, error)
 	// EntityClaim leases up to Limit entities that have pending work, whose
 	// lease is free or expired and whose not_before has passed, in claim
 	// order (not_before, flow, entity).
@@ -155,7 +162,43 @@ type EventRouteNextParams struct {
 
 // settles reports whether a page of n events settles in routing.
 func (p *EventRouteNextParams) settles(n int) bool {
-	return p.Settle != nil && p.Claim != nil && p.Claim.Limit > 0 && p.Claim.List > 0 && (p.SettleMax <= 0 || n <= p.SettleMax)
+	return settles(p.Settle, p.Claim, p.SettleMax, n)
+}
+
+// settles reports whether a page of n events settles in routing, with
+// settle, claim and settleMax as EventRouteNextParams has them.
+func settles(settle func(context.Context, []*Lease) RouteSettle, claim *EntityClaimParams, settleMax, n int) bool {
+	return settle != nil && claim != nil && claim.Limit > 0 && claim.List > 0 && (settleMax <= 0 || n <= settleMax)
+}
+
+// EventRouteStoredParams routes events decided before they were read
+// back (Pipeline.EventRouteStored).
+type EventRouteStoredParams struct {
+	Now time.Time
+	// Events are the events as they were decided, each as the delivery
+	// Keys[i] carried it (PK unset), and Decisions[i] is Events[i]'s
+	// (EventPK unset). Once the page is recorded, the PK of each event it
+	// routed is set in both; the others' stay zero.
+	Events    []*RoutableEvent
+	Keys      []DeliveryKey
+	Decisions []*RouteDecision
+	// Claim, Settle and SettleMax are EventRouteNextParams'; Settle sees
+	// only the leases of the events found and routed.
+	Claim     *EntityClaimParams
+	Settle    func(ctx context.Context, leases []*Lease) RouteSettle
+	SettleMax int
+	// Queued, when set, is called once the routing is queued for the
+	// database's one writer, where it has one (QueuedDriver), or else
+	// before it runs; again should the page be routed again.
+	Queued func()
+}
+
+// DeliveryKey names one delivery of an event: the request that carried
+// it, and its place in that request.
+type DeliveryKey struct {
+	Source, EventID string
+	RequestID       string
+	BatchIndex      int
 }
 
 // RouteSettle is what EventRouteNextParams.Settle asks the routing

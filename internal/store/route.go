@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -29,6 +30,15 @@ type RouteTx interface {
 	// commit, and another router's page passes them over. A driver whose
 	// database one process owns answers ErrNotShared.
 	EventsTake(ctx context.Context, limit int) ([]*RoutableEvent, []RouteEvent, error)
+	// EventsStoredBy returns, for each key, the event its delivery stored
+	// when that delivery is the event's only one, as EventListUnrouted
+	// lists an event (body and all, routed or not); nil where the
+	// delivery is not stored, or the event has others.
+	EventsStoredBy(ctx context.Context, keys []DeliveryKey) ([]*RoutableEvent, error)
+	// EventsWaiting returns, in pk order, the pks of up to limit events
+	// waiting for the router (accepted, not routed) whose pk is at most
+	// upTo.
+	EventsWaiting(ctx context.Context, upTo int64, limit int) ([]int64, error)
 	// EventsWithoutPending returns, of the events pks, those without a
 	// pending work item, in pk order.
 	EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error)
@@ -81,24 +91,8 @@ func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *Enti
 	byPK := decisionsByPK(p.Decisions)
 	var page RoutedPage
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
-		page = RoutedPage{}
-		claimed, err := tx.EventsClaim(ctx, slices.Sorted(maps.Keys(byPK)))
-		if err != nil {
-			return fmt.Errorf("mark routed: %w", err)
-		}
-		if err := routeClaimed(ctx, tx, p, byPK, claimed); err != nil {
-			return err
-		}
-		if settle == nil {
-			// Listed only for a settle: the processor lists on a reader
-			// what it settles itself.
-			page.Leases, err = leaseAfterRouting(ctx, tx, unlisted(claim), nil)
-			return err
-		}
-		if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.page); err != nil {
-			return err
-		}
-		page.Settled, page.Claimed, err = settleInRouting(ctx, tx, settle.fn, page.Leases)
+		var err error
+		page, _, err = routeInTx(ctx, tx, p, byPK, claim, settle)
 		return err
 	})
 	if err != nil && settle != nil {
@@ -108,6 +102,155 @@ func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *Enti
 		return RoutedPage{}, fmt.Errorf("route events: %w", err)
 	}
 	return page, nil
+}
+
+// routeInTx is eventRoute's transaction: it claims the events decided
+// (byPK), records their decisions, and leases and settles as claim and
+// settle ask. It returns the events it claimed.
+func routeInTx(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int64]*RouteDecision, claim *EntityClaimParams, settle *pageSettle) (RoutedPage, []RouteEvent, error) {
+	var page RoutedPage
+	claimed, err := tx.EventsClaim(ctx, slices.Sorted(maps.Keys(byPK)))
+	if err != nil {
+		return page, nil, fmt.Errorf("mark routed: %w", err)
+	}
+	if err := routeClaimed(ctx, tx, p, byPK, claimed); err != nil {
+		return page, nil, err
+	}
+	if settle == nil {
+		// Listed only for a settle: the processor lists on a reader
+		// what it settles itself.
+		page.Leases, err = leaseAfterRouting(ctx, tx, unlisted(claim), nil)
+		return page, claimed, err
+	}
+	if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.page); err != nil {
+		return page, nil, err
+	}
+	page.Settled, page.Claimed, err = settleInRouting(ctx, tx, settle.fn, page.Leases)
+	return page, claimed, err
+}
+
+// EventRouteStored routes events decided from the requests that carried
+// them (see Pipeline). The router would otherwise read them back once
+// their inbox commit is durable and route them in a transaction of its
+// own: on a database one process owns, whose one writer runs jobs queued
+// while a transaction runs in that transaction, this one can share the
+// inbox's commit, and an event is stored, routed, settled and its effects
+// claimed in one commit instead of two.
+//
+// An event is routed here only when the delivery named by its key is the
+// event's only one and the event is stored exactly as it was decided,
+// body and all: the router decides on the event as stored with its first
+// delivery, and a duplicate, or a delivery whose submission failed while
+// another stored the event, is left to the router, which decides on what
+// was stored. Nothing is routed while an older event waits for the
+// router: routing stays in pk order. Should the settle fail the transaction, the page is routed
+// again without it, as EventRouteNext does.
+func (r *Rules) EventRouteStored(ctx context.Context, p *EventRouteStoredParams) (RoutedPage, error) {
+	if len(p.Keys) != len(p.Events) || len(p.Decisions) != len(p.Events) {
+		return RoutedPage{}, fmt.Errorf("route stored events: %d events, %d keys and %d decisions", len(p.Events), len(p.Keys), len(p.Decisions))
+	}
+	storableRoutes(p.Decisions)
+	settling := settles(p.Settle, p.Claim, p.SettleMax, len(p.Events))
+	var page RoutedPage
+	routed := map[int]int64{} // index in p.Events: pk
+	err := r.inTxQueued(ctx, func(ctx context.Context, tx Tx) error {
+		page = RoutedPage{}
+		clear(routed)
+		stored, err := tx.EventsStoredBy(ctx, p.Keys)
+		if err != nil {
+			return fmt.Errorf("find stored events: %w", err)
+		}
+		var evs []*RoutableEvent
+		var ds []*RouteDecision
+		at := map[int64]int{}
+		for i, ev := range stored {
+			if ev == nil || !sameEvent(ev, p.Events[i]) {
+				continue
+			}
+			d := *p.Decisions[i]
+			d.EventPK = ev.PK
+			evs, ds, at[ev.PK] = append(evs, ev), append(ds, &d), i
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		// The router routes in pk order, and so an entity's work in the
+		// order the events came: none of these is routed after an older
+		// event that still waits (one left to the router, or whose own
+		// take is still to run), whose entity is not known before it is
+		// decided. Of len(evs)+1 waiting, one at least is not ours.
+		waiting, err := tx.EventsWaiting(ctx, slices.Max(slices.Collect(maps.Keys(at))), len(evs)+1)
+		if err != nil {
+			return fmt.Errorf("find waiting events: %w", err)
+		}
+		for _, pk := range waiting {
+			if _, ours := at[pk]; !ours {
+				evs, ds = beforePK(evs, ds, pk)
+				break
+			}
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		var settle *pageSettle
+		if settling {
+			settle = &pageSettle{fn: p.Settle, page: newRoutedPage(evs, ds)}
+		}
+		var claimed []RouteEvent
+		page, claimed, err = routeInTx(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), p.Claim, settle)
+		for _, ev := range claimed {
+			routed[at[ev.PK]] = ev.PK
+		}
+		page.Events = len(claimed)
+		return err
+	}, p.Queued)
+	if settling && err != nil {
+		q := *p
+		q.Settle = nil
+		return r.EventRouteStored(ctx, &q)
+	}
+	if err != nil {
+		return RoutedPage{}, fmt.Errorf("route stored events: %w", err)
+	}
+	for i, pk := range routed {
+		p.Events[i].PK, p.Decisions[i].EventPK = pk, pk
+	}
+	return page, nil
+}
+
+// beforePK is, of the events evs and their decisions ds (one each, in the
+// same order), those of pk below pk.
+func beforePK(evs []*RoutableEvent, ds []*RouteDecision, pk int64) ([]*RoutableEvent, []*RouteDecision) {
+	var es []*RoutableEvent
+	var out []*RouteDecision
+	for i, ev := range evs {
+		if ev.PK < pk {
+			es, out = append(es, ev), append(out, ds[i])
+		}
+	}
+	return es, out
+}
+
+// inTxQueued runs fn in a transaction of the processing path, calling
+// queued (when set) once it is queued for the database's one writer
+// (QueuedDriver), or else before it runs.
+func (r *Rules) inTxQueued(ctx context.Context, fn func(ctx context.Context, tx Tx) error, queued func()) error {
+	if d, ok := r.db.(QueuedDriver); ok && queued != nil {
+		return d.InTxQueued(ctx, fn, queued)
+	}
+	if queued != nil {
+		queued()
+	}
+	return r.db.InTx(ctx, TxProcess, fn)
+}
+
+// sameEvent reports whether a and b are the same event with the same
+// first delivery, pk aside: what routing and processing read of it.
+func sameEvent(a, b *RoutableEvent) bool {
+	return a.Source == b.Source && a.EventID == b.EventID && a.Type == b.Type && a.Entity == b.Entity &&
+		a.Account == b.Account && a.OccurredAt.Equal(b.OccurredAt) && a.ReceivedAt.Equal(b.ReceivedAt) &&
+		a.CausationID == b.CausationID && a.Hop == b.Hop && bytes.Equal(a.Body, b.Body) &&
+		a.ContentType == b.ContentType && a.TraceContext == b.TraceContext
 }
 
 // pageSettle is what a routing transaction on a database one process owns

@@ -102,6 +102,11 @@ func Dispositions() []Disposition {
 // InboxCommitParams is one group commit.
 type InboxCommitParams struct {
 	Submissions []*Submission
+	// Queued, when set, is called once the group is queued for the
+	// database's one writer, where the driver has one (SQLite): a write
+	// queued after that runs after the group's, in its transaction or a
+	// later one. A driver without one never calls it.
+	Queued func()
 }
 
 // Submission is what one inbound request contributes: every delivery it

@@ -181,6 +181,50 @@ func (a txn) EventsClaim(ctx context.Context, pks []int64) ([]store.RouteEvent, 
 	return claimed, err
 }
 
+// EventsStoredBy finds the keys' events in one statement, each by its
+// unique (source, event_id) and then its delivery, answered by the
+// key's place (n).
+func (a txn) EventsStoredBy(ctx context.Context, keys []store.DeliveryKey) ([]*store.RoutableEvent, error) {
+	out := make([]*store.RoutableEvent, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	sources, ids, requests, indexes := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys)), make([]int32, len(keys))
+	for i, k := range keys {
+		sources[i], ids[i], requests[i], indexes[i] = k.Source, k.EventID, k.RequestID, int32(k.BatchIndex)
+	}
+	err := a.each(ctx, "find stored events", `SELECT `+routableColumns+`, k.n
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS k(source, event_id, request_id, batch_index, n)
+		JOIN events e ON e.source = k.source AND e.event_id = k.event_id AND e.deliveries = 1
+		CROSS JOIN LATERAL (SELECT causation_id, hop, body, coalesce(headers->>'Content-Type', '') AS content_type FROM deliveries
+			WHERE event_pk = e.pk AND request_id = k.request_id AND batch_index = k.batch_index LIMIT 1) d`,
+		[]any{sources, ids, requests, indexes}, func(row pgx.Row) error {
+			ev := &store.RoutableEvent{}
+			var n int64
+			if err := scanRoutable(row, ev, &n); err != nil {
+				return err
+			}
+			out[n-1] = ev
+			return nil
+		})
+	return out, err
+}
+
+// EventsWaiting looks in both places an event waits for the router.
+func (a txn) EventsWaiting(ctx context.Context, upTo int64, limit int) ([]int64, error) {
+	var out []int64
+	err := a.each(ctx, "find waiting events", `SELECT pk FROM (
+		(SELECT pk FROM events WHERE NOT routed AND disposition = 'accepted' AND pk <= $2 ORDER BY pk LIMIT $1)
+		UNION ALL (SELECT pk FROM route_queue WHERE pk <= $2 ORDER BY pk LIMIT $1)) u ORDER BY pk LIMIT $1`,
+		[]any{store.ClampLimit(limit), upTo}, func(row pgx.Row) error {
+			var pk int64
+			err := row.Scan(&pk)
+			out = append(out, pk)
+			return err
+		})
+	return out, err
+}
+
 func (a txn) EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error) {
 	var out []int64
 	err := a.each(ctx, "find settled events", `SELECT pk FROM unnest($1::bigint[]) AS pk

@@ -98,13 +98,17 @@ func (s *Store) failPending() {
 // make SQLite roll back the whole shared transaction, and with it the other
 // callers' work. A caller that gives up still waits for its outcome.
 func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *wtx) error) error {
+	return s.inTxQueued(ctx, fn, nil)
+}
+
+// inTxQueued is inTx, calling queued (when set) once the job is queued:
+// a job queued after that runs after it (store.InboxCommitParams.Queued,
+// store.QueuedDriver). The callers that pass queued hear it in the order
+// their jobs were queued.
+func (s *Store) inTxQueued(ctx context.Context, fn func(ctx context.Context, tx *wtx) error, queued func()) error {
 	j := &txJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	select {
-	case s.jobs <- j:
-	case <-s.quit:
-		return errStoreClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := s.queue(ctx, j, queued); err != nil {
+		return err
 	}
 	// Wait for the outcome even if ctx ends meanwhile: the job may already
 	// be part of a commit, and the caller must not guess. A job queued while
@@ -121,6 +125,26 @@ func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx *wtx) 
 			return errStoreClosed
 		}
 	}
+}
+
+// queue queues j for the writer and then calls queued (when set), both
+// under queueMu: the callers that ask to hear it hear it in queue order.
+func (s *Store) queue(ctx context.Context, j *txJob, queued func()) error {
+	if queued != nil {
+		s.queueMu.Lock()
+		defer s.queueMu.Unlock()
+	}
+	select {
+	case s.jobs <- j:
+	case <-s.quit:
+		return errStoreClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if queued != nil {
+		queued()
+	}
+	return nil
 }
 
 // runBatch runs the jobs of one shared transaction, begun at start, and

@@ -9,7 +9,10 @@ import (
 
 // The store is the rules' driver (store.Driver): writes on the one writer
 // connection, reads on the reader pool.
-var _ store.Driver = (*Store)(nil)
+var (
+	_ store.Driver       = (*Store)(nil)
+	_ store.QueuedDriver = (*Store)(nil)
+)
 
 // InTx runs the processing path's writes and the other frequent ones
 // (publishing, pruning batches) in the shared write transaction
@@ -28,6 +31,12 @@ func (s *Store) InTx(ctx context.Context, kind store.TxKind, fn func(ctx context
 		return s.readTx(ctx, func(tx *wtx) error { return fn(ctx, txn{tx}) })
 	}
 	return fmt.Errorf("transaction of unknown kind %d", kind)
+}
+
+// InTxQueued runs fn as InTx(ctx, store.TxProcess, fn) does, calling
+// queued once fn's job is queued for the writer (store.QueuedDriver).
+func (s *Store) InTxQueued(ctx context.Context, fn func(ctx context.Context, tx store.Tx) error, queued func()) error {
+	return s.inTxQueued(ctx, func(ctx context.Context, tx *wtx) error { return fn(ctx, txn{tx}) }, queued)
 }
 
 // writeTx runs fn in one immediate transaction on the writer connection.

@@ -101,6 +101,39 @@ func (txn) EventsTake(context.Context, int) ([]*store.RoutableEvent, []store.Rou
 	return nil, nil, store.ErrNotShared
 }
 
+// EventsStoredBy finds each key's event by its unique (source,
+// event_id), in the writer's transaction: the inbox's rows of the same
+// transaction are seen.
+func (a txn) EventsStoredBy(ctx context.Context, keys []store.DeliveryKey) ([]*store.RoutableEvent, error) {
+	out := make([]*store.RoutableEvent, len(keys))
+	for i, k := range keys {
+		ev := &store.RoutableEvent{}
+		err := scanRoutable(a.tx.QueryRowContext(ctx, `SELECT `+routableColumns+` FROM events e
+			JOIN deliveries d ON d.event_pk = e.pk AND d.request_id = ? AND d.batch_index = ?
+			WHERE e.source = ? AND e.event_id = ? AND e.deliveries = 1`, k.RequestID, k.BatchIndex, k.Source, k.EventID), ev)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ev
+	}
+	return out, nil
+}
+
+func (a txn) EventsWaiting(ctx context.Context, upTo int64, limit int) ([]int64, error) {
+	var out []int64
+	err := a.each(ctx, `SELECT pk FROM events WHERE routed = 0 AND disposition = 'accepted' AND pk <= ? ORDER BY pk LIMIT ?`,
+		[]any{upTo, store.ClampLimit(limit)}, func(sc scanner) error {
+			var pk int64
+			err := sc.Scan(&pk)
+			out = append(out, pk)
+			return err
+		})
+	return out, err
+}
+
 func (a txn) EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error) {
 	list, err := jsonList(pks)
 	if err != nil {

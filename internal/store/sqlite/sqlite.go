@@ -49,6 +49,9 @@ type Store struct {
 	quit          chan struct{}
 	batcherDone   chan struct{}
 	closeOnce     sync.Once
+	// queueMu orders the jobs whose callers hear that they are queued
+	// (inTxQueued).
+	queueMu sync.Mutex
 
 	readMu    sync.Mutex
 	readStmts map[string]*sql.Stmt
@@ -297,11 +300,11 @@ func (s *Store) inboxCommit(ctx context.Context, p *store.InboxCommitParams, sav
 		return nil, fmt.Errorf("inbox commit: %w: %w", store.ErrUnavailable, s.inboxErr)
 	}
 	var results []store.SubmissionResult
-	err := s.inTx(ctx, func(ctx context.Context, tx *wtx) error {
+	err := s.inTxQueued(ctx, func(ctx context.Context, tx *wtx) error {
 		var err error
 		results, err = s.inboxSubmissions(ctx, tx.Tx, p, savepoints)
 		return err
-	})
+	}, p.Queued)
 	switch {
 	case errors.Is(err, errRetryWithSavepoints):
 		return nil, errRetryWithSavepoints

@@ -395,6 +395,128 @@ func decideDeals(evs []*store.RoutableEvent) []*store.RouteDecision {
 	return ds
 }
 
+// asDecided is the event the delivery d carries, as a router decides it
+// before anything is read back: what EventRouteStored is given.
+func asDecided(d *store.DeliveryInput) (*store.RoutableEvent, store.DeliveryKey) {
+	return &store.RoutableEvent{Source: d.Source, EventID: d.EventID, Type: d.Type, Entity: d.Entity, Account: d.Account,
+			OccurredAt: d.OccurredAt, ReceivedAt: d.ReceivedAt, CausationID: d.CausationID, Hop: d.Hop, Body: d.Body,
+			ContentType: d.Headers["Content-Type"], TraceContext: d.TraceContext},
+		store.DeliveryKey{Source: d.Source, EventID: d.EventID, RequestID: d.RequestID, BatchIndex: d.BatchIndex}
+}
+
+// testRouteStored: EventRouteStored finds each event by the delivery that
+// stored it and routes it as decided, leasing its entity, and sets its pk
+// in the event and the decision. It passes over, their pks left unset: a
+// delivery never stored, an event already routed, an event stored
+// otherwise than it was decided, a delivery that is not its event's only
+// one (the router decides on the first delivery's body, even where the
+// event's own columns match), and an event behind an older one still
+// waiting for the router.
+func testRouteStored(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	deal := func(id string, i int, body string) *store.DeliveryInput {
+		d := delivery("crm", id, i)
+		d.Type, d.Entity, d.Body = "deal.updated", "deal_"+id, []byte(body)
+		return d
+	}
+	claim := &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 5}
+	// routeStored routes ds as decided (the body of each replaced by
+	// bodies[i] where set), and returns how many it routed and the pks.
+	routeStored := func(bodies map[int]string, ds ...*store.DeliveryInput) (store.RoutedPage, []int64) {
+		t.Helper()
+		p := &store.EventRouteStoredParams{Now: t0, Claim: claim}
+		for i, d := range ds {
+			ev, k := asDecided(d)
+			if b, ok := bodies[i]; ok {
+				ev.Body = []byte(b)
+			}
+			p.Events, p.Keys = append(p.Events, ev), append(p.Keys, k)
+			p.Decisions = append(p.Decisions, &store.RouteDecision{Routes: []store.Route{rt("deals", "d_"+d.EventID, "k")}})
+		}
+		page, err := f.s.EventRouteStored(f.ctx, p)
+		if err != nil {
+			t.Fatalf("EventRouteStored: %v", err)
+		}
+		pks := make([]int64, len(ds))
+		for i, ev := range p.Events {
+			if ev.PK != p.Decisions[i].EventPK {
+				t.Fatalf("%s: pk %d, its decision's %d", ev.EventID, ev.PK, p.Decisions[i].EventPK)
+			}
+			pks[i] = ev.PK
+		}
+		return page, pks
+	}
+	waiting := func() []*store.RoutableEvent {
+		t.Helper()
+		evs, err := f.s.EventListUnrouted(f.ctx, &store.EventListUnroutedParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+
+	fresh, before, never := deal("evt_fresh", 0, `{"n":1}`), deal("evt_before", 0, `{"n":2}`), deal("evt_never", 0, `{"n":3}`)
+	commit(t, f.s, one(fresh))
+	commit(t, f.s, one(before))
+	f.route(t0, to(waiting()[1].PK)) // evt_before: no flow, it ends unrouted
+	page, pks := routeStored(nil, fresh, before, never)
+	if page.Events != 1 || pks[0] == 0 || pks[1] != 0 || pks[2] != 0 {
+		t.Fatalf("routed %d events, pks %v; want evt_fresh alone", page.Events, pks)
+	}
+	if len(page.Leases) != 1 || page.Leases[0].Entity != "d_evt_fresh" {
+		t.Fatalf("leases %+v, want d_evt_fresh's, the one entity made ready", page.Leases)
+	}
+	ws := f.pending("deals", "d_evt_fresh")
+	if len(ws) != 1 || ws[0].Event.PK != pks[0] || string(ws[0].Event.Body) != `{"n":1}` {
+		t.Fatalf("pending work of d_evt_fresh: %+v, want evt_fresh's one item", ws)
+	}
+	if page, pks := routeStored(nil, fresh); page.Events != 0 || pks[0] != 0 {
+		t.Fatalf("evt_fresh again: %d events, pks %v; want nothing routed twice", page.Events, pks)
+	}
+
+	// Decided on another body than the one stored.
+	changed := deal("evt_changed", 0, `{"n":4}`)
+	commit(t, f.s, one(changed))
+	if page, pks := routeStored(map[int]string{0: `{"n":40}`}, changed); page.Events != 0 || pks[0] != 0 {
+		t.Fatalf("evt_changed decided on another body: %d events, pks %v; want it left to the router", page.Events, pks)
+	}
+	left := waiting()
+	if len(left) != 1 || left[0].EventID != "evt_changed" {
+		t.Fatalf("waiting: %+v, want evt_changed", left)
+	}
+	f.route(t0, to(left[0].PK))
+
+	// A retry received in the same microsecond as the first delivery,
+	// with another body: the event's columns match the retry as decided,
+	// but the router decides on the first delivery's body.
+	first, retry := deal("evt_dup", 0, `{"first":true}`), deal("evt_dup", 1, `{"retry":true}`)
+	retry.ReceivedAt = first.ReceivedAt
+	commit(t, f.s, one(first))
+	commit(t, f.s, one(retry))
+	if page, pks := routeStored(nil, retry); page.Events != 0 || pks[0] != 0 {
+		t.Fatalf("a duplicate delivery: %d events, pks %v; want its event left to the router", page.Events, pks)
+	}
+	left = waiting()
+	if len(left) != 1 || left[0].EventID != "evt_dup" || string(left[0].Body) != `{"first":true}` {
+		t.Fatalf("waiting: %+v, want evt_dup with its first delivery's body", left)
+	}
+
+	// A later event waits for evt_dup, older and still the router's:
+	// routing stays in pk order.
+	later := deal("evt_later", 0, `{"n":5}`)
+	commit(t, f.s, one(later))
+	if page, pks := routeStored(nil, later); page.Events != 0 || pks[0] != 0 {
+		t.Fatalf("evt_later with an older event waiting: %d events, pks %v; want none routed", page.Events, pks)
+	}
+	f.route(t0, to(left[0].PK))
+	if page, pks := routeStored(nil, later); page.Events != 1 || pks[0] == 0 {
+		t.Fatalf("evt_later once nothing older waits: %d events, pks %v; want it routed", page.Events, pks)
+	}
+	if _, err := f.s.EventRouteStored(f.ctx, &store.EventRouteStoredParams{Now: t0, Events: []*store.RoutableEvent{{}}}); err == nil {
+		t.Fatal("EventRouteStored with fewer keys than events: no error")
+	}
+}
+
 func testRouteNextLeases(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	for i := range 3 {

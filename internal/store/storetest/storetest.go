@@ -81,6 +81,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineRouteNextLeases", testRouteNextLeases},
 		{"PipelineRouteNextSettles", testRouteNextSettles},
 		{"PipelineRouteNextIncompleteDecisions", testRouteNextIncomplete},
+		{"PipelineRouteStored", testRouteStored},
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
 		{"PipelineRouteUnstorableDeadLetters", testRouteUnstorable},
 		{"PipelineClaimExclusive", testClaimExclusive},
