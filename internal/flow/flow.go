@@ -130,6 +130,18 @@ type Engine struct {
 	// again (see pollWants).
 	routeLook, claimLook loop.Look
 
+	// aheadMu guards aheadCtx, the context routing ahead runs on
+	// (RouteAhead): set by Start, ended and cleared by Stop. aheadSlots
+	// holds a token per routing take ahead in flight.
+	aheadMu    sync.Mutex
+	aheadCtx   context.Context
+	aheadStop  context.CancelFunc
+	aheadSlots chan struct{}
+	aheadUsed  atomic.Bool // RouteAhead has taken a group
+	// aheadLast, under aheadMu, closes once the last take ahead whose
+	// group was queued has queued its routing (aheadTake).
+	aheadLast <-chan struct{}
+
 	// prepareHook, set only by tests, runs before an item's expressions:
 	// it stands in for an expression that panics.
 	prepareHook func(*store.WorkItem)
@@ -225,6 +237,8 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 		apis: map[string]*config.SourceAPI{}, kinds: map[string]string{}, changesOnly: map[string][]bool{},
 		errs:         logging.NewRepeats(opts.Logger, opts.Clock, "entity processing", 0),
 		apiSlots:     map[string]chan struct{}{},
+		aheadSlots:   make(chan struct{}, aheadTakes),
+		aheadLast:    closedChan(),
 		routingStage: opts.Health.Stage("routing"), processingStage: opts.Health.Stage("processing"),
 	}
 	e.loop = loop.New("processing", e.fill, loop.Options{PollInterval: opts.PollInterval, Logger: opts.Logger, Clock: opts.Clock,
@@ -273,7 +287,13 @@ func New(cfg *config.Config, st store.Pipeline, opts Options) *Engine {
 // until ctx ends). A second call returns loop.ErrStarted.
 func (e *Engine) Start(ctx context.Context) error {
 	e.wantAll()
-	return e.loop.Start(ctx)
+	if err := e.loop.Start(ctx); err != nil {
+		return err
+	}
+	e.aheadMu.Lock()
+	e.aheadCtx, e.aheadStop = context.WithCancel(ctx)
+	e.aheadMu.Unlock()
+	return nil
 }
 
 // Stop ends the background loop and waits, within ctx, for the entities in
@@ -281,6 +301,14 @@ func (e *Engine) Start(ctx context.Context) error {
 // leased until the lease runs out). Safe to call twice.
 func (e *Engine) Stop(ctx context.Context) error {
 	err := e.loop.Stop(ctx)
+	// No routing take ahead starts once this returns, so that running's
+	// Wait below sees every one that did.
+	e.aheadMu.Lock()
+	if e.aheadStop != nil {
+		e.aheadStop()
+	}
+	e.aheadCtx = nil
+	e.aheadMu.Unlock()
 	done := make(chan struct{})
 	go func() { e.running.Wait(); close(done) }()
 	select {
@@ -361,10 +389,30 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 }
 
 // reserve promises the free slots to a claim, and returns how many.
+//
+// Once routing ahead runs (RouteAhead), a few slots are kept for its
+// takes (aheadRoom): a claim holds the slots it promised until the
+// writer has run it, and a take ahead that found none left its entities
+// to the next claim, which held every slot in turn, so that at half the
+// capacity most takes ahead leased nothing.
 func (e *Engine) reserve() int {
+	keep := 0
+	if e.aheadUsed.Load() {
+		keep = aheadRoom(e.opts.Workers)
+	}
+	return e.reserveSlots(e.opts.Workers, keep)
+}
+
+// reserveUpTo promises up to n free slots, for a take ahead.
+func (e *Engine) reserveUpTo(n int) int {
+	return e.reserveSlots(n, 0)
+}
+
+// reserveSlots promises up to n free slots, leaving keep of them free.
+func (e *Engine) reserveSlots(n, keep int) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	free := max(e.opts.Workers-e.inflight, 0)
+	free := min(max(e.opts.Workers-e.inflight-keep, 0), n)
 	e.inflight += free
 	return free
 }
@@ -428,9 +476,18 @@ func (e *Engine) route(ctx context.Context) {
 		began := e.loop.Began()
 		// The take also leases, for the free slots, the entities it made
 		// ready (store.EventRouteNextParams.Claim): a claim of their own
-		// was one commit more between a webhook and its effect.
-		claim := e.reserve()
-		routed, leased, leases, rerr := e.routeOnce(ctx, claim)
+		// was one commit more between a webhook and its effect. The
+		// slots are promised once the page has events: a take that finds
+		// none (the receiver wakes one after every commit, and routing
+		// ahead took most of them) must not hold every slot meanwhile,
+		// which left none to the takes ahead beside it.
+		claim, asked := 0, false
+		routed, leased, leases, rerr := e.routeOnce(ctx, func() int {
+			if !asked { // once, though a page routed again decides again
+				asked, claim = true, e.reserve()
+			}
+			return claim
+		})
 		e.giveBack(claim - leased)
 		for _, l := range leases {
 			e.process(ctx, l)
@@ -507,21 +564,22 @@ func (e *Engine) Drain(ctx context.Context) error {
 // dead-lettered with the database's reason: one event never stops the
 // routing of the others.
 func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
-	n, _, _, err := e.routeOnce(ctx, 0)
+	n, _, _, err := e.routeOnce(ctx, nil)
 	return n, err
 }
 
-// routeOnce is RouteOnce, leasing up to claim ready entities with the
-// page: leased is how many it leased, and leases those the processor is
-// to work on (the others' work was settled in the routing transaction,
-// and their slots given back: see routeSettle). A page routed one event
-// at a time leases none: the loop's claim finds them.
-func (e *Engine) routeOnce(ctx context.Context, claim int) (routed, leased int, leases []*store.Lease, err error) {
+// routeOnce is RouteOnce, leasing with the page up to as many ready
+// entities as reserve promises slots for, when set (see routePage):
+// leased is how many it leased, and leases those the processor is to
+// work on (the others' work was settled in the routing transaction, and
+// their slots given back: see routeSettle). A page routed one event at a
+// time leases none: the loop's claim finds them.
+func (e *Engine) routeOnce(ctx context.Context, reserve func() int) (routed, leased int, leases []*store.Lease, err error) {
 	var rs *routeSettle
-	if claim > 0 {
+	if reserve != nil {
 		rs = &routeSettle{}
 	}
-	page, err := e.routePage(ctx, routePage, claim, nil, rs)
+	page, err := e.routePage(ctx, routePage, reserve, nil, rs)
 	if !errors.Is(err, store.ErrRefused) {
 		return page.Events, len(page.Leases), rs.finish(ctx, e, page), err
 	}
@@ -536,10 +594,10 @@ func (e *Engine) routeAlone(ctx context.Context, limit int) (int, error) {
 	total := 0
 	for range limit {
 		var taken int64
-		page, err := e.routePage(ctx, 1, 0, func(pk int64) string { taken = pk; return "" }, nil)
+		page, err := e.routePage(ctx, 1, nil, func(pk int64) string { taken = pk; return "" }, nil)
 		if errors.Is(err, store.ErrRefused) && taken != 0 {
 			reason := refusedReason("routing", err)
-			page, err = e.routePage(ctx, 1, 0, func(pk int64) string {
+			page, err = e.routePage(ctx, 1, nil, func(pk int64) string {
 				if pk == taken {
 					return reason
 				}
@@ -567,21 +625,20 @@ func refusedReason(stage string, err error) string {
 	return store.Storable(stage + ": the database refused a value of this event: " + s)
 }
 
-// routePage routes one page of up to limit events, and leases up to
-// claim ready entities with it. refused, when set, names for an event the
-// reason to dead-letter it with instead of routing it ("" routes it); it
-// also tells the caller which events were taken. rs, when set, settles
-// in the routing transaction what it can of the leased entities' work.
-func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(pk int64) string, rs *routeSettle) (store.RoutedPage, error) {
+// routePage routes one page of up to limit events and, when reserve is
+// set, leases with it up to as many ready entities as reserve promises
+// slots for, asked once the page has its events. refused, when set,
+// names for an event the reason to dead-letter it with instead of
+// routing it ("" routes it); it also tells the caller which events were
+// taken. rs, when set, settles in the routing transaction what it can of
+// the leased entities' work.
+func (e *Engine) routePage(ctx context.Context, limit int, reserve func() int, refused func(pk int64) string, rs *routeSettle) (store.RoutedPage, error) {
 	var evs []*store.RoutableEvent
 	var ds []*store.RouteDecision
 	now := e.clk.Now()
 	var lease *store.EntityClaimParams
-	if claim > 0 {
-		// With the leases, their first page of work, where the database
-		// reads it in the routing transaction (PostgreSQL): the
-		// processor's listing was a transaction more per webhook.
-		lease = &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: claim, List: workPage}
+	if reserve != nil {
+		lease = e.leaseParams(now, 0) // its Limit once the page is decided
 	}
 	var settle func(context.Context, []*store.Lease) store.RouteSettle
 	if rs != nil && lease != nil {
@@ -594,40 +651,71 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 	// small groups in routing would.
 	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle, SettleMax: inlineMax,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
-			evs, ds = page, make([]*store.RouteDecision, 0, len(page))
-			// A page routing settles keeps each event's body as the
-			// decision decoded it, for the work prepared from it.
-			keep := settle != nil && len(page) <= inlineMax
-			var ins []*input
-			if keep {
-				ins = make([]*input, 0, len(page))
+			evs = page
+			if lease != nil {
+				lease.Limit = reserve()
 			}
-			for _, ev := range page {
-				var routes []store.Route
-				var in *input
-				if why := refusedFor(refused, ev.PK); why != "" {
-					routes = e.failedRoutes(ev, why)
-				} else {
-					routes, in = e.safeRoutes(ev)
-				}
-				ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: routes})
-				if keep {
-					ins = append(ins, in)
-				}
-			}
-			switch {
-			case !keep:
-			case e.st.Shared():
-				// Prepared inside the routing transaction, after the lease.
-				rs.keep(evs, ins)
-			default:
-				rs.ahead(ctx, e, evs, ds, ins)
-			}
+			ds = e.decide(ctx, page, refused, settle != nil && lease.Limit > 0, rs)
 			return ds
 		}})
 	if err != nil || page.Events == 0 {
 		return page, err
 	}
+	e.recordRouted(ctx, evs, ds)
+	return page, nil
+}
+
+// leaseParams is the claim a routing take makes for up to claim ready
+// entities (none when claim is 0), with their first page of work.
+func (e *Engine) leaseParams(now time.Time, claim int) *store.EntityClaimParams {
+	// With the leases, their first page of work, where the database
+	// reads it in the routing transaction (PostgreSQL): the processor's
+	// listing was a transaction more per webhook.
+	return &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: claim, List: workPage}
+}
+
+// decide computes the routing decisions of the events evs, one per
+// event in the same order. refused, when set, names the events to
+// dead-letter instead (routeAlone). When settling, a page of at most
+// inlineMax events keeps what routing decoded for rs: the work prepared
+// from it ahead of the transaction, or inside it where the database is
+// shared.
+func (e *Engine) decide(ctx context.Context, evs []*store.RoutableEvent, refused func(pk int64) string, settling bool, rs *routeSettle) []*store.RouteDecision {
+	ds := make([]*store.RouteDecision, 0, len(evs))
+	// A page routing settles keeps each event's body as the decision
+	// decoded it, for the work prepared from it.
+	keep := settling && len(evs) <= inlineMax
+	var ins []*input
+	if keep {
+		ins = make([]*input, 0, len(evs))
+	}
+	for _, ev := range evs {
+		var routes []store.Route
+		var in *input
+		if why := refusedFor(refused, ev.PK); why != "" {
+			routes = e.failedRoutes(ev, why)
+		} else {
+			routes, in = e.safeRoutes(ev)
+		}
+		ds = append(ds, &store.RouteDecision{EventPK: ev.PK, Routes: routes})
+		if keep {
+			ins = append(ins, in)
+		}
+	}
+	switch {
+	case !keep:
+	case e.st.Shared():
+		// Prepared inside the routing transaction, after the lease.
+		rs.keep(evs, ins)
+	default:
+		rs.ahead(ctx, e, evs, ds, ins)
+	}
+	return ds
+}
+
+// recordRouted counts, traces and logs a routed page: the events evs,
+// decided as ds.
+func (e *Engine) recordRouted(ctx context.Context, evs []*store.RoutableEvent, ds []*store.RouteDecision) {
 	e.opts.Metrics.routed(ds)
 	traced := e.routeSpans(ctx, evs, ds)
 	for i, d := range ds {
@@ -642,7 +730,6 @@ func (e *Engine) routePage(ctx context.Context, limit, claim int, refused func(p
 			}
 		}
 	}
-	return page, nil
 }
 
 // refusedFor is refused's reason for the event pk ("" when refused is

@@ -72,10 +72,11 @@ func (rs *routeSettle) keep(evs []*store.RoutableEvent, ins []*input) {
 }
 
 // readyKey names the work item a route of the page will be: the event's
-// first pass through the flow.
+// first pass through the flow. The event is named by its identity, not
+// its pk: an event routed ahead of its read (Engine.RouteAhead) has its
+// pk only inside the transaction that routes it.
 type readyKey struct {
-	pk   int64
-	flow string
+	source, eventID, flow string
 }
 
 // readyItem is one route's work prepared ahead, for the entity it routes
@@ -141,7 +142,7 @@ func (rs *routeSettle) ahead(ctx context.Context, e *Engine, evs []*store.Routab
 			if deferred {
 				continue
 			}
-			rs.ready[readyKey{d.EventPK, r.Flow}] = &readyItem{entity: r.Entity, p: p, tr: tr}
+			rs.ready[readyKey{evs[i].Source, evs[i].EventID, r.Flow}] = &readyItem{entity: r.Entity, p: p, tr: tr}
 		}
 	}
 }
@@ -203,7 +204,7 @@ func (rs *routeSettle) assemble(ctx context.Context, e *Engine, f *config.Flow, 
 	for _, it := range l.Pending {
 		var p *store.FlowApplyParams
 		var tr *itemTrace
-		if r := rs.ready[readyKey{it.Event.PK, l.Flow}]; r != nil && !r.used && it.ReplayID == 0 && r.entity == l.Entity {
+		if r := rs.ready[readyKey{it.Event.Source, it.Event.EventID, l.Flow}]; r != nil && !r.used && it.ReplayID == 0 && r.entity == l.Entity {
 			p, tr = r.p, r.tr
 			ahead = append(ahead, r)
 		} else if e.st.Shared() {

@@ -47,6 +47,14 @@ type Options struct {
 	// Health hears whether group commits succeed: the "receiving" stage
 	// (nil: nobody).
 	Health *health.Board
+	// RouteAhead, when set, is handed each group just before the group
+	// is given to the store, and must return at once: the processor
+	// routes the group's events in the same transaction where it can
+	// (flow.Engine.RouteAhead). Of the funcs it returns, each called once
+	// when not nil: queued once the group is queued for the database's
+	// writer (store.InboxCommitParams.Queued) or else once its commit has
+	// ended, and after once the commit has ended, whatever its outcome.
+	RouteAhead func(subs []*store.Submission) (queued, after func())
 }
 
 type request struct {
@@ -228,8 +236,23 @@ func (w *Writer) commit(batch []*request) {
 	// one caller hanging up must not roll back the others.
 	ctx, cancel := context.WithTimeout(context.Background(), w.opts.CommitTimeout)
 	defer cancel()
+	var queued func()
+	if w.opts.RouteAhead != nil {
+		var after func()
+		queued, after = w.opts.RouteAhead(subs)
+		if after != nil {
+			defer after()
+		}
+		if queued != nil {
+			// Once only: the store calls it as the group is queued, and a
+			// group that failed before that hears it here.
+			once := sync.OnceFunc(queued)
+			queued = once
+			defer once()
+		}
+	}
 	start := time.Now()
-	results, err := w.st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs})
+	results, err := w.st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: subs, Queued: queued})
 	w.commitDur.Observe(time.Since(start).Seconds())
 	w.batchSize.Observe(float64(len(live)))
 	if err == nil && len(results) != len(live) {

@@ -363,7 +363,11 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 	p.writer = inbox.New(st, inbox.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Flushers: drv.Flushers, Health: board,
 		// A commit that outlasts every waiting request's commit_timeout
 		// only holds the writer: its callers have been answered 503.
-		CommitTimeout: s.cfg.Receive.CommitTimeout.D()})
+		CommitTimeout: s.cfg.Receive.CommitTimeout.D(),
+		// Built below, before the writer starts.
+		// The engine routes what it can of each group in the group's
+		// commit, and wakes its router for the rest.
+		RouteAhead: func(subs []*store.Submission) (queued, after func()) { return p.engine.RouteAhead(subs) }})
 
 	// The delivery worker and the processor sleep when idle; each stage
 	// wakes the next as soon as it hands work on, so latency is not bound
@@ -409,7 +413,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		Health:            board,
 		Tracing:           p.tracing,
 	})
-	recv, err := receive.New(s.cfg, receive.Options{Writer: p.writer, Router: p.engine, OnStored: p.engine.WakeRouting,
+	recv, err := receive.New(s.cfg, receive.Options{Writer: p.writer, Router: p.engine,
 		Store: st, Clock: s.clk, Logger: s.log, Registerer: s.reg})
 	if err != nil {
 		return nil, err
