@@ -76,6 +76,11 @@ func (e *Engine) RouteAhead(subs []*store.Submission) (queued, after func()) {
 	if len(evs) == 0 {
 		return nil, after
 	}
+	if len(evs) > inlineMax {
+		// A large group is a busy pipeline, whose writer every read
+		// ahead would cost; the router reads its pages beside it.
+		return nil, e.WakeRouting
+	}
 	t := &aheadTake{ticketed: make(chan struct{}), mine: make(chan struct{})}
 	if !e.takeAhead(func(ctx context.Context) { e.routeAhead(ctx, t, evs, keys) }) {
 		return nil, e.WakeRouting

@@ -18,7 +18,8 @@ import (
 // order in its body), is left whole to the router, which the take wakes:
 // the duplicate's event is decided on its first delivery's body (and the
 // group's other event is not routed before that older one:
-// EventRouteStored's own test).
+// EventRouteStored's own test). A group too large to settle in routing is
+// the router's too.
 func TestRouteAheadSettlesTheGroupsEvents(t *testing.T) {
 	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + `flows:
   - name: orders
@@ -33,6 +34,11 @@ func TestRouteAheadSettlesTheGroupsEvents(t *testing.T) {
 	ctx := context.Background()
 	if err := f.eng.Start(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The start's own routing take, which finds nothing, must be over:
+	// from here on only a wake starts one.
+	for !f.eng.loop.Fresh(&f.eng.routeLook) || f.eng.routing.Load() {
+		time.Sleep(time.Millisecond)
 	}
 	w := inbox.New(f.st, inbox.Options{RouteAhead: f.eng.RouteAhead})
 	w.Start()
@@ -71,8 +77,12 @@ func TestRouteAheadSettlesTheGroupsEvents(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	if n := counted.routed.Load(); n != 3 {
-		t.Fatalf("routing ahead routed %d events, want the group's 3 (the others were the router's)", n)
+	// Counted as the take hears its commit, just after the events show.
+	for counted.routed.Load() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("routing ahead routed %d events, want the group's 3 (the others were the router's)", counted.routed.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 
 	f.send("shop", "evt-dup", `{"order_id":"o-first","revision":1}`)
@@ -86,8 +96,27 @@ func TestRouteAheadSettlesTheGroupsEvents(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	// A group larger than a routing page settles in routing is the
+	// router's whole, also woken.
+	group = group[:0]
+	for i := range inlineMax + 1 {
+		group = append(group, delivery(fmt.Sprint("evt-big-", i), fmt.Sprintf(`{"order_id":"b%d","revision":1}`, i), at))
+	}
+	submit(group...)
+	for i := range inlineMax + 1 {
+		for f.disposition("shop", fmt.Sprint("evt-big-", i)) != "applied" {
+			if time.Now().After(deadline) {
+				t.Fatalf("evt-big-%d is not applied after 30 s: the router was not woken for a large group", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Stop waits for the takes in flight: every count is in.
 	if err := f.eng.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
+	}
+	if n := counted.routed.Load(); n != 3 {
+		t.Fatalf("routing ahead routed %d events in all, want the first group's 3", n)
 	}
 	for entity, want := range map[string]bool{"o-first": true, "o-retry": false} {
 		p, err := f.st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: "orders", Entity: entity})
