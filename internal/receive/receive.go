@@ -60,10 +60,7 @@ type Options struct {
 	Writer Submitter
 	// Router, when set, lets events no flow subscribes to be stored
 	// unrouted at once (nil: the processor decides later).
-	Router Router
-	// OnStored is called after a commit that stored events some flow
-	// wants (the processor's WakeRouting).
-	OnStored   func()
+	Router     Router
 	Store      Auditor
 	Clock      clock.Clock
 	Logger     *slog.Logger
@@ -106,7 +103,6 @@ type Handler struct {
 	storeErrs *logging.Repeats
 	w         Submitter
 	router    Router
-	onStored  func()
 	audit     Auditor
 	clk       clock.Clock
 	log       *slog.Logger
@@ -133,7 +129,6 @@ func New(cfg *config.Config, o Options) (*Handler, error) {
 		writeBy:    writeBy(cfg.Receive.WriteTimeout.D()),
 		w:          o.Writer,
 		router:     o.Router,
-		onStored:   o.OnStored,
 		audit:      o.Store,
 		clk:        o.Clock,
 		log:        o.Logger,
@@ -429,16 +424,13 @@ func (h *Handler) commit(w http.ResponseWriter, r *http.Request, src *source, su
 		return h.unavailable(w, src, err)
 	}
 	h.storeErrs.OK()
-	dups, routed := 0, false
-	for i, it := range res.Items {
+	// The router is woken by the inbox writer once the commit has ended
+	// (inbox.Options.RouteAhead), for every group at once.
+	dups := 0
+	for _, it := range res.Items {
 		if it.Duplicate {
 			dups++
-		} else if !sub.Deliveries[i].Unrouted {
-			routed = true
 		}
-	}
-	if routed && h.onStored != nil {
-		h.onStored()
 	}
 	return reply(w, http.StatusOK, Response{Status: "stored", Events: len(sub.Deliveries), Duplicates: dups})
 }

@@ -364,9 +364,9 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		// A commit that outlasts every waiting request's commit_timeout
 		// only holds the writer: its callers have been answered 503.
 		CommitTimeout: s.cfg.Receive.CommitTimeout.D(),
-		// Built below, before the writer starts.
-		// The engine routes what it can of each group in the group's
-		// commit, and wakes its router for the rest.
+		// The engine (built below, before the writer starts) routes what
+		// it can of each group in the group's commit, and wakes its
+		// router for the rest.
 		RouteAhead: func(subs []*store.Submission) (queued, after func()) { return p.engine.RouteAhead(subs) }})
 
 	// The delivery worker and the processor sleep when idle; each stage
