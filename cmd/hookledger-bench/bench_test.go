@@ -456,6 +456,34 @@ func TestE2ECPUBound(t *testing.T) {
 	}
 }
 
+// The processors a target that kept up took: each part's CPU per
+// acknowledged webhook, the database's backends only where measured, and
+// their sum times the rate sent, in CPUs.
+func TestE2ECPUShare(t *testing.T) {
+	backends := newBackendCPU("db")
+	cpu := map[int]time.Duration{7: time.Second}
+	backends.list = func(string) []int { return []int{7} }
+	backends.read = func(pid int) (time.Duration, bool) { c, ok := cpu[pid]; return c, ok }
+	backends.sample() // the start
+	cpu[7] += 10 * time.Second
+	backends.sample()
+	pg := &e2eResult{target: "pg1", acked: 6000, sendFor: 10 * time.Second,
+		cpu: []time.Duration{5 * time.Second, 1 * time.Second}, clientCPU: 3 * time.Second, pgCPU: backends}
+	want := "CPUs, from sending until stopped: serve 1.00 + PostgreSQL 1.67 + load generator and destination 0.50 = 3.17 ms per webhook, 1.90 of the 2 CPUs at 600/s"
+	if got := cpuShare(2, pg); got != want {
+		t.Errorf("cpuShare:\n got %q\nwant %q", got, want)
+	}
+	sqlite := *pg
+	sqlite.target, sqlite.pgCPU = "sqlite", nil
+	want = "CPUs, from sending until stopped: serve 1.00 + load generator and destination 0.50 = 1.50 ms per webhook, 0.90 of the 2 CPUs at 600/s"
+	if got := cpuShare(2, &sqlite); got != want {
+		t.Errorf("cpuShare without the database's backends:\n got %q\nwant %q", got, want)
+	}
+	if got := cpuShare(2, &e2eResult{sendFor: time.Second}); got != "" {
+		t.Errorf("nothing acknowledged, yet a share: %q", got)
+	}
+}
+
 // Goal 2's row of the table: a SQLite target saturated in every round,
 // its median capacity over the door probe, with the writer's time per
 // effect beside the door's per request; none for a target that kept up

@@ -91,7 +91,9 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"CPU per effect and the bound the machine's CPUs set (the servers' and this process's CPU per\n"+
 			"effect: were the CPUs the only limit, the most effects/s they allow) and, on SQLite, the\n"+
 			"writer's time per effect beside the door's per request; one that kept up as its latency\n"+
-			"against the goals (p50 10 ms, p99 25 ms).\n"+
+			"against the goals (p50 10 ms, p99 25 ms), with the share of the machine's CPUs its rate took\n"+
+			"(the servers', the database's backends' where measured, and this process's CPU per webhook,\n"+
+			"counted from sending until the servers stopped: a run of a few seconds overstates them).\n"+
 			"After sending, waits up to --drain for the backlog; exit 1 unless, in every target, every\n"+
 			"acknowledged webhook produced exactly one call at the destination.")
 	var f e2eFlags

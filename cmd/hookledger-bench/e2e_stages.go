@@ -253,6 +253,9 @@ func printE2ECapacity(w io.Writer, run *e2eRunInfo, results []*e2eResult) {
 			fmt.Fprintf(w, "%s kept up with %.0f/s: p50 %s ms (goal <= %s at half the capacity: %s), p99 %s ms (goal <= %s: %s); CPU %.2f ms per effect\n",
 				r.target, rate(r.acked, r.sendFor), ms(r.lat.pct(0.5)), ms(p50Goal), metOrNot(float64(p50Goal), float64(r.lat.pct(0.5))),
 				ms(r.lat.pct(0.99)), ms(p99Goal), metOrNot(float64(p99Goal), float64(r.lat.pct(0.99))), float64(r.cpuPerEffect())/float64(time.Millisecond))
+			if line := cpuShare(runtime.NumCPU(), r); line != "" {
+				fmt.Fprintln(w, "  "+line)
+			}
 			if line := writerLine(r); line != "" {
 				fmt.Fprintln(w, "  "+line)
 			}
@@ -336,6 +339,36 @@ func writerBound(r *e2eResult, door *receiveResult) string {
 	return fmt.Sprintf("SQLite writer: %.0f us per effect done, the door's %.0f us per request alone (busy %.2f of its probe): "+
 		"where both are bound by the writer, capacity over the door's rate is about %.2f (goal >= %.1f needs at most %.0f us per effect)",
 		perEffect, perAck, door.writerBusy/door.elapsed.Seconds(), perAck/perEffect, capacityGoal, perAck/capacityGoal)
+}
+
+// cpuShare is, for a target that kept up, the processors its rate took:
+// the serve processes', the database's backends' where they were
+// measured (PostgreSQL on this machine) and this process's (the sender
+// and the destination) CPU time per acknowledged webhook, and that cost
+// times the rate sent, in CPUs. The times run from the start of sending
+// until the servers stopped, draining and stopping included, so a run of
+// a few seconds overstates them. Near all of the machine's, the latency
+// measured is a queue for processors, not the pipeline's own; a
+// PostgreSQL target at the rate SQLite is sent can take them all on two.
+// "" when nothing was acknowledged.
+func cpuShare(ncpu int, r *e2eResult) string {
+	if r.acked == 0 || r.sendFor <= 0 || ncpu < 1 {
+		return ""
+	}
+	perMs := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(r.acked) }
+	parts := []string{fmt.Sprintf("serve %.2f", perMs(r.serverCPU()))}
+	total := perMs(r.serverCPU())
+	if r.pgCPU != nil {
+		if sum, n := r.pgCPU.total(); n > 0 {
+			parts = append(parts, fmt.Sprintf("PostgreSQL %.2f", perMs(sum)))
+			total += perMs(sum)
+		}
+	}
+	parts = append(parts, fmt.Sprintf("load generator and destination %.2f", perMs(r.clientCPU)))
+	total += perMs(r.clientCPU)
+	sent := rate(r.acked, r.sendFor)
+	return fmt.Sprintf("CPUs, from sending until stopped: %s = %.2f ms per webhook, %.2f of the %d CPUs at %.0f/s",
+		strings.Join(parts, " + "), total, total*sent/1000, ncpu, sent)
 }
 
 // ackCPU is the CPU time n acknowledgements cost: the server process's
