@@ -420,14 +420,24 @@ func medianRange(xs []float64) (med, lo, hi float64) {
 // pgCPUPerEvent is the database's backends' CPU per acknowledged webhook,
 // in milliseconds, or "-" where it was not measured.
 func (r *e2eResult) pgCPUPerEvent() string {
-	if r.pgCPU == nil {
+	perAck, ok := r.pgCPUPerAck()
+	if !ok {
 		return "-"
+	}
+	return fmt.Sprintf("%.2f", perAck)
+}
+
+// pgCPUPerAck is the database's backends' CPU per acknowledged webhook,
+// in milliseconds; false where it was not measured.
+func (r *e2eResult) pgCPUPerAck() (float64, bool) {
+	if r.pgCPU == nil {
+		return 0, false
 	}
 	sum, n := r.pgCPU.total()
 	if n == 0 {
-		return "-"
+		return 0, false
 	}
-	return fmt.Sprintf("%.2f", float64(sum)/float64(time.Millisecond)/float64(max(r.acked, 1)))
+	return float64(sum) / float64(time.Millisecond) / float64(max(r.acked, 1)), true
 }
 
 // printTopStatements lists a PostgreSQL target's most frequent statements

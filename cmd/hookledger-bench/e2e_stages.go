@@ -358,11 +358,9 @@ func cpuShare(ncpu int, r *e2eResult) string {
 	perMs := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(r.acked) }
 	parts := []string{fmt.Sprintf("serve %.2f", perMs(r.serverCPU()))}
 	total := perMs(r.serverCPU())
-	if r.pgCPU != nil {
-		if sum, n := r.pgCPU.total(); n > 0 {
-			parts = append(parts, fmt.Sprintf("PostgreSQL %.2f", perMs(sum)))
-			total += perMs(sum)
-		}
+	if pg, ok := r.pgCPUPerAck(); ok {
+		parts = append(parts, fmt.Sprintf("PostgreSQL %.2f", pg))
+		total += pg
 	}
 	parts = append(parts, fmt.Sprintf("load generator and destination %.2f", perMs(r.clientCPU)))
 	total += perMs(r.clientCPU)

@@ -169,6 +169,16 @@ func (e *Engine) aheadEvents(subs []*store.Submission) (evs []*store.RoutableEve
 	return evs, keys, rest
 }
 
+// waitFor waits until c is closed (true) or ctx ends (false).
+func waitFor(ctx context.Context, c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // closedChan is a channel closed already.
 func closedChan() <-chan struct{} {
 	c := make(chan struct{})
@@ -205,15 +215,9 @@ func (e *Engine) routeAhead(ctx context.Context, t *aheadTake, evs []*store.Rout
 	defer t.queued() // given up, if it has not queued
 	rs := &routeSettle{}
 	ds := e.decide(ctx, evs, nil, true, rs)
-	select {
-	case <-t.ticketed:
-	case <-ctx.Done():
-		rs.drop()
-		return
-	}
-	select {
-	case <-t.prev:
-	case <-ctx.Done():
+	// prev is set once ticketed is closed: the second wait reads it after
+	// the first.
+	if !waitFor(ctx, t.ticketed) || !waitFor(ctx, t.prev) {
 		rs.drop()
 		return
 	}

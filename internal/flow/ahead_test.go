@@ -21,13 +21,7 @@ import (
 // EventRouteStored's own test). A group too large to settle in routing is
 // the router's too.
 func TestRouteAheadSettlesTheGroupsEvents(t *testing.T) {
-	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + `flows:
-  - name: orders
-    source: shop
-    events: ["order.*"]
-    entity: event.order_id
-    version: {mode: revision, revision: event.revision}
-`
+	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + ordersRevisionFlow
 	f := newFixture(t, yaml)
 	counted := &aheadCounter{Store: f.st}
 	f.eng = New(f.cfg, counted, Options{Clock: f.clk, LeaseFor: time.Minute, PollInterval: time.Hour})

@@ -15,13 +15,7 @@ import (
 // stores: an over-long one dead-letters the event with the reason instead
 // of reaching the ledger's keys.
 func TestComputedEntityIsCapped(t *testing.T) {
-	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + `flows:
-  - name: orders
-    source: shop
-    events: ["order.*"]
-    entity: event.order_id
-    version: {mode: revision, revision: event.revision}
-`
+	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + ordersRevisionFlow
 	f := newFixture(t, yaml)
 	var logs bytes.Buffer
 	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -20,13 +20,7 @@ import (
 // A panic while an item's expressions run dead-letters that event with the
 // reason; the entity's later events, and the engine, go on.
 func TestPanickingExpressionDeadLettersOnlyItsEvent(t *testing.T) {
-	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + `flows:
-  - name: orders
-    source: shop
-    events: ["order.*"]
-    entity: event.order_id
-    version: {mode: revision, revision: event.revision}
-`
+	yaml := fmt.Sprintf(sources, "http://127.0.0.1:1") + ordersRevisionFlow
 	f := newFixture(t, yaml)
 	f.eng.prepareHook = func(it *store.WorkItem) {
 		if it.Event.EventID == "evt-boom" {
@@ -394,6 +388,16 @@ const ordersFlow = `flows:
     events: ["order.*"]
     entity: event.order_id
     version: {mode: revision, revision: event.rev}
+`
+
+// ordersRevisionFlow is ordersFlow for events that carry their order as
+// "revision".
+const ordersRevisionFlow = `flows:
+  - name: orders
+    source: shop
+    events: ["order.*"]
+    entity: event.order_id
+    version: {mode: revision, revision: event.revision}
 `
 
 // The background loop routes only when asked to and claims only when
