@@ -43,13 +43,6 @@ import (
 // finds them all busy is left to the router instead of queueing.
 const aheadTakes = 8
 
-// aheadRoom is how many of workers slots the claims leave free for the
-// takes ahead (Engine.reserve): a settled page's worth, at most a
-// quarter of them.
-func aheadRoom(workers int) int {
-	return min(inlineMax, workers/4)
-}
-
 // RouteAhead routes the events of an inbox group, the submissions subs,
 // in the write transaction that stores them where it can (see above).
 // It returns at once, with two funcs for the caller to call: queued
@@ -130,7 +123,6 @@ func (e *Engine) takeAhead(take func(ctx context.Context)) bool {
 	default:
 		return false
 	}
-	e.aheadUsed.Store(true)
 	// Under aheadMu, which Stop takes before it waits for running.
 	e.running.Add(1)
 	go func() {
@@ -221,20 +213,19 @@ func (e *Engine) routeAhead(ctx context.Context, t *aheadTake, evs []*store.Rout
 		rs.drop()
 		return
 	}
-	// Slots for the entities the events make ready, no more: a claim of
-	// every free slot, as a routing page makes, would leave none to the
-	// takes beside it.
+	// Slots for the entities the events make ready, no more, promised as
+	// the writer runs the take (slotClaim).
 	ready := readyEntities(ds)
-	claim := e.reserveUpTo(len(ready))
 	var settle func(context.Context, []*store.Lease) store.RouteSettle
-	if claim > 0 {
+	if len(ready) > 0 {
 		settle = func(ctx context.Context, leases []*store.Lease) store.RouteSettle {
 			return rs.prepare(ctx, e, leases)
 		}
 	}
+	slots := e.slotClaim()
 	now := e.clk.Now()
 	page, err := e.st.EventRouteStored(ctx, &store.EventRouteStoredParams{Now: now, Events: evs, Keys: keys, Decisions: ds,
-		Claim: e.leaseParams(now, claim), Settle: settle, SettleMax: inlineMax, Queued: t.queued})
+		Claim: e.leaseParams(now, len(ready), slots), Settle: settle, SettleMax: inlineMax, Queued: t.queued})
 	if err != nil {
 		page = store.RoutedPage{}
 	}
@@ -242,7 +233,7 @@ func (e *Engine) routeAhead(ctx context.Context, t *aheadTake, evs []*store.Rout
 		delete(ready, entityOf(l))
 	}
 	leases := rs.finish(ctx, e, page)
-	e.giveBack(claim - len(page.Leases))
+	slots.done(len(page.Leases))
 	for _, l := range leases {
 		e.process(ctx, l)
 	}

@@ -137,7 +137,6 @@ type Engine struct {
 	aheadCtx   context.Context
 	aheadStop  context.CancelFunc
 	aheadSlots chan struct{}
-	aheadUsed  atomic.Bool // RouteAhead has taken a group
 	// aheadLast, under aheadMu, closes once the last take ahead whose
 	// group was queued has queued its routing (aheadTake).
 	aheadLast <-chan struct{}
@@ -338,28 +337,26 @@ func (e *Engine) Stop(ctx context.Context) error {
 // did both again (docs/benchmarks-history.md, "What a lone webhook asks
 // of the database"). The poll asks for both.
 func (e *Engine) fill(ctx context.Context) (more bool, err error) {
-	// The claim asked for reserves its slots before a routing take
-	// starts beside it, which leases for what is left: the take's
-	// goroutine must not take the slots this round was asked to fill.
-	claim, free := e.claimWanted.Swap(false), 0
-	if claim {
-		free = e.reserve() // promised now; given back below when unused
-	}
+	claim := e.claimWanted.Swap(false)
 	if e.routeWanted.Swap(false) {
 		e.route(ctx)
 	}
 	if !claim {
 		return false, loop.ErrIdle
 	}
-	if free == 0 {
+	if e.full() {
 		// Every slot is busy: the next entity to finish claims.
-		e.claimWanted.Store(true)
 		return false, loop.ErrIdle
 	}
 	began := e.loop.Began()
+	// The slots are promised as the claim runs (slotClaim): a routing
+	// take beside it, or a take ahead, that the writer runs first leases
+	// what it made ready, and this claim what is left.
+	slots := e.slotClaim()
 	leases, err := e.st.EntityClaim(ctx, &store.EntityClaimParams{
-		Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: free,
+		Owner: e.opts.Owner, Now: e.clk.Now(), LeaseFor: e.opts.LeaseFor, Limit: e.opts.Workers, Slots: slots,
 	})
+	free := slots.done(len(leases))
 	if err == nil && len(leases) < free {
 		e.loop.Looked(&e.claimLook, began) // every ready entity was taken
 	}
@@ -367,10 +364,9 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	case err != nil:
 		err = fmt.Errorf("claim entities: %w", err)
 		e.processingStage.Fail(err)
-	case len(leases) == 0:
+	case len(leases) == 0 && free > 0:
 		e.processingStage.OK() // nothing waiting
 	}
-	e.giveBack(free - len(leases))
 	for _, l := range leases {
 		e.process(ctx, l)
 	}
@@ -381,38 +377,97 @@ func (e *Engine) fill(ctx context.Context) (more bool, err error) {
 	// again after every claim cost an empty claim, and an empty routing
 	// take beside it, per event at light load (docs/benchmarks-history.md,
 	// "Empty claims at light load").
-	more = len(leases) == free
+	more = free > 0 && len(leases) == free
 	if more {
 		e.claimWanted.Store(true)
 	}
 	return more, err
 }
 
-// reserve promises the free slots to a claim, and returns how many.
-//
-// Once routing ahead runs (RouteAhead), a few slots are kept for its
-// takes (aheadRoom): a claim holds the slots it promised until the
-// writer has run it, and a take ahead that found none left its entities
-// to the next claim, which held every slot in turn, so that at half the
-// capacity most takes ahead leased nothing.
-func (e *Engine) reserve() int {
-	keep := 0
-	if e.aheadUsed.Load() {
-		keep = aheadRoom(e.opts.Workers)
+// slotClaim is one claim's share of the free slots, promised as the
+// database runs the claim (store.Slots): on SQLite, when the one writer
+// runs it. A claim used to promise them as it was queued and hold them
+// until its commit had ended; the takes ahead that the writer ran in
+// the meantime found none, left the entities they made ready to the
+// next claim, which held every slot in turn, and a share of the slots
+// had to be kept free for them.
+type slotClaim struct {
+	e       *Engine
+	held    int // promised and not given back
+	granted int // what the last Take granted
+}
+
+// slotClaim is a claim's share of the slots, none promised yet.
+func (e *Engine) slotClaim() *slotClaim { return &slotClaim{e: e} }
+
+// Take promises up to limit slots, counting those still held from an
+// attempt before (store.Slots).
+func (c *slotClaim) Take(limit int) int {
+	c.held += c.e.reserveSlots(limit - c.held)
+	c.granted = c.held
+	return c.held
+}
+
+// Leased gives back at once the promised slots the leases did not fill.
+func (c *slotClaim) Leased(n int) {
+	c.keep(n)
+}
+
+// done gives back what the claim holds beyond its n leases, once it has
+// ended whatever its outcome, and returns how many slots its last
+// attempt was granted: n when its leases filled them all.
+func (c *slotClaim) done(n int) int {
+	c.keep(n)
+	return c.granted
+}
+
+// keep gives back the slots held beyond n. A claim that found every
+// slot promised to this one asked for a claim (reserveSlots), and
+// those given back answer it.
+func (c *slotClaim) keep(n int) {
+	if c.held <= n {
+		return
 	}
-	return e.reserveSlots(e.opts.Workers, keep)
+	c.e.giveBack(c.held - n)
+	c.held = n
+	if c.e.claimWanted.Load() {
+		c.e.loop.Wake()
+	}
 }
 
-// reserveUpTo promises up to n free slots, for a take ahead.
-func (e *Engine) reserveUpTo(n int) int {
-	return e.reserveSlots(n, 0)
-}
-
-// reserveSlots promises up to n free slots, leaving keep of them free.
-func (e *Engine) reserveSlots(n, keep int) int {
+// full reports whether every slot is busy or promised; then it asks for
+// a claim, under mu as giveBack is, so that the slot freed next sees the
+// request and wakes the loop.
+func (e *Engine) full() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	free := min(max(e.opts.Workers-e.inflight-keep, 0), n)
+	if e.inflight < e.opts.Workers {
+		return false
+	}
+	e.claimWanted.Store(true)
+	return true
+}
+
+// freeSlots is how many slots are neither busy nor promised now.
+func (e *Engine) freeSlots() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return max(e.opts.Workers-e.inflight, 0)
+}
+
+// reserveSlots promises up to n free slots and returns how many. When
+// none is free for a claim that wanted some, it asks for a claim (see
+// full): the entities it would have leased are ready.
+func (e *Engine) reserveSlots(n int) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	free := min(max(e.opts.Workers-e.inflight, 0), n)
+	if free <= 0 {
+		if n > 0 {
+			e.claimWanted.Store(true)
+		}
+		return 0
+	}
 	e.inflight += free
 	return free
 }
@@ -477,18 +532,10 @@ func (e *Engine) route(ctx context.Context) {
 		// The take also leases, for the free slots, the entities it made
 		// ready (store.EventRouteNextParams.Claim): a claim of their own
 		// was one commit more between a webhook and its effect. The
-		// slots are promised once the page has events: a take that finds
-		// none (the receiver wakes one after every commit, and routing
-		// ahead took most of them) must not hold every slot meanwhile,
-		// which left none to the takes ahead beside it.
-		claim, asked := 0, false
-		routed, leased, leases, rerr := e.routeOnce(ctx, func() int {
-			if !asked { // once, though a page routed again decides again
-				asked, claim = true, e.reserve()
-			}
-			return claim
-		})
-		e.giveBack(claim - leased)
+		// slots are promised as its transaction leases (slotClaim).
+		slots := e.slotClaim()
+		routed, leased, leases, rerr := e.routeOnce(ctx, slots)
+		claim := slots.done(leased)
 		for _, l := range leases {
 			e.process(ctx, l)
 		}
@@ -569,17 +616,17 @@ func (e *Engine) RouteOnce(ctx context.Context) (int, error) {
 }
 
 // routeOnce is RouteOnce, leasing with the page up to as many ready
-// entities as reserve promises slots for, when set (see routePage):
+// entities as slots grants, when set (see routePage):
 // leased is how many it leased, and leases those the processor is to
 // work on (the others' work was settled in the routing transaction, and
 // their slots given back: see routeSettle). A page routed one event at a
 // time leases none: the loop's claim finds them.
-func (e *Engine) routeOnce(ctx context.Context, reserve func() int) (routed, leased int, leases []*store.Lease, err error) {
+func (e *Engine) routeOnce(ctx context.Context, slots *slotClaim) (routed, leased int, leases []*store.Lease, err error) {
 	var rs *routeSettle
-	if reserve != nil {
+	if slots != nil {
 		rs = &routeSettle{}
 	}
-	page, err := e.routePage(ctx, routePage, reserve, nil, rs)
+	page, err := e.routePage(ctx, routePage, slots, nil, rs)
 	if !errors.Is(err, store.ErrRefused) {
 		return page.Events, len(page.Leases), rs.finish(ctx, e, page), err
 	}
@@ -625,20 +672,20 @@ func refusedReason(stage string, err error) string {
 	return store.Storable(stage + ": the database refused a value of this event: " + s)
 }
 
-// routePage routes one page of up to limit events and, when reserve is
-// set, leases with it up to as many ready entities as reserve promises
-// slots for, asked once the page has its events. refused, when set,
-// names for an event the reason to dead-letter it with instead of
-// routing it ("" routes it); it also tells the caller which events were
-// taken. rs, when set, settles in the routing transaction what it can of
-// the leased entities' work.
-func (e *Engine) routePage(ctx context.Context, limit int, reserve func() int, refused func(pk int64) string, rs *routeSettle) (store.RoutedPage, error) {
+// routePage routes one page of up to limit events and, when slots is
+// set, leases with it up to as many ready entities as slots grants as
+// the transaction runs. refused, when set, names for an event the
+// reason to dead-letter it with instead of routing it ("" routes it);
+// it also tells the caller which events were taken. rs, when set,
+// settles in the routing transaction what it can of the leased
+// entities' work.
+func (e *Engine) routePage(ctx context.Context, limit int, slots *slotClaim, refused func(pk int64) string, rs *routeSettle) (store.RoutedPage, error) {
 	var evs []*store.RoutableEvent
 	var ds []*store.RouteDecision
 	now := e.clk.Now()
 	var lease *store.EntityClaimParams
-	if reserve != nil {
-		lease = e.leaseParams(now, 0) // its Limit once the page is decided
+	if slots != nil {
+		lease = e.leaseParams(now, e.opts.Workers, slots)
 	}
 	var settle func(context.Context, []*store.Lease) store.RouteSettle
 	if rs != nil && lease != nil {
@@ -652,10 +699,14 @@ func (e *Engine) routePage(ctx context.Context, limit int, reserve func() int, r
 	page, err := e.st.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: limit, Now: now, Claim: lease, Settle: settle, SettleMax: inlineMax,
 		Decide: func(page []*store.RoutableEvent) []*store.RouteDecision {
 			evs = page
-			if lease != nil {
-				lease.Limit = reserve()
+			// The page's work is prepared for a settle while a slot is
+			// free; with none free now, the transaction may still lease
+			// what frees meanwhile, without the listing a settle reads.
+			settling := settle != nil && e.freeSlots() > 0
+			if lease != nil && !settling {
+				lease.List = 0
 			}
-			ds = e.decide(ctx, page, refused, settle != nil && lease.Limit > 0, rs)
+			ds = e.decide(ctx, page, refused, settling, rs)
 			return ds
 		}})
 	if err != nil || page.Events == 0 {
@@ -665,13 +716,14 @@ func (e *Engine) routePage(ctx context.Context, limit int, reserve func() int, r
 	return page, nil
 }
 
-// leaseParams is the claim a routing take makes for up to claim ready
-// entities (none when claim is 0), with their first page of work.
-func (e *Engine) leaseParams(now time.Time, claim int) *store.EntityClaimParams {
+// leaseParams is the claim a routing take makes for up to limit ready
+// entities, as many as slots grants as it runs, with their first page
+// of work.
+func (e *Engine) leaseParams(now time.Time, limit int, slots *slotClaim) *store.EntityClaimParams {
 	// With the leases, their first page of work, where the database
 	// reads it in the routing transaction (PostgreSQL): the processor's
 	// listing was a transaction more per webhook.
-	return &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: claim, List: workPage}
+	return &store.EntityClaimParams{Owner: e.opts.Owner, Now: now, LeaseFor: e.opts.LeaseFor, Limit: limit, Slots: slots, List: workPage}
 }
 
 // decide computes the routing decisions of the events evs, one per

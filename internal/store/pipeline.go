@@ -48,7 +48,7 @@ type Pipeline interface {
 	// only when that delivery is its only one and it is stored exactly as
 	// it was decided; the others are left to EventRouteNext.
 	EventRouteStored(ctx context.Context, p *EventRouteStoredParams) (RoutedPage, error)
-	// EntityClaim leases up to Limit entities that have pending work, whose
+	// EntityClaim leases up to Limit entities (see Slots) that have pending work, whose
 	// lease is free or expired and whose not_before has passed, in claim
 	// order (not_before, flow, entity).
 	EntityClaim(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
@@ -274,11 +274,52 @@ type EntityClaimParams struct {
 	Now      time.Time
 	LeaseFor time.Duration
 	Limit    int
+	// Slots, when set, is the claimer's count of free workers, asked as
+	// the claim runs: on a database one process owns, when its one
+	// writer runs the claim, not when the claim was queued. A claim
+	// waiting for the writer then holds no worker, and whichever claim
+	// the writer runs first takes the free ones. The claim leases at most
+	// what Slots.Take grants of Limit (none when it grants none), and
+	// tells Slots.Leased how many it took, inside its transaction.
+	Slots Slots
 	// List, above zero, asks a claim made inside routing's transaction
 	// (EventRouteNextParams.Claim) for the first List pending items of
 	// each entity it leases, read in that transaction where the driver
 	// reads there (RouteTx.WorkListLeased): Lease.Pending.
 	List int
+}
+
+// Slots is a claimer's count of free workers (EntityClaimParams.Slots).
+// A transaction tried again asks again: Take then counts what the claim
+// still holds from the attempt before.
+type Slots interface {
+	// Take promises up to limit free workers to the claim about to
+	// lease, and returns how many it holds.
+	Take(limit int) int
+	// Leased tells how many of them the claim's leases fill. The others
+	// are free again at once, for the claims that the same transaction
+	// runs after this one: given back only once the claim's commit
+	// ended, they were held through every job of a group commit.
+	Leased(n int)
+}
+
+// Lease runs lease, a driver's lease statement, for as many entities as
+// p may lease as it runs: Limit, or what Slots grants of it, telling
+// Slots what the statement took. Drivers lease through it, in the
+// claim's transaction.
+func (p *EntityClaimParams) Lease(lease func(limit int) ([]*Lease, error)) ([]*Lease, error) {
+	limit := p.Limit
+	if p.Slots != nil {
+		limit = min(p.Slots.Take(limit), limit)
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	leases, err := lease(limit)
+	if err == nil && p.Slots != nil {
+		p.Slots.Leased(len(leases))
+	}
+	return leases, err
 }
 
 // Lease is a worker's exclusive right to process one entity until Until.

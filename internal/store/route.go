@@ -42,8 +42,9 @@ type RouteTx interface {
 	// EventsWithoutPending returns, of the events pks, those without a
 	// pending work item, in pk order.
 	EventsWithoutPending(ctx context.Context, pks []int64) ([]int64, error)
-	// EntitiesLease leases up to p.Limit ready entities, in claim order,
-	// as Pipeline.EntityClaim does: the statement of a claim made inside
+	// EntitiesLease leases up to p.Limit ready entities (as many as
+	// p.Slots grants: EntityClaimParams.Lease), in claim order, as
+	// Pipeline.EntityClaim does: the statement of a claim made inside
 	// another transaction (routing's).
 	EntitiesLease(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
 	// WorkListLeased is Pipeline.WorkListPendingGroup inside the

@@ -350,30 +350,34 @@ const newestKeySet = `behind_since = CASE WHEN newest_key <= settled_key AND $4 
 // the locking select runs exactly once. Tokens come from gen_random_uuid
 // (built in since PostgreSQL 13), one per row.
 func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
-	rows, err := s.pool.Query(ctx, entityClaimSQL, entityClaimArgs(p)...)
-	if err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
-	}
-	got, err := pgx.CollectRows(rows, scanClaimedEntity)
-	if err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
-	}
-	return store.ClaimOrder(got), nil
+	return p.Lease(func(limit int) ([]*store.Lease, error) {
+		rows, err := s.pool.Query(ctx, entityClaimSQL, entityClaimArgs(p, limit)...)
+		if err != nil {
+			return nil, fmt.Errorf("claim entities: %w", err)
+		}
+		got, err := pgx.CollectRows(rows, scanClaimedEntity)
+		if err != nil {
+			return nil, fmt.Errorf("claim entities: %w", err)
+		}
+		return store.ClaimOrder(got), nil
+	})
 }
 
 // EntitiesLease is EntityClaim's statement inside another transaction
 // (store.RouteTx): routing's, which leases what it made ready.
 func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
-	var got []store.ClaimedEntity
-	err := a.t.query(ctx, "claim entities", entityClaimSQL, entityClaimArgs(p), func(rows pgx.Rows) error {
-		var err error
-		got, err = pgx.CollectRows(rows, scanClaimedEntity)
-		return err
+	return p.Lease(func(limit int) ([]*store.Lease, error) {
+		var got []store.ClaimedEntity
+		err := a.t.query(ctx, "claim entities", entityClaimSQL, entityClaimArgs(p, limit), func(rows pgx.Rows) error {
+			var err error
+			got, err = pgx.CollectRows(rows, scanClaimedEntity)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return store.ClaimOrder(got), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return store.ClaimOrder(got), nil
 }
 
 // entityClaimSQL leases up to $2 ready entities.
@@ -386,8 +390,10 @@ const entityClaimSQL = `WITH c AS MATERIALIZED (
 	FROM c WHERE e.flow = c.flow AND e.entity = c.entity
 	RETURNING e.not_before, e.flow, e.entity, e.lease_token, e.lease_until`
 
-func entityClaimArgs(p *store.EntityClaimParams) []any {
-	return []any{p.Now, store.ClampLimit(p.Limit), p.Owner, p.Now.Add(p.LeaseFor)}
+// entityClaimArgs is entityClaimSQL's arguments for p, leasing up to
+// limit (what EntityClaimParams.Lease allows).
+func entityClaimArgs(p *store.EntityClaimParams, limit int) []any {
+	return []any{p.Now, store.ClampLimit(limit), p.Owner, p.Now.Add(p.LeaseFor)}
 }
 
 func scanClaimedEntity(r pgx.CollectableRow) (store.ClaimedEntity, error) {

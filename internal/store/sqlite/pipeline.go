@@ -260,31 +260,34 @@ func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingPara
 // the writer lock makes the choice and the leases one atomic step, so two
 // claimers never lease one entity. The candidates are read in claim order
 // up to limitSQL's literal (see there why the limit is not bound) and
-// numbered, and only the first p.Limit are leased. Each lease's token is
+// numbered, and only the first p.Limit (or as many as p.Slots grants)
+// are leased. Each lease's token is
 // the claim's own (newToken) and the row's id: unique per lease and not
 // guessable by another claimer. RETURNING keeps no order, so the leases
 // are sorted back into claim order.
 func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
-	now := p.Now.UnixMicro()
-	until := p.Now.Add(p.LeaseFor).UnixMicro()
-	token, err := newToken(p.Owner)
-	if err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
-	}
-	var got []store.ClaimedEntity
-	err = a.each(ctx, entityLeaseSQL(p.Limit), []any{token, until, now, store.ClampLimit(p.Limit)}, func(sc scanner) error {
-		var nb int64
-		l := &store.Lease{Until: time.UnixMicro(until).UTC()}
-		if err := sc.Scan(&nb, &l.Flow, &l.Entity, &l.Token); err != nil {
-			return err
+	return p.Lease(func(limit int) ([]*store.Lease, error) {
+		now := p.Now.UnixMicro()
+		until := p.Now.Add(p.LeaseFor).UnixMicro()
+		token, err := newToken(p.Owner)
+		if err != nil {
+			return nil, fmt.Errorf("claim entities: %w", err)
 		}
-		got = append(got, store.ClaimedEntity{NotBefore: time.UnixMicro(nb), Lease: l})
-		return nil
+		var got []store.ClaimedEntity
+		err = a.each(ctx, entityLeaseSQL(limit), []any{token, until, now, store.ClampLimit(limit)}, func(sc scanner) error {
+			var nb int64
+			l := &store.Lease{Until: time.UnixMicro(until).UTC()}
+			if err := sc.Scan(&nb, &l.Flow, &l.Entity, &l.Token); err != nil {
+				return err
+			}
+			got = append(got, store.ClaimedEntity{NotBefore: time.UnixMicro(nb), Lease: l})
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("claim entities: %w", err)
+		}
+		return store.ClaimOrder(got), nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("claim entities: %w", err)
-	}
-	return store.ClaimOrder(got), nil
 }
 
 // entityLeaseSQL leases up to ?4 of the first limit ready entities

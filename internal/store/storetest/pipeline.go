@@ -805,6 +805,100 @@ func testClaimExclusive(t *testing.T, o Opener) {
 	}
 }
 
+// slotLog is a claimer's count of free workers (store.Slots) that
+// grants grant workers and logs what it is asked and told, with the
+// step of the test it was asked at.
+type slotLog struct {
+	grant  int
+	asked  []int
+	leased []int
+	steps  *[]string
+}
+
+func (s *slotLog) Take(limit int) int {
+	s.asked = append(s.asked, limit)
+	if s.steps != nil {
+		*s.steps = append(*s.steps, "take")
+	}
+	return s.grant
+}
+
+func (s *slotLog) Leased(n int) { s.leased = append(s.leased, n) }
+
+// testClaimSlots: a claim with Slots leases at most what Slots.Take
+// grants of its Limit, and at most Limit whatever it grants; it tells
+// Slots.Leased how many it took, and a claim granted nothing leases
+// nothing and leaves the entities to the next. Routing's claims ask as
+// their transaction runs: after the page is decided, and after
+// EventRouteStored's routing is queued (on SQLite, for its one writer).
+func testClaimSlots(t *testing.T, o Opener) {
+	f := newPipe(t, o)
+	f.seedEntities("deals", 5)
+	claim := func(limit int, s store.Slots) []*store.Lease {
+		t.Helper()
+		ls, err := f.s.EntityClaim(f.ctx, &store.EntityClaimParams{Owner: "w", Now: t0, LeaseFor: time.Minute, Limit: limit, Slots: s})
+		if err != nil {
+			t.Fatalf("EntityClaim: %v", err)
+		}
+		return ls
+	}
+	two := &slotLog{grant: 2}
+	if ls := claim(10, two); len(ls) != 2 || !slices.Equal(two.asked, []int{10}) || !slices.Equal(two.leased, []int{2}) {
+		t.Fatalf("granted 2 of 10: %d leases, asked %v, told %v; want 2, [10], [2]", len(ls), two.asked, two.leased)
+	}
+	none := &slotLog{grant: 0}
+	if ls := claim(10, none); len(ls) != 0 || len(none.asked) != 1 || len(none.leased) != 0 {
+		t.Fatalf("granted none: %d leases, asked %v, told %v; want none, asked once, told nothing", len(ls), none.asked, none.leased)
+	}
+	many := &slotLog{grant: 50}
+	if ls := claim(2, many); len(ls) != 2 || !slices.Equal(many.leased, []int{2}) {
+		t.Fatalf("granted 50 of 2: %d leases, told %v; want the limit of 2", len(ls), many.leased)
+	}
+	rest := &slotLog{grant: 5}
+	if ls := claim(10, rest); len(ls) != 1 || ls[0].Entity != "e004" || !slices.Equal(rest.leased, []int{1}) {
+		t.Fatalf("granted 5 with one entity ready: %+v, told %v; want e004 alone, told 1", ls, rest.leased)
+	}
+
+	// Routing's claim, inside its transaction.
+	for i := range 3 {
+		f.event(fmt.Sprintf("evt_slots_%d", i))
+	}
+	var steps []string
+	single := &slotLog{grant: 1, steps: &steps}
+	page, err := f.s.EventRouteNext(f.ctx, &store.EventRouteNextParams{Limit: 10, Now: t0,
+		Decide: func(evs []*store.RoutableEvent) []*store.RouteDecision {
+			steps = append(steps, "decide")
+			return decideDeals(evs)
+		},
+		Claim: &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 5, Slots: single}})
+	if err != nil || page.Events != 3 || len(page.Leases) != 1 || page.Leases[0].Entity != "d_evt_slots_0" {
+		t.Fatalf("routing granted 1 of 5: %d events, leases %+v, %v; want the page of 3 and d_evt_slots_0 leased", page.Events, page.Leases, err)
+	}
+	if !slices.Equal(steps, []string{"decide", "take"}) || !slices.Equal(single.asked, []int{5}) || !slices.Equal(single.leased, []int{1}) {
+		t.Fatalf("routing: steps %v, asked %v, told %v; want decide then take, asked 5, told 1", steps, single.asked, single.leased)
+	}
+
+	if ls := claim(10, nil); len(ls) != 2 {
+		t.Fatalf("claim without Slots after the page: %d leases, want the page's other 2", len(ls))
+	}
+	d := delivery("crm", "evt_slots_stored", 0)
+	d.Type, d.Entity = "deal.updated", "deal_stored"
+	commit(t, f.s, one(d))
+	ev, k := asDecided(d)
+	steps = nil
+	stored := &slotLog{grant: 1, steps: &steps}
+	page, err = f.s.EventRouteStored(f.ctx, &store.EventRouteStoredParams{Now: t0, Events: []*store.RoutableEvent{ev}, Keys: []store.DeliveryKey{k},
+		Decisions: []*store.RouteDecision{{Routes: []store.Route{rt("deals", "d_stored", "k")}}},
+		Claim:     &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 1, Slots: stored},
+		Queued:    func() { steps = append(steps, "queued") }})
+	if err != nil || page.Events != 1 || len(page.Leases) != 1 || page.Leases[0].Entity != "d_stored" {
+		t.Fatalf("routing ahead granted 1: %d events, leases %+v, %v; want d_stored leased", page.Events, page.Leases, err)
+	}
+	if !slices.Equal(steps, []string{"queued", "take"}) || !slices.Equal(stored.leased, []int{1}) {
+		t.Fatalf("routing ahead: steps %v, told %v; want queued then take, told 1", steps, stored.leased)
+	}
+}
+
 func testClaimNotBefore(t *testing.T, o Opener) {
 	// Limit bounds a claim whatever its value: three of five ready
 	// entities, then the other two (a store may round the limit it gives

@@ -85,6 +85,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"PipelineRouteFailedDeadLetters", testRouteFailed},
 		{"PipelineRouteUnstorableDeadLetters", testRouteUnstorable},
 		{"PipelineClaimExclusive", testClaimExclusive},
+		{"PipelineClaimSlots", testClaimSlots},
 		{"PipelineClaimNotBefore", testClaimNotBefore},
 		{"PipelineClaimFirstReadyFirst", testClaimFirstReadyFirst},
 		{"PipelineApplyReleasesDrained", testApplyReleasesDrained},
