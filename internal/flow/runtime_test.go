@@ -479,6 +479,79 @@ func TestLoopClaimsWhenASlotFrees(t *testing.T) {
 	}
 }
 
+// gatedClaims holds the entity claims made once armed until open is
+// closed, as a claim queued behind a busy writer waits: waiting hears
+// each one held.
+type gatedClaims struct {
+	store.Store
+	armed   atomic.Bool
+	open    chan struct{}
+	waiting chan struct{}
+}
+
+func (g *gatedClaims) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
+	if g.armed.Load() {
+		select {
+		case g.waiting <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Store.EntityClaim(ctx, p)
+}
+
+// A claim holds no slot while it waits for the database: its slots are
+// promised as the database runs it (store.Slots). The routing take
+// beside it leases and settles the entity it made ready although the
+// claim, asked for first, still waits. Promised as the claim was made,
+// the slots were the waiting claim's, and the entity waited for it.
+func TestClaimHoldsNoSlotWhileItWaits(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
+	g := &gatedClaims{Store: f.st, open: make(chan struct{}), waiting: make(chan struct{}, 1)}
+	f.eng = New(f.cfg, g, Options{Clock: f.clk, Workers: 2, LeaseFor: time.Hour, PollInterval: time.Hour})
+	if err := f.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	opened := false
+	t.Cleanup(func() {
+		if !opened {
+			close(g.open)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := f.eng.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	f.send("shop", "evt-0", `{"order_id":"o0","rev":1}`)
+	f.eng.WakeRouting()
+	waitApplied(t, f, "evt-0") // the loop is idle
+
+	g.armed.Store(true)
+	f.send("shop", "evt-1", `{"order_id":"o1","rev":1}`)
+	f.eng.claimWanted.Store(true) // the round routes, then claims
+	f.eng.WakeRouting()
+	select {
+	case <-g.waiting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no entity claim after 30 s")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.disposition("shop", "evt-1") != "applied" {
+		if time.Now().After(deadline) {
+			t.Fatalf("evt-1 not applied after 10 s while a claim waited: %d slots promised", f.eng.inFlight())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	opened = true
+	close(g.open)
+	waitApplied(t, f, "evt-1")
+}
+
 // inFlight is how many entities the background loop holds slots for.
 func (e *Engine) inFlight() int {
 	e.mu.Lock()
