@@ -829,8 +829,10 @@ func (s *slotLog) Leased(n int) { s.leased = append(s.leased, n) }
 // grants of its Limit, and at most Limit whatever it grants; it tells
 // Slots.Leased how many it took, and a claim granted nothing leases
 // nothing and leaves the entities to the next. Routing's claims ask as
-// their transaction runs: after the page is decided, and after
-// EventRouteStored's routing is queued (on SQLite, for its one writer).
+// their transaction runs, after the page is decided, and so do
+// EventRouteStored's. (That a claim queued for SQLite's one writer
+// holds nothing while it waits is the flow engine's to show:
+// TestClaimHoldsNoSlotWhileItWaits.)
 func testClaimSlots(t *testing.T, o Opener) {
 	f := newPipe(t, o)
 	f.seedEntities("deals", 5)
@@ -885,17 +887,15 @@ func testClaimSlots(t *testing.T, o Opener) {
 	d.Type, d.Entity = "deal.updated", "deal_stored"
 	commit(t, f.s, one(d))
 	ev, k := asDecided(d)
-	steps = nil
-	stored := &slotLog{grant: 1, steps: &steps}
+	stored := &slotLog{grant: 1}
 	page, err = f.s.EventRouteStored(f.ctx, &store.EventRouteStoredParams{Now: t0, Events: []*store.RoutableEvent{ev}, Keys: []store.DeliveryKey{k},
 		Decisions: []*store.RouteDecision{{Routes: []store.Route{rt("deals", "d_stored", "k")}}},
-		Claim:     &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 1, Slots: stored},
-		Queued:    func() { steps = append(steps, "queued") }})
+		Claim:     &store.EntityClaimParams{Owner: "router", Now: t0, LeaseFor: time.Minute, Limit: 1, Slots: stored}})
 	if err != nil || page.Events != 1 || len(page.Leases) != 1 || page.Leases[0].Entity != "d_stored" {
 		t.Fatalf("routing ahead granted 1: %d events, leases %+v, %v; want d_stored leased", page.Events, page.Leases, err)
 	}
-	if !slices.Equal(steps, []string{"queued", "take"}) || !slices.Equal(stored.leased, []int{1}) {
-		t.Fatalf("routing ahead: steps %v, told %v; want queued then take, told 1", steps, stored.leased)
+	if !slices.Equal(stored.asked, []int{1}) || !slices.Equal(stored.leased, []int{1}) {
+		t.Fatalf("routing ahead: asked %v, told %v; want asked 1, told 1", stored.asked, stored.leased)
 	}
 }
 
