@@ -48,9 +48,9 @@ type Pipeline interface {
 	// only when that delivery is its only one and it is stored exactly as
 	// it was decided; the others are left to EventRouteNext.
 	EventRouteStored(ctx context.Context, p *EventRouteStoredParams) (RoutedPage, error)
-	// EntityClaim leases up to Limit entities (see Slots) that have pending work, whose
-	// lease is free or expired and whose not_before has passed, in claim
-	// order (not_before, flow, entity).
+	// EntityClaim leases up to Limit entities (as many as Slots grants)
+	// that have pending work, whose lease is free or expired and whose
+	// not_before has passed, in claim order (not_before, flow, entity).
 	EntityClaim(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
 	// EntityRelease gives a lease back (only if the token still holds it),
 	// optionally deferring the entity until RetryAt. Releasing a lease that

@@ -261,10 +261,10 @@ func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingPara
 // claimers never lease one entity. The candidates are read in claim order
 // up to limitSQL's literal (see there why the limit is not bound) and
 // numbered, and only the first p.Limit (or as many as p.Slots grants)
-// are leased. Each lease's token is
-// the claim's own (newToken) and the row's id: unique per lease and not
-// guessable by another claimer. RETURNING keeps no order, so the leases
-// are sorted back into claim order.
+// are leased. Each lease's token is the claim's own (newToken) and the
+// row's id: unique per lease and not guessable by another claimer.
+// RETURNING keeps no order, so the leases are sorted back into claim
+// order.
 func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
 	return p.Lease(func(limit int) ([]*store.Lease, error) {
 		now := p.Now.UnixMicro()
