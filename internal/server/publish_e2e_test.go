@@ -370,10 +370,24 @@ func testPublishRotation(t *testing.T, storeURL string) {
 	if !strings.HasPrefix(oldKey, "whsec_") {
 		t.Fatalf("generated key %q, want whsec_", oldKey)
 	}
+	// deliver publishes the nth message and waits until the endpoint has
+	// it and its effect is settled done: the clock moved on an hour while
+	// a settle was still in flight would expire its lease, leave the
+	// outcome to reconcile on a clock that stands still, and hold the
+	// next message behind it.
 	deliver := func(key string, n int) received {
 		t.Helper()
 		h.publishID(key, fmt.Sprintf(`{"type":"user.created","data":{"n":%d}}`, n))
 		waitFor(t, "delivery "+key, func() bool { return len(rcv.deliveries()) == n })
+		waitFor(t, "delivery "+key+" settled done", func() bool {
+			effs := h.effectList("destination=endpoint:rot")
+			for _, e := range effs {
+				if e.State != "done" {
+					return false
+				}
+			}
+			return len(effs) == n
+		})
 		return rcv.deliveries()[n-1]
 	}
 
