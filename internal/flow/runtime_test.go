@@ -350,7 +350,15 @@ func startCounted(t *testing.T, f *fixture, workers int) *claimCounter {
 func startCountedHooked(t *testing.T, f *fixture, workers int, hook func(*store.WorkItem)) *claimCounter {
 	t.Helper()
 	cc := &claimCounter{Store: f.st}
-	f.eng = New(f.cfg, cc, Options{Clock: f.clk, Workers: workers, LeaseFor: time.Hour, PollInterval: time.Hour})
+	startOn(t, f, cc, workers, hook)
+	return cc
+}
+
+// startOn starts f's engine on st, with workers slots, the poll out of
+// the way and hook as its prepareHook, and stops it when the test ends.
+func startOn(t *testing.T, f *fixture, st store.Store, workers int, hook func(*store.WorkItem)) {
+	t.Helper()
+	f.eng = New(f.cfg, st, Options{Clock: f.clk, Workers: workers, LeaseFor: time.Hour, PollInterval: time.Hour})
 	f.eng.prepareHook = hook
 	if err := f.eng.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -362,7 +370,6 @@ func startCountedHooked(t *testing.T, f *fixture, workers int, hook func(*store.
 			t.Error(err)
 		}
 	})
-	return cc
 }
 
 // waitApplied waits for the event to be applied, then for the slots to
@@ -512,19 +519,11 @@ func (g *gatedClaims) EntityClaim(ctx context.Context, p *store.EntityClaimParam
 func TestClaimHoldsNoSlotWhileItWaits(t *testing.T) {
 	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
 	g := &gatedClaims{Store: f.st, open: make(chan struct{}), waiting: make(chan struct{}, 1)}
-	f.eng = New(f.cfg, g, Options{Clock: f.clk, Workers: 2, LeaseFor: time.Hour, PollInterval: time.Hour})
-	if err := f.eng.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	startOn(t, f, g, 2, nil)
 	opened := false
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before the engine stops: cleanups run last first
 		if !opened {
 			close(g.open)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := f.eng.Stop(ctx); err != nil {
-			t.Error(err)
 		}
 	})
 	f.send("shop", "evt-0", `{"order_id":"o0","rev":1}`)
