@@ -61,6 +61,9 @@ type e2eFlags struct {
 	// warmup is the first part of sending whose webhooks are accounted
 	// for but left out of the latency figures.
 	warmup time.Duration
+	// prefill is the events planted in a SQLite target's store before its
+	// server starts (prefillSQLite).
+	prefill int
 }
 
 func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -124,11 +127,18 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.DurationVar(&f.walFrames, "wal-frames", 0, "on SQLite, count for this `window` in the middle of sending the WAL frames the server writes, by table\n"+
 		"and index (a read snapshot held meanwhile keeps them in the WAL and slows the server: the run's latency is then\n"+
 		"not comparable; 0: not counted)")
+	fs.IntVar(&f.prefill, "prefill", 0, "`events` planted in each SQLite target's store before its server starts, each taken all the way through\n"+
+		"(event, delivery, settled work, entity, effect done after one attempt, audit rows): the run then writes into indexes\n"+
+		"that many entries wide instead of into an empty store (SQLite targets only; 0: none)")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
 	f.table = *table
+	if f.prefill < 0 {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: --prefill must not be negative")
+		return exitUsage
+	}
 	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.doorFor < 0 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --door, --drain and --top-sql not negative")
 		return exitUsage
@@ -148,6 +158,10 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	}
 	if f.targets, err = withTracing(f.targets, f.tracing, e2eSQLite, e2ePG1, e2ePG2); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench e2e: --tracing: %v\n", err)
+		return exitUsage
+	}
+	if f.prefill > 0 && slices.ContainsFunc(f.targets, func(t string) bool { base, _, _ := strings.Cut(t, "@"); return base != e2eSQLite }) {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: --prefill plants SQLite stores only: give --targets sqlite")
 		return exitUsage
 	}
 	return benchExit(stderr, "e2e")(e2eBench(ctx, stdout, stderr, &f))
@@ -703,6 +717,11 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if driver == "sqlite" && f.walFrames > 0 {
 		res.walPath = strings.TrimPrefix(cs.URL, "sqlite:")
 	}
+	if driver == "sqlite" && f.prefill > 0 {
+		if err := prefillCell(ctx, env, cs.URL, f.prefill); err != nil {
+			return nil, err
+		}
+	}
 	var srvs []*child
 	defer func() {
 		for _, s := range srvs {
@@ -756,7 +775,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 			return nil, err
 		}
 	}
-	if err := e2eLedger(ctx, cs.URL, res); err != nil {
+	if err := e2eLedger(ctx, cs.URL, int64(f.prefill), res); err != nil {
 		return nil, err
 	}
 	// A build from before the claims were stamped (--hookledger) has no
@@ -764,7 +783,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if rows, err := readStamps(ctx, driver, cs.URL); err != nil {
 		fmt.Fprintf(env.stderr, "target %s: no stage breakdown: %v\n", target, err)
 	} else {
-		rows = slices.DeleteFunc(rows, func(r stampRow) bool { return warmSend(r.eventID, dest.warm) })
+		rows = slices.DeleteFunc(rows, func(r stampRow) bool { return planted(r.eventID) || warmSend(r.eventID, dest.warm) })
 		res.stages = breakdown(rows, func(id string) int64 { return res.ackAt[id] })
 	}
 	return res, nil
@@ -1021,15 +1040,16 @@ func e2eAccount(dest *sink, res *e2eResult) {
 	res.warm = dest.warm
 }
 
-// e2eLedger counts the effect ledger by state after the server stopped.
-func e2eLedger(ctx context.Context, storeURL string, res *e2eResult) error {
+// e2eLedger counts the effect ledger by state after the server stopped,
+// the effects with ids above plantedIDs: a prefilled history's are 1..n.
+func e2eLedger(ctx context.Context, storeURL string, plantedIDs int64, res *e2eResult) error {
 	st, err := storeopen.Open(ctx, storeURL)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	res.ledger = map[store.EffectState]int{}
-	var after int64
+	after := plantedIDs
 	for {
 		page, err := st.EffectList(ctx, &store.EffectListParams{AfterID: after, Limit: 1000})
 		if err != nil {
