@@ -61,8 +61,8 @@ type e2eFlags struct {
 	// warmup is the first part of sending whose webhooks are accounted
 	// for but left out of the latency figures.
 	warmup time.Duration
-	// prefill is the events planted in a SQLite target's store before its
-	// server starts (prefillSQLite).
+	// prefill is the events planted in each target's store before its
+	// servers start (prefillStatements).
 	prefill int
 }
 
@@ -127,9 +127,9 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.DurationVar(&f.walFrames, "wal-frames", 0, "on SQLite, count for this `window` in the middle of sending the WAL frames the server writes, by table\n"+
 		"and index (a read snapshot held meanwhile keeps them in the WAL and slows the server: the run's latency is then\n"+
 		"not comparable; 0: not counted)")
-	fs.IntVar(&f.prefill, "prefill", 0, "`events` planted in each SQLite target's store before its server starts, each taken all the way through\n"+
-		"(event, delivery, settled work, entity, effect done after one attempt, audit rows): the run then writes into indexes\n"+
-		"that many entries wide instead of into an empty store (SQLite targets only; 0: none)")
+	fs.IntVar(&f.prefill, "prefill", 0, "`events` planted in each target's store before its servers start, each taken all the way through\n"+
+		"(event, delivery, settled work, entity, effect done after one attempt, audit rows; analyzed on PostgreSQL): the run\n"+
+		"then writes into indexes that many entries wide instead of into an empty store (0: none)")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
@@ -158,10 +158,6 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	}
 	if f.targets, err = withTracing(f.targets, f.tracing, e2eSQLite, e2ePG1, e2ePG2); err != nil {
 		fmt.Fprintf(stderr, "hookledger-bench e2e: --tracing: %v\n", err)
-		return exitUsage
-	}
-	if f.prefill > 0 && slices.ContainsFunc(f.targets, func(t string) bool { base, _, _ := strings.Cut(t, "@"); return base != e2eSQLite }) {
-		fmt.Fprintln(stderr, "hookledger-bench e2e: --prefill plants SQLite stores only: give --targets sqlite")
 		return exitUsage
 	}
 	return benchExit(stderr, "e2e")(e2eBench(ctx, stdout, stderr, &f))
@@ -717,9 +713,16 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if driver == "sqlite" && f.walFrames > 0 {
 		res.walPath = strings.TrimPrefix(cs.URL, "sqlite:")
 	}
-	if driver == "sqlite" && f.prefill > 0 {
-		if err := prefillCell(ctx, env, cs.URL, f.prefill); err != nil {
+	if f.prefill > 0 {
+		if err := prefillCell(ctx, env, driver, cs.URL, f.prefill); err != nil {
 			return nil, err
+		}
+		// The planting wrote its rows' pages and WAL; the run starts
+		// from a checkpoint as an empty store's does (above).
+		if driver == "postgres" {
+			if err := pgCheckpoint(ctx, f.postgres); err != nil {
+				return nil, err
+			}
 		}
 	}
 	var srvs []*child

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hookledger/hookledger/internal/store"
+	"github.com/hookledger/hookledger/internal/store/pgtest"
 	"github.com/hookledger/hookledger/internal/store/storeopen"
 )
 
@@ -15,10 +16,23 @@ import (
 // one successful attempt, each entity at its event's revision, the
 // stage stamps read as a run's do, and what the store writes next takes
 // keys above the planted ones (the e2e ledger counts from there).
-func TestPrefillSQLite(t *testing.T) {
+func TestPrefill(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "prefill.db")
+		prefillRoundTrip(t, "sqlite", "sqlite:"+path, func(ctx context.Context, n int, start time.Time) error {
+			return prefillSQLite(ctx, path, n, start)
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.NewDatabase(t)
+		prefillRoundTrip(t, "postgres", url, func(ctx context.Context, n int, start time.Time) error {
+			return prefillPostgres(ctx, url, n, start)
+		})
+	})
+}
+
+func prefillRoundTrip(t *testing.T, driver, url string, plant func(ctx context.Context, n int, start time.Time) error) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "prefill.db")
-	url := "sqlite:" + path
 	st, err := storeopen.Open(ctx, url)
 	if err != nil {
 		t.Fatalf("open: %v", err)
@@ -29,7 +43,7 @@ func TestPrefillSQLite(t *testing.T) {
 	}
 	const n = 30
 	start := time.Now()
-	if err := prefillSQLite(ctx, path, n, start); err != nil {
+	if err := plant(ctx, n, start); err != nil {
 		t.Fatalf("prefill: %v", err)
 	}
 
@@ -50,7 +64,7 @@ func TestPrefillSQLite(t *testing.T) {
 		t.Fatalf("AttemptList(%d): %v %+v", effects[0].ID, err, attempts)
 	}
 	proj, err := st.ProjectionGet(ctx, &store.ProjectionGetParams{Flow: "invoices", Entity: effects[0].Entity})
-	if err != nil || proj == nil || proj.Version != effects[0].Version || string(proj.State) != `{"amount":4900,"status":"paid"}` {
+	if err != nil || proj == nil || proj.Version != effects[0].Version || !store.JSONEqual(proj.State, []byte(`{"amount":4900,"status":"paid"}`)) {
 		t.Fatalf("ProjectionGet(%s): %v %+v", effects[0].Entity, err, proj)
 	}
 
@@ -64,7 +78,7 @@ func TestPrefillSQLite(t *testing.T) {
 		}
 	}
 
-	rows, err := readStamps(ctx, "sqlite", url)
+	rows, err := readStamps(ctx, driver, url)
 	if err != nil || len(rows) != n {
 		t.Fatalf("readStamps: %v, %d rows, want %d", err, len(rows), n)
 	}
