@@ -786,8 +786,7 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if rows, err := readStamps(ctx, driver, cs.URL); err != nil {
 		fmt.Fprintf(env.stderr, "target %s: no stage breakdown: %v\n", target, err)
 	} else {
-		rows = slices.DeleteFunc(rows, func(r stampRow) bool { return planted(r.eventID) || warmSend(r.eventID, dest.warm) })
-		res.stages = breakdown(rows, func(id string) int64 { return res.ackAt[id] })
+		res.stages = breakdown(runStamps(rows, dest.warm), func(id string) int64 { return res.ackAt[id] })
 	}
 	return res, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -238,3 +239,11 @@ func fileMiB(path string) float64 {
 
 // planted reports whether an event id is one of a prefilled history's.
 func planted(eventID string) bool { return strings.HasPrefix(eventID, prefillPrefix) }
+
+// runStamps is the stamps of the run's own events that the stage
+// breakdown measures: neither a planted history's, whose stamps are
+// made up and whose acknowledgements the run never saw, nor the warm-up's
+// (warmSend).
+func runStamps(rows []stampRow, warm int64) []stampRow {
+	return slices.DeleteFunc(rows, func(r stampRow) bool { return planted(r.eventID) || warmSend(r.eventID, warm) })
+}

@@ -105,3 +105,14 @@ func prefillRoundTrip(t *testing.T, driver, url string, plant func(ctx context.C
 		t.Fatalf("e2eLedger of every effect: %v, %d counted, want %d", err, r.ledgerTotal, n)
 	}
 }
+
+// The stage breakdown measures the run's own events after its warm-up:
+// a planted event's made-up stamps, with no acknowledgement the run saw,
+// would count as stages of their own.
+func TestRunStamps(t *testing.T) {
+	rows := []stampRow{{eventID: prefillPrefix + "7"}, {eventID: e2eEventID(0)}, {eventID: e2eEventID(5)}, {eventID: prefillPrefix + "8"}}
+	got := runStamps(rows, 2)
+	if len(got) != 1 || got[0].eventID != e2eEventID(5) {
+		t.Fatalf("runStamps kept %+v, want only %s", got, e2eEventID(5))
+	}
+}
