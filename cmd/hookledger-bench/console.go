@@ -334,8 +334,7 @@ func loadConsoleAttempts(ctx context.Context, driver, storeURL string, n int, no
 		}
 		defer db.Close()
 		_, err = db.ExecContext(ctx, fmt.Sprintf(`%s SELECT i, 1, %d + i * %d, 1000 + (i * 7919) %% 300000, %s, 0
-			FROM (WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s)`,
-			cols, t0, step, pick, n))
+			FROM %s`, cols, t0, step, pick, sqliteSeries(n)))
 		return err
 	case "postgres":
 		conn, err := pgx.Connect(ctx, singleConnURL(storeURL))
@@ -344,7 +343,7 @@ func loadConsoleAttempts(ctx context.Context, driver, storeURL string, n int, no
 		}
 		defer conn.Close(ctx)
 		_, err = conn.Exec(ctx, fmt.Sprintf(`%s SELECT i, 1, to_timestamp((%d + i * %d)::float8 / 1e6), 1000 + (i * 7919) %% 300000, %s, false
-			FROM generate_series(1::bigint, %d) AS g(i)`, cols, t0, step, pick, n))
+			FROM %s`, cols, t0, step, pick, postgresSeries(n)))
 		return err
 	}
 	return fmt.Errorf("unknown driver %q", driver)

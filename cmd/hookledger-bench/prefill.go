@@ -38,9 +38,7 @@ type prefillDialect struct {
 
 var (
 	prefillSQLiteDialect = prefillDialect{
-		series: func(n int) string {
-			return fmt.Sprintf(`(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s) AS g`, n)
-		},
+		series: sqliteSeries,
 		micros: func(expr string) string { return expr },
 		pad:    `printf('%020d', i)`,
 		json:   func(expr string) string { return expr },
@@ -48,7 +46,7 @@ var (
 		param:  `?1`, yes: `1`, no: `0`,
 	}
 	prefillPostgresDialect = prefillDialect{
-		series: func(n int) string { return fmt.Sprintf(`generate_series(1::bigint, %d) AS g(i)`, n) },
+		series: postgresSeries,
 		micros: func(expr string) string { return `('epoch'::timestamptz + (` + expr + `) * interval '1 microsecond')` },
 		pad:    `lpad(i::text, 20, '0')`,
 		json:   func(expr string) string { return `(` + expr + `)::jsonb` },

@@ -272,7 +272,7 @@ func loadReplayFixture(ctx context.Context, path string, n, perEntity int, start
 		return err
 	}
 	defer db.Close()
-	series := fmt.Sprintf("(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s) AS g", n)
+	series := sqliteSeries(n)
 	entities := (n + perEntity - 1) / perEntity
 	at := fmt.Sprintf("(%d + i * 1000)", start.UnixMicro())
 	entity := fmt.Sprintf("'in_' || (i %% %d)", entities)

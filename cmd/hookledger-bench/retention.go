@@ -342,10 +342,7 @@ func loadRetentionFixture(ctx context.Context, driver, url string, f *retentionF
 			return err
 		}
 		defer db.Close()
-		series := func(n int) string {
-			return fmt.Sprintf("(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s) AS g", n)
-		}
-		for _, q := range retentionSQL(series, func(e string) string { return e }, func(e string) string { return "(" + e + ")" },
+		for _, q := range retentionSQL(sqliteSeries, func(e string) string { return e }, func(e string) string { return "(" + e + ")" },
 			"", fmt.Sprintf("zeroblob(%d)", retBodyBytes), f, now) {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				return fmt.Errorf("%.60s...: %w", strings.TrimSpace(q), err)
@@ -358,9 +355,8 @@ func loadRetentionFixture(ctx context.Context, driver, url string, f *retentionF
 			return err
 		}
 		defer conn.Close(ctx)
-		series := func(n int) string { return fmt.Sprintf("generate_series(1::bigint, %d) AS g(i)", n) }
 		ts := func(e string) string { return "to_timestamp((" + e + ")::float8 / 1e6)" }
-		for _, q := range retentionSQL(series, ts, func(e string) string { return "(" + e + ")" },
+		for _, q := range retentionSQL(postgresSeries, ts, func(e string) string { return "(" + e + ")" },
 			"OVERRIDING SYSTEM VALUE", fmt.Sprintf("convert_to(repeat('x', %d), 'UTF8')", retBodyBytes), f, now) {
 			if _, err := conn.Exec(ctx, q); err != nil {
 				return fmt.Errorf("%.60s...: %w", strings.TrimSpace(q), err)

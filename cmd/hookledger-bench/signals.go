@@ -328,10 +328,7 @@ func loadSignalsSQLite(ctx context.Context, path string, f *signalsFlags, now ti
 		return nil, err
 	}
 	defer db.Close()
-	series := func(n int) string {
-		return fmt.Sprintf("(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s) AS g", n)
-	}
-	stmts := fixtureSQL(series, func(e string) string { return e }, func(e string) string { return "(" + e + ")" }, "", f, now)
+	stmts := fixtureSQL(sqliteSeries, func(e string) string { return e }, func(e string) string { return "(" + e + ")" }, "", f, now)
 	for _, q := range stmts {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return nil, fmt.Errorf("%.60s...: %w", strings.TrimSpace(q), err)
@@ -363,9 +360,8 @@ func loadSignalsPostgres(ctx context.Context, url string, f *signalsFlags, now t
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	series := func(n int) string { return fmt.Sprintf("generate_series(1::bigint, %d) AS g(i)", n) }
 	ts := func(e string) string { return "to_timestamp((" + e + ")::float8 / 1e6)" }
-	stmts := fixtureSQL(series, ts, func(e string) string { return "(" + e + ")" }, "OVERRIDING SYSTEM VALUE", f, now)
+	stmts := fixtureSQL(postgresSeries, ts, func(e string) string { return "(" + e + ")" }, "OVERRIDING SYSTEM VALUE", f, now)
 	// PostgreSQL has no two-argument substr from the end: pad with lpad.
 	stmts[1] = strings.Replace(stmts[1], "substr('0000000000' || i, -10, 10)", "lpad(i::text, 10, '0')", 1)
 	for _, q := range stmts {

@@ -124,3 +124,14 @@ func singleConnURL(raw string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// sqliteSeries is a FROM item of SQLite that yields the rows i = 1..n,
+// for the fixtures that plant rows with one INSERT ... SELECT per table.
+func sqliteSeries(n int) string {
+	return fmt.Sprintf("(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %d) SELECT i FROM s) AS g", n)
+}
+
+// postgresSeries is sqliteSeries for PostgreSQL.
+func postgresSeries(n int) string {
+	return fmt.Sprintf("generate_series(1::bigint, %d) AS g(i)", n)
+}
