@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/hookledger/hookledger/internal/groupcommit"
 )
 
 // The drivers run statements; the rules live here, once, and own the
@@ -104,10 +106,21 @@ type Rules struct {
 	// routeMu makes EventRouteNext's pages disjoint on a database one
 	// process owns: one router at a time lists, decides and records.
 	routeMu sync.Mutex
+	// publisher runs concurrent publishes as groups where the database
+	// does not queue writes itself (MessagePublish), and publishesAlone
+	// counts the groups published one by one.
+	publisher      *groupcommit.Batcher[*MessagePublishParams, PublishAnswer]
+	publishesAlone atomic.Int64
 }
 
 // NewRules returns the rules over db.
-func NewRules(db Driver) *Rules { return &Rules{db: db} }
+func NewRules(db Driver) *Rules {
+	r := &Rules{db: db}
+	if _, queued := db.(QueuedDriver); !queued {
+		r.publisher = groupcommit.New(r.MessagePublishGroup, publishSize, maxPublishGroupBytes)
+	}
+	return r
+}
 
 // GroupsAlone reports how many groups of work items (FlowApplyGroup) and
 // of settles (EffectSettleGroup) failed as a whole and were settled one

@@ -485,6 +485,64 @@ func testMessagePublishConcurrent(t *testing.T, o Opener) {
 	}
 }
 
+// testMessagePublishGroup: a group answers each message as publishing it
+// alone would. A key the group holds twice replays for its second
+// message, an invalid message is refused without the others, and a
+// message whose id is taken fails alone: the group is published one by
+// one, and the taken message's key is left free.
+func testMessagePublishGroup(t *testing.T, o Opener) {
+	f := newPub(t, o)
+	alone := func() int64 { return f.s.(interface{ PublishesAlone() int64 }).PublishesAlone() }
+	f.put(&store.EndpointPutParams{ID: "ep_a", Spec: spec("https://a.example/hooks"), Enabled: true})
+	f.put(&store.EndpointPutParams{ID: "ep_b", Spec: spec("https://b.example/hooks"), Enabled: true})
+	invalid := msg("msg_bad", "k_bad", "invoice.paid", t0)
+	invalid.Payload = []byte("not json")
+	as := f.s.MessagePublishGroup(f.ctx, []*store.MessagePublishParams{
+		msg("msg_1", "k1", "invoice.paid", t0), msg("msg_2", "k2", "invoice.paid", t0),
+		msg("msg_3", "k1", "invoice.paid", t0), invalid})
+	// A replay names the original message, not its endpoints.
+	for i, want := range []struct {
+		id        string
+		replayed  bool
+		endpoints int
+	}{{"msg_1", false, 2}, {"msg_2", false, 2}, {"msg_1", true, 0}} {
+		if a := as[i]; a.Err != nil || a.Result.ID != want.id || a.Result.Replayed != want.replayed ||
+			len(a.Result.Endpoints) != want.endpoints || a.Result.Fingerprint != "fp-"+want.id {
+			t.Fatalf("answer %d: %+v %v, want %+v", i, a.Result, a.Err, want)
+		}
+	}
+	if !errors.Is(as[3].Err, store.ErrInvalidArgument) || as[3].Result != nil {
+		t.Fatalf("invalid message: %+v %v, want ErrInvalidArgument", as[3].Result, as[3].Err)
+	}
+	if n := alone(); n != 0 {
+		t.Fatalf("a group of valid new messages was published alone %d times", n)
+	}
+	if evs, effs := f.messages(), f.effects(); len(evs) != 2 || len(effs) != 4 {
+		t.Fatalf("%d message events and %d effects, want 2 and 4", len(evs), len(effs))
+	}
+
+	as = f.s.MessagePublishGroup(f.ctx, []*store.MessagePublishParams{
+		msg("msg_4", "k4", "invoice.paid", t0), msg("msg_2", "k5", "invoice.paid", t0), msg("msg_6", "k6", "invoice.paid", t0)})
+	if as[0].Err != nil || as[0].Result.ID != "msg_4" || as[2].Err != nil || as[2].Result.ID != "msg_6" {
+		t.Fatalf("the others of a failing group: %+v %v, %+v %v", as[0].Result, as[0].Err, as[2].Result, as[2].Err)
+	}
+	if as[1].Err == nil || as[1].Result != nil {
+		t.Fatalf("a taken message id: %+v %v, want an error", as[1].Result, as[1].Err)
+	}
+	if n := alone(); n != 1 {
+		t.Fatalf("the failing group was published alone %d times, want 1", n)
+	}
+	if r := f.publish(msg("msg_7", "k5", "invoice.paid", t0)); r.Replayed || r.ID != "msg_7" {
+		t.Fatalf("the failed message's key: %+v, want it free", r)
+	}
+	if evs, effs := f.messages(), f.effects(); len(evs) != 5 || len(effs) != 10 {
+		t.Fatalf("%d message events and %d effects, want 5 and 10", len(evs), len(effs))
+	}
+	if n := len(f.audit(store.ActionMessagePublished)); n != 5 {
+		t.Fatalf("%d message_published audit rows, want 5", n)
+	}
+}
+
 // EffectsDueNow brings an endpoint's waiting retries forward (a disabled
 // endpoint parks them at once) and touches nothing else.
 func testEffectsDueNow(t *testing.T, o Opener) {

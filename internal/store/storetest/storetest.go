@@ -179,6 +179,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"MessagePublishWideFanOut", testMessagePublishWideFanOut},
 		{"MessagePublishReplay", testMessagePublishReplay},
 		{"MessagePublishConcurrent", testMessagePublishConcurrent},
+		{"MessagePublishGroup", testMessagePublishGroup},
 		{"IdempotencyPrune", testIdempotencyPrune},
 		{"EffectsDueNow", testEffectsDueNow},
 	}
