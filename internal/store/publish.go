@@ -668,8 +668,9 @@ func (r *Rules) MessagePublishGroup(ctx context.Context, ps []*MessagePublishPar
 		return alone()
 	}
 	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
+		var targets publishTargets
 		for _, i := range valid {
-			res, err := publishMessage(ctx, tx, ps[i])
+			res, err := publishMessage(ctx, tx, ps[i], &targets)
 			if err != nil {
 				return fmt.Errorf("publish message %s: %w", ps[i].ID, err)
 			}
@@ -694,7 +695,7 @@ func (r *Rules) publishAlone(ctx context.Context, p *MessagePublishParams) (*Mes
 	var res *MessagePublishResult
 	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
 		var err error
-		res, err = publishMessage(ctx, tx, p)
+		res, err = publishMessage(ctx, tx, p, &publishTargets{})
 		return err
 	})
 	if err != nil {
@@ -703,7 +704,40 @@ func (r *Rules) publishAlone(ctx context.Context, p *MessagePublishParams) (*Mes
 	return res, nil
 }
 
-func publishMessage(ctx context.Context, tx Tx, p *MessagePublishParams) (*MessagePublishResult, error) {
+// publishTargets is the endpoints a transaction's messages may go to,
+// read and parsed once, when its first new message needs them: every
+// message of a group joined it before the group began, so each sees the
+// endpoints as they were when it was published.
+type publishTargets struct {
+	done      bool
+	endpoints []publishTarget
+}
+
+type publishTarget struct {
+	id    string
+	types []string
+}
+
+func (t *publishTargets) read(ctx context.Context, tx Tx) ([]publishTarget, error) {
+	if t.done {
+		return t.endpoints, nil
+	}
+	rows, err := tx.EndpointSpecs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read endpoints: %w", err)
+	}
+	for _, r := range rows {
+		spec, err := UnmarshalSpec(r.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s: %w", r.ID, err)
+		}
+		t.endpoints = append(t.endpoints, publishTarget{id: r.ID, types: spec.Types})
+	}
+	t.done = true
+	return t.endpoints, nil
+}
+
+func publishMessage(ctx context.Context, tx Tx, p *MessagePublishParams, targets *publishTargets) (*MessagePublishResult, error) {
 	held, err := tx.IdempotencyKeyHold(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("hold idempotency key: %w", err)
@@ -724,26 +758,22 @@ func publishMessage(ctx context.Context, tx Tx, p *MessagePublishParams) (*Messa
 	if err != nil {
 		return nil, fmt.Errorf("record message: %w", err)
 	}
-	targets, err := tx.EndpointSpecs(ctx)
+	endpoints, err := targets.read(ctx, tx)
 	if err != nil {
-		return nil, fmt.Errorf("read endpoints: %w", err)
+		return nil, err
 	}
 	res := &MessagePublishResult{ID: p.ID, Fingerprint: p.Fingerprint, CreatedAt: p.Now.UTC(), Endpoints: []string{}}
 	request := publishRequest(p.ID, p.Payload)
 	versionSort := publishVersionSort(p.Now, p.ID)
-	effects := make([]*MessageEffect, 0, len(targets))
-	for _, t := range targets {
-		spec, err := UnmarshalSpec(t.Spec)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint %s: %w", t.ID, err)
-		}
-		if !matchType(spec.Types, p.Type) {
+	effects := make([]*MessageEffect, 0, len(endpoints))
+	for _, t := range endpoints {
+		if !matchType(t.types, p.Type) {
 			continue
 		}
-		effects = append(effects, &MessageEffect{EpisodeKey: PublishEpisodeKey(p.ID, t.ID), Flow: PublishFlow,
-			Entity: t.ID, Version: p.ID, VersionSort: versionSort, Effect: PublishEffect, Destination: EndpointDestination(t.ID),
+		effects = append(effects, &MessageEffect{EpisodeKey: PublishEpisodeKey(p.ID, t.id), Flow: PublishFlow,
+			Entity: t.id, Version: p.ID, VersionSort: versionSort, Effect: PublishEffect, Destination: EndpointDestination(t.id),
 			Request: request, EventPK: pk, CausationID: p.CausationID, Hop: p.Hop, Now: p.Now})
-		res.Endpoints = append(res.Endpoints, t.ID)
+		res.Endpoints = append(res.Endpoints, t.id)
 	}
 	if len(effects) > 0 {
 		// One call for the whole fan-out: inserting the effects one by one
