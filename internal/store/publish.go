@@ -672,7 +672,7 @@ func (r *Rules) MessagePublishGroup(ctx context.Context, ps []*MessagePublishPar
 		for _, i := range valid {
 			res, err := publishMessage(ctx, tx, ps[i], &targets)
 			if err != nil {
-				return fmt.Errorf("publish message %s: %w", ps[i].ID, err)
+				return err // each is published alone, and answered there
 			}
 			out[i].Result = res
 		}
