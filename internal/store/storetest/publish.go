@@ -543,6 +543,41 @@ func testMessagePublishGroup(t *testing.T, o Opener) {
 	}
 }
 
+// testMessagePublishConcurrentKeys: many publishes at once, each key sent
+// twice under two message ids, as clients retrying on another connection
+// do. However they fall into groups (twice in one group, or in two
+// groups), each key stores one message, and its other publish replays it.
+func testMessagePublishConcurrentKeys(t *testing.T, o Opener) {
+	f := newPub(t, o)
+	f.put(&store.EndpointPutParams{ID: "ep_a", Spec: spec("https://a.example/hooks"), Enabled: true})
+	f.put(&store.EndpointPutParams{ID: "ep_b", Spec: spec("https://b.example/hooks"), Enabled: true})
+	const keys = 24
+	results := make([]*store.MessagePublishResult, 2*keys)
+	errs := make([]error, 2*keys)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 2 * keys {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = f.s.MessagePublish(f.ctx, msg(fmt.Sprintf("msg_%d", i), fmt.Sprintf("k%d", i%keys), "a.b", t0))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for k := range keys {
+		a, b := results[k], results[k+keys]
+		if errs[k] != nil || errs[k+keys] != nil {
+			t.Fatalf("key k%d: %v, %v", k, errs[k], errs[k+keys])
+		}
+		if a.ID != b.ID || a.Replayed == b.Replayed {
+			t.Fatalf("key k%d: %+v and %+v, want one message and its replay", k, a, b)
+		}
+	}
+	if evs, effs := f.messages(), f.effects(); len(evs) != keys || len(effs) != 2*keys {
+		t.Fatalf("%d message events and %d effects, want %d and %d", len(evs), len(effs), keys, 2*keys)
+	}
+}
+
 // EffectsDueNow brings an endpoint's waiting retries forward (a disabled
 // endpoint parks them at once) and touches nothing else.
 func testEffectsDueNow(t *testing.T, o Opener) {

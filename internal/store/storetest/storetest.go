@@ -180,6 +180,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"MessagePublishReplay", testMessagePublishReplay},
 		{"MessagePublishConcurrent", testMessagePublishConcurrent},
 		{"MessagePublishGroup", testMessagePublishGroup},
+		{"MessagePublishConcurrentKeys", testMessagePublishConcurrentKeys},
 		{"IdempotencyPrune", testIdempotencyPrune},
 		{"EffectsDueNow", testEffectsDueNow},
 	}
