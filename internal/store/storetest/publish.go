@@ -104,6 +104,24 @@ func (f *pub) publish(p *store.MessagePublishParams) *store.MessagePublishResult
 	return r
 }
 
+// publishAtOnce publishes n messages, the i-th made by m(i), all let go
+// at the same moment, and returns each one's result and error.
+func (f *pub) publishAtOnce(n int, m func(i int) *store.MessagePublishParams) ([]*store.MessagePublishResult, []error) {
+	results := make([]*store.MessagePublishResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = f.s.MessagePublish(f.ctx, m(i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	return results, errs
+}
+
 func (f *pub) effects() []*store.Effect {
 	f.t.Helper()
 	es, err := f.s.EffectList(f.ctx, &store.EffectListParams{Flow: store.PublishFlow, Limit: 1000})
@@ -445,18 +463,9 @@ func testMessagePublishConcurrent(t *testing.T, o Opener) {
 	f.put(&store.EndpointPutParams{ID: "ep_a", Spec: spec("https://a.example/"), Enabled: true})
 	f.put(&store.EndpointPutParams{ID: "ep_b", Spec: spec("https://b.example/"), Enabled: true})
 	const n = 8
-	results := make([]*store.MessagePublishResult, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			results[i], errs[i] = f.s.MessagePublish(f.ctx, msg(fmt.Sprintf("msg_%d", i), "key-race", "a.b", t0))
-		})
-	}
-	close(start)
-	wg.Wait()
+	results, errs := f.publishAtOnce(n, func(i int) *store.MessagePublishParams {
+		return msg(fmt.Sprintf("msg_%d", i), "key-race", "a.b", t0)
+	})
 	var winner string
 	replays := 0
 	for i, r := range results {
@@ -552,18 +561,9 @@ func testMessagePublishConcurrentKeys(t *testing.T, o Opener) {
 	f.put(&store.EndpointPutParams{ID: "ep_a", Spec: spec("https://a.example/hooks"), Enabled: true})
 	f.put(&store.EndpointPutParams{ID: "ep_b", Spec: spec("https://b.example/hooks"), Enabled: true})
 	const keys = 24
-	results := make([]*store.MessagePublishResult, 2*keys)
-	errs := make([]error, 2*keys)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range 2 * keys {
-		wg.Go(func() {
-			<-start
-			results[i], errs[i] = f.s.MessagePublish(f.ctx, msg(fmt.Sprintf("msg_%d", i), fmt.Sprintf("k%d", i%keys), "a.b", t0))
-		})
-	}
-	close(start)
-	wg.Wait()
+	results, errs := f.publishAtOnce(2*keys, func(i int) *store.MessagePublishParams {
+		return msg(fmt.Sprintf("msg_%d", i), fmt.Sprintf("k%d", i%keys), "a.b", t0)
+	})
 	for k := range keys {
 		a, b := results[k], results[k+keys]
 		if errs[k] != nil || errs[k+keys] != nil {
