@@ -182,11 +182,16 @@ func inboxGroup(n int) *store.InboxCommitParams {
 
 // cancelAtDelivery opens a store that cancels the returned context just
 // before the nth delivery insert of an inbox commit runs, and counts the
-// event upserts it is asked to run.
-func cancelAtDelivery(t *testing.T, nth int) (*Store, context.Context, *atomic.Int32) {
+// event upserts it is asked to run. After cancelling it holds the writer
+// until the caller closes the returned channel (once its call has
+// returned) or a quarter second has passed: a caller that would answer as
+// soon as its context ends then answers before the commit, every time,
+// rather than only when it wins the race with the writer.
+func cancelAtDelivery(t *testing.T, nth int) (*Store, context.Context, *atomic.Int32, chan struct{}) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	returned := make(chan struct{})
 	var upserts, deliveries atomic.Int32
 	s := faulty(t, func(q string) bool {
 		switch q {
@@ -195,11 +200,15 @@ func cancelAtDelivery(t *testing.T, nth int) (*Store, context.Context, *atomic.I
 		case sqlInsertDelivery:
 			if deliveries.Add(1) == int32(nth) {
 				cancel()
+				select {
+				case <-returned:
+				case <-time.After(250 * time.Millisecond):
+				}
 			}
 		}
 		return false
 	})
-	return s, ctx, &upserts
+	return s, ctx, &upserts, returned
 }
 
 func storedEvents(t *testing.T, s *Store) int {
@@ -216,8 +225,9 @@ func storedEvents(t *testing.T, s *Store) int {
 // ends while its group is being written still hears the group's true
 // outcome, never "unavailable" for events that were stored.
 func TestInboxCommitTellsItsOutcomeOnceItsContextEnds(t *testing.T) {
-	s, ctx, upserts := cancelAtDelivery(t, 1)
+	s, ctx, upserts, returned := cancelAtDelivery(t, 1)
 	res, err := s.InboxCommit(ctx, inboxGroup(3))
+	close(returned)
 	if err != nil {
 		t.Fatalf("InboxCommit = %v, want the group's outcome: it was written and committed", err)
 	}
