@@ -48,6 +48,7 @@ const maxSettleGroup = 64
 // Store is the part of the ledger the worker uses.
 type Store interface {
 	EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error)
+	EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error)
 	EffectSettle(ctx context.Context, p *store.EffectSettleParams) error
 	EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error
 	EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error
@@ -449,19 +450,13 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 	if len(asks) == 0 {
 		return nil, false, nil
 	}
-	results := make([][]*store.ClaimedEffect, len(asks))
-	errs := make([]error, len(asks))
-	var wg sync.WaitGroup
 	now := w.clk.Now()
+	ps := make([]*store.EffectClaimParams, len(asks))
 	for i, a := range asks {
-		wg.Go(func() {
-			results[i], errs[i] = w.st.EffectClaim(ctx, &store.EffectClaimParams{
-				Owner: w.opts.Owner, Now: now, LeaseFor: w.opts.LeaseFor, Limit: a.room,
-				Destinations: []string{a.dest}, MaxRedrives: w.redrive,
-			})
-		})
+		ps[i] = &store.EffectClaimParams{Owner: w.opts.Owner, Now: now, LeaseFor: w.opts.LeaseFor, Limit: a.room,
+			Destinations: []string{a.dest}, MaxRedrives: w.redrive}
 	}
-	wg.Wait()
+	results, err := w.claimFor(ctx, ps)
 	var out []*store.ClaimedEffect
 	w.mu.Lock()
 	for i, a := range asks {
@@ -475,8 +470,8 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 	w.mu.Unlock()
 	more = more || partial && len(out) > 0
 	w.opts.Metrics.claimed(len(out))
-	if err := errors.Join(errs...); err != nil {
-		return out, more, fmt.Errorf("claim effects: %w", err)
+	if err != nil {
+		return out, more, err
 	}
 	if !more && !partial {
 		// Every destination with room was asked and gave less than the
@@ -485,6 +480,25 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		w.loop.Looked(&w.claimLook, began)
 	}
 	return out, more, nil
+}
+
+// claimFor claims for ps, one destination each, in one transaction
+// (store.Ledger.EffectClaimGroup); a transaction of their own each cost
+// PostgreSQL a commit per destination, and claims run at once wrote into
+// the same pages. A failed claim claims nothing: results stays empty.
+func (w *Worker) claimFor(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
+	if len(ps) == 1 {
+		got, err := w.st.EffectClaim(ctx, ps[0])
+		if err != nil {
+			return make([][]*store.ClaimedEffect, 1), fmt.Errorf("claim effects: %w", err)
+		}
+		return [][]*store.ClaimedEffect{got}, nil
+	}
+	got, err := w.st.EffectClaimGroup(ctx, ps)
+	if err != nil {
+		return make([][]*store.ClaimedEffect, len(ps)), err
+	}
+	return got, nil
 }
 
 // capLocked is how many calls destination d may have in flight now: its

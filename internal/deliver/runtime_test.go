@@ -336,6 +336,12 @@ func (c *effectClaimCounter) EffectClaim(ctx context.Context, p *store.EffectCla
 	return c.Store.EffectClaim(ctx, p)
 }
 
+// EffectClaimGroup counts each destination's claim of the group.
+func (c *effectClaimCounter) EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
+	c.claims.Add(int64(len(ps)))
+	return c.Store.EffectClaimGroup(ctx, ps)
+}
+
 // startCountedWorker starts a worker in the background for one flow
 // whose effects go to destURL (at most maxInFlight at once), over a store that counts
 // claims, with the poll out of the way; it is stopped when the test ends.

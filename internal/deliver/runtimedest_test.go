@@ -187,6 +187,12 @@ func (h *claimHook) EffectClaim(ctx context.Context, p *store.EffectClaimParams)
 	return out, err
 }
 
+func (h *claimHook) EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
+	out, err := h.Store.EffectClaimGroup(ctx, ps)
+	h.after()
+	return out, err
+}
+
 // urlAction records the base url of each call's destination.
 type urlAction struct {
 	mu   sync.Mutex

@@ -90,6 +90,14 @@ func (t *ledgerTap) EffectClaim(ctx context.Context, p *store.EffectClaimParams)
 	return cs, err
 }
 
+func (t *ledgerTap) EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
+	got, err := t.st.EffectClaimGroup(ctx, ps)
+	for _, cs := range got {
+		t.r.recordClaims(t.name, cs)
+	}
+	return got, err
+}
+
 func (t *ledgerTap) EffectSettle(ctx context.Context, p *store.EffectSettleParams) error {
 	err := t.st.EffectSettle(ctx, p)
 	t.r.concludeClaim(p.Token, err, true, p.Attempt)

@@ -112,11 +112,12 @@ func applyGroupClaim(ctx context.Context, tx Tx, subs [][]*FlowApplyParams, clai
 			got[i].Results, got[i].Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
 		}
 	}
-	claimed := make([][]*ClaimedEffect, len(claims))
-	for i, c := range claims {
-		if claimed[i], err = claimEffects(ctx, tx, c); err != nil {
-			return nil, nil, fmt.Errorf("claim effects: %w", err)
-		}
+	if len(claims) == 0 {
+		return got, nil, nil
+	}
+	claimed, err := claimEffectsGroup(ctx, tx, claims)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim effects: %w", err)
 	}
 	return got, claimed, nil
 }

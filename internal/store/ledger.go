@@ -31,6 +31,10 @@ type Ledger interface {
 	// later claims read.
 	// Destinations, when set, restricts the claim to those destinations.
 	EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*ClaimedEffect, error)
+	// EffectClaimGroup claims for each of ps as EffectClaim would, one
+	// after the other, in one transaction, and answers in order; should
+	// it fail, nothing is claimed for any of them.
+	EffectClaimGroup(ctx context.Context, ps []*EffectClaimParams) ([][]*ClaimedEffect, error)
 	// EffectSettle records one call (an attempts row, when Attempt is set)
 	// and moves the effect to its next state, fenced by the claim token:
 	// ErrLeaseLost when the lease no longer holds, was re-claimed or has

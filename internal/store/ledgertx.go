@@ -15,8 +15,9 @@ import (
 
 // LedgerTx is the statements of the effect ledger.
 type LedgerTx interface {
-	// EffectLease leases up to Limit due effects (see Ledger.EffectClaim
-	// for due, and Destinations), in claim order: next attempt time, then
+	// EffectLease leases, for each of ps in order, up to its Limit due
+	// effects (see Ledger.EffectClaim for due, and Destinations), in
+	// claim order: next attempt time, then
 	// id. Where the database has row locks it locks them, passing over
 	// rows another transaction holds. Each is leased under a fresh token
 	// made from Owner: state submitting, lease_until and next_attempt_at
@@ -28,8 +29,10 @@ type LedgerTx interface {
 	// time it last changed before the claim and, for one claimed from
 	// submitting, the end of the lease it had. An effect is not due while
 	// an older effect of the same business effect is in flight
-	// (NoOlderInFlightSQL, in the statement's condition).
-	EffectLease(ctx context.Context, p *EffectLeaseParams) ([]*LeasedEffect, error)
+	// (NoOlderInFlightSQL, in the statement's condition). Each of ps
+	// leases what it would after the ones before it, and answers in
+	// order; a driver may send them to the database together.
+	EffectLease(ctx context.Context, ps []*EffectLeaseParams) ([][]*LeasedEffect, error)
 	// AttemptInsert records a call: an attempts row with a's fields.
 	AttemptInsert(ctx context.Context, a *Attempt) error
 	// EffectsFence reads the effects whose lease each of ps still holds:
@@ -167,19 +170,73 @@ func (r *Rules) EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*Claim
 	return out, nil
 }
 
+// EffectClaimGroup claims for each of ps, in order, in one transaction:
+// what EffectClaim would have claimed for each, were they run one after
+// the other. The delivery worker asks for every destination with room at
+// once, each up to its own room; on PostgreSQL each of those claims was a
+// transaction of its own, and ten destinations' claims, run at once,
+// wrote their new row versions into the same pages and committed ten
+// times. Should the transaction fail, nothing is claimed for any.
+func (r *Rules) EffectClaimGroup(ctx context.Context, ps []*EffectClaimParams) ([][]*ClaimedEffect, error) {
+	var out [][]*ClaimedEffect
+	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
+		var err error
+		out, err = claimEffectsGroup(ctx, tx, ps)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim effects for %d destinations: %w", len(ps), err)
+	}
+	return out, nil
+}
+
 // claimEffects is EffectClaim's work inside tx.
 func claimEffects(ctx context.Context, tx Tx, p *EffectClaimParams) ([]*ClaimedEffect, error) {
-	until := p.Now.Add(p.LeaseFor)
-	leased, err := tx.EffectLease(ctx, &EffectLeaseParams{Owner: p.Owner, Now: p.Now, Until: until, Limit: ClampLimit(p.Limit),
-		Destinations: p.Destinations, MaxRedrives: p.MaxRedrives, ResumedReason: ResumedReason})
+	out, err := claimEffectsGroup(ctx, tx, []*EffectClaimParams{p})
 	if err != nil {
 		return nil, err
 	}
+	return out[0], nil
+}
+
+// claimEffectsGroup is EffectClaimGroup's work inside tx: the leases of
+// every claim at once (on PostgreSQL, one round trip), then what each
+// claimed effect asks for beyond its lease.
+func claimEffectsGroup(ctx context.Context, tx Tx, ps []*EffectClaimParams) ([][]*ClaimedEffect, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	lps := make([]*EffectLeaseParams, len(ps))
+	for i, p := range ps {
+		lps[i] = &EffectLeaseParams{Owner: p.Owner, Now: p.Now, Until: p.Now.Add(p.LeaseFor), Limit: ClampLimit(p.Limit),
+			Destinations: p.Destinations, MaxRedrives: p.MaxRedrives, ResumedReason: ResumedReason}
+	}
+	leased, err := tx.EffectLease(ctx, lps)
+	if err != nil {
+		return nil, err
+	}
+	if len(leased) != len(ps) {
+		return nil, fmt.Errorf("%d claims answered of %d", len(leased), len(ps))
+	}
+	out := make([][]*ClaimedEffect, len(ps))
+	for i, p := range ps {
+		if out[i], err = claimed(ctx, tx, p, lps[i].Until, leased[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// claimed is the claim p's effects, leased until until, with the audit
+// row of a re-drive or a resumed call and the attempts row of an
+// abandoned call.
+func claimed(ctx context.Context, tx Tx, p *EffectClaimParams, until time.Time, leased []*LeasedEffect) ([]*ClaimedEffect, error) {
 	out := make([]*ClaimedEffect, 0, len(leased))
 	for _, l := range leased {
 		c := &ClaimedEffect{Effect: l.Effect, Token: l.Token, Until: until.UTC()}
 		c.Redrive = c.State == EffectDead
 		c.Resumed = c.State == EffectSubmitting || c.State == EffectNeedsReconciliation
+		var err error
 		switch {
 		case c.Redrive:
 			err = tx.Audit(ctx, effectAudit(&c.Effect, p.Now, p.Owner, actionEffectRedrive, redriveDetail(c.EpisodeKey, c.Redrives, p.MaxRedrives)))

@@ -101,20 +101,19 @@ func getEffect(ctx context.Context, q interface {
 	return f, nil
 }
 
-// EffectLease runs the claim in one statement. As in EntityClaim, SKIP
+// EffectLease runs each claim in one statement. As in EntityClaim, SKIP
 // LOCKED lets claimers in several processes run at once, each passing
 // over rows another holds and re-checking the due condition on the rows
 // it locks; the candidates are MATERIALIZED so the locking select runs
 // once. The update applies store.LeaseTransition in SQL, reads the state
 // each row had before the claim from the candidate list and returns the
-// claimed effects whole. With its settings (effectClaimSettings) and the
-// pipe's BEGIN it is the claim's first round trip; the rows a re-drive or
-// a resumed call adds go with the COMMIT, the second. Each round trip a
-// claim holds its locks across is one more wait for a busy process to be
-// scheduled (it was four: BEGIN, the claim, reading the claimed rows
-// back, COMMIT).
-func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*store.LeasedEffect, error) {
-	destFilter, dests := claimDestinations(p.Destinations)
+// claimed effects whole. With their settings (effectClaimSettings) and
+// the pipe's BEGIN the claims are the transaction's first round trip,
+// however many destinations they name; the rows a re-drive or a resumed
+// call adds go with the COMMIT, the second. Each round trip a claim holds
+// its locks across is one more wait for a busy process to be scheduled
+// (it was four: BEGIN, the claim, reading the claimed rows back, COMMIT).
+func (a txn) EffectLease(ctx context.Context, ps []*store.EffectLeaseParams) ([][]*store.LeasedEffect, error) {
 	type claim struct {
 		c *store.LeasedEffect
 		// When it was due: the claim's order. Never -infinity here: every
@@ -122,38 +121,47 @@ func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 		// needs_reconciliation or dead effect a finite one.
 		due time.Time
 	}
-	var got []claim
+	got := make([][]claim, len(ps))
 	a.t.exec("claim plan settings", `SELECT `+effectClaimSettings)
-	if err := a.t.query(ctx, "claim effects", effectClaimSQL(destFilter),
-		[]any{p.Now, p.MaxRedrives, dests, p.Limit, p.Owner, p.Until, p.ResumedReason},
-		func(rows pgx.Rows) error {
-			for rows.Next() {
-				x := claim{c: &store.LeasedEffect{}}
-				var sc effectScan
-				var prior store.EffectState
-				var due pgtype.Timestamptz
-				if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.c.PriorAt, &x.c.PriorUntil, &due)...); err != nil {
-					return err
+	a.t.held.queue(a.t)
+	a.t.queueAudits()
+	for i, p := range ps {
+		destFilter, dests := claimDestinations(p.Destinations)
+		a.t.later("claim effects", effectClaimSQL(destFilter),
+			[]any{p.Now, p.MaxRedrives, dests, p.Limit, p.Owner, p.Until, p.ResumedReason},
+			func(rows pgx.Rows) error {
+				for rows.Next() {
+					x := claim{c: &store.LeasedEffect{}}
+					var sc effectScan
+					var prior store.EffectState
+					var due pgtype.Timestamptz
+					if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.c.PriorAt, &x.c.PriorUntil, &due)...); err != nil {
+						return err
+					}
+					if err := sc.finish(&x.c.Effect); err != nil {
+						return err
+					}
+					x.c.State, x.due = prior, due.Time
+					x.c.PriorAt, x.c.PriorUntil = x.c.PriorAt.UTC(), x.c.PriorUntil.UTC()
+					got[i] = append(got[i], x)
 				}
-				if err := sc.finish(&x.c.Effect); err != nil {
-					return err
-				}
-				x.c.State, x.due = prior, due.Time
-				x.c.PriorAt, x.c.PriorUntil = x.c.PriorAt.UTC(), x.c.PriorUntil.UTC()
-				got = append(got, x)
-			}
-			return nil
-		}); err != nil {
+				return nil
+			})
+	}
+	if err := a.t.flush(ctx); err != nil {
 		return nil, err
 	}
-	// RETURNING keeps no order, and the rows are due at the lease's end
-	// now: put them in claim order, due time then id.
-	slices.SortFunc(got, func(a, b claim) int {
-		return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.c.ID, b.c.ID))
-	})
-	out := make([]*store.LeasedEffect, len(got))
-	for i, x := range got {
-		out[i] = x.c
+	out := make([][]*store.LeasedEffect, len(ps))
+	for i, g := range got {
+		// RETURNING keeps no order, and the rows are due at the lease's
+		// end now: put them in claim order, due time then id.
+		slices.SortFunc(g, func(a, b claim) int {
+			return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.c.ID, b.c.ID))
+		})
+		out[i] = make([]*store.LeasedEffect, len(g))
+		for j, x := range g {
+			out[i][j] = x.c
+		}
 	}
 	return out, nil
 }

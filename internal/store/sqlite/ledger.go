@@ -120,10 +120,22 @@ func effectClaimSQL(p *store.EffectLeaseParams, now int64) (string, []any) {
 	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.next_attempt_at, f.id` + limitSQL(p.Limit), args
 }
 
-// EffectLease reads the due effects and leases each in turn: the writer
+// EffectLease leases for each of ps in turn (effectLease).
+func (a txn) EffectLease(ctx context.Context, ps []*store.EffectLeaseParams) ([][]*store.LeasedEffect, error) {
+	out := make([][]*store.LeasedEffect, len(ps))
+	for i, p := range ps {
+		var err error
+		if out[i], err = a.effectLease(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// effectLease reads the due effects and leases each in turn: the writer
 // lock makes the read and the updates one atomic step, so two claimers
 // never lease one effect.
-func (a txn) EffectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*store.LeasedEffect, error) {
+func (a txn) effectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*store.LeasedEffect, error) {
 	now := p.Now.UnixMicro()
 	q, args := effectClaimSQL(p, now)
 	var out []*store.LeasedEffect

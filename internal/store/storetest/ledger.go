@@ -316,6 +316,67 @@ func testLedgerClaimDestinations(t *testing.T, o Opener) {
 	}
 }
 
+// A claim group claims for each of its params what EffectClaim would,
+// one after the other: each its own destination's due effects, oldest
+// first, up to its own limit, answered in order; an abandoned call it
+// finds is resumed and counted as a lone claim would.
+func testLedgerClaimGroup(t *testing.T, o Opener) {
+	f := newLed(t, o)
+	es := f.seed("crm", "erp", "crm", "mail", "erp", "crm")
+	group := func(at time.Time, ps ...store.EffectClaimParams) [][]*store.ClaimedEffect {
+		t.Helper()
+		in := make([]*store.EffectClaimParams, len(ps))
+		for i := range ps {
+			p := ps[i]
+			p.Owner, p.Now, p.LeaseFor, p.MaxRedrives = "d1", at, time.Minute, 3
+			in[i] = &p
+		}
+		got, err := f.l.EffectClaimGroup(f.ctx, in)
+		if err != nil {
+			t.Fatalf("EffectClaimGroup: %v", err)
+		}
+		if len(got) != len(ps) {
+			t.Fatalf("%d answers to %d claims", len(got), len(ps))
+		}
+		return got
+	}
+	dest := func(d string, limit int) store.EffectClaimParams {
+		return store.EffectClaimParams{Destinations: []string{d}, Limit: limit}
+	}
+	got := group(t0, dest("crm", 2), dest("erp", 5), dest("nowhere", 3))
+	if !slices.Equal(ids(got[0]), idsOf(es[0], es[2])) || !slices.Equal(ids(got[1]), idsOf(es[1], es[4])) || len(got[2]) != 0 {
+		t.Fatalf("claimed %v, %v and %v; want %v, %v and none", ids(got[0]), ids(got[1]), ids(got[2]),
+			idsOf(es[0], es[2]), idsOf(es[1], es[4]))
+	}
+	for _, cs := range got {
+		for _, c := range cs {
+			if g := f.get(c.ID); c.Token == "" || c.State != store.EffectApproved || c.Resumed || g.State != store.EffectSubmitting {
+				t.Fatalf("claimed effect %d: token %q, claimed from %s (resumed %v), stored %s; want a token, from approved, now submitting",
+					c.ID, c.Token, c.State, c.Resumed, g.State)
+			}
+		}
+	}
+	// What the first group left: the third crm effect; erp has none due.
+	got = group(t0, dest("erp", 5), dest("crm", 5))
+	if len(got[0]) != 0 || !slices.Equal(ids(got[1]), idsOf(es[5])) {
+		t.Fatalf("second group claimed %v and %v, want none and %v", ids(got[0]), ids(got[1]), idsOf(es[5]))
+	}
+	// The mail effect, claimed alone and abandoned, is resumed by a group
+	// once its lease has run out, beside the calls claimed with it.
+	mail := f.claimP(store.EffectClaimParams{Now: t0, Limit: 5, Destinations: []string{"mail"}})
+	if !slices.Equal(ids(mail), idsOf(es[3])) {
+		t.Fatalf("mail claim got %v, want %v", ids(mail), idsOf(es[3]))
+	}
+	later := t0.Add(2 * time.Minute)
+	got = group(later, dest("crm", 1), dest("mail", 1))
+	if len(got[0]) != 1 || len(got[1]) != 1 || got[1][0].ID != es[3].ID || !got[1][0].Resumed {
+		t.Fatalf("third group claimed %v and %v; want one abandoned crm call and the mail effect resumed", ids(got[0]), ids(got[1]))
+	}
+	if g := f.get(es[3].ID); g.Attempts != 1 || g.ErrorClass != store.ClassUnknown {
+		t.Fatalf("resumed mail effect: %d attempts, class %q; want its abandoned call counted as unknown_outcome", g.Attempts, g.ErrorClass)
+	}
+}
+
 // Concurrent claimers, on one handle and (where the driver offers one) a
 // second handle, never lease one effect twice.
 func testLedgerClaimConcurrent(t *testing.T, o Opener) {

@@ -124,6 +124,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerClaimDueKinds", testLedgerClaimDueKinds},
 		{"LedgerClaimOrder", testLedgerClaimOrder},
 		{"LedgerClaimDestinations", testLedgerClaimDestinations},
+		{"LedgerClaimGroup", testLedgerClaimGroup},
 		{"LedgerClaimConcurrent", testLedgerClaimConcurrent},
 		{"LedgerFencing", testLedgerFencing},
 		{"LedgerRedrive", testLedgerRedrive},
