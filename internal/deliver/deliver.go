@@ -401,8 +401,8 @@ func (w *Worker) fill(ctx context.Context) (more bool, err error) {
 }
 
 // claim takes due effects for the free slots. Destinations are visited
-// from a rotating start and claimed for concurrently (on SQLite the claims
-// share one commit), each for no more than its free room, so a destination
+// from a rotating start and claimed for together, in one transaction
+// (claimFor), each for no more than its free room, so a destination
 // with a deep backlog cannot take the slots another needs. more is true
 // when another round at once may find more: some destination's claim took
 // all the room it was given, or the free slots ran out before every
