@@ -47,7 +47,6 @@ const maxSettleGroup = 64
 
 // Store is the part of the ledger the worker uses.
 type Store interface {
-	EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error)
 	EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error)
 	EffectSettle(ctx context.Context, p *store.EffectSettleParams) error
 	EffectSettleGroup(ctx context.Context, ps []*store.EffectSettleParams) []error
@@ -401,9 +400,12 @@ func (w *Worker) fill(ctx context.Context) (more bool, err error) {
 }
 
 // claim takes due effects for the free slots. Destinations are visited
-// from a rotating start and claimed for together, in one transaction
-// (claimFor), each for no more than its free room, so a destination
-// with a deep backlog cannot take the slots another needs. more is true
+// from a rotating start, each asked for no more than its free room, so a
+// destination with a deep backlog cannot take the slots another needs;
+// the asks go to the store together, in one transaction
+// (store.Ledger.EffectClaimGroup), where a transaction each cost
+// PostgreSQL a commit per destination, all writing into the same pages
+// at once. more is true
 // when another round at once may find more: some destination's claim took
 // all the room it was given, or the free slots ran out before every
 // destination was asked and this round found something (as the loop did
@@ -456,7 +458,11 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		ps[i] = &store.EffectClaimParams{Owner: w.opts.Owner, Now: now, LeaseFor: w.opts.LeaseFor, Limit: a.room,
 			Destinations: []string{a.dest}, MaxRedrives: w.redrive}
 	}
-	results, err := w.claimFor(ctx, ps)
+	results, err := w.st.EffectClaimGroup(ctx, ps)
+	if err != nil {
+		// Nothing was claimed: every slot promised comes back.
+		results = make([][]*store.ClaimedEffect, len(asks))
+	}
 	var out []*store.ClaimedEffect
 	w.mu.Lock()
 	for i, a := range asks {
@@ -480,25 +486,6 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		w.loop.Looked(&w.claimLook, began)
 	}
 	return out, more, nil
-}
-
-// claimFor claims for ps, one destination each, in one transaction
-// (store.Ledger.EffectClaimGroup); a transaction of their own each cost
-// PostgreSQL a commit per destination, and claims run at once wrote into
-// the same pages. A failed claim claims nothing: results stays empty.
-func (w *Worker) claimFor(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
-	if len(ps) == 1 {
-		got, err := w.st.EffectClaim(ctx, ps[0])
-		if err != nil {
-			return make([][]*store.ClaimedEffect, 1), fmt.Errorf("claim effects: %w", err)
-		}
-		return [][]*store.ClaimedEffect{got}, nil
-	}
-	got, err := w.st.EffectClaimGroup(ctx, ps)
-	if err != nil {
-		return make([][]*store.ClaimedEffect, len(ps)), err
-	}
-	return got, nil
 }
 
 // capLocked is how many calls destination d may have in flight now: its

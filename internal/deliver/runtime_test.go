@@ -331,11 +331,6 @@ type effectClaimCounter struct {
 	claims atomic.Int64
 }
 
-func (c *effectClaimCounter) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
-	c.claims.Add(1)
-	return c.Store.EffectClaim(ctx, p)
-}
-
 // EffectClaimGroup counts each destination's claim of the group.
 func (c *effectClaimCounter) EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
 	c.claims.Add(int64(len(ps)))

@@ -181,12 +181,6 @@ type claimHook struct {
 	after func()
 }
 
-func (h *claimHook) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
-	out, err := h.Store.EffectClaim(ctx, p)
-	h.after()
-	return out, err
-}
-
 func (h *claimHook) EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
 	out, err := h.Store.EffectClaimGroup(ctx, ps)
 	h.after()

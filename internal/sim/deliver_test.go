@@ -84,12 +84,6 @@ type ledgerTap struct {
 	base http.RoundTripper
 }
 
-func (t *ledgerTap) EffectClaim(ctx context.Context, p *store.EffectClaimParams) ([]*store.ClaimedEffect, error) {
-	cs, err := t.st.EffectClaim(ctx, p)
-	t.r.recordClaims(t.name, cs)
-	return cs, err
-}
-
 func (t *ledgerTap) EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
 	got, err := t.st.EffectClaimGroup(ctx, ps)
 	for _, cs := range got {

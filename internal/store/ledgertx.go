@@ -185,7 +185,7 @@ func (r *Rules) EffectClaimGroup(ctx context.Context, ps []*EffectClaimParams) (
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim effects for %d destinations: %w", len(ps), err)
+		return nil, fmt.Errorf("claim effects: %w", err)
 	}
 	return out, nil
 }
