@@ -158,16 +158,11 @@ func settleCounts(f *Effect, p *EffectSettleParams) (attempts, number int) {
 // an abandoned call its attempts row, started when the dead worker
 // claimed it.
 func (r *Rules) EffectClaim(ctx context.Context, p *EffectClaimParams) ([]*ClaimedEffect, error) {
-	var out []*ClaimedEffect
-	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
-		var err error
-		out, err = claimEffects(ctx, tx, p)
-		return err
-	})
+	out, err := r.EffectClaimGroup(ctx, []*EffectClaimParams{p})
 	if err != nil {
-		return nil, fmt.Errorf("claim effects: %w", err)
+		return nil, err
 	}
-	return out, nil
+	return out[0], nil
 }
 
 // EffectClaimGroup claims for each of ps, in order, in one transaction:
@@ -188,15 +183,6 @@ func (r *Rules) EffectClaimGroup(ctx context.Context, ps []*EffectClaimParams) (
 		return nil, fmt.Errorf("claim effects: %w", err)
 	}
 	return out, nil
-}
-
-// claimEffects is EffectClaim's work inside tx.
-func claimEffects(ctx context.Context, tx Tx, p *EffectClaimParams) ([]*ClaimedEffect, error) {
-	out, err := claimEffectsGroup(ctx, tx, []*EffectClaimParams{p})
-	if err != nil {
-		return nil, err
-	}
-	return out[0], nil
 }
 
 // claimEffectsGroup is EffectClaimGroup's work inside tx: the leases of
