@@ -175,3 +175,66 @@ func TestEffectClaimPlanStaleStatistics(t *testing.T) {
 		}
 	}
 }
+
+// TestPipedStatementsAreNotCompiled: a statement planned under the pipes'
+// settings is never compiled to machine code (JIT) as it runs. A plan
+// that needs a node the settings turn off (here the sort of a claim for
+// every destination, which no index gives in due order) costs ten billion
+// to the planner, far above jit_above_cost, and PostgreSQL then spent
+// about two seconds compiling and optimizing each run of a claim on a
+// table of 24 rows: TestConformance/LedgerClaimConcurrent took a minute.
+// The pipes' statements are short lookups by key, which compiling never
+// pays for.
+func TestPipedStatementsAreNotCompiled(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	seedAppliedEvents(t, h.pool, now, 1, 24)
+	if _, err := h.pool.Exec(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
+			source_event_pk, causation_id, hop, created_at, updated_at, next_attempt_at)
+		SELECT 'k' || g, 'orders', 'o' || g, 'r1', '0000000001', 'sync', 'd' || (g % 3), 'approved', '{}', g, '', 0, $1, $1, $1
+		FROM generate_series(1, 24) g`, now); err != nil {
+		t.Fatal(err)
+	}
+	filter, dests := claimDestinations(nil)
+	sql := effectClaimSQL(filter)
+	args := []any{now, 3, dests, 10, "w1", now.Add(time.Minute), store.ResumedReason}
+
+	var available bool
+	if err := h.pool.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if available {
+		// The test means something only where the server would compile
+		// the claim: with the compiler allowed, it does.
+		plan, _, _ := explainWith(t, h.pool, effectClaimPlanSQL+`, set_config('jit', 'on', true)`, "(ANALYZE, TIMING OFF)", sql, args...)
+		if !strings.Contains(plan, "JIT:") {
+			t.Fatalf("with jit on, the claim for every destination was not compiled; the test no longer exercises what it guards:\n%s", plan)
+		}
+	} else {
+		t.Log("this server has no JIT compiler (pg_jit_available() is false): only the settings are checked")
+	}
+	plan, _, returned := explainWith(t, h.pool, effectClaimPlanSQL, "(ANALYZE, TIMING OFF)", sql, args...)
+	if strings.Contains(plan, "JIT:") {
+		t.Errorf("under the pipes' settings the claim was compiled as it ran:\n%s", plan)
+	}
+	if returned != 10 {
+		t.Errorf("the claim took %d effects, want 10", returned)
+	}
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // nothing to keep
+	if _, err := tx.Exec(ctx, pipePlanSQL); err != nil {
+		t.Fatal(err)
+	}
+	var jit string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('jit')`).Scan(&jit); err != nil {
+		t.Fatal(err)
+	}
+	if jit != "off" {
+		t.Errorf("the pipes' settings leave jit %q, want off", jit)
+	}
+}

@@ -104,7 +104,16 @@ func (t *pipeTx) begin(sql string) {
 // plans made for their arguments. Every statement a pipe runs is written
 // for pipes alone: a generic plan is kept per statement and connection,
 // and one made outside a pipe under other settings would be reused here.
-const pipePlanSettings = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
+//
+// The JIT compiler is off in a pipe. A plan that needs a node these
+// settings (or the claim's, effectClaimSettings) turn off costs the
+// planner ten billion, far above jit_above_cost, and PostgreSQL compiled
+// and optimized such a statement to machine code at every run: about two
+// seconds for a claim over every destination on a table of 24 rows
+// (TestPipedStatementsAreNotCompiled). A pipe's statements are lookups by
+// key, which compiling never pays for.
+const pipePlanSettings = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true), ` +
+	`set_config('jit', 'off', true)`
 
 // pipePlanSQL applies pipePlanSettings.
 const pipePlanSQL = `SELECT ` + pipePlanSettings
