@@ -112,9 +112,6 @@ func applyGroupClaim(ctx context.Context, tx Tx, subs [][]*FlowApplyParams, clai
 			got[i].Results, got[i].Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
 		}
 	}
-	if len(claims) == 0 {
-		return got, nil, nil
-	}
 	claimed, err := claimEffectsGroup(ctx, tx, claims)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim effects: %w", err)

@@ -114,39 +114,13 @@ func getEffect(ctx context.Context, q interface {
 // its locks across is one more wait for a busy process to be scheduled
 // (it was four: BEGIN, the claim, reading the claimed rows back, COMMIT).
 func (a txn) EffectLease(ctx context.Context, ps []*store.EffectLeaseParams) ([][]*store.LeasedEffect, error) {
-	type claim struct {
-		c *store.LeasedEffect
-		// When it was due: the claim's order. Never -infinity here: every
-		// claimable state needs next_attempt_at <= now, and a
-		// needs_reconciliation or dead effect a finite one.
-		due time.Time
-	}
-	got := make([][]claim, len(ps))
+	got := make([][]leaseRow, len(ps))
 	a.t.exec("claim plan settings", `SELECT `+effectClaimSettings)
-	a.t.held.queue(a.t)
-	a.t.queueAudits()
+	a.t.beforeReads()
 	for i, p := range ps {
 		destFilter, dests := claimDestinations(p.Destinations)
 		a.t.later("claim effects", effectClaimSQL(destFilter),
-			[]any{p.Now, p.MaxRedrives, dests, p.Limit, p.Owner, p.Until, p.ResumedReason},
-			func(rows pgx.Rows) error {
-				for rows.Next() {
-					x := claim{c: &store.LeasedEffect{}}
-					var sc effectScan
-					var prior store.EffectState
-					var due pgtype.Timestamptz
-					if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.c.PriorAt, &x.c.PriorUntil, &due)...); err != nil {
-						return err
-					}
-					if err := sc.finish(&x.c.Effect); err != nil {
-						return err
-					}
-					x.c.State, x.due = prior, due.Time
-					x.c.PriorAt, x.c.PriorUntil = x.c.PriorAt.UTC(), x.c.PriorUntil.UTC()
-					got[i] = append(got[i], x)
-				}
-				return nil
-			})
+			[]any{p.Now, p.MaxRedrives, dests, p.Limit, p.Owner, p.Until, p.ResumedReason}, scanLeaseRows(&got[i]))
 	}
 	if err := a.t.flush(ctx); err != nil {
 		return nil, err
@@ -155,7 +129,7 @@ func (a txn) EffectLease(ctx context.Context, ps []*store.EffectLeaseParams) ([]
 	for i, g := range got {
 		// RETURNING keeps no order, and the rows are due at the lease's
 		// end now: put them in claim order, due time then id.
-		slices.SortFunc(g, func(a, b claim) int {
+		slices.SortFunc(g, func(a, b leaseRow) int {
 			return cmp.Or(a.due.Compare(b.due), cmp.Compare(a.c.ID, b.c.ID))
 		})
 		out[i] = make([]*store.LeasedEffect, len(g))
@@ -164,6 +138,37 @@ func (a txn) EffectLease(ctx context.Context, ps []*store.EffectLeaseParams) ([]
 		}
 	}
 	return out, nil
+}
+
+// leaseRow is one effect a claim leased, as its statement returned it.
+type leaseRow struct {
+	c *store.LeasedEffect
+	// When it was due: the claim's order. Never -infinity here: every
+	// claimable state needs next_attempt_at <= now, and a
+	// needs_reconciliation or dead effect a finite one.
+	due time.Time
+}
+
+// scanLeaseRows appends the rows of one claim's statement to *got.
+func scanLeaseRows(got *[]leaseRow) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			x := leaseRow{c: &store.LeasedEffect{}}
+			var sc effectScan
+			var prior store.EffectState
+			var due pgtype.Timestamptz
+			if err := rows.Scan(append(sc.dests(&x.c.Effect), &x.c.Token, &prior, &x.c.PriorAt, &x.c.PriorUntil, &due)...); err != nil {
+				return err
+			}
+			if err := sc.finish(&x.c.Effect); err != nil {
+				return err
+			}
+			x.c.State, x.due = prior, due.Time
+			x.c.PriorAt, x.c.PriorUntil = x.c.PriorAt.UTC(), x.c.PriorUntil.UTC()
+			*got = append(*got, x)
+		}
+		return nil
+	}
 }
 
 // AttemptInsert queues the insert of one attempts row.

@@ -175,10 +175,17 @@ func (t *pipeTx) queueAudits() {
 
 // query sends the queue and then sql, and hands sql's rows to scan.
 func (t *pipeTx) query(ctx context.Context, label, sql string, args []any, scan func(pgx.Rows) error) error {
-	t.held.queue(t)
-	t.queueAudits()
+	t.beforeReads()
 	t.later(label, sql, args, scan)
 	return t.flush(ctx)
+}
+
+// beforeReads queues what a read must see: the held-back writes and the
+// audit rows waiting. query calls it; a caller that queues several reads
+// with later to send them together calls it first.
+func (t *pipeTx) beforeReads() {
+	t.held.queue(t)
+	t.queueAudits()
 }
 
 // flush sends the queue, hands each statement's rows to its scan, and
