@@ -483,21 +483,25 @@ type PublishTx interface {
 	// EndpointWriteState stores ep's state: enabled, disabled reason and
 	// time, failing since, deleted and updated_at.
 	EndpointWriteState(ctx context.Context, ep *Endpoint) error
-	// IdempotencyKeyHold writes the key of p (its fingerprint, message
-	// id, Now and KeyExpiresAt) unless the key is held: an expired row of
-	// the key is taken over in place. It answers whether this transaction
-	// holds the key now. Where the database has row locks, a concurrent
-	// publish of the same new key waits for this one's commit.
-	IdempotencyKeyHold(ctx context.Context, p *MessagePublishParams) (bool, error)
+	// IdempotencyKeysHold writes the key of each of ps (its fingerprint,
+	// message id, Now and KeyExpiresAt) unless the key is held: an expired
+	// row of the key is taken over in place. It answers, in the order of
+	// ps, whether this transaction holds each key now. The keys of ps are
+	// distinct. Where the database has row locks, a concurrent publish of
+	// the same new key waits for this one's commit, and the keys are
+	// written in key order, so that two transactions sharing keys wait
+	// for one another in one order and never deadlock.
+	IdempotencyKeysHold(ctx context.Context, ps []*MessagePublishParams) ([]bool, error)
 	// IdempotencyKeyGet returns the message id, fingerprint and creation
 	// time (as ID, Fingerprint and CreatedAt) of the key's holder.
 	IdempotencyKeyGet(ctx context.Context, key string) (*MessagePublishResult, error)
-	// MessageInsert stores the message as its event (source
+	// MessagesInsert stores each message of ps as its event (source
 	// PublishSource, event id p.ID, type, causation and hop, received at
 	// Now, disposition applied, routed, one delivery) and that delivery
 	// (request id p.ID, batch index 0, the headers as a JSON object, the
-	// payload byte for byte), and returns the event's pk.
-	MessageInsert(ctx context.Context, p *MessagePublishParams) (int64, error)
+	// payload byte for byte), and returns the events' pks in the order of
+	// ps. An id already taken fails the call.
+	MessagesInsert(ctx context.Context, ps []*MessagePublishParams) ([]int64, error)
 	// EndpointSpecs returns the id and the stored spec of every endpoint
 	// that is not deleted, in id order.
 	EndpointSpecs(ctx context.Context) ([]EndpointSpecRow, error)
@@ -668,13 +672,12 @@ func (r *Rules) MessagePublishGroup(ctx context.Context, ps []*MessagePublishPar
 		return alone()
 	}
 	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
-		var targets publishTargets
-		for _, i := range valid {
-			res, err := publishMessage(ctx, tx, ps[i], &targets)
-			if err != nil {
-				return err // each is published alone, and answered there
-			}
-			out[i].Result = res
+		rs, err := publishMessages(ctx, tx, pick(ps, valid))
+		if err != nil {
+			return err // each is published alone, and answered there
+		}
+		for j, i := range valid {
+			out[i].Result = rs[j]
 		}
 		return nil
 	})
@@ -694,8 +697,10 @@ func (r *Rules) PublishesAlone() int64 { return r.publishesAlone.Load() }
 func (r *Rules) publishAlone(ctx context.Context, p *MessagePublishParams) (*MessagePublishResult, error) {
 	var res *MessagePublishResult
 	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
-		var err error
-		res, err = publishMessage(ctx, tx, p, &publishTargets{})
+		rs, err := publishMessages(ctx, tx, []*MessagePublishParams{p})
+		if err == nil {
+			res = rs[0]
+		}
 		return err
 	})
 	if err != nil {
@@ -704,64 +709,114 @@ func (r *Rules) publishAlone(ctx context.Context, p *MessagePublishParams) (*Mes
 	return res, nil
 }
 
-// publishTargets is the endpoints a transaction's messages may go to,
-// read and parsed once, when its first new message needs them: every
-// message of a group joined it before the group began, so each sees the
-// endpoints as they were when it was published.
-type publishTargets struct {
-	done      bool
-	endpoints []publishTarget
-}
-
+// publishTarget is an endpoint a message may go to: its id and the
+// types it subscribes to.
 type publishTarget struct {
 	id    string
 	types []string
 }
 
-func (t *publishTargets) read(ctx context.Context, tx Tx) ([]publishTarget, error) {
-	if t.done {
-		return t.endpoints, nil
-	}
+// publishTargets reads and parses the endpoints a transaction's messages
+// may go to, once for the transaction: every message of a group joined it
+// before the group began, so each sees the endpoints as they were when it
+// was published.
+func publishTargets(ctx context.Context, tx Tx) ([]publishTarget, error) {
 	rows, err := tx.EndpointSpecs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read endpoints: %w", err)
 	}
+	out := make([]publishTarget, 0, len(rows))
 	for _, r := range rows {
 		spec, err := UnmarshalSpec(r.Spec)
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", r.ID, err)
 		}
-		t.endpoints = append(t.endpoints, publishTarget{id: r.ID, types: spec.Types})
+		out = append(out, publishTarget{id: r.ID, types: spec.Types})
 	}
-	t.done = true
-	return t.endpoints, nil
+	return out, nil
 }
 
-func publishMessage(ctx context.Context, tx Tx, p *MessagePublishParams, targets *publishTargets) (*MessagePublishResult, error) {
-	held, err := tx.IdempotencyKeyHold(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("hold idempotency key: %w", err)
+// publishMessages publishes ps in tx and answers each, in order. The
+// idempotency keys are written first and gate everything else: a publish
+// that finds its key held writes nothing and answers with the holder's
+// message, a replay. A key that comes twice is held by its first message,
+// and the later ones replay whatever the first answers, as if they came
+// one after the other.
+//
+// Each step is one call for the whole group: the keys, then the new
+// messages' events and deliveries. On PostgreSQL each of those answers
+// is a round trip, and a group paid two for every message, one after the
+// other, while its publishers waited (docs/benchmarks-history.md,
+// "A group's publishes in two round trips").
+func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]*MessagePublishResult, error) {
+	out := make([]*MessagePublishResult, len(ps))
+	first := make(map[string]int, len(ps))
+	var keyed []int // the first message of each key, by index in ps
+	for i, p := range ps {
+		if _, ok := first[p.Key]; !ok {
+			first[p.Key] = i
+			keyed = append(keyed, i)
+		}
 	}
-	if !held {
-		res, err := tx.IdempotencyKeyGet(ctx, p.Key)
+	held, err := tx.IdempotencyKeysHold(ctx, pick(ps, keyed))
+	if err != nil {
+		return nil, fmt.Errorf("hold idempotency keys: %w", err)
+	}
+	var fresh []int // the messages to store, by index in ps
+	for j, i := range keyed {
+		if held[j] {
+			fresh = append(fresh, i)
+			continue
+		}
+		res, err := tx.IdempotencyKeyGet(ctx, ps[i].Key)
 		if err != nil {
 			return nil, fmt.Errorf("read idempotency key: %w", err)
 		}
 		// The key and its event are written together at one Now, so the
 		// key's created_at is the event's received_at.
 		res.Replayed, res.CreatedAt = true, res.CreatedAt.UTC()
-		return res, nil
+		out[i] = res
 	}
-	// Applied and routed from the start: the flow engine never sees a
-	// message as pending or unrouted work.
-	pk, err := tx.MessageInsert(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("record message: %w", err)
+	if len(fresh) > 0 {
+		// Applied and routed from the start: the flow engine never sees
+		// a message as pending or unrouted work.
+		pks, err := tx.MessagesInsert(ctx, pick(ps, fresh))
+		if err != nil {
+			return nil, fmt.Errorf("record messages: %w", err)
+		}
+		endpoints, err := publishTargets(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range fresh {
+			if out[i], err = fanOut(ctx, tx, ps[i], pks[j], endpoints); err != nil {
+				return nil, err
+			}
+		}
 	}
-	endpoints, err := targets.read(ctx, tx)
-	if err != nil {
-		return nil, err
+	for i, p := range ps {
+		if out[i] == nil {
+			// A later message of a key: a replay of the first, as the
+			// store would answer it (times kept to the microsecond).
+			f := out[first[p.Key]]
+			out[i] = &MessagePublishResult{ID: f.ID, Fingerprint: f.Fingerprint, CreatedAt: f.CreatedAt.Truncate(time.Microsecond), Replayed: true}
+		}
 	}
+	return out, nil
+}
+
+// pick is the elements of ps at the indexes at, in that order.
+func pick(ps []*MessagePublishParams, at []int) []*MessagePublishParams {
+	out := make([]*MessagePublishParams, len(at))
+	for j, i := range at {
+		out[j] = ps[i]
+	}
+	return out
+}
+
+// fanOut writes the effects of message p, stored as event pk, for each of
+// endpoints whose types it matches, and its audit row.
+func fanOut(ctx context.Context, tx Tx, p *MessagePublishParams, pk int64, endpoints []publishTarget) (*MessagePublishResult, error) {
 	res := &MessagePublishResult{ID: p.ID, Fingerprint: p.Fingerprint, CreatedAt: p.Now.UTC(), Endpoints: []string{}}
 	request := publishRequest(p.ID, p.Payload)
 	versionSort := publishVersionSort(p.Now, p.ID)

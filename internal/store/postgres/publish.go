@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -113,24 +113,53 @@ func (s *Store) EndpointList(ctx context.Context) ([]*store.Endpoint, error) {
 	return out, nil
 }
 
-// IdempotencyKeyHold: a concurrent publish of the same new key blocks on
-// the key's uncommitted row, and once the first transaction commits its
-// insert does nothing and it reads the first message back (READ
-// COMMITTED takes a new snapshot per statement), ending as a replay
-// instead of a second message or an error.
-func (a txn) IdempotencyKeyHold(ctx context.Context, p *store.MessagePublishParams) (bool, error) {
-	held := false
-	err := a.t.query(ctx, "hold key", `INSERT INTO idempotency_keys (key, fingerprint, message_id, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, message_id = excluded.message_id,
-			created_at = excluded.created_at, expires_at = excluded.expires_at
-		WHERE idempotency_keys.expires_at <= excluded.created_at
-		RETURNING true`, []any{p.Key, p.Fingerprint, p.ID, p.Now, p.KeyExpiresAt}, func(rows pgx.Rows) error {
-		held = rows.Next()
+// IdempotencyKeysHold writes a group's keys in one statement. A
+// concurrent publish of the same new key blocks on the key's uncommitted
+// row, and once the first transaction commits its insert does nothing and
+// it reads the first message back (READ COMMITTED takes a new snapshot per
+// statement), ending as a replay instead of a second message or an error.
+// The keys go in in key order: two groups holding some of the same keys
+// in different orders would otherwise each wait for the other's.
+func (a txn) IdempotencyKeysHold(ctx context.Context, ps []*store.MessagePublishParams) ([]bool, error) {
+	n := len(ps)
+	keys, fps, ids := make([]string, n), make([]string, n), make([]string, n)
+	created, expires := make([]time.Time, n), make([]time.Time, n)
+	for i, p := range ps {
+		keys[i], fps[i], ids[i], created[i], expires[i] = p.Key, p.Fingerprint, p.ID, p.Now, p.KeyExpiresAt
+	}
+	got := make(map[string]bool, n)
+	err := a.t.query(ctx, "hold keys", holdKeysSQL, []any{keys, fps, ids, created, expires}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return err
+			}
+			got[k] = true
+		}
 		return nil
 	})
-	return held, dbErrors.Classify(err)
+	if err != nil {
+		return nil, dbErrors.Classify(err)
+	}
+	held := make([]bool, n)
+	for i, k := range keys {
+		held[i] = got[k]
+	}
+	return held, nil
 }
+
+// holdKeysSQL inserts the keys $1 with their fingerprints $2, message ids
+// $3, creation $4 and expiry $5, taking over an expired row in place, and
+// returns the keys it holds.
+const holdKeysSQL = `INSERT INTO idempotency_keys (key, fingerprint, message_id, created_at, expires_at)
+	SELECT key, fingerprint, message_id, created_at, expires_at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[])
+		AS u(key, fingerprint, message_id, created_at, expires_at)
+	ORDER BY key
+	ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, message_id = excluded.message_id,
+		created_at = excluded.created_at, expires_at = excluded.expires_at
+	WHERE idempotency_keys.expires_at <= excluded.created_at
+	RETURNING key`
 
 func (a txn) IdempotencyKeyGet(ctx context.Context, key string) (*store.MessagePublishResult, error) {
 	var res *store.MessagePublishResult
@@ -145,34 +174,67 @@ func (a txn) IdempotencyKeyGet(ctx context.Context, key string) (*store.MessageP
 	return res, err
 }
 
-func (a txn) MessageInsert(ctx context.Context, p *store.MessagePublishParams) (int64, error) {
-	var pk int64
-	err := a.t.query(ctx, "event", `INSERT INTO events
-		(source, event_id, type, entity, account, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
-		VALUES ($1, $2, $3, '', '', $4, $5, $6, 'applied', true, 1, $7) RETURNING pk`,
-		[]any{store.PublishSource, p.ID, p.Type, p.Now, p.CausationID, p.Hop, p.TraceContext}, func(rows pgx.Rows) error {
-			if !rows.Next() {
-				return errors.New("no pk returned")
+// MessagesInsert stores a group's events and their deliveries in one
+// statement: each delivery finds its event by the message id, which the
+// events' unique key makes one row.
+func (a txn) MessagesInsert(ctx context.Context, ps []*store.MessagePublishParams) ([]int64, error) {
+	n := len(ps)
+	ids, types, causes, traces, hdrs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	at, hops, bodies := make([]time.Time, n), make([]int32, n), make([][]byte, n)
+	for i, p := range ps {
+		headers := p.Headers
+		if headers == nil {
+			headers = map[string]string{}
+		}
+		hdr, err := json.Marshal(headers)
+		if err != nil {
+			return nil, fmt.Errorf("message %s: headers: %w", p.ID, err)
+		}
+		body := p.Payload
+		if body == nil {
+			body = []byte{}
+		}
+		ids[i], types[i], causes[i], traces[i], hdrs[i] = p.ID, p.Type, p.CausationID, p.TraceContext, string(hdr)
+		at[i], hops[i], bodies[i] = p.Now, int32(p.Hop), body //nolint:gosec // hop counts are bounded by the loop guard
+	}
+	pks := make(map[string]int64, n)
+	err := a.t.query(ctx, "messages", insertMessagesSQL, []any{store.PublishSource, ids, types, at, causes, hops, traces, hdrs, bodies},
+		func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id string
+				var pk int64
+				if err := rows.Scan(&id, &pk); err != nil {
+					return err
+				}
+				pks[id] = pk
 			}
-			return rows.Scan(&pk)
+			return nil
 		})
 	if err != nil {
-		return 0, dbErrors.Classify(err)
+		return nil, dbErrors.Classify(err)
 	}
-	headers := p.Headers
-	if headers == nil {
-		headers = map[string]string{}
+	out := make([]int64, n)
+	for i, id := range ids {
+		if out[i] = pks[id]; out[i] == 0 {
+			return nil, fmt.Errorf("message %s: no pk returned", id)
+		}
 	}
-	payload := p.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	a.t.exec("delivery", `INSERT INTO deliveries
-		(event_pk, request_id, batch_index, source, event_id, type, entity, account, received_at, causation_id, hop, headers, body)
-		VALUES ($1, $2, 0, $3, $4, $5, '', '', $6, $7, $8, $9, $10)`,
-		pk, p.ID, store.PublishSource, p.ID, p.Type, p.Now, p.CausationID, p.Hop, headers, payload)
-	return pk, nil
+	return out, nil
 }
+
+// insertMessagesSQL stores messages as events of source $1 (ids $2, types
+// $3, received at $4, causations $5, hops $6, trace contexts $7) and one
+// delivery each (headers $8, bodies $9), and returns each id's event pk.
+// RETURNING promises no order, so the pks come back by id.
+const insertMessagesSQL = `WITH m AS (SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::int[], $7::text[],
+		$8::jsonb[], $9::bytea[]) WITH ORDINALITY AS m(id, type, at, causation_id, hop, trace_context, headers, body, n)),
+	e AS (INSERT INTO events (source, event_id, type, entity, account, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
+		SELECT $1::text, id, type, '', '', at, causation_id, hop, 'applied', true, 1, trace_context FROM m ORDER BY n
+		RETURNING event_id, pk),
+	d AS (INSERT INTO deliveries (event_pk, request_id, batch_index, source, event_id, type, entity, account, received_at, causation_id, hop, headers, body)
+		SELECT e.pk, m.id, 0, $1, m.id, m.type, '', '', m.at, m.causation_id, m.hop, m.headers, m.body
+		FROM m JOIN e ON e.event_id = m.id ORDER BY m.n)
+	SELECT event_id, pk FROM e`
 
 func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error) {
 	var out []store.EndpointSpecRow

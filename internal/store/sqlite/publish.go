@@ -116,9 +116,21 @@ func (s *Store) EndpointList(ctx context.Context) ([]*store.Endpoint, error) {
 	return out, nil
 }
 
-// IdempotencyKeyHold: the single writer serialises two publishes of one
-// key, so the second finds the first's.
-func (a txn) IdempotencyKeyHold(ctx context.Context, p *store.MessagePublishParams) (bool, error) {
+// IdempotencyKeysHold: the single writer serialises two publishes of one
+// key, so the second finds the first's; a statement a key costs no round
+// trip here.
+func (a txn) IdempotencyKeysHold(ctx context.Context, ps []*store.MessagePublishParams) ([]bool, error) {
+	held := make([]bool, len(ps))
+	for i, p := range ps {
+		var err error
+		if held[i], err = a.holdKey(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return held, nil
+}
+
+func (a txn) holdKey(ctx context.Context, p *store.MessagePublishParams) (bool, error) {
 	r, err := a.tx.ExecContext(ctx, `INSERT INTO idempotency_keys (key, fingerprint, message_id, created_at, expires_at)
 		VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, message_id = excluded.message_id,
@@ -143,7 +155,19 @@ func (a txn) IdempotencyKeyGet(ctx context.Context, key string) (*store.MessageP
 	return res, nil
 }
 
-func (a txn) MessageInsert(ctx context.Context, p *store.MessagePublishParams) (int64, error) {
+// MessagesInsert stores the messages one by one, two statements each.
+func (a txn) MessagesInsert(ctx context.Context, ps []*store.MessagePublishParams) ([]int64, error) {
+	pks := make([]int64, len(ps))
+	for i, p := range ps {
+		var err error
+		if pks[i], err = a.insertMessage(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return pks, nil
+}
+
+func (a txn) insertMessage(ctx context.Context, p *store.MessagePublishParams) (int64, error) {
 	headers, err := json.Marshal(nonNilMap(p.Headers))
 	if err != nil {
 		return 0, fmt.Errorf("encode headers: %w", err)

@@ -550,6 +550,52 @@ func testMessagePublishGroup(t *testing.T, o Opener) {
 	if n := len(f.audit(store.ActionMessagePublished)); n != 5 {
 		t.Fatalf("%d message_published audit rows, want 5", n)
 	}
+
+	// A key held by a stored message replays it, for each of its
+	// messages in the group; the new messages beside them are stored
+	// each with its own delivery, and their effects name their own
+	// events, whatever order the group's keys and ids come in.
+	late := t0.Add(time.Minute)
+	group := []*store.MessagePublishParams{msg("msg_9", "k9", "charge.failed", late), msg("msg_10", "k1", "invoice.paid", late),
+		msg("msg_8", "k8", "invoice.paid", late), msg("msg_11", "k1", "invoice.paid", late), msg("msg_12", "k8", "invoice.paid", late)}
+	group[0].CausationID, group[0].Hop = "cause-9", 3
+	as = f.s.MessagePublishGroup(f.ctx, group)
+	for i, want := range []struct {
+		id       string
+		replayed bool
+	}{{"msg_9", false}, {"msg_1", true}, {"msg_8", false}, {"msg_1", true}, {"msg_8", true}} {
+		if a := as[i]; a.Err != nil || a.Result.ID != want.id || a.Result.Replayed != want.replayed || a.Result.Fingerprint != "fp-"+want.id {
+			t.Fatalf("answer %d: %+v %v, want %+v", i, a.Result, a.Err, want)
+		}
+	}
+	if r := as[4].Result; !r.CreatedAt.Equal(late) || len(r.Endpoints) != 0 || len(as[2].Result.Endpoints) != 2 {
+		t.Fatalf("the replay of a key the group stored: %+v, of %+v", r, as[2].Result)
+	}
+	if n := alone(); n != 1 {
+		t.Fatalf("a group of new messages and replays was published alone, %d groups in all", n)
+	}
+	if evs := f.messages(); len(evs) != 7 {
+		t.Fatalf("%d message events, want 7", len(evs))
+	}
+	for _, p := range []*store.MessagePublishParams{group[0], group[2]} {
+		ds, err := f.s.DeliveryList(f.ctx, &store.DeliveryListParams{Source: store.PublishSource, EventID: p.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1 || string(ds[0].Body) != string(p.Payload) || ds[0].RequestID != p.ID || ds[0].CausationID != p.CausationID ||
+			ds[0].Hop != p.Hop || ds[0].Headers["Content-Type"] != "application/json" || !ds[0].ReceivedAt.Equal(late) {
+			t.Fatalf("delivery of %s: %+v", p.ID, ds)
+		}
+	}
+	effs := f.effects()
+	if len(effs) != 14 {
+		t.Fatalf("%d effects, want 14", len(effs))
+	}
+	for _, e := range effs {
+		if e.SourceEventID != e.Version || e.EpisodeKey != store.PublishEpisodeKey(e.Version, e.Entity) {
+			t.Fatalf("effect %d of message %s names event %s", e.ID, e.Version, e.SourceEventID)
+		}
+	}
 }
 
 // testMessagePublishConcurrentKeys: many publishes at once, each key sent
