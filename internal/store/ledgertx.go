@@ -40,7 +40,10 @@ type LedgerTx interface {
 	// the database has row locks it locks them until the commit, in id
 	// order, the order every settle locks in (a claimer passes a locked
 	// row by), so no claim takes one over halfway. An effect whose lease
-	// does not hold is absent from the answer.
+	// does not hold is absent from the answer. The effects come without
+	// their request: a settle does not send it, and a request can be as
+	// large as the body limit, which every settle would otherwise read
+	// back (on PostgreSQL, rendered from jsonb as text) for nothing.
 	EffectsFence(ctx context.Context, ps []*EffectSettleParams) (map[int64]*Effect, error)
 	// EffectsSettle writes each settle: its attempts row, when it has
 	// one, and the effect's next state (SettleWrite).

@@ -261,7 +261,7 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 	}
 	if len(ps) == 1 {
 		p := ps[0]
-		return held, a.t.query(ctx, "check lease", `SELECT `+effectColumns+effectFrom+`
+		return held, a.t.query(ctx, "check lease", `SELECT `+effectColumnsWithoutRequest+effectFrom+`
 			WHERE f.id = $1 AND f.lease_token = $2 AND f.state = 'submitting' AND f.lease_until > $3
 			FOR NO KEY UPDATE OF f`, []any{p.EffectID, p.Token, p.Now}, scan)
 	}
@@ -270,7 +270,7 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 	for i, p := range ps {
 		ids[i], tokens[i], nows[i] = p.EffectID, p.Token, p.Now
 	}
-	return held, a.t.query(ctx, "check leases", `SELECT `+effectColumns+effectFrom+`
+	return held, a.t.query(ctx, "check leases", `SELECT `+effectColumnsWithoutRequest+effectFrom+`
 		JOIN unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(id, token, now)
 			ON f.id = u.id AND f.lease_token = u.token AND f.lease_until > u.now
 		WHERE f.id = ANY($1) AND f.state = 'submitting'

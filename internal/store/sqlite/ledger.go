@@ -210,8 +210,9 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 	return held, nil
 }
 
-// effectFencedByID is effectByID when its lease, by that token, holds.
-const effectFencedByID = effectByID + ` AND f.lease_token = ? AND f.state = 'submitting' AND f.lease_until > ?`
+// effectFencedByID is effectByID, without the request, when its lease, by
+// that token, holds.
+var effectFencedByID = `SELECT ` + effectColumnsWithoutRequest + effectFrom + ` WHERE f.id = ? AND f.lease_token = ? AND f.state = 'submitting' AND f.lease_until > ?`
 
 func (a txn) EffectsSettle(ctx context.Context, ws []*store.SettleWrite) error {
 	for _, w := range ws {
