@@ -505,11 +505,12 @@ type PublishTx interface {
 	// EndpointSpecs returns the id and the stored spec of every endpoint
 	// that is not deleted, in id order.
 	EndpointSpecs(ctx context.Context) ([]EndpointSpecRow, error)
-	// MessageEffectsInsert inserts each of es, state approved, created and
-	// updated at Now, unless its episode key exists. es are the effects
-	// of one message: they share every field but the episode key, entity
-	// and destination, so a driver may write the shared ones once.
-	MessageEffectsInsert(ctx context.Context, es []*MessageEffect) error
+	// MessageEffectsInsert inserts each effect of ms, state approved,
+	// created and updated at Now, unless its episode key exists. Each
+	// element of ms is the effects of one message, none of them empty:
+	// they share every field but the episode key, entity and destination,
+	// so a driver may write the shared ones once a message.
+	MessageEffectsInsert(ctx context.Context, ms [][]*MessageEffect) error
 }
 
 // EndpointReserveParams reserves an endpoint's id.
@@ -788,10 +789,28 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]
 		if err != nil {
 			return nil, err
 		}
+		var fans [][]*MessageEffect
+		audits := make([]*AuditInsertParams, 0, len(fresh))
 		for j, i := range fresh {
-			if out[i], err = fanOut(ctx, tx, ps[i], pks[j], endpoints); err != nil {
-				return nil, err
+			p := ps[i]
+			res, fan := fanOut(p, pks[j], endpoints)
+			if len(fan) > 0 {
+				fans = append(fans, fan)
 			}
+			out[i] = res
+			audits = append(audits, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionMessagePublished,
+				Source: PublishSource, EventID: p.ID, Detail: messagePublishedDetail(p.Type, len(res.Endpoints))})
+		}
+		if len(fans) > 0 {
+			// One call for the whole fan-out: inserting the effects one
+			// by one was the largest part of a publish's time in the
+			// writer.
+			if err := tx.MessageEffectsInsert(ctx, fans); err != nil {
+				return nil, fmt.Errorf("insert effects: %w", err)
+			}
+		}
+		if err := tx.Audit(ctx, audits...); err != nil {
+			return nil, err
 		}
 	}
 	for i, p := range ps {
@@ -814,13 +833,13 @@ func pick(ps []*MessagePublishParams, at []int) []*MessagePublishParams {
 	return out
 }
 
-// fanOut writes the effects of message p, stored as event pk, for each of
-// endpoints whose types it matches, and its audit row.
-func fanOut(ctx context.Context, tx Tx, p *MessagePublishParams, pk int64, endpoints []publishTarget) (*MessagePublishResult, error) {
+// fanOut is the answer to message p, stored as event pk, and its effects:
+// one for each of endpoints whose types it matches.
+func fanOut(p *MessagePublishParams, pk int64, endpoints []publishTarget) (*MessagePublishResult, []*MessageEffect) {
 	res := &MessagePublishResult{ID: p.ID, Fingerprint: p.Fingerprint, CreatedAt: p.Now.UTC(), Endpoints: []string{}}
 	request := publishRequest(p.ID, p.Payload)
 	versionSort := publishVersionSort(p.Now, p.ID)
-	effects := make([]*MessageEffect, 0, len(endpoints))
+	var effects []*MessageEffect
 	for _, t := range endpoints {
 		if !matchType(t.types, p.Type) {
 			continue
@@ -830,16 +849,5 @@ func fanOut(ctx context.Context, tx Tx, p *MessagePublishParams, pk int64, endpo
 			Request: request, EventPK: pk, CausationID: p.CausationID, Hop: p.Hop, Now: p.Now})
 		res.Endpoints = append(res.Endpoints, t.id)
 	}
-	if len(effects) > 0 {
-		// One call for the whole fan-out: inserting the effects one by one
-		// was the largest part of a publish's time in the writer.
-		if err := tx.MessageEffectsInsert(ctx, effects); err != nil {
-			return nil, fmt.Errorf("insert effects: %w", err)
-		}
-	}
-	if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionMessagePublished,
-		Source: PublishSource, EventID: p.ID, Detail: messagePublishedDetail(p.Type, len(res.Endpoints))}); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return res, effects
 }

@@ -247,29 +247,50 @@ func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error)
 	return out, dbErrors.Classify(err)
 }
 
-// MessageEffectsInsert queues one INSERT for a message's effects: what
-// they share (the request, the same for every endpoint, parsed as jsonb
-// once, and the message's fields) is sent once, the episode keys,
-// entities and destinations as arrays.
-func (a txn) MessageEffectsInsert(_ context.Context, es []*store.MessageEffect) error {
-	if len(es) == 0 {
+// MessageEffectsInsert queues one INSERT for a group's effects: what a
+// message's effects share (the request, the same for every endpoint,
+// parsed as jsonb once, and the message's fields) is sent once a message,
+// the episode keys, entities and destinations as arrays, each with the
+// index of its message.
+func (a txn) MessageEffectsInsert(_ context.Context, ms [][]*store.MessageEffect) error {
+	var keys, entities, dests []string
+	var of []int32
+	n := len(ms)
+	flows, versions, sorts, effects, requests, causes := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n)
+	pks, hops, at := make([]int64, n), make([]int32, n), make([]time.Time, n)
+	for i, es := range ms {
+		for _, e := range es {
+			keys, entities, dests, of = append(keys, e.EpisodeKey), append(entities, e.Entity), append(dests, e.Destination),
+				append(of, int32(i+1)) //nolint:gosec // a group holds at most a few dozen messages
+		}
+		e := es[0]
+		flows[i], versions[i], sorts[i], effects[i], requests[i], causes[i] = e.Flow, e.Version, e.VersionSort, e.Effect, string(e.Request), e.CausationID
+		pks[i], hops[i], at[i] = e.EventPK, int32(e.Hop), e.Now //nolint:gosec // hop counts are bounded by the loop guard
+	}
+	if len(keys) == 0 {
 		return nil
 	}
-	keys, entities, dests := make([]string, len(es)), make([]string, len(es)), make([]string, len(es))
-	for i, e := range es {
-		keys[i], entities[i], dests[i] = e.EpisodeKey, e.Entity, e.Destination
-	}
-	e := es[0]
-	a.t.exec("insert effects", `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
-		state, request, source_event_pk, causation_id, hop, created_at, updated_at)
-		SELECT u.k, $4, u.e, $5, $6, $7, u.d, 'approved', $8::jsonb, $9, $10, $11, $12, $12
-		FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(k, e, d, n)
-		ORDER BY u.n
-		ON CONFLICT (episode_key) DO NOTHING`,
-		keys, entities, dests, e.Flow, e.Version, e.VersionSort, e.Effect, string(e.Request),
-		e.EventPK, e.CausationID, e.Hop, e.Now)
+	a.t.exec("insert effects", insertMessageEffectsSQL, keys, entities, dests, of, flows, versions, sorts, effects, requests, pks, causes, hops, at)
 	return nil
 }
+
+// insertMessageEffectsSQL inserts effects (episode keys $1, entities $2,
+// destinations $3, each of message $4, counted from 1) of messages with
+// flows $5, versions $6, version sorts $7, effect names $8, requests $9,
+// events $10, causations $11, hops $12, created at $13. The CTE is
+// materialized so that each request is parsed once, not once an effect.
+const insertMessageEffectsSQL = `WITH m AS MATERIALIZED (
+		SELECT i, flow, version, version_sort, effect, request::jsonb AS request, event_pk, causation_id, hop, at
+		FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::int[], $13::timestamptz[])
+			WITH ORDINALITY AS m(flow, version, version_sort, effect, request, event_pk, causation_id, hop, at, i))
+	INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+		state, request, source_event_pk, causation_id, hop, created_at, updated_at)
+	SELECT u.k, m.flow, u.e, m.version, m.version_sort, m.effect, u.d, 'approved', m.request, m.event_pk, m.causation_id, m.hop, m.at, m.at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS u(k, e, d, of, n)
+		JOIN m ON m.i = u.of
+	ORDER BY u.n
+	ON CONFLICT (episode_key) DO NOTHING`
 
 // IdempotencyPrune deletes up to limit keys expired at now.
 func (s *Store) IdempotencyPrune(ctx context.Context, now time.Time, limit int) (int, error) {

@@ -207,18 +207,20 @@ func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error)
 // at most two prepared statements (a full one and the rest).
 const effectsPerInsert = 64
 
-// MessageEffectsInsert writes a message's effects a statement per up to
-// effectsPerInsert of them. What they share (the request, the same for
+// MessageEffectsInsert writes each message's effects a statement per up
+// to effectsPerInsert of them. What they share (the request, the same for
 // every endpoint, and the message's fields) is bound once as numbered
 // parameters; each row binds only its episode key, entity and
 // destination.
-func (a txn) MessageEffectsInsert(ctx context.Context, es []*store.MessageEffect) error {
-	for len(es) > 0 {
-		n := min(len(es), effectsPerInsert)
-		if err := a.insertEffects(ctx, es[:n]); err != nil {
-			return err
+func (a txn) MessageEffectsInsert(ctx context.Context, ms [][]*store.MessageEffect) error {
+	for _, es := range ms {
+		for len(es) > 0 {
+			n := min(len(es), effectsPerInsert)
+			if err := a.insertEffects(ctx, es[:n]); err != nil {
+				return err
+			}
+			es = es[n:]
 		}
-		es = es[n:]
 	}
 	return nil
 }

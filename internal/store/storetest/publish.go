@@ -595,6 +595,12 @@ func testMessagePublishGroup(t *testing.T, o Opener) {
 		if e.SourceEventID != e.Version || e.EpisodeKey != store.PublishEpisodeKey(e.Version, e.Entity) {
 			t.Fatalf("effect %d of message %s names event %s", e.ID, e.Version, e.SourceEventID)
 		}
+		var req publishRequest
+		var body struct{ Data struct{ ID string } }
+		if err := json.Unmarshal(e.Request, &req); err != nil || req.Headers["webhook-id"] != e.Version ||
+			json.Unmarshal(req.Body, &body) != nil || body.Data.ID != e.Version {
+			t.Fatalf("effect %d of message %s sends %s (%v)", e.ID, e.Version, e.Request, err)
+		}
 	}
 }
 
