@@ -148,13 +148,14 @@ func (t *pipeTx) queueAudits() {
 	if len(t.audits) == 0 {
 		return
 	}
-	if !t.generic {
-		// The multi-row insert is planned for pipes of the processing
-		// path (pipeTx.generic); elsewhere each row is its own insert,
-		// as AuditInsert writes it.
-		for _, a := range t.audits {
-			t.exec("insert audit", insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
-		}
+	if len(t.audits) == 1 && !t.generic {
+		// A lone row outside the processing path's pipes is written as
+		// AuditInsert writes it, one statement shape fewer for the
+		// server to plan; several rows (a group of publishes, say) are
+		// one insert in any pipe: its plan, a sort of the arrays, is the
+		// same whatever it is planned for.
+		a := t.audits[0]
+		t.exec("insert audit", insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
 		t.audits = t.audits[:0]
 		return
 	}
