@@ -779,38 +779,12 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]
 		out[i] = res
 	}
 	if len(fresh) > 0 {
-		// Applied and routed from the start: the flow engine never sees
-		// a message as pending or unrouted work.
-		pks, err := tx.MessagesInsert(ctx, pick(ps, fresh))
-		if err != nil {
-			return nil, fmt.Errorf("record messages: %w", err)
-		}
-		endpoints, err := publishTargets(ctx, tx)
+		rs, err := storeMessages(ctx, tx, pick(ps, fresh))
 		if err != nil {
 			return nil, err
 		}
-		var fans [][]*MessageEffect
-		audits := make([]*AuditInsertParams, 0, len(fresh))
 		for j, i := range fresh {
-			p := ps[i]
-			res, fan := fanOut(p, pks[j], endpoints)
-			if len(fan) > 0 {
-				fans = append(fans, fan)
-			}
-			out[i] = res
-			audits = append(audits, &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionMessagePublished,
-				Source: PublishSource, EventID: p.ID, Detail: messagePublishedDetail(p.Type, len(res.Endpoints))})
-		}
-		if len(fans) > 0 {
-			// One call for the whole fan-out: inserting the effects one
-			// by one was the largest part of a publish's time in the
-			// writer.
-			if err := tx.MessageEffectsInsert(ctx, fans); err != nil {
-				return nil, fmt.Errorf("insert effects: %w", err)
-			}
-		}
-		if err := tx.Audit(ctx, audits...); err != nil {
-			return nil, err
+			out[i] = rs[j]
 		}
 	}
 	for i, p := range ps {
@@ -820,6 +794,44 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]
 			f := out[first[p.Key]]
 			out[i] = &MessagePublishResult{ID: f.ID, Fingerprint: f.Fingerprint, CreatedAt: f.CreatedAt.Truncate(time.Microsecond), Replayed: true}
 		}
+	}
+	return out, nil
+}
+
+// storeMessages stores the new messages ps, applied and routed from the
+// start (the flow engine never sees a message as pending or unrouted
+// work), fans each out to the endpoints whose types it matches, and
+// answers each.
+func storeMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]*MessagePublishResult, error) {
+	pks, err := tx.MessagesInsert(ctx, ps)
+	if err != nil {
+		return nil, fmt.Errorf("record messages: %w", err)
+	}
+	endpoints, err := publishTargets(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*MessagePublishResult, len(ps))
+	var fans [][]*MessageEffect
+	audits := make([]*AuditInsertParams, len(ps))
+	for i, p := range ps {
+		var fan []*MessageEffect
+		out[i], fan = fanOut(p, pks[i], endpoints)
+		if len(fan) > 0 {
+			fans = append(fans, fan)
+		}
+		audits[i] = &AuditInsertParams{At: p.Now, Actor: p.Actor, Action: ActionMessagePublished,
+			Source: PublishSource, EventID: p.ID, Detail: messagePublishedDetail(p.Type, len(out[i].Endpoints))}
+	}
+	if len(fans) > 0 {
+		// One call for the whole fan-out: inserting the effects one by
+		// one was the largest part of a publish's time in the writer.
+		if err := tx.MessageEffectsInsert(ctx, fans); err != nil {
+			return nil, fmt.Errorf("insert effects: %w", err)
+		}
+	}
+	if err := tx.Audit(ctx, audits...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
