@@ -120,14 +120,19 @@ func (s *Store) EndpointList(ctx context.Context) ([]*store.Endpoint, error) {
 // key, so the second finds the first's; a statement a key costs no round
 // trip here.
 func (a txn) IdempotencyKeysHold(ctx context.Context, ps []*store.MessagePublishParams) ([]bool, error) {
-	held := make([]bool, len(ps))
+	return eachMessage(ps, func(p *store.MessagePublishParams) (bool, error) { return a.holdKey(ctx, p) })
+}
+
+// eachMessage is fn's answer for each of ps, in order, or the first error.
+func eachMessage[T any](ps []*store.MessagePublishParams, fn func(*store.MessagePublishParams) (T, error)) ([]T, error) {
+	out := make([]T, len(ps))
 	for i, p := range ps {
 		var err error
-		if held[i], err = a.holdKey(ctx, p); err != nil {
+		if out[i], err = fn(p); err != nil {
 			return nil, err
 		}
 	}
-	return held, nil
+	return out, nil
 }
 
 func (a txn) holdKey(ctx context.Context, p *store.MessagePublishParams) (bool, error) {
@@ -157,14 +162,7 @@ func (a txn) IdempotencyKeyGet(ctx context.Context, key string) (*store.MessageP
 
 // MessagesInsert stores the messages one by one, two statements each.
 func (a txn) MessagesInsert(ctx context.Context, ps []*store.MessagePublishParams) ([]int64, error) {
-	pks := make([]int64, len(ps))
-	for i, p := range ps {
-		var err error
-		if pks[i], err = a.insertMessage(ctx, p); err != nil {
-			return nil, err
-		}
-	}
-	return pks, nil
+	return eachMessage(ps, func(p *store.MessagePublishParams) (int64, error) { return a.insertMessage(ctx, p) })
 }
 
 func (a txn) insertMessage(ctx context.Context, p *store.MessagePublishParams) (int64, error) {
