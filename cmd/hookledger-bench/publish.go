@@ -39,6 +39,9 @@ type publishFlags struct {
 	dir         string
 	cpuProfile  string
 	table       bool
+	// pad is the member of every message's data that holds --pad bytes
+	// of filler ("" when there is none).
+	pad string
 }
 
 func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -77,15 +80,20 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	padBytes := fs.Int("pad", 0, "`bytes` of filler added to every message's data (about 300 B without), to see what the size of a message costs")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
 	}
 	f.table = *table
-	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 {
-		fmt.Fprintln(stderr, "hookledger-bench publish: counts and --drain must be positive, --max-in-flight at most 1024, --duration and --paced not negative")
+	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 ||
+		*padBytes < 0 || *padBytes > maxPad {
+		fmt.Fprintf(stderr, "hookledger-bench publish: counts and --drain must be positive, --max-in-flight at most 1024, --duration and --paced not negative, --pad from 0 to %d\n", maxPad)
 		return exitUsage
+	}
+	if *padBytes > 0 {
+		f.pad = `,"notes":"` + strings.Repeat("x", *padBytes) + `"`
 	}
 	var err error
 	if f.targets, err = chooseTargets(*targets, []string{targetSQLite}, []string{targetSQLite, targetPostgres}, f.postgres); err != nil {
@@ -554,12 +562,16 @@ func (e *publishEnv) drain(ctx context.Context, sink *fanoutSink, messages int) 
 	return sink.distinct() >= want
 }
 
-// publishOne posts one message (~300 B of data) with its own key and
-// returns the id of the 202.
+// maxPad bounds --pad below the server's default body limit (1 MiB),
+// with room for the rest of the message.
+const maxPad = 1<<20 - 4096
+
+// publishOne posts one message (~300 B of data, and --pad bytes of
+// filler) with its own key and returns the id of the 202.
 func (e *publishEnv) publishOne(ctx context.Context, c *http.Client, base, key string, seq int) (string, error) {
 	body := fmt.Sprintf(`{"type":"invoice.paid","data":{"invoice":"in_%d","customer":"cus_%d","amount_paid":%d,"currency":"eur",`+
-		`"status":"paid","lines":[{"description":"Subscription, monthly","amount":%d,"quantity":1}],"metadata":{"order":"ORD-%d","key":%q}}}`,
-		seq, seq%997, 1000+seq, 1000+seq, seq, key)
+		`"status":"paid","lines":[{"description":"Subscription, monthly","amount":%d,"quantity":1}],"metadata":{"order":"ORD-%d","key":%q}%s}}`,
+		seq, seq%997, 1000+seq, 1000+seq, seq, key, e.f.pad)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/messages", bytes.NewReader([]byte(body)))
 	if err != nil {
 		return "", fmt.Errorf("new request: %w", err)
