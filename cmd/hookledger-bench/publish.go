@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,7 @@ type publishFlags struct {
 	dir         string
 	cpuProfile  string
 	table       bool
+	rounds      int
 	// pad is the member of every message's data that holds --pad bytes
 	// of filler ("" when there is none).
 	pad string
@@ -80,6 +82,7 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
 	fs.StringVar(&f.dir, "dir", "", "parent `directory` of the temp dir (default the system temp dir)")
+	fs.IntVar(&f.rounds, "rounds", 1, "`times` every target runs, in an order rotating by round; above 1, each target's figures come from\nits round of median publishing and PostgreSQL beside SQLite is the median of the rounds' ratios, so that one noisy\ncell does not decide a goal")
 	padBytes := fs.Int("pad", 0, "`bytes` of filler added to every message's data (about 300 B without), to see what the size of a message costs")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "run the hookledger servers in-process under 'hookledger-bench serve' and write one CPU profile per server into `dir`\n(the servers' CPU figures then include the profiler's)")
 	table := tableFlag(fs)
@@ -88,8 +91,8 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	}
 	f.table = *table
 	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 ||
-		*padBytes < 0 || *padBytes > maxPad {
-		fmt.Fprintf(stderr, "hookledger-bench publish: counts and --drain must be positive, --max-in-flight at most 1024, --duration and --paced not negative, --pad from 0 to %d\n", maxPad)
+		*padBytes < 0 || *padBytes > maxPad || f.rounds < 1 {
+		fmt.Fprintf(stderr, "hookledger-bench publish: counts, --rounds and --drain must be positive, --max-in-flight at most 1024, --duration and --paced not negative, --pad from 0 to %d\n", maxPad)
 		return exitUsage
 	}
 	if *padBytes > 0 {
@@ -305,22 +308,119 @@ func publishBench(ctx context.Context, stdout, stderr io.Writer, f *publishFlags
 		return false, fmt.Errorf("stripe signer: %w", err)
 	}
 
-	var results []*publishResult
-	for _, target := range f.targets {
-		if err := ctx.Err(); err != nil {
-			return false, fmt.Errorf("interrupted: %w", err)
+	var rounds [][]*publishResult
+	ok := true
+	for round := range f.rounds {
+		order := pick(f.targets, rotated(len(f.targets), round))
+		results := make([]*publishResult, len(f.targets))
+		for _, target := range order {
+			if err := ctx.Err(); err != nil {
+				return false, fmt.Errorf("interrupted: %w", err)
+			}
+			res, err := env.cell(ctx, stderr, target)
+			if err != nil {
+				return false, fmt.Errorf("%s: %w", target, err)
+			}
+			// Reported in the targets' own order, whatever order they ran in.
+			results[slices.Index(f.targets, target)] = res
 		}
-		res, err := env.cell(ctx, stderr, target)
-		if err != nil {
-			return false, fmt.Errorf("%s: %w", target, err)
+		if f.rounds > 1 {
+			fmt.Fprintf(stdout, "== round %d of %d (targets run in the order %s)\n", round+1, f.rounds, strings.Join(order, ", "))
 		}
-		results = append(results, res)
+		ok = printPublish(stdout, f, results) && ok
+		rounds = append(rounds, results)
 	}
-	ok := printPublish(stdout, f, results)
+	sum := summarizePublish(rounds)
+	if f.rounds > 1 {
+		printPublishRounds(stdout, f, rounds, sum)
+	}
 	if f.table {
-		printHeadlines(stdout, "publish", publishHeadlines(f, results))
+		printHeadlines(stdout, "publish", publishHeadlines(f, sum))
 	}
 	return ok, nil
+}
+
+// publishSummary is what the table says of a run of one or more rounds.
+type publishSummary struct {
+	rounds int
+	// results holds, per target, its round of median publishing rate
+	// (the lower middle one of an even number): every figure of a row
+	// then comes from one measured round.
+	results []*publishResult
+	// pgOverSQLite is the median of the rounds' PostgreSQL-over-SQLite
+	// ratios (ok: the run measured both).
+	pgOverSQLite float64
+	ok           bool
+	// The account of every round's messages.
+	accepted int64
+	lost     int
+	drained  bool
+}
+
+// summarizePublish summarizes the rounds, each holding one result per
+// target in the same order.
+func summarizePublish(rounds [][]*publishResult) publishSummary {
+	sum := publishSummary{rounds: len(rounds), drained: true}
+	if len(rounds) == 0 {
+		return sum
+	}
+	var ratios []float64
+	for _, results := range rounds {
+		if v, ok := pgOverSQLite(results); ok {
+			ratios = append(ratios, v)
+		}
+		for _, r := range results {
+			sum.accepted += r.accepted()
+			sum.lost += r.missing + r.unreached
+			sum.drained = sum.drained && r.drained
+		}
+	}
+	if len(ratios) > 0 {
+		sum.pgOverSQLite, _, _ = medianRange(ratios)
+		sum.ok = true
+	}
+	for t := range rounds[0] {
+		byRate := make([]*publishResult, len(rounds))
+		for i, results := range rounds {
+			byRate[i] = results[t]
+		}
+		slices.SortStableFunc(byRate, func(a, b *publishResult) int { return cmp.Compare(a.pub.rate(), b.pub.rate()) })
+		sum.results = append(sum.results, byRate[(len(byRate)-1)/2])
+	}
+	return sum
+}
+
+// printPublishRounds prints, per target, each round's publishing rate,
+// its ratio to the inbound path and its fan-out keeping up, with their
+// medians, and the rounds' PostgreSQL-over-SQLite ratios.
+func printPublishRounds(w io.Writer, f *publishFlags, rounds [][]*publishResult, sum publishSummary) {
+	fmt.Fprintf(w, "\n== %d rounds: per round, then the median\n", len(rounds))
+	for t, target := range f.targets {
+		var pubs, vs, keeps []string
+		var pubN, vsN, keepN []float64
+		for _, results := range rounds {
+			r := results[t]
+			pubN, keepN = append(pubN, r.pub.rate()), append(keepN, r.keepUp(f.endpoints))
+			pubs, keeps = append(pubs, num(r.pub.rate())), append(keeps, fmt.Sprintf("%.2f", r.keepUp(f.endpoints)))
+			if r.baseline.rate() > 0 {
+				vsN = append(vsN, r.pub.rate()/r.baseline.rate())
+				vs = append(vs, fmt.Sprintf("%.2f", r.pub.rate()/r.baseline.rate()))
+			}
+		}
+		med := func(xs []float64) float64 { m, _, _ := medianRange(xs); return m }
+		fmt.Fprintf(w, "%s: publishes/s %s (median %s); over inbound %s (median %.2f); fan-out keeps up %s (median %.2f)\n", target,
+			strings.Join(pubs, ", "), num(med(pubN)), strings.Join(vs, ", "), med(vsN), strings.Join(keeps, ", "), med(keepN))
+	}
+	var ratios []string
+	for _, results := range rounds {
+		if v, ok := pgOverSQLite(results); ok {
+			ratios = append(ratios, fmt.Sprintf("%.2f", v))
+		}
+	}
+	if sum.ok {
+		fmt.Fprintf(w, "PostgreSQL publishing over SQLite's: %s (median %.2f)\n", strings.Join(ratios, ", "), sum.pgOverSQLite)
+	}
+	fmt.Fprintln(w, "the table: each target's figures from its round of median publishing; PostgreSQL over SQLite, the median of the rounds' ratios")
 }
 
 // config writes a hookledger.yaml: a stripe source for the baseline, the
@@ -795,19 +895,22 @@ func publishGoals(f *publishFlags, results []*publishResult) []headline {
 // webhooks into the inbound path of the same store kind, the fan-out
 // deliveries, publish -> endpoint at half capacity, PostgreSQL's
 // publishing beside SQLite's, and the account of every accepted message.
-func publishHeadlines(f *publishFlags, results []*publishResult) []headline {
+func publishHeadlines(f *publishFlags, sum publishSummary) []headline {
 	var rows []headline
-	accepted, lost, drained := int64(0), 0, true
-	for _, r := range results {
+	of := ""
+	if sum.rounds > 1 {
+		of = fmt.Sprintf(" (round of median publishing, of %d)", sum.rounds)
+	}
+	for _, r := range sum.results {
 		name := driverName(r.target)
 		rows = append(rows, headline{
-			figure:   name + ": POST /api/v1/messages with an Idempotency-Key",
+			figure:   name + ": POST /api/v1/messages with an Idempotency-Key" + of,
 			value:    fmt.Sprintf("%s requests/s, p99 %s ms", num(r.pub.rate()), ms(r.pub.lat.pct(0.99))),
 			baseline: fmt.Sprintf("signed webhooks into POST /hooks/stripe %s/s", num(r.baseline.rate())),
 			ratio:    ratioOf(r.pub.rate(), r.baseline.rate()) + " of inbound",
 			goal:     fmt.Sprintf(">= %.1f: %s", goalPublishVsInbound, verdict(r.baseline.rate() > 0 && r.pub.rate()/r.baseline.rate() >= goalPublishVsInbound)),
 		}, headline{
-			figure: fmt.Sprintf("%s: fan-out to %d endpoints (max_in_flight %d, adaptive)", name, f.endpoints, f.maxInFlight),
+			figure: fmt.Sprintf("%s: fan-out to %d endpoints (max_in_flight %d, adaptive)%s", name, f.endpoints, f.maxInFlight, of),
 			value: fmt.Sprintf("%s deliveries/s, p99 %.1f s after the publish", num(rate(int64(r.deliveries), r.fanoutTook)),
 				r.deliveryLat.pct(0.99).Seconds()),
 			baseline: fmt.Sprintf("accepted messages x %d endpoints %s/s", f.endpoints, num(r.pub.rate()*float64(f.endpoints))),
@@ -816,25 +919,26 @@ func publishHeadlines(f *publishFlags, results []*publishResult) []headline {
 		})
 		if p99, ok := r.pacedP99(); ok {
 			rows = append(rows, headline{
-				figure: fmt.Sprintf("%s: publish -> endpoint at half capacity (%s/s)", name, num(r.pacedRate)),
+				figure: fmt.Sprintf("%s: publish -> endpoint at half capacity (%s/s)%s", name, num(r.pacedRate), of),
 				value:  fmt.Sprintf("p50 %s ms, p99 %s ms", ms(r.pacedLat.pct(0.50)), ms(p99)),
 				goal:   fmt.Sprintf("p99 <= %.0f s: %s", goalPacedP99.Seconds(), verdict(p99 <= goalPacedP99)),
 			})
 		}
-		accepted += r.accepted()
-		lost += r.missing + r.unreached
-		drained = drained && r.drained
 	}
-	if v, ok := pgOverSQLite(results); ok {
+	if sum.ok {
+		figure := "PostgreSQL publishing beside SQLite's"
+		if sum.rounds > 1 {
+			figure += fmt.Sprintf(" (median of %d rounds)", sum.rounds)
+		}
 		rows = append(rows, headline{
-			figure: "PostgreSQL publishing beside SQLite's",
-			value:  fmt.Sprintf("%.2f of SQLite's requests/s", v),
-			goal:   fmt.Sprintf(">= %.1f: %s", goalPGOverSQLite, verdict(v >= goalPGOverSQLite)),
+			figure: figure,
+			value:  fmt.Sprintf("%.2f of SQLite's requests/s", sum.pgOverSQLite),
+			goal:   fmt.Sprintf(">= %.1f: %s", goalPGOverSQLite, verdict(sum.pgOverSQLite >= goalPGOverSQLite)),
 		})
 	}
 	return append(rows, headline{
 		figure: "accepted messages stored once and delivered to every endpoint",
-		value:  fmt.Sprintf("%s accepted, %d missing or not at every endpoint", num(float64(accepted)), lost),
-		goal:   "all: " + verdict(lost == 0 && drained),
+		value:  fmt.Sprintf("%s accepted, %d missing or not at every endpoint", num(float64(sum.accepted)), sum.lost),
+		goal:   "all: " + verdict(sum.lost == 0 && sum.drained),
 	})
 }

@@ -82,3 +82,46 @@ func TestPublishWriterLine(t *testing.T) {
 		t.Errorf("a failed read is not said: %q", got)
 	}
 }
+
+// Over several rounds, each target's row comes from its round of median
+// publishing, PostgreSQL beside SQLite is the median of the rounds' own
+// ratios (not the ratio of two medians from different rounds), and the
+// account covers every round.
+func TestSummarizePublishTakesTheMedianRound(t *testing.T) {
+	res := func(target string, perSecond int64, missing int) *publishResult {
+		return &publishResult{target: target, pub: &closedLoop{ok: perSecond, elapsed: time.Second},
+			baseline: &closedLoop{ok: 1000, elapsed: time.Second}, missing: missing, drained: true}
+	}
+	rounds := [][]*publishResult{
+		{res(targetSQLite, 900, 0), res(targetPostgres, 400, 0)}, // 0.44
+		{res(targetSQLite, 700, 0), res(targetPostgres, 420, 0)}, // 0.60
+		{res(targetSQLite, 800, 1), res(targetPostgres, 380, 0)}, // 0.475
+	}
+	sum := summarizePublish(rounds)
+	if len(sum.results) != 2 || sum.results[0] != rounds[2][0] || sum.results[1] != rounds[0][1] {
+		t.Fatalf("median rounds: %+v, want SQLite's third and PostgreSQL's first", sum.results)
+	}
+	if !sum.ok || sum.pgOverSQLite != 0.475 {
+		t.Fatalf("PostgreSQL over SQLite: %v (%v), want the median ratio 0.475", sum.pgOverSQLite, sum.ok)
+	}
+	if sum.accepted != 900+400+700+420+800+380 || sum.lost != 1 || !sum.drained {
+		t.Fatalf("account: %d accepted, %d lost, drained %v", sum.accepted, sum.lost, sum.drained)
+	}
+	hs := publishHeadlines(&publishFlags{endpoints: 10, maxInFlight: 16, rounds: 3}, sum)
+	var got []string
+	for _, h := range hs {
+		got = append(got, h.figure+" = "+h.value)
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{"SQLite: POST /api/v1/messages with an Idempotency-Key (round of median publishing, of 3) = 800 requests/s",
+		"PostgreSQL publishing beside SQLite's (median of 3 rounds) = 0.47 of SQLite's requests/s",
+		"= 3,600 accepted, 1 missing or not at every endpoint"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("headlines lack %q:\n%s", want, all)
+		}
+	}
+	one := summarizePublish(rounds[:1])
+	if one.results[0] != rounds[0][0] || one.pgOverSQLite != 400.0/900 {
+		t.Fatalf("one round: %+v", one)
+	}
+}
