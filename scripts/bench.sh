@@ -22,7 +22,9 @@
 #   publish  messages/s through POST /api/v1/messages with an Idempotency-Key
 #            and fan-out deliveries/s to ten loopback endpoints with their
 #            latency, on SQLite and PostgreSQL, beside signed webhooks into
-#            the inbound path of a fresh store of the same kind
+#            the inbound path of a fresh store of the same kind; three
+#            rounds (--rounds 3, unless BENCH_PUBLISH_ARGS says otherwise),
+#            since one run's PostgreSQL beside SQLite moves by a fifth
 #   bigbody  the serve process's peak RSS while the console shows the largest
 #            body the receiver accepts on every page that shows it, beside a
 #            2 KB body and the largest body the console pretty-prints
@@ -132,7 +134,11 @@ for name in $all; do
 	commit) args=(--postgres "$pgurl" "$@") ;;
 	receive) args=(--postgres "$pgurl" --hookledger "$bindir/hookledger" "$@") ;;
 	pipeline | signals | console | retention) args=(--postgres "$pgurl") ;;
-	e2e | publish) args=(--postgres "$pgurl" --hookledger "$bindir/hookledger") ;;
+	e2e) args=(--postgres "$pgurl" --hookledger "$bindir/hookledger") ;;
+	publish)
+		args=(--postgres "$pgurl" --hookledger "$bindir/hookledger")
+		[ -n "${BENCH_PUBLISH_ARGS:-}" ] || args+=(--rounds 3)
+		;;
 	bigbody | replay) args=(--hookledger "$bindir/hookledger") ;;
 	esac
 	own="BENCH_${name^^}_ARGS"
