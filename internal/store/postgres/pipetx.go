@@ -44,10 +44,6 @@ type pipeTx struct {
 	// a pipe of reads alone (store.TxRead) runs each flush's statements
 	// as one implicit transaction.
 	open bool
-	// generic is set when the statements are planned under
-	// pipePlanSettings: only a pipe of the processing path is, and only
-	// such a pipe runs the statements written for those plans.
-	generic bool
 }
 
 // queued is one statement of pipeTx.batch.
@@ -67,7 +63,6 @@ func (s *Store) beginPipe(ctx context.Context, plan string) (*pipeTx, error) {
 	}
 	t.begin("BEGIN")
 	t.exec("plan settings", plan)
-	t.generic = true
 	return t, nil
 }
 
@@ -148,17 +143,8 @@ func (t *pipeTx) queueAudits() {
 	if len(t.audits) == 0 {
 		return
 	}
-	if len(t.audits) == 1 && !t.generic {
-		// A lone row outside the processing path's pipes is written as
-		// AuditInsert writes it, one statement shape fewer for the
-		// server to plan; several rows (a group of publishes, say) are
-		// one insert in any pipe: its plan, a sort of the arrays, is the
-		// same whatever it is planned for.
-		a := t.audits[0]
-		t.exec("insert audit", insertAuditSQL, a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail)
-		t.audits = t.audits[:0]
-		return
-	}
+	// One statement in every pipe, whatever its plan settings: its plan,
+	// a sort of the arrays, is the same however it is planned.
 	n := len(t.audits)
 	at := make([]time.Time, n)
 	actor, action, source, eventID, entity, detail := make([]string, n), make([]string, n), make([]string, n),
