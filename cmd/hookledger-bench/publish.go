@@ -347,10 +347,10 @@ type publishSummary struct {
 	// (the lower middle one of an even number): every figure of a row
 	// then comes from one measured round.
 	results []*publishResult
-	// pgOverSQLite is the median of the rounds' PostgreSQL-over-SQLite
-	// ratios (ok: the run measured both).
+	// ratios are the rounds' PostgreSQL-over-SQLite ratios (none when
+	// the run did not measure both), and pgOverSQLite their median.
+	ratios       []float64
 	pgOverSQLite float64
-	ok           bool
 	// The account of every round's messages.
 	accepted int64
 	lost     int
@@ -364,10 +364,9 @@ func summarizePublish(rounds [][]*publishResult) publishSummary {
 	if len(rounds) == 0 {
 		return sum
 	}
-	var ratios []float64
 	for _, results := range rounds {
 		if v, ok := pgOverSQLite(results); ok {
-			ratios = append(ratios, v)
+			sum.ratios = append(sum.ratios, v)
 		}
 		for _, r := range results {
 			sum.accepted += r.accepted()
@@ -375,10 +374,7 @@ func summarizePublish(rounds [][]*publishResult) publishSummary {
 			sum.drained = sum.drained && r.drained
 		}
 	}
-	if len(ratios) > 0 {
-		sum.pgOverSQLite, _, _ = medianRange(ratios)
-		sum.ok = true
-	}
+	sum.pgOverSQLite, _, _ = medianRange(sum.ratios)
 	for t := range rounds[0] {
 		byRate := make([]*publishResult, len(rounds))
 		for i, results := range rounds {
@@ -396,32 +392,34 @@ func summarizePublish(rounds [][]*publishResult) publishSummary {
 func printPublishRounds(w io.Writer, f *publishFlags, rounds [][]*publishResult, sum publishSummary) {
 	fmt.Fprintf(w, "\n== %d rounds: per round, then the median\n", len(rounds))
 	for t, target := range f.targets {
-		var pubs, vs, keeps []string
-		var pubN, vsN, keepN []float64
+		var pubs, vs, keeps []float64
 		for _, results := range rounds {
 			r := results[t]
-			pubN, keepN = append(pubN, r.pub.rate()), append(keepN, r.keepUp(f.endpoints))
-			pubs, keeps = append(pubs, num(r.pub.rate())), append(keeps, fmt.Sprintf("%.2f", r.keepUp(f.endpoints)))
+			pubs, keeps = append(pubs, r.pub.rate()), append(keeps, r.keepUp(f.endpoints))
 			if r.baseline.rate() > 0 {
-				vsN = append(vsN, r.pub.rate()/r.baseline.rate())
-				vs = append(vs, fmt.Sprintf("%.2f", r.pub.rate()/r.baseline.rate()))
+				vs = append(vs, r.pub.rate()/r.baseline.rate())
 			}
 		}
-		med := func(xs []float64) float64 { m, _, _ := medianRange(xs); return m }
-		fmt.Fprintf(w, "%s: publishes/s %s (median %s); over inbound %s (median %.2f); fan-out keeps up %s (median %.2f)\n", target,
-			strings.Join(pubs, ", "), num(med(pubN)), strings.Join(vs, ", "), med(vsN), strings.Join(keeps, ", "), med(keepN))
+		fmt.Fprintf(w, "%s: publishes/s %s; over inbound %s; fan-out keeps up %s\n", target,
+			series(pubs, num), series(vs, twoPlaces), series(keeps, twoPlaces))
 	}
-	var ratios []string
-	for _, results := range rounds {
-		if v, ok := pgOverSQLite(results); ok {
-			ratios = append(ratios, fmt.Sprintf("%.2f", v))
-		}
-	}
-	if sum.ok {
-		fmt.Fprintf(w, "PostgreSQL publishing over SQLite's: %s (median %.2f)\n", strings.Join(ratios, ", "), sum.pgOverSQLite)
+	if len(sum.ratios) > 0 {
+		fmt.Fprintf(w, "PostgreSQL publishing over SQLite's: %s\n", series(sum.ratios, twoPlaces))
 	}
 	fmt.Fprintln(w, "the table: each target's figures from its round of median publishing; PostgreSQL over SQLite, the median of the rounds' ratios")
 }
+
+// series is xs, each as format writes it, and their median.
+func series(xs []float64, format func(float64) string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = format(x)
+	}
+	med, _, _ := medianRange(xs)
+	return fmt.Sprintf("%s (median %s)", strings.Join(parts, ", "), format(med))
+}
+
+func twoPlaces(x float64) string { return fmt.Sprintf("%.2f", x) }
 
 // config writes a hookledger.yaml: a stripe source for the baseline, the
 // admin API, and the endpoints at the loopback receiver.
@@ -925,7 +923,7 @@ func publishHeadlines(f *publishFlags, sum publishSummary) []headline {
 			})
 		}
 	}
-	if sum.ok {
+	if len(sum.ratios) > 0 {
 		figure := "PostgreSQL publishing beside SQLite's"
 		if sum.rounds > 1 {
 			figure += fmt.Sprintf(" (median of %d rounds)", sum.rounds)
