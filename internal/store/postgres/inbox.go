@@ -226,25 +226,40 @@ type deliveryParams struct {
 	body           [][]byte
 }
 
-func (c *deliveryParams) add(id, eventPK int64, d *store.DeliveryInput) error {
-	headers := d.Headers
+// deliveryJSON is a delivery's headers as a JSON object and its body, as
+// the deliveries table keeps them: never NULL, absent headers an empty
+// object and an absent body empty bytes.
+func deliveryJSON(headers map[string]string, body []byte) (string, []byte, error) {
+	h, b := storedRequest(headers, body)
+	hdr, err := json.Marshal(h)
+	if err != nil {
+		return "", nil, fmt.Errorf("headers: %w", err)
+	}
+	return string(hdr), b, nil
+}
+
+// storedRequest is headers and body with an absent one made empty.
+func storedRequest(headers map[string]string, body []byte) (map[string]string, []byte) {
 	if headers == nil {
 		headers = map[string]string{}
 	}
-	hdr, err := json.Marshal(headers)
-	if err != nil {
-		return fmt.Errorf("record delivery: headers: %w", err)
-	}
-	body := d.Body
 	if body == nil {
 		body = []byte{}
+	}
+	return headers, body
+}
+
+func (c *deliveryParams) add(id, eventPK int64, d *store.DeliveryInput) error {
+	hdr, body, err := deliveryJSON(d.Headers, d.Body)
+	if err != nil {
+		return fmt.Errorf("record delivery: %w", err)
 	}
 	c.eventFields.add(d)
 	c.id = append(c.id, id)
 	c.eventPK = append(c.eventPK, eventPK)
 	c.requestID = append(c.requestID, d.RequestID)
 	c.batchIndex = append(c.batchIndex, int32(d.BatchIndex)) //nolint:gosec // bounded by the sender's batch limit
-	c.hdr = append(c.hdr, string(hdr))
+	c.hdr = append(c.hdr, hdr)
 	c.body = append(c.body, body)
 	return nil
 }

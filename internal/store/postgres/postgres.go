@@ -278,14 +278,7 @@ func commitOne(ctx context.Context, tx pgx.Tx, sub *store.Submission) ([]store.D
 
 // queueDelivery queues the insert of one delivery of event eventPK.
 func queueDelivery(b *pgx.Batch, d *store.DeliveryInput, eventPK int64) {
-	headers := d.Headers
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	body := d.Body
-	if body == nil {
-		body = []byte{}
-	}
+	headers, body := storedRequest(d.Headers, d.Body)
 	b.Queue(insertDeliverySQL, eventPK, d.RequestID, d.BatchIndex, d.Source, d.EventID, d.Type,
 		d.Entity, d.Account, nullTime(d.OccurredAt), d.ReceivedAt, d.CausationID, d.Hop, headers, body)
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -182,19 +181,11 @@ func (a txn) MessagesInsert(ctx context.Context, ps []*store.MessagePublishParam
 	ids, types, causes, traces, hdrs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	at, hops, bodies := make([]time.Time, n), make([]int32, n), make([][]byte, n)
 	for i, p := range ps {
-		headers := p.Headers
-		if headers == nil {
-			headers = map[string]string{}
-		}
-		hdr, err := json.Marshal(headers)
+		hdr, body, err := deliveryJSON(p.Headers, p.Payload)
 		if err != nil {
-			return nil, fmt.Errorf("message %s: headers: %w", p.ID, err)
+			return nil, fmt.Errorf("message %s: %w", p.ID, err)
 		}
-		body := p.Payload
-		if body == nil {
-			body = []byte{}
-		}
-		ids[i], types[i], causes[i], traces[i], hdrs[i] = p.ID, p.Type, p.CausationID, p.TraceContext, string(hdr)
+		ids[i], types[i], causes[i], traces[i], hdrs[i] = p.ID, p.Type, p.CausationID, p.TraceContext, hdr
 		at[i], hops[i], bodies[i] = p.Now, int32(p.Hop), body //nolint:gosec // hop counts are bounded by the loop guard
 	}
 	pks := make(map[string]int64, n)
