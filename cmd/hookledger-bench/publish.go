@@ -67,7 +67,10 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 			"PostgreSQL publishing at least 0.5 of SQLite's. On SQLite, also the one writer's\n"+
 			"time (the server's /metrics) per inbound webhook and per message accepted and\n"+
 			"delivered to every endpoint, and the bound their ratio sets on publishing beside\n"+
-			"the inbound rate while the writer is busy. Exit 1 unless every accepted\n"+
+			"the inbound rate while the writer is busy. On every store, the machine's CPU per\n"+
+			"inbound webhook and per message delivered whole (the server's, the database's\n"+
+			"backends' where PostgreSQL runs here, and this process's), and the bound it sets on\n"+
+			"the same ratio were the processors the only limit. Exit 1 unless every accepted\n"+
 			"message is stored once and reached every endpoint.")
 	var f publishFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to measure SQLite only)")
@@ -250,6 +253,8 @@ type publishResult struct {
 	// SQLite's one writer (zero elsewhere): over the baseline's loop, and
 	// over the closed loop's publishing until its fan-out was done.
 	inboundWriter, publishWriter writerSpan
+	// The machine's CPU over the same two loops.
+	inboundCPU, publishCPU cpuSpan
 }
 
 // writerSpan is the writer's time over one loop (writer read, or why
@@ -483,7 +488,7 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 	sinkURL := "http://" + ln.Addr().String()
 
 	run := randomHex(4)
-	if res.baseline, res.inboundWriter, err = e.baseline(ctx, stderr, target, sinkURL, run); err != nil {
+	if res.baseline, res.inboundWriter, res.inboundCPU, err = e.baseline(ctx, stderr, target, sinkURL, run); err != nil {
 		return nil, err
 	}
 
@@ -517,11 +522,13 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 		}
 	}
 	began := time.Now()
-	res.publishWriter = measureWriter(ctx, target, srv.addr, e.token, func() {
-		res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, publish(sent, "bench"))
-		if ctx.Err() == nil {
-			res.drained = e.drain(ctx, sink, len(sent))
-		}
+	res.publishCPU = measureCPU(srv.cmd.Process.Pid, e.database(target, cs), func() {
+		res.publishWriter = measureWriter(ctx, target, srv.addr, e.token, func() {
+			res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, publish(sent, "bench"))
+			if ctx.Err() == nil {
+				res.drained = e.drain(ctx, sink, len(sent))
+			}
+		})
 	})
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
@@ -570,27 +577,39 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 
 // baseline measures the inbound path, same clients and count, on its own
 // server and store so that neither run weighs on the other.
-func (e *publishEnv) baseline(ctx context.Context, stderr io.Writer, target, sinkURL, run string) (*closedLoop, writerSpan, error) {
+func (e *publishEnv) baseline(ctx context.Context, stderr io.Writer, target, sinkURL, run string) (*closedLoop, writerSpan, cpuSpan, error) {
 	fmt.Fprintf(stderr, "%s: baseline, signed webhooks into /hooks/stripe...\n", target)
 	srv, cs, err := e.server(ctx, target, target+"-inbound", sinkURL)
 	if err != nil {
-		return nil, writerSpan{}, err
+		return nil, writerSpan{}, cpuSpan{}, err
 	}
 	hooks := "http://" + srv.addr + "/hooks/stripe"
 	var loop *closedLoop
-	ws := measureWriter(ctx, target, srv.addr, e.token, func() {
-		loop = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
-			status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
-			if err == nil && status/100 != 2 {
-				err = fmt.Errorf("HTTP %d", status)
-			}
-			return lat, err
+	var ws writerSpan
+	cpu := measureCPU(srv.cmd.Process.Pid, e.database(target, cs), func() {
+		ws = measureWriter(ctx, target, srv.addr, e.token, func() {
+			loop = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
+				status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
+				if err == nil && status/100 != 2 {
+					err = fmt.Errorf("HTTP %d", status)
+				}
+				return lat, err
+			})
 		})
 	})
 	if err := errors.Join(srv.stop(), cs.Drop()); err != nil {
-		return nil, writerSpan{}, err
+		return nil, writerSpan{}, cpuSpan{}, err
 	}
-	return loop, ws, nil
+	return loop, ws, cpu, nil
+}
+
+// database is the PostgreSQL database whose backends a target's loops
+// are charged with: "" on SQLite.
+func (e *publishEnv) database(target string, cs *cellStore) string {
+	if target != targetPostgres {
+		return ""
+	}
+	return databaseOf(cs.URL)
 }
 
 // tally reads from the receiver each message's first arrival at each
@@ -807,8 +826,10 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
-		if line := publishWriterLine(r, f.endpoints); line != "" {
-			fmt.Fprintf(w, "%s: %s\n", r.target, line)
+		for _, line := range []string{publishWriterLine(r, f.endpoints), publishCPULine(r, f.endpoints, runtime.NumCPU())} {
+			if line != "" {
+				fmt.Fprintf(w, "%s: %s\n", r.target, line)
+			}
 		}
 	}
 	for _, r := range results {
@@ -824,6 +845,7 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	fmt.Fprintln(w, "keeps up: deliveries/s over the deliveries/s the accepted messages asked for (messages/s x endpoints).")
 	fmt.Fprintln(w, "paced: an open loop at half the publishing capacity (the lesser of the closed loop's rate and the rate its messages reached every endpoint), after its fan-out is done; to endpoint = first receipt minus send time.")
 	fmt.Fprintln(w, "server RSS at the end of the fan-out, peak = VmHWM; CPU = the server's user+system time over its whole life.")
+	fmt.Fprintln(w, "CPU line: the server's, the database's backends' (where PostgreSQL runs on this machine) and this process's CPU over each closed loop,\n  the publish loop until every endpoint was reached; its bound assumes the processors are the only limit.")
 	fmt.Fprintln(w)
 	for _, g := range publishGoals(f, results) {
 		fmt.Fprintf(w, "goal: %s: %s (goal %s): %s\n", g.figure, g.ratio, g.baseline, g.goal)

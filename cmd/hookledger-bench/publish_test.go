@@ -83,6 +83,46 @@ func TestPublishWriterLine(t *testing.T) {
 	}
 }
 
+// The publish benchmark's CPU line divides each loop's CPU, part by part,
+// by its own count, and sets the processors over a message's cost against
+// the inbound rate; the database's part shows only where it was read.
+func TestPublishCPULine(t *testing.T) {
+	r := &publishResult{
+		baseline: &closedLoop{ok: 10000, elapsed: 4 * time.Second},
+		pub:      &closedLoop{ok: 1000, elapsed: 2 * time.Second},
+		inboundCPU: cpuSpan{server: 3 * time.Second, backends: 4 * time.Second, self: 1 * time.Second, backendsSeen: 3,
+			took: 5 * time.Second},
+		publishCPU: cpuSpan{server: 2 * time.Second, backends: 5 * time.Second, self: 3 * time.Second, backendsSeen: 4,
+			took: 6 * time.Second},
+	}
+	want := "CPU: 0.80 ms per inbound webhook (serve 0.30 + PostgreSQL 0.40 + load generator 0.10; 0.80 of the CPUs over the loop); " +
+		"10.00 ms per message accepted and delivered to its 10 endpoints (serve 2.00 + PostgreSQL 5.00 + load generator and receiver 3.00; " +
+		"0.83 of the CPUs over the loop), 12.5 webhooks' worth: were the 2 CPUs the only limit, publishing whole would reach at most 0.08 " +
+		"of the inbound rate (the goals ask for 0.45: at most 1.78 ms per message)"
+	if got := publishCPULine(r, 10, 2); got != want {
+		t.Errorf("publishCPULine:\n got %q\nwant %q", got, want)
+	}
+	sq := *r
+	sq.inboundCPU.backends, sq.inboundCPU.backendsSeen = 0, 0
+	if got := publishCPULine(&sq, 10, 2); !strings.HasPrefix(got, "CPU: 0.40 ms per inbound webhook (serve 0.30 + PostgreSQL - + load generator 0.10;") {
+		t.Errorf("no backends read, yet a database part: %q", got)
+	}
+	if got := publishCPULine(&publishResult{baseline: r.baseline, pub: r.pub}, 10, 2); got != "" {
+		t.Errorf("no CPU measured, yet a line: %q", got)
+	}
+	r.publishCPU.err = errors.New("read CPU time: no such process")
+	if got := publishCPULine(r, 10, 2); !strings.Contains(got, "not read") || !strings.Contains(got, "no such process") {
+		t.Errorf("a failed read is not said: %q", got)
+	}
+}
+
+// databaseOf names the database of a store URL, the backends' title.
+func TestDatabaseOf(t *testing.T) {
+	if got := databaseOf("postgres://u@127.0.0.1:5432/hl_bench_abc?sslmode=disable"); got != "hl_bench_abc" {
+		t.Errorf("databaseOf = %q, want hl_bench_abc", got)
+	}
+}
+
 // Over several rounds, each target's row comes from its round of median
 // publishing, PostgreSQL beside SQLite is the median of the rounds' own
 // ratios (not the ratio of two medians from different rounds), and the
