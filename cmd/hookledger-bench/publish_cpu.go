@@ -108,8 +108,14 @@ func publishCPULine(r *publishResult, endpoints, ncpu int) string {
 	perHook, perMsg := perMs(in.total(), r.baseline.ok), perMs(pub.total(), r.pub.ok)
 	goal := goalPublishVsInbound * goalFanoutKeepsUp
 	bound := float64(ncpu) * 1000 / perMsg / r.baseline.rate()
-	return fmt.Sprintf("CPU: %.2f ms per inbound webhook (%s); %.2f ms per message accepted and delivered to its %d endpoints (%s), %.1f webhooks' worth: "+
+	line := fmt.Sprintf("CPU: %.2f ms per inbound webhook (%s); %.2f ms per message accepted and delivered to its %d endpoints (%s), %.1f webhooks' worth: "+
 		"were the %d CPUs the only limit, publishing whole would reach at most %.2f of the inbound rate (the goals ask for %.2f: at most %.2f ms per message)",
 		perHook, parts(in, r.baseline.ok, "load generator"), perMsg, endpoints, parts(pub, r.pub.ok, "load generator and receiver"), perMsg/perHook,
 		ncpu, bound, goal, float64(ncpu)*1000/(goal*r.baseline.rate()))
+	if r.target == targetPostgres && (in.backendsSeen == 0 || pub.backendsSeen == 0) {
+		// The bound then leaves out the database's work: it holds for
+		// this machine only.
+		line += "; the database's backends were not read (PostgreSQL is not on this machine, or its process titles are off): their CPU is not in these figures"
+	}
+	return line
 }

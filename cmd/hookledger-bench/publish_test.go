@@ -88,6 +88,7 @@ func TestPublishWriterLine(t *testing.T) {
 // the inbound rate; the database's part shows only where it was read.
 func TestPublishCPULine(t *testing.T) {
 	r := &publishResult{
+		target:   targetPostgres,
 		baseline: &closedLoop{ok: 10000, elapsed: 4 * time.Second},
 		pub:      &closedLoop{ok: 1000, elapsed: 2 * time.Second},
 		inboundCPU: cpuSpan{server: 3 * time.Second, backends: 4 * time.Second, self: 1 * time.Second, backendsSeen: 3,
@@ -103,9 +104,17 @@ func TestPublishCPULine(t *testing.T) {
 		t.Errorf("publishCPULine:\n got %q\nwant %q", got, want)
 	}
 	sq := *r
+	sq.target = targetSQLite
 	sq.inboundCPU.backends, sq.inboundCPU.backendsSeen = 0, 0
 	if got := publishCPULine(&sq, 10, 2); !strings.HasPrefix(got, "CPU: 0.40 ms per inbound webhook (serve 0.30 + PostgreSQL - + load generator 0.10;") {
 		t.Errorf("no backends read, yet a database part: %q", got)
+	}
+	if got := publishCPULine(&sq, 10, 2); strings.Contains(got, "not read") {
+		t.Errorf("SQLite has no backends to read, yet the line says they were not read: %q", got)
+	}
+	sq.target = targetPostgres
+	if got := publishCPULine(&sq, 10, 2); !strings.HasSuffix(got, "their CPU is not in these figures") {
+		t.Errorf("PostgreSQL's backends unread, and the line does not say so: %q", got)
 	}
 	if got := publishCPULine(&publishResult{baseline: r.baseline, pub: r.pub}, 10, 2); got != "" {
 		t.Errorf("no CPU measured, yet a line: %q", got)
