@@ -40,11 +40,11 @@ type LedgerTx interface {
 	// the database has row locks it locks them until the commit, in id
 	// order, the order every settle locks in (a claimer passes a locked
 	// row by), so no claim takes one over halfway. An effect whose lease
-	// does not hold is absent from the answer. The effects come without
-	// their request: a settle does not send it, and a request can be as
-	// large as the body limit, which every settle would otherwise read
-	// back (on PostgreSQL, rendered from jsonb as text) for nothing.
-	EffectsFence(ctx context.Context, ps []*EffectSettleParams) (map[int64]*Effect, error)
+	// does not hold is absent from the answer. Each comes as the few
+	// columns a settle reads (FencedEffect), not the whole row: reading
+	// every column back (the request, as large as the body limit, above
+	// all) was most of a fence's time, on every delivery.
+	EffectsFence(ctx context.Context, ps []*EffectSettleParams) (map[int64]*FencedEffect, error)
 	// EffectsSettle writes each settle: its attempts row, when it has
 	// one, and the effect's next state (SettleWrite).
 	EffectsSettle(ctx context.Context, ws []*SettleWrite) error
@@ -124,10 +124,30 @@ type SettleWrite struct {
 	Owner string
 }
 
+// FencedEffect is what a settle reads of an effect whose lease holds
+// (Tx.EffectsFence): the counts and owner its write follows from, and what
+// its audit row names.
+type FencedEffect struct {
+	ID                                        int64
+	EpisodeKey, Entity, Source, SourceEventID string
+	Owner                                     string
+	Attempts, Calls                           int
+	Restart                                   string
+}
+
+// FencedEffectColumns selects a FencedEffect from effects f joined to its
+// source event e, in the order of its Dests.
+const FencedEffectColumns = `f.id, f.episode_key, f.entity, e.source, e.event_id, f.owner, f.attempts, f.calls, f.restart`
+
+// Dests are the scan destinations of FencedEffectColumns, in order.
+func (f *FencedEffect) Dests() []any {
+	return []any{&f.ID, &f.EpisodeKey, &f.Entity, &f.Source, &f.SourceEventID, &f.Owner, &f.Attempts, &f.Calls, &f.Restart}
+}
+
 // settleOwner is the owner an effect has after a settle: the one it has,
 // else, when it settles into the exception queue, the configured owner
 // the settle carries. An owner a person assigned is never replaced.
-func settleOwner(f *Effect, p *EffectSettleParams) string {
+func settleOwner(f *FencedEffect, p *EffectSettleParams) string {
 	return queueOwner(f.Owner, slices.Contains(ExceptionStates(), p.State), p.Owner)
 }
 
@@ -145,7 +165,7 @@ func queueOwner(owner string, enters bool, configured string) string {
 // settleCounts is the rule settles count by: the effect's attempts after
 // this settle, and the attempts row's number (0: no call), which follows
 // the effect's calls whatever restarted its attempts.
-func settleCounts(f *Effect, p *EffectSettleParams) (attempts, number int) {
+func settleCounts(f *FencedEffect, p *EffectSettleParams) (attempts, number int) {
 	attempts = f.Attempts
 	if p.AddAttempt {
 		attempts++
@@ -336,7 +356,8 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 			w.Call = &a
 		}
 		ws = append(ws, w)
-		audits = append(audits, effectAudit(f, p.Now, p.Actor, SettleAction(p.State), settleDetail(f.EpisodeKey, number, p)))
+		audits = append(audits, entityAudit(f.Source, f.SourceEventID, f.Entity, p.Now, p.Actor, SettleAction(p.State),
+			settleDetail(f.EpisodeKey, number, p)))
 	}
 	if len(ws) == 0 {
 		return lost, nil

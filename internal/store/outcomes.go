@@ -117,8 +117,13 @@ type EffectMismatchMarkParams struct {
 
 // effectAudit is an audit row about effect f.
 func effectAudit(f *Effect, at time.Time, actor, action, detail string) *AuditInsertParams {
-	return &AuditInsertParams{At: at, Actor: actor, Action: action,
-		Source: f.Source, EventID: f.SourceEventID, Entity: f.Entity, Detail: detail}
+	return entityAudit(f.Source, f.SourceEventID, f.Entity, at, actor, action, detail)
+}
+
+// entityAudit is an audit row about an effect, named by its source event
+// and entity.
+func entityAudit(source, eventID, entity string, at time.Time, actor, action, detail string) *AuditInsertParams {
+	return &AuditInsertParams{At: at, Actor: actor, Action: action, Source: source, EventID: eventID, Entity: entity, Detail: detail}
 }
 
 // EffectDeadlineEscalate escalates missed deadlines, earliest first (see

@@ -247,12 +247,12 @@ func claimDestinations(dests []string) (filter string, arg any) {
 // no-op UPDATE: that wrote a row version, and its index entries, per
 // settle. One settle reads its one row by its keys; a group joins the
 // arrays of its ids, tokens and times.
-func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (map[int64]*store.Effect, error) {
-	held := make(map[int64]*store.Effect, len(ps))
+func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (map[int64]*store.FencedEffect, error) {
+	held := make(map[int64]*store.FencedEffect, len(ps))
 	scan := func(rows pgx.Rows) error {
 		for rows.Next() {
-			f := &store.Effect{}
-			if err := scanEffect(rows, f); err != nil {
+			f := &store.FencedEffect{}
+			if err := rows.Scan(f.Dests()...); err != nil {
 				return err
 			}
 			held[f.ID] = f
@@ -261,7 +261,7 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 	}
 	if len(ps) == 1 {
 		p := ps[0]
-		return held, a.t.query(ctx, "check lease", `SELECT `+effectColumnsWithoutRequest+effectFrom+`
+		return held, a.t.query(ctx, "check lease", `SELECT `+store.FencedEffectColumns+effectFrom+`
 			WHERE f.id = $1 AND f.lease_token = $2 AND f.state = 'submitting' AND f.lease_until > $3
 			FOR NO KEY UPDATE OF f`, []any{p.EffectID, p.Token, p.Now}, scan)
 	}
@@ -270,7 +270,7 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 	for i, p := range ps {
 		ids[i], tokens[i], nows[i] = p.EffectID, p.Token, p.Now
 	}
-	return held, a.t.query(ctx, "check leases", `SELECT `+effectColumnsWithoutRequest+effectFrom+`
+	return held, a.t.query(ctx, "check leases", `SELECT `+store.FencedEffectColumns+effectFrom+`
 		JOIN unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(id, token, now)
 			ON f.id = u.id AND f.lease_token = u.token AND f.lease_until > u.now
 		WHERE f.id = ANY($1) AND f.state = 'submitting'

@@ -196,23 +196,25 @@ func (a txn) AttemptInsert(ctx context.Context, at *store.Attempt) error {
 // database's only write lock, so nothing can take the lease between this
 // read and the settle's writes (a no-op UPDATE as the fence wrote the row
 // for nothing).
-func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (map[int64]*store.Effect, error) {
-	held := make(map[int64]*store.Effect, len(ps))
+func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (map[int64]*store.FencedEffect, error) {
+	held := make(map[int64]*store.FencedEffect, len(ps))
 	for _, p := range ps {
-		f, err := getEffect(a.tx.QueryRowContext(ctx, effectFencedByID, p.EffectID, p.Token, p.Now.UnixMicro()))
+		f := &store.FencedEffect{}
+		err := a.tx.QueryRowContext(ctx, effectFencedByID, p.EffectID, p.Token, p.Now.UnixMicro()).Scan(f.Dests()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read effect: %w", err)
 		}
-		if f != nil {
-			held[f.ID] = f
-		}
+		held[f.ID] = f
 	}
 	return held, nil
 }
 
-// effectFencedByID is effectByID, without the request, when its lease, by
+// effectFencedByID reads an effect's fenced columns when its lease, by
 // that token, holds.
-var effectFencedByID = `SELECT ` + effectColumnsWithoutRequest + effectFrom + ` WHERE f.id = ? AND f.lease_token = ? AND f.state = 'submitting' AND f.lease_until > ?`
+const effectFencedByID = `SELECT ` + store.FencedEffectColumns + effectFrom + ` WHERE f.id = ? AND f.lease_token = ? AND f.state = 'submitting' AND f.lease_until > ?`
 
 func (a txn) EffectsSettle(ctx context.Context, ws []*store.SettleWrite) error {
 	for _, w := range ws {
