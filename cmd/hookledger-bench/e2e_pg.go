@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -88,11 +87,11 @@ func pgEnableStatements(ctx context.Context, adminURL string) (bool, error) {
 }
 
 func newPGStats(ctx context.Context, adminURL, storeURL string, statements bool) (*pgStats, error) {
-	u, err := url.Parse(storeURL)
+	db, err := databaseOf(storeURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse store URL: %w", err)
+		return nil, err
 	}
-	return &pgStats{adminURL: adminURL, db: strings.TrimPrefix(u.Path, "/"), statements: statements}, nil
+	return &pgStats{adminURL: adminURL, db: db, statements: statements}, nil
 }
 
 // idle waits for the servers' startup statistics to be flushed (a backend

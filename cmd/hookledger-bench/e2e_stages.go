@@ -355,7 +355,7 @@ func cpuShare(ncpu int, r *e2eResult) string {
 	if r.acked == 0 || r.sendFor <= 0 || ncpu < 1 {
 		return ""
 	}
-	perMs := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(r.acked) }
+	perMs := func(d time.Duration) float64 { return msPer(d, r.acked) }
 	parts := []string{fmt.Sprintf("serve %.2f", perMs(r.serverCPU()))}
 	total := perMs(r.serverCPU())
 	if pg, ok := r.pgCPUPerAck(); ok {
@@ -389,8 +389,7 @@ func cpuBound(ncpu int, run *e2eRunInfo, r *e2eResult) string {
 	if done == 0 || ncpu < 1 {
 		return ""
 	}
-	perMs := func(d time.Duration, n int64) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
-	server, client := perMs(r.serverCPU(), int64(done)), perMs(r.clientCPU, int64(done))
+	server, client := msPer(r.serverCPU(), int64(done)), msPer(r.clientCPU, int64(done))
 	total := server + client
 	if total <= 0 {
 		return ""
@@ -402,12 +401,12 @@ func cpuBound(ncpu int, run *e2eRunInfo, r *e2eResult) string {
 		line += fmt.Sprintf("; that is %.2f of the door's %.0f acks/s alone (goal >= %.1f needs at most %.2f ms per effect)",
 			bound/door.rate(), door.rate(), capacityGoal, float64(ncpu)*1000/(capacityGoal*door.rate()))
 		if door.sent > 0 {
-			ds, dc := perMs(door.serverCPU, door.sent), perMs(door.clientCPU, door.sent)
+			ds, dc := msPer(door.serverCPU, door.sent), msPer(door.clientCPU, door.sent)
 			line += fmt.Sprintf("; an acknowledgement at the door cost %.2f + %.2f = %.2f ms, an effect %.1f times that", ds, dc, ds+dc, total/(ds+dc))
 		}
 	}
 	if p := run.probeCPU; p.n > 0 {
-		ps, pc := perMs(p.server, p.n), perMs(p.client, p.n)
+		ps, pc := msPer(p.server, p.n), msPer(p.client, p.n)
 		line += fmt.Sprintf("; an acknowledgement of the ingest probe cost %.2f + %.2f = %.2f ms (the pipeline behind it included), an effect %.1f times that",
 			ps, pc, ps+pc, total/(ps+pc))
 	}

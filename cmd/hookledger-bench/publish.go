@@ -522,14 +522,15 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 		}
 	}
 	began := time.Now()
-	res.publishCPU = measureCPU(srv.cmd.Process.Pid, e.database(target, cs), func() {
-		res.publishWriter = measureWriter(ctx, target, srv.addr, e.token, func() {
-			res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, publish(sent, "bench"))
-			if ctx.Err() == nil {
-				res.drained = e.drain(ctx, sink, len(sent))
-			}
-		})
+	meter := newCPUMeter(srv.cmd.Process.Pid, cs)
+	meter.start()
+	res.publishWriter = measureWriter(ctx, target, srv.addr, e.token, func() {
+		res.pub = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, publish(sent, "bench"))
+		if ctx.Err() == nil {
+			res.drained = e.drain(ctx, sink, len(sent))
+		}
 	})
+	res.publishCPU = meter.span()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
@@ -585,31 +586,22 @@ func (e *publishEnv) baseline(ctx context.Context, stderr io.Writer, target, sin
 	}
 	hooks := "http://" + srv.addr + "/hooks/stripe"
 	var loop *closedLoop
-	var ws writerSpan
-	cpu := measureCPU(srv.cmd.Process.Pid, e.database(target, cs), func() {
-		ws = measureWriter(ctx, target, srv.addr, e.token, func() {
-			loop = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
-				status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
-				if err == nil && status/100 != 2 {
-					err = fmt.Errorf("HTTP %d", status)
-				}
-				return lat, err
-			})
+	meter := newCPUMeter(srv.cmd.Process.Pid, cs)
+	meter.start()
+	ws := measureWriter(ctx, target, srv.addr, e.token, func() {
+		loop = driveClosedLoop(ctx, e.f.clients, e.f.messages, e.f.duration, func(c *http.Client, seq int) (time.Duration, error) {
+			status, lat, err := e.recv.post(ctx, c, hooks, fmt.Sprintf("evt_%s_%d", run, seq))
+			if err == nil && status/100 != 2 {
+				err = fmt.Errorf("HTTP %d", status)
+			}
+			return lat, err
 		})
 	})
+	cpu := meter.span()
 	if err := errors.Join(srv.stop(), cs.Drop()); err != nil {
 		return nil, writerSpan{}, cpuSpan{}, err
 	}
 	return loop, ws, cpu, nil
-}
-
-// database is the PostgreSQL database whose backends a target's loops
-// are charged with: "" on SQLite.
-func (e *publishEnv) database(target string, cs *cellStore) string {
-	if target != targetPostgres {
-		return ""
-	}
-	return databaseOf(cs.URL)
 }
 
 // tally reads from the receiver each message's first arrival at each

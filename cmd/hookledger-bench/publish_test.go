@@ -127,8 +127,8 @@ func TestPublishCPULine(t *testing.T) {
 
 // databaseOf names the database of a store URL, the backends' title.
 func TestDatabaseOf(t *testing.T) {
-	if got := databaseOf("postgres://u@127.0.0.1:5432/hl_bench_abc?sslmode=disable"); got != "hl_bench_abc" {
-		t.Errorf("databaseOf = %q, want hl_bench_abc", got)
+	if got, err := databaseOf("postgres://u@127.0.0.1:5432/hl_bench_abc?sslmode=disable"); err != nil || got != "hl_bench_abc" {
+		t.Errorf("databaseOf = %q, %v, want hl_bench_abc", got, err)
 	}
 }
 

@@ -299,13 +299,7 @@ func (e *receiveEnv) cell(ctx context.Context, target string, clients int, label
 		}
 	}
 
-	meter := &cpuMeter{pid: srv.cmd.Process.Pid}
-	if cs != nil && cs.driver == targetPostgres {
-		if u, err := url.Parse(cs.URL); err == nil {
-			meter.pg = newBackendCPU(strings.TrimPrefix(u.Path, "/"))
-		}
-	}
-	res.meter = meter
+	res.meter = newCPUMeter(srv.cmd.Process.Pid, cs)
 	var writer func() (goMem, error)
 	if cs != nil && cs.driver == targetSQLite {
 		writer = func() (goMem, error) { return readGoMem(ctx, http.DefaultClient, srv.addr, e.token) }
