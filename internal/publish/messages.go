@@ -176,7 +176,7 @@ func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *M
 	out, err := s.st.MessagePublish(ctx, &store.MessagePublishParams{ID: id, Key: key, Fingerprint: fingerprint,
 		KeyExpiresAt: now.Add(s.cfg.Publish.IdempotencyWindow.D()), Type: m.Type, Payload: payload,
 		Headers: map[string]string{"idempotency-key": key}, CausationID: causation, Hop: hop, Actor: actor, Now: now,
-		TraceContext: tracing.Traceparent(ctx)})
+		TraceContext: tracing.Traceparent(ctx), Handoff: s.opts.Handoff})
 	if err != nil {
 		return nil, fmt.Errorf("publish message: %w", err)
 	}
@@ -195,7 +195,7 @@ func (s *Service) publish(ctx context.Context, id, key, fingerprint string, m *M
 		s.m.oversize.Inc()
 		res.Warnings = append(res.Warnings, fmt.Sprintf("the payload is %d bytes, over the %d that receivers are advised to expect (publish.warn_payload_bytes): consider sending a reference to the data instead of the data", len(payload), warn))
 	}
-	if len(out.Endpoints) > 0 {
+	if len(out.Endpoints) > 0 && s.opts.Handoff == nil {
 		s.opts.Wake()
 	}
 	return res, nil

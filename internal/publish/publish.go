@@ -59,6 +59,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Wake makes the delivery worker look for due effects now.
 	Wake func()
+	// Handoff, when set, is this process's delivery worker: a publish
+	// inserts the deliveries it has room for already claimed for it
+	// (store.PublishHandoff), and wakes it only where effects are left.
+	// Wake is then unused after a publish.
+	Handoff store.PublishHandoff
 	// Tracing records a span per publish (nil: tracing.Off).
 	Tracing *tracing.Provider
 }

@@ -378,7 +378,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 	// first and reaches the worker through the link.
 	link := &workerLink{}
 	p.pub = publish.New(s.cfg, st, publish.Options{Logger: s.log, Clock: s.clk, Registerer: s.reg, Health: board,
-		Wake: link.Wake, Notify: link.Tell, Tracing: p.tracing})
+		Wake: link.Wake, Handoff: link, Notify: link.Tell, Tracing: p.tracing})
 	actions := p.pub.Actions()
 	for k, a := range s.opts.Actions {
 		actions[k] = a

@@ -11,6 +11,7 @@ import (
 	"github.com/hookledger/hookledger/internal/api"
 	"github.com/hookledger/hookledger/internal/console"
 	"github.com/hookledger/hookledger/internal/deliver"
+	"github.com/hookledger/hookledger/internal/store"
 )
 
 // service is one part of a running process: a background loop, the inbox
@@ -115,6 +116,21 @@ type workerLink struct{ w *deliver.Worker }
 func (l *workerLink) Wake() {
 	if l.w != nil {
 		l.w.Wake()
+	}
+}
+
+// Reserve and Take hand the worker a publish's deliveries
+// (store.PublishHandoff); before the worker is linked there is no room.
+func (l *workerLink) Reserve(effects map[string]int) []*store.EffectClaimParams {
+	if l.w == nil {
+		return nil
+	}
+	return l.w.Reserve(effects)
+}
+
+func (l *workerLink) Take(claims []*store.EffectClaimParams, claimed [][]*store.ClaimedEffect, effects map[string]int) {
+	if l.w != nil {
+		l.w.Take(claims, claimed, effects)
 	}
 }
 

@@ -265,6 +265,11 @@ type MessagePublishParams struct {
 	TraceContext string
 	Actor        string
 	Now          time.Time
+	// Handoff, when set, is this process's delivery worker: the publish
+	// inserts the deliveries the worker has room for already claimed for
+	// it, and it starts their calls once the publish commits
+	// (publishclaim.go). A group uses its first message's.
+	Handoff PublishHandoff
 }
 
 // MessagePublishResult is what MessagePublish did.
@@ -506,11 +511,12 @@ type PublishTx interface {
 	// that is not deleted, in id order.
 	EndpointSpecs(ctx context.Context) ([]EndpointSpecRow, error)
 	// MessageEffectsInsert inserts each effect of ms, state approved,
-	// created and updated at Now, unless its episode key exists. Each
+	// created and updated at Now, unless its episode key exists; with a
+	// claim, some of them already claimed (MessageEffectsClaim). Each
 	// element of ms is the effects of one message, none of them empty:
 	// they share every field but the episode key, entity and destination,
 	// so a driver may write the shared ones once a message.
-	MessageEffectsInsert(ctx context.Context, ms [][]*MessageEffect) error
+	MessageEffectsInsert(ctx context.Context, ms [][]*MessageEffect, claim *MessageEffectsClaim) error
 }
 
 // EndpointReserveParams reserves an endpoint's id.
@@ -672,8 +678,10 @@ func (r *Rules) MessagePublishGroup(ctx context.Context, ps []*MessagePublishPar
 	if len(valid) < 2 {
 		return alone()
 	}
+	group := pick(ps, valid)
+	hd := newHanding(group)
 	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
-		rs, err := publishMessages(ctx, tx, pick(ps, valid))
+		rs, err := publishMessages(ctx, tx, group, hd)
 		if err != nil {
 			return err // each is published alone, and answered there
 		}
@@ -682,6 +690,7 @@ func (r *Rules) MessagePublishGroup(ctx context.Context, ps []*MessagePublishPar
 		}
 		return nil
 	})
+	hd.finish(err == nil, group)
 	if err != nil {
 		r.publishesAlone.Add(1)
 		return alone()
@@ -697,13 +706,16 @@ func (r *Rules) PublishesAlone() int64 { return r.publishesAlone.Load() }
 // publishAlone is one message's own transaction.
 func (r *Rules) publishAlone(ctx context.Context, p *MessagePublishParams) (*MessagePublishResult, error) {
 	var res *MessagePublishResult
+	ps := []*MessagePublishParams{p}
+	hd := newHanding(ps)
 	err := r.db.InTx(ctx, TxWrite, func(ctx context.Context, tx Tx) error {
-		rs, err := publishMessages(ctx, tx, []*MessagePublishParams{p})
+		rs, err := publishMessages(ctx, tx, ps, hd)
 		if err == nil {
 			res = rs[0]
 		}
 		return err
 	})
+	hd.finish(err == nil, ps)
 	if err != nil {
 		return nil, fmt.Errorf("publish message %s: %w", p.ID, err)
 	}
@@ -748,8 +760,9 @@ func publishTargets(ctx context.Context, tx Tx) ([]publishTarget, error) {
 // messages' events and deliveries. On PostgreSQL each of those answers
 // is a round trip, and a group paid two for every message, one after the
 // other, while its publishers waited (docs/benchmarks-history.md,
-// "A group's publishes in two round trips").
-func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]*MessagePublishResult, error) {
+// "A group's publishes in two round trips"). hd, when not nil, hands the
+// deliveries to this process's worker.
+func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams, hd *handing) ([]*MessagePublishResult, error) {
 	out := make([]*MessagePublishResult, len(ps))
 	first := make(map[string]int, len(ps))
 	var keyed []int // the first message of each key, by index in ps
@@ -779,7 +792,7 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]
 		out[i] = res
 	}
 	if len(fresh) > 0 {
-		rs, err := storeMessages(ctx, tx, pick(ps, fresh))
+		rs, err := storeMessages(ctx, tx, pick(ps, fresh), hd)
 		if err != nil {
 			return nil, err
 		}
@@ -802,7 +815,7 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]
 // start (the flow engine never sees a message as pending or unrouted
 // work), fans each out to the endpoints whose types it matches, and
 // answers each.
-func storeMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]*MessagePublishResult, error) {
+func storeMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams, hd *handing) ([]*MessagePublishResult, error) {
 	pks, err := tx.MessagesInsert(ctx, ps)
 	if err != nil {
 		return nil, fmt.Errorf("record messages: %w", err)
@@ -826,7 +839,11 @@ func storeMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams) ([]*M
 	if len(fans) > 0 {
 		// One call for the whole fan-out: inserting the effects one by
 		// one was the largest part of a publish's time in the writer.
-		if err := tx.MessageEffectsInsert(ctx, fans); err != nil {
+		claim, err := hd.reserve(fans)
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.MessageEffectsInsert(ctx, fans, claim); err != nil {
 			return nil, fmt.Errorf("insert effects: %w", err)
 		}
 	}

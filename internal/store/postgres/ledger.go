@@ -191,13 +191,7 @@ func effectClaimSQL(destFilter string) string {
 			SELECT id, state, updated_at, next_attempt_at,
 				CASE WHEN state = 'submitting' THEN lease_until ELSE updated_at END AS lease_until
 			FROM effects d
-			WHERE ((state = 'approved' AND next_attempt_at <= $1)
-				OR (state = 'retry_wait' AND next_attempt_at <= $1)
-				OR (state = 'needs_reconciliation' AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
-				OR (state = 'dead' AND redrives < $2 AND next_attempt_at > '-infinity' AND next_attempt_at <= $1)
-				OR (state = 'submitting' AND lease_until <= $1))
-			AND state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
-			AND next_attempt_at <= $1
+			WHERE ` + effectDueSQL("d", "$1", "$2") + `
 			AND ` + destFilter + `
 			AND ` + store.NoOlderInFlightSQL("d", "") + `
 			ORDER BY next_attempt_at, id
@@ -212,6 +206,19 @@ func effectClaimSQL(destFilter string) string {
 			restart = CASE WHEN c.state = 'dead' THEN '` + store.RestartRedrive + `' ELSE f.restart END
 		FROM c, events e WHERE f.id = c.id AND e.pk = f.source_event_pk
 		RETURNING ` + effectColumns + `, f.lease_token, c.state, c.updated_at, c.lease_until, c.next_attempt_at`
+}
+
+// effectDueSQL is the claim's due condition on effect d at now, dead
+// effects being re-driven below redrives: the same condition claimDestinations
+// explains, for the claim and for a publish that claims its own effects.
+func effectDueSQL(d, now, redrives string) string {
+	return `((` + d + `.state = 'approved' AND ` + d + `.next_attempt_at <= ` + now + `)
+				OR (` + d + `.state = 'retry_wait' AND ` + d + `.next_attempt_at <= ` + now + `)
+				OR (` + d + `.state = 'needs_reconciliation' AND ` + d + `.next_attempt_at > '-infinity' AND ` + d + `.next_attempt_at <= ` + now + `)
+				OR (` + d + `.state = 'dead' AND ` + d + `.redrives < ` + redrives + ` AND ` + d + `.next_attempt_at > '-infinity' AND ` + d + `.next_attempt_at <= ` + now + `)
+				OR (` + d + `.state = 'submitting' AND ` + d + `.lease_until <= ` + now + `))
+			AND ` + d + `.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
+			AND ` + d + `.next_attempt_at <= ` + now
 }
 
 // claimDestinations is the claim's condition on $3 and the argument for

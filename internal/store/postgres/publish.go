@@ -243,7 +243,7 @@ func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error)
 // parsed as jsonb once, and the message's fields) is sent once a message,
 // the episode keys, entities and destinations as arrays, each with the
 // index of its message.
-func (a txn) MessageEffectsInsert(_ context.Context, ms [][]*store.MessageEffect) error {
+func (a txn) MessageEffectsInsert(_ context.Context, ms [][]*store.MessageEffect, claim *store.MessageEffectsClaim) error {
 	var keys, entities, dests []string
 	var of []int32
 	n := len(ms)
@@ -262,7 +262,31 @@ func (a txn) MessageEffectsInsert(_ context.Context, ms [][]*store.MessageEffect
 	if len(keys) == 0 {
 		return nil
 	}
-	a.t.exec("insert effects", insertMessageEffectsSQL, keys, entities, dests, of, flows, versions, sorts, effects, requests, pks, causes, hops, at)
+	if claim == nil {
+		a.t.exec("insert effects", insertMessageEffectsSQL, keys, entities, dests, of, flows, versions, sorts, effects, requests, pks, causes, hops, at)
+		return nil
+	}
+	limits := make([]int32, len(claim.Limits))
+	for i, l := range claim.Limits {
+		limits[i] = int32(l) //nolint:gosec // a claim's limit is a worker's room
+	}
+	a.t.later("insert claimed effects", insertClaimedMessageEffectsSQL,
+		[]any{keys, entities, dests, of, flows, versions, sorts, effects, requests, pks, causes, hops, at,
+			claim.Destinations, limits, claim.Tokens, claim.Now, claim.Until, claim.MaxRedrives},
+		func(rows pgx.Rows) error {
+			for rows.Next() {
+				var r store.InsertedMessageEffect
+				var request *string
+				if err := rows.Scan(&r.ID, &r.EpisodeKey, &r.Claimed, &request); err != nil {
+					return err
+				}
+				if request != nil {
+					r.Request = []byte(*request)
+				}
+				claim.Rows = append(claim.Rows, r)
+			}
+			return rows.Err()
+		})
 	return nil
 }
 
@@ -282,6 +306,38 @@ const insertMessageEffectsSQL = `WITH m AS MATERIALIZED (
 		JOIN m ON m.i = u.of
 	ORDER BY u.n
 	ON CONFLICT (episode_key) DO NOTHING`
+
+// insertClaimedMessageEffectsSQL is insertMessageEffectsSQL claiming, at
+// each destination $14 where no effect is due at $17 (re-drives below
+// $19), the first $15 of the new effects there (store.MessageEffectsClaim):
+// submitting under the token $16 gives at the effect's place among $1,
+// leased until $18. It returns every effect inserted: its id, episode
+// key, whether it was claimed, and a claimed one's request as stored.
+var insertClaimedMessageEffectsSQL = `WITH m AS MATERIALIZED (
+		SELECT i, flow, version, version_sort, effect, request::jsonb AS request, event_pk, causation_id, hop, at
+		FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::int[], $13::timestamptz[])
+			WITH ORDINALITY AS m(flow, version, version_sort, effect, request, event_pk, causation_id, hop, at, i)),
+	c AS MATERIALIZED (
+		SELECT c.d, c.lim FROM unnest($14::text[], $15::int[]) AS c(d, lim)
+		WHERE NOT EXISTS (SELECT 1 FROM effects x WHERE x.destination = c.d AND ` + effectDueSQL("x", "$17::timestamptz", "$19::int") + `)),
+	u AS (
+		SELECT u.k, u.e, u.d, u.of, u.n, row_number() OVER (PARTITION BY u.d ORDER BY u.n) AS r
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS u(k, e, d, of, n))
+	INSERT INTO effects AS f (episode_key, flow, entity, version, version_sort, effect, destination,
+		state, request, source_event_pk, causation_id, hop, created_at, updated_at,
+		lease_token, lease_until, next_attempt_at, claimed_at)
+	SELECT u.k, m.flow, u.e, m.version, m.version_sort, m.effect, u.d,
+		CASE WHEN u.r <= c.lim THEN 'submitting' ELSE 'approved' END, m.request, m.event_pk, m.causation_id, m.hop, m.at,
+		CASE WHEN u.r <= c.lim THEN $17::timestamptz ELSE m.at END,
+		CASE WHEN u.r <= c.lim THEN ($16::text[])[u.n] ELSE '' END,
+		CASE WHEN u.r <= c.lim THEN $18::timestamptz ELSE '-infinity' END,
+		CASE WHEN u.r <= c.lim THEN $18::timestamptz ELSE '-infinity' END,
+		CASE WHEN u.r <= c.lim THEN $17::timestamptz ELSE '-infinity' END
+	FROM u JOIN m ON m.i = u.of
+		LEFT JOIN c ON c.d = u.d
+	ORDER BY u.n
+	ON CONFLICT (episode_key) DO NOTHING
+	RETURNING f.id, f.episode_key, f.state = 'submitting', CASE WHEN f.state = 'submitting' THEN f.request::text END`
 
 // IdempotencyPrune deletes up to limit keys expired at now.
 func (s *Store) IdempotencyPrune(ctx context.Context, now time.Time, limit int) (int, error) {

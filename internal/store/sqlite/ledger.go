@@ -94,14 +94,8 @@ func effectClaimSQL(p *store.EffectLeaseParams, now int64) (string, []any) {
 	// scheduled it; without a time it waits for a person.
 	// An approved effect released by a worker (its destination's token
 	// bucket was empty) is due again only at the release's NotBefore.
-	where := `((f.state = 'approved' AND f.next_attempt_at <= ?)
-		OR (f.state = 'retry_wait' AND f.next_attempt_at <= ?)
-		OR (f.state = 'needs_reconciliation' AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
-		OR (f.state = 'dead' AND f.redrives < ? AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
-		OR (f.state = 'submitting' AND f.lease_until <= ?))
-		AND f.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
-		AND f.next_attempt_at <= ?
-		AND ` + store.NoOlderInFlightSQL("f", "INDEXED BY effects_entity")
+	where, args := effectDueSQL(now, p.MaxRedrives)
+	where += ` AND ` + store.NoOlderInFlightSQL("f", "INDEXED BY effects_entity")
 	// The IN term repeats the partial indexes' WHERE word for word, which
 	// is what lets SQLite use effects_due_destination: one destination's
 	// claimable effects in due order, not every effect it ever had.
@@ -110,7 +104,6 @@ func effectClaimSQL(p *store.EffectLeaseParams, now int64) (string, []any) {
 	// due). Repeated on its own, it bounds the index range: a claim stops
 	// at the first effect not yet due instead of walking the destination's
 	// scheduled retries and calls in flight.
-	args := []any{now, now, now, p.MaxRedrives, now, now, now}
 	if len(p.Destinations) > 0 {
 		where += ` AND f.destination IN (?` + strings.Repeat(", ?", len(p.Destinations)-1) + `)`
 		for _, d := range p.Destinations {
@@ -118,6 +111,18 @@ func effectClaimSQL(p *store.EffectLeaseParams, now int64) (string, []any) {
 		}
 	}
 	return `SELECT ` + effectColumns + effectFrom + ` WHERE ` + where + ` ORDER BY f.next_attempt_at, f.id` + limitSQL(p.Limit), args
+}
+
+// effectDueSQL is the claim's due condition on effect f at now, dead
+// effects being re-driven below maxRedrives, and its arguments.
+func effectDueSQL(now int64, maxRedrives int) (string, []any) {
+	return `((f.state = 'approved' AND f.next_attempt_at <= ?)
+		OR (f.state = 'retry_wait' AND f.next_attempt_at <= ?)
+		OR (f.state = 'needs_reconciliation' AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
+		OR (f.state = 'dead' AND f.redrives < ? AND f.next_attempt_at <> 0 AND f.next_attempt_at <= ?)
+		OR (f.state = 'submitting' AND f.lease_until <= ?))
+		AND f.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
+		AND f.next_attempt_at <= ?`, []any{now, now, now, maxRedrives, now, now, now}
 }
 
 // EffectLease leases for each of ps in turn (effectLease).
@@ -151,7 +156,7 @@ func (a txn) effectLease(ctx context.Context, p *store.EffectLeaseParams) ([]*st
 		return nil, err
 	}
 	for _, c := range out {
-		if c.Token, err = newToken(p.Owner); err != nil {
+		if c.Token, err = store.LeaseToken(p.Owner); err != nil {
 			return nil, err
 		}
 		c.PriorAt = c.UpdatedAt

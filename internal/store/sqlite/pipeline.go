@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -211,16 +209,6 @@ const entityEnqueueSQL = `INSERT INTO entities (flow, entity, updated_at, pendin
 		behind_since = CASE WHEN newest_key <= settled_key AND ?5 > settled_key THEN ?3 ELSE behind_since END,
 		newest_key = max(newest_key, ?5)`
 
-// newToken makes a lease token that names its owner and cannot be guessed
-// or repeated by another claim.
-func newToken(owner string) (string, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("lease token: %w", err)
-	}
-	return owner + ":" + hex.EncodeToString(b[:]), nil
-}
-
 // EntityClaim leases ready entities in a transaction of their own.
 func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
 	var out []*store.Lease
@@ -261,7 +249,7 @@ func (a txn) WorkListLeased(ctx context.Context, ps []*store.WorkListPendingPara
 // claimers never lease one entity. The candidates are read in claim order
 // up to limitSQL's literal (see there why the limit is not bound) and
 // numbered, and only the first p.Limit (or as many as p.Slots grants)
-// are leased. Each lease's token is the claim's own (newToken) and the
+// are leased. Each lease's token is the claim's own (store.LeaseToken) and the
 // row's id: unique per lease and not guessable by another claimer.
 // RETURNING keeps no order, so the leases are sorted back into claim
 // order.
@@ -269,7 +257,7 @@ func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*
 	return p.Lease(func(limit int) ([]*store.Lease, error) {
 		now := p.Now.UnixMicro()
 		until := p.Now.Add(p.LeaseFor).UnixMicro()
-		token, err := newToken(p.Owner)
+		token, err := store.LeaseToken(p.Owner)
 		if err != nil {
 			return nil, fmt.Errorf("claim entities: %w", err)
 		}

@@ -210,23 +210,74 @@ const effectsPerInsert = 64
 // every endpoint, and the message's fields) is bound once as numbered
 // parameters; each row binds only its episode key, entity and
 // destination.
-func (a txn) MessageEffectsInsert(ctx context.Context, ms [][]*store.MessageEffect) error {
+//
+// With a claim, the destinations where something is due already are found
+// first, one indexed probe each; each message's effects the claim takes
+// are then inserted submitting by a statement of their own, the others
+// approved.
+func (a txn) MessageEffectsInsert(ctx context.Context, ms [][]*store.MessageEffect, claim *store.MessageEffectsClaim) error {
+	room, err := a.claimRoom(ctx, claim)
+	if err != nil {
+		return err
+	}
+	at := 0 // each effect's index over the call, for its token
 	for _, es := range ms {
-		for len(es) > 0 {
-			n := min(len(es), effectsPerInsert)
-			if err := a.insertEffects(ctx, es[:n]); err != nil {
+		var taken, left []*store.MessageEffect
+		var tokens []string
+		for _, e := range es {
+			if room[e.Destination] > 0 {
+				room[e.Destination]--
+				taken, tokens = append(taken, e), append(tokens, claim.Tokens[at])
+			} else {
+				left = append(left, e)
+			}
+			at++
+		}
+		if len(taken) > 0 {
+			if err := a.insertClaimed(ctx, taken, tokens, claim); err != nil {
 				return err
 			}
-			es = es[n:]
+		}
+		for len(left) > 0 {
+			n := min(len(left), effectsPerInsert)
+			if err := a.insertEffects(ctx, left[:n]); err != nil {
+				return err
+			}
+			left = left[n:]
 		}
 	}
 	return nil
 }
 
+// claimRoom is how many new effects the claim may take at each of its
+// destinations: its limit where nothing is due, none elsewhere.
+func (a txn) claimRoom(ctx context.Context, claim *store.MessageEffectsClaim) (map[string]int, error) {
+	room := map[string]int{}
+	if claim == nil {
+		return room, nil
+	}
+	where, args := effectDueSQL(claim.Now.UnixMicro(), claim.MaxRedrives)
+	q := `SELECT EXISTS (SELECT 1 FROM effects f WHERE ` + where + ` AND f.destination = ?)`
+	for i, d := range claim.Destinations {
+		var due bool
+		if err := a.tx.QueryRowContext(ctx, q, append(args, d)...).Scan(&due); err != nil {
+			return nil, fmt.Errorf("find effects due at %s: %w", d, dbErrors.Classify(err))
+		}
+		if !due {
+			room[d] = claim.Limits[i]
+		}
+	}
+	return room, nil
+}
+
+// sharedEffectArgs are the arguments ?1 to ?9 of a message's effects'
+// insert: what they share.
+func sharedEffectArgs(e *store.MessageEffect) []any {
+	return []any{e.Flow, e.Version, e.VersionSort, e.Effect, string(e.Request), e.EventPK, e.CausationID, e.Hop, e.Now.UnixMicro()}
+}
+
 func (a txn) insertEffects(ctx context.Context, es []*store.MessageEffect) error {
-	e := es[0]
-	now := e.Now.UnixMicro()
-	args := []any{e.Flow, e.Version, e.VersionSort, e.Effect, string(e.Request), e.EventPK, e.CausationID, e.Hop, now}
+	args := sharedEffectArgs(es[0])
 	var q strings.Builder
 	q.WriteString(`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 		state, request, source_event_pk, causation_id, hop, created_at, updated_at) VALUES `)
@@ -241,6 +292,35 @@ func (a txn) insertEffects(ctx context.Context, es []*store.MessageEffect) error
 	q.WriteString(` ON CONFLICT (episode_key) DO NOTHING`)
 	_, err := a.tx.ExecContext(ctx, q.String(), args...)
 	return dbErrors.Classify(err)
+}
+
+// insertClaimed inserts one message's effects es submitting, leased as
+// claim says under tokens, and adds each it inserted to claim.Rows. A
+// message has one effect per endpoint, far fewer than SQLite's parameter
+// limit allows in one statement.
+func (a txn) insertClaimed(ctx context.Context, es []*store.MessageEffect, tokens []string, claim *store.MessageEffectsClaim) error {
+	args := append(sharedEffectArgs(es[0]), claim.Now.UnixMicro(), claim.Until.UnixMicro())
+	var q strings.Builder
+	q.WriteString(`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+		state, request, source_event_pk, causation_id, hop, created_at, updated_at,
+		lease_token, lease_until, next_attempt_at, claimed_at) VALUES `)
+	for i, r := range es {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		k := len(args)
+		fmt.Fprintf(&q, "(?%d, ?1, ?%d, ?2, ?3, ?4, ?%d, 'submitting', ?5, ?6, ?7, ?8, ?9, ?10, ?%d, ?11, ?11, ?10)", k+1, k+2, k+3, k+4)
+		args = append(args, r.EpisodeKey, r.Entity, r.Destination, tokens[i])
+	}
+	q.WriteString(` ON CONFLICT (episode_key) DO NOTHING RETURNING id, episode_key`)
+	return dbErrors.Classify(a.each(ctx, q.String(), args, func(sc scanner) error {
+		r := store.InsertedMessageEffect{Claimed: true, Request: es[0].Request}
+		if err := sc.Scan(&r.ID, &r.EpisodeKey); err != nil {
+			return err
+		}
+		claim.Rows = append(claim.Rows, r)
+		return nil
+	}))
 }
 
 // IdempotencyPrune deletes up to limit keys expired at now.

@@ -181,6 +181,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"MessagePublishReplay", testMessagePublishReplay},
 		{"MessagePublishConcurrent", testMessagePublishConcurrent},
 		{"MessagePublishGroup", testMessagePublishGroup},
+		{"MessagePublishHandsOff", testMessagePublishHandsOff},
 		{"MessagePublishConcurrentKeys", testMessagePublishConcurrentKeys},
 		{"IdempotencyPrune", testIdempotencyPrune},
 		{"EffectsDueNow", testEffectsDueNow},
