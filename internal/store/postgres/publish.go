@@ -290,15 +290,20 @@ func (a txn) MessageEffectsInsert(_ context.Context, ms [][]*store.MessageEffect
 	return nil
 }
 
-// insertMessageEffectsSQL inserts effects (episode keys $1, entities $2,
-// destinations $3, each of message $4, counted from 1) of messages with
-// flows $5, versions $6, version sorts $7, effect names $8, requests $9,
-// events $10, causations $11, hops $12, created at $13. The CTE is
-// materialized so that each request is parsed once, not once an effect.
-const insertMessageEffectsSQL = `WITH m AS MATERIALIZED (
+// messagesCTE is m, the messages of an insert of their effects: flows $5,
+// versions $6, version sorts $7, effect names $8, requests $9, events
+// $10, causations $11, hops $12, created at $13, each numbered i from 1.
+// It is materialized so that each request is parsed once, not once an
+// effect.
+const messagesCTE = `m AS MATERIALIZED (
 		SELECT i, flow, version, version_sort, effect, request::jsonb AS request, event_pk, causation_id, hop, at
 		FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::int[], $13::timestamptz[])
-			WITH ORDINALITY AS m(flow, version, version_sort, effect, request, event_pk, causation_id, hop, at, i))
+			WITH ORDINALITY AS m(flow, version, version_sort, effect, request, event_pk, causation_id, hop, at, i))`
+
+// insertMessageEffectsSQL inserts effects (episode keys $1, entities $2,
+// destinations $3, each of message $4, counted from 1) of the messages m
+// (messagesCTE).
+const insertMessageEffectsSQL = `WITH ` + messagesCTE + `
 	INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 		state, request, source_event_pk, causation_id, hop, created_at, updated_at)
 	SELECT u.k, m.flow, u.e, m.version, m.version_sort, m.effect, u.d, 'approved', m.request, m.event_pk, m.causation_id, m.hop, m.at, m.at
@@ -313,10 +318,7 @@ const insertMessageEffectsSQL = `WITH m AS MATERIALIZED (
 // submitting under the token $16 gives at the effect's place among $1,
 // leased until $18. It returns every effect inserted: its id, episode
 // key, whether it was claimed, and a claimed one's request as stored.
-var insertClaimedMessageEffectsSQL = `WITH m AS MATERIALIZED (
-		SELECT i, flow, version, version_sort, effect, request::jsonb AS request, event_pk, causation_id, hop, at
-		FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::int[], $13::timestamptz[])
-			WITH ORDINALITY AS m(flow, version, version_sort, effect, request, event_pk, causation_id, hop, at, i)),
+var insertClaimedMessageEffectsSQL = `WITH ` + messagesCTE + `,
 	c AS MATERIALIZED (
 		SELECT c.d, c.lim FROM unnest($14::text[], $15::int[]) AS c(d, lim)
 		WHERE NOT EXISTS (SELECT 1 FROM effects x WHERE x.destination = c.d AND ` + effectDueSQL("x", "$17::timestamptz", "$19::int") + `)),
@@ -333,7 +335,7 @@ var insertClaimedMessageEffectsSQL = `WITH m AS MATERIALIZED (
 		CASE WHEN u.r <= c.lim THEN $18::timestamptz ELSE '-infinity' END,
 		CASE WHEN u.r <= c.lim THEN $18::timestamptz ELSE '-infinity' END,
 		CASE WHEN u.r <= c.lim THEN $17::timestamptz ELSE '-infinity' END
-	FROM u JOIN m ON m.i = u.of
+	FROM u JOIN m ON u.of = m.i
 		LEFT JOIN c ON c.d = u.d
 	ORDER BY u.n
 	ON CONFLICT (episode_key) DO NOTHING
