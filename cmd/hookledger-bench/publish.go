@@ -34,6 +34,9 @@ type publishFlags struct {
 	endpoints   int
 	maxInFlight int
 	paced       time.Duration
+	// pacedRate, when set, is the open loop's rate instead of half the
+	// capacity.
+	pacedRate float64
 	drainFor    time.Duration
 	hookledger  string
 	module      string
@@ -81,6 +84,7 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.IntVar(&f.endpoints, "endpoints", 10, "endpoints every message goes to")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 16, "publish.max_in_flight: the ceiling of each endpoint's adaptive deliveries in flight (1 keeps publication order)")
 	fs.DurationVar(&f.paced, "paced", 5*time.Second, "publish at half the measured capacity for this `time` to measure publish → endpoint latency (0: skip)")
+	fs.Float64Var(&f.pacedRate, "paced-rate", 0, "publish at this `rate` per second in the --paced loop instead of half the measured capacity\n(a light load: what a lone message costs, and how soon it arrives)")
 	fs.DurationVar(&f.drainFor, "drain", 5*time.Minute, "upper bound on the `time` waited for every delivery")
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
@@ -93,9 +97,9 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		return code
 	}
 	f.table = *table
-	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 ||
+	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || f.pacedRate < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 ||
 		*padBytes < 0 || *padBytes > maxPad || f.rounds < 1 {
-		fmt.Fprintf(stderr, "hookledger-bench publish: counts, --rounds and --drain must be positive, --max-in-flight at most 1024, --duration and --paced not negative, --pad from 0 to %d\n", maxPad)
+		fmt.Fprintf(stderr, "hookledger-bench publish: counts, --rounds and --drain must be positive, --max-in-flight at most 1024, --duration, --paced and --paced-rate not negative, --pad from 0 to %d\n", maxPad)
 		return exitUsage
 	}
 	if *padBytes > 0 {
@@ -255,6 +259,11 @@ type publishResult struct {
 	inboundWriter, publishWriter writerSpan
 	// The machine's CPU over the same two loops.
 	inboundCPU, publishCPU cpuSpan
+	// pacedFixed: the open loop ran at --paced-rate, not at half the
+	// capacity, so its latency is no goal's figure.
+	pacedFixed bool
+	// pacedCPU is the same over the open loop and its fan-out.
+	pacedCPU cpuSpan
 }
 
 // writerSpan is the writer's time over one loop (writer read, or why
@@ -548,13 +557,19 @@ func (e *publishEnv) cell(ctx context.Context, stderr io.Writer, target string) 
 		// loop is done: the latency a message sees when the server is not
 		// saturated.
 		res.pacedRate = capacity / 2
+		if e.f.pacedRate > 0 {
+			res.pacedRate, res.pacedFixed = e.f.pacedRate, true
+		}
 		fmt.Fprintf(stderr, "%s: publishing at %.0f/s for %s...\n", target, res.pacedRate, e.f.paced)
 		count := max(1, int(res.pacedRate*e.f.paced.Seconds()))
+		meter := newCPUMeter(srv.cmd.Process.Pid, cs)
+		meter.start()
 		res.paced = drivePaced(ctx, res.pacedRate, count, publish(paced, "paced"))
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("interrupted: %w", err)
 		}
 		res.drained = e.drain(ctx, sink, len(sent)+len(paced))
+		res.pacedCPU = meter.span()
 	}
 	pid := srv.cmd.Process.Pid
 	if res.rssKiB, res.hwmKiB, err = readRSS(pid); err != nil {
@@ -757,7 +772,7 @@ func pgOverSQLite(results []*publishResult) (float64, bool) {
 // pacedP99 is the p99 of publish -> endpoint at half capacity, and
 // whether it was measured.
 func (r *publishResult) pacedP99() (time.Duration, bool) {
-	if r.paced == nil || len(r.pacedLat) == 0 {
+	if r.paced == nil || len(r.pacedLat) == 0 || r.pacedFixed {
 		return 0, false
 	}
 	return r.pacedLat.pct(0.99), true
@@ -805,14 +820,14 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	if f.paced > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "store\tpaced at /s\tmessages\tfailed\t202 p99 ms\tto endpoint p50 ms\tp99 ms\t")
+		fmt.Fprintln(tw, "store\tpaced at /s\tmessages\tfailed\t202 p99 ms\tto endpoint p50 ms\tp99 ms\tserver+database CPU ms/message\t")
 		for _, r := range results {
 			if r.paced == nil {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t\n", r.target)
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t\n", r.target)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%s\t%s\t%s\t\n", r.target, r.pacedRate, r.paced.ok, r.paced.failed, ms(r.paced.lat.pct(0.99)),
-				ms(r.pacedLat.pct(0.50)), ms(r.pacedLat.pct(0.99)))
+			fmt.Fprintf(tw, "%s\t%.0f\t%d\t%d\t%s\t%s\t%s\t%s\t\n", r.target, r.pacedRate, r.paced.ok, r.paced.failed, ms(r.paced.lat.pct(0.99)),
+				ms(r.pacedLat.pct(0.50)), ms(r.pacedLat.pct(0.99)), pacedCPU(r))
 		}
 		tw.Flush()
 	}
@@ -835,7 +850,7 @@ func printPublish(w io.Writer, f *publishFlags, results []*publishResult) bool {
 	fmt.Fprintln(w, "deliveries: distinct (endpoint, message) pairs of the closed loop's messages received; calls: every call, repeats and the paced messages' included.")
 	fmt.Fprintln(w, "done in: from the first publish sent to the last first delivery; delivery latency: first receipt minus the publish request's send time.")
 	fmt.Fprintln(w, "keeps up: deliveries/s over the deliveries/s the accepted messages asked for (messages/s x endpoints).")
-	fmt.Fprintln(w, "paced: an open loop at half the publishing capacity (the lesser of the closed loop's rate and the rate its messages reached every endpoint), after its fan-out is done; to endpoint = first receipt minus send time.")
+	fmt.Fprintln(w, "paced: an open loop at half the publishing capacity (the lesser of the closed loop's rate and the rate its messages reached every endpoint), after its fan-out is done (or at --paced-rate); to endpoint = first receipt minus send time;\n  CPU = the server's and the database's backends' over the open loop and its fan-out, per message.")
 	fmt.Fprintln(w, "server RSS at the end of the fan-out, peak = VmHWM; CPU = the server's user+system time over its whole life.")
 	fmt.Fprintln(w, "CPU line: the server's, the database's backends' (where PostgreSQL runs on this machine) and this process's CPU over each closed loop,\n  the publish loop until every endpoint was reached; its bound assumes the processors are the only limit.")
 	fmt.Fprintln(w)

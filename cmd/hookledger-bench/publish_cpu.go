@@ -44,3 +44,15 @@ func publishCPULine(r *publishResult, endpoints, ncpu int) string {
 	}
 	return line
 }
+
+// pacedCPU is what a message of the open loop cost the server and the
+// database's backends, its deliveries included: "-" when the meter
+// failed, or on PostgreSQL when its backends could not be read (the
+// figure would leave the database out).
+func pacedCPU(r *publishResult) string {
+	c := r.pacedCPU
+	if r.paced == nil || r.paced.ok == 0 || c.err != nil || r.target == targetPostgres && c.backendsSeen == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", msPer(c.server+c.backends, int64(r.paced.ok)))
+}

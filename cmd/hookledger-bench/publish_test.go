@@ -125,6 +125,38 @@ func TestPublishCPULine(t *testing.T) {
 	}
 }
 
+// The open loop's CPU per message is the server's and the database's,
+// never the load generator's, and "-" where the database was not read.
+func TestPacedCPU(t *testing.T) {
+	r := &publishResult{target: targetPostgres, paced: &closedLoop{ok: 500},
+		pacedCPU: cpuSpan{server: 2 * time.Second, backends: 3 * time.Second, self: 7 * time.Second, backendsSeen: 2}}
+	if got := pacedCPU(r); got != "10.00" {
+		t.Errorf("pacedCPU = %q, want 10.00", got)
+	}
+	r.pacedCPU.backendsSeen = 0
+	if got := pacedCPU(r); got != "-" {
+		t.Errorf("PostgreSQL's backends unread: pacedCPU = %q, want -", got)
+	}
+	r.target, r.pacedCPU.backends = targetSQLite, 0
+	if got := pacedCPU(r); got != "4.00" {
+		t.Errorf("SQLite: pacedCPU = %q, want 4.00", got)
+	}
+	r.pacedCPU.err = errors.New("read CPU time: no such process")
+	if got := pacedCPU(r); got != "-" {
+		t.Errorf("a failed read: pacedCPU = %q, want -", got)
+	}
+	// An open loop at --paced-rate is not at half the capacity: its p99
+	// is no goal's figure.
+	r.pacedLat = latencies{3 * time.Millisecond}
+	if _, ok := r.pacedP99(); !ok {
+		t.Error("the open loop at half capacity has no p99")
+	}
+	r.pacedFixed = true
+	if p99, ok := r.pacedP99(); ok {
+		t.Errorf("an open loop at --paced-rate judged as half capacity: p99 %s", p99)
+	}
+}
+
 // databaseOf names the database of a store URL, the backends' title.
 func TestDatabaseOf(t *testing.T) {
 	if got, err := databaseOf("postgres://u@127.0.0.1:5432/hl_bench_abc?sslmode=disable"); err != nil || got != "hl_bench_abc" {
