@@ -36,14 +36,14 @@ type publishFlags struct {
 	paced       time.Duration
 	// pacedRate, when set, is the open loop's rate instead of half the
 	// capacity.
-	pacedRate float64
-	drainFor    time.Duration
-	hookledger  string
-	module      string
-	dir         string
-	cpuProfile  string
-	table       bool
-	rounds      int
+	pacedRate  float64
+	drainFor   time.Duration
+	hookledger string
+	module     string
+	dir        string
+	cpuProfile string
+	table      bool
+	rounds     int
 	// pad is the member of every message's data that holds --pad bytes
 	// of filler ("" when there is none).
 	pad string

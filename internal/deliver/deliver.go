@@ -138,7 +138,13 @@ type Worker struct {
 	static   int            // the configured destinations lead names
 	runtime  uint64         // the version of the run-time ones in names
 	inflight map[string]int // per destination
-	total    int
+	// due holds the destinations where effects may be waiting to be
+	// claimed, as far as this worker knows: a claim there took all the
+	// room it was given, or effects were written there without a slot. A
+	// publish hands nothing over there (ReserveFresh), so that it does
+	// not hold slots for effects that would wait behind the backlog.
+	due   map[string]bool
+	total int
 	next     int // where the next round of claims starts, for fairness
 	calls    sync.WaitGroup
 	// runCtx is the context of calls handed over by processing (Take),
@@ -218,7 +224,7 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		actions:  map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver}},
 		notify:   opts.Notifier,
 		caps:     map[string]int{},
-		inflight: map[string]int{},
+		inflight: map[string]int{}, due: map[string]bool{},
 		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
 		tracer:   opts.Tracing.Tracer(),
 		prop:     opts.Tracing.Propagator(),
@@ -471,6 +477,7 @@ func (w *Worker) claim(ctx context.Context) (claimed []*store.ClaimedEffect, mor
 		w.inflight[a.dest] -= unused
 		w.total -= unused
 		more = more || unused == 0
+		w.due[a.dest] = unused == 0 || err != nil
 		out = append(out, results[i]...)
 	}
 	w.mu.Unlock()

@@ -22,6 +22,20 @@ import (
 // there. It returns one claim per destination that has room, or none
 // while the worker is not running.
 func (w *Worker) Reserve(effects map[string]int) []*store.EffectClaimParams {
+	return w.reserve(effects, false)
+}
+
+// ReserveFresh is Reserve for a publish (store.PublishHandoff), which
+// hands over only the effects it writes and only where nothing else is
+// due: it promises no slot where this worker knows effects may be due
+// already. There the publish would find them, write its own behind them
+// and give the slots back, holding them from the worker's own claim for
+// nothing in the meantime; under a backlog that slowed the fan-out.
+func (w *Worker) ReserveFresh(effects map[string]int) []*store.EffectClaimParams {
+	return w.reserve(effects, true)
+}
+
+func (w *Worker) reserve(effects map[string]int, fresh bool) []*store.EffectClaimParams {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.runCtx == nil || w.stopped {
@@ -33,7 +47,7 @@ func (w *Worker) Reserve(effects map[string]int) []*store.EffectClaimParams {
 	for _, d := range slices.Sorted(maps.Keys(effects)) {
 		// 0 for a destination this worker does not call.
 		room := min(w.capLocked(d)-w.inflight[d], w.opts.Workers-w.total, effects[d]+1)
-		if room <= 0 {
+		if room <= 0 || fresh && w.due[d] {
 			continue
 		}
 		w.inflight[d] += room
@@ -64,10 +78,18 @@ func (w *Worker) Take(claims []*store.EffectClaimParams, claimed [][]*store.Clai
 		if len(got) >= c.Limit {
 			wake = true // there may be more due
 		}
+		// Due there now: what the claim could not take, or, when it took
+		// none of the effects written there, those (a publish held back).
+		w.due[d] = len(got) >= c.Limit || len(got) == 0 && effects[d] > 0
 		unused := c.Limit - len(got)
 		w.inflight[d] -= unused
 		w.total -= unused
 		run = append(run, got...)
+	}
+	for d := range effects {
+		if !covered[d] || len(claimed) != len(claims) {
+			w.due[d] = true // written without a slot, or not claimed
+		}
 	}
 	stopped := w.stopped
 	if stopped {

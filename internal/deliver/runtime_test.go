@@ -540,3 +540,35 @@ func TestWorkerClaimsWhenASlotFrees(t *testing.T) {
 		t.Errorf("%d calls for 2 effects", got)
 	}
 }
+
+// A publish's reservation (ReserveFresh) promises no slot where effects
+// may be due already: a handoff that found nothing to take there leaves
+// the destination marked, until the worker's own claim there comes back
+// with room to spare. Processing's Reserve is not held back: its claim
+// takes the backlog first.
+func TestReserveFreshSkipsADestinationWithABacklog(t *testing.T) {
+	dest := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer dest.Close()
+	_, w, cc := startCountedWorker(t, dest.URL, 4)
+	waitUntil(t, "the start's claim", func() bool { return cc.claims.Load() == 1 })
+	effects := map[string]int{"healthy": 1}
+	claims := w.ReserveFresh(effects)
+	if len(claims) != 1 || claims[0].Limit != 2 {
+		t.Fatalf("ReserveFresh with nothing due: %+v, want one claim of 2", claims)
+	}
+	w.Take(claims, [][]*store.ClaimedEffect{{}}, effects) // held back: something was due
+	if claims := w.ReserveFresh(effects); len(claims) != 0 {
+		t.Fatalf("ReserveFresh after a handoff was held back: %+v, want none", claims)
+	}
+	claims = w.Reserve(effects)
+	if len(claims) != 1 {
+		t.Fatalf("Reserve after a handoff was held back: %+v, want one claim", claims)
+	}
+	w.Take(claims, [][]*store.ClaimedEffect{{}}, effects)
+	w.Wake()
+	// The claim is counted as it starts; the mark goes once it returns.
+	waitUntil(t, "a slot after the worker's claim found room to spare", func() bool { return len(w.ReserveFresh(effects)) == 1 })
+	if n := cc.claims.Load(); n != 2 {
+		t.Fatalf("%d claims, want the start's and the wake's", n)
+	}
+}

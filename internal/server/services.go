@@ -120,12 +120,13 @@ func (l *workerLink) Wake() {
 }
 
 // Reserve and Take hand the worker a publish's deliveries
-// (store.PublishHandoff); before the worker is linked there is no room.
+// (store.PublishHandoff, deliver.Worker.ReserveFresh); before the worker
+// is linked there is no room.
 func (l *workerLink) Reserve(effects map[string]int) []*store.EffectClaimParams {
 	if l.w == nil {
 		return nil
 	}
-	return l.w.Reserve(effects)
+	return l.w.ReserveFresh(effects)
 }
 
 func (l *workerLink) Take(claims []*store.EffectClaimParams, claimed [][]*store.ClaimedEffect, effects map[string]int) {
