@@ -145,8 +145,8 @@ type Worker struct {
 	// not hold slots for effects that would wait behind the backlog.
 	due   map[string]bool
 	total int
-	next     int // where the next round of claims starts, for fairness
-	calls    sync.WaitGroup
+	next  int // where the next round of claims starts, for fairness
+	calls sync.WaitGroup
 	// runCtx is the context of calls handed over by processing (Take),
 	// set by Start and canceled by Stop, as the loop's is for its own;
 	// stopped refuses handoffs once Stop waits for the calls.
@@ -225,10 +225,10 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		notify:   opts.Notifier,
 		caps:     map[string]int{},
 		inflight: map[string]int{}, due: map[string]bool{},
-		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
-		tracer:   opts.Tracing.Tracer(),
-		prop:     opts.Tracing.Propagator(),
-		traceOn:  opts.Tracing.Enabled(),
+		errs:    logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
+		tracer:  opts.Tracing.Tracer(),
+		prop:    opts.Tracing.Propagator(),
+		traceOn: opts.Tracing.Enabled(),
 	}
 	// The poll is how effects coming due (retries, reconciliations) and
 	// effects another process wrote are found: it asks for a claim.

@@ -25,15 +25,19 @@ func (w *Worker) Reserve(effects map[string]int) []*store.EffectClaimParams {
 	return w.reserve(effects, false)
 }
 
-// ReserveFresh is Reserve for a publish (store.PublishHandoff), which
-// hands over only the effects it writes and only where nothing else is
-// due: it promises no slot where this worker knows effects may be due
-// already. There the publish would find them, write its own behind them
-// and give the slots back, holding them from the worker's own claim for
-// nothing in the meantime; under a backlog that slowed the fan-out.
+// ReserveFresh is Reserve for a publish (with Take and Wake, the worker
+// is a store.PublishHandoff). A publish hands over only the effects it
+// writes, and only where nothing else is due, so ReserveFresh promises no
+// slot where this worker knows effects may be due already: the publish
+// would find them, write its own behind them and give the slots back,
+// holding them from the worker's own claim meanwhile, which under a
+// backlog slowed the fan-out.
 func (w *Worker) ReserveFresh(effects map[string]int) []*store.EffectClaimParams {
 	return w.reserve(effects, true)
 }
+
+// The worker is what a publish hands its deliveries to.
+var _ store.PublishHandoff = (*Worker)(nil)
 
 func (w *Worker) reserve(effects map[string]int, fresh bool) []*store.EffectClaimParams {
 	w.mu.Lock()

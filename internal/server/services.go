@@ -119,10 +119,9 @@ func (l *workerLink) Wake() {
 	}
 }
 
-// Reserve and Take hand the worker a publish's deliveries
-// (store.PublishHandoff, deliver.Worker.ReserveFresh); before the worker
-// is linked there is no room.
-func (l *workerLink) Reserve(effects map[string]int) []*store.EffectClaimParams {
+// ReserveFresh and Take hand the worker a publish's deliveries
+// (store.PublishHandoff); before the worker is linked there is no room.
+func (l *workerLink) ReserveFresh(effects map[string]int) []*store.EffectClaimParams {
 	if l.w == nil {
 		return nil
 	}

@@ -30,10 +30,11 @@ import (
 // PublishHandoff is this process's delivery worker, as a publish hands it
 // the deliveries it writes (deliver.Worker).
 type PublishHandoff interface {
-	// Reserve promises call slots for the effects a publish is about to
-	// write (how many per destination) and returns one claim per
-	// destination with room.
-	Reserve(effects map[string]int) []*EffectClaimParams
+	// ReserveFresh promises call slots for the effects a publish is
+	// about to write (how many per destination) and returns one claim per
+	// destination with room, leaving out those where the worker knows
+	// effects are due already (the publish would hold back its own).
+	ReserveFresh(effects map[string]int) []*EffectClaimParams
 	// Take starts the calls of what the claims took (claimed[i] for
 	// claims[i]; nil when the transaction did not commit), gives back the
 	// rest, and wakes the worker's own claim where effects may be left.
@@ -128,7 +129,7 @@ func (hd *handing) reserve(fans [][]*MessageEffect) (*MessageEffectsClaim, error
 			run.flat = append(run.flat, e)
 		}
 	}
-	run.claims = hd.h.Reserve(run.effects)
+	run.claims = hd.h.ReserveFresh(run.effects)
 	hd.runs = append(hd.runs, run)
 	if len(run.claims) == 0 {
 		return nil, nil
@@ -201,10 +202,13 @@ func (run *handRun) claimed(traces map[string]string) ([][]*ClaimedEffect, bool)
 		if !ok {
 			continue
 		}
+		// The message is the effect's version and its source event.
+		src := EventRef{Source: PublishSource, EventID: e.Version}
 		out[i] = append(out[i], &ClaimedEffect{Effect: Effect{ID: r.ID, EpisodeKey: e.EpisodeKey, Flow: e.Flow, Entity: e.Entity,
 			Version: e.Version, Effect: e.Effect, Destination: e.Destination, State: EffectApproved, Request: r.Request,
-			Source: PublishSource, SourceEventID: e.Version, SourceEvents: []EventRef{{Source: PublishSource, EventID: e.Version}}, TraceContext: traces[e.Version], CausationID: e.CausationID, Hop: e.Hop,
-			CreatedAt: e.Now.UTC().Truncate(time.Microsecond), UpdatedAt: now, NextAttemptAt: until}, Token: ins.Tokens[j], Until: until})
+			Source: src.Source, SourceEventID: src.EventID, SourceEvents: []EventRef{src}, TraceContext: traces[e.Version],
+			CausationID: e.CausationID, Hop: e.Hop, CreatedAt: e.Now.UTC().Truncate(time.Microsecond), UpdatedAt: now,
+			NextAttemptAt: until}, Token: ins.Tokens[j], Until: until})
 	}
 	held := false
 	for i, c := range run.claims {

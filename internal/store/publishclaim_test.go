@@ -12,7 +12,7 @@ type takes struct {
 	wakes int
 }
 
-func (k *takes) Reserve(effects map[string]int) []*EffectClaimParams {
+func (k *takes) ReserveFresh(effects map[string]int) []*EffectClaimParams {
 	var out []*EffectClaimParams
 	for d, n := range effects {
 		out = append(out, &EffectClaimParams{Owner: "w", Now: time.Unix(100, 0), LeaseFor: time.Minute, Limit: min(k.room, n+1), Destinations: []string{d}})

@@ -27,7 +27,7 @@ type handoff struct {
 	wakes    int
 }
 
-func (h *handoff) Reserve(effects map[string]int) []*store.EffectClaimParams {
+func (h *handoff) ReserveFresh(effects map[string]int) []*store.EffectClaimParams {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []*store.EffectClaimParams
