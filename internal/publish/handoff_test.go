@@ -74,3 +74,59 @@ func testPublishHandsOffToTheWorker(t *testing.T, storeURL string) {
 		t.Fatalf("the publish woke the worker %d times; the handoff should have", n)
 	}
 }
+
+// stopsBeforeTheCalls is a worker that stops between a publish's commit
+// and its calls, as a process killed at that moment does.
+type stopsBeforeTheCalls struct{ *deliver.Worker }
+
+func (s stopsBeforeTheCalls) Take(claims []*store.EffectClaimParams, claimed [][]*store.ClaimedEffect, effects map[string]int) {
+	if err := s.Stop(context.Background()); err != nil {
+		panic(err)
+	}
+	s.Worker.Take(claims, claimed, effects)
+}
+
+// A delivery handed to a worker that stops before calling stays leased to
+// it: no other worker calls it before the lease ends, and the next one
+// makes it once it has, exactly once.
+func TestHandedOffDeliveryOutlivesItsWorker(t *testing.T) { eachStore(t, testHandedOffDeliveryOutlivesItsWorker) }
+
+func testHandedOffDeliveryOutlivesItsWorker(t *testing.T, storeURL string) {
+	e := newEnv(t, storeURL, "publish:\n  max_in_flight: 4\n")
+	gone, err := deliver.New(e.cfg, e.st, deliver.Options{Clock: e.clk, Actions: e.s.Actions(), Runtime: e.s,
+		Rand: func() float64 { return 0 }, PollInterval: time.Hour, LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Start(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.s.opts.Handoff = stopsBeforeTheCalls{gone}
+	rcv := newReceiver(t)
+	e.create("a", rcv.srv.URL)
+	res := e.publish("k1", "invoice.paid", `{"id":"in_1"}`)
+	if got := e.effects("a", store.EffectSubmitting); len(got) != 1 {
+		t.Fatalf("the delivery after the stop: %+v, want it submitting", e.effects("a"))
+	}
+	e.drain() // the next process's worker, before the lease ends
+	if n := len(rcv.deliveries()); n != 0 {
+		t.Fatalf("%d deliveries while the stopped worker's lease held", n)
+	}
+	// Once the lease has ended the next worker takes the call over as
+	// one cut short: its outcome unknown, it is resent under the same
+	// webhook-id on the retry schedule.
+	e.clk.Advance(time.Minute + time.Second)
+	e.drain()
+	waiting := e.effects("a", store.EffectRetryWait)
+	if len(waiting) != 1 || waiting[0].ErrorClass != store.ClassUnknown {
+		t.Fatalf("the delivery after the lease: %+v, want it waiting to be resent", e.effects("a"))
+	}
+	e.clk.Set(waiting[0].NextAttemptAt)
+	e.drain()
+	if ids := rcv.ids(); len(ids) != 1 || ids[0] != res.ID {
+		t.Fatalf("received %v, want %s once", ids, res.ID)
+	}
+	if got := e.effects("a", store.EffectDone); len(got) != 1 {
+		t.Fatalf("the delivery after its retry: %+v, want it done", e.effects("a"))
+	}
+}
