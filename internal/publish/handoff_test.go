@@ -89,7 +89,9 @@ func (s stopsBeforeTheCalls) Take(claims []*store.EffectClaimParams, claimed [][
 // A delivery handed to a worker that stops before calling stays leased to
 // it: no other worker calls it before the lease ends, and the next one
 // makes it once it has, exactly once.
-func TestHandedOffDeliveryOutlivesItsWorker(t *testing.T) { eachStore(t, testHandedOffDeliveryOutlivesItsWorker) }
+func TestHandedOffDeliveryOutlivesItsWorker(t *testing.T) {
+	eachStore(t, testHandedOffDeliveryOutlivesItsWorker)
+}
 
 func testHandedOffDeliveryOutlivesItsWorker(t *testing.T, storeURL string) {
 	e := newEnv(t, storeURL, "publish:\n  max_in_flight: 4\n")
