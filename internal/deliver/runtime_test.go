@@ -329,11 +329,14 @@ func TestSlowNotificationsStayOutOfDeliverySlots(t *testing.T) {
 type effectClaimCounter struct {
 	*sqlite.Store
 	claims atomic.Int64
+	// returned counts the groups whose claim has returned.
+	returned atomic.Int64
 }
 
 // EffectClaimGroup counts each destination's claim of the group.
 func (c *effectClaimCounter) EffectClaimGroup(ctx context.Context, ps []*store.EffectClaimParams) ([][]*store.ClaimedEffect, error) {
 	c.claims.Add(int64(len(ps)))
+	defer c.returned.Add(1)
 	return c.Store.EffectClaimGroup(ctx, ps)
 }
 
@@ -550,9 +553,17 @@ func TestReserveFreshSkipsADestinationWithABacklog(t *testing.T) {
 	dest := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer dest.Close()
 	_, w, cc := startCountedWorker(t, dest.URL, 4)
-	waitUntil(t, "the start's claim", func() bool { return cc.claims.Load() == 1 })
 	effects := map[string]int{"healthy": 1}
-	claims := w.ReserveFresh(effects)
+	// The start's claim holds every slot until it returns, and gives them
+	// back just after.
+	var claims []*store.EffectClaimParams
+	waitUntil(t, "the start's claim", func() bool {
+		if cc.returned.Load() == 0 {
+			return false
+		}
+		claims = w.ReserveFresh(effects)
+		return len(claims) > 0
+	})
 	if len(claims) != 1 || claims[0].Limit != 2 {
 		t.Fatalf("ReserveFresh with nothing due: %+v, want one claim of 2", claims)
 	}

@@ -22,6 +22,26 @@ func (c *claimsCounted) EffectClaimGroup(ctx context.Context, ps []*store.Effect
 	return c.Store.EffectClaimGroup(ctx, ps)
 }
 
+// idle waits until the worker's first round has claimed and given back
+// the slots it did not fill: until then a publish finds no room.
+func idle(t *testing.T, w *deliver.Worker, st *claimsCounted) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		busy := st.claims.Load() == 0
+		for _, l := range w.Limits() {
+			busy = busy || l.InFlight > 0
+		}
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker's first round: %d claims, limits %+v", st.claims.Load(), w.Limits())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // With the worker as its handoff, a publish inserts the deliveries
 // already claimed and the worker calls them as soon as the publish
 // commits: no wake, no claim of its own. This worker polls once an hour
@@ -51,14 +71,9 @@ func testPublishHandsOffToTheWorker(t *testing.T, storeURL string) {
 			t.Errorf("stop the worker: %v", err)
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for st.claims.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker's first round never claimed")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	idle(t, w, st)
 	res := e.publish("k1", "invoice.paid", `{"id":"in_1"}`)
+	deadline := time.Now().Add(10 * time.Second)
 	for id, r := range rcv {
 		for len(e.effects(id, store.EffectDone)) != 1 {
 			if time.Now().After(deadline) {
@@ -95,7 +110,10 @@ func TestHandedOffDeliveryOutlivesItsWorker(t *testing.T) {
 
 func testHandedOffDeliveryOutlivesItsWorker(t *testing.T, storeURL string) {
 	e := newEnv(t, storeURL, "publish:\n  max_in_flight: 4\n")
-	gone, err := deliver.New(e.cfg, e.st, deliver.Options{Clock: e.clk, Actions: e.s.Actions(), Runtime: e.s,
+	rcv := newReceiver(t)
+	e.create("a", rcv.srv.URL)
+	st := &claimsCounted{Store: e.st}
+	gone, err := deliver.New(e.cfg, st, deliver.Options{Clock: e.clk, Actions: e.s.Actions(), Runtime: e.s,
 		Rand: func() float64 { return 0 }, PollInterval: time.Hour, LeaseFor: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -103,9 +121,8 @@ func testHandedOffDeliveryOutlivesItsWorker(t *testing.T, storeURL string) {
 	if err := gone.Start(e.ctx); err != nil {
 		t.Fatal(err)
 	}
+	idle(t, gone, st)
 	e.s.opts.Handoff = stopsBeforeTheCalls{gone}
-	rcv := newReceiver(t)
-	e.create("a", rcv.srv.URL)
 	res := e.publish("k1", "invoice.paid", `{"id":"in_1"}`)
 	if got := e.effects("a", store.EffectSubmitting); len(got) != 1 {
 		t.Fatalf("the delivery after the stop: %+v, want it submitting", e.effects("a"))
