@@ -224,11 +224,12 @@ func New(cfg *config.Config, st Store, opts Options) (*Worker, error) {
 		actions:  map[string]Action{"http": &HTTPAction{Client: opts.HTTPClient, Resolver: opts.Resolver}},
 		notify:   opts.Notifier,
 		caps:     map[string]int{},
-		inflight: map[string]int{}, due: map[string]bool{},
-		errs:    logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
-		tracer:  opts.Tracing.Tracer(),
-		prop:    opts.Tracing.Propagator(),
-		traceOn: opts.Tracing.Enabled(),
+		inflight: map[string]int{},
+		due:      map[string]bool{},
+		errs:     logging.NewRepeats(opts.Logger, opts.Clock, "delivery calls", 0),
+		tracer:   opts.Tracing.Tracer(),
+		prop:     opts.Tracing.Propagator(),
+		traceOn:  opts.Tracing.Enabled(),
 	}
 	// The poll is how effects coming due (retries, reconciliations) and
 	// effects another process wrote are found: it asks for a claim.
