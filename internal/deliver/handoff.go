@@ -68,7 +68,8 @@ func (w *Worker) reserve(effects map[string]int, fresh bool) []*store.EffectClai
 // left due: a destination Reserve found no room for, a claim that filled
 // its limit, claims that did not run.
 func (w *Worker) Take(claims []*store.EffectClaimParams, claimed [][]*store.ClaimedEffect, effects map[string]int) {
-	wake := len(claimed) != len(claims)
+	notRun := len(claimed) != len(claims)
+	wake := notRun
 	covered := make(map[string]bool, len(claims))
 	var run []*store.ClaimedEffect
 	w.mu.Lock()
@@ -91,8 +92,9 @@ func (w *Worker) Take(claims []*store.EffectClaimParams, claimed [][]*store.Clai
 		run = append(run, got...)
 	}
 	for d := range effects {
-		if !covered[d] || len(claimed) != len(claims) {
-			w.due[d] = true // written without a slot, or not claimed
+		if !covered[d] || notRun {
+			// Written without a slot, or not claimed: due there now.
+			wake, w.due[d] = true, true
 		}
 	}
 	stopped := w.stopped
@@ -109,11 +111,6 @@ func (w *Worker) Take(claims []*store.EffectClaimParams, claimed [][]*store.Clai
 	}
 	ctx := w.runCtx
 	w.mu.Unlock()
-	for d := range effects {
-		if !covered[d] {
-			wake = true
-		}
-	}
 	if stopped {
 		return
 	}
