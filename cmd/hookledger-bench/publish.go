@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -97,9 +98,9 @@ func runPublish(ctx context.Context, stdout, stderr io.Writer, args []string) in
 		return code
 	}
 	f.table = *table
-	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || f.pacedRate < 0 || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 ||
+	if f.clients < 1 || f.messages < 1 || f.duration < 0 || f.paced < 0 || !(f.pacedRate >= 0) || math.IsInf(f.pacedRate, 0) || f.endpoints < 1 || f.maxInFlight < 1 || f.maxInFlight > 1024 || f.drainFor <= 0 ||
 		*padBytes < 0 || *padBytes > maxPad || f.rounds < 1 {
-		fmt.Fprintf(stderr, "hookledger-bench publish: counts, --rounds and --drain must be positive, --max-in-flight at most 1024, --duration, --paced and --paced-rate not negative, --pad from 0 to %d\n", maxPad)
+		fmt.Fprintf(stderr, "hookledger-bench publish: counts, --rounds and --drain must be positive, --max-in-flight at most 1024, --duration and --paced not negative, --paced-rate a finite rate not below 0, --pad from 0 to %d\n", maxPad)
 		return exitUsage
 	}
 	if *padBytes > 0 {

@@ -206,3 +206,17 @@ func TestSummarizePublishTakesTheMedianRound(t *testing.T) {
 		t.Fatalf("one round: %+v", one)
 	}
 }
+
+// --paced-rate is a finite rate not below 0: NaN, an infinity or a
+// negative rate is a usage error before anything runs.
+func TestPublishPacedRateChecked(t *testing.T) {
+	for _, v := range []string{"NaN", "+Inf", "-1"} {
+		var out, errs strings.Builder
+		if code := runPublish(context.Background(), &out, &errs, []string{"--paced-rate", v}); code != exitUsage {
+			t.Errorf("--paced-rate %s: exit %d, want %d", v, code, exitUsage)
+		}
+		if !strings.Contains(errs.String(), "--paced-rate a finite rate") {
+			t.Errorf("--paced-rate %s: %q does not name the flag", v, errs.String())
+		}
+	}
+}
