@@ -84,6 +84,27 @@ type SupersededEffect struct {
 type InsertOutcome struct {
 	Inserted bool
 	Existing []byte
+	// Claimed is set when the effect was inserted claimed (InsertClaim),
+	// with its ID, its Request as stored (PostgreSQL normalises JSON) and
+	// its source event's TraceContext: what the claim answers.
+	Claimed      bool
+	ID           int64
+	Request      []byte
+	TraceContext string
+}
+
+// InsertClaim asks InsertEffect to insert its effect already claimed,
+// as EffectClaim would leave it (state submitting, lease_token Token,
+// lease_until and next_attempt_at Until, updated_at and claimed_at Now),
+// when the claim would take it: the claim would take no other effect at
+// its destination at Now (none is due there, MaxRedrives the re-drive
+// limit, but those an older version in flight holds back) and no effect
+// of the same flow, entity and name is in flight (NoneInFlightSQL).
+// Otherwise it is inserted approved, as without a claim (flowclaim.go).
+type InsertClaim struct {
+	Token       string
+	Now, Until  time.Time
+	MaxRedrives int
 }
 
 // EventWorkRow is one work row of an event, as SettleEvent reads them.
@@ -149,11 +170,12 @@ type ApplyTx interface {
 	LockEffect(ctx context.Context, id int64) (key, version string, state EffectState, found bool, err error)
 	// SupersedeEffect moves effect id to superseded.
 	SupersedeEffect(ctx context.Context, id int64, now time.Time) error
-	// InsertEffect inserts e (state approved) unless its episode key
-	// exists, and answers in *out (see ApplyTx on answers) whether it was
-	// inserted and, when the key exists, the stored request, for the
-	// key-conflict comparison.
-	InsertEffect(ctx context.Context, w *ApplyRow, p *FlowApplyParams, e *EffectInsert, out *InsertOutcome) error
+	// InsertEffect inserts e (state approved, or claimed as claim asks
+	// when claim is not nil) unless its episode key exists, and answers in
+	// *out (see ApplyTx on answers) whether it was inserted (and claimed)
+	// and, when the key exists, the stored request, for the key-conflict
+	// comparison.
+	InsertEffect(ctx context.Context, w *ApplyRow, p *FlowApplyParams, e *EffectInsert, claim *InsertClaim, out *InsertOutcome) error
 	// SettleWork marks work item p.WorkID done with the disposition,
 	// reason and sortKey (AppliedSort).
 	SettleWork(ctx context.Context, p *FlowApplyParams, res *FlowApplyResult, sortKey string) error
@@ -223,7 +245,7 @@ func runFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) (
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	out, err := runFlowApplyGroup(ctx, tx, [][]*FlowApplyParams{ps})
+	out, err := runFlowApplyGroup(ctx, tx, [][]*FlowApplyParams{ps}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -246,8 +268,9 @@ func runFlowApplyBatch(ctx context.Context, tx ApplyTx, ps []*FlowApplyParams) (
 // the audit rows, which need the answers of the supersede and insert
 // statements, are written after one Flush, in the order the rules
 // produced them. A group costs a few round trips instead of four per
-// item.
-func runFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParams) ([]FlowApplyOutcome, error) {
+// item. With claims, the effects the group writes are inserted claimed
+// where those claims would take them (flowclaim.go).
+func runFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParams, claims *insertClaims) ([]FlowApplyOutcome, error) {
 	seen := map[[2]string]bool{}
 	for _, ps := range subs {
 		if len(ps) == 0 {
@@ -273,6 +296,7 @@ func runFlowApplyGroup(ctx context.Context, tx ApplyTx, subs [][]*FlowApplyParam
 		return nil, err
 	}
 	g := newApplyGroup(tx, rd)
+	g.claims = claims
 	out := make([]FlowApplyOutcome, len(subs))
 	for si, ps := range subs {
 		ent := rd.Entities[si]
@@ -326,6 +350,9 @@ type applyGroup struct {
 	// takes several rows in one (ApplyTx.Audit).
 	finish []func() error
 	audits []*AuditInsertParams
+	// claims, when set, are the delivery worker's claims that the
+	// group's effect inserts take first.
+	claims *insertClaims
 }
 
 // entityState is an entity's projection as the items so far left it.
@@ -494,7 +521,11 @@ func (g *applyGroup) applyEffects(ctx context.Context, p *FlowApplyParams, w *Ap
 			}
 		}
 		o := &InsertOutcome{}
-		if err := tx.InsertEffect(ctx, w, p, e, o); err != nil {
+		c, err := g.claims.take(w, p, e, o)
+		if err != nil {
+			return err
+		}
+		if err := tx.InsertEffect(ctx, w, p, e, c, o); err != nil {
 			return fmt.Errorf("insert effect %s: %w", e.EpisodeKey, err)
 		}
 		g.later(func() error {

@@ -103,6 +103,10 @@ type Rules struct {
 	// whole and were settled one by one (FlowApplyGroup,
 	// EffectSettleGroup); tests read them.
 	groupsAlone, settlesAlone atomic.Int64
+	// insertedClaimed counts the effects a settle inserted already
+	// claimed for the delivery worker (flowclaim.go), in transactions
+	// that committed or not; tests read it.
+	insertedClaimed atomic.Int64
 	// routeMu makes EventRouteNext's pages disjoint on a database one
 	// process owns: one router at a time lists, decides and records.
 	routeMu sync.Mutex
@@ -121,6 +125,11 @@ func NewRules(db Driver) *Rules {
 	}
 	return r
 }
+
+// InsertedClaimed reports how many effects a settle inserted already
+// claimed for the delivery worker since the store was opened (flowclaim.go),
+// counting those of transactions that then rolled back.
+func (r *Rules) InsertedClaimed() int64 { return r.insertedClaimed.Load() }
 
 // GroupsAlone reports how many groups of work items (FlowApplyGroup) and
 // of settles (EffectSettleGroup) failed as a whole and were settled one

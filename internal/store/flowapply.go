@@ -84,7 +84,7 @@ func (r *Rules) FlowApplyGroupClaim(ctx context.Context, subs [][]*FlowApplyPara
 	var got []FlowApplyOutcome
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		got, claimed, err = applyGroupClaim(ctx, tx, subs, claims)
+		got, claimed, err = r.applyGroupClaim(ctx, tx, subs, claims)
 		return err
 	})
 	if err != nil {
@@ -101,8 +101,9 @@ func (r *Rules) FlowApplyGroupClaim(ctx context.Context, subs [][]*FlowApplyPara
 // submission's own error naming its entity, then runs the claims after
 // them: the body of FlowApplyGroupClaim's transaction, and of a routing
 // transaction that settles what it leased (settleInRouting).
-func applyGroupClaim(ctx context.Context, tx Tx, subs [][]*FlowApplyParams, claims []*EffectClaimParams) ([]FlowApplyOutcome, [][]*ClaimedEffect, error) {
-	got, err := runFlowApplyGroup(ctx, tx, subs)
+func (r *Rules) applyGroupClaim(ctx context.Context, tx Tx, subs [][]*FlowApplyParams, claims []*EffectClaimParams) ([]FlowApplyOutcome, [][]*ClaimedEffect, error) {
+	ic := newInsertClaims(claims, &r.insertedClaimed)
+	got, err := runFlowApplyGroup(ctx, tx, subs, ic)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -112,7 +113,7 @@ func applyGroupClaim(ctx context.Context, tx Tx, subs [][]*FlowApplyParams, clai
 			got[i].Results, got[i].Err = nil, fmt.Errorf("flow apply %s/%s: %w", l.Flow, l.Entity, o.Err)
 		}
 	}
-	claimed, err := claimEffectsGroup(ctx, tx, claims)
+	claimed, err := ic.claim(ctx, tx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim effects: %w", err)
 	}

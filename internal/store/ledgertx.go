@@ -434,7 +434,15 @@ func operate(ctx context.Context, tx Tx, p *EffectOperateParams) (*Effect, error
 // f is the claimed row's alias; hint follows the table name of the lookup
 // (SQLite names the index, effects_entity, that answers it).
 func NoOlderInFlightSQL(f, hint string) string {
+	return noneInFlightSQL(f, hint, ` AND o.id < `+f+`.id`)
+}
+
+// NoneInFlightSQL is NoOlderInFlightSQL for an effect f about to be
+// inserted (with no id yet): every stored effect is older than it.
+func NoneInFlightSQL(f, hint string) string { return noneInFlightSQL(f, hint, "") }
+
+func noneInFlightSQL(f, hint, older string) string {
 	return `NOT (` + f + `.compensates = 0 AND ` + f + `.flow <> '` + PublishFlow + `' AND EXISTS (
 		SELECT 1 FROM effects o ` + hint + ` WHERE o.flow = ` + f + `.flow AND o.entity = ` + f + `.entity
-			AND o.effect = ` + f + `.effect AND o.state = 'submitting' AND o.id < ` + f + `.id AND o.compensates = 0))`
+			AND o.effect = ` + f + `.effect AND o.state = 'submitting'` + older + ` AND o.compensates = 0))`
 }

@@ -93,7 +93,7 @@ func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *Enti
 	var page RoutedPage
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		page, _, err = routeInTx(ctx, tx, p, byPK, claim, settle)
+		page, _, err = r.routeInTx(ctx, tx, p, byPK, claim, settle)
 		return err
 	})
 	if err != nil && settle != nil {
@@ -108,7 +108,7 @@ func (r *Rules) eventRoute(ctx context.Context, p *EventRouteParams, claim *Enti
 // routeInTx is eventRoute's transaction: it claims the events decided
 // (byPK), records their decisions, and leases and settles as claim and
 // settle ask. It returns the events it claimed.
-func routeInTx(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int64]*RouteDecision, claim *EntityClaimParams, settle *pageSettle) (RoutedPage, []RouteEvent, error) {
+func (r *Rules) routeInTx(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int64]*RouteDecision, claim *EntityClaimParams, settle *pageSettle) (RoutedPage, []RouteEvent, error) {
 	var page RoutedPage
 	claimed, err := tx.EventsClaim(ctx, slices.Sorted(maps.Keys(byPK)))
 	if err != nil {
@@ -126,7 +126,7 @@ func routeInTx(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int64]*
 	if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.page); err != nil {
 		return page, nil, err
 	}
-	page.Settled, page.Claimed, err = settleInRouting(ctx, tx, settle.fn, page.Leases)
+	page.Settled, page.Claimed, err = r.settleInRouting(ctx, tx, settle.fn, page.Leases)
 	return page, claimed, err
 }
 
@@ -198,7 +198,7 @@ func (r *Rules) EventRouteStored(ctx context.Context, p *EventRouteStoredParams)
 			settle = &pageSettle{fn: p.Settle, page: newRoutedPage(evs, ds)}
 		}
 		var claimed []RouteEvent
-		page, claimed, err = routeInTx(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), p.Claim, settle)
+		page, claimed, err = r.routeInTx(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), p.Claim, settle)
 		for _, ev := range claimed {
 			routed[at[ev.PK]] = ev.PK
 		}
@@ -417,7 +417,7 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 			return err
 		}
 		settling = true
-		page.Settled, page.Claimed, err = settleInRouting(ctx, tx, p.Settle, leases)
+		page.Settled, page.Claimed, err = r.settleInRouting(ctx, tx, p.Settle, leases)
 		return err
 	})
 	if err != nil && settling {
@@ -437,7 +437,7 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 
 // settleInRouting settles, in the routing transaction, what settle asks
 // of the leases that came with their work (EventRouteNextParams.Settle).
-func settleInRouting(ctx context.Context, tx Tx, settle func(context.Context, []*Lease) RouteSettle, leases []*Lease) ([]FlowApplyOutcome, [][]*ClaimedEffect, error) {
+func (r *Rules) settleInRouting(ctx context.Context, tx Tx, settle func(context.Context, []*Lease) RouteSettle, leases []*Lease) ([]FlowApplyOutcome, [][]*ClaimedEffect, error) {
 	var listed []*Lease
 	for _, l := range leases {
 		if len(l.Pending) > 0 {
@@ -451,7 +451,7 @@ func settleInRouting(ctx context.Context, tx Tx, settle func(context.Context, []
 	if len(want.Subs) == 0 {
 		return nil, nil, nil
 	}
-	got, claimed, err := applyGroupClaim(ctx, tx, want.Subs, want.Claims)
+	got, claimed, err := r.applyGroupClaim(ctx, tx, want.Subs, want.Claims)
 	if err != nil {
 		return nil, nil, fmt.Errorf("settle in routing: %w", err)
 	}

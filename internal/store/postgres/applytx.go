@@ -163,12 +163,12 @@ func (a txn) SupersedeEffect(_ context.Context, id int64, now time.Time) error {
 // a second effect under a key whose tombstone it did not see): ReadGroup
 // holds the entity's row lock until the commit, and pruning deletes an
 // effect only under that entity's row lock (retention.go).
-func (a txn) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, out *store.InsertOutcome) error {
+func (a txn) InsertEffect(_ context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, claim *store.InsertClaim, out *store.InsertOutcome) error {
 	a.t.held.insertEffect(a.t, heldEffect{
 		key: e.EpisodeKey, flow: w.Flow, entity: w.Entity, version: p.Version, versionSort: p.VersionSort,
 		effect: e.Effect, destination: e.Destination, request: string(store.StateJSON(e.Request)), eventPK: w.EventPK,
 		causationID: e.CausationID, hop: int64(e.Hop), at: p.Now, compensates: e.Compensates,
-		deadline: e.DeadlineAt, warn: e.DeadlineWarnAt, onDeadline: e.OnDeadline, out: out,
+		deadline: e.DeadlineAt, warn: e.DeadlineWarnAt, onDeadline: e.OnDeadline, claim: claim, out: out,
 	})
 	return nil
 }

@@ -229,7 +229,7 @@ func TestHeldSupersedeSeesHeldInsert(t *testing.T) {
 	row := &store.ApplyRow{Flow: "orders", Entity: "o1", EventPK: pks[0]}
 	var ins store.InsertOutcome
 	if err := a.InsertEffect(ctx, row, &store.FlowApplyParams{Version: "r1", VersionSort: "1", Now: at},
-		&store.EffectInsert{EpisodeKey: "k-r1", Effect: "sync", Destination: "d", Request: []byte(`{}`)}, &ins); err != nil {
+		&store.EffectInsert{EpisodeKey: "k-r1", Effect: "sync", Destination: "d", Request: []byte(`{}`)}, nil, &ins); err != nil {
 		t.Fatal(err)
 	}
 	var sup []store.SupersededEffect

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,7 @@ type heldEffect struct {
 	hop, compensates                                                      int64
 	at, deadline, warn                                                    time.Time
 	onDeadline                                                            string
+	claim                                                                 *store.InsertClaim
 	out                                                                   *store.InsertOutcome
 }
 
@@ -81,10 +83,13 @@ func (h *held) queueEffects(t *pipeTx) {
 	h.queueSupersedes(t)
 	es := h.effects
 	h.effects = nil
-	switch len(es) {
-	case 0:
+	switch {
+	case len(es) == 0:
 		return
-	case 1:
+	case slices.ContainsFunc(es, func(e heldEffect) bool { return e.claim != nil }):
+		queueClaimedEffects(t, es)
+		return
+	case len(es) == 1:
 		e := es[0]
 		t.later("insert effect", insertEffectSQL,
 			[]any{e.key, e.flow, e.entity, e.version, e.versionSort, e.effect, e.destination, e.request,
@@ -261,6 +266,100 @@ const insertEffectsSQL = `WITH u AS MATERIALIZED (
 	SELECT ins.episode_key IS NOT NULL,
 		coalesce(u.tomb, CASE WHEN ins.episode_key IS NULL
 			THEN (SELECT request::text FROM effects f WHERE f.episode_key = u.episode_key) END)
+	FROM u LEFT JOIN ins ON ins.episode_key = u.episode_key ORDER BY u.n`
+
+// queueClaimedEffects queues es, some of them with a claim, as one
+// insertClaimedEffectsSQL.
+func queueClaimedEffects(t *pipeTx, es []heldEffect) {
+	n := len(es)
+	keys, flows, entities, versions, sorts, names, dests, requests, causes, onDeadline, tokens := make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	eventPKs, hops, comps, redrives := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	at, claimAt, until := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	deadlines, warns := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+	for i, e := range es {
+		keys[i], flows[i], entities[i], versions[i], sorts[i], names[i], dests[i], requests[i] =
+			e.key, e.flow, e.entity, e.version, e.versionSort, e.effect, e.destination, e.request
+		eventPKs[i], causes[i], hops[i], at[i], comps[i], onDeadline[i] = e.eventPK, e.causationID, e.hop, e.at, e.compensates, e.onDeadline
+		deadlines[i] = pgtype.Timestamptz{Time: e.deadline, Valid: !e.deadline.IsZero()}
+		warns[i] = pgtype.Timestamptz{Time: e.warn, Valid: !e.warn.IsZero()}
+		claimAt[i], until[i] = e.at, e.at
+		if c := e.claim; c != nil {
+			tokens[i], claimAt[i], until[i], redrives[i] = c.Token, c.Now, c.Until, int64(c.MaxRedrives)
+		}
+	}
+	t.later("insert effects", insertClaimedEffectsSQL,
+		[]any{keys, flows, entities, versions, sorts, names, dests, requests, eventPKs, causes, hops, at, comps, deadlines, warns,
+			onDeadline, tokens, claimAt, until, redrives},
+		func(rows pgx.Rows) error {
+			i := 0
+			for ; rows.Next(); i++ {
+				if i >= n {
+					return errors.New("more insert results than effects")
+				}
+				e := es[i]
+				var request *string
+				var id *int64
+				if err := rows.Scan(&e.out.Inserted, &e.out.Existing, &e.out.Claimed, &id, &request, &e.out.TraceContext); err != nil {
+					return err
+				}
+				if e.out.Claimed {
+					e.out.ID, e.out.Request = *id, []byte(*request)
+				}
+				if !e.out.Inserted && e.out.Existing == nil {
+					t.then = append(t.then, func(ctx context.Context) error { return readExisting(ctx, t, e.key, e.out) })
+				}
+			}
+			if rows.Err() == nil && i != n {
+				return errors.New("fewer insert results than effects")
+			}
+			return nil
+		})
+}
+
+// insertClaimedEffectsSQL is insertEffectsSQL where some effects come with
+// a claim (a token in $17, empty for none, its time $18, the lease's end
+// $19 and the re-drive limit $20): such an effect goes in claimed
+// (store.InsertClaim) when the claim would take no other effect at its
+// destination at $18 and none of its flow, entity and name is in flight.
+// Both conditions read the rows stored before the statement, so several
+// new effects at one destination are claimed together, as one claim would
+// take them. It answers, in the effects' order, inserted, the request
+// already under the key, claimed, and a claimed effect's id, stored
+// request and source event's trace context. The effect the claim would
+// take first is looked for as the claim looks (the destination's due
+// effects in due order, effects_due_destination): as EXISTS, the planner
+// read every due effect of every destination through effects_due once it
+// had statistics.
+var insertClaimedEffectsSQL = `WITH u AS MATERIALIZED (
+		SELECT u.*, (SELECT request::text FROM effect_tombstones t WHERE t.episode_key = u.episode_key) AS tomb,
+			u.token <> '' AND (SELECT d.id FROM effects d WHERE d.destination = u.destination
+				AND ` + effectDueSQL("d", "u.claim_at", "u.redrives") + ` AND ` + store.NoOlderInFlightSQL("d", "") + `
+				ORDER BY d.next_attempt_at, d.id LIMIT 1) IS NULL
+				AND ` + store.NoneInFlightSQL("u", "") + ` AS claimed
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[],
+			$9::bigint[], $10::text[], $11::bigint[], $12::timestamptz[], $13::bigint[], $14::timestamptz[], $15::timestamptz[], $16::text[],
+			$17::text[], $18::timestamptz[], $19::timestamptz[], $20::bigint[])
+			WITH ORDINALITY AS u(episode_key, flow, entity, version, version_sort, effect, destination, request,
+				source_event_pk, causation_id, hop, at, compensates, deadline_at, deadline_warn_at, on_deadline,
+				token, claim_at, until, redrives, n)),
+	ins AS (INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+		state, request, source_event_pk, causation_id, hop, created_at, updated_at,
+		compensates, deadline_at, deadline_warn_at, on_deadline, lease_token, lease_until, next_attempt_at, claimed_at)
+		SELECT episode_key, flow, entity, version, version_sort, effect, destination,
+			CASE WHEN claimed THEN 'submitting' ELSE 'approved' END, request, source_event_pk, causation_id, hop, at,
+			CASE WHEN claimed THEN claim_at ELSE at END, compensates, deadline_at, deadline_warn_at, on_deadline,
+			CASE WHEN claimed THEN token ELSE '' END,
+			CASE WHEN claimed THEN until ELSE '-infinity' END, CASE WHEN claimed THEN until ELSE '-infinity' END,
+			CASE WHEN claimed THEN claim_at ELSE '-infinity' END
+		FROM u WHERE tomb IS NULL ORDER BY n
+		ON CONFLICT (episode_key) DO NOTHING RETURNING episode_key, id, state = 'submitting' AS claimed, request::text)
+	SELECT ins.episode_key IS NOT NULL,
+		coalesce(u.tomb, CASE WHEN ins.episode_key IS NULL
+			THEN (SELECT request::text FROM effects f WHERE f.episode_key = u.episode_key) END),
+		coalesce(ins.claimed, false), ins.id, ins.request,
+		coalesce(CASE WHEN ins.claimed THEN (SELECT trace_context FROM events e WHERE e.pk = u.source_event_pk) END, '')
 	FROM u LEFT JOIN ins ON ins.episode_key = u.episode_key ORDER BY u.n`
 
 // readExisting reads the request under key for an insert whose conflict

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,12 @@ func TestPipelinePlans(t *testing.T) {
 	nulls := make([]*time.Time, 21)
 	effectArgs := []any{texts(fx[0]), texts(fx[1]), texts(fx[2]), texts(fx[3]), texts(fx[4]), texts(fx[5]), texts(fx[6]), texts(fx[7]),
 		ints(fx[8]), texts(fx[9]), ints(fx[10]), n21(at), ints(fx[12]), nulls, nulls, texts(fx[15])}
+	// The same inserts, each with a claim for the delivery worker.
+	tokens, redrives := make([]string, 21), make([]int64, 21)
+	for i := range tokens {
+		tokens[i], redrives[i] = fmt.Sprintf("worker:%024d", i), 3
+	}
+	claimedArgs := append(slices.Clip(effectArgs), tokens, n21(at), n21(at.Add(time.Minute)), redrives)
 	check := func(phase string) {
 		for _, c := range []struct {
 			name, sql string
@@ -170,6 +177,7 @@ func TestPipelinePlans(t *testing.T) {
 			{"settle a page's work", settleWorkSQL, []any{pendingIDs, n20(at), n20("applied"), n20(""), n20("k")}, "work_pkey", 0},
 			{"set a page's dispositions", setDispositionsSQL, []any{pendingIDs, n20("applied")}, "events_pkey", 0},
 			{"insert a group's effects", insertEffectsSQL, effectArgs, "effects_episode_key_key", 21},
+			{"insert a group's effects claimed", insertClaimedEffectsSQL, claimedArgs, "effects_episode_key_key effects_due_destination", 21},
 			{"supersede a group's older effects", supersedeOlderManySQL, []any{[]string{"orders", "orders"}, []string{"ord-hot", "ord-none"},
 				[]string{"sync", "sync"}, []string{"9999999999", "9999999999"}, []bool{true, false}, n21(at)[:2], []int32{0, 1}},
 				"effects_open", 1},

@@ -182,6 +182,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"MessagePublishConcurrent", testMessagePublishConcurrent},
 		{"MessagePublishGroup", testMessagePublishGroup},
 		{"MessagePublishHandsOff", testMessagePublishHandsOff},
+		{"ApplyGroupInsertsClaimed", testApplyGroupInsertsClaimed},
 		{"MessagePublishConcurrentKeys", testMessagePublishConcurrentKeys},
 		{"IdempotencyPrune", testIdempotencyPrune},
 		{"EffectsDueNow", testEffectsDueNow},
