@@ -327,16 +327,10 @@ func queueClaimedEffects(t *pipeTx, es []heldEffect) {
 // new effects at one destination are claimed together, as one claim would
 // take them. It answers, in the effects' order, inserted, the request
 // already under the key, claimed, and a claimed effect's id, stored
-// request and source event's trace context. The effect the claim would
-// take first is looked for as the claim looks (the destination's due
-// effects in due order, effects_due_destination): as EXISTS, the planner
-// read every due effect of every destination through effects_due once it
-// had statistics.
+// request and source event's trace context.
 var insertClaimedEffectsSQL = `WITH u AS MATERIALIZED (
 		SELECT u.*, (SELECT request::text FROM effect_tombstones t WHERE t.episode_key = u.episode_key) AS tomb,
-			u.token <> '' AND (SELECT d.id FROM effects d WHERE d.destination = u.destination
-				AND ` + effectDueSQL("d", "u.claim_at", "u.redrives") + ` AND ` + store.NoOlderInFlightSQL("d", "") + `
-				ORDER BY d.next_attempt_at, d.id LIMIT 1) IS NULL
+			u.token <> '' AND ` + firstClaimableSQL("u.destination", "u.claim_at", "u.redrives") + ` IS NULL
 				AND ` + store.NoneInFlightSQL("u", "") + ` AS claimed
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[],
 			$9::bigint[], $10::text[], $11::bigint[], $12::timestamptz[], $13::bigint[], $14::timestamptz[], $15::timestamptz[], $16::text[],

@@ -210,7 +210,8 @@ func effectClaimSQL(destFilter string) string {
 
 // effectDueSQL is the claim's due condition on effect d at now, dead
 // effects being re-driven below redrives: the same condition claimDestinations
-// explains, for the claim and for a publish that claims its own effects.
+// explains, for the claim and for an insert that claims its own effects
+// (firstClaimableSQL).
 func effectDueSQL(d, now, redrives string) string {
 	return `((` + d + `.state = 'approved' AND ` + d + `.next_attempt_at <= ` + now + `)
 				OR (` + d + `.state = 'retry_wait' AND ` + d + `.next_attempt_at <= ` + now + `)
@@ -219,6 +220,19 @@ func effectDueSQL(d, now, redrives string) string {
 				OR (` + d + `.state = 'submitting' AND ` + d + `.lease_until <= ` + now + `))
 			AND ` + d + `.state IN ('approved', 'retry_wait', 'dead', 'submitting', 'needs_reconciliation')
 			AND ` + d + `.next_attempt_at <= ` + now
+}
+
+// firstClaimableSQL is the id of the effect a claim at destination dest
+// at now (re-drives below redrives) would take first, NULL when it would
+// take none: what an insert of effects already claimed asks before it
+// claims them (a publish's, a settle's). It looks as the claim does, the
+// destination's due effects in due order (effects_due_destination):
+// asked as an EXISTS, a settle's insert read every due effect of every
+// destination through effects_due once the planner had statistics
+// (TestPipelinePlans).
+func firstClaimableSQL(dest, now, redrives string) string {
+	return `(SELECT x.id FROM effects x WHERE x.destination = ` + dest + ` AND ` + effectDueSQL("x", now, redrives) + `
+		AND ` + store.NoOlderInFlightSQL("x", "") + ` ORDER BY x.next_attempt_at, x.id LIMIT 1)`
 }
 
 // claimDestinations is the claim's condition on $3 and the argument for

@@ -158,6 +158,18 @@ func TestPipelinePlans(t *testing.T) {
 		tokens[i], redrives[i] = fmt.Sprintf("worker:%024d", i), 3
 	}
 	claimedArgs := append(slices.Clip(effectArgs), tokens, n21(at), n21(at.Add(time.Minute)), redrives)
+	// A published message's deliveries to two endpoints, claimed: one
+	// where nothing is due (the probe must not read the other
+	// destinations' due effects to find that out), one where the
+	// ledger's approved effect waits.
+	msgKeys, msgEntities, msgDests, msgOf := make([]string, 21), make([]string, 21), make([]string, 21), make([]int32, 21)
+	for i := range msgKeys {
+		msgKeys[i], msgEntities[i], msgDests[i], msgOf[i] = fmt.Sprintf("msg:%d", i), "ep", "endpoint:quiet", 1
+	}
+	msgDests[20] = "sink"
+	publishArgs := []any{msgKeys, msgEntities, msgDests, msgOf, []string{"publish"}, []string{"msg_1"}, []string{"msg_1"},
+		[]string{"deliver"}, []string{"{}"}, []int64{1}, []string{""}, []int32{0}, []time.Time{at},
+		[]string{"endpoint:quiet", "sink"}, []int32{30, 30}, tokens, at, at.Add(time.Minute), 3}
 	check := func(phase string) {
 		for _, c := range []struct {
 			name, sql string
@@ -177,6 +189,7 @@ func TestPipelinePlans(t *testing.T) {
 			{"settle a page's work", settleWorkSQL, []any{pendingIDs, n20(at), n20("applied"), n20(""), n20("k")}, "work_pkey", 0},
 			{"set a page's dispositions", setDispositionsSQL, []any{pendingIDs, n20("applied")}, "events_pkey", 0},
 			{"insert a group's effects", insertEffectsSQL, effectArgs, "effects_episode_key_key", 21},
+			{"insert a message's deliveries claimed", insertClaimedMessageEffectsSQL, publishArgs, "effects_due_destination", 21},
 			{"insert a group's effects claimed", insertClaimedEffectsSQL, claimedArgs, "effects_episode_key_key effects_due_destination", 21},
 			{"supersede a group's older effects", supersedeOlderManySQL, []any{[]string{"orders", "orders"}, []string{"ord-hot", "ord-none"},
 				[]string{"sync", "sync"}, []string{"9999999999", "9999999999"}, []bool{true, false}, n21(at)[:2], []int32{0, 1}},

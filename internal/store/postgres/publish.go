@@ -321,7 +321,7 @@ const insertMessageEffectsSQL = `WITH ` + messagesCTE + `
 var insertClaimedMessageEffectsSQL = `WITH ` + messagesCTE + `,
 	c AS MATERIALIZED (
 		SELECT c.d, c.lim FROM unnest($14::text[], $15::int[]) AS c(d, lim)
-		WHERE NOT EXISTS (SELECT 1 FROM effects x WHERE x.destination = c.d AND ` + effectDueSQL("x", "$17::timestamptz", "$19::int") + `)),
+		WHERE ` + firstClaimableSQL("c.d", "$17::timestamptz", "$19::int") + ` IS NULL),
 	u AS (
 		SELECT u.k, u.e, u.d, u.of, u.n, row_number() OVER (PARTITION BY u.d ORDER BY u.n) AS r
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS u(k, e, d, of, n))
