@@ -16,9 +16,11 @@ import (
 // Now each insert at a destination the worker reserved room at is
 // inserted already claimed (InsertClaim) when the claim would have taken
 // it: the claim would take nothing else at its destination, and no older
-// version of it is in flight. The claims then run only at destinations
-// where nothing went in claimed (a backlog was due there, or the group
-// inserted nothing), and take the backlog as before.
+// version of it is in flight. The claims then run, with the room left,
+// only at destinations where something may still be due: where nothing
+// went in claimed (a backlog was due there, or the group inserted
+// nothing), or where an effect went in approved although the room would
+// have taken it.
 
 // insertClaims is a group's claims as its effect inserts take them.
 type insertClaims struct {
@@ -90,8 +92,9 @@ func (ic *insertClaims) take(w *ApplyRow, p *FlowApplyParams, e *EffectInsert, o
 }
 
 // claim is what each claim took, as claimEffectsGroup answers: the
-// effects inserted claimed or, where none was, what the claim takes. It
-// runs after the group's Flush, when every insert has answered.
+// effects inserted claimed, then, where something may still be due, what
+// the claim takes with the room left. It runs after the group's Flush,
+// when every insert has answered.
 func (ic *insertClaims) claim(ctx context.Context, tx Tx) ([][]*ClaimedEffect, error) {
 	if ic == nil {
 		return nil, nil
@@ -101,24 +104,34 @@ func (ic *insertClaims) claim(ctx context.Context, tx Tx) ([][]*ClaimedEffect, e
 	var restAt []int
 	for i, c := range ic.claims {
 		out[i] = []*ClaimedEffect{}
+		refused := false // an effect offered a claim went in approved
 		for _, t := range ic.tries[i] {
-			if t.out.Claimed {
+			switch {
+			case t.out.Claimed:
 				out[i] = append(out[i], t.claimed())
 				ic.count.Add(1)
+			case t.out.Inserted && t.claim != nil:
+				refused = true
 			}
 		}
 		// In the claim's order: the new effects were all due at once, so
 		// by id.
 		slices.SortFunc(out[i], func(a, b *ClaimedEffect) int { return cmp.Compare(a.ID, b.ID) })
-		if len(out[i]) > 0 {
+		if len(out[i]) > 0 && !refused {
 			// The claim would take nothing more: when the first went in,
 			// nothing else there was due for it (the insert's
-			// condition), and what the group inserted there since went
-			// in claimed, past the room, or behind an older version in
-			// flight.
+			// condition), and the rest went in claimed or past the room.
 			continue
 		}
-		rest, restAt = append(rest, c), append(restAt, i)
+		// Something may be due there after all: a backlog, or another
+		// transaction's effect committed between two of this one's
+		// inserts. (An effect held back behind an older version in
+		// flight costs this claim for nothing.)
+		if left := c.Limit - len(out[i]); left > 0 {
+			r := *c
+			r.Limit = left
+			rest, restAt = append(rest, &r), append(restAt, i)
+		}
 	}
 	got, err := claimEffectsGroup(ctx, tx, rest)
 	if err != nil {
