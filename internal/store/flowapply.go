@@ -98,9 +98,11 @@ func (r *Rules) FlowApplyGroupClaim(ctx context.Context, subs [][]*FlowApplyPara
 }
 
 // applyGroupClaim settles the submissions in tx (runFlowApplyGroup), each
-// submission's own error naming its entity, then runs the claims after
-// them: the body of FlowApplyGroupClaim's transaction, and of a routing
-// transaction that settles what it leased (settleInRouting).
+// submission's own error naming its entity, inserting their effects
+// already claimed where the claims would take them, then runs the claims
+// where something may be left (flowclaim.go): the body of
+// FlowApplyGroupClaim's transaction, and of a routing transaction that
+// settles what it leased (settleInRouting).
 func (r *Rules) applyGroupClaim(ctx context.Context, tx Tx, subs [][]*FlowApplyParams, claims []*EffectClaimParams) ([]FlowApplyOutcome, [][]*ClaimedEffect, error) {
 	ic := newInsertClaims(claims, &r.insertedClaimed)
 	got, err := runFlowApplyGroup(ctx, tx, subs, ic)

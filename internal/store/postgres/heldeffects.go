@@ -103,21 +103,7 @@ func (h *held) queueEffects(t *pipeTx) {
 		return
 	}
 	n := len(es)
-	keys, flows, entities, versions, sorts, names, dests, requests, causes, onDeadline := make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n)
-	eventPKs, hops, comps := make([]int64, n), make([]int64, n), make([]int64, n)
-	at := make([]time.Time, n)
-	deadlines, warns := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
-	for i, e := range es {
-		keys[i], flows[i], entities[i], versions[i], sorts[i], names[i], dests[i], requests[i] =
-			e.key, e.flow, e.entity, e.version, e.versionSort, e.effect, e.destination, e.request
-		eventPKs[i], causes[i], hops[i], at[i], comps[i], onDeadline[i] = e.eventPK, e.causationID, e.hop, e.at, e.compensates, e.onDeadline
-		deadlines[i] = pgtype.Timestamptz{Time: e.deadline, Valid: !e.deadline.IsZero()}
-		warns[i] = pgtype.Timestamptz{Time: e.warn, Valid: !e.warn.IsZero()}
-	}
-	t.later("insert effects", insertEffectsSQL,
-		[]any{keys, flows, entities, versions, sorts, names, dests, requests, eventPKs, causes, hops, at, comps, deadlines, warns, onDeadline},
+	t.later("insert effects", insertEffectsSQL, effectArrays(es),
 		func(rows pgx.Rows) error {
 			i := 0
 			for ; rows.Next(); i++ {
@@ -133,6 +119,26 @@ func (h *held) queueEffects(t *pipeTx) {
 			}
 			return nil
 		})
+}
+
+// effectArrays is the arguments $1-$16 of insertEffectsSQL for es: one
+// array per column, one element per effect.
+func effectArrays(es []heldEffect) []any {
+	n := len(es)
+	keys, flows, entities, versions, sorts, names, dests, requests, causes, onDeadline := make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n)
+	eventPKs, hops, comps := make([]int64, n), make([]int64, n), make([]int64, n)
+	at := make([]time.Time, n)
+	deadlines, warns := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+	for i, e := range es {
+		keys[i], flows[i], entities[i], versions[i], sorts[i], names[i], dests[i], requests[i] =
+			e.key, e.flow, e.entity, e.version, e.versionSort, e.effect, e.destination, e.request
+		eventPKs[i], causes[i], hops[i], at[i], comps[i], onDeadline[i] = e.eventPK, e.causationID, e.hop, e.at, e.compensates, e.onDeadline
+		deadlines[i] = pgtype.Timestamptz{Time: e.deadline, Valid: !e.deadline.IsZero()}
+		warns[i] = pgtype.Timestamptz{Time: e.warn, Valid: !e.warn.IsZero()}
+	}
+	return []any{keys, flows, entities, versions, sorts, names, dests, requests, eventPKs, causes, hops, at, comps, deadlines, warns, onDeadline}
 }
 
 // queueSupersedes queues the held supersede steps.
@@ -272,26 +278,15 @@ const insertEffectsSQL = `WITH u AS MATERIALIZED (
 // insertClaimedEffectsSQL.
 func queueClaimedEffects(t *pipeTx, es []heldEffect) {
 	n := len(es)
-	keys, flows, entities, versions, sorts, names, dests, requests, causes, onDeadline, tokens := make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	eventPKs, hops, comps, redrives := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	at, claimAt, until := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
-	deadlines, warns := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+	tokens, redrives := make([]string, n), make([]int64, n)
+	claimAt, until := make([]time.Time, n), make([]time.Time, n)
 	for i, e := range es {
-		keys[i], flows[i], entities[i], versions[i], sorts[i], names[i], dests[i], requests[i] =
-			e.key, e.flow, e.entity, e.version, e.versionSort, e.effect, e.destination, e.request
-		eventPKs[i], causes[i], hops[i], at[i], comps[i], onDeadline[i] = e.eventPK, e.causationID, e.hop, e.at, e.compensates, e.onDeadline
-		deadlines[i] = pgtype.Timestamptz{Time: e.deadline, Valid: !e.deadline.IsZero()}
-		warns[i] = pgtype.Timestamptz{Time: e.warn, Valid: !e.warn.IsZero()}
 		claimAt[i], until[i] = e.at, e.at
 		if c := e.claim; c != nil {
 			tokens[i], claimAt[i], until[i], redrives[i] = c.Token, c.Now, c.Until, int64(c.MaxRedrives)
 		}
 	}
-	t.later("insert effects", insertClaimedEffectsSQL,
-		[]any{keys, flows, entities, versions, sorts, names, dests, requests, eventPKs, causes, hops, at, comps, deadlines, warns,
-			onDeadline, tokens, claimAt, until, redrives},
+	t.later("insert effects", insertClaimedEffectsSQL, append(effectArrays(es), tokens, claimAt, until, redrives),
 		func(rows pgx.Rows) error {
 			i := 0
 			for ; rows.Next(); i++ {

@@ -137,50 +137,62 @@ func (a txn) InsertEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowA
 	return a.existingEffect(ctx, e.EpisodeKey, out)
 }
 
-// insertClaimedEffect is InsertEffect with a claim, in one statement: the
-// claim's conditions (store.InsertClaim) decide the state and the lease
-// columns as the row goes in, and the row answers with what the claim
-// would have read.
+// insertClaimedEffect is InsertEffect with a claim, in one statement
+// (insertClaimedEffectSQL).
 func (a txn) insertClaimedEffect(ctx context.Context, w *store.ApplyRow, p *store.FlowApplyParams, e *store.EffectInsert, claim *store.InsertClaim, out *store.InsertOutcome) error {
-	due, args := effectDueSQL(claim.Now.UnixMicro(), claim.MaxRedrives)
+	_, args := effectDueSQL(claim.Now.UnixMicro(), claim.MaxRedrives)
 	args = append(args, e.EpisodeKey, w.Flow, w.Entity, p.Version, p.VersionSort, e.Effect, e.Destination,
 		string(store.StateJSON(e.Request)), w.EventPK, e.CausationID, e.Hop, p.Now.UnixMicro(), e.Compensates,
 		micros(e.DeadlineAt), micros(e.DeadlineWarnAt), e.OnDeadline, claim.Token, claim.Until.UnixMicro(), claim.Now.UnixMicro())
 	found := false
-	err := a.each(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
+	err := a.each(ctx, insertClaimedEffectSQL, args, func(sc scanner) error {
+		var request string
+		found = true
+		if err := sc.Scan(&out.ID, &out.Claimed, &request, &out.TraceContext); err != nil {
+			return err
+		}
+		out.Inserted = true
+		if out.Claimed {
+			out.Request = []byte(request)
+		}
+		return nil
+	})
+	if err != nil || found {
+		return err
+	}
+	return a.existingEffect(ctx, e.EpisodeKey, out)
+}
+
+// insertClaimedEffectSQL inserts one effect with a claim: the claim's
+// conditions (store.InsertClaim: effectDueSQL's arguments, then the
+// effect's) decide the state and the lease columns as the row goes in,
+// and the row answers with what the claim would have read. The effect
+// the claim would take first is looked for at the destination in due
+// order (effects_due_destination), as the claim looks.
+var insertClaimedEffectSQL = func() string {
+	due, _ := effectDueSQL(0, 0)
+	// Materialized, so that the conditions run once: the insert reads ok
+	// six times, and a subquery SQLite flattens into it ran them for
+	// each.
+	return `WITH n AS MATERIALIZED (
+			SELECT v.*, NOT EXISTS (SELECT 1 FROM effects f WHERE ` + due + ` AND f.destination = v.destination
+					AND ` + store.NoOlderInFlightSQL("f", "INDEXED BY effects_entity") + `)
+				AND ` + store.NoneInFlightSQL("v", "INDEXED BY effects_entity") + ` AS ok
+			FROM (SELECT ? AS episode_key, ? AS flow, ? AS entity, ? AS version, ? AS version_sort, ? AS effect,
+				? AS destination, ? AS request, ? AS source_event_pk, ? AS causation_id, ? AS hop, ? AS created_at,
+				? AS compensates, ? AS deadline_at, ? AS deadline_warn_at, ? AS on_deadline, ? AS token, ? AS until,
+				? AS claimed_at) v)
+		INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination,
 			state, request, source_event_pk, causation_id, hop, created_at, updated_at,
 			compensates, deadline_at, deadline_warn_at, on_deadline, lease_token, lease_until, next_attempt_at, claimed_at)
 		SELECT n.episode_key, n.flow, n.entity, n.version, n.version_sort, n.effect, n.destination,
 			iif(n.ok, 'submitting', 'approved'), n.request, n.source_event_pk, n.causation_id, n.hop, n.created_at,
 			iif(n.ok, n.claimed_at, n.created_at), n.compensates, n.deadline_at, n.deadline_warn_at, n.on_deadline,
 			iif(n.ok, n.token, ''), iif(n.ok, n.until, 0), iif(n.ok, n.until, 0), iif(n.ok, n.claimed_at, 0)
-		FROM (SELECT n.*, NOT EXISTS (SELECT 1 FROM effects f WHERE `+due+` AND f.destination = n.destination
-					AND `+store.NoOlderInFlightSQL("f", "INDEXED BY effects_entity")+`)
-				AND `+store.NoneInFlightSQL("n", "INDEXED BY effects_entity")+` AS ok
-			FROM (SELECT ? AS episode_key, ? AS flow, ? AS entity, ? AS version, ? AS version_sort, ? AS effect,
-				? AS destination, ? AS request, ? AS source_event_pk, ? AS causation_id, ? AS hop, ? AS created_at,
-				? AS compensates, ? AS deadline_at, ? AS deadline_warn_at, ? AS on_deadline, ? AS token, ? AS until,
-				? AS claimed_at) n) n
-		WHERE NOT EXISTS (SELECT 1 FROM effect_tombstones t WHERE t.episode_key = n.episode_key)
+		FROM n WHERE NOT EXISTS (SELECT 1 FROM effect_tombstones t WHERE t.episode_key = n.episode_key)
 		ON CONFLICT (episode_key) DO NOTHING
-		RETURNING id, state = 'submitting', request, (SELECT trace_context FROM events WHERE pk = source_event_pk)`,
-		args, func(sc scanner) error {
-			var request string
-			found = true
-			if err := sc.Scan(&out.ID, &out.Claimed, &request, &out.TraceContext); err != nil {
-				return err
-			}
-			out.Inserted = true
-			if out.Claimed {
-				out.Request = []byte(request)
-			}
-			return nil
-		})
-	if err != nil || found {
-		return err
-	}
-	return a.existingEffect(ctx, e.EpisodeKey, out)
-}
+		RETURNING id, state = 'submitting', request, (SELECT trace_context FROM events WHERE pk = source_event_pk)`
+}()
 
 // existingEffect answers an insert that found its episode key held: the
 // request stored under it.

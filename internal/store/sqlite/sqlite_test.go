@@ -418,3 +418,33 @@ func TestDeliveryListReadsThroughTheEvent(t *testing.T) {
 		}
 	}
 }
+
+// An effect inserted claimed looks, once, for what the claim would take
+// first at its destination through effects_due_destination, and for an
+// older version in flight through effects_entity: index searches,
+// whatever the ledger holds, never a scan of effects.
+func TestInsertClaimedEffectPlan(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "insert-claimed.db"))
+	args := make([]any, strings.Count(insertClaimedEffectSQL, "?"))
+	for i := range args {
+		args[i] = 1
+	}
+	plan, _ := queryPlan(t, s, "insert claimed", insertClaimedEffectSQL, args...)
+	t.Logf("plan:\n%s", plan)
+	for _, want := range []string{"SEARCH f USING INDEX effects_due_destination (destination=? AND next_attempt_at<?)",
+		"SEARCH o USING INDEX effects_entity (flow=? AND entity=? AND effect=? AND state=?)"} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("plan\n%s\nwant %q", plan, want)
+		}
+	}
+	for _, line := range strings.Split(plan, "\n") {
+		if strings.Contains(line, "SCAN") && strings.Contains(line, "effects") {
+			t.Errorf("plan\n%s\nscans effects: %q", plan, line)
+		}
+	}
+	// The insert reads the conditions' answer six times: they must run
+	// once, not once for each.
+	if n := strings.Count(plan, "effects_due_destination"); n != 1 {
+		t.Errorf("plan\n%s\nlooks for due effects %d times, want once", plan, n)
+	}
+}
