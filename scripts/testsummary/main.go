@@ -7,6 +7,13 @@
 //
 //	go test -json ./... 2>&1 | testsummary -skips FILE
 //
+// With -conformance it writes to that file the store conformance suite's
+// report: for each package that ran TestConformance, the driver it ran
+// on, the suite's result line and the package's, as a verbose run of the
+// suite alone would print them (scripts/test.sh prints it; running the
+// suite again for its report took a minute and a half of every make
+// test).
+//
 // It exits 1 when a test or a package failed, like go test; lines that are
 // not JSON (the go command's own messages) are printed as they come.
 package main
@@ -25,6 +32,7 @@ import (
 
 func main() {
 	skips := flag.String("skips", "", "write the report of skipped tests to this `file`")
+	conformance := flag.String("conformance", "", "write the store conformance suite's report to this `file`")
 	flag.Parse()
 	s := newSummary(os.Stdout)
 	if err := s.read(os.Stdin); err != nil {
@@ -33,6 +41,12 @@ func main() {
 	}
 	if *skips != "" {
 		if err := os.WriteFile(*skips, []byte(s.skipReport()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "testsummary:", err)
+			os.Exit(2)
+		}
+	}
+	if *conformance != "" {
+		if err := os.WriteFile(*conformance, []byte(strings.Join(s.conformance, "")), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "testsummary:", err)
 			os.Exit(2)
 		}
@@ -71,12 +85,22 @@ type summary struct {
 	subOut     map[testKey][]string
 	skips      []skip
 	failed     bool
+	// conformance is the store conformance suite's report so far, and
+	// suite each package's part of it until the package ends.
+	conformance []string
+	suite       map[string][]string
 }
 
 func newSummary(out io.Writer) *summary {
 	return &summary{out: out, tests: map[testKey][]string{}, pkgOut: map[string][]string{}, runs: map[testKey]int{},
-		failedSubs: map[testKey][]testKey{}, subOut: map[testKey][]string{}}
+		failedSubs: map[testKey][]testKey{}, subOut: map[testKey][]string{}, suite: map[string][]string{}}
 }
+
+// conformanceTest is the store conformance suite's test, and suiteLine a
+// line of its own output that its report keeps.
+const conformanceTest = "TestConformance"
+
+var suiteLine = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): TestConformance |store conformance suite: driver|` + MissingPrefix)
 
 func (s *summary) read(r io.Reader) error {
 	sc := bufio.NewScanner(r)
@@ -112,6 +136,9 @@ func (s *summary) add(e event) {
 		s.runs[k] = len(s.runs)
 	case "output":
 		s.tests[k] = append(s.tests[k], e.Output)
+		if k.test == conformanceTest && suiteLine.MatchString(e.Output) {
+			s.suite[k.pkg] = append(s.suite[k.pkg], e.Output)
+		}
 	case "pass":
 		s.forget(k)
 	case "fail":
@@ -171,7 +198,12 @@ func (s *summary) packageEvent(e event) {
 	}
 	for _, l := range s.pkgOut[e.Package] {
 		fmt.Fprint(s.out, l)
+		if s.suite[e.Package] != nil && (strings.HasPrefix(l, "ok ") || strings.HasPrefix(l, "FAIL")) {
+			s.suite[e.Package] = append(s.suite[e.Package], l)
+		}
 	}
+	s.conformance = append(s.conformance, s.suite[e.Package]...)
+	delete(s.suite, e.Package)
 	delete(s.pkgOut, e.Package)
 }
 

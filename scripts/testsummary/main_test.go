@@ -114,3 +114,44 @@ func TestSkipReportNamesThreeTestsPerReason(t *testing.T) {
 		t.Errorf("report:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// The conformance report keeps, per package that ran the suite, the
+// driver it ran on and the result lines, and nothing of its subtests or
+// of other tests.
+func TestConformanceReport(t *testing.T) {
+	const run = `{"Action":"run","Package":"ex/sqlite","Test":"TestConformance"}
+{"Action":"output","Package":"ex/sqlite","Test":"TestConformance","Output":"=== RUN   TestConformance\n"}
+{"Action":"output","Package":"ex/sqlite","Test":"TestConformance","Output":"    storetest.go:55: store conformance suite: driver sqlite (file)\n"}
+{"Action":"output","Package":"ex/sqlite","Test":"TestConformance/Inbox","Output":"    --- PASS: TestConformance/Inbox (0.01s)\n"}
+{"Action":"pass","Package":"ex/sqlite","Test":"TestConformance/Inbox"}
+{"Action":"output","Package":"ex/sqlite","Test":"TestConformance","Output":"--- PASS: TestConformance (1.20s)\n"}
+{"Action":"pass","Package":"ex/sqlite","Test":"TestConformance"}
+{"Action":"output","Package":"ex/sqlite","Test":"TestOther","Output":"--- PASS: TestOther (0.00s)\n"}
+{"Action":"pass","Package":"ex/sqlite","Test":"TestOther"}
+{"Action":"output","Package":"ex/sqlite","Output":"PASS\n"}
+{"Action":"output","Package":"ex/sqlite","Output":"ok  \tex/sqlite\t1.30s\n"}
+{"Action":"pass","Package":"ex/sqlite"}
+{"Action":"run","Package":"ex/pg","Test":"TestConformance"}
+{"Action":"output","Package":"ex/pg","Test":"TestConformance","Output":"    pgtest.go:29: MISSING DEPENDENCY: no PostgreSQL server\n"}
+{"Action":"output","Package":"ex/pg","Test":"TestConformance","Output":"--- SKIP: TestConformance (0.00s)\n"}
+{"Action":"skip","Package":"ex/pg","Test":"TestConformance"}
+{"Action":"output","Package":"ex/pg","Output":"ok  \tex/pg\t0.02s\n"}
+{"Action":"pass","Package":"ex/pg"}
+{"Action":"output","Package":"ex/other","Output":"ok  \tex/other\t0.02s\n"}
+{"Action":"pass","Package":"ex/other"}
+`
+	s := newSummary(&strings.Builder{})
+	if err := s.read(strings.NewReader(run)); err != nil {
+		t.Fatal(err)
+	}
+	want := `    storetest.go:55: store conformance suite: driver sqlite (file)
+--- PASS: TestConformance (1.20s)
+ok  	ex/sqlite	1.30s
+    pgtest.go:29: MISSING DEPENDENCY: no PostgreSQL server
+--- SKIP: TestConformance (0.00s)
+ok  	ex/pg	0.02s
+`
+	if got := strings.Join(s.conformance, ""); got != want {
+		t.Errorf("report:\n%s\nwant:\n%s", got, want)
+	}
+}
