@@ -191,7 +191,7 @@ func (run *handRun) claimed(traces map[string]string) ([][]*ClaimedEffect, bool)
 	for i := range out {
 		out[i] = []*ClaimedEffect{}
 	}
-	now, until := ins.Now.UTC().Truncate(time.Microsecond), ins.Until.UTC().Truncate(time.Microsecond)
+	now, until := stored(ins.Now), stored(ins.Until)
 	for _, r := range ins.Rows {
 		j, ok := run.at[r.EpisodeKey]
 		if !ok || !r.Claimed {
@@ -207,7 +207,7 @@ func (run *handRun) claimed(traces map[string]string) ([][]*ClaimedEffect, bool)
 		out[i] = append(out[i], &ClaimedEffect{Effect: Effect{ID: r.ID, EpisodeKey: e.EpisodeKey, Flow: e.Flow, Entity: e.Entity,
 			Version: e.Version, Effect: e.Effect, Destination: e.Destination, State: EffectApproved, Request: r.Request,
 			Source: src.Source, SourceEventID: src.EventID, SourceEvents: []EventRef{src}, TraceContext: traces[e.Version],
-			CausationID: e.CausationID, Hop: e.Hop, CreatedAt: e.Now.UTC().Truncate(time.Microsecond), UpdatedAt: now,
+			CausationID: e.CausationID, Hop: e.Hop, CreatedAt: stored(e.Now), UpdatedAt: now,
 			NextAttemptAt: until}, Token: ins.Tokens[j], Until: until})
 	}
 	held := false

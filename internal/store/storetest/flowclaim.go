@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -115,26 +114,9 @@ func testApplyGroupInsertsClaimed(t *testing.T, o Opener) {
 		if err != nil {
 			t.Fatalf("%s: claims after the settle: %v", st.name, err)
 		}
-		if len(got) != len(want) {
-			t.Fatalf("%s: %d claims answered, want %d", st.name, len(got), len(want))
-		}
-		for i := range want {
-			if g, w := keysOf(got[i:i+1]), keysOf(want[i:i+1]); !reflect.DeepEqual(g, w) {
-				t.Fatalf("%s: claim %d took %v, the claim after the settle %v", st.name, i, g, w)
-			}
-			for j, c := range got[i] {
-				w := *want[i][j]
-				if !strings.HasPrefix(c.Token, "worker-1:") || c.Token == w.Token {
-					t.Fatalf("%s: token %q, want the owner's own", st.name, c.Token)
-				}
-				gc := *c
-				gc.Token, w.Token, gc.ID, w.ID = "", "", 0, 0
-				if !reflect.DeepEqual(gc, w) {
-					t.Fatalf("%s: inserted claimed:\n%+v\nclaimed after the settle:\n%+v", st.name, gc, w)
-				}
-			}
-		}
-		if g, w := storedEffects(claiming), storedEffects(plain); !reflect.DeepEqual(g, w) {
+		sameClaims(t, st.name+": inserted claimed", got, want)
+		deals := &store.EffectListParams{Flow: "deals", Limit: 100}
+		if g, w := byKey(claiming.effects(deals)), byKey(plain.effects(deals)); !reflect.DeepEqual(g, w) {
 			t.Fatalf("%s: stored:\n%+v\nafter a settle and a claim:\n%+v", st.name, g, w)
 		}
 	}
@@ -159,17 +141,4 @@ func testApplyGroupInsertsClaimed(t *testing.T, o Opener) {
 			t.Fatalf("claimed %v after the leases ran out, want ka, kb, ke and kf (ka2 waits behind ka)", keys)
 		}
 	}
-}
-
-// storedEffects is every effect of the flow deals, ids aside, by episode
-// key.
-func storedEffects(f *pipe) []store.Effect {
-	var out []store.Effect
-	for _, e := range f.effects(&store.EffectListParams{Flow: "deals", Limit: 100}) {
-		c := *e
-		c.ID = 0
-		out = append(out, c)
-	}
-	slices.SortFunc(out, func(x, y store.Effect) int { return strings.Compare(x.EpisodeKey, y.EpisodeKey) })
-	return out
 }

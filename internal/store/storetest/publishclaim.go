@@ -120,35 +120,9 @@ func testMessagePublishHandsOff(t *testing.T, o Opener) {
 	if len(got) != 2 || len(got[0]) != 2 || len(got[1]) != 1 {
 		t.Fatalf("claimed %v, want two at ep_a and one at ep_b", keysOf(got))
 	}
-	for i := range want {
-		if !reflect.DeepEqual(keysOf(got[i:i+1]), keysOf(want[i:i+1])) {
-			t.Fatalf("claim %d took %v, a claim after the publish %v", i, keysOf(got[i:i+1]), keysOf(want[i:i+1]))
-		}
-		for j, c := range got[i] {
-			w := *want[i][j]
-			if !strings.HasPrefix(c.Token, "worker-1:") || c.Token == w.Token {
-				t.Fatalf("token %q, want the owner's own", c.Token)
-			}
-			gc := *c
-			gc.Token, w.Token = "", ""
-			gc.ID, w.ID = 0, 0
-			if !reflect.DeepEqual(gc, w) {
-				t.Fatalf("handed off:\n%+v\nclaimed after the publish:\n%+v", gc, w)
-			}
-		}
-	}
+	sameClaims(t, "handed off", got, want)
 	// The stored effects are the same too.
-	stored := func(f *pub) []store.Effect {
-		var out []store.Effect
-		for _, e := range f.effects() {
-			c := *e
-			c.ID = 0
-			out = append(out, c)
-		}
-		slices.SortFunc(out, func(x, y store.Effect) int { return strings.Compare(x.EpisodeKey, y.EpisodeKey) })
-		return out
-	}
-	if g, w := stored(withHand), stored(plain); !reflect.DeepEqual(g, w) {
+	if g, w := byKey(withHand.effects()), byKey(plain.effects()); !reflect.DeepEqual(g, w) {
 		t.Fatalf("stored after the handoff:\n%+v\nafter publish and claim:\n%+v", g, w)
 	}
 	// Each lease holds: the worker settles the call it was handed.
@@ -206,6 +180,46 @@ func testMessagePublishHandsOff(t *testing.T, o Opener) {
 }
 
 // keysOf is the episode keys of claimed, claim after claim.
+// sameClaims fails unless got, what claims of the owner worker-1 took as
+// their effects were inserted (what), is what want, the same claims run
+// right after, took: the same effects, field for field, ids and tokens
+// aside, each token the owner's own.
+func sameClaims(t *testing.T, what string, got, want [][]*store.ClaimedEffect) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d claims answered, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if g, w := keysOf(got[i:i+1]), keysOf(want[i:i+1]); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s: claim %d took %v, the same claim run after %v", what, i, g, w)
+		}
+		for j, c := range got[i] {
+			w := *want[i][j]
+			if !strings.HasPrefix(c.Token, "worker-1:") || c.Token == w.Token {
+				t.Fatalf("%s: token %q, want the owner's own", what, c.Token)
+			}
+			gc := *c
+			gc.Token, w.Token, gc.ID, w.ID = "", "", 0, 0
+			if !reflect.DeepEqual(gc, w) {
+				t.Fatalf("%s:\n%+v\nclaimed after:\n%+v", what, gc, w)
+			}
+		}
+	}
+}
+
+// byKey is es, ids aside, in episode key order: what two stores that
+// numbered the same effects differently both hold.
+func byKey(es []*store.Effect) []store.Effect {
+	out := make([]store.Effect, 0, len(es))
+	for _, e := range es {
+		c := *e
+		c.ID = 0
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(x, y store.Effect) int { return strings.Compare(x.EpisodeKey, y.EpisodeKey) })
+	return out
+}
+
 func keysOf(claimed [][]*store.ClaimedEffect) []string {
 	var out []string
 	for _, cs := range claimed {
