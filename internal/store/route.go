@@ -45,7 +45,10 @@ type RouteTx interface {
 	// EntitiesLease leases up to p.Limit ready entities (as many as
 	// p.Slots grants: EntityClaimParams.Lease), in claim order, as
 	// Pipeline.EntityClaim does: the statement of a claim made inside
-	// another transaction (routing's).
+	// another transaction (routing's). With p.List, a shared database
+	// (Driver.Shared) may read each lease's first p.List pending items,
+	// whole, in the same statement (Lease.Pending; nil where it read
+	// none): WorkListLeased then lists only the leases without.
 	EntitiesLease(ctx context.Context, p *EntityClaimParams) ([]*Lease, error)
 	// WorkListLeased is Pipeline.WorkListPendingGroup inside the
 	// transaction: routing's, which lists the work of the entities it
@@ -114,16 +117,22 @@ func (r *Rules) routeInTx(ctx context.Context, tx Tx, p *EventRouteParams, byPK 
 	if err != nil {
 		return page, nil, fmt.Errorf("mark routed: %w", err)
 	}
-	if err := routeClaimed(ctx, tx, p, byPK, claimed); err != nil {
+	settleRest, err := routeClaimed(ctx, tx, p, byPK, claimed)
+	if err != nil {
 		return page, nil, err
 	}
 	if settle == nil {
 		// Listed only for a settle: the processor lists on a reader
 		// what it settles itself.
-		page.Leases, err = leaseAfterRouting(ctx, tx, unlisted(claim), nil)
-		return page, claimed, err
+		if page.Leases, err = leaseAfterRouting(ctx, tx, unlisted(claim), nil); err != nil {
+			return page, nil, err
+		}
+		return page, claimed, settleRest(ctx)
 	}
 	if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.page); err != nil {
+		return page, nil, err
+	}
+	if err := settleRest(ctx); err != nil {
 		return page, nil, err
 	}
 	page.Settled, page.Claimed, err = r.settleInRouting(ctx, tx, settle.fn, page.Leases)
@@ -292,10 +301,12 @@ func leaseAfterRouting(ctx context.Context, tx Tx, claim *EntityClaimParams, pag
 	}
 	// With the page's events, only the entities the page routed to can
 	// carry their work: the others' is older than the page, and listing
-	// it would hold the one writer for nothing.
+	// it would hold the one writer for nothing. A lease the driver's
+	// lease statement listed already (RouteTx.EntitiesLease) is not
+	// listed again.
 	listed := leases[:0:0]
 	for _, l := range leases {
-		if page == nil || page.routed[entityKey{l.Flow, l.Entity}] {
+		if l.Pending == nil && (page == nil || page.routed[entityKey{l.Flow, l.Entity}]) {
 			listed = append(listed, l)
 		}
 	}
@@ -408,13 +419,20 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		if err := checkDecisions(evs, ds); err != nil {
 			return err
 		}
-		if err := routeClaimed(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), claimed); err != nil {
+		settleRest, err := routeClaimed(ctx, tx, &EventRouteParams{Now: p.Now, Decisions: ds}, decisionsByPK(ds), claimed)
+		if err != nil {
 			return err
 		}
 		leases, err := leaseAfterRouting(ctx, tx, p.Claim, nil)
-		page = RoutedPage{Events: len(evs), Leases: leases}
-		if err != nil || !p.settles(len(evs)) {
+		if err != nil {
 			return err
+		}
+		if err := settleRest(ctx); err != nil {
+			return err
+		}
+		page = RoutedPage{Events: len(evs), Leases: leases}
+		if !p.settles(len(evs)) {
+			return nil
 		}
 		settling = true
 		page.Settled, page.Claimed, err = r.settleInRouting(ctx, tx, p.Settle, leases)
@@ -471,8 +489,14 @@ func decisionsByPK(ds []*RouteDecision) map[int64]*RouteDecision {
 // routeClaimed records the decisions of the events claimed: an event with
 // no route ends unrouted (audited), the others' work rows are enqueued,
 // and an event whose routes all failed (dead letters) or whose work rows
-// all existed already settles by the aggregate rule.
-func routeClaimed(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int64]*RouteDecision, claimed []RouteEvent) error {
+// all existed already settles by the aggregate rule. That last step is
+// settleRest, which the caller runs after the statement that follows the
+// enqueue (routing's lease, when it leases): only the enqueue's answer
+// tells which events it concerns, and a pipelining driver has that answer
+// once the next statement is sent, so the enqueue travels with the lease
+// instead of in a round trip of its own. settleRest touches events alone,
+// never the entities a lease takes.
+func routeClaimed(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int64]*RouteDecision, claimed []RouteEvent) (settleRest func(context.Context) error, err error) {
 	slices.SortFunc(claimed, func(a, b RouteEvent) int { return cmp.Compare(a.PK, b.PK) })
 	q := &EnqueueParams{Now: p.Now, Actor: "router", Pending: map[int64]bool{}}
 	var withWork []int64
@@ -483,11 +507,11 @@ func routeClaimed(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int6
 				continue
 			}
 			if err := tx.SetDisposition(ctx, ev.PK, DispositionUnrouted); err != nil {
-				return fmt.Errorf("set unrouted: %w", err)
+				return nil, fmt.Errorf("set unrouted: %w", err)
 			}
 			if err := tx.Audit(ctx, &AuditInsertParams{At: p.Now, Actor: "router", Action: actionDisposition,
 				Source: ev.Source, EventID: ev.EventID, Entity: ev.Entity, Detail: unroutedDetail("accepted", ev.Type)}); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -497,31 +521,33 @@ func routeClaimed(ctx context.Context, tx Tx, p *EventRouteParams, byPK map[int6
 		withWork = append(withWork, ev.PK)
 	}
 	if err := tx.WorkEnqueue(ctx, q); err != nil {
-		return fmt.Errorf("enqueue: %w", err)
+		return nil, fmt.Errorf("enqueue: %w", err)
 	}
-	if err := tx.Flush(ctx); err != nil {
-		return err
-	}
-	// An event routed to flows normally has pending work now: a row this
-	// transaction inserted, which nothing else can settle before the
-	// commit. Only the others are asked for.
-	var rest []int64
-	for _, pk := range withWork {
-		if !q.Pending[pk] {
-			rest = append(rest, pk)
-		}
-	}
-	if len(rest) == 0 {
-		return nil
-	}
-	settle, err := tx.EventsWithoutPending(ctx, rest)
-	if err != nil {
-		return fmt.Errorf("find settled events: %w", err)
-	}
-	for _, pk := range settle {
-		if err := settleEvent(ctx, tx, pk, 0, p.Now, "router"); err != nil {
+	return func(ctx context.Context) error {
+		if err := tx.Flush(ctx); err != nil {
 			return err
 		}
-	}
-	return nil
+		// An event routed to flows normally has pending work now: a row
+		// this transaction inserted, which nothing else can settle before
+		// the commit. Only the others are asked for.
+		var rest []int64
+		for _, pk := range withWork {
+			if !q.Pending[pk] {
+				rest = append(rest, pk)
+			}
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		settle, err := tx.EventsWithoutPending(ctx, rest)
+		if err != nil {
+			return fmt.Errorf("find settled events: %w", err)
+		}
+		for _, pk := range settle {
+			if err := settleEvent(ctx, tx, pk, 0, p.Now, "router"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
 }

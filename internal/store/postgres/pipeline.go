@@ -364,9 +364,16 @@ func (s *Store) EntityClaim(ctx context.Context, p *store.EntityClaimParams) ([]
 }
 
 // EntitiesLease is EntityClaim's statement inside another transaction
-// (store.RouteTx): routing's, which leases what it made ready.
+// (store.RouteTx): routing's, which leases what it made ready. With
+// p.List, the same statement reads each leased entity's first p.List
+// pending items into its lease (leaseListedSQL): listed by a statement
+// of their own (WorkListLeased), they cost a lone webhook's routing a
+// round trip more.
 func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*store.Lease, error) {
 	return p.Lease(func(limit int) ([]*store.Lease, error) {
+		if p.List > 0 {
+			return a.leaseListed(ctx, p, limit)
+		}
 		var got []store.ClaimedEntity
 		err := a.t.query(ctx, "claim entities", entityClaimSQL, entityClaimArgs(p, limit), func(rows pgx.Rows) error {
 			var err error
@@ -380,15 +387,94 @@ func (a txn) EntitiesLease(ctx context.Context, p *store.EntityClaimParams) ([]*
 	})
 }
 
-// entityClaimSQL leases up to $2 ready entities.
-const entityClaimSQL = `WITH c AS MATERIALIZED (
-		SELECT flow, entity FROM entities
+// entityClaimSQL leases up to $2 ready entities: entityReadySQL picks
+// them (c), entityLeaseSQL leases them.
+const entityClaimSQL = `WITH c AS MATERIALIZED (` + entityReadySQL + `)
+	` + entityLeaseSQL
+
+const (
+	entityReadySQL = `SELECT flow, entity FROM entities
 		WHERE pending > 0 AND lease_until <= $1 AND not_before <= $1
 		ORDER BY not_before, flow COLLATE "C", entity COLLATE "C"
-		LIMIT $2 FOR UPDATE SKIP LOCKED)
-	UPDATE entities e SET lease_token = $3 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $4, claimed_at = $1
+		LIMIT $2 FOR UPDATE SKIP LOCKED`
+	entityLeaseSQL = `UPDATE entities e SET lease_token = $3 || ':' || replace(gen_random_uuid()::text, '-', ''), lease_until = $4, claimed_at = $1
 	FROM c WHERE e.flow = c.flow AND e.entity = c.entity
 	RETURNING e.not_before, e.flow, e.entity, e.lease_token, e.lease_until`
+)
+
+// leaseListedSQL is entityClaimSQL followed, for each entity it leases,
+// by the first $5 of its pending items as listPendingGroupSQL reads them:
+// one row per item, in business order within the entity, and one row
+// with the item's columns NULL for an entity that has none (the lease is
+// answered whatever its work). The work rows this transaction enqueued
+// before are visible to it, as to any later statement.
+const leaseListedSQL = `/* routing's pipe */ WITH c AS MATERIALIZED (` + entityReadySQL + `),
+	l AS (` + entityLeaseSQL + `)
+	SELECT l.not_before, l.flow, l.entity, l.lease_token, l.lease_until, i.*
+	FROM l LEFT JOIN LATERAL (SELECT ` + routableColumns + `, w.id, w.order_key, w.replay_id
+		FROM (SELECT * FROM work WHERE flow = l.flow AND entity = l.entity AND done_at IS NULL
+			ORDER BY order_key, id LIMIT $5) w
+		CROSS JOIN LATERAL (SELECT * FROM events WHERE pk = w.event_pk LIMIT 1) e
+		` + firstDeliveryJoin + `) i ON true
+	ORDER BY l.flow, l.entity, i.order_key, i.id`
+
+// leaseListed leases up to limit entities with their first p.List
+// pending items (leaseListedSQL), in claim order.
+func (a txn) leaseListed(ctx context.Context, p *store.EntityClaimParams, limit int) ([]*store.Lease, error) {
+	var got []store.ClaimedEntity
+	err := a.t.query(ctx, "claim entities", leaseListedSQL, append(entityClaimArgs(p, limit), int32(store.ClampLimit(p.List))), func(rows pgx.Rows) error {
+		for rows.Next() {
+			c, w, err := scanLeaseListed(rows)
+			if err != nil {
+				return err
+			}
+			if n := len(got); n == 0 || got[n-1].Lease.Flow != c.Lease.Flow || got[n-1].Lease.Entity != c.Lease.Entity {
+				got = append(got, c)
+			}
+			if w != nil {
+				l := got[len(got)-1].Lease
+				l.Pending = append(l.Pending, w)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return store.ClaimOrder(got), nil
+}
+
+// scanLeaseListed reads a row of leaseListedSQL: the lease, and its item
+// (nil where the row carries none).
+func scanLeaseListed(row pgx.Row) (store.ClaimedEntity, *store.WorkItem, error) {
+	c := store.ClaimedEntity{Lease: &store.Lease{}}
+	var nb pgtype.Timestamptz
+	var (
+		pk, id, replayID                                              *int64
+		source, eventID, typ, entity, account, causation, contentType *string
+		trace, orderKey                                               *string
+		occurred, received                                            *time.Time
+		hop                                                           *int
+		body                                                          []byte
+	)
+	if err := row.Scan(&nb, &c.Lease.Flow, &c.Lease.Entity, &c.Lease.Token, &c.Lease.Until,
+		&pk, &source, &eventID, &typ, &entity, &account, &occurred, &received,
+		&causation, &hop, &body, &contentType, &trace, &id, &orderKey, &replayID); err != nil {
+		return c, nil, err
+	}
+	if nb.InfinityModifier == pgtype.Finite {
+		c.NotBefore = nb.Time
+	}
+	c.Lease.Until = c.Lease.Until.UTC()
+	if id == nil {
+		return c, nil, nil
+	}
+	w := &store.WorkItem{ID: *id, Flow: c.Lease.Flow, Entity: c.Lease.Entity, OrderKey: *orderKey, ReplayID: *replayID,
+		Event: store.RoutableEvent{PK: *pk, Source: *source, EventID: *eventID, Type: *typ, Entity: *entity, Account: *account,
+			OccurredAt: fromNull(occurred), ReceivedAt: received.UTC(), CausationID: *causation, Hop: *hop, Body: body,
+			ContentType: *contentType, TraceContext: *trace}}
+	return c, w, nil
+}
 
 // entityClaimArgs is entityClaimSQL's arguments for p, leasing up to
 // limit (what EntityClaimParams.Lease allows).

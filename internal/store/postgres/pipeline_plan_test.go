@@ -38,6 +38,7 @@ func TestPipelinePlans(t *testing.T) {
 		`ALTER TABLE effects SET (autovacuum_enabled = off)`,
 		`ALTER TABLE effect_tombstones SET (autovacuum_enabled = off)`,
 		`ALTER TABLE route_queue SET (autovacuum_enabled = off)`,
+		`ALTER TABLE entities SET (autovacuum_enabled = off)`,
 		`INSERT INTO events (source, event_id, type, entity, account, received_at, deliveries, disposition, routed)
 		SELECT 'shop', 'e' || g, 'order.updated', 'ord-hot', '', $1::timestamptz, 1,
 			CASE WHEN g > $2::int - 20 THEN 'accepted' ELSE 'applied' END, g <= $2::int - 20 OR g > $2::int - 10
@@ -68,6 +69,13 @@ func TestPipelinePlans(t *testing.T) {
 		SELECT 'open' || g, 'orders', 'ord-open-' || g, 'r1', '0000000001', 'sync', 'sink', 'approved', '{}', g, '', 0,
 			$1::timestamptz, $1::timestamptz
 		FROM generate_series(1, $2::int / 10) g`,
+		// The entities: ord-hot with its 20 pending items and ord-none,
+		// pending without a work row (what a lease's listing must still
+		// answer), both free; and as many drained ones, which a claim
+		// must not read.
+		`INSERT INTO entities (flow, entity, updated_at, pending)
+		SELECT 'orders', 'ord-drained-' || g, $1::timestamptz, 0 FROM generate_series(1, $2::int) g
+		UNION ALL VALUES ('orders', 'ord-hot', $1::timestamptz, 20), ('orders', 'ord-none', $1::timestamptz, 1)`,
 		// What retention left of older effects (an empty table, once
 		// analyzed, is rightly read by a sequential scan; a ledger in use
 		// is not empty).
@@ -183,6 +191,8 @@ func TestPipelinePlans(t *testing.T) {
 			{"pending work", listPendingSQL, []any{"orders", "ord-hot", 50}, "deliveries_event", 20},
 			{"pending work of a group", listPendingGroupSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
 			{"pending work of leased entities", listLeasedSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
+			// Leased until now, so that every run finds both entities free.
+			{"lease entities with their work", leaseListedSQL, []any{at, 10, "router", at, int32(50)}, "entities_ready work_pending deliveries_event", 21},
 			{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},
 			{"lock a page's events", lockBatchEventsSQL, []any{pendingIDs}, "events_pkey", 20},
 			{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20},

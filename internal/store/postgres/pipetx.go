@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,7 @@ import (
 // labelled with the statement they belong to; the caller then rolls back.
 type pipeTx struct {
 	conn  *pgxpool.Conn
+	trips *atomic.Int64 // the store's count of round trips (Store.pipeTrips)
 	batch *pgx.Batch
 	// queued names each statement of batch (for errors) and, for one
 	// whose rows are wanted, the function that reads them.
@@ -72,7 +74,7 @@ func (s *Store) acquirePipe(ctx context.Context) (*pipeTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pipeTx{conn: conn, batch: &pgx.Batch{}}, nil
+	return &pipeTx{conn: conn, trips: &s.pipeTrips, batch: &pgx.Batch{}}, nil
 }
 
 // begin queues the statement that begins the transaction.
@@ -184,6 +186,7 @@ func (t *pipeTx) flush(ctx context.Context) error {
 	}
 	b, qs := t.batch, t.queued
 	t.batch, t.queued = &pgx.Batch{}, nil
+	t.trips.Add(1)
 	br := t.conn.SendBatch(ctx, b)
 	for _, q := range qs {
 		var err error

@@ -43,6 +43,9 @@ type Store struct {
 	// savepoint per submission, after the fast path failed: tests assert
 	// that a valid group takes the fast path.
 	inboxCareful atomic.Int64
+	// pipeTrips counts the round trips of pipelined transactions
+	// (pipeTx.flush): tests assert how many a path takes.
+	pipeTrips atomic.Int64
 }
 
 // defaultWindowCap: a page with a time range reads at most this many rows
