@@ -54,7 +54,9 @@ type RouteTx interface {
 	// transaction: routing's, which lists the work of the entities it
 	// leased so that the processor need not read it again. A shared
 	// database (Driver.Shared) lists the items whole, where the read is
-	// one transaction less per webhook. A driver whose database one
+	// one transaction less per webhook (PostgreSQL reads them in the
+	// lease's statement, EntitiesLease, and is asked here only for a
+	// lease that came without). A driver whose database one
 	// process owns lists their keys only (ID, Flow, Entity, OrderKey,
 	// ReplayID and Event.PK): its one writer holds the read, and routing
 	// read the page's events before the write transaction, so the rules
