@@ -126,19 +126,25 @@ func (r *Rules) routeInTx(ctx context.Context, tx Tx, p *EventRouteParams, byPK 
 	if settle == nil {
 		// Listed only for a settle: the processor lists on a reader
 		// what it settles itself.
-		if page.Leases, err = leaseAfterRouting(ctx, tx, unlisted(claim), nil); err != nil {
-			return page, nil, err
-		}
-		return page, claimed, settleRest(ctx)
+		page.Leases, err = leaseThenSettleRest(ctx, tx, unlisted(claim), nil, settleRest)
+		return page, claimed, err
 	}
-	if page.Leases, err = leaseAfterRouting(ctx, tx, claim, settle.page); err != nil {
-		return page, nil, err
-	}
-	if err := settleRest(ctx); err != nil {
+	if page.Leases, err = leaseThenSettleRest(ctx, tx, claim, settle.page, settleRest); err != nil {
 		return page, nil, err
 	}
 	page.Settled, page.Claimed, err = r.settleInRouting(ctx, tx, settle.fn, page.Leases)
 	return page, claimed, err
+}
+
+// leaseThenSettleRest takes routing's leases (leaseAfterRouting), whose
+// statement carries the enqueue before it, and then settles what the
+// enqueue's answer leaves to settle (routeClaimed's settleRest).
+func leaseThenSettleRest(ctx context.Context, tx Tx, claim *EntityClaimParams, page *routedPage, settleRest func(context.Context) error) ([]*Lease, error) {
+	leases, err := leaseAfterRouting(ctx, tx, claim, page)
+	if err != nil {
+		return nil, err
+	}
+	return leases, settleRest(ctx)
 }
 
 // EventRouteStored routes events decided from the requests that carried
@@ -425,11 +431,8 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		if err != nil {
 			return err
 		}
-		leases, err := leaseAfterRouting(ctx, tx, p.Claim, nil)
+		leases, err := leaseThenSettleRest(ctx, tx, p.Claim, nil, settleRest)
 		if err != nil {
-			return err
-		}
-		if err := settleRest(ctx); err != nil {
 			return err
 		}
 		page = RoutedPage{Events: len(evs), Leases: leases}
