@@ -147,7 +147,8 @@ var background = []struct {
 
 func runExample(t *testing.T, bin, dir string, want exampleOutcome) {
 	root := t.TempDir()
-	port, destPort := freePort(t), freePort(t)
+	ps := freePorts(t, 2)
+	port, destPort := ps[0], ps[1]
 	ports := strings.NewReplacer(examplePort, ":"+port, exampleDestPort, ":"+destPort)
 	rel, err := filepath.Rel(filepath.Join("..", ".."), dir)
 	if err != nil {
@@ -388,15 +389,22 @@ func copyRewritten(t *testing.T, from, to string, r *strings.Replacer) {
 	}
 }
 
-// freePort is a loopback port free a moment ago.
-func freePort(t *testing.T) string {
+// freePorts is n distinct loopback ports free a moment ago. Every
+// listener stays open until all n are picked: with each closed before
+// the next pick, the kernel once handed one port out twice on a busy
+// machine, and an example's server found its destination's port taken.
+func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]string, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return ports
 }
 
 // The parser takes the ```sh blocks only, joins continued lines and
