@@ -179,7 +179,6 @@ func testMessagePublishHandsOff(t *testing.T, o Opener) {
 	}
 }
 
-// keysOf is the episode keys of claimed, claim after claim.
 // sameClaims fails unless got, what claims of the owner worker-1 took as
 // their effects were inserted (what), is what want, the same claims run
 // right after, took: the same effects, field for field, ids and tokens
@@ -220,6 +219,7 @@ func byKey(es []*store.Effect) []store.Effect {
 	return out
 }
 
+// keysOf is the episode keys of claimed, claim after claim.
 func keysOf(claimed [][]*store.ClaimedEffect) []string {
 	var out []string
 	for _, cs := range claimed {
