@@ -1005,6 +1005,9 @@ func (w *Worker) causationHeaders(h http.Header, c *store.ClaimedEffect) {
 
 func (w *Worker) settle(ctx context.Context, c *store.ClaimedEffect, d *config.Destination, p *store.EffectSettleParams) error {
 	p.EffectID, p.Token, p.Now, p.Actor = c.ID, c.Token, w.clk.Now(), w.opts.Owner
+	// What the claim saw: a store that can settles by it in one round
+	// trip, with no read of the effect first (store.SeenSettleDriver).
+	p.Claimed = c.Fenced()
 	// An effect that lands in the exception queue is its destination
 	// owner's until someone assigns another (store.SettleOwner).
 	p.Owner = d.Owner

@@ -129,6 +129,13 @@ type ClaimedEffect struct {
 	Redrive bool
 }
 
+// Fenced is what a settle's fence would read of c while nothing but its
+// claim has changed it (EffectSettleParams.Claimed).
+func (c *ClaimedEffect) Fenced() *FencedEffect {
+	return &FencedEffect{ID: c.ID, EpisodeKey: c.EpisodeKey, Entity: c.Entity, Source: c.Source, SourceEventID: c.SourceEventID,
+		Owner: c.Owner, Attempts: c.Attempts, Calls: c.Calls, Restart: c.Restart}
+}
+
 // ErrorClass is how a call's failure is classified (RT03).
 type ErrorClass string
 
@@ -208,6 +215,12 @@ type EffectSettleParams struct {
 	// dead_letters signal name who repairs it until someone assigns
 	// another (SettleOwner).
 	Owner string
+	// Claimed is the effect as the settle's claim left it
+	// (ClaimedEffect.Fenced), or nil. A driver that can settle by it
+	// (SeenSettleDriver) writes the settle in one statement guarded by
+	// it, with no read of the effect first; an effect that no longer
+	// stands as its claim left it then settles the fenced way.
+	Claimed *FencedEffect
 }
 
 // EffectReleaseParams gives a claim back without a call.

@@ -272,6 +272,14 @@ func (r *Rules) EffectSettle(ctx context.Context, p *EffectSettleParams) error {
 	if !settleStates[p.State] {
 		return fmt.Errorf("settle effect %d: cannot settle to state %q", p.EffectID, p.State)
 	}
+	if r.settleSeen(ctx, []*EffectSettleParams{p})[p.EffectID] {
+		return nil
+	}
+	return r.settleFenced(ctx, p)
+}
+
+// settleFenced is EffectSettle's fenced way, in a transaction of its own.
+func (r *Rules) settleFenced(ctx context.Context, p *EffectSettleParams) error {
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		lost, err := settle(ctx, tx, []*EffectSettleParams{p})
 		if err == nil && lost[p.EffectID] {
@@ -292,38 +300,98 @@ func (r *Rules) EffectSettle(ctx context.Context, p *EffectSettleParams) error {
 // is settled alone, so that one cannot fail another.
 func (r *Rules) EffectSettleGroup(ctx context.Context, ps []*EffectSettleParams) []error {
 	errs := make([]error, len(ps))
-	alone := func() []error {
-		for i, p := range ps {
-			errs[i] = r.EffectSettle(ctx, p)
-		}
-		return errs
-	}
-	if len(ps) < 2 {
-		return alone()
-	}
 	seen := make(map[int64]bool, len(ps))
 	for _, p := range ps {
 		if !settleStates[p.State] || seen[p.EffectID] {
-			return alone() // EffectSettle answers each precisely
+			for i, p := range ps {
+				errs[i] = r.EffectSettle(ctx, p) // it answers each precisely
+			}
+			return errs
 		}
 		seen[p.EffectID] = true
+	}
+	settled := r.settleSeen(ctx, ps)
+	var rest []int // indexes of ps still to settle, the fenced way
+	for i, p := range ps {
+		if !settled[p.EffectID] {
+			rest = append(rest, i)
+		}
+	}
+	alone := func() {
+		for _, i := range rest {
+			errs[i] = r.settleFenced(ctx, ps[i])
+		}
+	}
+	if len(rest) < 2 {
+		alone()
+		return errs
+	}
+	group := make([]*EffectSettleParams, len(rest))
+	for j, i := range rest {
+		group[j] = ps[i]
 	}
 	var lost map[int64]bool
 	err := r.db.InTx(ctx, TxProcess, func(ctx context.Context, tx Tx) error {
 		var err error
-		lost, err = settle(ctx, tx, ps)
+		lost, err = settle(ctx, tx, group)
 		return err
 	})
 	if err != nil {
 		r.settlesAlone.Add(1)
-		return alone()
+		alone()
+		return errs
 	}
-	for i, p := range ps {
-		if lost[p.EffectID] {
-			errs[i] = fmt.Errorf("settle effect %d: %w", p.EffectID, ErrLeaseLost)
+	for _, i := range rest {
+		if lost[ps[i].EffectID] {
+			errs[i] = fmt.Errorf("settle effect %d: %w", ps[i].EffectID, ErrLeaseLost)
 		}
 	}
 	return errs
+}
+
+// SeenSettleDriver is a Driver that settles effects by what their claims
+// saw, in one statement and one round trip (PostgreSQL, where the fence
+// is a round trip of its own, before the writes and the commit can go).
+type SeenSettleDriver interface {
+	// EffectsSettleSeen writes, in one transaction of its own, each of ws
+	// whose effect stands as its claim left it: the fence's condition
+	// (EffectsFence) holds, and its owner, attempts, calls, restart mark,
+	// episode key and entity are its Claimed's. For each it writes what
+	// EffectsSettle would, and audits[i], ws[i]'s audit row. The others
+	// are left alone. It answers the effects it wrote.
+	EffectsSettleSeen(ctx context.Context, ws []*SettleWrite, audits []*AuditInsertParams) (map[int64]bool, error)
+}
+
+// settleSeen settles, where the driver can (SeenSettleDriver), each of ps
+// that carries its claim, guarded by it: what the fenced way would write
+// on an effect that stands as its claim left it, which is what a fence
+// would read of it, so the settle needs no read first. It answers the
+// effects it settled; the others (one changed since its claim, a lost
+// lease, or all of them when the transaction failed, which then wrote
+// nothing) are the fenced way's, which reads each as it stands and
+// answers precisely.
+func (r *Rules) settleSeen(ctx context.Context, ps []*EffectSettleParams) map[int64]bool {
+	d, ok := r.db.(SeenSettleDriver)
+	if !ok {
+		return nil
+	}
+	ws := make([]*SettleWrite, 0, len(ps))
+	audits := make([]*AuditInsertParams, 0, len(ps))
+	for _, p := range ps {
+		if p.Claimed == nil {
+			continue
+		}
+		w, a := settleWrite(p.Claimed, p)
+		ws, audits = append(ws, w), append(audits, a)
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	settled, err := d.EffectsSettleSeen(ctx, ws, audits)
+	if err != nil {
+		return nil
+	}
+	return settled
 }
 
 // settle fences ps and writes those whose lease holds, with their audit
@@ -342,22 +410,8 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 			lost[p.EffectID] = true
 			continue
 		}
-		w := &SettleWrite{EffectSettleParams: p, Owner: settleOwner(f, p)}
-		var number int
-		w.Attempts, number = settleCounts(f, p)
-		w.Calls, w.Restart = f.Calls, f.Restart
-		if p.Attempt != nil {
-			a := *p.Attempt
-			a.EffectID, a.Number, a.Restart = p.EffectID, number, f.Restart
-			w.Calls, w.Restart = number, ""
-			if a.StartedAt.IsZero() {
-				a.StartedAt = p.Now
-			}
-			w.Call = &a
-		}
-		ws = append(ws, w)
-		audits = append(audits, entityAudit(f.Source, f.SourceEventID, f.Entity, p.Now, p.Actor, SettleAction(p.State),
-			settleDetail(f.EpisodeKey, number, p)))
+		w, a := settleWrite(f, p)
+		ws, audits = append(ws, w), append(audits, a)
 	}
 	if len(ws) == 0 {
 		return lost, nil
@@ -371,6 +425,26 @@ func settle(ctx context.Context, tx Tx, ps []*EffectSettleParams) (map[int64]boo
 		}
 	}
 	return lost, nil
+}
+
+// settleWrite is p's write on an effect that stands as f, and its audit
+// row: the one rule both ways of settling write by.
+func settleWrite(f *FencedEffect, p *EffectSettleParams) (*SettleWrite, *AuditInsertParams) {
+	w := &SettleWrite{EffectSettleParams: p, Owner: settleOwner(f, p)}
+	var number int
+	w.Attempts, number = settleCounts(f, p)
+	w.Calls, w.Restart = f.Calls, f.Restart
+	if p.Attempt != nil {
+		a := *p.Attempt
+		a.EffectID, a.Number, a.Restart = p.EffectID, number, f.Restart
+		w.Calls, w.Restart = number, ""
+		if a.StartedAt.IsZero() {
+			a.StartedAt = p.Now
+		}
+		w.Call = &a
+	}
+	return w, entityAudit(f.Source, f.SourceEventID, f.Entity, p.Now, p.Actor, SettleAction(p.State),
+		settleDetail(f.EpisodeKey, number, p))
 }
 
 // EffectOperate applies one operator action in one transaction, with the

@@ -321,48 +321,206 @@ type settleWrites struct {
 }
 
 func (w *settleWrites) queue(t *pipeTx) {
-	if n := len(w.attempts); n > 0 {
+	if len(w.attempts) > 0 {
+		t.exec("record attempts", `INSERT INTO effect_attempts (`+attemptInsertColumns+`)
+			SELECT * FROM unnest(`+attemptArrays.params(1)+`)`, attemptArrays.args(w.attempts)...)
+	}
+	if len(w.updates) > 0 {
+		t.exec("update effects", settleEffectsSQL, settleArrays.args(w.updates)...)
+	}
+}
+
+// arrays is a statement's parameters of one array per column, for the
+// rows of a group: their types, and how to fill them from the group.
+type arrays[T any] struct {
+	types []string
+	args  func([]T) []any
+}
+
+// params names the arrays as parameters $from, $from+1, ... with their
+// types.
+func (a arrays[T]) params(from int) string {
+	ps := make([]string, len(a.types))
+	for i, typ := range a.types {
+		ps[i] = fmt.Sprintf("$%d::%s[]", from+i, typ)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// attemptInsertColumns are the columns of effect_attempts that
+// attemptArrays fill, in their order.
+const attemptInsertColumns = `effect_id, number, started_at, duration_us, status, class, error, response, retry_after,
+	retry_after_unit, wait_us, reconcile, restart`
+
+// attemptArrays are the attempts rows of a settle group.
+var attemptArrays = arrays[*store.Attempt]{
+	types: []string{"bigint", "int", "timestamptz", "bigint", "int", "text", "text", "text", "text", "text", "bigint", "bool", "text"},
+	args: func(as []*store.Attempt) []any {
+		n := len(as)
 		ids, numbers, started, dur, status := make([]int64, n), make([]int32, n), make([]time.Time, n), make([]int64, n), make([]int32, n)
 		class, errText, resp, ra, raUnit := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		wait, reconcile, restart := make([]int64, n), make([]bool, n), make([]string, n)
-		for i, a := range w.attempts {
+		for i, a := range as {
 			ids[i], numbers[i], started[i], dur[i], status[i] = a.EffectID, int32(a.Number), a.StartedAt, a.Duration.Microseconds(), int32(a.Status)
 			class[i], errText[i], resp[i], ra[i], raUnit[i] = string(a.Class), a.Error, a.Response, a.RetryAfter, a.RetryAfterUnit
 			wait[i], reconcile[i], restart[i] = a.Wait.Microseconds(), a.Reconcile, a.Restart
 		}
-		t.exec("record attempts", `INSERT INTO effect_attempts (effect_id, number, started_at, duration_us, status,
-			class, error, response, retry_after, retry_after_unit, wait_us, reconcile, restart)
-			SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::bigint[], $5::int[], $6::text[], $7::text[],
-				$8::text[], $9::text[], $10::text[], $11::bigint[], $12::bool[], $13::text[])`,
-			ids, numbers, started, dur, status, class, errText, resp, ra, raUnit, wait, reconcile, restart)
-	}
-	if n := len(w.updates); n > 0 {
+		return []any{ids, numbers, started, dur, status, class, errText, resp, ra, raUnit, wait, reconcile, restart}
+	},
+}
+
+// settleArrays are the effects' next states of a settle group, named
+// settleColumns in settleEffectSet.
+var settleArrays = arrays[*store.SettleWrite]{
+	types: []string{"bigint", "text", "timestamptz", "bigint", "text", "text", "text", "text", "text", "timestamptz", "text", "bigint", "text"},
+	args: func(ws []*store.SettleWrite) []any {
+		n := len(ws)
 		ids, states, attempts := make([]int64, n), make([]string, n), make([]int64, n)
 		next := make([]pgtype.Timestamptz, n)
 		class, reason, repair, ref, resp, at := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
 		owner, calls, restart := make([]string, n), make([]int64, n), make([]string, n)
-		for i, p := range w.updates {
+		for i, p := range ws {
 			ids[i], states[i], attempts[i], owner[i] = p.EffectID, string(p.State), int64(p.Attempts), p.Owner
 			calls[i], restart[i] = int64(p.Calls), p.Restart
 			next[i] = pgtype.Timestamptz{Time: p.NextAttemptAt, Valid: !p.NextAttemptAt.IsZero()}
 			class[i], reason[i], repair[i], ref[i], resp[i], at[i] = string(p.Class), p.Reason, p.SuggestedRepair, p.DestinationRef, p.LastResponse, p.Now
 		}
-		t.exec("update effects", settleEffectsSQL, ids, states, next, attempts, class, reason, repair, ref, resp, at, owner, calls, restart)
-	}
+		return []any{ids, states, next, attempts, class, reason, repair, ref, resp, at, owner, calls, restart}
+	},
 }
 
-// settleEffectsSQL moves effects $1 on (arrays $1-$13, one element per
-// effect), as settleEffect's update does for one; f.id = ANY($1) names the
-// primary key lookups outright.
-const settleEffectsSQL = `UPDATE effects f SET state = u.state, next_attempt_at = coalesce(u.next_at, '-infinity'),
+// settleColumns name settleArrays' columns as settleEffectSet reads them
+// (u.state, u.next_at, ...).
+const settleColumns = `id, state, next_at, attempts, class, reason, repair, ref, resp, at, owner, calls, restart`
+
+// settleEffectSet moves an effect f on to the settle u.
+const settleEffectSet = `state = u.state, next_attempt_at = coalesce(u.next_at, '-infinity'),
 		attempts = u.attempts, error_class = u.class, reason = u.reason, suggested_repair = u.repair,
 		destination_ref = CASE WHEN u.ref = '' THEN f.destination_ref ELSE u.ref END,
 		last_response = u.resp, lease_token = '', lease_until = '-infinity', updated_at = u.at, owner = u.owner,
-		mismatch_at = CASE WHEN u.state = 'done' THEN NULL ELSE f.mismatch_at END, calls = u.calls, restart = u.restart
-	FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
-		$9::text[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
-		AS u(id, state, next_at, attempts, class, reason, repair, ref, resp, at, owner, calls, restart)
+		mismatch_at = CASE WHEN u.state = 'done' THEN NULL ELSE f.mismatch_at END, calls = u.calls, restart = u.restart`
+
+// settleEffectsSQL moves effects $1 on (settleArrays, one element per
+// effect), as settleEffect's update does for one; f.id = ANY($1) names the
+// primary key lookups outright.
+var settleEffectsSQL = `UPDATE effects f SET ` + settleEffectSet + `
+	FROM unnest(` + settleArrays.params(1) + `) AS u(` + settleColumns + `)
 	WHERE f.id = u.id AND f.id = ANY($1)`
+
+// EffectsSettleSeen settles each of ws whose effect stands as its claim
+// left it, in one round trip: BEGIN, settleSeenSQL and COMMIT go
+// together. It saves the fence's round trip, which every call's settle
+// cost before its writes and the commit could go (docs/postgres.md).
+func (s *Store) EffectsSettleSeen(ctx context.Context, ws []*store.SettleWrite, audits []*store.AuditInsertParams) (map[int64]bool, error) {
+	if len(audits) != len(ws) {
+		return nil, fmt.Errorf("settle effects: %d audit rows for %d settles", len(audits), len(ws))
+	}
+	args := settleSeenArgs(ws, audits)
+	t, err := s.beginPipe(ctx, pipePlanSQL)
+	if err != nil {
+		return nil, fmt.Errorf("settle effects: %w", err)
+	}
+	settled := make(map[int64]bool, len(ws))
+	err = s.runPipe(ctx, t, func(t *pipeTx) error {
+		t.later("settle effects", settleSeenSQL, args, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				settled[id] = true
+			}
+			return nil
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("settle effects: %w", err)
+	}
+	return settled, nil
+}
+
+// settleSeenArgs are settleSeenSQL's arguments for ws and their audit
+// rows.
+func settleSeenArgs(ws []*store.SettleWrite, audits []*store.AuditInsertParams) []any {
+	var calls []*store.Attempt
+	for _, w := range ws {
+		if w.Call != nil {
+			calls = append(calls, w.Call)
+		}
+	}
+	args := settleArrays.args(ws)
+	args = append(args, seenArrays.args(ws)...)
+	args = append(args, attemptArrays.args(calls)...)
+	return append(args, auditArrays.args(audits)...)
+}
+
+// seenArrays are what each settle's claim saw (store.FencedEffect) beside
+// its lease token: settleSeenSQL's guard.
+var seenArrays = arrays[*store.SettleWrite]{
+	types: []string{"text", "text", "bigint", "bigint", "text", "text", "text"},
+	args: func(ws []*store.SettleWrite) []any {
+		n := len(ws)
+		token, owner, attempts, calls := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
+		restart, episode, entity := make([]string, n), make([]string, n), make([]string, n)
+		for i, w := range ws {
+			c := w.Claimed
+			token[i], owner[i], attempts[i], calls[i] = w.Token, c.Owner, int64(c.Attempts), int64(c.Calls)
+			restart[i], episode[i], entity[i] = c.Restart, c.EpisodeKey, c.Entity
+		}
+		return []any{token, owner, attempts, calls, restart, episode, entity}
+	},
+}
+
+// auditArrays are audit rows, one per settle.
+var auditArrays = arrays[*store.AuditInsertParams]{
+	types: []string{"timestamptz", "text", "text", "text", "text", "text", "text"},
+	args: func(as []*store.AuditInsertParams) []any {
+		n := len(as)
+		at := make([]time.Time, n)
+		actor, action, source, eventID, entity, detail := make([]string, n), make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n)
+		for i, a := range as {
+			at[i], actor[i], action[i], source[i], eventID[i], entity[i], detail[i] = a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail
+		}
+		return []any{at, actor, action, source, eventID, entity, detail}
+	},
+}
+
+// settleSeenSQL settles effects by what their claims saw, in one
+// statement: the update of settleEffectsSQL, guarded by the fence's
+// condition and by the claim's view ($14-$20, seenArrays), and the
+// attempts ($21-$33) and audit rows ($34-$40) of the effects it updated,
+// inserted from its answer. It answers the ids it updated.
+//
+// The guard is the fence's, not a weaker one: under READ COMMITTED a row
+// another transaction changes meanwhile is waited for and re-checked as
+// it then stands, as the fence's row lock re-checks it, and the update's
+// own row lock holds until the commit. A settle whose guard fails writes
+// nothing, and settles the fenced way (store.SeenSettleDriver). The audit
+// and attempts rows go in their settles' order (ORDER BY n), as the
+// fenced way writes them. The state's check is wrapped in a CASE so that
+// the planner cannot read effects_due's entries of every call in flight
+// instead of looking the ids up (it did, in the generic plan, once the
+// table had statistics: TestPipelinePlans).
+var settleSeenSQL = `WITH u AS (
+		SELECT * FROM unnest(` + settleArrays.params(1) + `, ` + seenArrays.params(14) + `)
+		AS u(` + settleColumns + `, token, seen_owner, seen_attempts, seen_calls, seen_restart, seen_episode, seen_entity)),
+	s AS (UPDATE effects f SET ` + settleEffectSet + ` FROM u
+		WHERE f.id = u.id AND f.id = ANY($1) AND f.lease_token = u.token AND f.lease_until > u.at
+			AND CASE WHEN f.state = 'submitting' THEN true ELSE false END
+			AND f.owner = u.seen_owner AND f.attempts = u.seen_attempts AND f.calls = u.seen_calls
+			AND f.restart = u.seen_restart AND f.episode_key = u.seen_episode AND f.entity = u.seen_entity
+		RETURNING f.id),
+	a AS (INSERT INTO effect_attempts (` + attemptInsertColumns + `)
+		SELECT ` + attemptInsertColumns + ` FROM unnest(` + attemptArrays.params(21) + `)
+			WITH ORDINALITY AS a(` + attemptInsertColumns + `, n)
+		WHERE a.effect_id IN (SELECT id FROM s) ORDER BY n),
+	l AS (INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+		SELECT at, actor, action, source, event_id, entity, detail FROM unnest($1::bigint[], ` + auditArrays.params(34) + `)
+			WITH ORDINALITY AS l(effect_id, at, actor, action, source, event_id, entity, detail, n)
+		WHERE l.effect_id IN (SELECT id FROM s) ORDER BY n)
+	SELECT id FROM s`
 
 // EffectRelease gives a claim back without a call; see store.Ledger for
 // where the effect goes. A claim already lost is left alone. A

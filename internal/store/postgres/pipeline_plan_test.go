@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 )
 
@@ -69,6 +70,12 @@ func TestPipelinePlans(t *testing.T) {
 		SELECT 'open' || g, 'orders', 'ord-open-' || g, 'r1', '0000000001', 'sync', 'sink', 'approved', '{}', g, '', 0,
 			$1::timestamptz, $1::timestamptz
 		FROM generate_series(1, $2::int / 10) g`,
+		// A call in flight, which a settle by its claim finds by its id.
+		`INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state, request,
+			source_event_pk, causation_id, hop, created_at, updated_at, lease_token, lease_until, next_attempt_at)
+		SELECT 'inflight', 'orders', 'ord-inflight', 'r1', '0000000001', 'sync', 'elsewhere', 'submitting', '{}', 1, '', 0,
+			$1::timestamptz, $1::timestamptz, 'w:seen', $1::timestamptz + interval '1 hour', $1::timestamptz + interval '1 hour'
+		WHERE $2::int > 0`,
 		// The entities: ord-hot with its 20 pending items and ord-none,
 		// pending without a work row (what a lease's listing must still
 		// answer), both free; and as many drained ones, which a claim
@@ -178,6 +185,16 @@ func TestPipelinePlans(t *testing.T) {
 	publishArgs := []any{msgKeys, msgEntities, msgDests, msgOf, []string{"publish"}, []string{"msg_1"}, []string{"msg_1"},
 		[]string{"deliver"}, []string{"{}"}, []int64{1}, []string{""}, []int32{0}, []time.Time{at},
 		[]string{"endpoint:quiet", "sink"}, []int32{30, 30}, tokens, at, at.Add(time.Minute), 3}
+	// The settle of that call, by its claim.
+	var inflight int64
+	if err := h.pool.QueryRow(ctx, `SELECT id FROM effects WHERE episode_key = 'inflight'`).Scan(&inflight); err != nil {
+		t.Fatal(err)
+	}
+	seenArgs := settleSeenArgs([]*store.SettleWrite{{
+		EffectSettleParams: &store.EffectSettleParams{EffectID: inflight, Token: "w:seen", Now: at, State: store.EffectDone,
+			Claimed: &store.FencedEffect{ID: inflight, EpisodeKey: "inflight", Entity: "ord-inflight"}},
+		Attempts: 1, Calls: 1, Call: &store.Attempt{EffectID: inflight, Number: 1, StartedAt: at, Status: 200}}},
+		[]*store.AuditInsertParams{{At: at, Actor: "delivery", Action: "effect_done", Entity: "ord-inflight", Detail: "inflight: submitting -> done"}})
 	check := func(phase string) {
 		for _, c := range []struct {
 			name, sql string
@@ -193,6 +210,7 @@ func TestPipelinePlans(t *testing.T) {
 			{"pending work of leased entities", listLeasedSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
 			// Leased until now, so that every run finds both entities free.
 			{"lease entities with their work", leaseListedSQL, []any{at, 10, "router", at, int32(50)}, "entities_ready work_pending deliveries_event", 21},
+			{"settle a call by its claim", settleSeenSQL, seenArgs, "effects_pkey", 1},
 			{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},
 			{"lock a page's events", lockBatchEventsSQL, []any{pendingIDs}, "events_pkey", 20},
 			{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20},

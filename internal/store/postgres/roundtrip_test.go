@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +64,192 @@ func TestLoneWebhookRoutingRoundTrips(t *testing.T) {
 	}
 	if trips != 5 {
 		t.Fatalf("routing a lone webhook took %d round trips, want 5", trips)
+	}
+}
+
+// claimedEffects makes n approved effects of one event, each on an entity
+// of its own, and claims them all at at for a minute.
+func claimedEffects(t *testing.T, h *handle, at time.Time, n int) []*store.ClaimedEffect {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
+		RequestID: "r-1", Source: "shop", EventID: "evt_1", Type: "order.updated", Entity: "o-1",
+		ReceivedAt: at, Body: []byte(`{"n":1}`)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state,
+			request, source_event_pk, causation_id, hop, created_at, updated_at)
+		SELECT 'orders:o-' || g || ':r1:sync', 'orders', 'o-' || g, 'r1', '0000000001', 'sync', 'crm', 'approved', '{}',
+			(SELECT pk FROM events WHERE event_id = 'evt_1'), '', 0, $1, $1
+		FROM generate_series(1, $2::int) g`, at, n); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := h.EffectClaim(ctx, &store.EffectClaimParams{Owner: "w1", Now: at, LeaseFor: time.Minute, Limit: n, MaxRedrives: 3})
+	if err != nil || len(cs) != n {
+		t.Fatalf("claimed %d effects, %v; want %d", len(cs), err, n)
+	}
+	return cs
+}
+
+// TestSettleByClaimRoundTrips: a call's settle that carries what its
+// claim saw costs one round trip, BEGIN, the guarded statement
+// (settleSeenSQL) and COMMIT sent together, and so does a group of them;
+// one without costs two, the fence and then the writes with COMMIT.
+func TestSettleByClaimRoundTrips(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	cs := claimedEffects(t, h, at, 5)
+	settle := func(c *store.ClaimedEffect, seen bool) *store.EffectSettleParams {
+		p := &store.EffectSettleParams{EffectID: c.ID, Token: c.Token, Now: at.Add(time.Second), Actor: "delivery",
+			State: store.EffectDone, AddAttempt: true, Attempt: &store.Attempt{Status: 200}, DestinationRef: "deal"}
+		if seen {
+			p.Claimed = c.Fenced()
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name  string
+		ps    []*store.EffectSettleParams
+		trips int64
+	}{
+		{"one settle by its claim", []*store.EffectSettleParams{settle(cs[0], true)}, 1},
+		{"a group by their claims", []*store.EffectSettleParams{settle(cs[1], true), settle(cs[2], true), settle(cs[3], true)}, 1},
+		{"one settle fenced", []*store.EffectSettleParams{settle(cs[4], false)}, 2},
+	} {
+		before := h.pipeTrips.Load()
+		for i, err := range h.EffectSettleGroup(ctx, c.ps) {
+			if err != nil {
+				t.Fatalf("%s: settle %d: %v", c.name, i, err)
+			}
+		}
+		if trips := h.pipeTrips.Load() - before; trips != c.trips {
+			t.Errorf("%s took %d round trips, want %d", c.name, trips, c.trips)
+		}
+	}
+	for _, c := range cs {
+		g, err := h.EffectGet(ctx, c.ID)
+		if err != nil || g.State != store.EffectDone || g.Attempts != 1 || g.Calls != 1 || g.DestinationRef != "deal" {
+			t.Fatalf("effect %d = %+v, %v; want done after one call", c.ID, g, err)
+		}
+		if as, err := h.AttemptList(ctx, c.ID); err != nil || len(as) != 1 || as[0].Number != 1 || as[0].Status != 200 {
+			t.Fatalf("attempts of effect %d = %+v, %v; want call 1", c.ID, as, err)
+		}
+	}
+	if rows, err := h.AuditList(ctx, &store.AuditListParams{Action: "effect_done", Limit: 10}); err != nil || len(rows) != 5 {
+		t.Fatalf("effect_done audit rows = %d, %v; want 5", len(rows), err)
+	}
+}
+
+// TestSettleByClaimGuards: each column the guarded settle compares with
+// its claim's view, changed alone after the claim, sends the settle the
+// fenced way (a third round trip), which settles the effect as it then
+// stands, or answers ErrLeaseLost when the lease no longer holds. Nothing
+// in the product changes these columns of an effect in flight but another
+// claim, which changes several at once; each is staged alone here, so
+// that every comparison of the guard is shown to matter.
+func TestSettleByClaimGuards(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	now := at.Add(time.Second)
+	type ledger struct {
+		effect   *store.Effect
+		attempts []*store.Attempt
+		audit    *store.AuditEntry
+	}
+	cases := []struct {
+		name  string
+		stage string // $1 is the effect's id
+		lost  bool
+		check func(l ledger) bool
+	}{
+		{"nothing changed", ``, false, func(l ledger) bool { return l.effect.Owner == "team-crm" }},
+		{"lease token", `UPDATE effects SET lease_token = 'w2:other' WHERE id = $1`, true, nil},
+		{"state", `UPDATE effects SET state = 'retry_wait' WHERE id = $1`, true, nil},
+		{"lease end", `UPDATE effects SET lease_until = '2026-11-03T12:00:01Z' WHERE id = $1`, true, nil},
+		{"owner", `UPDATE effects SET owner = 'bob' WHERE id = $1`, false, func(l ledger) bool { return l.effect.Owner == "bob" }},
+		{"attempts", `UPDATE effects SET attempts = 2 WHERE id = $1`, false, func(l ledger) bool { return l.effect.Attempts == 3 }},
+		{"calls", `UPDATE effects SET calls = 3 WHERE id = $1`, false, func(l ledger) bool {
+			return l.effect.Calls == 4 && len(l.attempts) == 1 && l.attempts[0].Number == 4
+		}},
+		{"restart mark", `UPDATE effects SET restart = 're-drive' WHERE id = $1`, false, func(l ledger) bool {
+			return len(l.attempts) == 1 && l.attempts[0].Restart == store.RestartRedrive
+		}},
+		{"episode key", `UPDATE effects SET episode_key = 'moved:' || id WHERE id = $1`, false, func(l ledger) bool {
+			return l.audit != nil && strings.HasPrefix(l.audit.Detail, "moved:")
+		}},
+		{"entity", `UPDATE effects SET entity = 'o-moved-' || id WHERE id = $1`, false, func(l ledger) bool {
+			return l.audit != nil && strings.HasPrefix(l.audit.Entity, "o-moved-")
+		}},
+	}
+	cs := claimedEffects(t, h, at, len(cases))
+	for i, c := range cases {
+		cl := cs[i]
+		if c.stage != "" {
+			if _, err := h.pool.Exec(ctx, c.stage, cl.ID); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		before := h.pipeTrips.Load()
+		err := h.EffectSettle(ctx, &store.EffectSettleParams{EffectID: cl.ID, Token: cl.Token, Now: now, Actor: "delivery",
+			State: store.EffectDead, AddAttempt: true, Attempt: &store.Attempt{Status: 422}, Class: store.ClassPermanent,
+			Reason: "422 from destination", Owner: "team-crm", Claimed: cl.Fenced()})
+		trips := h.pipeTrips.Load() - before
+		// The guarded settle's one, then the fenced settle's two: its
+		// fence, and the writes with COMMIT, or a ROLLBACK (not counted:
+		// it is not pipelined) when the lease was lost.
+		want := int64(3)
+		switch {
+		case c.stage == "":
+			want = 1
+		case c.lost:
+			want = 2
+		}
+		if trips != want {
+			t.Errorf("%s: %d round trips, want %d", c.name, trips, want)
+		}
+		if c.lost {
+			if !errors.Is(err, store.ErrLeaseLost) {
+				t.Errorf("%s: settle = %v, want ErrLeaseLost", c.name, err)
+			}
+			if as, err := h.AttemptList(ctx, cl.ID); err != nil || len(as) != 0 {
+				t.Errorf("%s: a lost settle recorded attempts %+v, %v", c.name, as, err)
+			}
+			rows, err := h.AuditList(ctx, &store.AuditListParams{Action: "effect_dead", Limit: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				if strings.HasPrefix(r.Detail, cl.EpisodeKey+":") {
+					t.Errorf("%s: a lost settle wrote the audit row %+v", c.name, r)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: settle: %v", c.name, err)
+		}
+		var l ledger
+		if l.effect, err = h.EffectGet(ctx, cl.ID); err != nil || l.effect.State != store.EffectDead {
+			t.Fatalf("%s: effect = %+v, %v; want dead", c.name, l.effect, err)
+		}
+		if l.attempts, err = h.AttemptList(ctx, cl.ID); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := h.AuditList(ctx, &store.AuditListParams{Action: "effect_dead", Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if strings.HasPrefix(r.Detail, l.effect.EpisodeKey+":") {
+				l.audit = r
+			}
+		}
+		if !c.check(l) {
+			t.Errorf("%s: settled as %+v, attempts %+v, audit %+v: not as the effect stood", c.name, l.effect, l.attempts, l.audit)
+		}
 	}
 }

@@ -132,6 +132,8 @@ func Exercise(t *testing.T, o Opener) {
 		{"LedgerAbandonedCallCounted", testLedgerAbandonedCallCounted},
 		{"LedgerSettleEvidence", testLedgerSettleEvidence},
 		{"LedgerSettleGroup", testLedgerSettleGroup},
+		{"LedgerSettleSeenAsFenced", testSettleSeenAsFenced},
+		{"LedgerSettleSeenGuards", testSettleSeenGuards},
 		{"LedgerRelease", testLedgerRelease},
 		{"LedgerOperate", testLedgerOperate},
 		{"EventResolve", testEventResolve},
