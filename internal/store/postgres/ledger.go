@@ -282,21 +282,37 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 	}
 	if len(ps) == 1 {
 		p := ps[0]
-		return held, a.t.query(ctx, "check lease", `SELECT `+store.FencedEffectColumns+effectFrom+`
-			WHERE f.id = $1 AND f.lease_token = $2 AND f.state = 'submitting' AND f.lease_until > $3
-			FOR NO KEY UPDATE OF f`, []any{p.EffectID, p.Token, p.Now}, scan)
+		return held, a.t.query(ctx, "check lease", fenceOneSQL, []any{p.EffectID, p.Token, p.Now}, scan)
 	}
 	n := len(ps)
 	ids, tokens, nows := make([]int64, n), make([]string, n), make([]time.Time, n)
 	for i, p := range ps {
 		ids[i], tokens[i], nows[i] = p.EffectID, p.Token, p.Now
 	}
-	return held, a.t.query(ctx, "check leases", `SELECT `+store.FencedEffectColumns+effectFrom+`
-		JOIN unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(id, token, now)
-			ON f.id = u.id AND f.lease_token = u.token AND f.lease_until > u.now
-		WHERE f.id = ANY($1) AND f.state = 'submitting'
-		ORDER BY f.id FOR NO KEY UPDATE OF f`, []any{ids, tokens, nows}, scan)
+	return held, a.t.query(ctx, "check leases", fenceGroupSQL, []any{ids, tokens, nows}, scan)
 }
+
+// submittingSQL is true of an effect f in submitting. A fence's or a
+// guarded settle's check of the state is written so, a CASE the planner
+// cannot match to an index, because effects_due's key starts with the
+// state: with f.state = 'submitting' the planner read that index's entries
+// of every call in flight and filtered them by id, instead of looking the
+// ids up by primary key (TestPipelinePlans, on a table with statistics
+// and without).
+const submittingSQL = `CASE WHEN f.state = 'submitting' THEN true ELSE false END`
+
+// fenceOneSQL fences one settle's effect ($1, its token $2, at $3).
+const fenceOneSQL = `SELECT ` + store.FencedEffectColumns + effectFrom + `
+	WHERE f.id = $1 AND f.lease_token = $2 AND ` + submittingSQL + ` AND f.lease_until > $3
+	FOR NO KEY UPDATE OF f`
+
+// fenceGroupSQL fences a group's effects (arrays $1-$3 of ids, tokens and
+// times).
+const fenceGroupSQL = `SELECT ` + store.FencedEffectColumns + effectFrom + `
+	JOIN unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS u(id, token, now)
+		ON f.id = u.id AND f.lease_token = u.token AND f.lease_until > u.now
+	WHERE f.id = ANY($1) AND ` + submittingSQL + `
+	ORDER BY f.id FOR NO KEY UPDATE OF f`
 
 // EffectsSettle queues the attempts rows and the effects' new states as
 // one statement each, whatever the group's size: one transaction a settle
@@ -499,16 +515,14 @@ var auditArrays = arrays[*store.AuditInsertParams]{
 // own row lock holds until the commit. A settle whose guard fails writes
 // nothing, and settles the fenced way (store.SeenSettleDriver). The audit
 // and attempts rows go in their settles' order (ORDER BY n), as the
-// fenced way writes them. The state's check is wrapped in a CASE so that
-// the planner cannot read effects_due's entries of every call in flight
-// instead of looking the ids up (it did, in the generic plan, once the
-// table had statistics: TestPipelinePlans).
+// fenced way writes them. The state is checked as the fence checks it
+// (submittingSQL).
 var settleSeenSQL = `WITH u AS (
 		SELECT * FROM unnest(` + settleArrays.params(1) + `, ` + seenArrays.params(14) + `)
 		AS u(` + settleColumns + `, token, seen_owner, seen_attempts, seen_calls, seen_restart, seen_episode, seen_entity)),
 	s AS (UPDATE effects f SET ` + settleEffectSet + ` FROM u
 		WHERE f.id = u.id AND f.id = ANY($1) AND f.lease_token = u.token AND f.lease_until > u.at
-			AND CASE WHEN f.state = 'submitting' THEN true ELSE false END
+			AND ` + submittingSQL + `
 			AND f.owner = u.seen_owner AND f.attempts = u.seen_attempts AND f.calls = u.seen_calls
 			AND f.restart = u.seen_restart AND f.episode_key = u.seen_episode AND f.entity = u.seen_entity
 		RETURNING f.id),

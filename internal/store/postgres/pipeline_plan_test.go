@@ -211,6 +211,9 @@ func TestPipelinePlans(t *testing.T) {
 			// Leased until now, so that every run finds both entities free.
 			{"lease entities with their work", leaseListedSQL, []any{at, 10, "router", at, int32(50)}, "entities_ready work_pending deliveries_event", 21},
 			{"settle a call by its claim", settleSeenSQL, seenArgs, "effects_pkey", 1},
+			{"fence a call", fenceOneSQL, []any{inflight, "w:seen", at}, "effects_pkey", 1},
+			{"fence a group of calls", fenceGroupSQL, []any{[]int64{inflight, inflight + 1}, []string{"w:seen", "w:none"}, []time.Time{at, at}},
+				"effects_pkey", 1},
 			{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},
 			{"lock a page's events", lockBatchEventsSQL, []any{pendingIDs}, "events_pkey", 20},
 			{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20},
