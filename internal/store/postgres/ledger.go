@@ -292,8 +292,8 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 	return held, a.t.query(ctx, "check leases", fenceGroupSQL, []any{ids, tokens, nows}, scan)
 }
 
-// submittingSQL is true of an effect f in submitting. A fence's or a
-// guarded settle's check of the state is written so, a CASE the planner
+// submittingSQL is true of an effect f in submitting. A fence's, a
+// guarded settle's or a release's check of the state is written so, a CASE the planner
 // cannot match to an index, because effects_due's key starts with the
 // state: with f.state = 'submitting' the planner read that index's entries
 // of every call in flight and filtered them by id, instead of looking the
@@ -541,20 +541,24 @@ var settleSeenSQL = `WITH u AS (
 // reconciliation without a time would wait for a person: one given back
 // with a zero NotBefore is due at once instead.
 func (s *Store) EffectRelease(ctx context.Context, p *store.EffectReleaseParams) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE effects SET state = CASE
-			WHEN error_class = 'unknown_outcome' THEN 'needs_reconciliation'
-			WHEN attempts = 0 AND error_class = '' THEN 'approved'
-			ELSE 'retry_wait' END,
-		next_attempt_at = CASE WHEN $1::timestamptz IS NULL AND error_class = 'unknown_outcome' THEN $2
-			ELSE coalesce($1::timestamptz, '-infinity') END,
-		lease_token = '', lease_until = '-infinity', updated_at = $2,
-		owner = CASE WHEN owner = '' AND error_class = 'unknown_outcome' THEN $5 ELSE owner END
-		WHERE id = $3 AND lease_token = $4 AND state = 'submitting'`,
-		nullTime(p.NotBefore), p.Now, p.EffectID, p.Token, p.Owner); err != nil {
+	if _, err := s.pool.Exec(ctx, releaseEffectSQL, nullTime(p.NotBefore), p.Now, p.EffectID, p.Token, p.Owner); err != nil {
 		return fmt.Errorf("release effect %d: %w", p.EffectID, err)
 	}
 	return nil
 }
+
+// releaseEffectSQL gives effect $3 back from the claim of token $4, due
+// at $1 (NULL: see EffectRelease), at $2, to owner $5 should it await
+// reconciliation without one.
+const releaseEffectSQL = `UPDATE effects f SET state = CASE
+		WHEN error_class = 'unknown_outcome' THEN 'needs_reconciliation'
+		WHEN attempts = 0 AND error_class = '' THEN 'approved'
+		ELSE 'retry_wait' END,
+	next_attempt_at = CASE WHEN $1::timestamptz IS NULL AND error_class = 'unknown_outcome' THEN $2
+		ELSE coalesce($1::timestamptz, '-infinity') END,
+	lease_token = '', lease_until = '-infinity', updated_at = $2,
+	owner = CASE WHEN owner = '' AND error_class = 'unknown_outcome' THEN $5 ELSE owner END
+	WHERE id = $3 AND lease_token = $4 AND ` + submittingSQL
 
 // EffectGet returns one effect, or nil when there is none.
 func (s *Store) EffectGet(ctx context.Context, id int64) (*store.Effect, error) {

@@ -211,6 +211,7 @@ func TestPipelinePlans(t *testing.T) {
 			// Leased until now, so that every run finds both entities free.
 			{"lease entities with their work", leaseListedSQL, []any{at, 10, "router", at, int32(50)}, "entities_ready work_pending deliveries_event", 21},
 			{"settle a call by its claim", settleSeenSQL, seenArgs, "effects_pkey", 1},
+			{"release a call", releaseEffectSQL, []any{nil, at, inflight, "w:seen", "team"}, "effects_pkey", 0},
 			{"fence a call", fenceOneSQL, []any{inflight, "w:seen", at}, "effects_pkey", 1},
 			{"fence a group of calls", fenceGroupSQL, []any{[]int64{inflight, inflight + 1}, []string{"w:seen", "w:none"}, []time.Time{at, at}},
 				"effects_pkey", 1},
