@@ -516,7 +516,10 @@ var auditArrays = arrays[*store.AuditInsertParams]{
 // nothing, and settles the fenced way (store.SeenSettleDriver). The audit
 // and attempts rows go in their settles' order (ORDER BY n), as the
 // fenced way writes them. The state is checked as the fence checks it
-// (submittingSQL).
+// (submittingSQL). Its plan reads the ids in primary-key order, so it
+// locks them in the fence's order; should two settles still deadlock (a
+// stale holder's group beside the new holder's), PostgreSQL aborts one,
+// which then wrote nothing, and its settles go the fenced way.
 var settleSeenSQL = `WITH u AS (
 		SELECT * FROM unnest(` + settleArrays.params(1) + `, ` + seenArrays.params(14) + `)
 		AS u(` + settleColumns + `, token, seen_owner, seen_attempts, seen_calls, seen_restart, seen_episode, seen_entity)),
