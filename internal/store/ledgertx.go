@@ -295,9 +295,11 @@ func (r *Rules) settleFenced(ctx context.Context, p *EffectSettleParams) error {
 
 // EffectSettleGroup settles the group in one transaction: the delivery
 // workers' settles share one commit, and on PostgreSQL one statement per
-// table. An effect whose lease no longer holds is answered ErrLeaseLost
-// and nothing is written for it; should the group fail as a whole, each
-// is settled alone, so that one cannot fail another.
+// table, or one statement in all for the settles that carry their claims
+// (settleSeen), those that then need it fenced in a second. An effect
+// whose lease no longer holds is answered ErrLeaseLost and nothing is
+// written for it; should the group fail as a whole, each is settled
+// alone, so that one cannot fail another.
 func (r *Rules) EffectSettleGroup(ctx context.Context, ps []*EffectSettleParams) []error {
 	errs := make([]error, len(ps))
 	seen := make(map[int64]bool, len(ps))

@@ -293,12 +293,12 @@ func (a txn) EffectsFence(ctx context.Context, ps []*store.EffectSettleParams) (
 }
 
 // submittingSQL is true of an effect f in submitting. A fence's, a
-// guarded settle's or a release's check of the state is written so, a CASE the planner
-// cannot match to an index, because effects_due's key starts with the
-// state: with f.state = 'submitting' the planner read that index's entries
-// of every call in flight and filtered them by id, instead of looking the
-// ids up by primary key (TestPipelinePlans, on a table with statistics
-// and without).
+// guarded settle's or a release's check of the state is written so, as a
+// CASE the planner cannot match to an index: effects_due's key starts
+// with the state, and with f.state = 'submitting' the planner read that
+// index's entries of every call in flight and filtered them by id,
+// instead of looking the ids up by primary key (TestPipelinePlans, on a
+// table with statistics and without).
 const submittingSQL = `CASE WHEN f.state = 'submitting' THEN true ELSE false END`
 
 // fenceOneSQL fences one settle's effect ($1, its token $2, at $3).
@@ -417,8 +417,7 @@ const settleEffectSet = `state = u.state, next_attempt_at = coalesce(u.next_at, 
 		mismatch_at = CASE WHEN u.state = 'done' THEN NULL ELSE f.mismatch_at END, calls = u.calls, restart = u.restart`
 
 // settleEffectsSQL moves effects $1 on (settleArrays, one element per
-// effect), as settleEffect's update does for one; f.id = ANY($1) names the
-// primary key lookups outright.
+// effect); f.id = ANY($1) names the primary key lookups outright.
 var settleEffectsSQL = `UPDATE effects f SET ` + settleEffectSet + `
 	FROM unnest(` + settleArrays.params(1) + `) AS u(` + settleColumns + `)
 	WHERE f.id = u.id AND f.id = ANY($1)`

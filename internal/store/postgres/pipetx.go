@@ -147,20 +147,16 @@ func (t *pipeTx) queueAudits() {
 	}
 	// One statement in every pipe, whatever its plan settings: its plan,
 	// a sort of the arrays, is the same however it is planned.
-	n := len(t.audits)
-	at := make([]time.Time, n)
-	actor, action, source, eventID, entity, detail := make([]string, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n)
-	for i, a := range t.audits {
-		at[i], actor[i], action[i], source[i], eventID[i], entity[i], detail[i] = a.At, a.Actor, a.Action, a.Source, a.EventID, a.Entity, a.Detail
-	}
+	args := auditArrays.args(t.audits)
 	t.audits = t.audits[:0]
-	t.exec("insert audit", `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-		SELECT at, actor, action, source, event_id, entity, detail
-		FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-			WITH ORDINALITY AS a(at, actor, action, source, event_id, entity, detail, n)
-		ORDER BY n`, at, actor, action, source, eventID, entity, detail)
+	t.exec("insert audit", insertAuditsSQL, args...)
 }
+
+// insertAuditsSQL inserts audit rows (auditArrays), in their order.
+var insertAuditsSQL = `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+	SELECT at, actor, action, source, event_id, entity, detail
+	FROM unnest(` + auditArrays.params(1) + `) WITH ORDINALITY AS a(at, actor, action, source, event_id, entity, detail, n)
+	ORDER BY n`
 
 // query sends the queue and then sql, and hands sql's rows to scan.
 func (t *pipeTx) query(ctx context.Context, label, sql string, args []any, scan func(pgx.Rows) error) error {
