@@ -207,23 +207,11 @@ func (a *urlAction) Do(_ context.Context, c *deliver.Call) (*deliver.Response, e
 func TestRuntimeDestinationChangedDuringClaim(t *testing.T) {
 	x := newWorld(t, setup{})
 	ctx := context.Background()
-	if _, err := x.st.EndpointPut(ctx, &store.EndpointPutParams{ID: "ep1", Origin: store.OriginAPI, Enabled: true,
-		Spec: store.EndpointSpec{URL: "https://old.example"}, Actor: "test", Now: x.clk.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.st.MessagePublish(ctx, &store.MessagePublishParams{ID: "msg_1", Key: "k1", Fingerprint: "f", Type: "a.b",
-		KeyExpiresAt: x.clk.Now().Add(time.Hour), Payload: []byte(`{"type":"a.b","data":{}}`), Actor: "test", Now: x.clk.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	dest := func(url string) *config.Destination {
-		return &config.Destination{Name: store.EndpointDestination("ep1"), Kind: config.KindEndpoint, Preset: "generic", BaseURL: url,
-			Timeout: config.Duration(5 * time.Second), Retry: config.RetryPolicy{Base: config.Duration(time.Second), Factor: 2, Cap: config.Duration(time.Minute), Attempts: 5},
-			Builtin: true}
-	}
+	publishToEndpoint(t, x, "https://old.example")
 	src := &runtimeDests{}
-	src.set(dest("https://old.example"))
+	src.set(endpointDest("https://old.example"))
 	act := &urlAction{}
-	hook := &claimHook{Store: x.st, after: func() { src.set(dest("https://new.example")) }}
+	hook := &claimHook{Store: x.st, after: func() { src.set(endpointDest("https://new.example")) }}
 	cfg := *x.cfg
 	w, err := deliver.New(&cfg, hook, deliver.Options{Workers: 2, LeaseFor: time.Minute, Clock: x.clk,
 		Actions: map[string]deliver.Action{config.KindEndpoint: act}, Runtime: src, Owner: "w"})
@@ -236,4 +224,27 @@ func TestRuntimeDestinationChangedDuringClaim(t *testing.T) {
 	if len(act.urls) != 1 || act.urls[0] != "https://new.example" {
 		t.Fatalf("calls went to %v, want the new url once", act.urls)
 	}
+}
+
+// publishToEndpoint makes endpoint ep1 at url and publishes one message,
+// which it is subscribed to.
+func publishToEndpoint(t *testing.T, x *world, url string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := x.st.EndpointPut(ctx, &store.EndpointPutParams{ID: "ep1", Origin: store.OriginAPI, Enabled: true,
+		Spec: store.EndpointSpec{URL: url}, Actor: "test", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.st.MessagePublish(ctx, &store.MessagePublishParams{ID: "msg_1", Key: "k1", Fingerprint: "f", Type: "a.b",
+		KeyExpiresAt: x.clk.Now().Add(time.Hour), Payload: []byte(`{"type":"a.b","data":{}}`), Actor: "test", Now: x.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// endpointDest is endpoint ep1's destination at url, as the runtime
+// source gives it.
+func endpointDest(url string) *config.Destination {
+	return &config.Destination{Name: store.EndpointDestination("ep1"), Kind: config.KindEndpoint, Preset: "generic", BaseURL: url,
+		Timeout: config.Duration(5 * time.Second), Retry: config.RetryPolicy{Base: config.Duration(time.Second), Factor: 2, Cap: config.Duration(time.Minute), Attempts: 5},
+		Builtin: true}
 }

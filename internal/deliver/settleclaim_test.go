@@ -46,18 +46,9 @@ func (r *settleRecorder) EffectSettleGroup(ctx context.Context, ps []*store.Effe
 func TestSettleCarriesTheClaim(t *testing.T) {
 	x := newWorld(t, setup{})
 	ctx := context.Background()
-	if _, err := x.st.EndpointPut(ctx, &store.EndpointPutParams{ID: "ep1", Origin: store.OriginAPI, Enabled: true,
-		Spec: store.EndpointSpec{URL: "https://ep.example"}, Actor: "test", Now: x.clk.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.st.MessagePublish(ctx, &store.MessagePublishParams{ID: "msg_1", Key: "k1", Fingerprint: "f", Type: "a.b",
-		KeyExpiresAt: x.clk.Now().Add(time.Hour), Payload: []byte(`{"type":"a.b","data":{}}`), Actor: "test", Now: x.clk.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	publishToEndpoint(t, x, "https://ep.example")
 	src := &runtimeDests{}
-	src.set(&config.Destination{Name: store.EndpointDestination("ep1"), Kind: config.KindEndpoint, Preset: "generic",
-		BaseURL: "https://ep.example", Timeout: config.Duration(5 * time.Second),
-		Retry: config.RetryPolicy{Base: config.Duration(time.Second), Factor: 2, Cap: config.Duration(time.Minute), Attempts: 5}, Builtin: true})
+	src.set(endpointDest("https://ep.example"))
 	rec := &settleRecorder{Store: x.st, claimed: map[int64]*store.FencedEffect{}}
 	cfg := *x.cfg
 	w, err := deliver.New(&cfg, rec, deliver.Options{Workers: 2, LeaseFor: time.Minute, Clock: x.clk,
