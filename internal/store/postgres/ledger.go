@@ -358,7 +358,7 @@ type arrays[T any] struct {
 func (a arrays[T]) params(from int) string {
 	ps := make([]string, len(a.types))
 	for i, typ := range a.types {
-		ps[i] = fmt.Sprintf("$%d::%s[]", from+i, typ)
+		ps[i] = postgresDialect.Param(from+i) + "::" + typ + "[]"
 	}
 	return strings.Join(ps, ", ")
 }
@@ -487,7 +487,11 @@ var seenArrays = arrays[*store.SettleWrite]{
 	},
 }
 
-// auditArrays are audit rows, one per settle.
+// auditInsertColumns are the columns of audit that auditArrays fill, in
+// their order.
+const auditInsertColumns = `at, actor, action, source, event_id, entity, detail`
+
+// auditArrays are audit rows.
 var auditArrays = arrays[*store.AuditInsertParams]{
 	types: []string{"timestamptz", "text", "text", "text", "text", "text", "text"},
 	args: func(as []*store.AuditInsertParams) []any {
@@ -504,9 +508,10 @@ var auditArrays = arrays[*store.AuditInsertParams]{
 
 // settleSeenSQL settles effects by what their claims saw, in one
 // statement: the update of settleEffectsSQL, guarded by the fence's
-// condition and by the claim's view ($14-$20, seenArrays), and the
-// attempts ($21-$33) and audit rows ($34-$40) of the effects it updated,
-// inserted from its answer. It answers the ids it updated.
+// condition and by the claim's view (seenArrays), and the attempts and
+// audit rows of the effects it updated, inserted from its answer; its
+// arguments are settleSeenArgs, the arrays one after the other. It
+// answers the ids it updated.
 //
 // The guard is the fence's, not a weaker one: under READ COMMITTED a row
 // another transaction changes meanwhile is waited for and re-checked as
@@ -519,8 +524,12 @@ var auditArrays = arrays[*store.AuditInsertParams]{
 // locks them in the fence's order; should two settles still deadlock (a
 // stale holder's group beside the new holder's), PostgreSQL aborts one,
 // which then wrote nothing, and its settles go the fenced way.
-var settleSeenSQL = `WITH u AS (
-		SELECT * FROM unnest(` + settleArrays.params(1) + `, ` + seenArrays.params(14) + `)
+var settleSeenSQL = func() string {
+	seen := 1 + len(settleArrays.types)
+	calls := seen + len(seenArrays.types)
+	audits := calls + len(attemptArrays.types)
+	return `WITH u AS (
+		SELECT * FROM unnest(` + settleArrays.params(1) + `, ` + seenArrays.params(seen) + `)
 		AS u(` + settleColumns + `, token, seen_owner, seen_attempts, seen_calls, seen_restart, seen_episode, seen_entity)),
 	s AS (UPDATE effects f SET ` + settleEffectSet + ` FROM u
 		WHERE f.id = u.id AND f.id = ANY($1) AND f.lease_token = u.token AND f.lease_until > u.at
@@ -529,14 +538,15 @@ var settleSeenSQL = `WITH u AS (
 			AND f.restart = u.seen_restart AND f.episode_key = u.seen_episode AND f.entity = u.seen_entity
 		RETURNING f.id),
 	a AS (INSERT INTO effect_attempts (` + attemptInsertColumns + `)
-		SELECT ` + attemptInsertColumns + ` FROM unnest(` + attemptArrays.params(21) + `)
+		SELECT ` + attemptInsertColumns + ` FROM unnest(` + attemptArrays.params(calls) + `)
 			WITH ORDINALITY AS a(` + attemptInsertColumns + `, n)
 		WHERE a.effect_id IN (SELECT id FROM s) ORDER BY n),
-	l AS (INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-		SELECT at, actor, action, source, event_id, entity, detail FROM unnest($1::bigint[], ` + auditArrays.params(34) + `)
-			WITH ORDINALITY AS l(effect_id, at, actor, action, source, event_id, entity, detail, n)
+	l AS (INSERT INTO audit (` + auditInsertColumns + `)
+		SELECT ` + auditInsertColumns + ` FROM unnest($1::bigint[], ` + auditArrays.params(audits) + `)
+			WITH ORDINALITY AS l(effect_id, ` + auditInsertColumns + `, n)
 		WHERE l.effect_id IN (SELECT id FROM s) ORDER BY n)
 	SELECT id FROM s`
+}()
 
 // EffectRelease gives a claim back without a call; see store.Ledger for
 // where the effect goes. A claim already lost is left alone. A

@@ -153,9 +153,9 @@ func (t *pipeTx) queueAudits() {
 }
 
 // insertAuditsSQL inserts audit rows (auditArrays), in their order.
-var insertAuditsSQL = `INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-	SELECT at, actor, action, source, event_id, entity, detail
-	FROM unnest(` + auditArrays.params(1) + `) WITH ORDINALITY AS a(at, actor, action, source, event_id, entity, detail, n)
+var insertAuditsSQL = `INSERT INTO audit (` + auditInsertColumns + `)
+	SELECT ` + auditInsertColumns + `
+	FROM unnest(` + auditArrays.params(1) + `) WITH ORDINALITY AS a(` + auditInsertColumns + `, n)
 	ORDER BY n`
 
 // query sends the queue and then sql, and hands sql's rows to scan.

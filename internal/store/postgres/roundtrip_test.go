@@ -24,11 +24,7 @@ func TestLoneWebhookRoutingRoundTrips(t *testing.T) {
 	h := open(t, pgtest.NewDatabase(t))
 	ctx := context.Background()
 	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
-	if _, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
-		RequestID: "r-1", Source: "shop", EventID: "evt_1", Type: "order.updated", Entity: "o-1",
-		ReceivedAt: at, Body: []byte(`{"n":1}`)}}}}}); err != nil {
-		t.Fatal(err)
-	}
+	receiveLone(t, h, at)
 	var listed []*store.WorkItem
 	before := h.pipeTrips.Load()
 	page, err := h.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 10, Now: at, SettleMax: 1,
@@ -67,21 +63,30 @@ func TestLoneWebhookRoutingRoundTrips(t *testing.T) {
 	}
 }
 
+// receiveLone stores one webhook, evt_1 of entity o-1, received at at,
+// and answers its event's pk.
+func receiveLone(t *testing.T, h *handle, at time.Time) int64 {
+	t.Helper()
+	out, err := h.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
+		RequestID: "r-1", Source: "shop", EventID: "evt_1", Type: "order.updated", Entity: "o-1",
+		ReceivedAt: at, Body: []byte(`{"n":1}`)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out[0].Items[0].EventPK
+}
+
 // claimedEffects makes n approved effects of one event, each on an entity
 // of its own, and claims them all at at for a minute.
 func claimedEffects(t *testing.T, h *handle, at time.Time, n int) []*store.ClaimedEffect {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := h.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
-		RequestID: "r-1", Source: "shop", EventID: "evt_1", Type: "order.updated", Entity: "o-1",
-		ReceivedAt: at, Body: []byte(`{"n":1}`)}}}}}); err != nil {
-		t.Fatal(err)
-	}
+	pk := receiveLone(t, h, at)
 	if _, err := h.pool.Exec(ctx, `INSERT INTO effects (episode_key, flow, entity, version, version_sort, effect, destination, state,
 			request, source_event_pk, causation_id, hop, created_at, updated_at)
 		SELECT 'orders:o-' || g || ':r1:sync', 'orders', 'o-' || g, 'r1', '0000000001', 'sync', 'crm', 'approved', '{}',
-			(SELECT pk FROM events WHERE event_id = 'evt_1'), '', 0, $1, $1
-		FROM generate_series(1, $2::int) g`, at, n); err != nil {
+			$3::bigint, '', 0, $1, $1
+		FROM generate_series(1, $2::int) g`, at, n, pk); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := h.EffectClaim(ctx, &store.EffectClaimParams{Owner: "w1", Now: at, LeaseFor: time.Minute, Limit: n, MaxRedrives: 3})
