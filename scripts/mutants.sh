@@ -126,6 +126,11 @@ if [ -z "${HOOKLEDGER_TEST_POSTGRES:-}" ] && ls /usr/lib/postgresql/*/bin/initdb
 	pgdir=$(mktemp -d /tmp/hookledger-pgmutants.XXXXXX)
 	HOOKLEDGER_TEST_POSTGRES=$(scripts/pg.sh start "$pgdir") || { echo "could not start PostgreSQL for the mutants' tests" >&2; exit 2; }
 	export HOOKLEDGER_TEST_POSTGRES
+elif [ -n "${HOOKLEDGER_TEST_POSTGRES:-}" ] && command -v psql >/dev/null 2>&1; then
+	# A server named but down fails every PostgreSQL test, and each of
+	# their mutants would count as caught.
+	psql "$HOOKLEDGER_TEST_POSTGRES" -qAtc 'SELECT 1' >/dev/null 2>&1 \
+		|| { echo "the PostgreSQL that HOOKLEDGER_TEST_POSTGRES names does not answer" >&2; exit 2; }
 fi
 # The copy is the working tree as it is, files not yet committed included
 # (ignored ones left out). It shares the module and build caches, so each
