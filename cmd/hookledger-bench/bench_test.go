@@ -307,6 +307,46 @@ func TestPrintTopStatements(t *testing.T) {
 	}
 }
 
+// A table's row versions are the run's, not the database's since it was
+// made: counters before the run are taken off, tables the run did not
+// write are left out, and the table with the most versions comes first.
+func TestTableDelta(t *testing.T) {
+	base := pgCounters{tables: map[string]pgTable{
+		"events":      {name: "events", indexes: 9, ins: 10, upd: 10, hot: 2},
+		"signals":     {name: "signals", indexes: 2, upd: 5, hot: 5},
+		"route_queue": {name: "route_queue", indexes: 1, ins: 50, del: 50, heapBuffers: 30, indexBuffers: 100},
+	}}
+	end := pgCounters{tables: map[string]pgTable{
+		"events":      {name: "events", indexes: 9, ins: 210, upd: 210, hot: 2, heapBuffers: 900, indexBuffers: 4000},
+		"signals":     {name: "signals", indexes: 2, upd: 5, hot: 5},
+		"route_queue": {name: "route_queue", indexes: 1, ins: 250, del: 250, heapBuffers: 30, indexBuffers: 900},
+		"effects":     {name: "effects", indexes: 18, ins: 200, upd: 400, hot: 10, indexBuffers: 9000},
+	}}
+	got := end.tableDelta(base)
+	var names []string
+	for _, tb := range got {
+		names = append(names, tb.name)
+	}
+	if want := []string{"effects", "events", "route_queue"}; !slices.Equal(names, want) {
+		t.Fatalf("tables %v, want %v", names, want)
+	}
+	if ev := got[1]; ev.ins != 200 || ev.upd != 200 || ev.hot != 0 || ev.indexBuffers != 4000 || ev.indexes != 9 {
+		t.Errorf("events delta %+v", ev)
+	}
+	c := &pgCost{events: 200, tables: got}
+	var b strings.Builder
+	printTableVersions(&b, "pg1", c)
+	for _, want := range []string{
+		"pg1: row versions per event by table",
+		"effects                  18      1.00     2.00     0.05     0.00           0.0           45.0",
+		"route_queue               1      1.00     0.00     0.00     1.00           0.0            4.0",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 // The bigbody bodies are what their names say: the baseline and the
 // largest body the console indents are indented, and the largest body
 // the receiver accepts is exactly its default limit, valid JSON, shown

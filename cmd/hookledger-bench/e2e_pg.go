@@ -25,7 +25,24 @@ type pgCost struct {
 	txControl          int64       // of which BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
 	events             int64       // acknowledged webhooks
 	top                []pgStatement
+	tables             []pgTable // the run's row versions by table, most first
 }
+
+// pgTable is what the run wrote into one table: the row versions that
+// cost PostgreSQL's executor most of its time per webhook. An insert, and
+// an update that is not HOT, each add an entry to every index of the
+// table whose predicate the new version meets; a HOT update adds none
+// (it changed no indexed column, and the page had room). Index buffers
+// are the index pages the statements touched, scans included.
+type pgTable struct {
+	name                      string
+	indexes                   int64
+	ins, upd, hot, del        int64 // n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+	heapBuffers, indexBuffers int64 // pg_statio_user_tables, hit or read
+}
+
+// versions is the new row versions and removals the table took.
+func (t pgTable) versions() int64 { return t.ins + t.upd + t.del }
 
 // pgStatement is one normalized statement's calls over the run, with the
 // rows it returned or changed, the WAL it wrote and the shared buffers it
@@ -53,6 +70,7 @@ func (c *pgCost) perEvent(n int64) float64 {
 // (the server's statistics are cluster-wide views filtered by database).
 type pgStats struct {
 	adminURL, db string
+	storeURL     string // the target's own database: its tables' counters are read there
 	statements   bool
 
 	base pgCounters
@@ -61,6 +79,7 @@ type pgStats struct {
 type pgCounters struct {
 	commits, rollbacks int64
 	calls              map[int64]pgStatement // by queryid
+	tables             map[string]pgTable
 }
 
 // pgEnableStatements reports whether pg_stat_statements is loaded on the
@@ -91,7 +110,7 @@ func newPGStats(ctx context.Context, adminURL, storeURL string, statements bool)
 	if err != nil {
 		return nil, err
 	}
-	return &pgStats{adminURL: adminURL, db: db, statements: statements}, nil
+	return &pgStats{adminURL: adminURL, db: db, storeURL: storeURL, statements: statements}, nil
 }
 
 // idle waits for the servers' startup statistics to be flushed (a backend
@@ -131,6 +150,7 @@ func (s *pgStats) finish(ctx context.Context, c *pgCost, events int64, top int) 
 	c.events = events
 	c.commits = end.commits - s.base.commits
 	c.rollbacks = end.rollbacks - s.base.rollbacks
+	c.tables = end.tableDelta(s.base)
 	if s.statements {
 		var stmts []pgStatement
 		c.counted = true
@@ -166,6 +186,24 @@ func (c pgCounters) delta(base pgCounters) (pgStatement, []pgStatement) {
 	return total, out
 }
 
+// tableDelta is each table's counters since base, the tables that took
+// the most row versions first; tables the run did not write are left out.
+func (c pgCounters) tableDelta(base pgCounters) []pgTable {
+	var out []pgTable
+	for name, t := range c.tables {
+		b := base.tables[name]
+		d := pgTable{name: name, indexes: t.indexes, ins: t.ins - b.ins, upd: t.upd - b.upd, hot: t.hot - b.hot,
+			del: t.del - b.del, heapBuffers: t.heapBuffers - b.heapBuffers, indexBuffers: t.indexBuffers - b.indexBuffers}
+		if d.versions() > 0 {
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b pgTable) int {
+		return cmp.Or(cmp.Compare(b.versions(), a.versions()), strings.Compare(a.name, b.name))
+	})
+	return out
+}
+
 func isTxControl(q string) bool {
 	f := strings.Fields(strings.ToLower(q))
 	if len(f) == 0 {
@@ -189,6 +227,9 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 		Scan(&out.commits, &out.rollbacks); err != nil {
 		return out, fmt.Errorf("postgres statistics: pg_stat_database: %w", err)
 	}
+	if out.tables, err = s.readTables(ctx); err != nil {
+		return out, err
+	}
 	if !s.statements {
 		return out, nil
 	}
@@ -210,6 +251,35 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
+	}
+	return out, nil
+}
+
+// readTables reads the tables' counters in the target's own database
+// (pg_stat_user_tables shows only the database it is read in).
+func (s *pgStats) readTables(ctx context.Context) (map[string]pgTable, error) {
+	out := map[string]pgTable{}
+	conn, err := pgx.Connect(ctx, singleConnURL(s.storeURL))
+	if err != nil {
+		return nil, fmt.Errorf("postgres table statistics: %w", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT t.relname, (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid),
+			t.n_tup_ins, t.n_tup_upd, t.n_tup_hot_upd, t.n_tup_del,
+			coalesce(io.heap_blks_hit + io.heap_blks_read, 0), coalesce(io.idx_blks_hit + io.idx_blks_read, 0)
+		FROM pg_stat_user_tables t JOIN pg_statio_user_tables io ON io.relid = t.relid`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres table statistics: %w", err)
+	}
+	for rows.Next() {
+		var t pgTable
+		if err := rows.Scan(&t.name, &t.indexes, &t.ins, &t.upd, &t.hot, &t.del, &t.heapBuffers, &t.indexBuffers); err != nil {
+			return nil, fmt.Errorf("postgres table statistics: %w", err)
+		}
+		out[t.name] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres table statistics: %w", err)
 	}
 	return out, nil
 }

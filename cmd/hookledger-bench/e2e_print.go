@@ -233,10 +233,25 @@ func printE2EPostgres(w io.Writer, results []*e2eResult) {
 		fmt.Fprintln(w, "  Idle: the servers' polling before sending, included in the per-event figures.")
 	}
 	for _, r := range pgs {
-		if len(r.pg.top) == 0 {
-			continue
+		if len(r.pg.top) > 0 {
+			printTopStatements(w, r.target, r.pg)
 		}
-		printTopStatements(w, r.target, r.pg)
+		if len(r.pg.tables) > 0 {
+			printTableVersions(w, r.target, r.pg)
+		}
+	}
+}
+
+// printTableVersions lists the row versions a PostgreSQL target wrote per
+// webhook, by table: with the indexes each table has, it shows where the
+// executor's time goes (an insert, or an update that is not HOT, adds an
+// entry to every index whose predicate the new version meets).
+func printTableVersions(w io.Writer, target string, c *pgCost) {
+	fmt.Fprintf(w, "\n%s: row versions per event by table (pg_stat_user_tables; buffers: pg_statio_user_tables, hit or read):\n", target)
+	fmt.Fprintf(w, "  %-18s  %7s  %8s  %7s  %7s  %7s  %12s  %13s\n", "table", "indexes", "inserted", "updated", "HOT", "deleted", "heap buffers", "index buffers")
+	for _, t := range c.tables {
+		fmt.Fprintf(w, "  %-18s  %7d  %8.2f  %7.2f  %7.2f  %7.2f  %12.1f  %13.1f\n", t.name, t.indexes, c.perEvent(t.ins), c.perEvent(t.upd),
+			c.perEvent(t.hot), c.perEvent(t.del), c.perEvent(t.heapBuffers), c.perEvent(t.indexBuffers))
 	}
 }
 

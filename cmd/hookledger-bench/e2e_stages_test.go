@@ -80,3 +80,59 @@ func stampsRoundTrip(t *testing.T, driver, url string) {
 		t.Fatalf("stamps %+v, want %+v", rows, want)
 	}
 }
+
+// The table counters are the target database's own: an event received
+// into a fresh store shows as an insert into events and into deliveries
+// once the store's connections have closed (a backend reports its
+// counters as it leaves), and an insert of the admin database's own
+// does not.
+func TestTableCountersFromTheStore(t *testing.T) {
+	ctx := context.Background()
+	admin := pgtest.ServerURL(t)
+	url := pgtest.NewDatabase(t)
+	st, err := storeopen.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	stats, err := newPGStats(ctx, admin, url, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := stats.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.tables["events"].indexes < 2 {
+		t.Fatalf("events has %d indexes, want its primary key and more", base.tables["events"].indexes)
+	}
+	res, err := st.InboxCommit(ctx, &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
+		RequestID: "req-1", Source: "stripe", EventID: "evt_1", Type: "invoice.paid", Entity: "in_1",
+		ReceivedAt: time.Now().UTC(), Body: []byte(`{"id":"evt_1"}`)}}}}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("InboxCommit: %v %+v", err, res)
+	}
+	st.Close()
+	var got []pgTable
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		end, err := stats.read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = end.tableDelta(base); len(got) >= 2 {
+			break
+		}
+	}
+	by := map[string]pgTable{}
+	for _, tb := range got {
+		by[tb.name] = tb
+	}
+	if by["events"].ins != 1 || by["deliveries"].ins != 1 {
+		t.Fatalf("events %+v, deliveries %+v; want one insert each (all: %+v)", by["events"], by["deliveries"], got)
+	}
+	if by["events"].indexBuffers == 0 {
+		t.Errorf("events: no index buffers counted for an insert: %+v", by["events"])
+	}
+}
