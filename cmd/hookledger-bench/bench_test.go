@@ -286,6 +286,32 @@ func TestBackendCPU(t *testing.T) {
 	}
 }
 
+// The webhook's PG CPU is set beside the floor in lone round trips' worth,
+// and the floor's figures print in microseconds; without a floor (or
+// without the backends' CPU) each is "-".
+func TestPGCPUInRoundTrips(t *testing.T) {
+	cpu := time.Duration(0)
+	b := newBackendCPU("db")
+	b.list = func(string) []int { return []int{7} }
+	b.read = func(int) (time.Duration, bool) { return cpu, true }
+	b.sample()
+	cpu = 800 * time.Millisecond
+	b.sample()
+	r := &e2eResult{acked: 200, pgCPU: b, pg: &pgCost{}}
+	if got := r.pgCPUInRoundTrips(); got != "-" {
+		t.Errorf("without a floor: %q, want -", got)
+	}
+	r.pg.floor = &pgFloor{rate: 100, calls: 300, roundTrip: 250 * time.Microsecond, commit: 600 * time.Microsecond}
+	if got := r.pgCPUInRoundTrips(); got != "16.0" { // 4 ms a webhook over 250 us
+		t.Errorf("in round trips: %q, want 16.0", got)
+	}
+	rt := r.pg.floorFigure(func(f *pgFloor) time.Duration { return f.roundTrip })
+	commit := r.pg.floorFigure(func(f *pgFloor) time.Duration { return f.commit })
+	if rt != "250" || commit != "600" {
+		t.Errorf("floor figures %q and %q, want 250 and 600", rt, commit)
+	}
+}
+
 // TestPrintTopStatements: each listed statement shows its calls per
 // webhook, the buffers one call read and its time, on one line.
 func TestPrintTopStatements(t *testing.T) {

@@ -49,6 +49,7 @@ type e2eFlags struct {
 	drainFor    time.Duration
 	sampleEvery time.Duration
 	topSQL      int
+	pgFloor     time.Duration
 	hookledger  string
 	module      string
 	dir         string
@@ -117,6 +118,8 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		"a saturated SQLite target's capacity in that round (goal 0.5) and of its writer time per effect (0: not run)")
 	fs.DurationVar(&f.drainFor, "drain", 5*time.Minute, "upper bound on the `time` waited after sending for the remaining effects")
 	fs.DurationVar(&f.sampleEvery, "sample", 5*time.Second, "RSS sampling `interval`")
+	fs.DurationVar(&f.pgFloor, "pg-floor", 3*time.Second, "on PostgreSQL, after each target's run, `time` of each of two paced loops on one connection at the send rate,\n"+
+		"a round trip (SELECT 1) and a one-row commit, whose backend CPU per call is the webhook's PG CPU baseline (0: none)")
 	fs.IntVar(&f.topSQL, "top-sql", 10, "statements listed per PostgreSQL target by calls per event, with the buffers each call read, when pg_stat_statements is loaded (0: none)")
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
@@ -141,7 +144,7 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: --prefill must not be negative")
 		return exitUsage
 	}
-	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.doorFor < 0 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.rounds < 1 {
+	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.doorFor < 0 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.pgFloor < 0 || f.rounds < 1 {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --door, --drain and --top-sql not negative")
 		return exitUsage
 	}
@@ -778,6 +781,14 @@ func e2eCell(ctx context.Context, env *receiveEnv, f *e2eFlags, run *e2eRunInfo,
 	if stats != nil {
 		if err := stats.finish(ctx, res.pg, res.acked, f.topSQL); err != nil {
 			return nil, err
+		}
+		if f.pgFloor > 0 {
+			res.pg.floor, err = measurePGFloor(ctx, cs.URL, run.rate, f.pgFloor)
+			if errors.Is(err, errNotLocal) {
+				fmt.Fprintf(env.stderr, "target %s: no PostgreSQL floor: %v\n", target, err)
+			} else if err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := e2eLedger(ctx, cs.URL, int64(f.prefill), res); err != nil {

@@ -26,6 +26,7 @@ type pgCost struct {
 	events             int64       // acknowledged webhooks
 	top                []pgStatement
 	tables             []pgTable // the run's row versions by table, most first
+	floor              *pgFloor  // nil: not measured (--pg-floor 0, or PostgreSQL elsewhere)
 }
 
 // pgTable is what the run wrote into one table: the row versions that

@@ -203,6 +203,11 @@ var e2ePGColumns = []e2eColumn{
 	{"WAL B/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.perEvent(r.pg.work.walBytes)) }},
 	{"buffers/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.perEvent(r.pg.work.buffers)) }},
 	{"statement ms/event", func(r *e2eResult) string { return pgCounted(r.pg, "%.2f", r.pg.work.ms/float64(max(r.pg.events, 1))) }},
+	{"floor: round trip us", func(r *e2eResult) string {
+		return r.pg.floorFigure(func(f *pgFloor) time.Duration { return f.roundTrip })
+	}},
+	{"floor: commit us", func(r *e2eResult) string { return r.pg.floorFigure(func(f *pgFloor) time.Duration { return f.commit }) }},
+	{"PG CPU in floor round trips", (*e2eResult).pgCPUInRoundTrips},
 	{"idle transactions/s", func(r *e2eResult) string { return fmt.Sprintf("%.0f", r.pg.idleCommits) }},
 	{"idle statements/s", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.idleStatements) }},
 }
@@ -231,6 +236,11 @@ func printE2EPostgres(w io.Writer, results []*e2eResult) {
 		fmt.Fprintln(w, "  Statement ms: PostgreSQL's planning and execution time of those statements (it moves with the load;")
 		fmt.Fprintln(w, "  beside PG CPU ms/event, the rest is commits, the protocol and waking up).")
 		fmt.Fprintln(w, "  Idle: the servers' polling before sending, included in the per-event figures.")
+	}
+	if pgs[0].pg.floor != nil {
+		fmt.Fprintln(w, "floor: the backend's CPU per call of a lone round trip (SELECT 1) and of a one-row commit, each paced at the send rate")
+		fmt.Fprintln(w, "  on one connection to the target's database after its servers stopped (--pg-floor); PG CPU in floor round trips:")
+		fmt.Fprintln(w, "  the webhook's PG CPU over the round trip's, the lone round trips that would cost as much.")
 	}
 	for _, r := range pgs {
 		if len(r.pg.top) > 0 {
@@ -430,6 +440,16 @@ func medianRange(xs []float64) (med, lo, hi float64) {
 		med = (s[n/2-1] + s[n/2]) / 2
 	}
 	return med, s[0], s[n-1]
+}
+
+// pgCPUInRoundTrips is the webhook's PG CPU in lone round trips' worth
+// at the run's rate ("-" without both figures).
+func (r *e2eResult) pgCPUInRoundTrips() string {
+	ms, ok := r.pgCPUPerAck()
+	if !ok || r.pg.floor == nil || r.pg.floor.roundTrip <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", ms*float64(time.Millisecond)/float64(r.pg.floor.roundTrip))
 }
 
 // pgCPUPerEvent is the database's backends' CPU per acknowledged webhook,

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
@@ -134,5 +138,60 @@ func TestTableCountersFromTheStore(t *testing.T) {
 	}
 	if by["events"].indexBuffers == 0 {
 		t.Errorf("events: no index buffers counted for an insert: %+v", by["events"])
+	}
+}
+
+// The floor measures the target database's own backend: it makes the
+// calls its rate and window ask for, reads the backend's CPU for each of
+// its two loops, and drops the table its commits wrote to.
+func TestPGFloorMeasuresTheBackend(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	f, err := measurePGFloor(ctx, url, 200, 500*time.Millisecond)
+	if errors.Is(err, errNotLocal) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the test PostgreSQL must run on this machine under CI: %v", err)
+		}
+		t.Skipf("SKIPPED: %v: the floor reads its backend's CPU from /proc", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("floor at %.0f/s: round trip %s, commit %s, %d calls each", f.rate, f.roundTrip, f.commit, f.calls)
+	if f.calls != 100 || f.rate != 200 {
+		t.Errorf("calls %d at %.0f/s, want 100 at 200/s", f.calls, f.rate)
+	}
+	if f.roundTrip <= 0 || f.commit <= 0 {
+		t.Errorf("round trip %s, commit %s: want the backend's CPU for each", f.roundTrip, f.commit)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var left bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('hookledger_bench_floor') IS NOT NULL").Scan(&left); err != nil || left {
+		t.Errorf("the floor's table is left behind (%v)", err)
+	}
+
+	// Per measured call: a reader that counts the rows the commits left,
+	// a millisecond each, reads exactly one millisecond a call, the
+	// warm-up's calls left out.
+	if _, err := conn.Exec(ctx, "CREATE TABLE hookledger_bench_floor (id bigserial PRIMARY KEY, v int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	counter, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counter.Close(ctx)
+	rows := func() (time.Duration, error) {
+		var n int64
+		err := counter.QueryRow(ctx, "SELECT count(*) FROM hookledger_bench_floor").Scan(&n)
+		return time.Duration(n) * time.Millisecond, err
+	}
+	per, err := floorCPU(ctx, conn, rows, floorInsertSQL, 1000, 60)
+	if err != nil || per != time.Millisecond {
+		t.Errorf("per call %s (%v), want 1ms: one per measured commit", per, err)
 	}
 }
