@@ -119,7 +119,7 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.DurationVar(&f.drainFor, "drain", 5*time.Minute, "upper bound on the `time` waited after sending for the remaining effects")
 	fs.DurationVar(&f.sampleEvery, "sample", 5*time.Second, "RSS sampling `interval`")
 	fs.DurationVar(&f.pgFloor, "pg-floor", 3*time.Second, "on PostgreSQL, after each target's run, `time` of each of two paced loops on one connection at the send rate,\n"+
-		"a round trip (SELECT 1) and a one-row commit, whose backend CPU per call is the webhook's PG CPU baseline (0: none)")
+		"a round trip (SELECT $1) and a one-row commit, whose backend CPU per call is the webhook's PG CPU baseline (0: none)")
 	fs.IntVar(&f.topSQL, "top-sql", 10, "statements listed per PostgreSQL target by calls per event, with the buffers each call read, when pg_stat_statements is loaded (0: none)")
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")

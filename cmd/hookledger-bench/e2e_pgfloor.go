@@ -13,7 +13,7 @@ import (
 )
 
 // pgFloor is the same-run baseline of a webhook's PostgreSQL CPU: what
-// the target database's backend spends on one round trip (SELECT 1) and
+// the target database's backend spends on one round trip (a SELECT of its parameter) and
 // on one commit of a one-row insert, each sent alone at the run's send
 // rate over one connection once the servers have stopped. A backend
 // that is woken for every round trip runs cold: at a light load one
@@ -64,7 +64,7 @@ func measurePGFloor(ctx context.Context, storeURL string, rate float64, window t
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS hookledger_bench_floor") }()
 	f := &pgFloor{rate: rate, calls: max(int(rate*window.Seconds()), 1)}
 	cpu := func() (time.Duration, error) { return readSchedCPU(pid) }
-	if f.roundTrip, err = floorCPU(ctx, conn, cpu, "SELECT 1", rate, f.calls); err != nil {
+	if f.roundTrip, err = floorCPU(ctx, conn, cpu, floorSelectSQL, rate, f.calls); err != nil {
 		return nil, err
 	}
 	if f.commit, err = floorCPU(ctx, conn, cpu, floorInsertSQL, rate, f.calls); err != nil {
@@ -73,8 +73,14 @@ func measurePGFloor(ctx context.Context, storeURL string, rate float64, window t
 	return f, nil
 }
 
-// floorInsertSQL is the floor's one-row commit.
-const floorInsertSQL = "INSERT INTO hookledger_bench_floor (v) VALUES (1)"
+// The floor's statements take a parameter, as the server's do: pgx sends
+// a statement without arguments by the simple protocol, which parses and
+// plans it at every call, where one with arguments is prepared once per
+// connection and then only bound and run.
+const (
+	floorSelectSQL = "SELECT $1::int"                                     // a round trip
+	floorInsertSQL = "INSERT INTO hookledger_bench_floor (v) VALUES ($1)" // a one-row commit
+)
 
 // floorCPU sends sql n times at rate per second, after a tenth as many
 // (at least five) to warm the connection's statement up, and answers the
@@ -97,7 +103,7 @@ func floorCPU(ctx context.Context, conn *pgx.Conn, cpu func() (time.Duration, er
 			return 0, ctx.Err()
 		case <-tick.C:
 		}
-		if _, err := conn.Exec(ctx, sql); err != nil {
+		if _, err := conn.Exec(ctx, sql, 1); err != nil {
 			return 0, fmt.Errorf("postgres floor: %s: %w", sql, err)
 		}
 	}

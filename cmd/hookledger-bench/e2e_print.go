@@ -238,7 +238,7 @@ func printE2EPostgres(w io.Writer, results []*e2eResult) {
 		fmt.Fprintln(w, "  Idle: the servers' polling before sending, included in the per-event figures.")
 	}
 	if pgs[0].pg.floor != nil {
-		fmt.Fprintln(w, "floor: the backend's CPU per call of a lone round trip (SELECT 1) and of a one-row commit, each paced at the send rate")
+		fmt.Fprintln(w, "floor: the backend's CPU per call of a lone round trip (a SELECT of its parameter) and of a one-row commit, each paced at the send rate")
 		fmt.Fprintln(w, "  on one connection to the target's database after its servers stopped (--pg-floor); PG CPU in floor round trips:")
 		fmt.Fprintln(w, "  the webhook's PG CPU over the round trip's, the lone round trips that would cost as much.")
 	}
