@@ -16,10 +16,11 @@ import (
 )
 
 // InboxCommit writes every submission in one transaction. The common case
-// is pipelined whole and costs the database one statement per table,
-// whatever the group's size: BEGIN, the events' upsert and the deliveries'
-// ids in one round trip; the deliveries, the audit rows and COMMIT in the
-// second. A statement costs PostgreSQL more to start (bind, executor set-up,
+// is pipelined whole and costs the database a statement or two, whatever
+// the group's size: BEGIN, the events with their deliveries and COMMIT in
+// one round trip (inboxOneTrip); or, for a group that writes audit rows,
+// BEGIN, the events' upsert and the deliveries' ids in one round trip and
+// the deliveries, the audit rows and COMMIT in the second. A statement costs PostgreSQL more to start (bind, executor set-up,
 // constraint and trigger preparation) than a 2 KB row costs to insert, so a
 // group of thirty submissions written row by row spent most of the
 // database's processor time on set-up (docs/architecture.md, "Storage").
@@ -45,7 +46,12 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 // delivery by delivery. A new event that needs routing ($11) is queued
 // for the router in the same statement (0015_route_queue); it is new when
 // its deliveries are the group's alone.
-const upsertEventsSQL = `WITH up AS (INSERT INTO events
+const upsertEventsSQL = upsertEventsCTEs + `
+	SELECT source, event_id, pk, deliveries FROM up`
+
+// upsertEventsCTEs are upsertEventsSQL's writes, which
+// upsertEventsDeliveriesSQL shares.
+const upsertEventsCTEs = `WITH up AS (INSERT INTO events
 	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
 	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, true, deliveries, trace_context
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
@@ -57,8 +63,30 @@ const upsertEventsSQL = `WITH up AS (INSERT INTO events
 	q AS (INSERT INTO route_queue (pk) SELECT up.pk
 		FROM up JOIN unnest($1::text[], $2::text[], $11::bool[], $12::int[]) AS g(source, event_id, route, deliveries)
 			ON g.source = up.source AND g.event_id = up.event_id
-		WHERE g.route AND up.deliveries = g.deliveries)
-	SELECT source, event_id, pk, deliveries FROM up`
+		WHERE g.route AND up.deliveries = g.deliveries)`
+
+// upsertEventsDeliveriesSQL is upsertEventsSQL with the group's
+// deliveries ($15 on, deliveryParams.args without the ids and event pks)
+// inserted in the same statement, each joined to its event's row in up,
+// so that a group whose writes need nothing from the events' answers is
+// one round trip with BEGIN and COMMIT. The group's $14 delivery ids are
+// drawn in the statement and handed out in the order the deliveries
+// arrived, as deliveryIDsSQL's are; each row answers the ids inserted.
+const upsertEventsDeliveriesSQL = upsertEventsCTEs + `,
+	ids AS MATERIALIZED (SELECT nextval('deliveries_id_seq'::regclass) AS id FROM generate_series(1, $14::int)),
+	nid AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids),
+	d AS (INSERT INTO deliveries
+		(id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
+		OVERRIDING SYSTEM VALUE
+		SELECT nid.id, up.pk, x.request_id, x.batch_index, x.source, x.event_id, x.type, x.entity, x.account, x.occurred_at,
+			x.received_at, x.causation_id, x.hop, x.headers, x.body
+		FROM unnest($15::text[], $16::int[], $17::text[], $18::text[], $19::text[], $20::text[], $21::text[],
+			$22::timestamptz[], $23::timestamptz[], $24::text[], $25::int[], $26::jsonb[], $27::bytea[]) WITH ORDINALITY
+			AS x(request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body, n)
+		JOIN nid ON nid.n = x.n
+		JOIN up ON up.source = x.source AND up.event_id = x.event_id
+		RETURNING id)
+	SELECT source, event_id, pk, deliveries, (SELECT array_agg(id ORDER BY id) FROM d) FROM up`
 
 // deliveryIDsSQL draws the group's delivery ids ahead of their insert, so
 // that each delivery knows its id without relying on the order of a
@@ -74,53 +102,124 @@ const insertDeliveriesSQL = `INSERT INTO deliveries
 // eventKey names an event within a group.
 type eventKey struct{ source, eventID string }
 
-// inboxPipelined is InboxCommit's fast path: any error rolls it back.
-func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
-	var dels []*store.DeliveryInput
+// storedEvent is an event's answer to the group's upsert: its pk and its
+// deliveries in all, the group's included.
+type storedEvent struct {
+	pk    int64
+	total int32
+}
+
+// inboxGroup is a group's deliveries in arrival order, with each distinct
+// event's first delivery and its count of deliveries in the group.
+type inboxGroup struct {
+	dels   []*store.DeliveryInput
+	first  map[eventKey]int
+	counts map[eventKey]int32
+	events eventParams // the distinct events, in the order first seen
+}
+
+func newInboxGroup(p *store.InboxCommitParams) *inboxGroup {
+	g := &inboxGroup{}
 	for _, sub := range p.Submissions {
-		dels = append(dels, sub.Deliveries...)
+		g.dels = append(g.dels, sub.Deliveries...)
 	}
-	// first[k] is the group's first delivery of event k, counts[k] how
-	// many deliveries of it the group carries.
-	first := make(map[eventKey]int, len(dels))
-	counts := make(map[eventKey]int32, len(dels))
+	g.first = make(map[eventKey]int, len(g.dels))
+	g.counts = make(map[eventKey]int32, len(g.dels))
 	var order []int
-	for i, d := range dels {
+	for i, d := range g.dels {
 		k := eventKey{d.Source, d.EventID}
-		if _, ok := first[k]; !ok {
-			first[k] = i
+		if _, ok := g.first[k]; !ok {
+			g.first[k] = i
 			order = append(order, i)
 		}
-		counts[k]++
+		g.counts[k]++
 	}
-	ev := &eventParams{}
 	for _, i := range order {
-		d := dels[i]
-		ev.add(d, counts[eventKey{d.Source, d.EventID}])
+		d := g.dels[i]
+		g.events.add(d, g.counts[eventKey{d.Source, d.EventID}])
 	}
+	return g
+}
 
-	t, err := s.beginPipe(ctx, pipePlanSQL)
-	if err != nil {
-		return nil, err
-	}
-	type stored struct {
-		pk    int64
-		total int32
-	}
-	got := make(map[eventKey]stored, len(order))
-	t.later("record events", upsertEventsSQL, ev.args(), func(rows pgx.Rows) error {
+// scanStored reads the upsert's answer into got, and the ids of the
+// deliveries it inserted, when the statement answers them, into ids.
+func scanStored(got map[eventKey]storedEvent, ids *[]int64) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k eventKey
-			var st stored
-			if err := rows.Scan(&k.source, &k.eventID, &st.pk, &st.total); err != nil {
+			var st storedEvent
+			dest := []any{&k.source, &k.eventID, &st.pk, &st.total}
+			if ids != nil {
+				dest = append(dest, ids)
+			}
+			if err := rows.Scan(dest...); err != nil {
 				return err
 			}
 			got[k] = st
 		}
 		return nil
-	})
-	ids := make([]int64, 0, len(dels))
-	t.later("draw delivery ids", deliveryIDsSQL, []any{len(dels)}, func(rows pgx.Rows) error {
+	}
+}
+
+// outcomes are the deliveries' outcomes, given the events' answers and
+// the deliveries' ids in arrival order, or an error if either falls short.
+func (g *inboxGroup) outcomes(got map[eventKey]storedEvent, ids []int64) ([]store.DeliveryOutcome, error) {
+	if len(got) != len(g.first) || len(ids) != len(g.dels) {
+		return nil, fmt.Errorf("inbox commit: %d of %d events and %d of %d delivery ids came back", len(got), len(g.first), len(ids), len(g.dels))
+	}
+	items := make([]store.DeliveryOutcome, len(g.dels))
+	for i, d := range g.dels {
+		k := eventKey{d.Source, d.EventID}
+		st := got[k]
+		// The group's first delivery of an event is a duplicate only if
+		// the event existed before the group; the later ones always are.
+		items[i] = store.DeliveryOutcome{DeliveryID: ids[i], EventPK: st.pk, Duplicate: g.first[k] != i || st.total > g.counts[k]}
+	}
+	return items, nil
+}
+
+// submissionResults cuts the outcomes into the submissions' results.
+func submissionResults(p *store.InboxCommitParams, items []store.DeliveryOutcome) []store.SubmissionResult {
+	out := make([]store.SubmissionResult, len(p.Submissions))
+	k := 0
+	for i, sub := range p.Submissions {
+		out[i].Items = items[k : k+len(sub.Deliveries)]
+		k += len(sub.Deliveries)
+	}
+	return out
+}
+
+// auditsFollowAnswers tells whether a group writes audit rows, which
+// follow from whether its deliveries are duplicates (submissionAudits):
+// only then must its second round trip wait for the events' answers.
+func auditsFollowAnswers(p *store.InboxCommitParams) bool {
+	for _, sub := range p.Submissions {
+		if len(sub.Audit) > 0 {
+			return true
+		}
+		for _, d := range sub.Deliveries {
+			if d.Unrouted {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// inboxPipelined is InboxCommit's fast path: any error rolls it back.
+func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
+	g := newInboxGroup(p)
+	if !auditsFollowAnswers(p) {
+		return s.inboxOneTrip(ctx, p, g)
+	}
+	t, err := s.beginPipe(ctx, pipePlanSQL)
+	if err != nil {
+		return nil, err
+	}
+	got := make(map[eventKey]storedEvent, len(g.first))
+	t.later("record events", upsertEventsSQL, g.events.args(), scanStored(got, nil))
+	ids := make([]int64, 0, len(g.dels))
+	t.later("draw delivery ids", deliveryIDsSQL, []any{len(g.dels)}, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id int64
 			if err := rows.Scan(&id); err != nil {
@@ -134,39 +233,64 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 		t.rollback()
 		return nil, err
 	}
-	if len(got) != len(order) || len(ids) != len(dels) {
-		t.rollback()
-		return nil, fmt.Errorf("inbox commit: %d of %d events and %d of %d delivery ids came back", len(got), len(order), len(ids), len(dels))
-	}
 	slices.Sort(ids) // ids in the group's order, as the deliveries arrived
-
-	items := make([]store.DeliveryOutcome, len(dels))
+	items, err := g.outcomes(got, ids)
+	if err != nil {
+		t.rollback()
+		return nil, err
+	}
 	dc := &deliveryParams{}
-	for i, d := range dels {
-		k := eventKey{d.Source, d.EventID}
-		st := got[k]
-		// The group's first delivery of an event is a duplicate only if
-		// the event existed before the group; the later ones always are.
-		items[i] = store.DeliveryOutcome{DeliveryID: ids[i], EventPK: st.pk, Duplicate: first[k] != i || st.total > counts[k]}
-		if err := dc.add(ids[i], st.pk, d); err != nil {
+	for i, d := range g.dels {
+		if err := dc.add(ids[i], items[i].EventPK, d); err != nil {
 			t.rollback()
 			return nil, err
 		}
 	}
 	t.exec("record deliveries", insertDeliveriesSQL, dc.args()...)
-	results := make([]store.SubmissionResult, len(p.Submissions))
-	k := 0
+	out := submissionResults(p, items)
 	for i, sub := range p.Submissions {
-		results[i].Items = items[k : k+len(sub.Deliveries)]
-		for _, a := range submissionAudits(sub, results[i].Items) {
+		for _, a := range submissionAudits(sub, out[i].Items) {
 			t.audit(a)
 		}
-		k += len(sub.Deliveries)
 	}
 	if err := t.commit(ctx); err != nil {
 		return nil, err
 	}
-	return results, nil
+	return out, nil
+}
+
+// inboxOneTrip stores a group that writes no audit rows in one round
+// trip: BEGIN, the events and their deliveries in one statement
+// (upsertEventsDeliveriesSQL), COMMIT. Nothing it writes waits for an
+// answer, so the inbox's second round trip, a wake-up of the server and
+// of PostgreSQL, goes (docs/benchmarks-history.md, "Run AH").
+func (s *Store) inboxOneTrip(ctx context.Context, p *store.InboxCommitParams, g *inboxGroup) ([]store.SubmissionResult, error) {
+	dc := &deliveryParams{}
+	for _, d := range g.dels {
+		if err := dc.add(0, 0, d); err != nil { // ids and event pks come from the statement
+			return nil, err
+		}
+	}
+	t, err := s.beginPipe(ctx, pipePlanSQL)
+	if err != nil {
+		return nil, err
+	}
+	got := make(map[eventKey]storedEvent, len(g.first))
+	var ids []int64
+	args := append(append(g.events.args(), len(g.dels)), dc.args()[2:]...)
+	t.later("record events and deliveries", upsertEventsDeliveriesSQL, args, scanStored(got, &ids))
+	if err := t.commit(ctx); err != nil {
+		return nil, err
+	}
+	// The statement inserts a delivery for every delivery of the group
+	// and answers every event, so a shortfall is a fault of this code.
+	// The group is committed by now: reported as failed, it is sent
+	// again by its sender and then found a duplicate, losing nothing.
+	items, err := g.outcomes(got, ids)
+	if err != nil {
+		return nil, err
+	}
+	return submissionResults(p, items), nil
 }
 
 // eventFields are the columns an event and its deliveries both carry,

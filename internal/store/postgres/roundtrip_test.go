@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,46 @@ func TestLoneWebhookRoutingRoundTrips(t *testing.T) {
 	}
 	if trips != 5 {
 		t.Fatalf("routing a lone webhook took %d round trips, want 5", trips)
+	}
+}
+
+// TestInboxRoundTrips: a group that writes no audit rows is stored in one
+// round trip (BEGIN, the events with their deliveries, COMMIT); one whose
+// audit rows follow from which deliveries are duplicates (an event
+// received unrouted) waits for the events' answers first, in two.
+func TestInboxRoundTrips(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	before := h.pipeTrips.Load()
+	receiveLone(t, h, at)
+	if trips := h.pipeTrips.Load() - before; trips != 1 {
+		t.Errorf("a lone webhook took %d round trips, want 1", trips)
+	}
+	// A group of two events of one source and a retry: one round trip
+	// still, and never the careful way, which would store it too.
+	before = h.pipeTrips.Load()
+	var subs []*store.Submission
+	for i, id := range []string{"evt_a", "evt_b", "evt_a"} {
+		subs = append(subs, &store.Submission{Deliveries: []*store.DeliveryInput{{RequestID: fmt.Sprintf("g-%d", i), Source: "shop",
+			EventID: id, Type: "order.updated", Entity: "o-" + id, ReceivedAt: at, Body: []byte(`{}`)}}})
+	}
+	out, err := h.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: subs})
+	if err != nil || out[0].Items[0].Duplicate || out[1].Items[0].Duplicate || !out[2].Items[0].Duplicate {
+		t.Fatalf("InboxCommit = %+v, %v; want two new deliveries and a duplicate", out, err)
+	}
+	if trips, careful := h.pipeTrips.Load()-before, h.inboxCareful.Load(); trips != 1 || careful != 0 {
+		t.Errorf("a group took %d round trips and %d careful writes, want 1 and 0", trips, careful)
+	}
+	before = h.pipeTrips.Load()
+	out, err = h.InboxCommit(context.Background(), &store.InboxCommitParams{Submissions: []*store.Submission{{Deliveries: []*store.DeliveryInput{{
+		RequestID: "r-2", Source: "shop", EventID: "evt_2", Type: "order.updated", Entity: "o-2",
+		ReceivedAt: at, Body: []byte(`{"n":2}`), Unrouted: true}}}}})
+	if err != nil || out[0].Err != nil || out[0].Items[0].Duplicate {
+		t.Fatalf("InboxCommit = %+v, %v; want one new delivery", out, err)
+	}
+	if trips := h.pipeTrips.Load() - before; trips != 2 {
+		t.Errorf("an unrouted webhook took %d round trips, want 2", trips)
 	}
 }
 

@@ -68,6 +68,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"InboxCommitConcurrentSameEvent", testInboxConcurrentSameEvent},
 		{"InboxCommitAuditRides", testInboxAuditRides},
 		{"InboxCommitEventTwiceInGroup", testInboxEventTwiceInGroup},
+		{"InboxCommitRoutedGroupInOrder", testInboxRoutedGroupInOrder},
 		{"EventListPagesAndFilters", testEventListPaging},
 		{"EventListFilters", testEventListFilters},
 		{"AuditInsertAndList", testAudit},
@@ -486,6 +487,17 @@ func testInboxAuditRides(t *testing.T, o Opener) {
 	if len(rows) != 1 || rows[0].EventID != "evt_x" {
 		t.Fatalf("audit rows %+v: want only the committed submission's row", rows)
 	}
+	// A group that fails nowhere writes its audit rows too.
+	alone := one(delivery("stripe", "evt_y", 0))
+	alone.Audit = []*store.AuditInsertParams{{At: t0, Actor: "receiver", Action: "received", Source: "stripe", EventID: "evt_y", Detail: "ok"}}
+	commit(t, s, alone)
+	rows, err = s.AuditList(context.Background(), &store.AuditListParams{Action: "received", EventID: "evt_y", Source: "stripe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("audit rows of evt_y %+v: want the row its submission carried", rows)
+	}
 }
 
 // testInboxEventTwiceInGroup: a sender's retry that lands in the same
@@ -539,6 +551,70 @@ func testInboxEventTwiceInGroup(t *testing.T, o Opener) {
 	}
 	if len(rows) != 1 || rows[0].EventID != "evt_g" {
 		t.Fatalf("disposition audit rows %+v: want one, for the first receipt of evt_g", rows)
+	}
+}
+
+// testInboxRoutedGroupInOrder: a group of routed deliveries, which
+// writes no audit rows (PostgreSQL stores it in one statement), gives
+// each delivery an id in the order the deliveries arrived, keeps each
+// attempt's headers and body under that id, queues each new event for
+// routing once, and counts a retry inside the group as a duplicate.
+func testInboxRoutedGroupInOrder(t *testing.T, o Opener) {
+	s := o.Open(t)
+	commit(t, s, one(delivery("stripe", "evt_old", 0)))
+	var subs []*store.Submission
+	for i := range 6 {
+		d := delivery("stripe", fmt.Sprintf("evt_%d", i%3), i/3)
+		d.Headers = map[string]string{"Attempt": fmt.Sprint(i)}
+		d.Body = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		subs = append(subs, one(d))
+	}
+	subs = append(subs, one(delivery("stripe", "evt_old", 1)))
+	res := commit(t, s, subs...)
+	var last int64
+	for i, r := range res {
+		if r.Err != nil || len(r.Items) != 1 {
+			t.Fatalf("submission %d: %+v", i, r)
+		}
+		it := r.Items[0]
+		if want := i >= 3; it.Duplicate != want {
+			t.Errorf("submission %d: duplicate %v, want %v", i, it.Duplicate, want)
+		}
+		if it.DeliveryID <= last {
+			t.Errorf("submission %d: delivery id %d after %d, want ids in arrival order", i, it.DeliveryID, last)
+		}
+		last = it.DeliveryID
+		if i < 3 && res[i+3].Items[0].EventPK != it.EventPK {
+			t.Errorf("evt_%d: event pks %d and %d, want one event", i, it.EventPK, res[i+3].Items[0].EventPK)
+		}
+	}
+	for i := range 3 {
+		id := fmt.Sprintf("evt_%d", i)
+		ds, err := s.DeliveryList(context.Background(), &store.DeliveryListParams{Source: "stripe", EventID: id})
+		if err != nil || len(ds) != 2 {
+			t.Fatalf("deliveries of %s: %+v, %v; want 2", id, ds, err)
+		}
+		for j, d := range ds {
+			n := i + 3*j
+			if d.ID != res[n].Items[0].DeliveryID || d.EventPK != res[n].Items[0].EventPK || d.Headers["Attempt"] != fmt.Sprint(n) ||
+				string(d.Body) != fmt.Sprintf(`{"n":%d}`, n) {
+				t.Errorf("delivery %d of %s = %+v, want submission %d's attempt under its outcome's id", j, id, d, n)
+			}
+		}
+	}
+	if ev := events(t, s, &store.EventListParams{EventID: "evt_old"}); len(ev) != 1 || ev[0].Deliveries != 2 {
+		t.Fatalf("evt_old = %+v, want 2 deliveries", ev)
+	}
+	waiting, err := s.EventListUnrouted(context.Background(), &store.EventListUnroutedParams{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range waiting {
+		ids = append(ids, e.EventID)
+	}
+	if want := []string{"evt_old", "evt_0", "evt_1", "evt_2"}; !slices.Equal(ids, want) {
+		t.Fatalf("events waiting for routing %v, want %v: each new event once", ids, want)
 	}
 }
 
