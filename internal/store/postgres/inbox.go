@@ -20,7 +20,8 @@ import (
 // the group's size: BEGIN, the events with their deliveries and COMMIT in
 // one round trip (inboxOneTrip); or, for a group that writes audit rows,
 // BEGIN, the events' upsert and the deliveries' ids in one round trip and
-// the deliveries, the audit rows and COMMIT in the second. A statement costs PostgreSQL more to start (bind, executor set-up,
+// the deliveries, the audit rows and COMMIT in the second. A statement
+// costs PostgreSQL more to start (bind, executor set-up,
 // constraint and trigger preparation) than a 2 KB row costs to insert, so a
 // group of thirty submissions written row by row spent most of the
 // database's processor time on set-up (docs/architecture.md, "Storage").
