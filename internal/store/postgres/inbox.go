@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,11 +15,11 @@ import (
 )
 
 // InboxCommit writes every submission in one transaction. The common case
-// is pipelined whole and costs the database a statement or two, whatever
-// the group's size: BEGIN, the events with their deliveries and COMMIT in
-// one round trip (inboxOneTrip); or, for a group that writes audit rows,
-// BEGIN, the events' upsert and the deliveries' ids in one round trip and
-// the deliveries, the audit rows and COMMIT in the second. A statement
+// is pipelined whole and costs the database one statement, whatever the
+// group's size (inboxGroupSQL): BEGIN, the statement and COMMIT go in one
+// round trip, and a group that writes audit rows sends them with COMMIT in
+// a second, once the statement has answered which deliveries are
+// duplicates. A statement
 // costs PostgreSQL more to start (bind, executor set-up,
 // constraint and trigger preparation) than a 2 KB row costs to insert, so a
 // group of thirty submissions written row by row spent most of the
@@ -41,18 +40,18 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 	return nil, s.unavailable("inbox commit", err)
 }
 
-// upsertEventsSQL records each distinct event of a group once, counting
-// all its deliveries in the group: one statement may not update a row
-// twice. A new event takes the first delivery's fields, as it would
-// delivery by delivery. A new event that needs routing ($11) is queued
-// for the router in the same statement (0015_route_queue); it is new when
-// its deliveries are the group's alone.
-const upsertEventsSQL = upsertEventsCTEs + `
-	SELECT source, event_id, pk, deliveries FROM up`
-
-// upsertEventsCTEs are upsertEventsSQL's writes, which
-// upsertEventsDeliveriesSQL shares.
-const upsertEventsCTEs = `WITH up AS (INSERT INTO events
+// inboxGroupSQL stores a group in one statement. It records each
+// distinct event of the group once, counting all its deliveries in the
+// group: one statement may not update a row twice. A new event takes the
+// first delivery's fields, as it would delivery by delivery. A new event
+// that needs routing ($11) is queued for the router (0015_route_queue);
+// it is new when its deliveries are the group's alone. The deliveries
+// ($15 on, deliveryParams.args) are inserted each joined to its event's
+// row in up. The group's $14 delivery ids are drawn in the statement and
+// handed out in the order the deliveries arrived, so that no id depends
+// on the order of a RETURNING clause, which SQL does not promise; each
+// row answers the ids inserted.
+const inboxGroupSQL = `WITH up AS (INSERT INTO events
 	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
 	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, true, deliveries, trace_context
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
@@ -64,16 +63,7 @@ const upsertEventsCTEs = `WITH up AS (INSERT INTO events
 	q AS (INSERT INTO route_queue (pk) SELECT up.pk
 		FROM up JOIN unnest($1::text[], $2::text[], $11::bool[], $12::int[]) AS g(source, event_id, route, deliveries)
 			ON g.source = up.source AND g.event_id = up.event_id
-		WHERE g.route AND up.deliveries = g.deliveries)`
-
-// upsertEventsDeliveriesSQL is upsertEventsSQL with the group's
-// deliveries ($15 on, deliveryParams.args without the ids and event pks)
-// inserted in the same statement, each joined to its event's row in up,
-// so that a group whose writes need nothing from the events' answers is
-// one round trip with BEGIN and COMMIT. The group's $14 delivery ids are
-// drawn in the statement and handed out in the order the deliveries
-// arrived, as deliveryIDsSQL's are; each row answers the ids inserted.
-const upsertEventsDeliveriesSQL = upsertEventsCTEs + `,
+		WHERE g.route AND up.deliveries = g.deliveries),
 	ids AS MATERIALIZED (SELECT nextval('deliveries_id_seq'::regclass) AS id FROM generate_series(1, $14::int)),
 	nid AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids),
 	d AS (INSERT INTO deliveries
@@ -88,17 +78,6 @@ const upsertEventsDeliveriesSQL = upsertEventsCTEs + `,
 		JOIN up ON up.source = x.source AND up.event_id = x.event_id
 		RETURNING id)
 	SELECT source, event_id, pk, deliveries, (SELECT array_agg(id ORDER BY id) FROM d) FROM up`
-
-// deliveryIDsSQL draws the group's delivery ids ahead of their insert, so
-// that each delivery knows its id without relying on the order of a
-// RETURNING clause, which SQL does not promise.
-const deliveryIDsSQL = `SELECT nextval('deliveries_id_seq'::regclass) FROM generate_series(1, $1::int)`
-
-const insertDeliveriesSQL = `INSERT INTO deliveries
-	(id, event_pk, request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body)
-	OVERRIDING SYSTEM VALUE
-	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::text[],
-		$9::text[], $10::timestamptz[], $11::timestamptz[], $12::text[], $13::int[], $14::jsonb[], $15::bytea[])`
 
 // eventKey names an event within a group.
 type eventKey struct{ source, eventID string }
@@ -142,18 +121,14 @@ func newInboxGroup(p *store.InboxCommitParams) *inboxGroup {
 	return g
 }
 
-// scanStored reads the upsert's answer into got, and the ids of the
-// deliveries it inserted, when the statement answers them, into ids.
+// scanStored reads inboxGroupSQL's answer: the events into got, the ids
+// of the deliveries it inserted into ids.
 func scanStored(got map[eventKey]storedEvent, ids *[]int64) func(pgx.Rows) error {
 	return func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k eventKey
 			var st storedEvent
-			dest := []any{&k.source, &k.eventID, &st.pk, &st.total}
-			if ids != nil {
-				dest = append(dest, ids)
-			}
-			if err := rows.Scan(dest...); err != nil {
+			if err := rows.Scan(&k.source, &k.eventID, &st.pk, &st.total, ids); err != nil {
 				return err
 			}
 			got[k] = st
@@ -192,7 +167,7 @@ func submissionResults(p *store.InboxCommitParams, items []store.DeliveryOutcome
 
 // auditsFollowAnswers tells whether a group writes audit rows, which
 // follow from whether its deliveries are duplicates (submissionAudits):
-// only then must its second round trip wait for the events' answers.
+// only then must the group wait for the statement's answer before COMMIT.
 func auditsFollowAnswers(p *store.InboxCommitParams) bool {
 	for _, sub := range p.Submissions {
 		if len(sub.Audit) > 0 {
@@ -207,47 +182,50 @@ func auditsFollowAnswers(p *store.InboxCommitParams) bool {
 	return false
 }
 
-// inboxPipelined is InboxCommit's fast path: any error rolls it back.
+// inboxPipelined is InboxCommit's fast path: any error rolls it back. A
+// group without audit rows is one round trip: nothing it writes waits
+// for an answer, and each round trip is a wake-up of the server and of
+// PostgreSQL (docs/benchmarks-history.md, "Run AH").
 func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
 	g := newInboxGroup(p)
-	if !auditsFollowAnswers(p) {
-		return s.inboxOneTrip(ctx, p, g)
+	dc := &deliveryParams{}
+	for _, d := range g.dels {
+		if err := dc.add(d); err != nil {
+			return nil, err
+		}
 	}
 	t, err := s.beginPipe(ctx, pipePlanSQL)
 	if err != nil {
 		return nil, err
 	}
 	got := make(map[eventKey]storedEvent, len(g.first))
-	t.later("record events", upsertEventsSQL, g.events.args(), scanStored(got, nil))
-	ids := make([]int64, 0, len(g.dels))
-	t.later("draw delivery ids", deliveryIDsSQL, []any{len(g.dels)}, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			ids = append(ids, id)
+	var ids []int64
+	args := append(append(g.events.args(), len(g.dels)), dc.args()...)
+	t.later("record events and deliveries", inboxGroupSQL, args, scanStored(got, &ids))
+	if !auditsFollowAnswers(p) {
+		if err := t.commit(ctx); err != nil {
+			return nil, err
 		}
-		return nil
-	})
+		// The statement inserts a delivery for every delivery of the
+		// group and answers every event, so a shortfall is a fault of
+		// this code. The group is committed by now: reported as failed,
+		// it is sent again by its sender and then found a duplicate,
+		// losing nothing.
+		items, err := g.outcomes(got, ids)
+		if err != nil {
+			return nil, err
+		}
+		return submissionResults(p, items), nil
+	}
 	if err := t.flush(ctx); err != nil {
 		t.rollback()
 		return nil, err
 	}
-	slices.Sort(ids) // ids in the group's order, as the deliveries arrived
 	items, err := g.outcomes(got, ids)
 	if err != nil {
 		t.rollback()
 		return nil, err
 	}
-	dc := &deliveryParams{}
-	for i, d := range g.dels {
-		if err := dc.add(ids[i], items[i].EventPK, d); err != nil {
-			t.rollback()
-			return nil, err
-		}
-	}
-	t.exec("record deliveries", insertDeliveriesSQL, dc.args()...)
 	out := submissionResults(p, items)
 	for i, sub := range p.Submissions {
 		for _, a := range submissionAudits(sub, out[i].Items) {
@@ -258,40 +236,6 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 		return nil, err
 	}
 	return out, nil
-}
-
-// inboxOneTrip stores a group that writes no audit rows in one round
-// trip: BEGIN, the events and their deliveries in one statement
-// (upsertEventsDeliveriesSQL), COMMIT. Nothing it writes waits for an
-// answer, so the inbox's second round trip, a wake-up of the server and
-// of PostgreSQL, goes (docs/benchmarks-history.md, "Run AH").
-func (s *Store) inboxOneTrip(ctx context.Context, p *store.InboxCommitParams, g *inboxGroup) ([]store.SubmissionResult, error) {
-	dc := &deliveryParams{}
-	for _, d := range g.dels {
-		if err := dc.add(0, 0, d); err != nil { // ids and event pks come from the statement
-			return nil, err
-		}
-	}
-	t, err := s.beginPipe(ctx, pipePlanSQL)
-	if err != nil {
-		return nil, err
-	}
-	got := make(map[eventKey]storedEvent, len(g.first))
-	var ids []int64
-	args := append(append(g.events.args(), len(g.dels)), dc.args()[2:]...)
-	t.later("record events and deliveries", upsertEventsDeliveriesSQL, args, scanStored(got, &ids))
-	if err := t.commit(ctx); err != nil {
-		return nil, err
-	}
-	// The statement inserts a delivery for every delivery of the group
-	// and answers every event, so a shortfall is a fault of this code.
-	// The group is committed by now: reported as failed, it is sent
-	// again by its sender and then found a duplicate, losing nothing.
-	items, err := g.outcomes(got, ids)
-	if err != nil {
-		return nil, err
-	}
-	return submissionResults(p, items), nil
 }
 
 // eventFields are the columns an event and its deliveries both carry,
@@ -342,10 +286,10 @@ func (c *eventParams) args() []any {
 		c.causation, c.hop, c.disposition, c.route, c.deliveries, c.trace}
 }
 
-// deliveryParams are the deliveries' insert parameters.
+// deliveryParams are the deliveries' parameters of inboxGroupSQL; their
+// ids and event pks come from the statement.
 type deliveryParams struct {
 	eventFields
-	id, eventPK    []int64
 	requestID, hdr []string
 	batchIndex     []int32
 	body           [][]byte
@@ -374,14 +318,12 @@ func storedRequest(headers map[string]string, body []byte) (map[string]string, [
 	return headers, body
 }
 
-func (c *deliveryParams) add(id, eventPK int64, d *store.DeliveryInput) error {
+func (c *deliveryParams) add(d *store.DeliveryInput) error {
 	hdr, body, err := deliveryJSON(d.Headers, d.Body)
 	if err != nil {
 		return fmt.Errorf("record delivery: %w", err)
 	}
 	c.eventFields.add(d)
-	c.id = append(c.id, id)
-	c.eventPK = append(c.eventPK, eventPK)
 	c.requestID = append(c.requestID, d.RequestID)
 	c.batchIndex = append(c.batchIndex, int32(d.BatchIndex)) //nolint:gosec // bounded by the sender's batch limit
 	c.hdr = append(c.hdr, hdr)
@@ -390,6 +332,6 @@ func (c *deliveryParams) add(id, eventPK int64, d *store.DeliveryInput) error {
 }
 
 func (c *deliveryParams) args() []any {
-	return []any{c.id, c.eventPK, c.requestID, c.batchIndex, c.source, c.eventID, c.typ, c.entity, c.account,
+	return []any{c.requestID, c.batchIndex, c.source, c.eventID, c.typ, c.entity, c.account,
 		c.occurred, c.received, c.causation, c.hop, c.hdr, c.body}
 }

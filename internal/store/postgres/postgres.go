@@ -157,7 +157,7 @@ func isRefused(err error) bool {
 		pgErr.Code == "23502" || pgErr.Code == "23514" // not_null_violation, check_violation
 }
 
-// upsertEventSQL is upsertEventsSQL for one delivery: a new event that
+// upsertEventSQL is inboxGroupSQL's upsert for one delivery: a new event that
 // needs routing ($11) is queued for the router.
 const upsertEventSQL = `WITH up AS (INSERT INTO events
 	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
