@@ -145,7 +145,7 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return exitUsage
 	}
 	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.doorFor < 0 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.pgFloor < 0 || f.rounds < 1 {
-		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --door, --drain and --top-sql not negative")
+		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --door, --drain, --top-sql and --pg-floor not negative")
 		return exitUsage
 	}
 	if f.warmup < 0 || f.warmup >= f.duration {

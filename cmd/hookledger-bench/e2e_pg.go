@@ -124,7 +124,7 @@ func (s *pgStats) idle(ctx context.Context, window time.Duration) (*pgCost, erro
 		return nil, err
 	}
 	sleepCtx(ctx, window)
-	b, err := s.read(ctx)
+	b, err := s.readWithTables(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (s *pgStats) finish(ctx context.Context, c *pgCost, events int64, top int) 
 	// A backend flushes its statistics as it exits, just after its
 	// client has gone.
 	sleepCtx(ctx, 500*time.Millisecond)
-	end, err := s.read(ctx)
+	end, err := s.readWithTables(ctx)
 	if err != nil {
 		return err
 	}
@@ -228,9 +228,6 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 		Scan(&out.commits, &out.rollbacks); err != nil {
 		return out, fmt.Errorf("postgres statistics: pg_stat_database: %w", err)
 	}
-	if out.tables, err = s.readTables(ctx); err != nil {
-		return out, err
-	}
 	if !s.statements {
 		return out, nil
 	}
@@ -254,6 +251,17 @@ func (s *pgStats) read(ctx context.Context) (pgCounters, error) {
 		return out, fmt.Errorf("postgres statistics: pg_stat_statements: %w", err)
 	}
 	return out, nil
+}
+
+// readWithTables is read with the tables' counters, which only the
+// run's baseline and its end need.
+func (s *pgStats) readWithTables(ctx context.Context) (pgCounters, error) {
+	out, err := s.read(ctx)
+	if err != nil {
+		return out, err
+	}
+	out.tables, err = s.readTables(ctx)
+	return out, err
 }
 
 // readTables reads the tables' counters in the target's own database

@@ -105,7 +105,7 @@ func TestTableCountersFromTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := stats.read(ctx)
+	base, err := stats.readWithTables(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestTableCountersFromTheStore(t *testing.T) {
 	st.Close()
 	var got []pgTable
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		end, err := stats.read(ctx)
+		end, err := stats.readWithTables(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
