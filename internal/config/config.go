@@ -130,6 +130,10 @@ type Processing struct {
 	RetryDelay Duration `yaml:"retry_delay"`
 	// PollInterval is how often an idle worker looks for work.
 	PollInterval Duration `yaml:"poll_interval"`
+	// Linger is how long routing waits, once woken with no backlog,
+	// before it takes its page: lone events arriving meanwhile share one
+	// routing transaction (0, the default: none).
+	Linger Duration `yaml:"linger"`
 }
 
 // Delivery tunes the effect delivery worker.

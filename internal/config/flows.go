@@ -242,6 +242,12 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 
 // validateProcessing checks the processing and causation settings, which
 // every flow shares.
+// MaxLinger bounds processing.linger: every event routed by the router
+// after a quiet spell waits that long, so it is a latency added on
+// purpose, and a second is already far past what it gains
+// (docs/postgres.md, "Routing's linger").
+const MaxLinger = time.Second
+
 func (c *Config) validateProcessing(add addFunc) {
 	if c.Causation.MaxHops < 0 {
 		add("$.causation.max_hops", "causation.max_hops must be positive")
@@ -256,6 +262,9 @@ func (c *Config) validateProcessing(add addFunc) {
 		if d.v < 0 {
 			add("$.processing."+d.name, "processing.%s must be positive", d.name)
 		}
+	}
+	if l := c.Processing.Linger; l < 0 || l.D() > MaxLinger {
+		add("$.processing.linger", "processing.linger must be from 0 to %s", MaxLinger)
 	}
 	for _, h := range []struct{ field, name string }{{"header", c.Causation.Header}, {"hop_header", c.Causation.HopHeader}} {
 		checkStaticHeader(add, "$.causation."+h.field, "causation."+h.field, h.name, "")

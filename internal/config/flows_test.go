@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hookledger/hookledger/internal/expr"
 )
@@ -203,5 +204,32 @@ func TestFlowsDocExampleLoads(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("when on %s = %v (%v), want %v", body, got, err, want)
 		}
+	}
+}
+
+// processing.linger is a wait added on purpose: from 0 (the default, no
+// wait) to MaxLinger; anything else names the key and its line.
+func TestProcessingLinger(t *testing.T) {
+	cfg, err := Parse("conf.yaml", []byte("processing:\n  linger: 50ms\n"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Processing.Linger.D() != 50*time.Millisecond {
+		t.Errorf("linger %s, want 50ms", cfg.Processing.Linger.D())
+	}
+	if cfg, err = Parse("conf.yaml", []byte("listen: 127.0.0.1:8080\n"), env(nil)); err != nil || cfg.Processing.Linger != 0 {
+		t.Errorf("default linger %s (%v), want none", cfg.Processing.Linger.D(), err)
+	}
+	for _, tc := range []struct{ name, yaml string }{
+		{"negative", "processing:\n  linger: -1ms\n"},
+		{"over a second", "processing:\n  linger: 1001ms\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("conf.yaml", []byte(tc.yaml), env(nil))
+			var ces Errors
+			if !errors.As(err, &ces) || ces[0].Line != 2 || !strings.Contains(err.Error(), "processing.linger must be from 0 to 1s") {
+				t.Errorf("got %v, want conf.yaml:2 naming processing.linger and its bounds", err)
+			}
+		})
 	}
 }

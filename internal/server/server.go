@@ -404,6 +404,7 @@ func (s *Server) build(ctx context.Context, st store.Store, drv *storeopen.Drive
 		LeaseFor:     s.cfg.Processing.Lease.D(),
 		RetryDelay:   s.cfg.Processing.RetryDelay.D(),
 		PollInterval: s.cfg.Processing.PollInterval.D(),
+		Linger:       s.cfg.Processing.Linger.D(),
 		Logger:       s.log,
 		Clock:        s.clk,
 		Handoff:      worker,
