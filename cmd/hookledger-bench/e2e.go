@@ -50,6 +50,7 @@ type e2eFlags struct {
 	sampleEvery time.Duration
 	topSQL      int
 	pgFloor     time.Duration
+	linger      time.Duration
 	hookledger  string
 	module      string
 	dir         string
@@ -120,6 +121,8 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.DurationVar(&f.sampleEvery, "sample", 5*time.Second, "RSS sampling `interval`")
 	fs.DurationVar(&f.pgFloor, "pg-floor", 3*time.Second, "on PostgreSQL, after each target's run, `time` of each of two paced loops on one connection at the send rate,\n"+
 		"a round trip (SELECT $1) and a one-row commit, whose backend CPU per call is the webhook's PG CPU baseline (0: none)")
+	fs.DurationVar(&f.linger, "linger", 0, "the servers' processing.linger: how long routing waits, with no backlog, for more events to share its\n"+
+		"transaction (0: the default, none)")
 	fs.IntVar(&f.topSQL, "top-sql", 10, "statements listed per PostgreSQL target by calls per event, with the buffers each call read, when pg_stat_statements is loaded (0: none)")
 	fs.StringVar(&f.hookledger, "hookledger", "", "prebuilt hookledger `binary` (default: go build ./cmd/hookledger from --module into the temp dir)")
 	fs.StringVar(&f.module, "module", ".", "hookledger module `directory` to build from")
@@ -144,8 +147,8 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintln(stderr, "hookledger-bench e2e: --prefill must not be negative")
 		return exitUsage
 	}
-	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.doorFor < 0 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.pgFloor < 0 || f.rounds < 1 {
-		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --door, --drain, --top-sql and --pg-floor not negative")
+	if f.duration <= 0 || f.rate < 0 || f.rateShare <= 0 || f.senders < 1 || f.probeFor <= 0 || f.probeClients < 1 || f.doorFor < 0 || f.drainFor < 0 || f.sampleEvery <= 0 || f.topSQL < 0 || f.pgFloor < 0 || f.linger < 0 || f.rounds < 1 {
+		fmt.Fprintln(stderr, "hookledger-bench e2e: durations, counts, --rounds and --rate-share must be positive, --rate, --door, --drain, --top-sql, --pg-floor and --linger not negative")
 		return exitUsage
 	}
 	if f.warmup < 0 || f.warmup >= f.duration {
@@ -413,7 +416,7 @@ func e2eBench(ctx context.Context, stdout, stderr io.Writer, f *e2eFlags) (bool,
 		return false, fmt.Errorf("make temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	env := &receiveEnv{stderr: stderr, hookledger: f.hookledger, dir: dir, profiles: f.cpuProfile}
+	env := &receiveEnv{stderr: stderr, hookledger: f.hookledger, dir: dir, profiles: f.cpuProfile, linger: f.linger}
 	if f.cpuProfile != "" {
 		if err := os.MkdirAll(f.cpuProfile, 0o750); err != nil {
 			return false, fmt.Errorf("--cpuprofile: %w", err)
@@ -585,7 +588,7 @@ func loadAvg() string {
 // e2eConfig writes a config whose one flow makes one effect per invoice
 // event (each invoice is its own entity, versioned by its created time),
 // called at the loopback destination with the episode key in a header.
-func e2eConfig(path, storeURL, token, secret, destURL, tracing string) error {
+func e2eConfig(path, storeURL, token, secret, destURL, processing, tracing string) error {
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 store: %q
 admin:
@@ -615,18 +618,27 @@ flows:
         request:
           path: '"/payments"'
           body: '{"event": meta.event_id, "invoice": entity, "amount": state.amount}'
-`, storeURL, token, secret, destURL) + tracing
+`, storeURL, token, secret, destURL) + processing + tracing
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	return nil
 }
 
+// processingYAML is the processing block of a server's config: empty
+// unless --linger sets one.
+func (e *receiveEnv) processingYAML() string {
+	if e.linger <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("processing:\n  linger: %s\n", e.linger)
+}
+
 // startE2EServer starts hookledger serve on storeURL, with a config of its
 // own named by label, and waits until it is ready.
 func startE2EServer(ctx context.Context, env *receiveEnv, storeURL, destURL, label, traceRatio string) (*child, error) {
 	cfgPath := filepath.Join(env.dir, label+".yaml")
-	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL, env.tracingYAML(traceRatio)); err != nil {
+	if err := e2eConfig(cfgPath, storeURL, env.token, env.secret, destURL, env.processingYAML(), env.tracingYAML(traceRatio)); err != nil {
 		return nil, err
 	}
 	bin, args := env.hookledger, []string{"serve", "--config", cfgPath, "--log-format", "json"}

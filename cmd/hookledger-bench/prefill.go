@@ -205,7 +205,7 @@ func prefillPostgres(ctx context.Context, url string, n int, start time.Time) er
 // and says how long that took.
 func prefillCell(ctx context.Context, env *receiveEnv, driver, storeURL string, n int) error {
 	cfg := filepath.Join(env.dir, "prefill.yaml")
-	if err := e2eConfig(cfg, storeURL, env.token, env.secret, "http://127.0.0.1:9", ""); err != nil {
+	if err := e2eConfig(cfg, storeURL, env.token, env.secret, "http://127.0.0.1:9", "", ""); err != nil {
 		return err
 	}
 	if out, err := exec.CommandContext(ctx, env.hookledger, "migrate", "--config", cfg).CombinedOutput(); err != nil {

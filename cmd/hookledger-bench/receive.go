@@ -153,7 +153,8 @@ type receiveEnv struct {
 	dir        string
 	hookledger string
 	self       string
-	profiles   string // e2e: the directory of the servers' CPU profiles, if any
+	profiles   string        // e2e: the directory of the servers' CPU profiles, if any
+	linger     time.Duration // e2e: the servers' processing.linger (0: none)
 	secret     string
 	token      string
 	scheme     signature.Scheme
