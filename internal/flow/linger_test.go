@@ -54,7 +54,7 @@ func startLingering(t *testing.T, f *fixture, linger time.Duration) *pageCounter
 // PostgreSQL).
 func TestRoutingLingersForLoneEvents(t *testing.T) {
 	f := newFixture(t, fmt.Sprintf(sources, "https://api.invalid")+ordersFlow)
-	pc := startLingering(t, f, 3*time.Second)
+	pc := startLingering(t, f, 5*time.Second) // far longer than two commits take, however loaded the machine
 	// The start's own take, which finds nothing and does not linger, must
 	// be over: the next one lingers.
 	for !f.eng.loop.Fresh(&f.eng.routeLook) || f.eng.routing.Load() {
