@@ -32,17 +32,7 @@ func (c *pageCounter) EventRouteNext(ctx context.Context, p *store.EventRouteNex
 func startLingering(t *testing.T, f *fixture, linger time.Duration) *pageCounter {
 	t.Helper()
 	pc := &pageCounter{Store: f.st}
-	f.eng = New(f.cfg, pc, Options{Clock: f.clk, LeaseFor: time.Hour, PollInterval: time.Hour, Linger: linger})
-	if err := f.eng.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := f.eng.Stop(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	startWith(t, f, pc, Options{Clock: f.clk, LeaseFor: time.Hour, PollInterval: time.Hour, Linger: linger}, nil)
 	return pc
 }
 

@@ -358,7 +358,14 @@ func startCountedHooked(t *testing.T, f *fixture, workers int, hook func(*store.
 // the way and hook as its prepareHook, and stops it when the test ends.
 func startOn(t *testing.T, f *fixture, st store.Store, workers int, hook func(*store.WorkItem)) {
 	t.Helper()
-	f.eng = New(f.cfg, st, Options{Clock: f.clk, Workers: workers, LeaseFor: time.Hour, PollInterval: time.Hour})
+	startWith(t, f, st, Options{Clock: f.clk, Workers: workers, LeaseFor: time.Hour, PollInterval: time.Hour}, hook)
+}
+
+// startWith starts f's engine on st with opts and hook as its
+// prepareHook, and stops it when the test ends.
+func startWith(t *testing.T, f *fixture, st store.Store, opts Options, hook func(*store.WorkItem)) {
+	t.Helper()
+	f.eng = New(f.cfg, st, opts)
 	f.eng.prepareHook = hook
 	if err := f.eng.Start(context.Background()); err != nil {
 		t.Fatal(err)
