@@ -240,14 +240,14 @@ func (c *Config) validateFlows(add func(path, format string, args ...any), warn 
 	}
 }
 
-// validateProcessing checks the processing and causation settings, which
-// every flow shares.
 // MaxLinger bounds processing.linger: every event routed by the router
 // after a quiet spell waits that long, so it is a latency added on
 // purpose, and a second is already far past what it gains
 // (docs/postgres.md, "Routing's linger").
 const MaxLinger = time.Second
 
+// validateProcessing checks the processing and causation settings, which
+// every flow shares.
 func (c *Config) validateProcessing(add addFunc) {
 	if c.Causation.MaxHops < 0 {
 		add("$.causation.max_hops", "causation.max_hops must be positive")
