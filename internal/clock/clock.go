@@ -4,6 +4,7 @@
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -48,4 +49,18 @@ func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
 	f.now = t.UTC()
 	f.mu.Unlock()
+}
+
+// Sleep waits d of real time, or until ctx ends (its error). The waits it
+// serves (a pause between pruning batches, routing's linger) are paced on
+// the machine's time, not told by it: a fake clock has no timers.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

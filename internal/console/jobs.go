@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hookledger/hookledger/internal/clock"
 	"github.com/hookledger/hookledger/internal/replay"
 )
 
@@ -131,16 +132,7 @@ type jobs struct {
 func newJobs() *jobs {
 	ctx, stop := context.WithCancel(context.Background())
 	js := &jobs{ctx: ctx, stop: stop, byID: map[string]*job{}, poll: jobPoll}
-	js.pause = func(ctx context.Context) error {
-		t := time.NewTimer(js.poll)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		}
-	}
+	js.pause = func(ctx context.Context) error { return clock.Sleep(ctx, js.poll) }
 	return js
 }
 

@@ -536,7 +536,7 @@ func (e *Engine) route(ctx context.Context) {
 	go func() {
 		defer e.running.Done()
 		if d := e.lingerFor(); d > 0 {
-			if !lingerWait(ctx, d) {
+			if clock.Sleep(ctx, d) != nil {
 				e.routing.Store(false)
 				return
 			}
@@ -599,18 +599,6 @@ func (e *Engine) lingerFor() time.Duration {
 		return e.opts.Linger
 	}
 	return 0
-}
-
-// lingerWait waits d, or until ctx ends (false).
-func lingerWait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // safeProcess processes one entity; a panic that escapes (a bug, never an

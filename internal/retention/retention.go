@@ -141,7 +141,7 @@ func New(st Store, pol Policy, opts Options) *Service {
 		opts.Clock = clock.Real{}
 	}
 	if opts.Wait == nil {
-		opts.Wait = wait
+		opts.Wait = clock.Sleep
 	}
 	if pol.Interval <= 0 {
 		pol.Interval = config.DefaultRetentionInterval
@@ -325,15 +325,4 @@ func (s *Service) Pass(ctx context.Context) (*PassResult, error) {
 	defer s.lastMu.Unlock()
 	out := *s.last
 	return &out, nil
-}
-
-func wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
