@@ -19,11 +19,11 @@ import (
 // group's size (inboxGroupSQL): BEGIN, the statement and COMMIT go in one
 // round trip, and a group that writes audit rows sends them with COMMIT in
 // a second, once the statement has answered which deliveries are
-// duplicates. A statement
-// costs PostgreSQL more to start (bind, executor set-up,
-// constraint and trigger preparation) than a 2 KB row costs to insert, so a
-// group of thirty submissions written row by row spent most of the
-// database's processor time on set-up (docs/architecture.md, "Storage").
+// duplicates. A statement costs PostgreSQL more to start (bind, executor
+// set-up, constraint and trigger preparation) than a 2 KB row costs to
+// insert, so a group of thirty submissions written row by row spent most
+// of the database's processor time on set-up (docs/architecture.md,
+// "Storage").
 // A statement that fails (a submission the database refuses) sends the
 // group again the careful way, each submission under its own savepoint, so
 // that one bad submission fails alone.
