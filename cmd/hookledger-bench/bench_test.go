@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,46 +260,90 @@ func TestIsBackendOf(t *testing.T) {
 }
 
 // TestBackendCPU: a backend present at the start counts from its time
-// then, one that connects later from zero, and one that left keeps the
-// time it was last seen with.
+// and wake-ups then, one that connects later from zero, and one that left
+// keeps what it was last seen with.
 func TestBackendCPU(t *testing.T) {
-	cpu := map[int]time.Duration{10: 5 * time.Second, 11: 2 * time.Second}
+	use := map[int]procUse{10: {5 * time.Second, 900}, 11: {2 * time.Second, 400}}
 	b := newBackendCPU("db")
 	b.list = func(string) []int {
 		var pids []int
-		for pid := range cpu {
+		for pid := range use {
 			pids = append(pids, pid)
 		}
 		return pids
 	}
-	b.read = func(pid int) (time.Duration, bool) { c, ok := cpu[pid]; return c, ok }
+	b.read = func(pid int) (procUse, bool) { u, ok := use[pid]; return u, ok }
+	add := func(pid int, cpu time.Duration, wakeups int64) {
+		u := use[pid]
+		use[pid] = procUse{u.cpu + cpu, u.wakeups + wakeups}
+	}
 	b.sample() // the start
-	cpu[10] += 300 * time.Millisecond
-	cpu[12] = 700 * time.Millisecond // connected after the start
+	add(10, 300*time.Millisecond, 30)
+	add(12, 700*time.Millisecond, 70) // connected after the start
 	b.sample()
-	cpu[11] += time.Second
+	add(11, time.Second, 100)
 	b.sample()
-	delete(cpu, 11) // gone: its second stays counted
-	cpu[12] += 100 * time.Millisecond
+	delete(use, 11) // gone: its second stays counted
+	add(12, 100*time.Millisecond, 10)
 	b.sample()
 	sum, n := b.total()
 	if want := 300*time.Millisecond + time.Second + 800*time.Millisecond; sum != want || n != 3 {
 		t.Fatalf("total %v over %d backends, want %v over 3", sum, n, want)
 	}
+	if got, want := b.wakeups(), int64(30+100+80); got != want {
+		t.Fatalf("wake-ups %d, want %d", got, want)
+	}
+}
+
+// TestReadWakeups reads this process's voluntary context switches, which
+// a sleep adds to.
+func TestReadWakeups(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	// /proc/PID/status counts one thread's switches (PID's own): read
+	// those of the thread that sleeps.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := syscall.Gettid()
+	before, err := readWakeups(tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	after, err := readWakeups(tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < before+3 {
+		t.Fatalf("wake-ups went from %d to %d over three sleeps, want at least 3 more", before, after)
+	}
+	if _, err := readWakeups(-1); err == nil {
+		t.Fatal("no error for a process that does not exist")
+	}
 }
 
 // The webhook's PG CPU is set beside the floor in lone round trips' worth,
 // and the floor's figures print in microseconds; without a floor (or
-// without the backends' CPU) each is "-".
+// without the backends' CPU) each is "-". The backends' wake-ups print
+// per webhook.
 func TestPGCPUInRoundTrips(t *testing.T) {
-	cpu := time.Duration(0)
+	var use procUse
 	b := newBackendCPU("db")
 	b.list = func(string) []int { return []int{7} }
-	b.read = func(int) (time.Duration, bool) { return cpu, true }
-	b.sample()
-	cpu = 800 * time.Millisecond
-	b.sample()
+	b.read = func(int) (procUse, bool) { return use, true }
 	r := &e2eResult{acked: 200, pgCPU: b, pg: &pgCost{}}
+	if got := r.pgWakeupsPerEvent(); got != "-" {
+		t.Errorf("wake-ups before any backend was read: %q, want -", got)
+	}
+	b.sample()
+	use = procUse{cpu: 800 * time.Millisecond, wakeups: 1300}
+	b.sample()
+	if got := r.pgWakeupsPerEvent(); got != "6.5" {
+		t.Errorf("wake-ups per webhook: %q, want 6.5", got)
+	}
 	if got := r.pgCPUInRoundTrips(); got != "-" {
 		t.Errorf("without a floor: %q, want -", got)
 	}
@@ -529,7 +575,7 @@ func TestE2ECPUShare(t *testing.T) {
 	backends := newBackendCPU("db")
 	cpu := map[int]time.Duration{7: time.Second}
 	backends.list = func(string) []int { return []int{7} }
-	backends.read = func(pid int) (time.Duration, bool) { c, ok := cpu[pid]; return c, ok }
+	backends.read = func(pid int) (procUse, bool) { c, ok := cpu[pid]; return procUse{cpu: c}, ok }
 	backends.sample() // the start
 	cpu[7] += 10 * time.Second
 	backends.sample()

@@ -89,8 +89,8 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"transactions (pg_stat_database), where pg_stat_statements is loaded statements per\n"+
 			"event, the row versions each table took per event with its indexes and the buffers read\n"+
 			"(pg_stat_user_tables: an insert, or an update that is not HOT, adds an entry to each index),\n"+
-			"and where PostgreSQL runs on this machine its backends' CPU time for the\n"+
-			"target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
+			"and where PostgreSQL runs on this machine its backends' CPU time and wake-ups (voluntary\n"+
+			"context switches) for the target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
 			"stopped: for each stage (receive, route, process, claim, call) the p50/p99 time an event\n"+
 			"waited for it and the time the stage worked on it; and a target that fell behind is\n"+
 			"given as its capacity against the ingest probe and, on SQLite, against the door probe\n"+

@@ -208,6 +208,7 @@ var e2ePGColumns = []e2eColumn{
 	}},
 	{"floor: commit us", func(r *e2eResult) string { return r.pg.floorFigure(func(f *pgFloor) time.Duration { return f.commit }) }},
 	{"PG CPU in floor round trips", (*e2eResult).pgCPUInRoundTrips},
+	{"PG wake-ups/event", (*e2eResult).pgWakeupsPerEvent},
 	{"idle transactions/s", func(r *e2eResult) string { return fmt.Sprintf("%.0f", r.pg.idleCommits) }},
 	{"idle statements/s", func(r *e2eResult) string { return pgCounted(r.pg, "%.0f", r.pg.idleStatements) }},
 }
@@ -242,6 +243,8 @@ func printE2EPostgres(w io.Writer, results []*e2eResult) {
 		fmt.Fprintln(w, "  on one connection to the target's database after its servers stopped (--pg-floor); PG CPU in floor round trips:")
 		fmt.Fprintln(w, "  the webhook's PG CPU over the round trip's, the lone round trips that would cost as much.")
 	}
+	fmt.Fprintln(w, "PG wake-ups: the times the target database's backends blocked and were woken (voluntary context switches, from /proc),")
+	fmt.Fprintln(w, "  per acknowledged webhook: a round trip, a commit's flush, a lock wait; at a light load their CPU follows this count.")
 	for _, r := range pgs {
 		if len(r.pg.top) > 0 {
 			printTopStatements(w, r.target, r.pg)
@@ -450,6 +453,18 @@ func (r *e2eResult) pgCPUInRoundTrips() string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", ms*float64(time.Millisecond)/float64(r.pg.floor.roundTrip))
+}
+
+// pgWakeupsPerEvent is how many times the database's backends were woken
+// per acknowledged webhook, "-" where they were not read.
+func (r *e2eResult) pgWakeupsPerEvent() string {
+	if r.pgCPU == nil {
+		return "-"
+	}
+	if _, n := r.pgCPU.total(); n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", float64(r.pgCPU.wakeups())/float64(max(r.acked, 1)))
 }
 
 // pgCPUPerEvent is the database's backends' CPU per acknowledged webhook,

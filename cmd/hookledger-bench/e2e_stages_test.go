@@ -195,3 +195,40 @@ func TestPGFloorMeasuresTheBackend(t *testing.T) {
 		t.Errorf("per call %s (%v), want 1ms: one per measured commit", per, err)
 	}
 }
+
+// A real backend of the target's database is found by its title and its
+// wake-ups counted: every lone round trip the client waits for wakes it
+// at least once.
+func TestBackendWakeupsOfARealBackend(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	db, err := databaseOf(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackendCPU(db)
+	b.sample()
+	if _, n := b.total(); n == 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the test PostgreSQL must run on this machine under CI: no backend of %s in /proc", db)
+		}
+		t.Skipf("SKIPPED: no backend of %s in /proc: PostgreSQL runs elsewhere", db)
+	}
+	const trips = 20
+	for i := range trips {
+		// A pause first, so the backend is idle and blocks before each.
+		time.Sleep(2 * time.Millisecond)
+		if _, err := conn.Exec(ctx, "SELECT $1::int", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.sample()
+	if got := b.wakeups(); got < trips {
+		t.Errorf("%d wake-ups over %d lone round trips, want at least one each", got, trips)
+	}
+}
