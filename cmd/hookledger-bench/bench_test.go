@@ -295,8 +295,8 @@ func TestBackendCPU(t *testing.T) {
 	}
 }
 
-// TestReadWakeups reads this process's voluntary context switches, which
-// a sleep adds to.
+// TestReadWakeups reads a thread's voluntary context switches, which each
+// of its sleeps adds to.
 func TestReadWakeups(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skipf("no /proc here: %v", err)

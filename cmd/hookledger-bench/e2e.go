@@ -83,24 +83,25 @@ func runE2E(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 			"schedule by the pipeline's latency. A --rate above what a target sustains measures its\n"+
 			"capacity: effects done over the whole run, sending and draining.\n"+
 			"Prints side by side effects done/s while sending and over the whole run, latency from\n"+
-			"sending the webhook to the destination receiving the call (after a --warmup), the drain time, each\n"+
-			"server's RSS (sampled from /proc every --sample), CPU time and the bytes its Go runtime allocated\n"+
-			"per webhook (from its /metrics), and on PostgreSQL the\n"+
-			"transactions (pg_stat_database), where pg_stat_statements is loaded statements per\n"+
-			"event, the row versions each table took per event with its indexes and the buffers read\n"+
+			"sending the webhook to the destination receiving the call (after a --warmup), the drain\n"+
+			"time, each server's RSS (sampled from /proc every --sample), CPU time and the bytes its Go\n"+
+			"runtime allocated per webhook (from its /metrics), and on PostgreSQL the transactions\n"+
+			"(pg_stat_database), where pg_stat_statements is loaded statements per event, the row\n"+
+			"versions each table took per event with its indexes and the buffers read\n"+
 			"(pg_stat_user_tables: an insert, or an update that is not HOT, adds an entry to each index),\n"+
 			"and where PostgreSQL runs on this machine its backends' CPU time and wake-ups (voluntary\n"+
-			"context switches) for the target's database (from /proc). Per target, read from the ledger's own stamps once it\n"+
-			"stopped: for each stage (receive, route, process, claim, call) the p50/p99 time an event\n"+
-			"waited for it and the time the stage worked on it; and a target that fell behind is\n"+
-			"given as its capacity against the ingest probe and, on SQLite, against the door probe\n"+
-			"(--door: the receive benchmark's SQLite cell, no flow behind the door; goal 0.5), with its\n"+
-			"CPU per effect and the bound the machine's CPUs set (the servers' and this process's CPU per\n"+
-			"effect: were the CPUs the only limit, the most effects/s they allow) and, on SQLite, the\n"+
-			"writer's time per effect beside the door's per request; one that kept up as its latency\n"+
-			"against the goals (p50 10 ms, p99 25 ms), with the share of the machine's CPUs its rate took\n"+
-			"(the servers', the database's backends' where measured, and this process's CPU per webhook,\n"+
-			"counted from sending until the servers stopped: a run of a few seconds overstates them).\n"+
+			"context switches) for the target's database (from /proc). Per target, read from the ledger's\n"+
+			"own stamps once it stopped: for each stage (receive, route, process, claim, call) the\n"+
+			"p50/p99 time an event waited for it and the time the stage worked on it; and a target that\n"+
+			"fell behind is given as its capacity against the ingest probe and, on SQLite, against the\n"+
+			"door probe (--door: the receive benchmark's SQLite cell, no flow behind the door; goal 0.5),\n"+
+			"with its CPU per effect and the bound the machine's CPUs set (the servers' and this\n"+
+			"process's CPU per effect: were the CPUs the only limit, the most effects/s they allow) and,\n"+
+			"on SQLite, the writer's time per effect beside the door's per request; one that kept up as\n"+
+			"its latency against the goals (p50 10 ms, p99 25 ms), with the share of the machine's CPUs\n"+
+			"its rate took (the servers', the database's backends' where measured, and this process's CPU\n"+
+			"per webhook, counted from sending until the servers stopped: a run of a few seconds\n"+
+			"overstates them).\n"+
 			"After sending, waits up to --drain for the backlog; exit 1 unless, in every target, every\n"+
 			"acknowledged webhook produced exactly one call at the destination.")
 	var f e2eFlags

@@ -244,7 +244,8 @@ func printE2EPostgres(w io.Writer, results []*e2eResult) {
 		fmt.Fprintln(w, "  the webhook's PG CPU over the round trip's, the lone round trips that would cost as much.")
 	}
 	fmt.Fprintln(w, "PG wake-ups: the times the target database's backends blocked and were woken (voluntary context switches, from /proc),")
-	fmt.Fprintln(w, "  per acknowledged webhook: a round trip, a commit's flush, a lock wait; at a light load their CPU follows this count.")
+	fmt.Fprintln(w, "  per acknowledged webhook: a round trip, a commit's flush, a lock wait; at a light load, each round trip that wakes")
+	fmt.Fprintln(w, "  an idle backend costs it far more than a busy one pays for it (docs/benchmarks-history.md, \"Run AJ\").")
 	for _, r := range pgs {
 		if len(r.pg.top) > 0 {
 			printTopStatements(w, r.target, r.pg)

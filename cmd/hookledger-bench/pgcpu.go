@@ -24,9 +24,9 @@ import (
 // Beside the CPU it counts the backends' wake-ups: the times each one
 // blocked and was woken again (its voluntary context switches), waiting
 // for the client's next round trip, for its commit's flush to disk or
-// for a lock. At a light load the wake-ups, not the statements or rows,
-// are what the backends' CPU follows: a backend woken from idle runs
-// cold (docs/benchmarks-history.md, "Run AJ").
+// for a lock. At a light load the round trips among them, more than the
+// rows, are what the backends' CPU fell with: a backend woken from idle
+// runs cold (docs/benchmarks-history.md, "Run AJ").
 type backendCPU struct {
 	db string
 	// read is the CPU time and wake-ups of a pid, or false when it is
