@@ -296,7 +296,7 @@ func TestBackendCPU(t *testing.T) {
 }
 
 // TestReadWakeups reads a thread's voluntary context switches, which each
-// of its sleeps adds to.
+// of its sleeps in the kernel adds to.
 func TestReadWakeups(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skipf("no /proc here: %v", err)
@@ -311,7 +311,12 @@ func TestReadWakeups(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		time.Sleep(2 * time.Millisecond)
+		// The thread itself sleeps in the kernel: time.Sleep parks the
+		// goroutine, and the runtime may not block its thread every time
+		// (under -race a sleep was once two switches short of three).
+		if err := syscall.Nanosleep(&syscall.Timespec{Nsec: 2_000_000}, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	after, err := readWakeups(tid)
 	if err != nil {
