@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -371,28 +370,15 @@ func TestRefetchDoesNotFollowRedirects(t *testing.T) {
 	})
 }
 
-// A refetch that cannot connect is logged and retried; neither the log nor
-// a reason shows the token in api.base_url's query string.
+// A refetch whose connection fails is logged and retried; neither the log
+// nor a reason shows the token in api.base_url's query string.
 func TestRefetchErrorsNeverShowTheQueryString(t *testing.T) {
-	// A source API that hangs up on every connection. A closed server's
-	// port was not enough: under a full test run another listener could
-	// take the freed port and answer, and the event was dead-lettered.
-	// This listener holds its port for the whole test.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	closed := struct{ URL string }{"http://" + ln.Addr().String()}
+	// The source API hangs up on every request (http.ErrAbortHandler).
+	// A closed server's port was not enough: under a full test run another
+	// listener could take the freed port and answer, and the event was
+	// dead-lettered. This server holds its port for the whole test.
+	closed := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
+	defer closed.Close()
 	f := newFixture(t, fmt.Sprintf(sources, closed.URL+"/?token=s3cret")+refetchFlow)
 	var logs strings.Builder
 	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second,
