@@ -314,9 +314,7 @@ func TestReadWakeups(t *testing.T) {
 		// The thread itself sleeps in the kernel: time.Sleep parks the
 		// goroutine, and the runtime may not block its thread every time
 		// (under -race a sleep was once two switches short of three).
-		if err := syscall.Nanosleep(&syscall.Timespec{Nsec: 2_000_000}, nil); err != nil {
-			t.Fatal(err)
-		}
+		sleepThread(t, 2*time.Millisecond)
 	}
 	after, err := readWakeups(tid)
 	if err != nil {
@@ -327,6 +325,26 @@ func TestReadWakeups(t *testing.T) {
 	}
 	if _, err := readWakeups(-1); err == nil {
 		t.Fatal("no error for a process that does not exist")
+	}
+}
+
+// sleepThread blocks the calling thread in the kernel for d. A signal
+// (the Go runtime's preemption, the garbage collector's) cuts a
+// nanosleep short with EINTR: the rest of it is slept again, so the
+// thread always blocks, and a sleep is never an error.
+func sleepThread(t *testing.T, d time.Duration) {
+	t.Helper()
+	ts := syscall.NsecToTimespec(d.Nanoseconds())
+	for {
+		var rest syscall.Timespec
+		err := syscall.Nanosleep(&ts, &rest)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, syscall.EINTR) {
+			t.Fatal(err)
+		}
+		ts = rest
 	}
 }
 
