@@ -17,8 +17,10 @@ import (
 // InboxCommit writes every submission in one transaction. The common case
 // is pipelined whole and costs the database one statement, whatever the
 // group's size (inboxGroupSQL): BEGIN, the statement and COMMIT go in one
-// round trip, and a group that writes audit rows sends them with COMMIT in
-// a second, once the statement has answered which deliveries are
+// round trip. The statement writes the audit row of each new event
+// received unrouted itself (inboxUnroutedAuditCTE); only a group whose
+// submissions carry audit rows of their own sends them with COMMIT in a
+// second round trip, once the statement has answered which deliveries are
 // duplicates. A statement costs PostgreSQL more to start (bind, executor
 // set-up, constraint and trigger preparation) than a 2 KB row costs to
 // insert, so a group of thirty submissions written row by row spent most
@@ -51,7 +53,14 @@ func (s *Store) InboxCommit(ctx context.Context, p *store.InboxCommitParams) ([]
 // handed out in the order the deliveries arrived, so that no id depends
 // on the order of a RETURNING clause, which SQL does not promise; each
 // row answers the ids inserted.
-const inboxGroupSQL = `WITH up AS (INSERT INTO events
+const inboxGroupSQL = inboxGroupWith + inboxGroupAnswer
+
+// inboxGroupUnroutedSQL is inboxGroupSQL writing, besides, the audit row
+// of each new event received unrouted (inboxUnroutedAuditCTE).
+const inboxGroupUnroutedSQL = inboxGroupWith + inboxUnroutedAuditCTE + inboxGroupAnswer
+
+// inboxGroupWith is inboxGroupSQL's writes.
+const inboxGroupWith = `WITH up AS (INSERT INTO events
 	(source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, routed, deliveries, trace_context)
 	SELECT source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, disposition, true, deliveries, trace_context
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
@@ -76,8 +85,30 @@ const inboxGroupSQL = `WITH up AS (INSERT INTO events
 			AS x(request_id, batch_index, source, event_id, type, entity, account, occurred_at, received_at, causation_id, hop, headers, body, n)
 		JOIN nid ON nid.n = x.n
 		JOIN up ON up.source = x.source AND up.event_id = x.event_id
-		RETURNING id)
+		RETURNING id)`
+
+// inboxGroupAnswer is inboxGroupSQL's answer: each event with its pk and
+// its deliveries in all, and the ids of the deliveries inserted.
+const inboxGroupAnswer = `
 	SELECT source, event_id, pk, deliveries, (SELECT array_agg(id ORDER BY id) FROM d) FROM up`
+
+// inboxUnroutedAuditCTE writes the audit row of each new event received
+// unrouted (store.UnroutedAudit): $28 to $32 are each event's row, its
+// action empty where none is due. Whether the event is new is the
+// statement's own answer (its deliveries are the group's alone, as for
+// the route queue), so the group need not wait for that answer before
+// COMMIT: a round trip and a wake-up of the database less for every
+// group that stores such an event (docs/benchmarks-history.md, "Run AK").
+// The rows go in the order the events were first seen, the order the
+// deliveries would write them in.
+const inboxUnroutedAuditCTE = `,
+	a AS (INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
+		SELECT r.at, r.actor, r.action, r.source, r.event_id, r.entity, r.detail
+		FROM unnest($1::text[], $2::text[], $12::int[], $28::timestamptz[], $29::text[], $30::text[], $31::text[], $32::text[])
+			WITH ORDINALITY AS r(source, event_id, deliveries, at, actor, action, entity, detail, n)
+		JOIN up ON up.source = r.source AND up.event_id = r.event_id
+		WHERE r.action <> '' AND up.deliveries = r.deliveries
+		ORDER BY r.n)`
 
 // eventKey names an event within a group.
 type eventKey struct{ source, eventID string }
@@ -165,27 +196,25 @@ func submissionResults(p *store.InboxCommitParams, items []store.DeliveryOutcome
 	return out
 }
 
-// auditsFollowAnswers tells whether a group writes audit rows, which
-// follow from whether its deliveries are duplicates (submissionAudits):
-// only then must the group wait for the statement's answer before COMMIT.
-func auditsFollowAnswers(p *store.InboxCommitParams) bool {
+// carriesAudits tells whether a submission of the group carries audit
+// rows of its own (store.Submission.Audit). Each submission's rows go
+// before those of the events it stores unrouted, which follow from
+// whether its deliveries are duplicates (submissionAudits), so such a
+// group waits for the statement's answer and writes all its audit rows
+// with COMMIT.
+func carriesAudits(p *store.InboxCommitParams) bool {
 	for _, sub := range p.Submissions {
 		if len(sub.Audit) > 0 {
 			return true
-		}
-		for _, d := range sub.Deliveries {
-			if d.Unrouted {
-				return true
-			}
 		}
 	}
 	return false
 }
 
 // inboxPipelined is InboxCommit's fast path: any error rolls it back. A
-// group without audit rows is one round trip: nothing it writes waits
-// for an answer, and each round trip is a wake-up of the server and of
-// PostgreSQL (docs/benchmarks-history.md, "Run AH").
+// group whose submissions carry no audit rows is one round trip: nothing
+// it writes waits for an answer, and each round trip is a wake-up of the
+// server and of PostgreSQL (docs/benchmarks-history.md, "Run AH").
 func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) ([]store.SubmissionResult, error) {
 	g := newInboxGroup(p)
 	dc := &deliveryParams{}
@@ -200,9 +229,13 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 	}
 	got := make(map[eventKey]storedEvent, len(g.first))
 	var ids []int64
-	args := append(append(g.events.args(), len(g.dels)), dc.args()...)
-	t.later("record events and deliveries", inboxGroupSQL, args, scanStored(got, &ids))
-	if !auditsFollowAnswers(p) {
+	carried := carriesAudits(p)
+	sql, args := inboxGroupSQL, append(append(g.events.args(), len(g.dels)), dc.args()...)
+	if g.events.unrouted && !carried {
+		sql, args = inboxGroupUnroutedSQL, append(args, g.events.auditArgs()...)
+	}
+	t.later("record events and deliveries", sql, args, scanStored(got, &ids))
+	if !carried {
 		if err := t.commit(ctx); err != nil {
 			return nil, err
 		}
@@ -266,12 +299,19 @@ type eventParams struct {
 	deliveries  []int32
 	route       []bool
 	trace       []string
+	// audit is each event's audit row should it be new
+	// (inboxUnroutedAuditCTE): one received unrouted has one, the others
+	// an empty action. unrouted tells whether any event has one.
+	audit    auditParams
+	unrouted bool
 }
 
 func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
 	disposition := store.DispositionAccepted
+	a := &store.AuditInsertParams{At: d.ReceivedAt}
 	if d.Unrouted {
 		disposition = store.DispositionUnrouted
+		a, c.unrouted = store.UnroutedAudit(d), true
 	}
 	c.eventFields.add(d)
 	c.disposition = append(c.disposition, string(disposition))
@@ -279,6 +319,27 @@ func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
 	c.route = append(c.route, !d.Unrouted)
 	c.deliveries = append(c.deliveries, deliveries)
 	c.trace = append(c.trace, d.TraceContext)
+	c.audit.add(a)
+}
+
+// auditArgs are inboxUnroutedAuditCTE's parameters, $28 on.
+func (c *eventParams) auditArgs() []any {
+	return []any{c.audit.at, c.audit.actor, c.audit.action, c.audit.entity, c.audit.detail}
+}
+
+// auditParams are audit rows as arrays, one per column: the source and
+// event id are the event's own.
+type auditParams struct {
+	at                            []time.Time
+	actor, action, entity, detail []string
+}
+
+func (c *auditParams) add(a *store.AuditInsertParams) {
+	c.at = append(c.at, a.At)
+	c.actor = append(c.actor, a.Actor)
+	c.action = append(c.action, a.Action)
+	c.entity = append(c.entity, a.Entity)
+	c.detail = append(c.detail, a.Detail)
 }
 
 func (c *eventParams) args() []any {

@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +69,7 @@ func Exercise(t *testing.T, o Opener) {
 		{"InboxCommitConcurrentSameEvent", testInboxConcurrentSameEvent},
 		{"InboxCommitAuditRides", testInboxAuditRides},
 		{"InboxCommitEventTwiceInGroup", testInboxEventTwiceInGroup},
+		{"InboxCommitUnroutedAuditRows", testInboxUnroutedAuditRows},
 		{"InboxCommitRoutedGroupInOrder", testInboxRoutedGroupInOrder},
 		{"EventListPagesAndFilters", testEventListPaging},
 		{"EventListFilters", testEventListFilters},
@@ -551,6 +553,46 @@ func testInboxEventTwiceInGroup(t *testing.T, o Opener) {
 	}
 	if len(rows) != 1 || rows[0].EventID != "evt_g" {
 		t.Fatalf("disposition audit rows %+v: want one, for the first receipt of evt_g", rows)
+	}
+}
+
+// testInboxUnroutedAuditRows: an event received unrouted gets one audit
+// row (store.UnroutedAudit), written with its first receipt; a retry
+// writes none, whether it comes in the same group or a later one, and a
+// group's rows keep the order its events arrived in, whatever else the
+// group stores.
+func testInboxUnroutedAuditRows(t *testing.T, o Opener) {
+	s := o.Open(t)
+	unrouted := func(id string, i int) *store.DeliveryInput {
+		d := delivery("stripe", id, i)
+		d.Type, d.Entity, d.Unrouted = "charge.refunded."+id, "ch_"+id, true
+		return d
+	}
+	before := unrouted("evt_u_before", 0)
+	commit(t, s, one(before))
+	group := []*store.DeliveryInput{unrouted("evt_u_b", 1), delivery("stripe", "evt_routed", 2), unrouted("evt_u_before", 3),
+		unrouted("evt_u_a", 4), unrouted("evt_u_b", 5)}
+	res := commit(t, s, one(group[0]), one(group[1], group[2]), one(group[3]), one(group[4]))
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("submission %d: %v", i, r.Err)
+		}
+	}
+	rows, err := s.AuditList(context.Background(), &store.AuditListParams{Action: "disposition"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(rows, func(a, b *store.AuditEntry) int { return cmp.Compare(a.ID, b.ID) })
+	want := []*store.AuditInsertParams{store.UnroutedAudit(before), store.UnroutedAudit(group[0]), store.UnroutedAudit(group[3])}
+	if len(rows) != len(want) {
+		t.Fatalf("%d disposition audit rows %+v, want %d: one for each unrouted event's first receipt", len(rows), rows, len(want))
+	}
+	for i, w := range want {
+		g := rows[i].AuditInsertParams
+		if !g.At.Equal(w.At) || g.Actor != w.Actor || g.Action != w.Action || g.Source != w.Source || g.EventID != w.EventID ||
+			g.Entity != w.Entity || g.Detail != w.Detail {
+			t.Errorf("disposition audit row %d = %+v, want %+v", i, g, *w)
+		}
 	}
 }
 
