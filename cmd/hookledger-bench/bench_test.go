@@ -737,3 +737,27 @@ func TestSinkLeavesTheWarmupOutOfTheLatencies(t *testing.T) {
 		t.Error("warmSend: the first two sequence numbers are the warm-up's, nothing else")
 	}
 }
+
+// receive --unrouted serves a config hookledger accepts, whose one flow
+// takes the benchmark's source but none of its events (invoice.paid):
+// every event is stored unrouted on receipt. (The run itself checks the
+// admin API's sample for the disposition.)
+func TestReceiveUnroutedConfig(t *testing.T) {
+	for _, unrouted := range []bool{false, true} {
+		e := &receiveEnv{f: &receiveFlags{unrouted: unrouted}, token: "t0ken-t0ken-t0ken-t0ken-t0ken-t0ken", secret: "whsec_" + strings.Repeat("ab", 24)}
+		path := filepath.Join(t.TempDir(), "hookledger.yaml")
+		if err := e.writeConfig(path, "sqlite:"+filepath.Join(t.TempDir(), "h.db"), ""); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path, func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatalf("unrouted %v: %v", unrouted, err)
+		}
+		switch {
+		case !unrouted && len(cfg.Flows) != 0:
+			t.Errorf("without --unrouted: flows %+v, want none", cfg.Flows)
+		case unrouted && (len(cfg.Flows) != 1 || cfg.Flows[0].Source != "stripe" || !slices.Equal(cfg.Flows[0].Events, []string{"customer.*"})):
+			t.Errorf("with --unrouted: flows %+v, want one on stripe for customer.* only", cfg.Flows)
+		}
+	}
+}

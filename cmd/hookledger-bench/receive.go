@@ -51,6 +51,9 @@ type receiveFlags struct {
 	goalRatioPG float64 // PostgreSQL over the durable floor
 	goalP99     time.Duration
 	table       bool
+	// unrouted gives the source a flow for other event types, so every
+	// event is stored unrouted on receipt, with its audit row.
+	unrouted bool
 }
 
 func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) int {
@@ -66,7 +69,10 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 			"is looked up through the admin API, the server is stopped, and every acknowledged\n"+
 			"event is looked for in the store itself. For a SQLite cell it also prints the one\n"+
 			"writer's share of the measured time, the commits' share of that and the writer time\n"+
-			"per request, from the server's own counters. Exit 1 if any acknowledged event is missing.")
+			"per request, from the server's own counters. With --unrouted the source has a flow,\n"+
+			"but for other event types: every event is stored unrouted on receipt with its audit row,\n"+
+			"as for a sender that sends types no flow handles, and the admin API sample must show\n"+
+			"them unrouted. Exit 1 if any acknowledged event is missing.")
 	var f receiveFlags
 	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL admin `URL`; a database is created and dropped per cell (omit to skip the postgres target)")
 	targets := fs.String("targets", "", "comma-separated `targets`: noop, floor, sqlite, postgres (default noop,floor,sqlite plus postgres with --postgres)")
@@ -86,6 +92,7 @@ func runReceive(ctx context.Context, stdout, stderr io.Writer, args []string) in
 	fs.DurationVar(&f.goalP99, "goal-p99", 25*time.Millisecond, "product target: sqlite and postgres p99 at the smallest client count")
 	tracingRatios := fs.String("tracing", "", "comma-separated sampling `ratios` (e.g. 0.01,1): each hookledger target also runs with tracing on at each,\n"+
 		"exporting OTLP/HTTP to a sink on loopback (targets named sqlite@0.01)")
+	fs.BoolVar(&f.unrouted, "unrouted", false, "give the source a flow for other event types (customer.*), so every event is stored unrouted with its audit row")
 	table := tableFlag(fs)
 	if code, ok := parseFlags(stdout, fs, args); !ok {
 		return code
@@ -357,6 +364,9 @@ sources:
     kind: stripe
     secrets: [%q]
 `, storeURL, e.token, e.secret)
+	if e.f.unrouted {
+		cfg += unroutedFlowYAML
+	}
 	if traceRatio != "" {
 		cfg += fmt.Sprintf("tracing:\n  endpoint: %s\n  sample_ratio: %s\n", e.otlp, traceRatio)
 	}
@@ -365,6 +375,30 @@ sources:
 	}
 	return nil
 }
+
+// unroutedFlowYAML is receive --unrouted's flow: it subscribes to none of
+// the benchmark's events (invoice.paid), so the door stores each unrouted
+// on receipt. Its destination is never called.
+const unroutedFlowYAML = `destinations:
+  - name: unused
+    base_url: "http://127.0.0.1:9"
+    allow_private_networks: true
+flows:
+  - name: customers
+    source: stripe
+    events: ["customer.*"]
+    entity: event.data.object.id
+    version:
+      mode: revision
+      revision: event.created
+    state: '{"id": event.data.object.id}'
+    effects:
+      - name: note
+        destination: unused
+        request:
+          path: '"/customers"'
+          body: '{"customer": entity}'
+`
 
 func waitReady(ctx context.Context, u string) error {
 	deadline := time.Now().Add(30 * time.Second)
@@ -522,9 +556,10 @@ func (e *receiveEnv) sampleAdmin(ctx context.Context, base string, acked []strin
 		}
 		var out struct {
 			Events []struct {
-				Source     string `json:"source"`
-				EventID    string `json:"event_id"`
-				Deliveries int    `json:"deliveries"`
+				Source      string `json:"source"`
+				EventID     string `json:"event_id"`
+				Deliveries  int    `json:"deliveries"`
+				Disposition string `json:"disposition"`
 			} `json:"events"`
 		}
 		derr := json.NewDecoder(resp.Body).Decode(&out)
@@ -535,6 +570,9 @@ func (e *receiveEnv) sampleAdmin(ctx context.Context, base string, acked []strin
 		asked++
 		if len(out.Events) == 1 && out.Events[0].EventID == id && out.Events[0].Source == benchSource && out.Events[0].Deliveries >= 1 {
 			found++
+			if e.f.unrouted && out.Events[0].Disposition != "unrouted" {
+				return asked, found, fmt.Errorf("admin API: event %s is %s, want unrouted (--unrouted)", id, out.Events[0].Disposition)
+			}
 		}
 	}
 	return asked, found, nil
@@ -543,8 +581,12 @@ func (e *receiveEnv) sampleAdmin(ctx context.Context, base string, acked []strin
 func printReceive(w io.Writer, f *receiveFlags, results []*receiveResult) bool {
 	fmt.Fprintf(w, "hookledger-bench receive: %s per cell after %s warm-up; load generator and server share %d CPUs (GOMAXPROCS %d each)\n",
 		f.duration, f.warmup, runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	fmt.Fprintf(w, "Stripe-signed invoice.paid events of ~%d B, keep-alive HTTP/1.1, one connection per client, 127.0.0.1\n\n",
+	fmt.Fprintf(w, "Stripe-signed invoice.paid events of ~%d B, keep-alive HTTP/1.1, one connection per client, 127.0.0.1\n",
 		len(stripeBody("evt_x", "in_x", time.Now())))
+	if f.unrouted {
+		fmt.Fprintln(w, "--unrouted: the source's one flow takes customer.* only, so every event is stored unrouted on receipt with its audit row")
+	}
+	fmt.Fprintln(w)
 	noop, floor := baselines(results)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "target\tclients\treq/s\tp50 ms\tp99 ms\tp99.9 ms\tvs noop\tvs floor\tserver CPU us/req\tclient CPU us/req\tnon-2xx\terrors\tdurability account\t")
