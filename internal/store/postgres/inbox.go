@@ -57,7 +57,7 @@ const inboxGroupSQL = inboxGroupWith + inboxGroupAnswer
 
 // inboxGroupUnroutedSQL is inboxGroupSQL writing, besides, the audit row
 // of each new event received unrouted (inboxUnroutedAuditCTE).
-const inboxGroupUnroutedSQL = inboxGroupWith + inboxUnroutedAuditCTE + inboxGroupAnswer
+var inboxGroupUnroutedSQL = inboxGroupWith + inboxUnroutedAuditCTE + inboxGroupAnswer
 
 // inboxGroupWith is inboxGroupSQL's writes.
 const inboxGroupWith = `WITH up AS (INSERT INTO events
@@ -93,21 +93,20 @@ const inboxGroupAnswer = `
 	SELECT source, event_id, pk, deliveries, (SELECT array_agg(id ORDER BY id) FROM d) FROM up`
 
 // inboxUnroutedAuditCTE writes the audit row of each new event received
-// unrouted (store.UnroutedAudit): $28 to $32 are each event's row, its
-// action empty where none is due. Whether the event is new is the
-// statement's own answer (its deliveries are the group's alone, as for
-// the route queue), so the group need not wait for that answer before
-// COMMIT: a round trip and a wake-up of the database less for every
-// group that stores such an event (docs/benchmarks-history.md, "Run AK").
-// The rows go in the order the events were first seen, the order the
-// deliveries would write them in.
-const inboxUnroutedAuditCTE = `,
-	a AS (INSERT INTO audit (at, actor, action, source, event_id, entity, detail)
-		SELECT r.at, r.actor, r.action, r.source, r.event_id, r.entity, r.detail
-		FROM unnest($1::text[], $2::text[], $12::int[], $28::timestamptz[], $29::text[], $30::text[], $31::text[], $32::text[])
-			WITH ORDINALITY AS r(source, event_id, deliveries, at, actor, action, entity, detail, n)
-		JOIN up ON up.source = r.source AND up.event_id = r.event_id
-		WHERE r.action <> '' AND up.deliveries = r.deliveries
+// unrouted (store.UnroutedAudit): $28 on are each event's row
+// (auditArrays), its action empty where none is due. Whether the event
+// is new is the statement's own answer (its deliveries are the group's
+// alone, as for the route queue), so the group need not wait for that
+// answer before COMMIT: a round trip and a wake-up of the database less
+// for every group that stores such an event (docs/benchmarks-history.md,
+// "Run AK"). The rows go in the order the events were first seen, the
+// order the deliveries would write them in.
+var inboxUnroutedAuditCTE = `,
+	a AS (INSERT INTO audit (` + auditInsertColumns + `)
+		SELECT ` + auditInsertColumns + `
+		FROM unnest($12::int[], ` + auditArrays.params(28) + `) WITH ORDINALITY AS r(deliveries, ` + auditInsertColumns + `, n)
+		WHERE r.action <> '' AND EXISTS (SELECT FROM up
+			WHERE up.source = r.source AND up.event_id = r.event_id AND up.deliveries = r.deliveries)
 		ORDER BY r.n)`
 
 // eventKey names an event within a group.
@@ -232,7 +231,7 @@ func (s *Store) inboxPipelined(ctx context.Context, p *store.InboxCommitParams) 
 	carried := carriesAudits(p)
 	sql, args := inboxGroupSQL, append(append(g.events.args(), len(g.dels)), dc.args()...)
 	if g.events.unrouted && !carried {
-		sql, args = inboxGroupUnroutedSQL, append(args, g.events.auditArgs()...)
+		sql, args = inboxGroupUnroutedSQL, append(args, auditArrays.args(g.events.audits)...)
 	}
 	t.later("record events and deliveries", sql, args, scanStored(got, &ids))
 	if !carried {
@@ -299,19 +298,20 @@ type eventParams struct {
 	deliveries  []int32
 	route       []bool
 	trace       []string
-	// audit is each event's audit row should it be new
+	// audits are each event's audit row should it be new
 	// (inboxUnroutedAuditCTE): one received unrouted has one, the others
 	// an empty action. unrouted tells whether any event has one.
-	audit    auditParams
+	audits   []*store.AuditInsertParams
 	unrouted bool
 }
 
+// noAudit stands for the audit row of an event that writes none.
+var noAudit = &store.AuditInsertParams{}
+
 func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
-	disposition := store.DispositionAccepted
-	a := &store.AuditInsertParams{At: d.ReceivedAt}
+	disposition, audit := store.DispositionAccepted, noAudit
 	if d.Unrouted {
-		disposition = store.DispositionUnrouted
-		a, c.unrouted = store.UnroutedAudit(d), true
+		disposition, audit, c.unrouted = store.DispositionUnrouted, store.UnroutedAudit(d), true
 	}
 	c.eventFields.add(d)
 	c.disposition = append(c.disposition, string(disposition))
@@ -319,27 +319,7 @@ func (c *eventParams) add(d *store.DeliveryInput, deliveries int32) {
 	c.route = append(c.route, !d.Unrouted)
 	c.deliveries = append(c.deliveries, deliveries)
 	c.trace = append(c.trace, d.TraceContext)
-	c.audit.add(a)
-}
-
-// auditArgs are inboxUnroutedAuditCTE's parameters, $28 on.
-func (c *eventParams) auditArgs() []any {
-	return []any{c.audit.at, c.audit.actor, c.audit.action, c.audit.entity, c.audit.detail}
-}
-
-// auditParams are audit rows as arrays, one per column: the source and
-// event id are the event's own.
-type auditParams struct {
-	at                            []time.Time
-	actor, action, entity, detail []string
-}
-
-func (c *auditParams) add(a *store.AuditInsertParams) {
-	c.at = append(c.at, a.At)
-	c.actor = append(c.actor, a.Actor)
-	c.action = append(c.action, a.Action)
-	c.entity = append(c.entity, a.Entity)
-	c.detail = append(c.detail, a.Detail)
+	c.audits = append(c.audits, audit)
 }
 
 func (c *eventParams) args() []any {
