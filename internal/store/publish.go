@@ -532,6 +532,19 @@ type EndpointSpecRow struct {
 	Spec []byte
 }
 
+// EndpointSpecsAhead is a transaction that can send EndpointSpecs' read
+// with its next statement that answers, at no round trip of its own
+// (PostgreSQL's pipelined transaction), filling *rows by the time that
+// statement returns; a failed read fails that statement. A group of
+// publishes asks for the endpoints before it holds its keys: read with
+// the keys' hold, instead of after the messages are stored, they cost the
+// group a round trip less (docs/benchmarks-history.md, "Run AK"), and
+// every message of the group still sees the endpoints as they were when
+// it was published.
+type EndpointSpecsAhead interface {
+	EndpointSpecsAhead(rows *[]EndpointSpecRow)
+}
+
 // MessageEffect is a message's delivery to one endpoint, as the ledger
 // holds it.
 type MessageEffect struct {
@@ -733,10 +746,16 @@ type publishTarget struct {
 // may go to, once for the transaction: every message of a group joined it
 // before the group began, so each sees the endpoints as they were when it
 // was published.
-func publishTargets(ctx context.Context, tx Tx) ([]publishTarget, error) {
-	rows, err := tx.EndpointSpecs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read endpoints: %w", err)
+// ahead, when not nil, holds the rows read ahead (EndpointSpecsAhead).
+func publishTargets(ctx context.Context, tx Tx, ahead *[]EndpointSpecRow) ([]publishTarget, error) {
+	var rows []EndpointSpecRow
+	if ahead != nil {
+		rows = *ahead
+	} else {
+		var err error
+		if rows, err = tx.EndpointSpecs(ctx); err != nil {
+			return nil, fmt.Errorf("read endpoints: %w", err)
+		}
 	}
 	out := make([]publishTarget, 0, len(rows))
 	for _, r := range rows {
@@ -772,6 +791,11 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams, hd 
 			keyed = append(keyed, i)
 		}
 	}
+	var ahead *[]EndpointSpecRow
+	if a, ok := tx.(EndpointSpecsAhead); ok {
+		ahead = &[]EndpointSpecRow{}
+		a.EndpointSpecsAhead(ahead)
+	}
 	held, err := tx.IdempotencyKeysHold(ctx, pick(ps, keyed))
 	if err != nil {
 		return nil, fmt.Errorf("hold idempotency keys: %w", err)
@@ -792,7 +816,7 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams, hd 
 		out[i] = res
 	}
 	if len(fresh) > 0 {
-		rs, err := storeMessages(ctx, tx, pick(ps, fresh), hd)
+		rs, err := storeMessages(ctx, tx, pick(ps, fresh), hd, ahead)
 		if err != nil {
 			return nil, err
 		}
@@ -813,14 +837,14 @@ func publishMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams, hd 
 
 // storeMessages stores the new messages ps, applied and routed from the
 // start (the flow engine never sees a message as pending or unrouted
-// work), fans each out to the endpoints whose types it matches, and
-// answers each.
-func storeMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams, hd *handing) ([]*MessagePublishResult, error) {
+// work), fans each out to the endpoints whose types it matches (ahead,
+// when not nil, read already), and answers each.
+func storeMessages(ctx context.Context, tx Tx, ps []*MessagePublishParams, hd *handing, ahead *[]EndpointSpecRow) ([]*MessagePublishResult, error) {
 	pks, err := tx.MessagesInsert(ctx, ps)
 	if err != nil {
 		return nil, fmt.Errorf("record messages: %w", err)
 	}
-	endpoints, err := publishTargets(ctx, tx)
+	endpoints, err := publishTargets(ctx, tx, ahead)
 	if err != nil {
 		return nil, err
 	}

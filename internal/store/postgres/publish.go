@@ -229,13 +229,32 @@ const insertMessagesSQL = `WITH m AS (SELECT * FROM unnest($2::text[], $3::text[
 
 func (a txn) EndpointSpecs(ctx context.Context) ([]store.EndpointSpecRow, error) {
 	var out []store.EndpointSpecRow
-	err := a.each(ctx, "read endpoints", `SELECT id, spec FROM endpoints WHERE NOT deleted ORDER BY id`, nil, func(row pgx.Row) error {
-		var r store.EndpointSpecRow
-		err := row.Scan(&r.ID, &r.Spec)
-		out = append(out, r)
-		return err
-	})
+	err := a.t.query(ctx, "read endpoints", endpointSpecsSQL, nil, scanEndpointSpecs(&out))
 	return out, dbErrors.Classify(err)
+}
+
+// EndpointSpecsAhead queues EndpointSpecs' read to go with the next
+// statement that answers (store.EndpointSpecsAhead): a group of publishes
+// reads the endpoints with its keys' hold.
+func (a txn) EndpointSpecsAhead(rows *[]store.EndpointSpecRow) {
+	a.t.later("read endpoints", endpointSpecsSQL, nil, scanEndpointSpecs(rows))
+}
+
+// endpointSpecsSQL reads every endpoint's stored spec (EndpointSpecs).
+const endpointSpecsSQL = `SELECT id, spec FROM endpoints WHERE NOT deleted ORDER BY id`
+
+// scanEndpointSpecs appends endpointSpecsSQL's rows to *out.
+func scanEndpointSpecs(out *[]store.EndpointSpecRow) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var r store.EndpointSpecRow
+			if err := rows.Scan(&r.ID, &r.Spec); err != nil {
+				return err
+			}
+			*out = append(*out, r)
+		}
+		return nil
+	}
 }
 
 // MessageEffectsInsert queues one INSERT for a group's effects: what a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,5 +314,37 @@ func TestSettleByClaimGuards(t *testing.T) {
 		if !c.check(l) {
 			t.Errorf("%s: settled as %+v, attempts %+v, audit %+v: not as the effect stood", c.name, l.effect, l.attempts, l.audit)
 		}
+	}
+}
+
+// TestPublishGroupRoundTrips: a group of new publishes is three round
+// trips: the keys' hold, with the endpoints read beside it
+// (store.EndpointSpecsAhead); the messages' events and deliveries; their
+// effects and audit rows with COMMIT. The endpoints took a round trip of
+// their own before.
+func TestPublishGroupRoundTrips(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	if _, err := h.EndpointPut(ctx, &store.EndpointPutParams{ID: "ep_a", Origin: store.OriginAPI, Enabled: true, Actor: "api:key_1", Now: at,
+		Spec: store.EndpointSpec{URL: "https://a.example/hook", Types: []string{"invoice.*"}, Secrets: []store.EndpointSecret{{ID: "sec_1",
+			Kind: store.SecretHMAC, Key: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", CreatedAt: at}}}}); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(id, typ string) *store.MessagePublishParams {
+		return &store.MessagePublishParams{ID: id, Key: "k-" + id, Fingerprint: "fp-" + id, KeyExpiresAt: at.Add(time.Hour),
+			Type: typ, Payload: []byte(`{"id":"` + id + `"}`), Actor: "api:key_1", Now: at}
+	}
+	before := h.pipeTrips.Load()
+	got := h.MessagePublishGroup(ctx, []*store.MessagePublishParams{msg("m1", "invoice.paid"), msg("m2", "customer.created")})
+	trips := h.pipeTrips.Load() - before
+	for i, want := range [][]string{{"ep_a"}, {}} {
+		if a := got[i]; a.Err != nil || a.Result.Replayed || !slices.Equal(a.Result.Endpoints, want) {
+			t.Fatalf("answer %d = %+v, %v; want a new message to endpoints %v", i, a.Result, a.Err, want)
+		}
+	}
+	if trips != 3 {
+		t.Errorf("a group of two publishes took %d round trips, want 3", trips)
 	}
 }
