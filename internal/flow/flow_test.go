@@ -377,9 +377,9 @@ func TestRefetchErrorsNeverShowTheQueryString(t *testing.T) {
 	// A closed server's port was not enough: under a full test run another
 	// listener could take the freed port and answer, and the event was
 	// dead-lettered. This server holds its port for the whole test.
-	closed := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
-	defer closed.Close()
-	f := newFixture(t, fmt.Sprintf(sources, closed.URL+"/?token=s3cret")+refetchFlow)
+	hangsUp := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
+	defer hangsUp.Close()
+	f := newFixture(t, fmt.Sprintf(sources, hangsUp.URL+"/?token=s3cret")+refetchFlow)
 	var logs strings.Builder
 	f.eng = New(f.cfg, f.st, Options{Clock: f.clk, LeaseFor: 10 * time.Second, RetryDelay: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -389,7 +389,7 @@ func TestRefetchErrorsNeverShowTheQueryString(t *testing.T) {
 		t.Fatalf("e1 = %s, want pending after a connection the source hung up", d)
 	}
 	out := logs.String()
-	if !strings.Contains(out, "deferring entity") || !strings.Contains(out, closed.URL+"/") || strings.Contains(out, "s3cret") {
+	if !strings.Contains(out, "deferring entity") || !strings.Contains(out, hangsUp.URL+"/") || strings.Contains(out, "s3cret") {
 		t.Fatalf("log:\n%s", out)
 	}
 }

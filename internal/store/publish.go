@@ -745,8 +745,8 @@ type publishTarget struct {
 // publishTargets reads and parses the endpoints a transaction's messages
 // may go to, once for the transaction: every message of a group joined it
 // before the group began, so each sees the endpoints as they were when it
-// was published.
-// ahead, when not nil, holds the rows read ahead (EndpointSpecsAhead).
+// was published. ahead, when not nil, holds the rows read ahead
+// (EndpointSpecsAhead), and nothing more is read.
 func publishTargets(ctx context.Context, tx Tx, ahead *[]EndpointSpecRow) ([]publishTarget, error) {
 	var rows []EndpointSpecRow
 	if ahead != nil {
