@@ -287,6 +287,12 @@ type EntityClaimParams struct {
 	// each entity it leases, read in that transaction where the driver
 	// reads there (RouteTx.WorkListLeased): Lease.Pending.
 	List int
+	// ReadAhead tells a listing lease (List above zero) that its
+	// transaction goes on to settle the listed work in one group
+	// (EventRouteNextParams.Settle): a driver that pays a round trip for
+	// ApplyTx.ReadGroup may read what that group reads with the lease,
+	// and answer ReadGroup from there while nothing was written since.
+	ReadAhead bool
 }
 
 // Slots is a claimer's count of free workers (EntityClaimParams.Slots).

@@ -289,6 +289,14 @@ func unlisted(claim *EntityClaimParams) *EntityClaimParams {
 	return &c
 }
 
+// readAhead is claim asking the driver to read the settle's group with
+// the lease (EntityClaimParams.ReadAhead): the page settles in routing.
+func readAhead(claim *EntityClaimParams) *EntityClaimParams {
+	c := *claim
+	c.ReadAhead = true
+	return &c
+}
+
 // leaseAfterRouting takes the leases a routing page's Claim asks for, in
 // the routing transaction, with their first page of work when Claim.List
 // asks for it. page, when set, is the routing page read before the
@@ -431,7 +439,11 @@ func (r *Rules) EventRouteNext(ctx context.Context, p *EventRouteNextParams) (Ro
 		if err != nil {
 			return err
 		}
-		leases, err := leaseThenSettleRest(ctx, tx, p.Claim, nil, settleRest)
+		claim := p.Claim
+		if p.settles(len(evs)) {
+			claim = readAhead(claim)
+		}
+		leases, err := leaseThenSettleRest(ctx, tx, claim, nil, settleRest)
 		if err != nil {
 			return err
 		}

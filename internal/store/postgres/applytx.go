@@ -20,7 +20,13 @@ import (
 // the rows it joins as of its start, so a read in the locking statement
 // would miss another flow's settled row and leave the event accepted
 // forever; the next statement takes a fresh snapshot.
+//
+// Where routing's lease read the group ahead (leaseAheadSQL), ReadGroup
+// answers from that read without a round trip (groupAhead.answer).
 func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*store.GroupRead, error) {
+	if rd := a.t.takeAhead().answer(a.t, subs); rd != nil {
+		return rd, nil
+	}
 	n := len(subs)
 	flows, entities, tokens := make([]string, n), make([]string, n), make([]string, n)
 	nows, nums := make([]time.Time, n), make([]int32, n)
@@ -48,15 +54,7 @@ func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*s
 	})
 	a.t.exec("lock events", lockBatchEventsSQL, ids)
 	err := a.t.query(ctx, "read work", readBatchWorkSQL, []any{ids}, func(rows pgx.Rows) error {
-		for rows.Next() {
-			var w store.BatchWork
-			if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
-				&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
-				return err
-			}
-			rd.Work = append(rd.Work, w)
-		}
-		return nil
+		return scanBatchWork(rows, &rd.Work)
 	})
 	if err != nil {
 		return nil, err
@@ -64,20 +62,45 @@ func (a txn) ReadGroup(ctx context.Context, subs [][]*store.FlowApplyParams) (*s
 	return rd, nil
 }
 
+// scanBatchWork appends the rows of readBatchWorkSQL (or of
+// readListedWorkSQL) to work.
+func scanBatchWork(rows pgx.Rows, work *[]store.BatchWork) error {
+	for rows.Next() {
+		var w store.BatchWork
+		if err := rows.Scan(&w.WorkID, &w.Flow, &w.Entity, &w.EventPK, &w.ReplayID, &w.OrderKey,
+			&w.Done, &w.Disposition, &w.Reason, &w.Event.Source, &w.Event.EventID, &w.Event.Entity, &w.Event.Disposition); err != nil {
+			return err
+		}
+		*work = append(*work, w)
+	}
+	return nil
+}
+
 // lockBatchEventsSQL locks the events of work items $1 in pk order, and
 // readBatchWorkSQL reads every work row of those events with the event.
 // The events' pks are an array computed once (an InitPlan), named on both
 // sides of the join, so every read is an index lookup whatever the
-// planner knows of the tables.
-const (
-	lockBatchEventsSQL = `SELECT 1 FROM events WHERE pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY($1)))
+// planner knows of the tables. lockListedEventsSQL and readListedWorkSQL
+// are the same for the items routing's lease listed (listedWork).
+var (
+	lockBatchEventsSQL  = lockEventsOfWork("$1")
+	readBatchWorkSQL    = readWorkOfEvents("$1")
+	lockListedEventsSQL = lockEventsOfWork(listedWork)
+	readListedWorkSQL   = readWorkOfEvents(listedWork)
+)
+
+func lockEventsOfWork(ids string) string {
+	return `SELECT 1 FROM events WHERE pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY(` + ids + `)))
 		ORDER BY pk FOR NO KEY UPDATE`
-	readBatchWorkSQL = `SELECT w.id, w.flow, w.entity, e.pk, w.replay_id, w.order_key,
+}
+
+func readWorkOfEvents(ids string) string {
+	return `SELECT w.id, w.flow, w.entity, e.pk, w.replay_id, w.order_key,
 			w.done_at IS NOT NULL, w.disposition, w.reason, e.source, e.event_id, e.entity, e.disposition
 		FROM events e JOIN work w ON w.event_pk = e.pk
-		WHERE e.pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY($1)))
-			AND w.event_pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY($1)))`
-)
+		WHERE e.pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY(` + ids + `)))
+			AND w.event_pk = ANY(ARRAY(SELECT event_pk FROM work WHERE id = ANY(` + ids + `)))`
+}
 
 // fenceEntitiesSQL locks the entities ($1, $2) whose lease token is $3
 // and runs past $4, in (flow, entity) byte order, and returns each one's

@@ -148,7 +148,11 @@ func explainGeneric(t *testing.T, pool *pgxpool.Pool, setup, opts, sql string, a
 		}
 		literals[i] = lit + "::" + types[i]
 	}
-	rows, err := conn.Query(ctx, `EXPLAIN `+opts+` EXECUTE plan_me(`+strings.Join(literals, ", ")+`)`)
+	execute := `EXECUTE plan_me`
+	if len(literals) > 0 { // a statement without parameters takes no parentheses
+		execute += `(` + strings.Join(literals, ", ") + `)`
+	}
+	rows, err := conn.Query(ctx, `EXPLAIN `+opts+` `+execute)
 	if err != nil {
 		t.Fatalf("explain: %v\n%s", err, sql)
 	}

@@ -27,6 +27,11 @@ type held struct {
 	effects    []heldEffect
 }
 
+// empty reports whether no write is held.
+func (h *held) empty() bool {
+	return len(h.work) == 0 && len(h.dispositions) == 0 && len(h.entities) == 0 && len(h.supersedes) == 0 && len(h.effects) == 0
+}
+
 type heldWork struct {
 	id                               int64
 	at                               time.Time

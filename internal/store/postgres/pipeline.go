@@ -419,17 +419,31 @@ const leaseListedSQL = `/* routing's pipe */ WITH c AS MATERIALIZED (` + entityR
 	ORDER BY l.flow, l.entity, i.order_key, i.id`
 
 // leaseListed leases up to limit entities with their first p.List
-// pending items (leaseListedSQL), in claim order.
+// pending items (leaseListedSQL), in claim order. With p.ReadAhead, the
+// same round trip reads what the settle's ReadGroup will (ahead.go).
 func (a txn) leaseListed(ctx context.Context, p *store.EntityClaimParams, limit int) ([]*store.Lease, error) {
 	var got []store.ClaimedEntity
-	err := a.t.query(ctx, "claim entities", leaseListedSQL, append(entityClaimArgs(p, limit), int32(store.ClampLimit(p.List))), func(rows pgx.Rows) error {
+	var ahead *groupAhead
+	sql := leaseListedSQL
+	if p.ReadAhead {
+		sql, ahead = leaseAheadSQL, &groupAhead{entities: map[[2]string]aheadEntity{}}
+	}
+	a.t.beforeReads()
+	a.t.later("claim entities", sql, append(entityClaimArgs(p, limit), int32(store.ClampLimit(p.List))), func(rows pgx.Rows) error {
 		for rows.Next() {
-			c, w, err := scanLeaseListed(rows)
+			var proj *store.EntityRead
+			if ahead != nil {
+				proj = &store.EntityRead{}
+			}
+			c, w, err := scanLeaseListed(rows, proj)
 			if err != nil {
 				return err
 			}
 			if n := len(got); n == 0 || got[n-1].Lease.Flow != c.Lease.Flow || got[n-1].Lease.Entity != c.Lease.Entity {
 				got = append(got, c)
+				if ahead != nil {
+					ahead.entities[[2]string{c.Lease.Flow, c.Lease.Entity}] = aheadEntity{token: c.Lease.Token, until: c.Lease.Until, read: *proj}
+				}
 			}
 			if w != nil {
 				l := got[len(got)-1].Lease
@@ -438,15 +452,26 @@ func (a txn) leaseListed(ctx context.Context, p *store.EntityClaimParams, limit 
 		}
 		return rows.Err()
 	})
-	if err != nil {
+	if ahead != nil {
+		a.t.exec("lock listed events", lockListedEventsSQL)
+		a.t.later("read listed work", readListedWorkSQL, nil, func(rows pgx.Rows) error {
+			return scanBatchWork(rows, &ahead.work)
+		})
+	}
+	if err := a.t.flush(ctx); err != nil {
 		return nil, err
+	}
+	if ahead != nil && len(got) > 0 {
+		ahead.statements = a.t.statements
+		a.t.ahead = ahead
 	}
 	return store.ClaimOrder(got), nil
 }
 
 // scanLeaseListed reads a row of leaseListedSQL: the lease, and its item
-// (nil where the row carries none).
-func scanLeaseListed(row pgx.Row) (store.ClaimedEntity, *store.WorkItem, error) {
+// (nil where the row carries none). With proj, the row is leaseAheadSQL's,
+// and proj gets the entity's projection.
+func scanLeaseListed(row pgx.Row, proj *store.EntityRead) (store.ClaimedEntity, *store.WorkItem, error) {
 	c := store.ClaimedEntity{Lease: &store.Lease{}}
 	var nb pgtype.Timestamptz
 	var (
@@ -456,11 +481,19 @@ func scanLeaseListed(row pgx.Row) (store.ClaimedEntity, *store.WorkItem, error) 
 		occurred, received                                            *time.Time
 		hop                                                           *int
 		body                                                          []byte
+		state                                                         string
 	)
-	if err := row.Scan(&nb, &c.Lease.Flow, &c.Lease.Entity, &c.Lease.Token, &c.Lease.Until,
+	dests := []any{&nb, &c.Lease.Flow, &c.Lease.Entity, &c.Lease.Token, &c.Lease.Until,
 		&pk, &source, &eventID, &typ, &entity, &account, &occurred, &received,
-		&causation, &hop, &body, &contentType, &trace, &id, &orderKey, &replayID); err != nil {
+		&causation, &hop, &body, &contentType, &trace, &id, &orderKey, &replayID}
+	if proj != nil {
+		dests = append(dests, &proj.Version, &proj.VersionSort, &state, &proj.Pending)
+	}
+	if err := row.Scan(dests...); err != nil {
 		return c, nil, err
+	}
+	if proj != nil {
+		proj.State = []byte(state)
 	}
 	if nb.InfinityModifier == pgtype.Finite {
 		c.NotBefore = nb.Time

@@ -195,48 +195,68 @@ func TestPipelinePlans(t *testing.T) {
 			Claimed: &store.FencedEffect{ID: inflight, EpisodeKey: "inflight", Entity: "ord-inflight"}},
 		Attempts: 1, Calls: 1, Call: &store.Attempt{EffectID: inflight, Number: 1, StartedAt: at, Status: 200}}},
 		[]*store.AuditInsertParams{{At: at, Actor: "delivery", Action: "effect_done", Entity: "ord-inflight", Detail: "inflight: submitting -> done"}})
+	// The ids the read ahead of a settle finds in its transaction's
+	// setting (listedWork), as routing's lease leaves them.
+	listed := make([]string, len(pendingIDs))
+	for i, id := range pendingIDs {
+		listed[i] = fmt.Sprint(id)
+	}
+	listedSetting := `set_config('hookledger.listed_work', '{` + strings.Join(listed, ",") + `}', true)`
 	check := func(phase string) {
 		for _, c := range []struct {
 			name, sql string
 			args      []any
 			index     string // every index named (space-separated) must be read
 			rows      int    // rows the statement returns
+			setting   string // a setting of the transaction, set before the statement
 		}{
-			{"unrouted page", listUnroutedSQL, []any{200}, "events_unrouted route_queue_pkey deliveries_event", 20},
-			{"take the unrouted page", takeUnroutedSQL, []any{200}, "events_unrouted route_queue_pkey deliveries_event", 20},
-			{"take a page shorter than the waiting events", takeUnroutedSQL, []any{15}, "events_unrouted route_queue_pkey", 15},
-			{"pending work", listPendingSQL, []any{"orders", "ord-hot", 50}, "deliveries_event", 20},
-			{"pending work of a group", listPendingGroupSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
-			{"pending work of leased entities", listLeasedSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20},
+			{"unrouted page", listUnroutedSQL, []any{200}, "events_unrouted route_queue_pkey deliveries_event", 20, ""},
+			{"take the unrouted page", takeUnroutedSQL, []any{200}, "events_unrouted route_queue_pkey deliveries_event", 20, ""},
+			{"take a page shorter than the waiting events", takeUnroutedSQL, []any{15}, "events_unrouted route_queue_pkey", 15, ""},
+			{"pending work", listPendingSQL, []any{"orders", "ord-hot", 50}, "deliveries_event", 20, ""},
+			{"pending work of a group", listPendingGroupSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20, ""},
+			{"pending work of leased entities", listLeasedSQL, []any{[]string{"orders", "orders"}, []string{"ord-none", "ord-hot"}, []int32{50, 50}}, "work_pending", 20, ""},
 			// Leased until now, so that every run finds both entities free.
-			{"lease entities with their work", leaseListedSQL, []any{at, 10, "router", at, int32(50)}, "entities_ready work_pending deliveries_event", 21},
-			{"settle a call by its claim", settleSeenSQL, seenArgs, "effects_pkey", 1},
-			{"release a call", releaseEffectSQL, []any{nil, at, inflight, "w:seen", "team"}, "effects_pkey", 0},
-			{"fence a call", fenceOneSQL, []any{inflight, "w:seen", at}, "effects_pkey", 1},
+			{"lease entities with their work", leaseListedSQL, []any{at, 10, "router", at, int32(50)}, "entities_ready work_pending deliveries_event", 21, ""},
+			{"lease entities with their work, read ahead", leaseAheadSQL, []any{at, 10, "router", at, int32(50)}, "entities_ready work_pending deliveries_event", 21, ""},
+			{"lock the events listed ahead", lockListedEventsSQL, nil, "events_pkey", 20, listedSetting},
+			{"read the work listed ahead", readListedWorkSQL, nil, "work_event", 20, listedSetting},
+			{"settle a call by its claim", settleSeenSQL, seenArgs, "effects_pkey", 1, ""},
+			{"release a call", releaseEffectSQL, []any{nil, at, inflight, "w:seen", "team"}, "effects_pkey", 0, ""},
+			{"fence a call", fenceOneSQL, []any{inflight, "w:seen", at}, "effects_pkey", 1, ""},
 			{"fence a group of calls", fenceGroupSQL, []any{[]int64{inflight, inflight + 1}, []string{"w:seen", "w:none"}, []time.Time{at, at}},
-				"effects_pkey", 1},
-			{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1},
-			{"lock a page's events", lockBatchEventsSQL, []any{pendingIDs}, "events_pkey", 20},
-			{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20},
-			{"settle a page's work", settleWorkSQL, []any{pendingIDs, n20(at), n20("applied"), n20(""), n20("k")}, "work_pkey", 0},
-			{"set a page's dispositions", setDispositionsSQL, []any{pendingIDs, n20("applied")}, "events_pkey", 0},
-			{"insert a group's effects", insertEffectsSQL, effectArgs, "effects_episode_key_key", 21},
-			{"insert a message's deliveries claimed", insertClaimedMessageEffectsSQL, publishArgs, "effects_due_destination", 21},
-			{"insert a group's effects claimed", insertClaimedEffectsSQL, claimedArgs, "effects_episode_key_key effects_due_destination", 21},
+				"effects_pkey", 1, ""},
+			{"supersede older", supersedeOlderSQL(true), []any{at, "orders", "ord-hot", "sync", "9999999999"}, "effects_open", 1, ""},
+			{"lock a page's events", lockBatchEventsSQL, []any{pendingIDs}, "events_pkey", 20, ""},
+			{"read a page's work", readBatchWorkSQL, []any{pendingIDs}, "work_event", 20, ""},
+			{"settle a page's work", settleWorkSQL, []any{pendingIDs, n20(at), n20("applied"), n20(""), n20("k")}, "work_pkey", 0, ""},
+			{"set a page's dispositions", setDispositionsSQL, []any{pendingIDs, n20("applied")}, "events_pkey", 0, ""},
+			{"insert a group's effects", insertEffectsSQL, effectArgs, "effects_episode_key_key", 21, ""},
+			{"insert a message's deliveries claimed", insertClaimedMessageEffectsSQL, publishArgs, "effects_due_destination", 21, ""},
+			{"insert a group's effects claimed", insertClaimedEffectsSQL, claimedArgs, "effects_episode_key_key effects_due_destination", 21, ""},
 			{"supersede a group's older effects", supersedeOlderManySQL, []any{[]string{"orders", "orders"}, []string{"ord-hot", "ord-none"},
 				[]string{"sync", "sync"}, []string{"9999999999", "9999999999"}, []bool{true, false}, n21(at)[:2], []int32{0, 1}},
-				"effects_open", 1},
+				"effects_open", 1, ""},
 			{"supersede when a group has nothing older", supersedeOlderManySQL, []any{[]string{"orders"}, []string{"ord-none"},
 				[]string{"sync"}, []string{"9999999999"}, []bool{true}, n21(at)[:1], []int32{0}},
-				"effects_open", 0},
+				"effects_open", 0, ""},
 		} {
 			for _, generic := range []bool{false, true} {
 				phase, explain := phase, explain
+				if c.setting != "" {
+					explain = func(t *testing.T, pool *pgxpool.Pool, opts, sql string, args ...any) (string, int, int) {
+						return explainWith(t, pool, `SELECT `+c.setting, opts, sql, args...)
+					}
+				}
 				if generic {
 					// What a pipe runs: the generic plan under its settings.
 					phase += ", generic plan"
+					setup := pipePlanSQL
+					if c.setting != "" {
+						setup += ", " + c.setting
+					}
 					explain = func(t *testing.T, pool *pgxpool.Pool, opts, sql string, args ...any) (string, int, int) {
-						return explainGeneric(t, pool, pipePlanSQL, opts, sql, args...)
+						return explainGeneric(t, pool, setup, opts, sql, args...)
 					}
 				}
 				got, removed, returned := explain(t, h.pool, "(ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)", c.sql, c.args...)

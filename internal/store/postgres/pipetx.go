@@ -46,6 +46,12 @@ type pipeTx struct {
 	// a pipe of reads alone (store.TxRead) runs each flush's statements
 	// as one implicit transaction.
 	open bool
+	// statements counts the statements queued on the pipe, so that a
+	// read taken ahead can tell whether anything was written after it.
+	statements int
+	// ahead is what routing's lease read for the settle that follows it
+	// (groupAhead), until ReadGroup takes it.
+	ahead *groupAhead
 }
 
 // queued is one statement of pipeTx.batch.
@@ -118,6 +124,7 @@ const pipePlanSQL = `SELECT ` + pipePlanSettings
 // exec queues a statement whose result only matters as success.
 func (t *pipeTx) exec(label, sql string, args ...any) {
 	t.batch.Queue(sql, args...)
+	t.statements++
 	t.queued = append(t.queued, queued{label: label})
 }
 
@@ -125,6 +132,7 @@ func (t *pipeTx) exec(label, sql string, args ...any) {
 // wanted: *n has it once the statement is sent.
 func (t *pipeTx) execCount(label, sql string, n *int64, args ...any) {
 	t.batch.Queue(sql, args...)
+	t.statements++
 	t.queued = append(t.queued, queued{label: label, count: n})
 }
 
@@ -132,6 +140,7 @@ func (t *pipeTx) execCount(label, sql string, n *int64, args ...any) {
 // with the next query or flush.
 func (t *pipeTx) later(label, sql string, args []any, scan func(pgx.Rows) error) {
 	t.batch.Queue(sql, args...)
+	t.statements++
 	t.queued = append(t.queued, queued{label: label, scan: scan})
 }
 

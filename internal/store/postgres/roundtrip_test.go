@@ -9,18 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/hookledger/hookledger/internal/store"
 	"github.com/hookledger/hookledger/internal/store/pgtest"
 )
 
 // TestLoneWebhookRoutingRoundTrips: routing a lone webhook's page, with
 // its entity leased, its work listed and settled in the same transaction,
-// costs five round trips: the take; the enqueue with the lease, which
-// reads the entity's work in the same statement (leaseListedSQL); the
-// settle's fence; its writes; its audit rows with COMMIT. It took seven
-// when the enqueue waited for its answer alone and the leased work was
-// listed by a statement of its own; every round trip is a wake-up of the
-// server and of PostgreSQL (docs/benchmarks-history.md, "Run AF").
+// costs four round trips: the take; the enqueue with the lease, which
+// reads the entity's work in the same statement, and what the settle's
+// ReadGroup reads (leaseAheadSQL, ahead.go); the settle's writes; its
+// audit rows with COMMIT. It took seven when the enqueue waited for its
+// answer alone and the leased work was listed by a statement of its own,
+// and five while the settle's fence was a round trip of its own; every
+// round trip is a wake-up of the server and of PostgreSQL
+// (docs/benchmarks-history.md, "Run AF").
 func TestLoneWebhookRoutingRoundTrips(t *testing.T) {
 	pgtest.ServerURL(t)
 	h := open(t, pgtest.NewDatabase(t))
@@ -60,8 +64,66 @@ func TestLoneWebhookRoutingRoundTrips(t *testing.T) {
 	if res := page.Settled[0].Results[0]; res.Disposition != store.DispositionApplied || !res.Released {
 		t.Fatalf("settled %+v, want applied with the lease freed", res)
 	}
-	if trips != 5 {
-		t.Fatalf("routing a lone webhook took %d round trips, want 5", trips)
+	if trips != 4 {
+		t.Fatalf("routing a lone webhook took %d round trips, want 4", trips)
+	}
+}
+
+// TestRoutingReadAhead: what routing's lease reads ahead for its settle
+// holds the settle's events locked from the lease on, and a settle the
+// read cannot answer for reads as it always did. A settle naming a lease
+// token the entity does not hold gets no answer from the read ahead (which
+// saw the entity leased) but the fence's: the lease is lost, and nothing
+// is settled.
+func TestRoutingReadAhead(t *testing.T) {
+	pgtest.ServerURL(t)
+	h := open(t, pgtest.NewDatabase(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
+	pk := receiveLone(t, h, at)
+	route := func(settle func(l *store.Lease, it *store.WorkItem) []*store.FlowApplyParams) (store.RoutedPage, int64, error) {
+		before := h.pipeTrips.Load()
+		page, err := h.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 10, Now: at, SettleMax: 1,
+			Decide: func(evs []*store.RoutableEvent) []*store.RouteDecision {
+				ds := make([]*store.RouteDecision, len(evs))
+				for i, e := range evs {
+					ds[i] = &store.RouteDecision{EventPK: e.PK, Routes: []store.Route{{Flow: "orders", Entity: e.Entity, OrderKey: e.EventID}}}
+				}
+				return ds
+			},
+			Claim: &store.EntityClaimParams{Owner: "router", Now: at, LeaseFor: time.Minute, Limit: 4, List: 50},
+			Settle: func(_ context.Context, leases []*store.Lease) store.RouteSettle {
+				var subs [][]*store.FlowApplyParams
+				for _, l := range leases {
+					for _, it := range l.Pending {
+						subs = append(subs, settle(l, it))
+					}
+				}
+				return store.RouteSettle{Subs: subs}
+			}})
+		return page, h.pipeTrips.Load() - before, err
+	}
+
+	// Another transaction cannot lock the event while the settle is
+	// prepared: the lease's round trip locked it.
+	var lockErr error
+	page, _, err := route(func(l *store.Lease, it *store.WorkItem) []*store.FlowApplyParams {
+		_, lockErr = h.pool.Exec(ctx, `SELECT 1 FROM events WHERE pk = $1 FOR NO KEY UPDATE NOWAIT`, it.Event.PK)
+		forged := *l
+		forged.Token = "router:not-the-lease"
+		return []*store.FlowApplyParams{{Lease: &forged, WorkID: it.ID, EventPK: it.Event.PK, Now: at,
+			Version: "1", VersionSort: "1", State: []byte(`{}`), ReleaseIfDrained: true}}
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(lockErr, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("locking the event beside the settle: %v, want lock_not_available (55P03)", lockErr)
+	}
+	if err != nil || len(page.Settled) != 1 || !errors.Is(page.Settled[0].Err, store.ErrLeaseLost) {
+		t.Fatalf("EventRouteNext = %+v, %v; want the settle under a forged token to lose its lease", page, err)
+	}
+	var done int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM work WHERE event_pk = $1 AND done_at IS NOT NULL`, pk).Scan(&done); err != nil || done != 0 {
+		t.Fatalf("settled work rows = %d, %v; want none", done, err)
 	}
 }
 
