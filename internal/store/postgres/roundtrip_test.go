@@ -28,32 +28,14 @@ import (
 func TestLoneWebhookRoutingRoundTrips(t *testing.T) {
 	pgtest.ServerURL(t)
 	h := open(t, pgtest.NewDatabase(t))
-	ctx := context.Background()
 	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
 	receiveLone(t, h, at)
 	var listed []*store.WorkItem
-	before := h.pipeTrips.Load()
-	page, err := h.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 10, Now: at, SettleMax: 1,
-		Decide: func(evs []*store.RoutableEvent) []*store.RouteDecision {
-			ds := make([]*store.RouteDecision, len(evs))
-			for i, e := range evs {
-				ds[i] = &store.RouteDecision{EventPK: e.PK, Routes: []store.Route{{Flow: "orders", Entity: e.Entity, OrderKey: e.EventID}}}
-			}
-			return ds
-		},
-		Claim: &store.EntityClaimParams{Owner: "router", Now: at, LeaseFor: time.Minute, Limit: 4, List: 50},
-		Settle: func(_ context.Context, leases []*store.Lease) store.RouteSettle {
-			var subs [][]*store.FlowApplyParams
-			for _, l := range leases {
-				listed = append(listed, l.Pending...)
-				for _, it := range l.Pending {
-					subs = append(subs, []*store.FlowApplyParams{{Lease: l, WorkID: it.ID, EventPK: it.Event.PK, Now: at,
-						Version: "1", VersionSort: "1", State: []byte(`{}`), ReleaseIfDrained: true}})
-				}
-			}
-			return store.RouteSettle{Subs: subs}
-		}})
-	trips := h.pipeTrips.Load() - before
+	page, trips, err := routeLone(h, at, func(l *store.Lease, it *store.WorkItem) []*store.FlowApplyParams {
+		listed = append(listed, it)
+		return []*store.FlowApplyParams{{Lease: l, WorkID: it.ID, EventPK: it.Event.PK, Now: at,
+			Version: "1", VersionSort: "1", State: []byte(`{}`), ReleaseIfDrained: true}}
+	})
 	if err != nil || page.Events != 1 || len(page.Leases) != 1 || len(page.Settled) != 1 || page.Settled[0].Err != nil {
 		t.Fatalf("EventRouteNext = %+v, %v; want the event routed, its entity leased and its item settled", page, err)
 	}
@@ -81,33 +63,11 @@ func TestRoutingReadAhead(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 11, 3, 12, 0, 0, 0, time.UTC)
 	pk := receiveLone(t, h, at)
-	route := func(settle func(l *store.Lease, it *store.WorkItem) []*store.FlowApplyParams) (store.RoutedPage, int64, error) {
-		before := h.pipeTrips.Load()
-		page, err := h.EventRouteNext(ctx, &store.EventRouteNextParams{Limit: 10, Now: at, SettleMax: 1,
-			Decide: func(evs []*store.RoutableEvent) []*store.RouteDecision {
-				ds := make([]*store.RouteDecision, len(evs))
-				for i, e := range evs {
-					ds[i] = &store.RouteDecision{EventPK: e.PK, Routes: []store.Route{{Flow: "orders", Entity: e.Entity, OrderKey: e.EventID}}}
-				}
-				return ds
-			},
-			Claim: &store.EntityClaimParams{Owner: "router", Now: at, LeaseFor: time.Minute, Limit: 4, List: 50},
-			Settle: func(_ context.Context, leases []*store.Lease) store.RouteSettle {
-				var subs [][]*store.FlowApplyParams
-				for _, l := range leases {
-					for _, it := range l.Pending {
-						subs = append(subs, settle(l, it))
-					}
-				}
-				return store.RouteSettle{Subs: subs}
-			}})
-		return page, h.pipeTrips.Load() - before, err
-	}
 
 	// Another transaction cannot lock the event while the settle is
 	// prepared: the lease's round trip locked it.
 	var lockErr error
-	page, _, err := route(func(l *store.Lease, it *store.WorkItem) []*store.FlowApplyParams {
+	page, _, err := routeLone(h, at, func(l *store.Lease, it *store.WorkItem) []*store.FlowApplyParams {
 		_, lockErr = h.pool.Exec(ctx, `SELECT 1 FROM events WHERE pk = $1 FOR NO KEY UPDATE NOWAIT`, it.Event.PK)
 		forged := *l
 		forged.Token = "router:not-the-lease"
@@ -181,6 +141,33 @@ func TestInboxRoundTrips(t *testing.T) {
 	if err != nil || len(rows) != 2 || rows[0].Action != "received" || rows[1].Action != "disposition" || rows[0].ID > rows[1].ID {
 		t.Fatalf("audit rows of evt_3 = %+v, %v; want the submission's own, then the unrouted event's", rows, err)
 	}
+}
+
+// routeLone routes the waiting events at at, each to flow orders and its
+// own entity, leasing their entities and settling in the routing
+// transaction what settle makes of each listed item; it answers the page
+// and the round trips the routing took.
+func routeLone(h *handle, at time.Time, settle func(l *store.Lease, it *store.WorkItem) []*store.FlowApplyParams) (store.RoutedPage, int64, error) {
+	before := h.pipeTrips.Load()
+	page, err := h.EventRouteNext(context.Background(), &store.EventRouteNextParams{Limit: 10, Now: at, SettleMax: 1,
+		Decide: func(evs []*store.RoutableEvent) []*store.RouteDecision {
+			ds := make([]*store.RouteDecision, len(evs))
+			for i, e := range evs {
+				ds[i] = &store.RouteDecision{EventPK: e.PK, Routes: []store.Route{{Flow: "orders", Entity: e.Entity, OrderKey: e.EventID}}}
+			}
+			return ds
+		},
+		Claim: &store.EntityClaimParams{Owner: "router", Now: at, LeaseFor: time.Minute, Limit: 4, List: 50},
+		Settle: func(_ context.Context, leases []*store.Lease) store.RouteSettle {
+			var subs [][]*store.FlowApplyParams
+			for _, l := range leases {
+				for _, it := range l.Pending {
+					subs = append(subs, settle(l, it))
+				}
+			}
+			return store.RouteSettle{Subs: subs}
+		}})
+	return page, h.pipeTrips.Load() - before, err
 }
 
 // receiveLone stores one webhook, evt_1 of entity o-1, received at at,
