@@ -19,11 +19,15 @@ import (
 // changes a projection or the count of its pending items until the
 // commit; the events are locked in pk order after the entities, as
 // ReadGroup locks them; and the work rows are read by a statement after
-// the lock, for the reason ReadGroup gives. ReadGroup takes the read only
-// while nothing was queued on the transaction since, and only when every
-// item it is asked for belongs to an entity this lease holds under the
-// token the item names, and to an event the read locked; otherwise it
-// reads as it always did.
+// the lock, for the reason ReadGroup gives. The read covers every item
+// the lease listed, and the settle may take fewer (an entity whose flow
+// it leaves to the processor): their events stay locked until routing
+// commits, milliseconds later, as the settled ones do.
+//
+// ReadGroup takes the read only while nothing was queued on the
+// transaction since, and only when every item it is asked for belongs to
+// an entity this lease holds under the token the item names, and to an
+// event the read locked; otherwise it reads as it always did.
 
 // listedWork is the ids of the items leaseAheadSQL listed: it leaves them
 // in a setting of the transaction, where the statements sent after it in
