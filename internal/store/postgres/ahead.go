@@ -41,16 +41,10 @@ const listedWork = `coalesce(nullif(current_setting('hookledger.listed_work', tr
 // entity, as the listing reads them.
 const leaseAheadSQL = `/* routing's pipe, read ahead */ WITH c AS MATERIALIZED (` + entityReadySQL + `),
 	l AS (` + entityLeaseSQL + `, e.version, e.version_sort, e.state::text AS state, e.pending),
-	s AS MATERIALIZED (SELECT set_config('hookledger.listed_work', coalesce((SELECT array_agg(w.id) FROM l CROSS JOIN LATERAL
-		(SELECT id FROM work WHERE flow = l.flow AND entity = l.entity AND done_at IS NULL ORDER BY order_key, id LIMIT $5) w),
-		'{}')::text, true) AS listed)
+	s AS MATERIALIZED (SELECT set_config('hookledger.listed_work',
+		coalesce((SELECT array_agg(w.id) FROM l CROSS JOIN LATERAL (` + leasedPendingSQL + `) w), '{}')::text, true) AS listed)
 	SELECT l.not_before, l.flow, l.entity, l.lease_token, l.lease_until, i.*, l.version, l.version_sort, l.state, l.pending
-	FROM l CROSS JOIN s LEFT JOIN LATERAL (SELECT ` + routableColumns + `, w.id, w.order_key, w.replay_id
-		FROM (SELECT * FROM work WHERE flow = l.flow AND entity = l.entity AND done_at IS NULL
-			ORDER BY order_key, id LIMIT $5) w
-		CROSS JOIN LATERAL (SELECT * FROM events WHERE pk = w.event_pk LIMIT 1) e
-		` + firstDeliveryJoin + `) i ON true
-	ORDER BY l.flow, l.entity, i.order_key, i.id`
+	FROM l CROSS JOIN s ` + leasedItemsSQL
 
 // groupAhead is ReadGroup's read, taken with routing's lease.
 type groupAhead struct {

@@ -411,9 +411,18 @@ const (
 const leaseListedSQL = `/* routing's pipe */ WITH c AS MATERIALIZED (` + entityReadySQL + `),
 	l AS (` + entityLeaseSQL + `)
 	SELECT l.not_before, l.flow, l.entity, l.lease_token, l.lease_until, i.*
-	FROM l LEFT JOIN LATERAL (SELECT ` + routableColumns + `, w.id, w.order_key, w.replay_id
-		FROM (SELECT * FROM work WHERE flow = l.flow AND entity = l.entity AND done_at IS NULL
-			ORDER BY order_key, id LIMIT $5) w
+	FROM l ` + leasedItemsSQL
+
+// leasedPendingSQL is the first $5 pending items of a leased entity l,
+// in business order.
+const leasedPendingSQL = `SELECT * FROM work WHERE flow = l.flow AND entity = l.entity AND done_at IS NULL
+	ORDER BY order_key, id LIMIT $5`
+
+// leasedItemsSQL joins each lease l to its listed items with their
+// events (i), a row with i's columns NULL for a lease without any, and
+// orders the rows as the leases' listings are read.
+const leasedItemsSQL = `LEFT JOIN LATERAL (SELECT ` + routableColumns + `, w.id, w.order_key, w.replay_id
+		FROM (` + leasedPendingSQL + `) w
 		CROSS JOIN LATERAL (SELECT * FROM events WHERE pk = w.event_pk LIMIT 1) e
 		` + firstDeliveryJoin + `) i ON true
 	ORDER BY l.flow, l.entity, i.order_key, i.id`
@@ -429,12 +438,12 @@ func (a txn) leaseListed(ctx context.Context, p *store.EntityClaimParams, limit 
 		sql, ahead = leaseAheadSQL, &groupAhead{entities: map[[2]string]aheadEntity{}}
 	}
 	a.t.beforeReads()
+	var proj *store.EntityRead // each row's projection, with ahead
+	if ahead != nil {
+		proj = &store.EntityRead{}
+	}
 	a.t.later("claim entities", sql, append(entityClaimArgs(p, limit), int32(store.ClampLimit(p.List))), func(rows pgx.Rows) error {
 		for rows.Next() {
-			var proj *store.EntityRead
-			if ahead != nil {
-				proj = &store.EntityRead{}
-			}
 			c, w, err := scanLeaseListed(rows, proj)
 			if err != nil {
 				return err
