@@ -433,15 +433,12 @@ const leasedItemsSQL = `LEFT JOIN LATERAL (SELECT ` + routableColumns + `, w.id,
 func (a txn) leaseListed(ctx context.Context, p *store.EntityClaimParams, limit int) ([]*store.Lease, error) {
 	var got []store.ClaimedEntity
 	var ahead *groupAhead
+	var proj *store.EntityRead // each row's projection, with ahead
 	sql := leaseListedSQL
 	if p.ReadAhead {
-		sql, ahead = leaseAheadSQL, &groupAhead{entities: map[[2]string]aheadEntity{}}
+		sql, ahead, proj = leaseAheadSQL, &groupAhead{entities: map[[2]string]aheadEntity{}}, &store.EntityRead{}
 	}
 	a.t.beforeReads()
-	var proj *store.EntityRead // each row's projection, with ahead
-	if ahead != nil {
-		proj = &store.EntityRead{}
-	}
 	a.t.later("claim entities", sql, append(entityClaimArgs(p, limit), int32(store.ClampLimit(p.List))), func(rows pgx.Rows) error {
 		for rows.Next() {
 			c, w, err := scanLeaseListed(rows, proj)
